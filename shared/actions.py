@@ -1,0 +1,181 @@
+"""Scale action messages: the versioned JSON that travels on the `scale-actions` queue.
+
+Pure module: encoding, decoding and validation only, no I/O and no side effects.
+The schema is documented in docs/scale-actions.md; change both together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+# Steps of each action kind, in order. A message names the step to run next;
+# a step that must wait re-enqueues the same action at the same or next step.
+SCALE_UP_STEPS = ("resize", "confirm")
+SCALE_DOWN_STEPS = ("cordon", "drain", "delete", "confirm")
+
+Kind = Literal["scale_up", "scale_down"]
+
+
+class InvalidAction(ValueError):
+    """A queue message that must never be executed; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleAction:
+    id: str
+    kind: Kind
+    group: str
+    created_at: datetime
+    expires_at: datetime
+    step: str
+    reason: str = ""
+    target_size: int | None = None  # scale_up: the capacity to reach
+    node: str | None = None  # scale_down: the node to remove
+    provider_id: str | None = None  # scale_down: the node's providerID when decided
+    attempt: int = 0  # how many times this step has been re-enqueued to wait
+
+    @property
+    def is_first_step(self) -> bool:
+        return self.step == (SCALE_UP_STEPS if self.kind == "scale_up" else SCALE_DOWN_STEPS)[0]
+
+    def at_step(self, step: str) -> ScaleAction:
+        return replace(self, step=step, attempt=0)
+
+    def retried(self) -> ScaleAction:
+        return replace(self, attempt=self.attempt + 1)
+
+
+def new_scale_up(
+    *, action_id: str, group: str, target_size: int, now: datetime, ttl: timedelta, reason: str = ""
+) -> ScaleAction:
+    return ScaleAction(
+        id=action_id,
+        kind="scale_up",
+        group=group,
+        created_at=now,
+        expires_at=now + ttl,
+        step=SCALE_UP_STEPS[0],
+        reason=reason,
+        target_size=target_size,
+    )
+
+
+def new_scale_down(
+    *,
+    action_id: str,
+    group: str,
+    node: str,
+    provider_id: str,
+    now: datetime,
+    ttl: timedelta,
+    reason: str = "",
+) -> ScaleAction:
+    return ScaleAction(
+        id=action_id,
+        kind="scale_down",
+        group=group,
+        created_at=now,
+        expires_at=now + ttl,
+        step=SCALE_DOWN_STEPS[0],
+        reason=reason,
+        node=node,
+        provider_id=provider_id,
+    )
+
+
+def encode_action(action: ScaleAction) -> str:
+    body: dict[str, Any] = {
+        "version": SCHEMA_VERSION,
+        "id": action.id,
+        "kind": action.kind,
+        "group": action.group,
+        "step": action.step,
+        "created_at": _iso(action.created_at),
+        "expires_at": _iso(action.expires_at),
+        "reason": action.reason,
+        "attempt": action.attempt,
+    }
+    if action.kind == "scale_up":
+        body["target_size"] = action.target_size
+    else:
+        body["node"] = action.node
+        body["provider_id"] = action.provider_id
+    return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+def decode_action(text: str | bytes) -> ScaleAction:
+    """Parse and validate one message. Raises InvalidAction naming what is wrong.
+
+    Expiry is not checked here: whether an expired message may still run depends
+    on whether the action already started (see the executor).
+    """
+    try:
+        body = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidAction(f"message is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidAction("message is not a JSON object")
+    version = body.get("version")
+    if version != SCHEMA_VERSION:
+        raise InvalidAction(f"unknown schema version {version!r} (this executor reads {SCHEMA_VERSION})")
+    kind = body.get("kind")
+    if kind not in ("scale_up", "scale_down"):
+        raise InvalidAction(f"unknown kind {kind!r} (expected 'scale_up' or 'scale_down')")
+    steps = SCALE_UP_STEPS if kind == "scale_up" else SCALE_DOWN_STEPS
+    required = ["id", "group", "step", "created_at", "expires_at"]
+    required += ["target_size"] if kind == "scale_up" else ["node", "provider_id"]
+    missing = [name for name in required if body.get(name) in (None, "")]
+    if missing:
+        raise InvalidAction(f"missing field(s): {', '.join(missing)}")
+    for name in ("id", "group", "step", "reason") + (() if kind == "scale_up" else ("node", "provider_id")):
+        if name in body and not isinstance(body[name], str):
+            raise InvalidAction(f"field {name!r} must be a string")
+    if body["step"] not in steps:
+        raise InvalidAction(f"unknown step {body['step']!r} for {kind} (expected one of {', '.join(steps)})")
+    created_at = _parse_time(body, "created_at")
+    expires_at = _parse_time(body, "expires_at")
+    if expires_at < created_at:
+        raise InvalidAction("expires_at is before created_at")
+    target_size = None
+    if kind == "scale_up":
+        target_size = body["target_size"]
+        if not isinstance(target_size, int) or isinstance(target_size, bool) or target_size < 1:
+            raise InvalidAction(f"target_size must be a positive integer, got {target_size!r}")
+    attempt = body.get("attempt", 0)
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+        raise InvalidAction(f"attempt must be a non-negative integer, got {attempt!r}")
+    return ScaleAction(
+        id=body["id"],
+        kind=kind,
+        group=body["group"],
+        created_at=created_at,
+        expires_at=expires_at,
+        step=body["step"],
+        reason=body.get("reason", ""),
+        target_size=target_size,
+        node=body.get("node"),
+        provider_id=body.get("provider_id"),
+        attempt=attempt,
+    )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _parse_time(body: dict[str, Any], name: str) -> datetime:
+    raw = body[name]
+    if not isinstance(raw, str):
+        raise InvalidAction(f"field {name!r} must be an ISO 8601 string")
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidAction(f"field {name!r} is not an ISO 8601 time: {raw!r}") from exc
+    if moment.tzinfo is None:
+        raise InvalidAction(f"field {name!r} has no time zone: {raw!r}")
+    return moment

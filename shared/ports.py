@@ -1,0 +1,179 @@
+"""The interfaces between the autoscaler's logic and the outside world.
+
+Pure module: protocols and the small value types they exchange, no I/O.
+Services (shared.services) depend on these; adapters (shared.adapters)
+implement them with the Azure and Kubernetes SDKs; tests and the replay may
+implement them in memory where they measure decisions rather than storage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal, Protocol
+
+from shared.actions import ScaleAction
+from shared.domain import Node, NodeGroup, Pod, Taint
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+# --- Kubernetes -------------------------------------------------------------
+
+EvictionOutcome = Literal["evicted", "blocked", "not_found"]
+
+
+class ClusterError(RuntimeError):
+    """The Kubernetes API could not be read or written; the message names the call."""
+
+
+class Cluster(Protocol):
+    def list_nodes(self) -> list[Node]: ...
+
+    def list_pods(self) -> list[Pod]:
+        """Every pod that is not finished (phase Succeeded/Failed excluded)."""
+        ...
+
+    def get_node(self, name: str) -> Node | None: ...
+
+    def list_pods_on_node(self, node_name: str) -> list[Pod]: ...
+
+    def cordon(self, node_name: str, *, taint: Taint) -> None:
+        """Mark unschedulable and add the taint; a no-op where both are already there."""
+        ...
+
+    def uncordon(self, node_name: str, *, taint_key: str) -> None:
+        """Undo cordon(); a no-op where the node is already schedulable and untainted."""
+        ...
+
+    def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionOutcome:
+        """Evict through the Eviction API: 'blocked' when a PodDisruptionBudget forbids it now."""
+        ...
+
+    def delete_node(self, name: str) -> None:
+        """Remove the Node object; a no-op when it is already gone."""
+        ...
+
+
+# --- Azure Compute ----------------------------------------------------------
+
+
+class ComputeError(RuntimeError):
+    """An ARM call failed; `code` carries ARM's error code when there is one."""
+
+    def __init__(self, message: str, *, code: str = "", retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retry_after = retry_after  # seconds, when ARM throttled us (429)
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """A long-running ARM operation, resumable from `token` in a later invocation."""
+
+    token: str
+    status: Literal["InProgress", "Succeeded", "Failed", "Canceled"]
+    error_code: str = ""
+    error_message: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.status != "InProgress"
+
+
+class Compute(Protocol):
+    def list_node_groups(self) -> list[NodeGroup]:
+        """Scale sets of the configured resource groups tagged for this cluster, with their instances."""
+        ...
+
+    def get_node_group(self, group_id: str) -> NodeGroup | None:
+        """Fresh read of one discovered group; None when it no longer exists or is no longer tagged."""
+        ...
+
+    def begin_resize(self, group: NodeGroup, target_size: int) -> Operation: ...
+
+    def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation: ...
+
+    def get_resize_operation(self, token: str) -> Operation: ...
+
+    def get_delete_operation(self, token: str) -> Operation: ...
+
+
+# --- Durable state (Table storage) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """Per node group: cooldown times and the nodes being removed. `etag` guards updates."""
+
+    group_id: str
+    last_scale_up: datetime | None = None
+    last_scale_down: datetime | None = None
+    last_failure: datetime | None = None
+    deleting: tuple[str, ...] = ()  # node names with a scale-down in flight
+    etag: str | None = None  # None: the row does not exist yet
+
+
+LedgerStatus = Literal["started", "done"]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """The progress of one action. `progress` is (step index, attempt): it only moves forward."""
+
+    action_id: str
+    kind: str
+    group: str
+    progress: tuple[int, int]
+    status: LedgerStatus
+    updated_at: datetime
+    outcome: str = ""  # set when the whole action is over: succeeded | skipped:<why> | failed:<why> | rejected:<why>
+    operation: str = ""  # a long-running operation's continuation token, while one is in flight
+    node: str = ""
+    etag: str | None = None
+
+
+class StateStore(Protocol):
+    # Group cooldowns; update_group returns False when another writer won the race.
+    def get_group(self, group_id: str) -> GroupState: ...
+
+    def update_group(self, state: GroupState) -> bool: ...
+
+    # Nodes that are unneeded, and since when.
+    def list_unneeded(self) -> dict[str, datetime]: ...
+
+    def set_unneeded(self, node_name: str, since: datetime) -> None: ...
+
+    def clear_unneeded(self, node_name: str) -> None: ...
+
+    # The action ledger; create_ledger_entry returns False when the row exists (first writer wins),
+    # update_ledger_entry returns False when the entry changed since it was read.
+    def get_ledger_entry(self, action_id: str) -> LedgerEntry | None: ...
+
+    def create_ledger_entry(self, entry: LedgerEntry) -> bool: ...
+
+    def update_ledger_entry(self, entry: LedgerEntry) -> bool: ...
+
+    def list_ledger(self) -> list[LedgerEntry]: ...
+
+
+# --- Queue --------------------------------------------------------------------
+
+
+class ActionQueue(Protocol):
+    def send(self, action: ScaleAction, *, delay: timedelta = timedelta(0)) -> None:
+        """Enqueue, invisible for `delay` (a step that must wait re-enqueues itself this way)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """Everything a service needs from the outside world, assembled by shared.context."""
+
+    cluster: Cluster
+    compute: Compute
+    state: StateStore
+    queue: ActionQueue
+    clock: Clock

@@ -1,0 +1,234 @@
+"""Every app setting the autoscaler reads, parsed and validated in one place.
+
+Pure module: `load_settings` takes a mapping (normally os.environ) and returns a
+frozen `Settings` or raises `SettingsError` listing every problem by name.
+The README's settings table is checked against `SPECS` by a test.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """One or more app settings are missing or malformed; `problems` names each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid app settings:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Go-style durations as cluster-autoscaler takes them ('10m', '1h30m', '30s'), or plain seconds."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return timedelta(seconds=float(text))
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match[1]) * _UNIT_SECONDS[match[2]]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 10m, 1h30m or a number of seconds)")
+    return timedelta(seconds=total)
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {text!r} (use true or false)")
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text.strip())
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _nonnegative_duration(text: str) -> timedelta:
+    value = parse_duration(text)
+    if value < timedelta(0):
+        raise ValueError("must not be negative")
+    return value
+
+
+def _positive_duration(text: str) -> timedelta:
+    value = parse_duration(text)
+    if value <= timedelta(0):
+        raise ValueError(f"must be longer than zero, got {text!r}")
+    return value
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    items = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not items:
+        raise ValueError("must name at least one value")
+    return items
+
+
+def _ncrontab(text: str) -> str:
+    fields = text.split()
+    if len(fields) != 6:
+        raise ValueError(f"must be a six-field NCRONTAB expression (second minute hour day month weekday), got {text!r}")
+    return text.strip()
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _text(text: str) -> str:
+    return text.strip()
+
+
+def _table_name(text: str) -> str:
+    value = text.strip()
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{2,62}", value):
+        raise ValueError(f"table names are 3-63 letters and digits starting with a letter, got {text!r}")
+    return value
+
+
+def _queue_name(text: str) -> str:
+    value = text.strip()
+    if not re.fullmatch(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]", value):
+        raise ValueError(f"queue names are 3-63 lowercase letters, digits and single hyphens, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    name: str  # the app setting
+    attr: str  # the Settings field
+    default: str | None  # None: required
+    parse: Callable[[str], Any]
+    help: str
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec("CLUSTER_NAME", "cluster_name", None, _text,
+         "Cluster name; scale sets tagged `cluster-autoscaler-name=<this>` and `cluster-autoscaler-enabled=true` are managed."),
+    Spec("AZURE_SUBSCRIPTION_ID", "subscription_id", None, _text, "Subscription holding the scale sets."),
+    Spec("NODE_RESOURCE_GROUPS", "node_resource_groups", None, _csv,
+         "Comma-separated resource groups searched for tagged scale sets."),
+    Spec("KUBECONFIG_PATH", "kubeconfig_path", None, _text, "Path to the kubeconfig used to reach the cluster."),
+    Spec("ARM_ENDPOINT", "arm_endpoint", "https://management.azure.com", _text,
+         "Azure Resource Manager endpoint (the sandbox serves its own)."),
+    Spec("ARM_CA_BUNDLE", "arm_ca_bundle", "", _text,
+         "Optional CA bundle file trusted for ARM calls (the sandbox's generated CA); empty uses the system store."),
+    Spec("AZURE_CREDENTIAL", "azure_credential", "default", _choice("default", "managed-identity", "sandbox"),
+         "`managed-identity` in Azure, `default` (DefaultAzureCredential) for a developer, `sandbox` for the sandbox."),
+    Spec("AZURE_CLIENT_ID", "azure_client_id", "", _text,
+         "Client id of the user-assigned managed identity (with `managed-identity`)."),
+    Spec("STORAGE_CONNECTION", "storage_connection", "AzureWebJobsStorage", _text,
+         "Name of the storage connection: a setting holding a connection string, or `<name>__queueServiceUri` "
+         "and `<name>__tableServiceUri` for identity-based access."),
+    Spec("SCALE_ACTIONS_QUEUE", "queue_name", "scale-actions", _queue_name,
+         "Queue of scale actions; rejected messages go to `<name>-poison`."),
+    Spec("STATE_TABLE", "state_table", "autoscalerstate", _table_name,
+         "Table holding cooldowns, unneeded-since times and the action ledger."),
+    Spec("PENDING_POLL_SCHEDULE", "pending_poll_schedule", "*/30 * * * * *", _ncrontab,
+         "NCRONTAB schedule of `poll_pending_pods`."),
+    Spec("UTILIZATION_POLL_SCHEDULE", "utilization_poll_schedule", "0 * * * * *", _ncrontab,
+         "NCRONTAB schedule of `poll_utilization`."),
+    Spec("SCALE_DOWN_ENABLED", "scale_down_enabled", "true", _bool, "Whether idle nodes are removed at all."),
+    Spec("SCALE_DOWN_UNNEEDED_TIME", "scale_down_unneeded_time", "10m", _nonnegative_duration,
+         "How long a node must be unneeded before it is removed."),
+    Spec("SCALE_DOWN_DELAY_AFTER_ADD", "scale_down_delay_after_add", "10m", _nonnegative_duration,
+         "No scale-down in a group for this long after it scaled up."),
+    Spec("SCALE_DOWN_DELAY_AFTER_DELETE", "scale_down_delay_after_delete", "0s", _nonnegative_duration,
+         "No scale-down in a group for this long after it removed a node."),
+    Spec("SCALE_DOWN_DELAY_AFTER_FAILURE", "scale_down_delay_after_failure", "3m", _nonnegative_duration,
+         "No scale-down in a group for this long after a failed action."),
+    Spec("MAX_SCALE_DOWN_PARALLELISM", "max_scale_down_parallelism", "10", _int_at_least(1),
+         "Most nodes being removed at once, cluster-wide."),
+    Spec("MAX_NODES_PER_SCALE_UP", "max_nodes_per_scale_up", "1000", _int_at_least(1),
+         "Most nodes one scale-up adds to one group."),
+    Spec("MAX_POD_EVICTION_TIME", "max_pod_eviction_time", "2m", _positive_duration,
+         "How long a drain keeps evicting before it gives up and uncordons the node."),
+    Spec("ACTION_TTL", "action_ttl", "5m", _positive_duration,
+         "A scale action not started within this long after it was decided is dropped as stale."),
+    Spec("ACTION_LEASE", "action_lease", "5m", _positive_duration,
+         "A started step not finished within this long may be taken over by another delivery."),
+    Spec("STEP_RETRY_DELAY", "step_retry_delay", "10s", _positive_duration,
+         "Visibility delay of a step that re-enqueues itself to wait (evictions, ARM operations)."),
+    Spec("ARM_OPERATION_WAIT", "arm_operation_wait", "5s", _nonnegative_duration,
+         "How long one invocation waits on an ARM long-running operation before re-enqueueing a check."),
+    Spec("DRY_RUN", "dry_run", "false", _bool,
+         "Log and record every action without changing the cluster or Azure."),
+    Spec("LOG_LEVEL", "log_level", "INFO", _choice("debug", "info", "warning", "error"), "Log level of our loggers."),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    cluster_name: str
+    subscription_id: str
+    node_resource_groups: tuple[str, ...]
+    kubeconfig_path: str
+    arm_endpoint: str
+    arm_ca_bundle: str
+    azure_credential: str
+    azure_client_id: str
+    storage_connection: str
+    queue_name: str
+    state_table: str
+    pending_poll_schedule: str
+    utilization_poll_schedule: str
+    scale_down_enabled: bool
+    scale_down_unneeded_time: timedelta
+    scale_down_delay_after_add: timedelta
+    scale_down_delay_after_delete: timedelta
+    scale_down_delay_after_failure: timedelta
+    max_scale_down_parallelism: int
+    max_nodes_per_scale_up: int
+    max_pod_eviction_time: timedelta
+    action_ttl: timedelta
+    action_lease: timedelta
+    step_retry_delay: timedelta
+    arm_operation_wait: timedelta
+    dry_run: bool
+    log_level: str
+
+
+def load_settings(env: Mapping[str, str]) -> Settings:
+    """Parse every setting; raise SettingsError naming each missing or malformed one."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for spec in SPECS:
+        raw = env.get(spec.name)
+        if raw is None or raw.strip() == "":
+            if spec.default is None:
+                problems.append(f"{spec.name}: missing (required): {spec.help}")
+                continue
+            raw = spec.default
+        try:
+            values[spec.attr] = spec.parse(raw)
+        except ValueError as exc:
+            problems.append(f"{spec.name}: {exc}")
+    if values.get("azure_credential") == "managed-identity" and not values.get("azure_client_id"):
+        problems.append("AZURE_CLIENT_ID: required when AZURE_CREDENTIAL=managed-identity")
+    if problems:
+        raise SettingsError(problems)
+    return Settings(**values)
