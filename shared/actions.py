@@ -38,13 +38,20 @@ class ScaleAction:
     node: str | None = None  # scale_down: the node to remove
     provider_id: str | None = None  # scale_down: the node's providerID when decided
     attempt: int = 0  # how many times this step has been re-enqueued to wait
+    step_started_at: datetime | None = None  # when the current step first ran; bounds how long it may wait
 
     @property
     def is_first_step(self) -> bool:
         return self.step == (SCALE_UP_STEPS if self.kind == "scale_up" else SCALE_DOWN_STEPS)[0]
 
-    def at_step(self, step: str) -> ScaleAction:
-        return replace(self, step=step, attempt=0)
+    @property
+    def progress(self) -> tuple[int, int]:
+        """(step index, attempt): strictly increases along an action's life, so stale deliveries are recognisable."""
+        steps = SCALE_UP_STEPS if self.kind == "scale_up" else SCALE_DOWN_STEPS
+        return (steps.index(self.step), self.attempt)
+
+    def at_step(self, step: str, *, now: datetime) -> ScaleAction:
+        return replace(self, step=step, attempt=0, step_started_at=now)
 
     def retried(self) -> ScaleAction:
         return replace(self, attempt=self.attempt + 1)
@@ -100,6 +107,8 @@ def encode_action(action: ScaleAction) -> str:
         "reason": action.reason,
         "attempt": action.attempt,
     }
+    if action.step_started_at is not None:
+        body["step_started_at"] = _iso(action.step_started_at)
     if action.kind == "scale_up":
         body["target_size"] = action.target_size
     else:
@@ -149,6 +158,7 @@ def decode_action(text: str | bytes) -> ScaleAction:
     attempt = body.get("attempt", 0)
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
         raise InvalidAction(f"attempt must be a non-negative integer, got {attempt!r}")
+    step_started_at = _parse_time(body, "step_started_at") if body.get("step_started_at") is not None else None
     return ScaleAction(
         id=body["id"],
         kind=kind,
@@ -161,6 +171,7 @@ def decode_action(text: str | bytes) -> ScaleAction:
         node=body.get("node"),
         provider_id=body.get("provider_id"),
         attempt=attempt,
+        step_started_at=step_started_at,
     )
 
 

@@ -92,10 +92,10 @@ class Pod:
     phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
     unschedulable: bool = False  # condition PodScheduled=False, reason Unschedulable
     owner: OwnerRef | None = None
-    node_selector: Mapping[str, str] = EMPTY_MAP
+    node_selector: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     tolerations: tuple[Toleration, ...] = ()
-    labels: Mapping[str, str] = EMPTY_MAP
-    annotations: Mapping[str, str] = EMPTY_MAP
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     is_mirror: bool = False
     deleting: bool = False  # metadata.deletionTimestamp is set
 
@@ -158,8 +158,8 @@ class Node:
     allocatable: Resources
     created_at: datetime
     provider_id: str = ""
-    labels: Mapping[str, str] = EMPTY_MAP
-    annotations: Mapping[str, str] = EMPTY_MAP
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     taints: tuple[Taint, ...] = ()
     ready: bool = False
     unschedulable: bool = False  # spec.unschedulable (cordoned)
@@ -178,7 +178,7 @@ class NodeTemplate:
     """What a new node of a group will look like to the scheduler."""
 
     allocatable: Resources
-    labels: Mapping[str, str] = EMPTY_MAP
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     taints: tuple[Taint, ...] = ()
     source: str = "unknown"  # live-node | tags | vm-size
 
@@ -200,7 +200,7 @@ class NodeGroup:
     max_size: int
     target_size: int  # sku.capacity
     vm_size: str
-    tags: Mapping[str, str] = EMPTY_MAP
+    tags: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     instances: tuple[Instance, ...] = ()
     zones: tuple[str, ...] = ()
     location: str = ""
@@ -225,3 +225,15 @@ class ClusterSnapshot:
 
     def pods_on(self, node_name: str) -> list[Pod]:
         return [p for p in self.pods if p.node_name == node_name and not p.is_finished]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """Per node group: cooldown times and the nodes being removed. `etag` guards updates."""
+
+    group_id: str
+    last_scale_up: datetime | None = None
+    last_scale_down: datetime | None = None
+    last_failure: datetime | None = None
+    deleting: tuple[str, ...] = ()  # node names with a scale-down in flight
+    etag: str | None = None  # None: the row does not exist yet

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from shared.actions import ScaleAction
-from shared.domain import Node, NodeGroup, Pod, Taint
+from shared.domain import GroupState, Node, NodeGroup, Pod, Taint
 
 
 class Clock(Protocol):
@@ -104,19 +104,9 @@ class Compute(Protocol):
 # --- Durable state (Table storage) -------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class GroupState:
-    """Per node group: cooldown times and the nodes being removed. `etag` guards updates."""
-
-    group_id: str
-    last_scale_up: datetime | None = None
-    last_scale_down: datetime | None = None
-    last_failure: datetime | None = None
-    deleting: tuple[str, ...] = ()  # node names with a scale-down in flight
-    etag: str | None = None  # None: the row does not exist yet
-
-
-LedgerStatus = Literal["started", "done"]
+# started: a delivery is working on `progress`; done: it finished that step;
+# released: it failed and gave the step back, so a redelivery may take it at once.
+LedgerStatus = Literal["started", "done", "released"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +122,7 @@ class LedgerEntry:
     outcome: str = ""  # set when the whole action is over: succeeded | skipped:<why> | failed:<why> | rejected:<why>
     operation: str = ""  # a long-running operation's continuation token, while one is in flight
     node: str = ""
+    duplicates: int = 0  # deliveries suppressed because this progress was already taken
     etag: str | None = None
 
 
@@ -165,6 +156,10 @@ class StateStore(Protocol):
 class ActionQueue(Protocol):
     def send(self, action: ScaleAction, *, delay: timedelta = timedelta(0)) -> None:
         """Enqueue, invisible for `delay` (a step that must wait re-enqueues itself this way)."""
+        ...
+
+    def send_poison(self, text: str) -> None:
+        """Put a message that must never run on `<queue>-poison`, for an operator to look at."""
         ...
 
 

@@ -1,0 +1,71 @@
+"""The composition root: settings + adapters + clock, assembled once per process.
+
+Only this module (and development tools) choose concrete adapters; services
+receive `Ports`. Adapters and their SDKs are imported here lazily, so importing
+function_app stays cheap (cold start) and a bad setting fails on first use with
+every problem named.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from shared.ports import Clock, Ports
+from shared.settings import Settings, load_settings
+
+# The Functions host reads its queue trigger from this connection; our state and
+# queue clients use the same one so that both always point at one storage account.
+STORAGE_CONNECTION = "AzureWebJobsStorage"
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class AppContext:
+    settings: Settings
+    ports: Ports
+
+
+_current: AppContext | None = None
+
+
+def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppContext:
+    """Validate settings (raises SettingsError naming every problem) and connect the adapters."""
+    settings = load_settings(env)
+    logging.getLogger("shared").setLevel(settings.log_level.upper())
+
+    from shared.adapters.compute import VmssCompute
+    from shared.adapters.credentials import make_azure_credential
+    from shared.adapters.kubernetes import KubernetesCluster
+    from shared.adapters.storage import StorageActionQueue, TableStateStore, resolve_storage
+
+    credential = make_azure_credential(settings)
+    storage = resolve_storage(env, connection=STORAGE_CONNECTION, credential=credential)
+    ports = Ports(
+        cluster=KubernetesCluster(settings),
+        compute=VmssCompute(settings, credential=credential),
+        state=TableStateStore(storage, table_name=settings.state_table),
+        queue=StorageActionQueue(storage, queue_name=settings.queue_name),
+        clock=clock or SystemClock(),
+    )
+    return AppContext(settings=settings, ports=ports)
+
+
+def get_context() -> AppContext:
+    global _current
+    if _current is None:
+        _current = build_context(os.environ)
+    return _current
+
+
+def install_context(context: AppContext | None) -> None:
+    """For the local runner and tests: use this context instead of one built from os.environ."""
+    global _current
+    _current = context

@@ -1,0 +1,65 @@
+"""Capacity of common VM sizes, and the share the node keeps for itself.
+
+Pure module, no side effects. Used only when a group has no live node and no
+resource tags (scale from zero). The table is a fallback; the Compute resource
+SKUs API becomes the first source in a later change.
+"""
+
+from __future__ import annotations
+
+from shared.domain import Resources
+
+GIB = 1024**3
+MIB = 1024**2
+
+# vCPUs, memory GiB. From the published VM size pages.
+_SIZES: dict[str, tuple[int, float]] = {
+    "standard_d2s_v5": (2, 8), "standard_d4s_v5": (4, 16), "standard_d8s_v5": (8, 32),
+    "standard_d16s_v5": (16, 64), "standard_d32s_v5": (32, 128),
+    "standard_d2s_v3": (2, 8), "standard_d4s_v3": (4, 16), "standard_d8s_v3": (8, 32),
+    "standard_d16s_v3": (16, 64),
+    "standard_e2s_v5": (2, 16), "standard_e4s_v5": (4, 32), "standard_e8s_v5": (8, 64),
+    "standard_e16s_v5": (16, 128),
+    "standard_f4s_v2": (4, 8), "standard_f8s_v2": (8, 16), "standard_f16s_v2": (16, 32),
+    "standard_b2s": (2, 4), "standard_b4ms": (4, 16),
+    "standard_nc6s_v3": (6, 112), "standard_nc4as_t4_v3": (4, 28), "standard_nc8as_t4_v3": (8, 56),
+}
+
+DEFAULT_MAX_PODS = 110
+EVICTION_HARD_MEMORY = 100 * MIB
+
+
+def allocatable_for_vm_size(vm_size: str, *, max_pods: int = DEFAULT_MAX_PODS) -> Resources | None:
+    size = _SIZES.get(vm_size.lower())
+    if size is None:
+        return None
+    cores, memory_gib = size
+    memory = int(memory_gib * GIB)
+    return Resources(
+        cpu_milli=cores * 1000 - reserved_cpu_milli(cores),
+        memory_bytes=memory - reserved_memory_bytes(memory),
+        pods=max_pods,
+    )
+
+
+def reserved_cpu_milli(cores: int) -> int:
+    """kube-reserved CPU, regressive as on AKS: 60m for the first core, less for each after."""
+    steps = ((1, 60), (1, 40), (2, 20), (4, 10), (8, 10), (16, 10))
+    reserved, left = 0, cores
+    for count, per_core in steps:
+        take = min(left, count)
+        reserved += take * per_core
+        left -= take
+    return reserved + left * 5
+
+
+def reserved_memory_bytes(memory: int) -> int:
+    """kube-reserved memory, regressive as AKS documents it, plus the hard eviction threshold."""
+    bands = ((4 * GIB, 0.25), (4 * GIB, 0.20), (8 * GIB, 0.10), (112 * GIB, 0.06))
+    reserved, left = 0.0, float(memory)
+    for size, share in bands:
+        take = min(left, size)
+        reserved += take * share
+        left -= take
+    reserved += left * 0.02
+    return int(reserved) + EVICTION_HARD_MEMORY

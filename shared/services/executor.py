@@ -1,0 +1,306 @@
+"""The executor: runs one scale action message, one step at a time.
+
+Each step re-checks the world, does its external effect idempotently, then
+either finishes the action or enqueues the next step (possibly delayed) before
+marking its own step done, so a crash at any point leaves a redelivery that
+repeats at most an idempotent step. Nothing here waits in-process for long:
+a step that must wait re-enqueues itself with a visibility delay.
+
+Rejections: a message that is malformed, names an unknown group, asks for a
+size outside the group's limits, or contradicts the world (a providerID that is
+not an instance of the group) goes to `<queue>-poison` at once, since retrying
+cannot help and an operator should see it. A well-formed message that merely
+expired before it started is dropped (logged and recorded in the ledger): a
+stale decision is normal, not an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Literal
+
+from shared.actions import InvalidAction, ScaleAction, decode_action, encode_action
+from shared.domain import TO_BE_DELETED_TAINT, GroupState, NodeGroup, Taint
+from shared.engine.cooldowns import scale_down_blocked
+from shared.ports import ComputeError, LedgerEntry, Operation, Ports
+from shared.services import ledger
+from shared.services.utilization import scale_down_options
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["succeeded", "waiting", "skipped", "rejected", "duplicate", "failed", "dry-run"]
+
+_CAS_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResult:
+    outcome: Outcome
+    detail: str = ""
+    action_id: str = ""
+
+
+class Executor:
+    def __init__(self, ports: Ports, settings: Settings) -> None:
+        self._ports = ports
+        self._settings = settings
+
+    # -- entry point -------------------------------------------------------------
+
+    def execute(self, raw: str | bytes, *, now: datetime) -> ExecutionResult:
+        try:
+            action = decode_action(raw)
+        except InvalidAction as exc:
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            return self._reject_raw(text, str(exc), now=now)
+
+        entry = self._ports.state.get_ledger_entry(action.id)
+        if entry is None and not action.is_first_step:
+            return self._reject(action, "a follow-up step with no ledger entry", now=now, poison=True)
+        if entry is None and now > action.expires_at:
+            return self._reject(action, f"expired at {action.expires_at.isoformat()} before it started", now=now, poison=False)
+
+        claimed = ledger.claim(self._ports.state, action, now=now, lease=self._settings.action_lease)
+        if claimed is None:
+            log.info("action %s step %s: duplicate delivery suppressed", action.id, action.step)
+            return ExecutionResult("duplicate", action_id=action.id)
+        try:
+            return self._run_step(action, claimed, now=now)
+        except ComputeError as exc:
+            if exc.code == "TooManyRequests":
+                # Throttling is not the action's fault: wait as ARM asks, outside this invocation.
+                delay = timedelta(seconds=exc.retry_after or self._settings.step_retry_delay.total_seconds())
+                return self._continue(action.retried(), claimed, delay=delay, now=now, detail=f"throttled by ARM: {exc}")
+            self._release(claimed, now=now)
+            raise
+        except Exception:
+            # Give the step back so the host's retry of this message may take it at once.
+            self._release(claimed, now=now)
+            raise
+
+    def _run_step(self, action: ScaleAction, entry: LedgerEntry, *, now: datetime) -> ExecutionResult:
+        handler = {
+            ("scale_up", "resize"): self._resize,
+            ("scale_up", "confirm"): self._confirm_resize,
+            ("scale_down", "cordon"): self._cordon,
+            ("scale_down", "drain"): self._drain,
+            ("scale_down", "delete"): self._delete,
+            ("scale_down", "confirm"): self._confirm_delete,
+        }[(action.kind, action.step)]
+        return handler(action, entry, now)
+
+    # -- scale up ------------------------------------------------------------------
+
+    def _resize(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
+        group = self._ports.compute.get_node_group(action.group)
+        if group is None:
+            return self._reject(action, f"group {action.group!r} is not a discovered node group", now=now, poison=True, entry=entry)
+        target = action.target_size or 0
+        if not group.min_size <= target <= group.max_size:
+            return self._reject(
+                action, f"target size {target} is outside the group's limits {group.min_size}..{group.max_size}",
+                now=now, poison=True, entry=entry,
+            )
+        if group.target_size >= target:
+            return self._finish(action, entry, "skipped", f"group already at {group.target_size} >= {target}", now=now)
+        if self._settings.dry_run:
+            return self._finish(action, entry, "dry-run", f"would resize {group.id} {group.target_size} -> {target}", now=now)
+        log.info("resizing %s %d -> %d (action %s)", group.id, group.target_size, target, action.id)
+        operation = self._ports.compute.begin_resize(group, target)
+        self._update_group(group.id, lambda s: replace(s, last_scale_up=now))
+        return self._follow(action, entry, operation, next_step="confirm", now=now)
+
+    def _confirm_resize(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
+        operation = self._ports.compute.get_resize_operation(entry.operation)
+        return self._follow(action, entry, operation, next_step="confirm", now=now)
+
+    # -- scale down ----------------------------------------------------------------
+
+    def _cordon(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
+        assert action.node is not None and action.provider_id is not None
+        group = self._ports.compute.get_node_group(action.group)
+        if group is None:
+            return self._reject(action, f"group {action.group!r} is not a discovered node group", now=now, poison=True, entry=entry)
+        node = self._ports.cluster.get_node(action.node)
+        if node is None:
+            return self._finish(action, entry, "skipped", "node no longer exists", now=now)
+        ref = node.instance
+        if ref is None or ref.group_id != group.id or node.provider_id.lower() != action.provider_id.lower():
+            return self._reject(
+                action, f"node {node.name} (providerID {node.provider_id!r}) is not the decided instance of {group.id}",
+                now=now, poison=True, entry=entry,
+            )
+        if not any(i.instance_id == ref.instance_id for i in group.instances):
+            return self._finish(action, entry, "skipped", f"instance {ref.instance_id} is not in {group.id}", now=now)
+        busy = [p.key for p in self._ports.cluster.list_pods_on_node(node.name) if not p.is_node_bound_system_pod]
+        if busy:
+            return self._finish(action, entry, "skipped", f"node no longer idle: {', '.join(busy[:3])}", now=now)
+        refusal = self._reserve_removal(group, node.name, now=now)
+        if refusal:
+            return self._finish(action, entry, "skipped", refusal, now=now)
+        if self._settings.dry_run:
+            self._update_group(group.id, lambda s: replace(s, deleting=tuple(n for n in s.deleting if n != node.name)))
+            return self._finish(action, entry, "dry-run", f"would remove node {node.name}", now=now)
+        log.info("cordoning %s for removal (action %s)", node.name, action.id)
+        self._ports.cluster.cordon(node.name, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
+        return self._continue(action.at_step("drain", now=now), entry, delay=timedelta(0), now=now)
+
+    def _drain(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
+        assert action.node is not None
+        pods = [p for p in self._ports.cluster.list_pods_on_node(action.node) if not p.is_node_bound_system_pod]
+        if not pods:
+            return self._continue(action.at_step("delete", now=now), entry, delay=timedelta(0), now=now)
+        batch = [p.key for p in pods if p.owner is not None and p.owner.kind == "Job" and not p.deleting]
+        if batch:
+            # A Job pod landed before the taint did: never kill batch work to save a node.
+            return self._abort_removal(action, entry, f"batch pods started on the node: {', '.join(batch[:3])}", now=now)
+        started = action.step_started_at or action.created_at
+        if now - started > self._settings.max_pod_eviction_time:
+            return self._abort_removal(action, entry, "pods did not leave within MAX_POD_EVICTION_TIME", now=now)
+        for pod in pods:
+            if not pod.deleting:
+                outcome = self._ports.cluster.evict(pod.namespace, pod.name)
+                log.info("evicting %s from %s: %s", pod.key, action.node, outcome)
+        return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
+
+    def _delete(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
+        assert action.provider_id is not None
+        group = self._ports.compute.get_node_group(action.group)
+        instance_id = action.provider_id.rsplit("/", 1)[-1]
+        instance = next((i for i in group.instances if i.instance_id == instance_id), None) if group else None
+        if group is None or instance is None or instance.provisioning_state.lower() == "deleting":
+            # Already gone or going (a crash after the delete call): never delete twice.
+            return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
+        log.info("deleting instance %s of %s (node %s, action %s)", instance_id, group.id, action.node, action.id)
+        operation = self._ports.compute.begin_delete_instances(group, [instance_id])
+        return self._follow(action, entry, operation, next_step="confirm", now=now)
+
+    def _confirm_delete(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
+        assert action.node is not None and action.provider_id is not None
+        if entry.operation:
+            operation = self._ports.compute.get_delete_operation(entry.operation)
+            if operation.status == "InProgress":
+                return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
+            if operation.status != "Succeeded":
+                return self._abort_removal(
+                    action, entry, f"instance delete failed: {operation.error_code} {operation.error_message}".strip(),
+                    now=now, failed=True,
+                )
+        else:
+            group = self._ports.compute.get_node_group(action.group)
+            instance_id = action.provider_id.rsplit("/", 1)[-1]
+            if group is not None and any(i.instance_id == instance_id for i in group.instances):
+                return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
+        self._ports.cluster.delete_node(action.node)
+        self._ports.state.clear_unneeded(action.node)
+        node = action.node
+        self._update_group(
+            action.group, lambda s: replace(s, deleting=tuple(n for n in s.deleting if n != node), last_scale_down=now)
+        )
+        return self._finish(action, entry, "succeeded", f"removed node {action.node}", now=now)
+
+    def _reserve_removal(self, group: NodeGroup, node: str, *, now: datetime) -> str | None:
+        """Add the node to the group's in-flight removals, unless a rule forbids it (compare-and-swap)."""
+        delays = scale_down_options(self._settings).delays
+        for _ in range(_CAS_ATTEMPTS):
+            state = self._ports.state.get_group(group.id)
+            if node in state.deleting:
+                return None  # our own earlier, interrupted delivery reserved it
+            blocked = scale_down_blocked(state, now=now, delays=delays)
+            if blocked:
+                return blocked
+            if group.target_size - len(state.deleting) - 1 < group.min_size:
+                return f"group {group.id} would go below its minimum {group.min_size}"
+            if self._ports.state.update_group(replace(state, deleting=state.deleting + (node,))):
+                return None
+        return "lost the race for the group's state too often; will be decided again"
+
+    def _abort_removal(
+        self, action: ScaleAction, entry: LedgerEntry, why: str, *, now: datetime, failed: bool = False
+    ) -> ExecutionResult:
+        assert action.node is not None
+        log.warning("removal of %s aborted: %s (action %s)", action.node, why, action.id)
+        if self._ports.cluster.get_node(action.node) is not None:
+            self._ports.cluster.uncordon(action.node, taint_key=TO_BE_DELETED_TAINT)
+        node = action.node
+
+        def release(state: GroupState) -> GroupState:
+            state = replace(state, deleting=tuple(n for n in state.deleting if n != node))
+            return replace(state, last_failure=now) if failed else state
+
+        self._update_group(action.group, release)
+        return self._finish(action, entry, "failed" if failed else "skipped", f"aborted: {why}", now=now)
+
+    # -- common ----------------------------------------------------------------------
+
+    def _follow(
+        self, action: ScaleAction, entry: LedgerEntry, operation: Operation, *, next_step: str, now: datetime
+    ) -> ExecutionResult:
+        """Finish, fail, or come back later for a long-running ARM operation."""
+        if operation.status == "InProgress":
+            entry = ledger.update(self._ports.state, entry, operation=operation.token)
+            following = action.retried() if action.step == next_step else action.at_step(next_step, now=now)
+            return self._continue(following, entry, delay=self._settings.step_retry_delay, now=now)
+        if operation.status == "Succeeded":
+            if action.kind == "scale_down":
+                return self._confirm_delete(action, replace(entry, operation=""), now)
+            return self._finish(action, entry, "succeeded", f"{action.group} at {action.target_size}", now=now)
+        self._update_group(action.group, lambda s: replace(s, last_failure=now))
+        detail = f"{operation.error_code or operation.status}: {operation.error_message}".strip(": ")
+        if action.kind == "scale_down":
+            return self._abort_removal(action, entry, detail, now=now, failed=True)
+        return self._finish(action, entry, "failed", detail, now=now)
+
+    def _continue(
+        self, following: ScaleAction, entry: LedgerEntry, *, delay: timedelta, now: datetime, detail: str = ""
+    ) -> ExecutionResult:
+        # Enqueue first, then mark done: a crash in between only repeats this (idempotent) step.
+        self._ports.queue.send(following, delay=delay)
+        ledger.update(self._ports.state, entry, status="done", updated_at=now)
+        return ExecutionResult("waiting", detail or f"next: {following.step} #{following.attempt}", following.id)
+
+    def _finish(
+        self, action: ScaleAction, entry: LedgerEntry, outcome: Outcome, detail: str, *, now: datetime
+    ) -> ExecutionResult:
+        ledger.update(self._ports.state, entry, status="done", outcome=f"{outcome}: {detail}", operation="", updated_at=now)
+        log.info("action %s %s: %s", action.id, outcome, detail)
+        return ExecutionResult(outcome, detail, action.id)
+
+    def _release(self, entry: LedgerEntry, *, now: datetime) -> None:
+        try:
+            ledger.update(self._ports.state, entry, status="released", updated_at=now)
+        except Exception:  # the original error matters more; the lease expires anyway
+            log.exception("could not release action %s", entry.action_id)
+
+    def _reject(
+        self, action: ScaleAction, reason: str, *, now: datetime, poison: bool, entry: LedgerEntry | None = None
+    ) -> ExecutionResult:
+        log.warning("action %s rejected: %s", action.id, reason)
+        if poison:
+            self._ports.queue.send_poison(encode_action(action))
+        if entry is not None:
+            ledger.update(self._ports.state, entry, status="done", outcome=f"rejected: {reason}", updated_at=now)
+        else:
+            ledger.record_rejection(
+                self._ports.state, action_id=action.id, kind=action.kind, group=action.group, reason=reason, now=now
+            )
+        return ExecutionResult("rejected", reason, action.id)
+
+    def _reject_raw(self, text: str, reason: str, *, now: datetime) -> ExecutionResult:
+        action_id = "invalid-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+        log.warning("message rejected (%s): %s", action_id, reason)
+        self._ports.queue.send_poison(text)
+        ledger.record_rejection(self._ports.state, action_id=action_id, kind="invalid", group="", reason=reason, now=now)
+        return ExecutionResult("rejected", reason, action_id)
+
+    def _update_group(self, group_id: str, change: Callable[[GroupState], GroupState]) -> None:
+        for _ in range(_CAS_ATTEMPTS):
+            state = self._ports.state.get_group(group_id)
+            if self._ports.state.update_group(change(state)):
+                return
+        log.warning("group %s: state update lost %d races; cooldown may be off by one action", group_id, _CAS_ATTEMPTS)

@@ -1,0 +1,50 @@
+"""The pending-pods poll: observe, plan scale-up, enqueue one action per group to grow."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.actions import new_scale_up
+from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
+from shared.ports import Ports
+from shared.services.observe import observe
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPollResult:
+    pending: int
+    plan: ScaleUpPlan
+    enqueued: tuple[str, ...]  # action ids
+
+
+def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> PendingPollResult:
+    snapshot = observe(ports, now=now)
+    plan = plan_scale_up(snapshot, options=ScaleUpOptions(max_nodes_per_scale_up=settings.max_nodes_per_scale_up))
+    enqueued = []
+    for increase in plan.increases:
+        # The poll time makes the id unique per decision; two polls deciding the same
+        # increase are reconciled by the executor, which skips a group already at its target.
+        action_id = f"scale-up:{increase.group_id}:{increase.new_target}:{now:%Y%m%dT%H%M%SZ}"
+        ports.queue.send(
+            new_scale_up(
+                action_id=action_id,
+                group=increase.group_id,
+                target_size=increase.new_target,
+                now=now,
+                ttl=settings.action_ttl,
+                reason=f"{len(increase.pods)} pending pod(s)",
+            )
+        )
+        enqueued.append(action_id)
+        log.info(
+            "scale-up decided: group=%s %d -> %d for %d pending pod(s) action=%s",
+            increase.group_id, increase.current_target, increase.new_target, len(increase.pods), action_id,
+        )
+    for pod, reason in plan.unplaceable.items():
+        log.info("pod %s fits no node group: %s", pod, reason)
+    return PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued))
