@@ -1,0 +1,1 @@
+"""Development-only tools: the local functions runner, the demo, Azurite control. Never deployed."""

@@ -1,0 +1,29 @@
+# The two commands of the quick start are `make demo` and `make test`; both bootstrap first.
+SHELL := /bin/bash
+PY := .venv/bin/python
+SCENARIO ?= burst
+SPEED ?= 30
+
+.PHONY: bootstrap demo test azurite sandbox run clean
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+demo: bootstrap
+	$(PY) -m devtools.demo --scenario $(SCENARIO) --speed $(SPEED)
+
+test: bootstrap
+	$(PY) -m pytest
+
+# Building blocks for running the app by hand (docs/local-development.md).
+azurite: bootstrap
+	$(PY) -m devtools.azurite
+
+sandbox: bootstrap
+	$(PY) -m sandbox serve --scenario $(SCENARIO) --speed 1 --workdir out/sandbox
+
+run: bootstrap
+	$(PY) -m devtools.runner --settings local.settings.json
+
+clean:
+	rm -rf out .pytest_cache .import_linter_cache

@@ -1,0 +1,311 @@
+"""A local stand-in for the Azure Functions host (Core Tools cannot be installed here).
+
+It indexes the decorated functions of function_app.py exactly as declared, fires
+the timer triggers on their NCRONTAB schedules in the clock's time (the sandbox's
+accelerated clock, or real time), and feeds the queue trigger from the Azurite
+queue with the host's semantics: base64 messages, a failed invocation leaves the
+message for a retry after host.json's visibilityTimeout, and a message that has
+failed maxDequeueCount times moves to `<queue>-poison`.
+
+Run `python -m devtools.runner --help`; users with Core Tools run `func start`
+with the same settings instead (see docs/local-development.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from devtools.ncrontab import Schedule, parse_ncrontab
+from shared.ports import Clock
+from shared.settings import SPECS
+
+log = logging.getLogger("devtools.runner")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class TimerFunction:
+    name: str
+    expression: str
+    schedule: Schedule
+    call: Callable[..., Any]
+    arg_name: str
+
+
+@dataclass(frozen=True)
+class QueueFunction:
+    name: str
+    queue_name: str
+    connection: str
+    call: Callable[..., Any]
+    arg_name: str
+
+
+@dataclass(frozen=True)
+class HostQueueConfig:
+    """The host.json `extensions.queues` values the runner honours."""
+
+    max_dequeue_count: int = 5
+    visibility_timeout: timedelta = timedelta(0)
+    batch_size: int = 16
+
+    @classmethod
+    def from_host_json(cls, path: Path = ROOT / "host.json") -> HostQueueConfig:
+        queues = json.loads(path.read_text()).get("extensions", {}).get("queues", {})
+        hours, minutes, seconds = (int(x) for x in queues.get("visibilityTimeout", "00:00:00").split(":"))
+        return cls(
+            max_dequeue_count=int(queues.get("maxDequeueCount", 5)),
+            visibility_timeout=timedelta(hours=hours, minutes=minutes, seconds=seconds),
+            batch_size=int(queues.get("batchSize", 16)),
+        )
+
+
+def resolve_expression(text: str, env: Mapping[str, str]) -> str:
+    """`%NAME%` binding expressions, as the host resolves them from app settings (our defaults otherwise)."""
+    if not (text.startswith("%") and text.endswith("%")):
+        return text
+    name = text.strip("%")
+    if env.get(name):
+        return env[name]
+    default = next((spec.default for spec in SPECS if spec.name == name), None)
+    if default is None:
+        raise KeyError(f"binding expression {text} names app setting {name}, which is not set")
+    return default
+
+
+_INDEXED: dict[int, list[Any]] = {}
+
+
+def app_functions(app: Any) -> list[Any]:
+    """The app's indexed functions. The host indexes once; a second get_functions() raises, so keep the first."""
+    if id(app) not in _INDEXED:
+        _INDEXED[id(app)] = app.get_functions()
+    return _INDEXED[id(app)]
+
+
+def index_app(app: Any, env: Mapping[str, str]) -> tuple[list[TimerFunction], list[QueueFunction]]:
+    timers: list[TimerFunction] = []
+    queues: list[QueueFunction] = []
+    for function in app_functions(app):
+        trigger = function.get_trigger()
+        binding = trigger.get_dict_repr()
+        if binding["type"] == "timerTrigger":
+            expression = resolve_expression(binding["schedule"], env)
+            timers.append(
+                TimerFunction(function.get_function_name(), expression, parse_ncrontab(expression),
+                              function.get_user_function(), binding["name"])
+            )
+        elif binding["type"] == "queueTrigger":
+            queues.append(
+                QueueFunction(function.get_function_name(), resolve_expression(binding["queueName"], env),
+                              binding["connection"], function.get_user_function(), binding["name"])
+            )
+        else:
+            raise ValueError(f"the local runner does not support {binding['type']} ({function.get_function_name()})")
+    return timers, queues
+
+
+class _TimerInfo:
+    """What the host passes to a timer function (func.TimerRequest's interface)."""
+
+    def __init__(self, past_due: bool) -> None:
+        self._past_due = past_due
+
+    @property
+    def past_due(self) -> bool:
+        return self._past_due
+
+
+@dataclass
+class RunnerStats:
+    timer_invocations: dict[str, int] = field(default_factory=dict)
+    queue_invocations: int = 0
+    failures: int = 0
+    poisoned: int = 0
+
+
+class LocalRunner:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        env: Mapping[str, str],
+        clock: Clock,
+        queue: Any,  # shared.adapters.action_queue.StorageActionQueue: receive/delete/poison
+        host: HostQueueConfig | None = None,
+        duplicate_delivery: bool = False,
+    ) -> None:
+        self.timers, queue_functions = index_app(app, env)
+        if len(queue_functions) != 1:
+            raise ValueError(f"expected one queue-triggered function, found {len(queue_functions)}")
+        self.queue_function = queue_functions[0]
+        self._clock = clock
+        self._queue = queue
+        self._host = host or HostQueueConfig.from_host_json()
+        self._duplicate = duplicate_delivery
+        start = clock.now()
+        self._next_fire = {t.name: t.schedule.next_after(start) for t in self.timers}
+        self.stats = RunnerStats()
+
+    def fire_due_timers(self) -> None:
+        now = self._clock.now()
+        for timer in self.timers:
+            due = self._next_fire[timer.name]
+            if now < due:
+                continue
+            self._next_fire[timer.name] = timer.schedule.next_after(now)
+            self.fire_timer(timer, past_due=now - due > timedelta(seconds=60))
+
+    def fire_timer(self, timer: TimerFunction, *, past_due: bool = False) -> None:
+        self.stats.timer_invocations[timer.name] = self.stats.timer_invocations.get(timer.name, 0) + 1
+        try:
+            timer.call(**{timer.arg_name: _TimerInfo(past_due)})
+        except Exception:
+            # The host logs a failed timer run and fires again on schedule; so do we.
+            self.stats.failures += 1
+            log.exception("timer function %s failed", timer.name)
+
+    def process_queue(self) -> int:
+        """Run every visible message once (twice with duplicate delivery); return how many were taken."""
+        import azure.functions as func
+
+        lease = max(self._host.visibility_timeout, timedelta(seconds=30))
+        messages = self._queue.receive(self._host.batch_size, visibility_timeout=lease)
+        for message in messages:
+            deliveries = 2 if self._duplicate else 1
+            ok = True
+            for _ in range(deliveries):
+                self.stats.queue_invocations += 1
+                try:
+                    self.queue_function.call(**{
+                        self.queue_function.arg_name: func.QueueMessage(
+                            id=message.id, body=message.body_text.encode(), dequeue_count=message.dequeue_count,
+                            pop_receipt=message.pop_receipt,
+                        )
+                    })
+                except Exception:
+                    ok = False
+                    self.stats.failures += 1
+                    log.exception("queue function failed on message %s (dequeue %d)", message.id, message.dequeue_count)
+                    break
+            if ok:
+                self._queue.delete(message)
+            elif message.dequeue_count >= self._host.max_dequeue_count:
+                self._queue.poison().send_raw(message.body_text)
+                self._queue.delete(message)
+                self.stats.poisoned += 1
+                log.error("message %s failed %d times: moved to poison queue", message.id, message.dequeue_count)
+        return len(messages)
+
+    def run(self, *, until: Callable[[], bool], wall_timeout: float, on_tick: Callable[[], None] | None = None,
+            tick_seconds: float = 0.05) -> bool:
+        """Run until `until()` holds (True) or the wall-clock timeout passes (False)."""
+        deadline = time.monotonic() + wall_timeout
+        while time.monotonic() < deadline:
+            self.fire_due_timers()
+            while self.process_queue():
+                pass
+            if on_tick is not None:
+                on_tick()
+            if until():
+                return True
+            time.sleep(tick_seconds)
+        return False
+
+    def run_once(self, *, settle_seconds: float = 0.0) -> None:
+        """Run-once mode: fire every timer now, then drain the queue (waiting `settle_seconds` for delayed steps)."""
+        for timer in self.timers:
+            self.fire_timer(timer)
+        quiet_since = time.monotonic()
+        while True:
+            if self.process_queue():
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= settle_seconds:
+                return
+            else:
+                time.sleep(0.1)
+
+
+def load_settings_file(path: Path) -> dict[str, str]:
+    """local.settings.json as Core Tools reads it: the `Values` object."""
+    try:
+        values = json.loads(path.read_text())["Values"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(f"cannot read settings file {path}: {exc}") from exc
+    return {str(k): str(v) for k, v in values.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devtools.runner", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--settings", type=Path, default=ROOT / "local.settings.json",
+                        help="local.settings.json (Core Tools format); the process environment overrides it")
+    parser.add_argument("--sandbox-clock", metavar="URL", help="use this sandbox's accelerated clock (its base URL)")
+    parser.add_argument("--once", action="store_true", help="fire each timer once, drain the queue, exit")
+    parser.add_argument("--dry-run", action="store_true", help="set DRY_RUN=true: record actions, change nothing")
+    parser.add_argument("--duration", type=float, default=3600.0, help="wall seconds to run (default 3600)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    env = {**load_settings_file(args.settings), **os.environ}
+    if args.dry_run:
+        env["DRY_RUN"] = "true"
+    runner = build_runner(env, sandbox_url=args.sandbox_clock)
+    if args.once:
+        runner.run_once(settle_seconds=2.0)
+    else:
+        runner.run(until=lambda: False, wall_timeout=args.duration)
+    return 0
+
+
+def build_runner(env: Mapping[str, str], *, sandbox_url: str | None = None, duplicate_delivery: bool = False) -> LocalRunner:
+    """Validate settings (exit 2 naming each problem), install the context, index function_app."""
+    from shared.context import SystemClock, build_context, install_context
+    from shared.settings import SettingsError
+
+    clock: Clock = SandboxClock.connect(sandbox_url, ca_path=env.get("ARM_CA_BUNDLE", "")) if sandbox_url else SystemClock()
+    try:
+        context = build_context(env, clock=clock)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    install_context(context)
+    import function_app
+
+    return LocalRunner(function_app.app, env=env, clock=clock, queue=context.ports.queue,
+                       duplicate_delivery=duplicate_delivery)
+
+
+class SandboxClock:
+    """The sandbox's clock, read once and extrapolated (it runs at a fixed speed)."""
+
+    def __init__(self, start: datetime, speed: float) -> None:
+        self._start = start
+        self._speed = speed
+        self._t0 = time.monotonic()
+
+    @classmethod
+    def connect(cls, url: str, *, ca_path: str) -> SandboxClock:
+        import ssl
+        import urllib.request
+
+        context = ssl.create_default_context(cafile=ca_path or None)
+        with urllib.request.urlopen(f"{url.rstrip('/')}/sandbox/clock", context=context, timeout=10) as response:
+            body = json.loads(response.read())
+        return cls(datetime.fromisoformat(body["now"].replace("Z", "+00:00")), float(body["speed"]))
+
+    def now(self) -> datetime:
+        return self._start + timedelta(seconds=(time.monotonic() - self._t0) * self._speed)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

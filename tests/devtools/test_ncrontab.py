@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from devtools.ncrontab import parse_ncrontab
+
+T = datetime(2026, 11, 21, 12, 0, 7, tzinfo=timezone.utc)  # a Saturday
+
+
+@pytest.mark.parametrize(
+    "expression,expected",
+    [
+        ("*/30 * * * * *", datetime(2026, 11, 21, 12, 0, 30, tzinfo=timezone.utc)),
+        ("0 * * * * *", datetime(2026, 11, 21, 12, 1, 0, tzinfo=timezone.utc)),
+        ("0 */5 * * * *", datetime(2026, 11, 21, 12, 5, 0, tzinfo=timezone.utc)),
+        ("15,45 * * * * *", datetime(2026, 11, 21, 12, 0, 15, tzinfo=timezone.utc)),
+        ("0 0 9-17 * * 1-5", datetime(2026, 11, 23, 9, 0, 0, tzinfo=timezone.utc)),
+        ("0 30 2 1 * *", datetime(2026, 12, 1, 2, 30, 0, tzinfo=timezone.utc)),
+    ],
+)
+def test_next_after(expression: str, expected: datetime) -> None:
+    assert parse_ncrontab(expression).next_after(T) == expected
+
+
+@pytest.mark.parametrize("expression", ["* * * * *", "61 * * * * *", "*/0 * * * * *", "a * * * * *"])
+def test_rejects(expression: str) -> None:
+    with pytest.raises(ValueError):
+        parse_ncrontab(expression)
