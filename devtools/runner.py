@@ -207,6 +207,10 @@ class LocalRunner:
                 log.error("message %s failed %d times: moved to poison queue", message.id, message.dequeue_count)
         return len(messages)
 
+    def queue_is_idle(self) -> bool:
+        """No message waiting, in flight or delayed (the count includes invisible ones)."""
+        return self._queue.count() == 0
+
     def run(self, *, until: Callable[[], bool], wall_timeout: float, on_tick: Callable[[], None] | None = None,
             tick_seconds: float = 0.05) -> bool:
         """Run until `until()` holds (True) or the wall-clock timeout passes (False)."""

@@ -17,9 +17,6 @@ from datetime import datetime, timezone
 from shared.ports import Clock, Ports
 from shared.settings import Settings, load_settings
 
-# The Functions host reads its queue trigger from this connection; our state and
-# queue clients use the same one so that both always point at one storage account.
-STORAGE_CONNECTION = "AzureWebJobsStorage"
 
 
 class SystemClock:
@@ -44,13 +41,13 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
     from shared.adapters.compute import VmssCompute
     from shared.adapters.credentials import make_azure_credential
     from shared.adapters.kubernetes import KubernetesCluster
-    from shared.adapters.storage import StorageActionQueue, TableStateStore, resolve_storage
+    from shared.adapters.storage import StorageActionQueue, TableStateStore, resolve_storage_connection
 
     credential = make_azure_credential(settings)
-    storage = resolve_storage(env, connection=STORAGE_CONNECTION, credential=credential)
+    storage = resolve_storage_connection(settings, env, credential=credential)
     ports = Ports(
-        cluster=KubernetesCluster(settings),
-        compute=VmssCompute(settings, credential=credential),
+        cluster=KubernetesCluster.from_settings(settings),
+        compute=VmssCompute.from_settings(settings, credential=credential),
         state=TableStateStore(storage, table_name=settings.state_table),
         queue=StorageActionQueue(storage, queue_name=settings.queue_name),
         clock=clock or SystemClock(),

@@ -141,9 +141,6 @@ SPECS: tuple[Spec, ...] = (
          "`managed-identity` in Azure, `default` (DefaultAzureCredential) for a developer, `sandbox` for the sandbox."),
     Spec("AZURE_CLIENT_ID", "azure_client_id", "", _text,
          "Client id of the user-assigned managed identity (with `managed-identity`)."),
-    Spec("STORAGE_CONNECTION", "storage_connection", "AzureWebJobsStorage", _text,
-         "Name of the storage connection: a setting holding a connection string, or `<name>__queueServiceUri` "
-         "and `<name>__tableServiceUri` for identity-based access."),
     Spec("SCALE_ACTIONS_QUEUE", "queue_name", "scale-actions", _queue_name,
          "Queue of scale actions; rejected messages go to `<name>-poison`."),
     Spec("STATE_TABLE", "state_table", "autoscalerstate", _table_name,
@@ -191,7 +188,6 @@ class Settings:
     arm_ca_bundle: str
     azure_credential: str
     azure_client_id: str
-    storage_connection: str
     queue_name: str
     state_table: str
     pending_poll_schedule: str

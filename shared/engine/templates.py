@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from shared.domain import Node, NodeGroup, NodeTemplate, Pod, Resources, Taint
 from shared.engine.vm_sizes import allocatable_for_vm_size
+from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
 
 TAG_PREFIX = "k8s.io_cluster-autoscaler_node-template_"
 
@@ -86,12 +87,9 @@ def daemonset_overhead(pods: Iterable[Pod]) -> Resources:
 
 
 def _apply_resource_tags(base: Resources, tags: Mapping[str, str]) -> Resources:
-    # Imported here to keep quantity parsing out of the hot path of template building.
-    from shared.quantities import parse_cpu_milli, parse_memory_bytes
-
     cpu = parse_cpu_milli(tags["cpu"]) if "cpu" in tags else base.cpu_milli
     memory = parse_memory_bytes(tags["memory"]) if "memory" in tags else base.memory_bytes
-    pods = int(tags["pods"]) if "pods" in tags else base.pods
+    pods = parse_count(tags["pods"]) if "pods" in tags else base.pods
     return Resources(cpu, memory, pods)
 
 

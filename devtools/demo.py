@@ -1,0 +1,326 @@
+"""`make demo`: the autoscaler doing its main job against the sandbox, end to end.
+
+Starts Azurite and the sandbox (as a separate process, so it is a real HTTPS
+server to our adapters), runs a scenario through the local functions runner
+with a live terminal view, then writes out/<scenario>/summary.json and
+timeline.png, stops everything it started, and exits 0 when the run
+converged: every pod finished and every group back at its minimum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devtools.azurite import connection_string, start_azurite
+from devtools.runner import LocalRunner, build_runner
+
+ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger("devtools.demo")
+
+# Demo tuning: the sandbox runs faster than real time, so steps that wait re-check
+# sooner in wall time; the schedules and delays themselves are the production defaults.
+DEMO_SETTINGS = {
+    "STEP_RETRY_DELAY": "1s",
+    "ARM_OPERATION_WAIT": "1s",
+    "LOG_LEVEL": "info",
+}
+
+
+@dataclass
+class SandboxProcess:
+    process: subprocess.Popen[str]
+    url: str
+    ca_path: str
+    env: dict[str, str]
+
+    def get(self, path: str) -> Any:
+        context = ssl.create_default_context(cafile=self.ca_path)
+        with urllib.request.urlopen(f"{self.url}{path}", context=context, timeout=30) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@contextmanager
+def sandbox_process(scenario: str, *, speed: float, seed: int, workdir: Path) -> Iterator[SandboxProcess]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sandbox", "serve", "--scenario", scenario, "--speed", str(speed),
+         "--seed", str(seed), "--port", "0", "--workdir", str(workdir)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=open(workdir / "sandbox.log", "w"), text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the sandbox did not start; see {workdir / 'sandbox.log'}")
+        info = json.loads(line)
+        yield SandboxProcess(process, info["url"].rstrip("/"), info["ca_path"], dict(info["env"]))
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+class _ActionLog(logging.Handler):
+    """Keeps the latest decisions and actions for the live view."""
+
+    def __init__(self, size: int = 10) -> None:
+        super().__init__(logging.INFO)
+        self.lines: deque[str] = deque(maxlen=size)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith("shared.services"):
+            self.lines.append(record.getMessage())
+
+
+def run_scenario(
+    scenario: str,
+    *,
+    out_dir: Path,
+    speed: float = 30.0,
+    seed: int = 0,
+    duplicate_delivery: bool = False,
+    live: bool = True,
+    wall_timeout: float = 170.0,
+    extra_settings: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run one scenario to convergence (or the timeout); return the summary, also written to out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    actions = _ActionLog()
+    logging.getLogger().addHandler(actions)
+    azurite = start_azurite(out_dir / "azurite")
+    try:
+        with sandbox_process(scenario, speed=speed, seed=seed, workdir=out_dir / "sandbox") as sandbox:
+            env = {
+                **os.environ,
+                **sandbox.env,
+                "AzureWebJobsStorage": connection_string(),
+                # A fresh table per run: Azurite may be a developer's long-running one.
+                "STATE_TABLE": f"demo{uuid.uuid4().hex[:12]}",
+                **DEMO_SETTINGS,
+                **(extra_settings or {}),
+            }
+            runner = build_runner(env, sandbox_url=sandbox.url, duplicate_delivery=duplicate_delivery)
+            from shared.context import get_context
+
+            context = get_context()
+            _reset_storage(context)
+            view = LiveView(scenario, sandbox, actions, enabled=live)
+            converged = False
+            with view:
+                converged = runner.run(
+                    until=lambda: _converged(sandbox, runner, view),
+                    wall_timeout=wall_timeout,
+                    on_tick=view.refresh,
+                )
+            report = sandbox.get("/sandbox/report")
+            summary = build_summary(scenario, report, context.ports.state.list_ledger(),
+                                    converged=converged, wall_seconds=time.monotonic() - started, runner=runner)
+            summary["state"] = _state_rows(context)
+            (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            from devtools.timeline import write_timeline
+
+            write_timeline(report, out_dir / "timeline.png", title=f"scenario {scenario}")
+            return summary
+    finally:
+        logging.getLogger().removeHandler(actions)
+        azurite.stop()
+        from shared.context import install_context
+
+        install_context(None)
+
+
+def _state_rows(context: Any) -> dict[str, Any]:
+    """What Table storage holds at the end: per group cooldown rows, and nodes still marked unneeded."""
+    state = context.ports.state
+    rows = {}
+    for group in context.ports.compute.list_node_groups():
+        row = state.get_group(group.id)
+        rows[group.id] = {
+            "last_scale_up": row.last_scale_up.isoformat() if row.last_scale_up else None,
+            "last_scale_down": row.last_scale_down.isoformat() if row.last_scale_down else None,
+            "last_failure": row.last_failure.isoformat() if row.last_failure else None,
+            "deleting": list(row.deleting),
+        }
+    return {"groups": rows, "unneeded": {n: t.isoformat() for n, t in state.list_unneeded().items()}}
+
+
+def _reset_storage(context: Any) -> None:
+    """A demo starts from empty state; Azurite may be a developer's long-running one."""
+    context.ports.queue.clear()
+    context.ports.queue.poison().clear()
+
+
+def _converged(sandbox: SandboxProcess, runner: LocalRunner, view: LiveView) -> bool:
+    state = view.last_state
+    if not state or not state.get("done"):
+        return False
+    groups = state.get("groups", {})
+    at_min = all(g["target"] == g["min"] and g["ready"] == g["min"] and g["booting"] == 0 and g["deleting"] == 0
+                 for g in groups.values())
+    return at_min and runner.queue_is_idle()
+
+
+def build_summary(
+    scenario: str, report: dict[str, Any], ledger: list[Any], *, converged: bool, wall_seconds: float,
+    runner: LocalRunner,
+) -> dict[str, Any]:
+    waits = sorted(p["bound"] - p["created"] for p in report["pods"] if p.get("bound") is not None)
+
+    def outcome_count(kind: str, prefix: str) -> int:
+        return sum(1 for e in ledger if e.kind == kind and e.outcome.startswith(prefix))
+
+    return {
+        "scenario": scenario,
+        "converged": converged,
+        "sim_seconds": report["sim_seconds"],
+        "wall_seconds": round(wall_seconds, 1),
+        "pods_total": report["pods_total"],
+        "pods_completed": report["pods_completed"],
+        "pods_unschedulable_at_end": report["pods_unschedulable"],
+        "pending_wait_s": {"p50": _percentile(waits, 50), "p95": _percentile(waits, 95), "max": waits[-1] if waits else 0},
+        "running_pods_evicted": report["running_pods_evicted"],
+        "pods_killed": report.get("pods_killed", 0),
+        "node_seconds": round(report["node_seconds"], 1),
+        "nodes_max": report["nodes_max"],
+        "nodes_by_group_at_end": report["nodes_by_group"],
+        "actions": {
+            "scale_up": outcome_count("scale_up", "succeeded"),
+            "scale_down": outcome_count("scale_down", "succeeded"),
+            "skipped": sum(1 for e in ledger if e.outcome.startswith("skipped")),
+            "failed": sum(1 for e in ledger if e.outcome.startswith("failed")),
+            "rejected": sum(1 for e in ledger if e.outcome.startswith("rejected")),
+            "duplicates_suppressed": sum(e.duplicates for e in ledger),
+        },
+        "api_calls": {k: report["api_calls"][k] for k in ("arm_reads", "arm_writes", "k8s_reads", "k8s_writes")},
+        "api_breakdown": report["api_calls"].get("breakdown", {}),
+        "runner": {"timer_invocations": runner.stats.timer_invocations, "queue_invocations": runner.stats.queue_invocations,
+                   "failures": runner.stats.failures, "poisoned": runner.stats.poisoned},
+    }
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return 0.0
+    rank = max(0, min(len(values) - 1, round(pct / 100 * len(values) + 0.5) - 1))  # nearest-rank
+    return round(values[rank], 1)
+
+
+class LiveView:
+    """Nodes per group, pending pods and the latest actions, redrawn as the scenario runs."""
+
+    def __init__(self, scenario: str, sandbox: SandboxProcess, actions: _ActionLog, *, enabled: bool) -> None:
+        self._scenario = scenario
+        self._sandbox = sandbox
+        self._actions = actions
+        self._enabled = enabled
+        self._live: Any = None
+        self._last_fetch = 0.0
+        self._last_print = 0.0
+        self.last_state: dict[str, Any] = {}
+
+    def __enter__(self) -> LiveView:
+        if self._enabled and sys.stdout.isatty():
+            from rich.live import Live
+
+            self._live = Live(self._render(), refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.__exit__(*exc)
+        elif self._enabled:
+            print(self._line(), flush=True)
+
+    def refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._last_fetch < 0.5:
+            return
+        self._last_fetch = now
+        self.last_state = self._sandbox.get("/sandbox/state")
+        if self._live is not None:
+            self._live.update(self._render())
+        elif self._enabled and now - self._last_print >= 5:
+            self._last_print = now
+            print(self._line(), flush=True)
+
+    def _line(self) -> str:
+        s = self.last_state
+        groups = " ".join(f"{name}={g['ready']}r/{g['booting']}b/{g['deleting']}d(target {g['target']})"
+                          for name, g in s.get("groups", {}).items())
+        return f"[t={s.get('sim_seconds', 0):>6.0f}s] pending={s.get('pending', 0)} running={s.get('running', 0)} " \
+               f"finished={s.get('finished', 0)} {groups}"
+
+    def _render(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+
+        s = self.last_state
+        table = Table(title=f"scenario {self._scenario}  t={s.get('sim_seconds', 0):.0f}s (sandbox time)")
+        for column in ("node group", "target", "ready", "booting", "deleting", "min", "max"):
+            table.add_column(column, justify="right" if column != "node group" else "left")
+        for name, g in s.get("groups", {}).items():
+            table.add_row(name, *(str(g.get(k, "")) for k in ("target", "ready", "booting", "deleting", "min", "max")))
+        pods = f"pods: pending {s.get('pending', 0)}  running {s.get('running', 0)}  finished {s.get('finished', 0)}"
+        recent = "\n".join(self._actions.lines) or "(no actions yet)"
+        return Group(table, pods, "latest decisions and actions:", recent)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", default="burst", help="a scenario name (sandbox/scenarios) or a file path")
+    parser.add_argument("--speed", type=float, default=30.0, help="sandbox seconds per wall second")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default out/<scenario>)")
+    parser.add_argument("--duplicate-delivery", action="store_true", help="deliver every queue message twice")
+    parser.add_argument("--timeout", type=float, default=170.0, help="wall seconds before giving up")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(logging.WARNING)  # INFO from our loggers feeds the live view, not the terminal
+    logging.getLogger("shared").setLevel(logging.INFO)
+    name = Path(args.scenario).stem
+    out_dir = args.out or ROOT / "out" / name
+    summary = run_scenario(args.scenario, out_dir=out_dir, speed=args.speed, seed=args.seed,
+                           duplicate_delivery=args.duplicate_delivery, wall_timeout=args.timeout)
+    print(json.dumps({k: summary[k] for k in ("scenario", "converged", "pods_total", "pods_completed",
+                                              "running_pods_evicted", "nodes_max", "nodes_by_group_at_end",
+                                              "pending_wait_s", "actions")}, indent=2))
+    print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'timeline.png'}")
+    if not summary["converged"]:
+        print("the scenario did not converge before the timeout (see summary.json)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,284 @@
+"""`StateStore` on Azure Table storage: cooldowns, unneeded-since times and the action ledger.
+
+Adapter module: every method except the key helpers does network I/O through
+azure-data-tables. One table holds three partitions:
+
+- `group`:    one row per node group (GroupState); `Deleting` is a JSON list of node names.
+- `unneeded`: one row per node that is unneeded, with `Since`.
+- `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
+
+Row keys are the group id, node name or action id, escaped by `encode_key` because Table
+storage forbids `/ \\ # ?` and control characters in keys (group ids are `rg/vmss`); the
+original value is kept in a column too, so the table stays readable in Storage Explorer.
+
+Optimistic concurrency follows the port: rows are created with create_entity (first writer
+wins) and replaced only with the ETag they were read with (If-Match); losing either race
+is an expected outcome and returns False. Any other failure raises StorageError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import unquote
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+from azure.data.tables import TableClient, TableEntity, UpdateMode
+
+from shared.adapters.storage_connection import (
+    StorageConnection,
+    StorageError,
+    resolve_storage_connection,
+    storage_errors,
+    table_service_client,
+)
+from shared.domain import GroupState
+from shared.ports import LedgerEntry, LedgerStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from azure.core.credentials import TokenCredential
+
+    from shared.settings import Settings
+
+GROUP_PARTITION = "group"
+UNNEEDED_PARTITION = "unneeded"
+LEDGER_PARTITION = "ledger"
+
+# Characters Table storage rejects in PartitionKey/RowKey, plus '%' so the escaping is reversible.
+_FORBIDDEN_IN_KEYS = frozenset("/\\#?%")
+
+
+def encode_key(value: str) -> str:
+    """A Table key for `value`: forbidden characters become %XX (UTF-8 bytes), everything else stays.
+
+    `rg/vmss` becomes `rg%2Fvmss`; decode_key reverses it exactly.
+    """
+    return "".join(_escape(char) if _needs_escape(char) else char for char in value)
+
+
+def decode_key(key: str) -> str:
+    """The value encode_key was given."""
+    return unquote(key, errors="strict")
+
+
+def _needs_escape(char: str) -> bool:
+    code = ord(char)
+    # C0 and C1 control characters and DEL are forbidden in keys.
+    return char in _FORBIDDEN_IN_KEYS or code < 0x20 or 0x7F <= code <= 0x9F
+
+
+def _escape(char: str) -> str:
+    return "".join(f"%{byte:02X}" for byte in char.encode("utf-8"))
+
+
+class TableStateStore:
+    """`shared.ports.StateStore` on one table; the table is created on first use if missing."""
+
+    def __init__(
+        self, connection: StorageConnection, table_name: str, *, create_table: bool = True, **client_options: Any
+    ) -> None:
+        """`client_options` go to the SDK's TableServiceClient (e.g. retry_total=0 to fail fast in tests)."""
+        self._service = table_service_client(connection, **client_options)
+        self._table: TableClient = self._service.get_table_client(table_name)
+        self._table_name = table_name
+        self._endpoint = f"{self._service.url.rstrip('/')}/{table_name}"
+        self._table_ready = not create_table
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, *, env: Mapping[str, str], credential: TokenCredential | None = None
+    ) -> TableStateStore:
+        """The store for `settings.state_table` on the host's storage connection."""
+        return cls(resolve_storage_connection(settings, env, credential=credential), settings.state_table)
+
+    @property
+    def table_name(self) -> str:
+        return self._table_name
+
+    def close(self) -> None:
+        self._table.close()
+        self._service.close()
+
+    def __enter__(self) -> TableStateStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- groups -------------------------------------------------------------------
+
+    def get_group(self, group_id: str) -> GroupState:
+        entity = self._get(GROUP_PARTITION, group_id, what=f"read group {group_id!r}")
+        if entity is None:
+            return GroupState(group_id)
+        return GroupState(
+            group_id=group_id,
+            last_scale_up=_time_or_none(entity.get("LastScaleUp")),
+            last_scale_down=_time_or_none(entity.get("LastScaleDown")),
+            last_failure=_time_or_none(entity.get("LastFailure")),
+            deleting=tuple(json.loads(entity.get("Deleting") or "[]")),
+            etag=entity.metadata["etag"],
+        )
+
+    def update_group(self, state: GroupState) -> bool:
+        entity: dict[str, Any] = {
+            "PartitionKey": GROUP_PARTITION,
+            "RowKey": encode_key(state.group_id),
+            "GroupId": state.group_id,
+            "Deleting": json.dumps(list(state.deleting)),
+        }
+        for column, moment in (
+            ("LastScaleUp", state.last_scale_up),
+            ("LastScaleDown", state.last_scale_down),
+            ("LastFailure", state.last_failure),
+        ):
+            # Tables stores no nulls: an absent column is None, and REPLACE drops columns not sent.
+            if moment is not None:
+                entity[column] = _utc(moment, column)
+        return self._write(entity, state.etag, what=f"update group {state.group_id!r}")
+
+    # --- unneeded nodes ----------------------------------------------------------------
+
+    def list_unneeded(self) -> dict[str, datetime]:
+        entities = self._query_partition(UNNEEDED_PARTITION, what="list unneeded nodes")
+        return {decode_key(entity["RowKey"]): _time(entity["Since"]) for entity in entities}
+
+    def set_unneeded(self, node_name: str, since: datetime) -> None:
+        entity = {
+            "PartitionKey": UNNEEDED_PARTITION,
+            "RowKey": encode_key(node_name),
+            "Node": node_name,
+            "Since": _utc(since, "since"),
+        }
+        self._ensure_table()
+        with storage_errors(f"mark node {node_name!r} unneeded", endpoint=self._endpoint):
+            self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+    def clear_unneeded(self, node_name: str) -> None:
+        self._ensure_table()
+        with storage_errors(f"clear unneeded node {node_name!r}", endpoint=self._endpoint):
+            # The SDK already treats a missing row (404) as success.
+            self._table.delete_entity(UNNEEDED_PARTITION, encode_key(node_name))
+
+    # --- ledger -------------------------------------------------------------------
+
+    def get_ledger_entry(self, action_id: str) -> LedgerEntry | None:
+        entity = self._get(LEDGER_PARTITION, action_id, what=f"read ledger entry {action_id!r}")
+        return None if entity is None else _ledger_from_entity(entity)
+
+    def create_ledger_entry(self, entry: LedgerEntry) -> bool:
+        return self._write(_ledger_to_entity(entry), None, what=f"create ledger entry {entry.action_id!r}")
+
+    def update_ledger_entry(self, entry: LedgerEntry) -> bool:
+        if entry.etag is None:
+            raise ValueError(f"update_ledger_entry({entry.action_id!r}) needs the etag of the entry it read")
+        return self._write(_ledger_to_entity(entry), entry.etag, what=f"update ledger entry {entry.action_id!r}")
+
+    def list_ledger(self) -> list[LedgerEntry]:
+        return [_ledger_from_entity(entity) for entity in self._query_partition(LEDGER_PARTITION, what="list ledger")]
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def _ensure_table(self) -> None:
+        # Once per instance: the function app keeps adapters for the worker's lifetime,
+        # so this costs one request per worker rather than one per call.
+        if self._table_ready:
+            return
+        creating = storage_errors(f"create table {self._table_name!r}", endpoint=self._endpoint)
+        with creating, contextlib.suppress(ResourceExistsError):
+            self._table.create_table()
+        self._table_ready = True
+
+    def _get(self, partition: str, value: str, *, what: str) -> TableEntity | None:
+        self._ensure_table()
+        with storage_errors(what, endpoint=self._endpoint):
+            try:
+                return self._table.get_entity(partition, encode_key(value))
+            except ResourceNotFoundError:
+                return None
+
+    def _query_partition(self, partition: str, *, what: str) -> list[TableEntity]:
+        self._ensure_table()
+        with storage_errors(what, endpoint=self._endpoint):
+            # Partition names are constants without quotes, so the filter needs no escaping.
+            return list(self._table.query_entities(f"PartitionKey eq '{partition}'"))
+
+    def _write(self, entity: dict[str, Any], etag: str | None, *, what: str) -> bool:
+        """Create (etag None, first writer wins) or replace if unchanged since read; False when the race is lost."""
+        self._ensure_table()
+        with storage_errors(what, endpoint=self._endpoint):
+            try:
+                if etag is None:
+                    self._table.create_entity(entity)
+                else:
+                    self._table.update_entity(
+                        entity, mode=UpdateMode.REPLACE, etag=etag, match_condition=MatchConditions.IfNotModified
+                    )
+            except ResourceExistsError:
+                return False  # 409: another writer created the row first
+            except ResourceModifiedError:
+                return False  # 412: the row changed since it was read
+            except ResourceNotFoundError:
+                if etag is None:
+                    raise
+                return False  # 404: the row was deleted since it was read, which is a change too
+        return True
+
+
+def _ledger_to_entity(entry: LedgerEntry) -> dict[str, Any]:
+    step, attempt = entry.progress
+    return {
+        "PartitionKey": LEDGER_PARTITION,
+        "RowKey": encode_key(entry.action_id),
+        "ActionId": entry.action_id,
+        "Kind": entry.kind,
+        "Group": entry.group,
+        "ProgressStep": step,
+        "ProgressAttempt": attempt,
+        "Status": entry.status,
+        "UpdatedAt": _utc(entry.updated_at, "updated_at"),
+        "Outcome": entry.outcome,
+        "Operation": entry.operation,
+        "Node": entry.node,
+        "Duplicates": entry.duplicates,
+    }
+
+
+def _ledger_from_entity(entity: TableEntity) -> LedgerEntry:
+    try:
+        return LedgerEntry(
+            action_id=entity["ActionId"],
+            kind=entity["Kind"],
+            group=entity["Group"],
+            progress=(int(entity["ProgressStep"]), int(entity["ProgressAttempt"])),
+            status=cast(LedgerStatus, entity["Status"]),
+            updated_at=_time(entity["UpdatedAt"]),
+            outcome=entity.get("Outcome", ""),
+            operation=entity.get("Operation", ""),
+            node=entity.get("Node", ""),
+            duplicates=int(entity.get("Duplicates", 0)),
+            etag=entity.metadata["etag"],
+        )
+    except KeyError as exc:
+        raise StorageError(f"ledger row {entity.get('RowKey')!r} lacks column {exc.args[0]!r}") from exc
+
+
+def _utc(moment: datetime, name: str) -> datetime:
+    if moment.tzinfo is None:
+        # A naive time is ambiguous; storing it as UTC could silently shift cooldowns by hours.
+        raise ValueError(f"{name} must be a timezone-aware datetime, got {moment!r}")
+    return moment.astimezone(timezone.utc)
+
+
+def _time(value: datetime) -> datetime:
+    # The SDK returns its own datetime subclass; hand out plain UTC datetimes.
+    return datetime.combine(value.date(), value.timetz()).astimezone(timezone.utc)
+
+
+def _time_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else _time(value)
