@@ -210,7 +210,8 @@ def build_summary(
         "pods_killed": report.get("pods_killed", 0),
         "node_seconds": round(report["node_seconds"], 1),
         "nodes_max": report["nodes_max"],
-        "nodes_by_group_at_end": report["nodes_by_group"],
+        "nodes_by_group_at_end": {group: counts["ready"] for group, counts in report["nodes_by_group"].items()},
+        "groups_at_end": report["nodes_by_group"],
         "actions": {
             "scale_up": outcome_count("scale_up", "succeeded"),
             "scale_down": outcome_count("scale_down", "succeeded"),

@@ -189,8 +189,7 @@ class LocalRunner:
                 try:
                     self.queue_function.call(**{
                         self.queue_function.arg_name: func.QueueMessage(
-                            id=message.id, body=message.body_text.encode(), dequeue_count=message.dequeue_count,
-                            pop_receipt=message.pop_receipt,
+                            id=message.id, body=message.body_text.encode(), pop_receipt=message.pop_receipt,
                         )
                     })
                 except Exception:

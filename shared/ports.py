@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from shared.actions import ScaleAction
-from shared.domain import GroupState, Node, NodeGroup, Pod, Taint
+from shared.domain import GroupState, Instance, Node, NodeGroup, Pod, Taint
 
 
 class Clock(Protocol):
@@ -84,12 +84,18 @@ class Operation:
 
 
 class Compute(Protocol):
+    # Reads are frugal because ARM budgets them per scale set (listing instances is
+    # high-cost, 10 a minute): groups come without instances; nodes name theirs.
     def list_node_groups(self) -> list[NodeGroup]:
-        """Scale sets of the configured resource groups tagged for this cluster, with their instances."""
+        """Scale sets of the configured resource groups tagged for this cluster (instances not listed)."""
         ...
 
     def get_node_group(self, group_id: str) -> NodeGroup | None:
         """Fresh read of one discovered group; None when it no longer exists or is no longer tagged."""
+        ...
+
+    def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
+        """One instance of the group, or None when it does not exist."""
         ...
 
     def begin_resize(self, group: NodeGroup, target_size: int) -> Operation: ...

@@ -135,7 +135,7 @@ class Executor:
                 action, f"node {node.name} (providerID {node.provider_id!r}) is not the decided instance of {group.id}",
                 now=now, poison=True, entry=entry,
             )
-        if not any(i.instance_id == ref.instance_id for i in group.instances):
+        if self._ports.compute.get_instance(group, ref.instance_id) is None:
             return self._finish(action, entry, "skipped", f"instance {ref.instance_id} is not in {group.id}", now=now)
         busy = [p.key for p in self._ports.cluster.list_pods_on_node(node.name) if not p.is_node_bound_system_pod]
         if busy:
@@ -172,7 +172,7 @@ class Executor:
         assert action.provider_id is not None
         group = self._ports.compute.get_node_group(action.group)
         instance_id = action.provider_id.rsplit("/", 1)[-1]
-        instance = next((i for i in group.instances if i.instance_id == instance_id), None) if group else None
+        instance = self._ports.compute.get_instance(group, instance_id) if group else None
         if group is None or instance is None or instance.provisioning_state.lower() == "deleting":
             # Already gone or going (a crash after the delete call): never delete twice.
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
@@ -194,7 +194,7 @@ class Executor:
         else:
             group = self._ports.compute.get_node_group(action.group)
             instance_id = action.provider_id.rsplit("/", 1)[-1]
-            if group is not None and any(i.instance_id == instance_id for i in group.instances):
+            if group is not None and self._ports.compute.get_instance(group, instance_id) is not None:
                 return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
         self._ports.cluster.delete_node(action.node)
         self._ports.state.clear_unneeded(action.node)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from shared.domain import ClusterSnapshot
 from shared.engine.templates import build_templates
-from shared.ports import Ports
+from shared.ports import ComputeError, Ports
+
+log = logging.getLogger(__name__)
 
 
 def observe(ports: Ports, *, now: datetime) -> ClusterSnapshot:
@@ -21,3 +24,14 @@ def observe(ports: Ports, *, now: datetime) -> ClusterSnapshot:
         groups=tuple(groups),
         templates=build_templates(groups, nodes),
     )
+
+
+def observe_or_skip(ports: Ports, *, now: datetime) -> ClusterSnapshot | None:
+    """observe(), or None when ARM throttles us: a skipped tick is harmless, a retry storm is not."""
+    try:
+        return observe(ports, now=now)
+    except ComputeError as exc:
+        if exc.code != "TooManyRequests":
+            raise
+        log.warning("ARM is throttling discovery (retry after %ss): skipping this poll", exc.retry_after)
+        return None

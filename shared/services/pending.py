@@ -9,7 +9,7 @@ from datetime import datetime
 from shared.actions import new_scale_up
 from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
 from shared.ports import Ports
-from shared.services.observe import observe
+from shared.services.observe import observe_or_skip
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,9 @@ class PendingPollResult:
 
 
 def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> PendingPollResult:
-    snapshot = observe(ports, now=now)
+    snapshot = observe_or_skip(ports, now=now)
+    if snapshot is None:
+        return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
     plan = plan_scale_up(snapshot, options=ScaleUpOptions(max_nodes_per_scale_up=settings.max_nodes_per_scale_up))
     enqueued = []
     for increase in plan.increases:

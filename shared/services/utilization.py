@@ -14,7 +14,7 @@ from shared.actions import new_scale_down
 from shared.engine.cooldowns import ScaleDownDelays
 from shared.engine.scale_down import ScaleDownOptions, ScaleDownPlan, plan_scale_down
 from shared.ports import Ports
-from shared.services.observe import observe
+from shared.services.observe import observe_or_skip
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,9 @@ def scale_down_options(settings: Settings) -> ScaleDownOptions:
 def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
     if not settings.scale_down_enabled:
         return UtilizationPollResult(ScaleDownPlan(), ())
-    snapshot = observe(ports, now=now)
+    snapshot = observe_or_skip(ports, now=now)
+    if snapshot is None:
+        return UtilizationPollResult(ScaleDownPlan(), ())
     previous = ports.state.list_unneeded()
     group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
     plan = plan_scale_down(

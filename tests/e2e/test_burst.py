@@ -38,7 +38,7 @@ def test_every_pod_runs_and_completes(burst: dict[str, Any]) -> None:
 
 def test_scales_up_to_fit_then_back_to_minimum(burst: dict[str, Any]) -> None:
     assert burst["nodes_max"] > 10  # about 100 pods of 1-2 CPU cannot run on one 4-CPU node
-    assert burst["nodes_by_group_at_end"] == {"pool-d4": 1}
+    assert burst["nodes_by_group_at_end"] == {"rg-sandbox-nodes/pool-d4": 1}
     assert burst["actions"]["scale_up"] >= 1
     assert burst["actions"]["scale_down"] >= 10
 
@@ -50,7 +50,7 @@ def test_no_running_work_is_killed(burst: dict[str, Any]) -> None:
 
 def test_no_action_executes_twice_under_duplicate_delivery(burst: dict[str, Any]) -> None:
     assert burst["actions"]["duplicates_suppressed"] >= burst["actions"]["scale_up"] + burst["actions"]["scale_down"]
-    deleted = burst["api_breakdown"]["instances_deleted"]
+    deleted = burst["api_breakdown"]["arm"]["instances_deleted"]
     assert deleted and all(count == 1 for count in deleted.values()), deleted
     assert len(deleted) == burst["actions"]["scale_down"]
     assert burst["runner"]["poisoned"] == 0

@@ -1,0 +1,533 @@
+"""The `Compute` port over Azure VM Scale Sets, with azure-mgmt-compute.
+
+Adapter module: every `VmssCompute` method calls Azure Resource Manager.
+
+Two things differ from the SDK's defaults, both so that one call can never
+outlive a function invocation:
+
+* Throttling is not waited out in-process. azure-core's RetryPolicy sleeps
+  the whole Retry-After of a 429 (minutes, under a throttling storm) up to ten
+  times; here a 429 is never retried and surfaces at once as
+  `ComputeError(code="TooManyRequests", retry_after=...)`, so the caller can
+  re-enqueue itself with that delay. Other transient failures get two quick retries.
+* Long-running operations are polled for at most `operation_wait` seconds, by
+  a polling method that stops itself (rather than `LROPoller.wait(timeout)`,
+  which would leave the SDK's polling thread calling ARM after we return). The
+  caller gets an `Operation` with a continuation token to check again later.
+
+An ARM call rejected outright (4xx/5xx on the initial request) raises
+`ComputeError` with ARM's error code; an operation ARM accepted and that then
+failed (e.g. QuotaExceeded while allocating) is `Operation(status="Failed")`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Final, Literal, TypeVar
+
+from azure.core.credentials import TokenCredential
+from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError, ServiceResponseError
+from azure.core.pipeline import PipelineResponse
+from azure.core.pipeline.policies import RetryPolicy
+from azure.core.polling import LROPoller
+from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.compute.models import (
+    Sku,
+    VirtualMachineScaleSet,
+    VirtualMachineScaleSetUpdate,
+    VirtualMachineScaleSetVM,
+    VirtualMachineScaleSetVMInstanceRequiredIDs,
+)
+from azure.mgmt.core.polling.arm_polling import ARMPolling
+
+from shared.domain import Instance, NodeGroup
+from shared.domain import group_id as make_group_id
+from shared.ports import ComputeError, Operation
+from shared.settings import Settings
+
+__all__ = ["VmssCompute", "ENABLED_TAG", "NAME_TAG", "MIN_TAG", "MAX_TAG"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# cluster-autoscaler's auto-discovery tags (--node-group-auto-discovery=label:...).
+ENABLED_TAG: Final = "cluster-autoscaler-enabled"
+NAME_TAG: Final = "cluster-autoscaler-name"
+MIN_TAG: Final = "min"
+MAX_TAG: Final = "max"
+
+DEFAULT_RETRY_AFTER: Final = 10.0  # seconds, when ARM throttles without saying for how long
+_MAX_RETRY_AFTER_HONOURED: Final = 2.0  # longer server-requested waits are the caller's business
+_SAFETY_MARGIN: Final = 60.0  # beyond the polling budget: one in-flight request's timeouts
+
+
+# --- Reading ARM's answers ---------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    """A model field as text: the SDK's enums are `str` subclasses whose str() is 'Enum.MEMBER' on 3.11."""
+    if value is None:
+        return ""
+    return str(getattr(value, "value", value))
+
+
+def _retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    if not headers:
+        return None
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _error_details(exc: HttpResponseError) -> tuple[str, str]:
+    """ARM's (code, message) from an error response or a failed operation's status body."""
+    error = getattr(exc, "error", None)
+    code = getattr(error, "code", None) or ""
+    message = getattr(error, "message", None) or ""
+    if not code and exc.response is not None:
+        try:
+            body = json.loads(exc.response.text())
+        except (ValueError, TypeError, AttributeError):
+            body = None
+        if isinstance(body, dict):
+            inner = body.get("error") if isinstance(body.get("error"), dict) else body
+            code = str(inner.get("code") or "")
+            message = message or str(inner.get("message") or "")
+    return code, message or (exc.reason or "") or str(exc)
+
+
+def _compute_error(what: str, exc: AzureError) -> ComputeError:
+    """One ComputeError per ARM failure: throttling keeps its Retry-After, the rest their ARM code."""
+    if isinstance(exc, HttpResponseError) and exc.response is not None:
+        status = exc.status_code or 0
+        code, message = _error_details(exc)
+        retry_after = _retry_after_seconds(exc.response.headers)
+        if status == 429:
+            delay = retry_after if retry_after else DEFAULT_RETRY_AFTER
+            return ComputeError(f"{what}: throttled by ARM, retry after {delay:g}s", code="TooManyRequests", retry_after=delay)
+        return ComputeError(f"{what}: HTTP {status} {code}: {message}", code=code, retry_after=retry_after)
+    return ComputeError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+# --- Pipeline policies -----------------------------------------------------------
+
+
+class ThrottleAwareRetryPolicy(RetryPolicy):
+    """azure-core's RetryPolicy, minus waiting out throttling.
+
+    429s are never retried, and neither is any response whose Retry-After is
+    longer than `max_retry_after`: both reach the caller at once. Everything
+    else (connection errors, 500/502/503/504 with short or no Retry-After)
+    keeps the normal retry behaviour, within `retry_total`.
+    """
+
+    def __init__(self, *, max_retry_after: float = _MAX_RETRY_AFTER_HONOURED, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._max_retry_after = max_retry_after
+
+    def is_retry(self, settings: dict[str, Any], response: PipelineResponse[Any, Any]) -> bool:
+        if response.http_response.status_code == 429:
+            return False
+        retry_after = self.get_retry_after(response)
+        if retry_after is not None and retry_after > self._max_retry_after:
+            return False
+        return super().is_retry(settings, response)
+
+
+# --- Bounded polling ---------------------------------------------------------------
+
+
+class _StopPolling(Exception):
+    """Raised inside the polling loop to stop it early; `response` is set when ARM throttled or failed us."""
+
+    def __init__(self, response: PipelineResponse[Any, Any] | None = None) -> None:
+        super().__init__("polling stopped")
+        self.response = response
+
+
+class _BoundedArmPolling(ARMPolling):
+    """ARMPolling that polls for at most `budget` seconds, then leaves the operation InProgress.
+
+    With `poll_first` it checks the status once even when the budget is spent
+    (a resumed operation must be looked at). A poll answered 429 or 5xx stops
+    polling instead of failing the operation: the operation itself is fine,
+    only our view of it is delayed. `interrupted_by` keeps that response.
+    """
+
+    def __init__(self, budget: float, *, poll_first: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._budget = budget
+        self._poll_first = poll_first
+        self._deadline = 0.0
+        self._polls = 0
+        self.interrupted_by: PipelineResponse[Any, Any] | None = None
+        self.transport_error: AzureError | None = None
+
+    def initialize(self, client: Any, initial_response: Any, deserialization_callback: Any) -> None:
+        super().initialize(client, initial_response, deserialization_callback)
+        self._deadline = time.monotonic() + self._budget
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except _StopPolling as stop:
+            self.interrupted_by = stop.response
+        except (ServiceRequestError, ServiceResponseError) as exc:
+            self.transport_error = exc
+
+    def _delay(self) -> None:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise _StopPolling()
+        self._sleep(min(self._extract_delay(), remaining))
+
+    def update_status(self) -> None:
+        if time.monotonic() >= self._deadline and not (self._poll_first and self._polls == 0):
+            raise _StopPolling()
+        self._polls += 1
+        super().update_status()
+
+    def request_status(self, status_link: str) -> PipelineResponse[Any, Any]:
+        response = super().request_status(status_link)
+        status = response.http_response.status_code
+        if status == 429 or status >= 500:
+            raise _StopPolling(response)
+        return response
+
+    def get_continuation_token(self) -> str:
+        return _compact_token(super().get_continuation_token())
+
+
+def _compact_token(token: str) -> str:
+    """Drop the initial response body from an azure-core (v1) continuation token when polling does not need it.
+
+    The token embeds the whole initial response, twice for JSON (raw and parsed):
+    for a PATCH that is the full scale set model, which can approach the 64 KiB
+    limit of a queue message or table property. With an Azure-AsyncOperation or
+    Location header the poller resumes from the headers alone. Any token that
+    does not look as expected is returned unchanged.
+    """
+    try:
+        wrapper = json.loads(base64.b64decode(token, validate=True))
+        data = wrapper["data"]
+        headers = {k.lower() for k in data["response"]["headers"]}
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        return token
+    if wrapper.get("version") != 1 or not headers & {"azure-asyncoperation", "location"}:
+        return token
+    data["response"]["content"] = ""
+    data.setdefault("context", {})["deserialized_data"] = None
+    return base64.b64encode(json.dumps(wrapper, separators=(",", ":")).encode()).decode("ascii")
+
+
+OperationStatus = Literal["InProgress", "Succeeded", "Failed", "Canceled"]
+_STATUS: dict[str, OperationStatus] = {
+    "succeeded": "Succeeded",
+    "failed": "Failed",
+    "canceled": "Canceled",
+    "cancelled": "Canceled",
+}
+
+
+def _port_status(status: object) -> OperationStatus:
+    # ARM reports many in-flight states (Accepted, Updating, Deleting, Running...): all are InProgress to us.
+    return _STATUS.get(_text(status).lower(), "InProgress")
+
+
+# --- Scale set conversion -----------------------------------------------------------
+
+
+def _tag(tags: Mapping[str, str], name: str) -> str | None:
+    # ARM tag names are case-insensitive; values are not.
+    return next((value for key, value in tags.items() if key.lower() == name), None)
+
+
+def _is_ours(tags: Mapping[str, str], cluster_name: str) -> bool:
+    enabled = _tag(tags, ENABLED_TAG)
+    return enabled is not None and enabled.strip().lower() == "true" and _tag(tags, NAME_TAG) == cluster_name
+
+
+def _limits(label: str, tags: Mapping[str, str]) -> tuple[int, int] | None:
+    """The (min, max) tags of a scale set, or None with a warning naming what is wrong."""
+    values: dict[str, int] = {}
+    for name in (MIN_TAG, MAX_TAG):
+        raw = _tag(tags, name)
+        if raw is None:
+            log.warning("scale set %s skipped: tag %r is missing (cluster-autoscaler needs min and max)", label, name)
+            return None
+        try:
+            values[name] = int(raw.strip())
+        except ValueError:
+            log.warning("scale set %s skipped: tag %r is %r, not an integer", label, name, raw)
+            return None
+    low, high = values[MIN_TAG], values[MAX_TAG]
+    if low < 0 or low > high:
+        log.warning("scale set %s skipped: tags min=%d max=%d do not make a range 0 <= min <= max", label, low, high)
+        return None
+    return low, high
+
+
+def _instance(vm: VirtualMachineScaleSetVM) -> Instance:
+    os_profile = vm.os_profile
+    return Instance(
+        instance_id=_text(vm.instance_id),
+        provisioning_state=_text(vm.provisioning_state),
+        computer_name=_text(getattr(os_profile, "computer_name", None)),
+    )
+
+
+# --- The adapter ------------------------------------------------------------------------
+
+
+class VmssCompute:
+    """`shared.ports.Compute` over the scale sets of some resource groups. Every method calls ARM.
+
+    Discovery follows cluster-autoscaler: a scale set is a node group when tagged
+    `cluster-autoscaler-enabled=true` and `cluster-autoscaler-name=<cluster>`,
+    with integer `min` and `max` tags. Uniform orchestration only.
+    """
+
+    def __init__(
+        self,
+        client: ComputeManagementClient,
+        *,
+        cluster_name: str,
+        resource_groups: Iterable[str],
+        operation_wait: float,
+    ) -> None:
+        self._client = client
+        self._cluster_name = cluster_name
+        self._resource_groups = tuple(resource_groups)
+        self._operation_wait = max(0.0, operation_wait)
+        # The generated operations hand this to their polling method to format relative status links; we do the same.
+        self._base_url: str = client._config.base_url  # noqa: SLF001
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, credential: TokenCredential | None = None) -> VmssCompute:
+        """A client for `settings.arm_endpoint` with few, short retries and bounded timeouts."""
+        if credential is None:
+            from shared.adapters.credentials import make_azure_credential
+
+            credential = make_azure_credential(settings)
+        endpoint = settings.arm_endpoint.rstrip("/")
+        client = ComputeManagementClient(
+            credential,
+            settings.subscription_id,
+            base_url=endpoint,
+            # Tokens are for the ARM endpoint in use (public cloud, sovereign cloud or the sandbox).
+            credential_scopes=[f"{endpoint}/.default"],
+            connection_verify=settings.arm_ca_bundle or True,
+            connection_timeout=5,
+            read_timeout=30,
+            retry_policy=ThrottleAwareRetryPolicy(
+                retry_total=2, retry_backoff_factor=0.5, retry_backoff_max=4, timeout=90
+            ),
+        )
+        return cls(
+            client,
+            cluster_name=settings.cluster_name,
+            resource_groups=settings.node_resource_groups,
+            operation_wait=settings.arm_operation_wait.total_seconds(),
+        )
+
+    def close(self) -> None:
+        """Release the HTTP session."""
+        self._client.close()
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _arm(self, what: str, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except AzureError as exc:
+            raise _compute_error(what, exc) from exc
+
+    def _polling(self, *, poll_first: bool) -> _BoundedArmPolling:
+        return _BoundedArmPolling(
+            self._operation_wait,
+            poll_first=poll_first,
+            timeout=1.0,  # between polls when ARM sends no Retry-After; the budget bounds the total
+            path_format_arguments={"endpoint": self._base_url},
+        )
+
+    def _outcome(self, what: str, poller: LROPoller[Any], polling: _BoundedArmPolling, *, resumed: bool) -> Operation:
+        """Wait for the bounded polling to end and describe the operation for the port."""
+        token = poller.continuation_token()
+        try:
+            poller.wait(timeout=self._operation_wait + _SAFETY_MARGIN)
+        except HttpResponseError as exc:
+            status = _port_status(polling.status())
+            if status not in ("Failed", "Canceled"):
+                raise _compute_error(what, exc) from exc
+            code, message = _error_details(exc)
+            log.warning("%s: operation %s: %s %s", what, status.lower(), code, message)
+            return Operation(token=token, status=status, error_code=code, error_message=message)
+        except AzureError as exc:
+            raise _compute_error(what, exc) from exc
+        if resumed and polling.interrupted_by is not None:
+            # Checking an operation is all a resumed call does: tell the caller when to look
+            # again (a 429 keeps its Retry-After), as if the status GET had raised.
+            raise _compute_error(f"{what}: status check", HttpResponseError(response=polling.interrupted_by.http_response))
+        if resumed and polling.transport_error is not None:
+            raise _compute_error(what, polling.transport_error) from polling.transport_error
+        # A fresh operation that ARM accepted is reported InProgress whatever stopped
+        # our polling: the token lets the next invocation pick it up.
+        return Operation(token=token, status=_port_status(polling.status()))
+
+    def _resume(self, what: str, token: str, begin: Callable[..., LROPoller[Any]]) -> Operation:
+        polling = self._polling(poll_first=True)
+        try:
+            poller = begin(continuation_token=token, polling=polling)
+        except ValueError as exc:
+            raise ComputeError(f"{what}: not a continuation token: {exc}", code="InvalidContinuationToken") from exc
+        except AzureError as exc:
+            raise _compute_error(what, exc) from exc
+        return self._outcome(what, poller, polling, resumed=True)
+
+    # -- discovery --------------------------------------------------------------------
+
+    def _as_group(self, resource_group: str, vmss: VirtualMachineScaleSet) -> NodeGroup | None:
+        """The node group of a scale set tagged for this cluster, without instances; None otherwise."""
+        tags = dict(vmss.tags or {})
+        if not _is_ours(tags, self._cluster_name):
+            return None
+        label = f"{resource_group}/{vmss.name}"
+        if _text(vmss.orchestration_mode).lower() == "flexible":
+            log.warning("scale set %s skipped: Flexible orchestration is not supported yet (Uniform only)", label)
+            return None
+        limits = _limits(label, tags)
+        if limits is None:
+            return None
+        sku = vmss.sku
+        if sku is None or not sku.name:
+            log.warning("scale set %s skipped: it reports no sku", label)
+            return None
+        return NodeGroup(
+            resource_group=resource_group,
+            name=_text(vmss.name),
+            min_size=limits[0],
+            max_size=limits[1],
+            target_size=int(sku.capacity or 0),
+            vm_size=_text(sku.name),
+            tags=tags,
+            zones=tuple(vmss.zones or ()),
+            location=_text(vmss.location),
+        )
+
+    def list_instances(self, group: NodeGroup) -> list[Instance]:
+        """Every instance of the scale set: a high-cost call (10 a minute per scale set), for diagnostics."""
+        vms = self._arm(
+            f"list instances of scale set {group.resource_group}/{group.name}",
+            lambda: list(self._client.virtual_machine_scale_set_vms.list(group.resource_group, group.name)),
+        )
+        return [_instance(vm) for vm in vms]
+
+    def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
+        """One instance, or None when it does not exist: a GET with its own per-VM throttling budget."""
+        what = f"get instance {instance_id} of scale set {group.resource_group}/{group.name}"
+        try:
+            vm = self._client.virtual_machine_scale_set_vms.get(group.resource_group, group.name, instance_id)
+        except HttpResponseError as exc:
+            if exc.status_code == 404:
+                return None
+            raise _compute_error(what, exc) from exc
+        except AzureError as exc:
+            raise _compute_error(what, exc) from exc
+        return _instance(vm)
+
+    def list_node_groups(self) -> list[NodeGroup]:
+        groups: list[NodeGroup] = []
+        for resource_group in self._resource_groups:
+            scale_sets = self._arm(
+                f"list scale sets in resource group {resource_group}",
+                lambda rg=resource_group: list(self._client.virtual_machine_scale_sets.list(rg)),
+            )
+            for vmss in scale_sets:
+                group = self._as_group(resource_group, vmss)
+                if group is not None:
+                    groups.append(group)
+        return groups
+
+    def get_node_group(self, group_id: str) -> NodeGroup | None:
+        wanted_rg, _, name = group_id.partition("/")
+        # Only the configured resource groups are ours; ARM compares their names case-insensitively.
+        resource_group = next((rg for rg in self._resource_groups if rg.lower() == wanted_rg.lower()), None)
+        if resource_group is None or not name:
+            return None
+        try:
+            vmss = self._client.virtual_machine_scale_sets.get(resource_group, name)
+        except HttpResponseError as exc:
+            if exc.status_code == 404:
+                return None
+            raise _compute_error(f"get scale set {resource_group}/{name}", exc) from exc
+        except AzureError as exc:
+            raise _compute_error(f"get scale set {resource_group}/{name}", exc) from exc
+        group = self._as_group(resource_group, vmss)
+        if group is None or group.id != make_group_id(resource_group, name):
+            return None
+        return group
+
+    # -- changes ----------------------------------------------------------------------
+
+    def begin_resize(self, group: NodeGroup, target_size: int) -> Operation:
+        """PATCH sku.capacity; ARM adds or removes instances of its choosing to match."""
+        what = f"resize scale set {group.resource_group}/{group.name} to {target_size}"
+        # Only the SKU's name and capacity are sent: a PATCH leaves everything else (tier included) as it is.
+        update = VirtualMachineScaleSetUpdate(sku=Sku(name=group.vm_size, capacity=target_size))
+        polling = self._polling(poll_first=False)
+        poller = self._arm(
+            what,
+            lambda: self._client.virtual_machine_scale_sets.begin_update(
+                group.resource_group, group.name, update, polling=polling
+            ),
+        )
+        return self._outcome(what, poller, polling, resumed=False)
+
+    def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        """POST deleteInstances for exactly these instances; capacity drops with them."""
+        what = f"delete instances {','.join(instance_ids)} of scale set {group.resource_group}/{group.name}"
+        if not instance_ids:
+            raise ValueError(f"{what}: no instance ids given")
+        request = VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=list(instance_ids))
+        polling = self._polling(poll_first=False)
+        poller = self._arm(
+            what,
+            lambda: self._client.virtual_machine_scale_sets.begin_delete_instances(
+                group.resource_group, group.name, request, polling=polling
+            ),
+        )
+        return self._outcome(what, poller, polling, resumed=False)
+
+    def get_resize_operation(self, token: str) -> Operation:
+        # With a continuation token the SDK ignores the scale set arguments: the token names the operation.
+        return self._resume(
+            "check resize operation",
+            token,
+            lambda **kw: self._client.virtual_machine_scale_sets.begin_update("", "", VirtualMachineScaleSetUpdate(), **kw),
+        )
+
+    def get_delete_operation(self, token: str) -> Operation:
+        return self._resume(
+            "check delete-instances operation",
+            token,
+            lambda **kw: self._client.virtual_machine_scale_sets.begin_delete_instances(
+                "", "", VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=[]), **kw
+            ),
+        )

@@ -1,0 +1,473 @@
+"""The `Cluster` port over the Kubernetes API, with the official `kubernetes` client.
+
+Adapter module: every `KubernetesCluster` method does network I/O against the
+API server. The `pod_from_json` / `node_from_json` converters are pure and are
+what the tests exercise without a server.
+
+Lists are read with `_preload_content=False` and parsed from raw JSON straight
+into domain objects: the client's model deserialisation costs far more than
+the request itself once a cluster has thousands of pods.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Final
+
+import urllib3
+from kubernetes import config as kube_config
+from kubernetes.client import ApiClient, Configuration, CoreV1Api, V1DeleteOptions, V1Eviction, V1ObjectMeta
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from shared.domain import EMPTY_MAP, Node, OwnerRef, Pod, Resources, Taint, Toleration
+from shared.ports import ClusterError, EvictionOutcome
+from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
+from shared.settings import Settings
+
+__all__ = [
+    "KubernetesApiError",
+    "KubernetesCluster",
+    "node_from_json",
+    "pod_from_json",
+    "pod_requests",
+]
+
+log = logging.getLogger(__name__)
+
+_UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MERGE_PATCH = "application/merge-patch+json"
+
+# Connect within 5 s, and never wait more than 30 s between bytes: a hung API
+# server must not hold a function invocation for its whole timeout.
+DEFAULT_REQUEST_TIMEOUT: Final = (5.0, 30.0)
+DEFAULT_PAGE_SIZE: Final = 500
+
+
+class KubernetesApiError(ClusterError):
+    """A Kubernetes API call failed; `status` is the HTTP status, 0 when no response came back."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# --- Pure conversion ---------------------------------------------------------
+
+
+def _timestamp(text: str | None) -> datetime:
+    if not text:
+        return _EPOCH
+    # The API writes RFC 3339 in UTC ("2024-05-01T12:00:00Z"); 3.11 parses the Z.
+    parsed = datetime.fromisoformat(text)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(mapping)) if mapping else EMPTY_MAP
+
+
+def _resources(quantities: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(millicores, bytes) of a requests/allocatable/overhead map; absent entries count as zero."""
+    if not quantities:
+        return 0, 0
+    cpu = quantities.get("cpu")
+    memory = quantities.get("memory")
+    return (
+        parse_cpu_milli(cpu) if cpu is not None else 0,
+        parse_memory_bytes(memory) if memory is not None else 0,
+    )
+
+
+def _container_requests(container: Mapping[str, Any]) -> tuple[int, int]:
+    resources = container.get("resources") or {}
+    requests = dict(resources.get("limits") or {})
+    # The API server defaults a missing request to its limit at admission; doing the
+    # same here keeps hand-written objects (tests, replays) consistent with live ones.
+    requests.update(resources.get("requests") or {})
+    return _resources(requests)
+
+
+def _add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _max(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return max(a[0], b[0]), max(a[1], b[1])
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """What the scheduler reserves for a pod (k8s.io/component-helpers resource.PodRequests).
+
+    Regular containers add up. Init containers run one at a time, so each is
+    max'ed against the total; sidecars (init containers with restartPolicy
+    Always) keep running, so they add to the total and to every later init
+    container. Pod-level requests, where set, replace the container aggregate;
+    the RuntimeClass overhead comes on top. A pod always takes one pod slot.
+    """
+    total = (0, 0)
+    for container in spec.get("containers") or ():
+        total = _add(total, _container_requests(container))
+    sidecars = (0, 0)
+    init_peak = (0, 0)
+    for container in spec.get("initContainers") or ():
+        requests = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            total = _add(total, requests)
+            sidecars = _add(sidecars, requests)
+            init_peak = _max(init_peak, sidecars)
+        else:
+            init_peak = _max(init_peak, _add(requests, sidecars))
+    cpu, memory = _max(total, init_peak)
+    pod_level = (spec.get("resources") or {}).get("requests") or {}
+    if "cpu" in pod_level:
+        cpu = parse_cpu_milli(pod_level["cpu"])
+    if "memory" in pod_level:
+        memory = parse_memory_bytes(pod_level["memory"])
+    overhead_cpu, overhead_memory = _resources(spec.get("overhead"))
+    return Resources(cpu + overhead_cpu, memory + overhead_memory, 1)
+
+
+def _controller(references: Sequence[Mapping[str, Any]] | None) -> OwnerRef | None:
+    for reference in references or ():
+        if reference.get("controller"):
+            return OwnerRef(kind=reference.get("kind", ""), name=reference.get("name", ""))
+    return None
+
+
+def _toleration(raw: Mapping[str, Any]) -> Toleration:
+    return Toleration(
+        key=raw.get("key") or "",
+        operator=raw.get("operator") or "Equal",
+        value=raw.get("value") or "",
+        effect=raw.get("effect") or "",
+    )
+
+
+def _is_unschedulable(conditions: Sequence[Mapping[str, Any]] | None) -> bool:
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in conditions or ()
+    )
+
+
+def pod_from_json(obj: Mapping[str, Any]) -> Pod:
+    """A Pod in the API's JSON shape (as listed by /api/v1/pods) as a domain Pod."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    annotations = metadata.get("annotations") or {}
+    return Pod(
+        namespace=metadata.get("namespace", ""),
+        name=metadata.get("name", ""),
+        uid=metadata.get("uid", ""),
+        requests=pod_requests(spec),
+        created_at=_timestamp(metadata.get("creationTimestamp")),
+        node_name=spec.get("nodeName") or None,
+        phase=status.get("phase") or "Pending",
+        unschedulable=_is_unschedulable(status.get("conditions")),
+        owner=_controller(metadata.get("ownerReferences")),
+        node_selector=_frozen(spec.get("nodeSelector")),
+        tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or ()),
+        labels=_frozen(metadata.get("labels")),
+        annotations=_frozen(annotations),
+        is_mirror=_MIRROR_ANNOTATION in annotations,
+        deleting=bool(metadata.get("deletionTimestamp")),
+    )
+
+
+def _taint(raw: Mapping[str, Any]) -> Taint:
+    return Taint(key=raw.get("key", ""), value=raw.get("value") or "", effect=raw.get("effect") or "NoSchedule")
+
+
+def node_from_json(obj: Mapping[str, Any]) -> Node:
+    """A Node in the API's JSON shape as a domain Node."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    cpu, memory = _resources(allocatable)
+    pods = parse_count(allocatable["pods"]) if "pods" in allocatable else 0
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    return Node(
+        name=metadata.get("name", ""),
+        allocatable=Resources(cpu, memory, pods),
+        created_at=_timestamp(metadata.get("creationTimestamp")),
+        provider_id=spec.get("providerID") or "",
+        labels=_frozen(metadata.get("labels")),
+        annotations=_frozen(metadata.get("annotations")),
+        taints=tuple(_taint(t) for t in spec.get("taints") or ()),
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+    )
+
+
+def _taint_json(taint: Taint) -> dict[str, str]:
+    raw = {"key": taint.key, "effect": taint.effect}
+    if taint.value:
+        raw["value"] = taint.value
+    return raw
+
+
+# --- The adapter ---------------------------------------------------------------
+
+
+def _api_message(exc: ApiException) -> str:
+    """The `message` of the Status object the API server sends with an error, when there is one."""
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        return (exc.body or "")[:200]
+    return str(body.get("message", "")) if isinstance(body, dict) else ""
+
+
+def _modest_retries() -> urllib3.Retry:
+    # urllib3's default is 3 retries of everything; two quick retries of connection
+    # trouble is enough here: the next timer tick is the real retry. Status codes
+    # are never retried, so a 429 or 500 reaches us at once.
+    return urllib3.Retry(
+        total=2,
+        connect=2,
+        read=1,  # only idempotent methods are retried after a read error
+        status=0,
+        backoff_factor=0.2,
+        status_forcelist=(),
+        respect_retry_after_header=False,
+        raise_on_status=False,
+    )
+
+
+class KubernetesCluster:
+    """`shared.ports.Cluster` over one cluster's API server. Every method does network I/O.
+
+    Build it with `from_settings` (reads the kubeconfig) or hand it an ApiClient.
+    All errors other than the outcomes the port defines surface as
+    `KubernetesApiError`, a `ClusterError` whose message names the call.
+    """
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        conflict_retries: int = 3,
+    ) -> None:
+        self._api_client = api_client
+        self._core = CoreV1Api(api_client)
+        self._timeout = request_timeout
+        self._page_size = page_size
+        self._conflict_retries = conflict_retries
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> KubernetesCluster:
+        """Read `settings.kubeconfig_path` into a private client configuration.
+
+        The kubernetes package's global default configuration is left alone, so
+        several clusters (or tests) can coexist in one process.
+        """
+        configuration = Configuration()
+        configuration.retries = _modest_retries()
+        try:
+            api_client = kube_config.new_client_from_config(
+                config_file=settings.kubeconfig_path,
+                persist_config=False,
+                client_configuration=configuration,
+            )
+        except (ConfigException, OSError, ValueError) as exc:
+            raise ClusterError(f"load kubeconfig {settings.kubeconfig_path!r}: {exc}") from exc
+        return cls(api_client, request_timeout=request_timeout, page_size=page_size)
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._api_client.close()
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call a CoreV1Api method without preloading; any failure becomes KubernetesApiError."""
+        try:
+            return method(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+        except ApiException as exc:
+            raise KubernetesApiError(
+                f"{what}: HTTP {exc.status} {exc.reason or ''}: {_api_message(exc)}".rstrip(": "),
+                status=int(exc.status or 0),
+            ) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise KubernetesApiError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+    def _json(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        response = self._call(what, method, *args, **kwargs)
+        try:
+            return json.loads(response.data)
+        except urllib3.exceptions.HTTPError as exc:
+            raise KubernetesApiError(f"{what}: reading the response: {exc}") from exc
+        except ValueError as exc:
+            raise KubernetesApiError(f"{what}: the response is not JSON: {exc}") from exc
+        finally:
+            response.release_conn()
+
+    def _discard(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        response = self._call(what, method, *args, **kwargs)
+        try:
+            response.drain_conn()
+        except urllib3.exceptions.HTTPError:
+            pass  # the call succeeded; an unread body is no reason to fail it
+        finally:
+            response.release_conn()
+
+    def _pages(self, what: str, method: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """Every item of a list call, page by page (`limit` and `continue`)."""
+        token: str | None = None
+        while True:
+            page = self._json(what, method, limit=self._page_size, _continue=token, **kwargs)
+            yield from page.get("items") or ()
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return
+
+    def _read_node_json(self, name: str, what: str) -> dict[str, Any] | None:
+        try:
+            return self._json(what, self._core.read_node, name)
+        except KubernetesApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    @staticmethod
+    def _converted(what: str, convert: Callable[[Mapping[str, Any]], Any], obj: Mapping[str, Any]) -> Any:
+        try:
+            return convert(obj)
+        except ValueError as exc:  # a malformed quantity or timestamp
+            name = (obj.get("metadata") or {}).get("name", "?")
+            raise ClusterError(f"{what}: cannot read {name!r}: {exc}") from exc
+
+    # -- reads ------------------------------------------------------------------
+
+    def list_nodes(self) -> list[Node]:
+        what = "list nodes"
+        return [self._converted(what, node_from_json, o) for o in self._pages(what, self._core.list_node)]
+
+    def list_pods(self) -> list[Pod]:
+        """Every unfinished pod (phase Succeeded/Failed are filtered by the server)."""
+        what = "list pods"
+        items = self._pages(what, self._core.list_pod_for_all_namespaces, field_selector=_UNFINISHED)
+        return [self._converted(what, pod_from_json, o) for o in items]
+
+    def get_node(self, name: str) -> Node | None:
+        what = f"get node {name}"
+        raw = self._read_node_json(name, what)
+        return None if raw is None else self._converted(what, node_from_json, raw)
+
+    def list_pods_on_node(self, node_name: str) -> list[Pod]:
+        """The node's unfinished pods: finished ones hold no resources and need no eviction."""
+        what = f"list pods on node {node_name}"
+        selector = f"spec.nodeName={node_name},{_UNFINISHED}"
+        items = self._pages(what, self._core.list_pod_for_all_namespaces, field_selector=selector)
+        return [self._converted(what, pod_from_json, o) for o in items]
+
+    # -- writes -----------------------------------------------------------------
+
+    def _patch_node_guarded(
+        self,
+        name: str,
+        what: str,
+        change: Callable[[dict[str, Any]], dict[str, Any] | None],
+        *,
+        missing_ok: bool,
+    ) -> None:
+        """Read the node, compute a spec change, and merge-patch it guarded by resourceVersion.
+
+        `change` returns None when there is nothing to do. The patch carries the
+        resourceVersion it was computed from, so a concurrent edit (another
+        controller touching taints) makes the API server answer 409 Conflict
+        instead of us overwriting it; we then re-read and try again.
+        """
+        for _attempt in range(self._conflict_retries + 1):
+            raw = self._read_node_json(name, what)
+            if raw is None:
+                if missing_ok:
+                    return
+                raise KubernetesApiError(f"{what}: node not found", status=404)
+            spec_patch = change(raw.get("spec") or {})
+            if spec_patch is None:
+                return
+            body = {"metadata": {"resourceVersion": (raw.get("metadata") or {}).get("resourceVersion")}, "spec": spec_patch}
+            try:
+                self._discard(what, self._core.patch_node, name, body, _content_type=_MERGE_PATCH)
+                return
+            except KubernetesApiError as exc:
+                if exc.status != 409:
+                    raise
+                log.info("%s: the node changed under us, retrying", what)
+        raise KubernetesApiError(f"{what}: still conflicting after {self._conflict_retries + 1} attempts", status=409)
+
+    def cordon(self, node_name: str, *, taint: Taint) -> None:
+        """Mark the node unschedulable and add `taint` (matched on key and effect) unless present.
+
+        Raises ClusterError when the node does not exist: a drain of a missing node is a caller bug.
+        """
+
+        def change(spec: dict[str, Any]) -> dict[str, Any] | None:
+            taints = list(spec.get("taints") or [])
+            present = any(t.get("key") == taint.key and t.get("effect") == taint.effect for t in taints)
+            if spec.get("unschedulable") and present:
+                return None
+            return {"unschedulable": True, "taints": taints if present else [*taints, _taint_json(taint)]}
+
+        self._patch_node_guarded(node_name, f"cordon node {node_name}", change, missing_ok=False)
+
+    def uncordon(self, node_name: str, *, taint_key: str) -> None:
+        """Make the node schedulable and drop every taint with `taint_key`; a no-op on a missing node."""
+
+        def change(spec: dict[str, Any]) -> dict[str, Any] | None:
+            taints = list(spec.get("taints") or [])
+            kept = [t for t in taints if t.get("key") != taint_key]
+            if not spec.get("unschedulable") and len(kept) == len(taints):
+                return None
+            # null deletes the field in a merge patch: schedulable is the default.
+            return {"unschedulable": None, "taints": kept or None}
+
+        self._patch_node_guarded(node_name, f"uncordon node {node_name}", change, missing_ok=True)
+
+    def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionOutcome:
+        """POST an Eviction (policy/v1): 429 means a PodDisruptionBudget forbids it right now."""
+        body = V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=V1ObjectMeta(name=name, namespace=namespace),
+            delete_options=(
+                V1DeleteOptions(grace_period_seconds=grace_period_seconds) if grace_period_seconds is not None else None
+            ),
+        )
+        try:
+            self._discard(
+                f"evict pod {namespace}/{name}", self._core.create_namespaced_pod_eviction, name, namespace, body
+            )
+        except KubernetesApiError as exc:
+            if exc.status == 429:
+                return "blocked"
+            if exc.status == 404:
+                return "not_found"
+            raise
+        return "evicted"
+
+    def delete_node(self, name: str) -> None:
+        """Delete the Node object; already gone is fine."""
+        try:
+            self._discard(f"delete node {name}", self._core.delete_node, name)
+        except KubernetesApiError as exc:
+            if exc.status != 404:
+                raise

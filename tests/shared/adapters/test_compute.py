@@ -1,0 +1,376 @@
+"""VmssCompute: discovery rules, retry and token handling without a server, then the real wire against the sandbox."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from azure.core.pipeline import PipelineResponse
+from azure.core.rest import HttpRequest
+from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.compute.models import VirtualMachineScaleSet
+
+from sandbox.clock import ManualClock
+from sandbox.server import SandboxServer
+from shared import ports
+from shared.adapters.compute import ThrottleAwareRetryPolicy, VmssCompute, _compact_token
+from shared.adapters.credentials import StaticTokenCredential
+from shared.domain import NodeGroup
+from shared.ports import ComputeError, Operation
+from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
+from tests.shared.adapters import sandbox_world
+
+CLUSTER = "demo"
+OURS = {"cluster-autoscaler-enabled": "true", "cluster-autoscaler-name": CLUSTER, "min": "1", "max": "10"}
+
+
+def _vmss(name: str = "pool1", tags: dict[str, str] | None = None, **properties: Any) -> VirtualMachineScaleSet:
+    return VirtualMachineScaleSet(
+        {
+            "id": f"/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/{name}",
+            "name": name,
+            "location": "westeurope",
+            "tags": OURS if tags is None else tags,
+            "sku": {"name": "Standard_D4s_v5", "tier": "Standard", "capacity": 3},
+            "zones": ["1", "2"],
+            "properties": {"orchestrationMode": "Uniform", **properties},
+        }
+    )
+
+
+@pytest.fixture
+def offline() -> VmssCompute:
+    """A VmssCompute whose client is never asked to send anything."""
+    client = ComputeManagementClient(StaticTokenCredential(), "sub", base_url="https://127.0.0.1:1")
+    return VmssCompute(client, cluster_name=CLUSTER, resource_groups=["RG"], operation_wait=0)
+
+
+DISCOVERY_CASES: list[tuple[str, dict[str, str], dict[str, Any], tuple[int, int] | None, str]] = [
+    ("tagged for this cluster", OURS, {}, (1, 10), ""),
+    ("tag names compare case-insensitively", {"Cluster-Autoscaler-Enabled": "True", "CLUSTER-AUTOSCALER-NAME": CLUSTER, "Min": "0", "MAX": "5"}, {}, (0, 5), ""),
+    ("min equal to max", {**OURS, "min": "4", "max": "4"}, {}, (4, 4), ""),
+    ("another cluster's", {**OURS, "cluster-autoscaler-name": "other"}, {}, None, ""),
+    ("cluster name compares exactly", {**OURS, "cluster-autoscaler-name": "Demo"}, {}, None, ""),
+    ("autoscaling disabled", {**OURS, "cluster-autoscaler-enabled": "false"}, {}, None, ""),
+    ("untagged", {}, {}, None, ""),
+    ("no min tag", {k: v for k, v in OURS.items() if k != "min"}, {}, None, "tag 'min' is missing"),
+    ("no max tag", {k: v for k, v in OURS.items() if k != "max"}, {}, None, "tag 'max' is missing"),
+    ("min not an integer", {**OURS, "min": "one"}, {}, None, "tag 'min' is 'one', not an integer"),
+    ("max not an integer", {**OURS, "max": "1.5"}, {}, None, "tag 'max' is '1.5', not an integer"),
+    ("min above max", {**OURS, "min": "5", "max": "2"}, {}, None, "min=5 max=2"),
+    ("negative min", {**OURS, "min": "-1"}, {}, None, "min=-1"),
+    ("Flexible orchestration", OURS, {"orchestrationMode": "Flexible"}, None, "Flexible orchestration"),
+]
+
+
+@pytest.mark.parametrize(
+    ("tags", "properties", "limits", "warning"),
+    [c[1:] for c in DISCOVERY_CASES],
+    ids=[c[0] for c in DISCOVERY_CASES],
+)
+def test_discovery_rules(
+    offline: VmssCompute,
+    caplog: pytest.LogCaptureFixture,
+    tags: dict[str, str],
+    properties: dict[str, Any],
+    limits: tuple[int, int] | None,
+    warning: str,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="shared.adapters.compute"):
+        group = offline._as_group("RG", _vmss(tags=tags, **properties))
+    if limits is None:
+        assert group is None
+    else:
+        assert group == NodeGroup(
+            resource_group="RG",
+            name="pool1",
+            min_size=limits[0],
+            max_size=limits[1],
+            target_size=3,
+            vm_size="Standard_D4s_v5",
+            tags=tags,
+            zones=("1", "2"),
+            location="westeurope",
+        )
+        assert group.id == "rg/pool1"
+    if warning:
+        assert any("RG/pool1" in r.getMessage() and warning in r.getMessage() for r in caplog.records), caplog.text
+    else:
+        assert not caplog.records
+
+
+def _response(status: int, headers: dict[str, str] | None = None, method: str = "GET") -> PipelineResponse[Any, Any]:
+    request = HttpRequest(method, "https://127.0.0.1/x")
+    return PipelineResponse(request, SimpleNamespace(status_code=status, headers=headers or {}, request=request), None)  # type: ignore[arg-type]
+
+
+RETRY_CASES = [
+    ("429 is never waited out", 429, {"Retry-After": "1"}, "GET", False),
+    ("429 without Retry-After either", 429, {}, "GET", False),
+    ("a long Retry-After on a 503 is the caller's business", 503, {"Retry-After": "30"}, "GET", False),
+    ("a short Retry-After on a 503 is retried", 503, {"Retry-After": "1"}, "GET", True),
+    ("a 500 on a GET is retried", 500, {}, "GET", True),
+    ("a 500 on a PATCH is retried (setting a capacity is idempotent)", 500, {}, "PATCH", True),
+    ("a 400 is not retried", 400, {}, "GET", False),
+    ("a 202 with Retry-After is a success, not a retry", 202, {"Retry-After": "30"}, "GET", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "method", "retried"), [c[1:] for c in RETRY_CASES], ids=[c[0] for c in RETRY_CASES]
+)
+def test_retry_policy(status: int, headers: dict[str, str], method: str, retried: bool) -> None:
+    policy = ThrottleAwareRetryPolicy(retry_total=2)
+    settings = policy.configure_retries({})
+    assert bool(policy.is_retry(settings, _response(status, headers, method))) is retried
+
+
+def _token(headers: dict[str, str], content: bytes = b'{"big": "model"}', version: int = 1) -> str:
+    state = {
+        "request": {"method": "PATCH", "url": "https://127.0.0.1/vmss", "headers": {}},
+        "response": {"status_code": 200, "headers": headers, "content": base64.b64encode(content).decode()},
+        "context": {"deserialized_data": {"big": "model"}},
+    }
+    return base64.b64encode(json.dumps({"version": version, "data": state}).encode()).decode()
+
+
+def _decoded(token: str) -> dict[str, Any]:
+    return json.loads(base64.b64decode(token))["data"]
+
+
+def test_tokens_drop_the_body_when_headers_suffice_to_poll() -> None:
+    token = _token({"Azure-AsyncOperation": "https://127.0.0.1/op/1", "Retry-After": "1"})
+    compact = _decoded(_compact_token(token))
+    assert compact["response"]["content"] == ""
+    assert compact["context"]["deserialized_data"] is None
+    assert compact["response"]["headers"]["Azure-AsyncOperation"] == "https://127.0.0.1/op/1"
+    assert compact["request"]["url"] == "https://127.0.0.1/vmss"
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        _token({}),  # polled from the body's provisioningState: the body must stay
+        _token({"Location": "https://127.0.0.1/op"}, version=2),  # a format we do not know
+        "not base64 at all!",
+        base64.b64encode(b"[1, 2]").decode(),
+    ],
+    ids=["body polling", "unknown version", "garbage", "not an object"],
+)
+def test_tokens_we_cannot_compact_are_left_alone(token: str) -> None:
+    assert _compact_token(token) == token
+
+
+# --- against the sandbox's ARM over HTTPS ---------------------------------------------------
+
+
+@pytest.fixture
+def world(sandbox_factory: SandboxFactory) -> SandboxServer:
+    return sandbox_factory(sandbox_world.scenario(), clock=ManualClock(SANDBOX_START))
+
+
+def _compute(server: SandboxServer, wait: str = "0s") -> VmssCompute:
+    return VmssCompute.from_settings(sandbox_world.settings_for(server, ARM_OPERATION_WAIT=wait))
+
+
+@pytest.fixture
+def compute(world: SandboxServer) -> Iterator[VmssCompute]:
+    adapter = _compute(world)
+    yield adapter
+    adapter.close()
+
+
+def _group(compute: VmssCompute, name: str) -> NodeGroup:
+    return next(g for g in compute.list_node_groups() if g.name == name)
+
+
+def test_discovery_keeps_only_scale_sets_tagged_for_this_cluster(
+    compute: VmssCompute, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="shared.adapters.compute"):
+        groups = {g.id: g for g in compute.list_node_groups()}
+    assert sorted(groups) == ["rg-it/pool-a", "rg-two/pool-b"]
+    pool_a = groups["rg-it/pool-a"]
+    assert (pool_a.min_size, pool_a.max_size, pool_a.target_size, pool_a.vm_size) == (1, 5, 2, "Standard_D4s_v5")
+    assert pool_a.location == "westeurope"
+    assert pool_a.instances == ()  # listing instances is high-cost: discovery does not
+    assert [(i.instance_id, i.provisioning_state, i.computer_name) for i in compute.list_instances(pool_a)] == [
+        ("0", "Succeeded", "pool-a000000"),
+        ("1", "Succeeded", "pool-a000001"),
+    ]
+    pool_b = groups["rg-two/pool-b"]
+    assert (pool_b.resource_group, pool_b.target_size, pool_b.zones) == ("RG-Two", 0, ("1", "2"))
+    assert compute.list_instances(pool_b) == []
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == ["scale set rg-it/pool-bad skipped: tag 'min' is 'one', not an integer"]
+
+
+def test_get_node_group(compute: VmssCompute) -> None:
+    listed = _group(compute, "pool-a")
+    assert compute.get_node_group("rg-it/pool-a") == listed
+    assert compute.get_node_group("RG-IT/pool-a") == listed  # resource groups compare case-insensitively
+    assert compute.get_node_group("rg-it/pool-gone") is None  # 404
+    assert compute.get_node_group("rg-it/pool-manual") is None  # not tagged for us
+    assert compute.get_node_group("rg-it/pool-bad") is None  # malformed tags
+    assert compute.get_node_group("rg-elsewhere/pool-a") is None  # not a configured resource group
+
+
+def test_resize_grows_capacity_and_finishes_via_the_continuation_token(world: SandboxServer, compute: VmssCompute) -> None:
+    group = _group(compute, "pool-a")
+    started = compute.begin_resize(group, 4)
+    assert started.status == "InProgress" and started.token
+    assert world.world.counters.arm["PATCH virtualMachineScaleSets"] == 1
+
+    assert compute.get_resize_operation(started.token).status == "InProgress"
+    world.clock.advance(300)  # boot takes 60 s in this world
+    finished = compute.get_resize_operation(started.token)
+    assert finished == Operation(token=started.token, status="Succeeded")
+    grown = compute.get_node_group(group.id)
+    assert grown is not None and grown.target_size == 4
+    assert [i.instance_id for i in compute.list_instances(grown)] == ["0", "1", "2", "3"]
+
+
+def test_resize_can_finish_within_the_wait(sandbox_factory: SandboxFactory) -> None:
+    # 50x speed: a 60 s boot takes 1.2 s of wall time, within a 10 s wait.
+    server = sandbox_factory(sandbox_world.scenario(), speed=50)
+    compute = _compute(server, wait="10s")
+    started = time.monotonic()
+    operation = compute.begin_resize(_group(compute, "pool-a"), 3)
+    assert operation.status == "Succeeded"
+    assert time.monotonic() - started < 10
+
+
+def test_delete_a_specific_instance(world: SandboxServer, compute: VmssCompute) -> None:
+    group = _group(compute, "pool-a")
+    started = compute.begin_delete_instances(group, ["1"])
+    assert started.status == "InProgress"
+    world.clock.advance(120)
+    assert compute.get_delete_operation(started.token).status == "Succeeded"
+    shrunk = compute.get_node_group(group.id)
+    assert shrunk is not None and shrunk.target_size == 1
+    assert [i.instance_id for i in compute.list_instances(shrunk)] == ["0"]
+    assert compute.get_instance(shrunk, "1") is None
+    assert compute.get_instance(shrunk, "0") is not None
+    assert world.world.counters.instances_deleted["pool-a/1"] == 1
+
+
+def test_an_allocation_failure_is_a_failed_operation(world: SandboxServer, compute: VmssCompute) -> None:
+    world.world.fail_next_scale_up("pool-a", code="QuotaExceeded")
+    started = compute.begin_resize(_group(compute, "pool-a"), 5)
+    assert started.status == "InProgress"
+    world.clock.advance(30)
+    failed = compute.get_resize_operation(started.token)
+    assert (failed.status, failed.error_code) == ("Failed", "QuotaExceeded")
+    assert "quota" in failed.error_message
+    assert failed.done
+
+
+def test_a_throttled_call_raises_at_once_with_the_delay(world: SandboxServer, compute: VmssCompute) -> None:
+    world.world.inject_fault(("arm", "PATCH", "pool-a"), status=429, retry_after=120)
+    group = _group(compute, "pool-a")
+    started = time.monotonic()
+    with pytest.raises(ComputeError) as caught:
+        compute.begin_resize(group, 3)
+    assert time.monotonic() - started < 5  # not 120 s of sleeping
+    assert (caught.value.code, caught.value.retry_after) == ("TooManyRequests", 120)
+    assert world.world.counters.arm["PATCH virtualMachineScaleSets"] == 1  # and not retried
+
+
+def test_the_token_bucket_surfaces_as_too_many_requests(sandbox_factory: SandboxFactory) -> None:
+    server = sandbox_factory(sandbox_world.scenario(arm_throttling=True), clock=ManualClock(SANDBOX_START))
+    compute = _compute(server)
+    group = _group(compute, "pool-a")
+    with pytest.raises(ComputeError) as caught:
+        for _ in range(20):  # the scale set's update bucket holds 12
+            compute.begin_resize(group, group.target_size)
+    assert caught.value.code == "TooManyRequests"
+    assert caught.value.retry_after is not None and caught.value.retry_after > 0
+    assert server.world.counters.arm_throttled == 1
+
+
+def test_a_throttled_status_check(world: SandboxServer, compute: VmssCompute) -> None:
+    started = compute.begin_resize(_group(compute, "pool-a"), 3)
+    world.world.inject_fault(("arm", "GET", "operations"), status=429, retry_after=30)
+    with pytest.raises(ComputeError) as caught:
+        compute.get_resize_operation(started.token)
+    assert (caught.value.code, caught.value.retry_after) == ("TooManyRequests", 30)
+    world.clock.advance(300)
+    assert compute.get_resize_operation(started.token).status == "Succeeded"  # the token survived
+
+
+def test_a_throttled_poll_after_an_accepted_change_still_returns_the_operation(world: SandboxServer) -> None:
+    compute = _compute(world, wait="2s")
+    world.world.inject_fault(("arm", "GET", "operations"), status=429, retry_after=30)
+    started = time.monotonic()
+    operation = compute.begin_resize(_group(compute, "pool-a"), 3)
+    assert operation.status == "InProgress" and operation.token
+    assert time.monotonic() - started < 5
+
+
+def test_a_transient_server_error_is_retried(world: SandboxServer, compute: VmssCompute) -> None:
+    world.world.inject_fault(("arm", "GET", "virtualMachineScaleSets"), status=500)
+    assert len(compute.list_node_groups()) == 2
+
+
+def test_a_lasting_server_error_is_a_compute_error_naming_the_call(world: SandboxServer, compute: VmssCompute) -> None:
+    world.world.inject_fault(("arm", "GET", "virtualMachineScaleSets"), status=503, count=10, code="ServiceUnavailable")
+    with pytest.raises(ComputeError, match="list scale sets in resource group rg-it") as caught:
+        compute.list_node_groups()
+    assert caught.value.code == "ServiceUnavailable"
+    assert caught.value.__cause__ is not None
+
+
+def test_a_rejected_change_is_a_compute_error_with_the_arm_code(world: SandboxServer, compute: VmssCompute) -> None:
+    world.world.inject_fault(
+        ("arm", "POST", "pool-a"), status=409, code="OperationNotAllowed", message="The scale set is being deleted."
+    )
+    with pytest.raises(ComputeError, match="delete instances 1 of scale set rg-it/pool-a") as caught:
+        compute.begin_delete_instances(_group(compute, "pool-a"), ["1"])
+    assert caught.value.code == "OperationNotAllowed"
+
+
+def test_a_token_that_is_not_one(compute: VmssCompute) -> None:
+    with pytest.raises(ComputeError) as caught:
+        compute.get_resize_operation("not-a-token")
+    assert caught.value.code == "InvalidContinuationToken"
+
+
+def test_waiting_is_bounded_and_leaves_no_polling_thread_behind(world: SandboxServer) -> None:
+    compute = _compute(world, wait="1s")  # the world's clock stands still: the operation never ends
+    started = time.monotonic()
+    operation = compute.begin_resize(_group(compute, "pool-a"), 3)
+    elapsed = time.monotonic() - started
+    assert operation.status == "InProgress"
+    assert 1 <= elapsed < 3
+    assert not [t for t in threading.enumerate() if t.name.startswith("LROPoller") and t.is_alive()]
+
+
+def test_a_failing_status_check_is_a_compute_error_and_the_token_survives(world: SandboxServer, compute: VmssCompute) -> None:
+    started = compute.begin_delete_instances(_group(compute, "pool-a"), ["0"])
+    world.world.inject_fault(("arm", "GET", "operations"), status=503, count=3, code="ServiceUnavailable")
+    with pytest.raises(ComputeError, match="check delete-instances operation: status check") as caught:
+        compute.get_delete_operation(started.token)
+    assert caught.value.code == "ServiceUnavailable"
+    world.clock.advance(120)
+    assert compute.get_delete_operation(started.token).status == "Succeeded"
+
+
+def _port_methods(protocol: type) -> list[str]:
+    return [name for name in vars(protocol) if not name.startswith("_") and callable(vars(protocol)[name])]
+
+
+@pytest.mark.parametrize("method", _port_methods(ports.Compute))
+def test_implements_the_compute_port(method: str) -> None:
+    expected = inspect.signature(getattr(ports.Compute, method))
+    actual = inspect.signature(getattr(VmssCompute, method))
+    assert [(p.name, p.kind, p.default) for p in actual.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in expected.parameters.values()
+    ]

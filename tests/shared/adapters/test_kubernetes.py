@@ -1,0 +1,558 @@
+"""KubernetesCluster: pure JSON conversion, node patch logic, and the real wire against the sandbox."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient, Configuration, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from sandbox.clock import ManualClock
+from sandbox.server import SandboxServer
+from shared import ports
+from shared.adapters.kubernetes import KubernetesApiError, KubernetesCluster, node_from_json, pod_from_json, pod_requests
+from shared.domain import OwnerRef, Pod, Resources, Taint, Toleration
+from shared.ports import ClusterError
+from shared.settings import Settings, load_settings
+from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
+from tests.shared.adapters import sandbox_world
+from tests.shared.adapters.k8s_objects import container, node_json, pod_json
+
+Mi = 2**20
+Gi = 2**30
+
+REQUEST_CASES: list[tuple[str, dict[str, Any], Resources]] = [
+    ("one container", {"containers": [container("100m", "128Mi")]}, Resources(100, 128 * Mi, 1)),
+    (
+        "containers add up",
+        {"containers": [container("100m", "128Mi"), container("1.5", "1Gi")]},
+        Resources(1600, 128 * Mi + Gi, 1),
+    ),
+    ("no requests at all", {"containers": [{"name": "c"}]}, Resources(0, 0, 1)),
+    ("no containers key", {}, Resources(0, 0, 1)),
+    (
+        "an init container larger than the sum wins, per resource",
+        {"containers": [container("100m", "1Gi")], "initContainers": [container("2", "64Mi")]},
+        Resources(2000, Gi, 1),
+    ),
+    (
+        "init containers run one at a time: the largest counts, not their sum",
+        {"containers": [container("100m")], "initContainers": [container("500m"), container("700m")]},
+        Resources(700, 0, 1),
+    ),
+    (
+        "a sidecar (restartPolicy Always) adds to the containers and to later init containers",
+        {
+            "containers": [container("1")],
+            "initContainers": [container("200m", restartPolicy="Always"), container("1500m")],
+        },
+        Resources(1700, 0, 1),
+    ),
+    (
+        "sidecar totals below the containers leave the sum",
+        {"containers": [container("1")], "initContainers": [container("100m", restartPolicy="Always")]},
+        Resources(1100, 0, 1),
+    ),
+    (
+        "overhead comes on top",
+        {"containers": [container("100m", "128Mi")], "overhead": {"cpu": "250m", "memory": "120Mi"}},
+        Resources(350, 248 * Mi, 1),
+    ),
+    (
+        "overhead also tops an init-container peak",
+        {"containers": [container("100m")], "initContainers": [container("1")], "overhead": {"cpu": "10m"}},
+        Resources(1010, 0, 1),
+    ),
+    (
+        "pod-level requests replace the container aggregate",
+        {"containers": [container("100m", "128Mi")], "resources": {"requests": {"cpu": "2"}}},
+        Resources(2000, 128 * Mi, 1),
+    ),
+    (
+        "a limit without a request counts as the request, as the API server defaults it",
+        {"containers": [{"name": "c", "resources": {"limits": {"cpu": "300m", "memory": "1Gi"}}}]},
+        Resources(300, Gi, 1),
+    ),
+    (
+        "an explicit request beats the limit",
+        {"containers": [{"name": "c", "resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "200m"}}}]},
+        Resources(200, 0, 1),
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "expected"), [c[1:] for c in REQUEST_CASES], ids=[c[0] for c in REQUEST_CASES])
+def test_pod_requests_as_the_scheduler_computes_them(spec: dict[str, Any], expected: Resources) -> None:
+    assert pod_requests(spec) == expected
+
+
+UNSCHEDULABLE_CASES = [
+    ("no conditions", None, False),
+    ("scheduled", [{"type": "PodScheduled", "status": "True"}], False),
+    ("unschedulable", [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}], True),
+    ("waiting for something else", [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}], False),
+    ("another condition says Unschedulable", [{"type": "Ready", "status": "False", "reason": "Unschedulable"}], False),
+]
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"), [c[1:] for c in UNSCHEDULABLE_CASES], ids=[c[0] for c in UNSCHEDULABLE_CASES]
+)
+def test_unschedulable_comes_from_the_pod_scheduled_condition(conditions: list[dict[str, str]] | None, expected: bool) -> None:
+    status: dict[str, Any] = {"phase": "Pending"}
+    if conditions is not None:
+        status["conditions"] = conditions
+    assert pod_from_json(pod_json(status=status)).unschedulable is expected
+
+
+OWNER_CASES = [
+    ("no owners", None, None),
+    (
+        "the controller reference",
+        [{"kind": "ReplicaSet", "name": "web-1", "controller": True, "uid": "u"}],
+        OwnerRef("ReplicaSet", "web-1"),
+    ),
+    (
+        "non-controller references are not the owner",
+        [{"kind": "ConfigMap", "name": "cm", "uid": "u"}, {"kind": "Job", "name": "j", "controller": True, "uid": "v"}],
+        OwnerRef("Job", "j"),
+    ),
+    ("only non-controller references", [{"kind": "ConfigMap", "name": "cm", "controller": False, "uid": "u"}], None),
+    ("a DaemonSet", [{"kind": "DaemonSet", "name": "ds", "controller": True, "uid": "u"}], OwnerRef("DaemonSet", "ds")),
+]
+
+
+@pytest.mark.parametrize(("refs", "expected"), [c[1:] for c in OWNER_CASES], ids=[c[0] for c in OWNER_CASES])
+def test_owner_is_the_controller_reference(refs: list[dict[str, Any]] | None, expected: OwnerRef | None) -> None:
+    metadata = {"ownerReferences": refs} if refs is not None else {}
+    assert pod_from_json(pod_json(metadata=metadata)).owner == expected
+
+
+def test_a_full_pod() -> None:
+    raw = pod_json(
+        name="web-1",
+        namespace="shop",
+        metadata={
+            "labels": {"app": "web"},
+            "annotations": {"kubernetes.io/config.mirror": "abc", "x": "y"},
+            "deletionTimestamp": "2024-05-01T12:05:00Z",
+        },
+        spec={
+            "nodeName": "node-1",
+            "nodeSelector": {"agentpool": "gpu"},
+            "tolerations": [
+                {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "team", "value": "a"},
+                {"operator": "Exists"},
+            ],
+        },
+        status={"phase": "Running"},
+    )
+    pod = pod_from_json(raw)
+    assert (pod.namespace, pod.name, pod.uid, pod.key) == ("shop", "web-1", "uid-web-1", "shop/web-1")
+    assert pod.created_at == datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    assert pod.node_name == "node-1"
+    assert pod.phase == "Running"
+    assert dict(pod.labels) == {"app": "web"}
+    assert dict(pod.node_selector) == {"agentpool": "gpu"}
+    assert pod.is_mirror is True
+    assert pod.deleting is True
+    assert pod.tolerations == (
+        Toleration(key="gpu", operator="Exists", effect="NoSchedule"),
+        Toleration(key="team", operator="Equal", value="a"),
+        Toleration(operator="Exists"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("metadata", "mirror", "deleting"),
+    [({}, False, False), ({"annotations": {"other": "1"}}, False, False), ({"deletionTimestamp": None}, False, False)],
+)
+def test_plain_pods_are_neither_mirror_nor_deleting(metadata: dict[str, Any], mirror: bool, deleting: bool) -> None:
+    pod = pod_from_json(pod_json(metadata=metadata))
+    assert (pod.is_mirror, pod.deleting, pod.node_name) == (mirror, deleting, None)
+
+
+def test_a_malformed_quantity_names_the_text() -> None:
+    with pytest.raises(ValueError, match="'lots'"):
+        pod_from_json(pod_json(containers=[container("lots")]))
+
+
+NODE_READY_CASES = [
+    ("ready", [{"type": "Ready", "status": "True"}], True),
+    ("not ready", [{"type": "Ready", "status": "False"}], False),
+    ("unknown", [{"type": "Ready", "status": "Unknown"}], False),
+    ("no Ready condition", [{"type": "MemoryPressure", "status": "False"}], False),
+    ("no conditions", [], False),
+]
+
+
+@pytest.mark.parametrize(("conditions", "ready"), [c[1:] for c in NODE_READY_CASES], ids=[c[0] for c in NODE_READY_CASES])
+def test_node_readiness(conditions: list[dict[str, str]], ready: bool) -> None:
+    assert node_from_json(node_json(conditions=conditions)).ready is ready
+
+
+def test_a_full_node() -> None:
+    provider_id = (
+        "azure:///subscriptions/sub/resourceGroups/RG-Nodes/providers/Microsoft.Compute/"
+        "virtualMachineScaleSets/pool1/virtualMachines/3"
+    )
+    raw = node_json(
+        name="pool1000003",
+        allocatable={"cpu": "3860m", "memory": "14Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+        spec={
+            "providerID": provider_id,
+            "unschedulable": True,
+            "taints": [
+                {"key": "ToBeDeletedByClusterAutoscaler", "value": "1714564800", "effect": "NoSchedule"},
+                {"key": "gpu", "effect": "NoExecute"},
+            ],
+        },
+        metadata={"labels": {"agentpool": "pool1"}, "annotations": {"a": "b"}},
+    )
+    node = node_from_json(raw)
+    assert node.name == "pool1000003"
+    assert node.allocatable == Resources(3860, 14 * Gi, 110)
+    assert node.created_at == datetime(2024, 5, 1, 11, 0, tzinfo=UTC)
+    assert node.provider_id == provider_id
+    assert node.instance is not None and node.instance.group_id == "rg-nodes/pool1"
+    assert node.unschedulable is True
+    assert node.is_being_deleted is True
+    assert node.taints == (
+        Taint("ToBeDeletedByClusterAutoscaler", "1714564800", "NoSchedule"),
+        Taint("gpu", "", "NoExecute"),
+    )
+    assert dict(node.labels) == {"agentpool": "pool1"}
+    assert dict(node.annotations) == {"a": "b"}
+
+
+def test_a_bare_node_has_zero_allocatable_and_is_schedulable() -> None:
+    node = node_from_json({"metadata": {"name": "bare"}, "spec": {}, "status": {}})
+    assert (node.allocatable, node.ready, node.unschedulable, node.taints, node.provider_id) == (
+        Resources(),
+        False,
+        False,
+        (),
+        "",
+    )
+
+
+# --- cordon/uncordon logic against a stand-in API (the sandbox tests cover the real wire) ---
+
+
+class _FakeResponse:
+    def __init__(self, body: dict[str, Any] | None = None) -> None:
+        self.data = json.dumps(body or {}).encode()
+
+    def release_conn(self) -> None:
+        pass
+
+    def drain_conn(self) -> None:
+        pass
+
+
+class _FakeCore:
+    """Answers read_node/patch_node like the API server: merge patches guarded by resourceVersion."""
+
+    def __init__(self, node: dict[str, Any], *, conflicts: int = 0) -> None:
+        self.node = node
+        self.conflicts = conflicts
+        self.patches: list[dict[str, Any]] = []
+
+    def read_node(self, name: str, **_: Any) -> _FakeResponse:
+        if name != self.node["metadata"]["name"]:
+            raise ApiException(status=404, reason="Not Found")
+        return _FakeResponse(self.node)
+
+    def patch_node(self, name: str, body: dict[str, Any], **kwargs: Any) -> _FakeResponse:
+        assert kwargs["_content_type"] == "application/merge-patch+json"
+        self.patches.append(body)
+        if self.conflicts:
+            self.conflicts -= 1
+            self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
+            raise ApiException(status=409, reason="Conflict")
+        if body["metadata"]["resourceVersion"] != self.node["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+        for key, value in body["spec"].items():
+            if value is None:
+                self.node["spec"].pop(key, None)
+            else:
+                self.node["spec"][key] = value
+        self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
+        return _FakeResponse(self.node)
+
+
+def _cluster_with(core: _FakeCore) -> KubernetesCluster:
+    cluster = KubernetesCluster(ApiClient(Configuration()))
+    cluster._core = core  # type: ignore[assignment]  # stand-in for the generated CoreV1Api
+    return cluster
+
+
+DRAIN = Taint("ToBeDeletedByClusterAutoscaler", "1714564800", "NoSchedule")
+
+
+def test_cordon_twice_adds_one_taint_and_patches_once() -> None:
+    core = _FakeCore(node_json(name="n1", spec={"taints": [{"key": "gpu", "effect": "NoSchedule"}]}))
+    cluster = _cluster_with(core)
+    cluster.cordon("n1", taint=DRAIN)
+    cluster.cordon("n1", taint=DRAIN)
+    assert len(core.patches) == 1
+    assert core.node["spec"]["unschedulable"] is True
+    assert core.node["spec"]["taints"] == [
+        {"key": "gpu", "effect": "NoSchedule"},
+        {"key": "ToBeDeletedByClusterAutoscaler", "value": "1714564800", "effect": "NoSchedule"},
+    ]
+
+
+def test_cordon_retries_on_conflict_with_the_fresh_resource_version() -> None:
+    core = _FakeCore(node_json(name="n1"), conflicts=2)
+    _cluster_with(core).cordon("n1", taint=DRAIN)
+    assert [p["metadata"]["resourceVersion"] for p in core.patches] == ["7", "8", "9"]
+    assert core.node["spec"]["unschedulable"] is True
+
+
+def test_cordon_gives_up_after_repeated_conflicts() -> None:
+    core = _FakeCore(node_json(name="n1"), conflicts=99)
+    with pytest.raises(ClusterError, match="cordon node n1") as caught:
+        _cluster_with(core).cordon("n1", taint=DRAIN)
+    assert isinstance(caught.value, KubernetesApiError) and caught.value.status == 409
+
+
+def test_cordon_of_a_missing_node_is_an_error() -> None:
+    with pytest.raises(ClusterError, match="cordon node ghost: node not found"):
+        _cluster_with(_FakeCore(node_json(name="n1"))).cordon("ghost", taint=DRAIN)
+
+
+def test_uncordon_removes_the_taint_and_the_mark_and_is_then_a_no_op() -> None:
+    spec = {"unschedulable": True, "taints": [{"key": "gpu", "effect": "NoSchedule"}, {"key": DRAIN.key, "effect": "NoSchedule"}]}
+    core = _FakeCore(node_json(name="n1", spec=spec))
+    cluster = _cluster_with(core)
+    cluster.uncordon("n1", taint_key=DRAIN.key)
+    cluster.uncordon("n1", taint_key=DRAIN.key)
+    cluster.uncordon("ghost", taint_key=DRAIN.key)
+    assert len(core.patches) == 1
+    assert "unschedulable" not in core.node["spec"]
+    assert core.node["spec"]["taints"] == [{"key": "gpu", "effect": "NoSchedule"}]
+
+
+# --- construction and transport failures (no server needed) ---------------------------
+
+
+def _settings_for(kubeconfig: str) -> Settings:
+    return load_settings(
+        {
+            "CLUSTER_NAME": "demo",
+            "AZURE_SUBSCRIPTION_ID": "sub",
+            "NODE_RESOURCE_GROUPS": "rg",
+            "KUBECONFIG_PATH": kubeconfig,
+            "AZURE_CREDENTIAL": "sandbox",
+        }
+    )
+
+
+def test_a_missing_kubeconfig_is_a_cluster_error(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.yaml")
+    with pytest.raises(ClusterError, match="load kubeconfig"):
+        KubernetesCluster.from_settings(_settings_for(missing))
+
+
+def test_an_unreachable_api_server_is_a_cluster_error_naming_the_call(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    cluster = KubernetesCluster.from_settings(_settings_for(str(kubeconfig)))
+    with pytest.raises(ClusterError, match="list nodes") as caught:
+        cluster.list_nodes()
+    assert caught.value.__cause__ is not None
+    cluster.close()
+
+
+def test_from_settings_leaves_the_global_default_configuration_alone(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    before = Configuration.get_default_copy().host
+    KubernetesCluster.from_settings(_settings_for(str(kubeconfig))).close()
+    assert Configuration.get_default_copy().host == before != "https://127.0.0.1:9"
+
+
+# --- against the sandbox's Kubernetes API over HTTPS ------------------------------------
+
+
+@pytest.fixture
+def world(sandbox_factory: SandboxFactory) -> SandboxServer:
+    return sandbox_factory(sandbox_world.scenario(), clock=ManualClock(SANDBOX_START))
+
+
+@pytest.fixture
+def cluster(world: SandboxServer) -> Iterator[KubernetesCluster]:
+    # A page of two objects, so every list below follows `continue` tokens.
+    adapter = KubernetesCluster.from_settings(sandbox_world.settings_for(world), page_size=2)
+    yield adapter
+    adapter.close()
+
+
+def _pod_named(pods: list[Pod], prefix: str) -> list[Pod]:
+    return [p for p in pods if p.name.startswith(prefix)]
+
+
+def test_list_nodes(cluster: KubernetesCluster) -> None:
+    nodes = {n.name: n for n in cluster.list_nodes()}
+    assert sorted(nodes) == ["pool-a000000", "pool-a000001", "pool-manual000000"]
+    node = nodes["pool-a000001"]
+    assert node.ready and not node.unschedulable
+    assert node.allocatable.cpu_milli == 3860 and node.allocatable.pods == 110
+    assert node.instance is not None and (node.instance.group_id, node.instance.instance_id) == ("rg-it/pool-a", "1")
+    assert node.created_at < SANDBOX_START
+
+
+def test_get_node(cluster: KubernetesCluster) -> None:
+    node = cluster.get_node("pool-manual000000")
+    assert node is not None and node.name == "pool-manual000000"
+    assert cluster.get_node("ghost") is None
+
+
+def test_list_pods_returns_unfinished_pods_as_domain_objects(world: SandboxServer, cluster: KubernetesCluster) -> None:
+    pods = cluster.list_pods()
+    assert len(_pod_named(pods, "batch-")) == 2
+    (huge,) = _pod_named(pods, "huge-")
+    assert huge.unschedulable and huge.phase == "Pending" and huge.node_name is None
+    assert huge.requests == Resources(64_000, 2**30, 1)
+    mirrors = [p for p in pods if p.is_mirror]
+    assert {p.node_name for p in mirrors} == {"pool-a000000", "pool-a000001"}
+    assert {p.owner.kind for p in pods if p.owner} >= {"ReplicaSet", "Job", "DaemonSet"}
+    assert all(p.requests.pods == 1 for p in pods)
+
+    world.clock.advance(120)  # the batch Jobs run for 60 s and succeed
+    assert _pod_named(cluster.list_pods(), "batch-") == []
+
+
+def test_list_pods_on_node(cluster: KubernetesCluster) -> None:
+    everything = cluster.list_pods()
+    node = "pool-a000000"
+    on_node = cluster.list_pods_on_node(node)
+    assert on_node and all(p.node_name == node for p in on_node)
+    assert {p.key for p in on_node} == {p.key for p in everything if p.node_name == node}
+
+
+def test_cordon_twice_adds_exactly_one_taint(world: SandboxServer, cluster: KubernetesCluster) -> None:
+    cluster.cordon("pool-a000001", taint=DRAIN)
+    cluster.cordon("pool-a000001", taint=DRAIN)
+    node = cluster.get_node("pool-a000001")
+    assert node is not None and node.unschedulable
+    assert [t for t in node.taints if t.key == DRAIN.key] == [DRAIN]
+    assert world.world.counters.k8s["PATCH nodes"] == 1
+
+
+def test_uncordon_undoes_cordon_and_is_idempotent(world: SandboxServer, cluster: KubernetesCluster) -> None:
+    cluster.cordon("pool-a000001", taint=DRAIN)
+    cluster.uncordon("pool-a000001", taint_key=DRAIN.key)
+    cluster.uncordon("pool-a000001", taint_key=DRAIN.key)
+    node = cluster.get_node("pool-a000001")
+    assert node is not None and not node.unschedulable and node.taints == ()
+    assert world.world.counters.k8s["PATCH nodes"] == 2
+
+
+def test_cordon_retries_a_conflicting_write(world: SandboxServer, cluster: KubernetesCluster) -> None:
+    world.world.inject_fault(("k8s", "PATCH", "nodes"), status=409, code="Conflict")
+    cluster.cordon("pool-a000000", taint=DRAIN)
+    node = cluster.get_node("pool-a000000")
+    assert node is not None and node.is_being_deleted and node.unschedulable
+    assert world.world.counters.k8s["PATCH nodes"] == 2
+
+
+def test_a_stale_resource_version_is_refused_by_the_server(world: SandboxServer, cluster: KubernetesCluster) -> None:
+    # Our guard relies on the server honouring metadata.resourceVersion in a merge patch.
+    api = CoreV1Api(cluster._api_client)
+    with pytest.raises(ApiException) as caught:
+        api.patch_node(
+            "pool-a000000",
+            {"metadata": {"resourceVersion": "1"}, "spec": {"unschedulable": True}},
+            _content_type="application/merge-patch+json",
+        )
+    assert caught.value.status == 409
+
+
+def test_evictions(world: SandboxServer, cluster: KubernetesCluster) -> None:
+    pods = cluster.list_pods()
+    batch = _pod_named(pods, "batch-")[0]
+    web = _pod_named(pods, "web-")[0]
+    assert cluster.evict(batch.namespace, batch.name, grace_period_seconds=0) == "evicted"
+    assert cluster.evict(web.namespace, web.name) == "blocked"  # the PDB wants both web pods up
+    assert cluster.evict("default", "ghost") == "not_found"
+    remaining = {p.key: p for p in cluster.list_pods()}
+    assert batch.key not in remaining or remaining[batch.key].deleting
+    assert web.key in remaining and not remaining[web.key].deleting
+
+
+def test_delete_node_ignores_a_node_already_gone(cluster: KubernetesCluster) -> None:
+    cluster.delete_node("pool-manual000000")
+    cluster.delete_node("pool-manual000000")
+    assert cluster.get_node("pool-manual000000") is None
+
+
+SERVER_ERROR_CASES: list[tuple[str, tuple[str, str, str], Callable[[KubernetesCluster], object], str]] = [
+    ("list nodes", ("k8s", "GET", "nodes"), lambda c: c.list_nodes(), "list nodes"),
+    ("list pods", ("k8s", "GET", "pods"), lambda c: c.list_pods(), "list pods"),
+    ("get node", ("k8s", "GET", "nodes"), lambda c: c.get_node("pool-a000000"), "get node pool-a000000"),
+    ("cordon", ("k8s", "PATCH", "nodes"), lambda c: c.cordon("pool-a000000", taint=DRAIN), "cordon node pool-a000000"),
+    ("evict", ("k8s", "POST", "eviction"), lambda c: c.evict("default", "ghost"), "evict pod default/ghost"),
+    ("delete node", ("k8s", "DELETE", "nodes"), lambda c: c.delete_node("pool-a000000"), "delete node pool-a000000"),
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "call", "named"), [c[1:] for c in SERVER_ERROR_CASES], ids=[c[0] for c in SERVER_ERROR_CASES]
+)
+def test_a_server_error_becomes_a_cluster_error_naming_the_call(
+    world: SandboxServer,
+    cluster: KubernetesCluster,
+    target: tuple[str, str, str],
+    call: Callable[[KubernetesCluster], object],
+    named: str,
+) -> None:
+    world.world.inject_fault(target, status=500, message="etcd is on fire")
+    with pytest.raises(ClusterError, match=named) as caught:
+        call(cluster)
+    assert isinstance(caught.value, KubernetesApiError) and caught.value.status == 500
+    assert "etcd is on fire" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ApiException)
+
+
+def _port_methods(protocol: type) -> list[str]:
+    return [name for name in vars(protocol) if not name.startswith("_") and callable(vars(protocol)[name])]
+
+
+@pytest.mark.parametrize("method", _port_methods(ports.Cluster))
+def test_implements_the_cluster_port(method: str) -> None:
+    expected = inspect.signature(getattr(ports.Cluster, method))
+    actual = inspect.signature(getattr(KubernetesCluster, method))
+    assert [(p.name, p.kind, p.default) for p in actual.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in expected.parameters.values()
+    ]
