@@ -168,7 +168,7 @@ SPECS: tuple[Spec, ...] = (
          "A scale action not started within this long after it was decided is dropped as stale."),
     Spec("ACTION_LEASE", "action_lease", "5m", _positive_duration,
          "A started step not finished within this long may be taken over by another delivery."),
-    Spec("STEP_RETRY_DELAY", "step_retry_delay", "10s", _positive_duration,
+    Spec("STEP_RETRY_DELAY", "step_retry_delay", "10s", _nonnegative_duration,
          "Visibility delay of a step that re-enqueues itself to wait (evictions, ARM operations)."),
     Spec("ARM_OPERATION_WAIT", "arm_operation_wait", "5s", _nonnegative_duration,
          "How long one invocation waits on an ARM long-running operation before re-enqueueing a check."),

@@ -1,0 +1,236 @@
+"""The executor and the polls against real parts: Azurite for state and queue, the sandbox for cluster and ARM."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from sandbox.clock import ManualClock
+from sandbox.server import SandboxServer
+from shared.actions import encode_action, new_scale_down, new_scale_up
+from shared.context import AppContext, build_context
+from shared.ports import ClusterError
+from shared.services.executor import Executor
+from shared.services.pending import run_pending_poll
+from shared.services.utilization import run_utilization_poll
+from tests.fixtures.sandbox import SANDBOX_START
+
+GROUP = "rg-exec/pool"
+TTL = timedelta(minutes=5)
+
+SCENARIO: dict[str, Any] = {
+    "name": "executor",
+    "cluster_name": "exec",
+    "arm_throttling": False,
+    "boot_delay": "60s",
+    "delete_delay": "20s",
+    "node_groups": [
+        {"resource_group": "rg-exec", "name": "pool", "vm_size": "Standard_D4s_v5",
+         "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}, "min": 1, "max": 5, "initial": 3},
+    ],
+    "daemonsets": [{"name": "kube-proxy", "requests": {"cpu": "100m", "memory": "128Mi"}}],
+    "workloads": [
+        {"name": "web", "kind": "ReplicaSet", "count": 1, "requests": {"cpu": "3", "memory": "1Gi"}},
+        # Arrives after the other tests are done with the world: four pods that need new nodes.
+        {"name": "burst", "kind": "Job", "count": 4, "at": "1h", "duration": "10m", "requests": {"cpu": "2", "memory": "1Gi"}},
+    ],
+}
+
+
+@dataclass
+class App:
+    context: AppContext
+    server: SandboxServer
+    clock: ManualClock
+
+    @property
+    def executor(self) -> Executor:
+        return Executor(self.context.ports, self.context.settings)
+
+    def run(self, text: str) -> Any:
+        return self.executor.execute(text, now=self.clock.now())
+
+    def poison(self) -> list[str]:
+        return self.context.ports.queue.poison().peek()  # type: ignore[attr-defined]
+
+    def queued(self) -> list[dict[str, Any]]:
+        return [json.loads(text) for text in self.context.ports.queue.peek()]  # type: ignore[attr-defined]
+
+    def node_names(self) -> list[str]:
+        return sorted(n.name for n in self.context.ports.cluster.list_nodes())
+
+    def busy_and_idle(self) -> tuple[str, list[str]]:
+        pods = self.context.ports.cluster.list_pods()
+        busy = next(p.node_name for p in pods if p.name.startswith("web") and p.node_name)
+        assert busy is not None
+        return busy, [n for n in self.node_names() if n != busy]
+
+    def provider_id(self, node: str) -> str:
+        found = self.context.ports.cluster.get_node(node)
+        assert found is not None
+        return found.provider_id
+
+    def arm_calls(self, operation: str) -> int:
+        return int(self.server.world.report()["api_calls"]["breakdown"]["arm"].get(operation, 0))
+
+
+def make_app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str, **group: Any) -> App:
+    clock = ManualClock(SANDBOX_START)
+    scenario = {**SCENARIO, "node_groups": [{**SCENARIO["node_groups"][0], **group}]}
+    server = sandbox_factory(scenario, clock=clock)
+    clock.advance(5)  # let the scheduler place the workload
+    env = {**server.env(), "AzureWebJobsStorage": azurite, "STATE_TABLE": table_name,
+           "SCALE_ACTIONS_QUEUE": queue_name, "ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s"}
+    return App(build_context(env, clock=clock), server, clock)
+
+
+@pytest.fixture
+def app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str) -> App:
+    return make_app(sandbox_factory, azurite, table_name, queue_name)
+
+
+def scale_up(app: App, target: int, **changes: Any) -> str:
+    body = json.loads(encode_action(new_scale_up(action_id="up-1", group=GROUP, target_size=target,
+                                                 now=app.clock.now(), ttl=TTL)))
+    return json.dumps({**body, **changes})
+
+
+def scale_down(app: App, node: str, **changes: Any) -> str:
+    action = new_scale_down(action_id=f"down-{node}", group=GROUP, node=node, provider_id=app.provider_id(node),
+                            now=app.clock.now(), ttl=TTL)
+    return json.dumps({**json.loads(encode_action(action)), **changes})
+
+
+# -- bad input -------------------------------------------------------------------------------------------
+
+POISONED = [
+    ("not json", lambda app: "{definitely not json", "not JSON"),
+    ("unknown version", lambda app: scale_up(app, 4, version=7), "unknown schema version"),
+    ("missing fields", lambda app: json.dumps({"version": 1, "kind": "scale_up", "id": "x"}), "missing field(s)"),
+    ("not a discovered group", lambda app: scale_up(app, 4, group="rg-exec/elsewhere"), "not a discovered node group"),
+    ("count above max", lambda app: scale_up(app, 6), "outside the group's limits 1..5"),
+    ("count below min", lambda app: scale_up(app, 1, group=GROUP, target_size=0), "target_size must be a positive"),
+    ("follow-up without ledger", lambda app: scale_up(app, 4, step="confirm"), "no ledger entry"),
+    ("providerID of another instance",
+     lambda app: scale_down(app, app.busy_and_idle()[1][0], provider_id=app.provider_id(app.busy_and_idle()[1][1])),
+     "is not the decided instance"),
+]
+
+
+@pytest.mark.parametrize("case_id,make,reason", POISONED, ids=[c[0] for c in POISONED])
+def test_bad_messages_are_rejected_to_poison_and_never_executed(app: App, case_id: str, make: Any, reason: str) -> None:
+    text = make(app)
+    result = app.run(text)
+    assert result.outcome == "rejected"
+    assert reason in result.detail
+    assert len(app.poison()) == 1
+    assert app.arm_calls("PATCH virtualMachineScaleSets") == 0 and app.arm_calls("POST delete") == 0
+    assert not any(n.unschedulable for n in app.context.ports.cluster.list_nodes())
+    entries = app.context.ports.state.list_ledger()
+    assert [e.outcome.startswith("rejected") for e in entries] == [True]
+
+
+def test_expired_message_is_dropped_not_poisoned(app: App) -> None:
+    text = scale_up(app, 4)
+    app.clock.advance(TTL.total_seconds() + 1)
+    result = app.run(text)
+    assert result.outcome == "rejected" and "expired" in result.detail
+    assert app.poison() == []
+    assert app.arm_calls("PATCH virtualMachineScaleSets") == 0
+
+
+# -- scale-up --------------------------------------------------------------------------------------------
+
+def test_scale_up_runs_once_under_duplicate_delivery(app: App) -> None:
+    text = scale_up(app, 4)
+    first, second = app.run(text), app.run(text)
+    assert first.outcome == "waiting"  # the resize operation is still running
+    assert second.outcome == "duplicate"
+    assert app.arm_calls("PATCH virtualMachineScaleSets") == 1
+    [entry] = app.context.ports.state.list_ledger()
+    assert entry.duplicates == 1 and entry.operation
+    [confirm] = app.queued()
+    assert confirm["step"] == "confirm"
+    app.clock.advance(300)
+    assert app.run(json.dumps(confirm)).outcome == "succeeded"
+    assert app.context.ports.state.get_group(GROUP).last_scale_up is not None
+
+
+def test_scale_up_to_a_size_already_reached_is_skipped(app: App) -> None:
+    result = app.run(scale_up(app, 3))
+    assert result.outcome == "skipped" and "already at 3" in result.detail
+    assert app.arm_calls("PATCH virtualMachineScaleSets") == 0
+
+
+# -- scale-down ------------------------------------------------------------------------------------------
+
+def test_scale_down_of_a_busy_node_is_skipped(app: App) -> None:
+    busy, _ = app.busy_and_idle()
+    result = app.run(scale_down(app, busy))
+    assert result.outcome == "skipped" and "no longer idle" in result.detail
+    node = app.context.ports.cluster.get_node(busy)
+    assert node is not None and not node.unschedulable
+
+
+def test_scale_down_walks_every_step_and_deletes_that_instance_once(app: App) -> None:
+    _, idle = app.busy_and_idle()
+    target = idle[0]
+    instance = app.provider_id(target).rsplit("/", 1)[-1]
+    text = scale_down(app, target)
+    outcomes = []
+    for _ in range(12):
+        outcomes.append(app.run(text).outcome)
+        app.run(text)  # every delivery twice
+        if outcomes[-1] not in ("waiting",):
+            break
+        [text] = [json.dumps(m) for m in app.queued()]
+        app.context.ports.queue.clear()  # type: ignore[attr-defined]
+        app.clock.advance(30)
+    assert outcomes[-1] == "succeeded", outcomes
+    assert target not in app.node_names()
+    assert app.server.world.report()["api_calls"]["breakdown"]["arm"]["instances_deleted"] == {f"pool/{instance}": 1}
+    state = app.context.ports.state.get_group(GROUP)
+    assert state.deleting == () and state.last_scale_down is not None
+
+
+def test_scale_down_never_goes_below_min_counting_removals_in_flight(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, min=2)
+    _, idle = app.busy_and_idle()
+    assert app.run(scale_down(app, idle[0])).outcome == "waiting"  # 3 -> 2 nodes: allowed
+    second = app.run(scale_down(app, idle[1]))  # 2 -> 1 while the first is in flight: refused
+    assert second.outcome == "skipped" and "below its minimum 2" in second.detail
+    assert app.context.ports.state.get_group(GROUP).deleting == (idle[0],)
+    node = app.context.ports.cluster.get_node(idle[1])
+    assert node is not None and not node.unschedulable
+
+
+# -- polls -----------------------------------------------------------------------------------------------
+
+def test_kubernetes_500_means_no_scale_down_in_that_tick(app: App) -> None:
+    settings = app.context.settings
+    run_utilization_poll(app.context.ports, settings, now=app.clock.now())  # idle nodes become unneeded
+    unneeded = app.context.ports.state.list_unneeded()
+    assert unneeded
+    app.clock.advance(settings.scale_down_unneeded_time.total_seconds() + 60)
+    fault = app.server.world.inject_fault(("k8s", "GET", "pods"), status=500, count=100)
+    with pytest.raises(ClusterError):
+        run_utilization_poll(app.context.ports, settings, now=app.clock.now())
+    assert app.queued() == []
+    assert app.context.ports.state.list_unneeded() == unneeded
+    fault.remaining = 0  # the API is healthy again: the same decision now goes through
+    result = run_utilization_poll(app.context.ports, settings, now=app.clock.now())
+    assert result.enqueued
+
+
+def test_pending_poll_enqueues_one_scale_up(app: App) -> None:
+    app.clock.advance(3600)  # the burst workload arrives
+    result = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
+    assert len(result.enqueued) == 1
+    [message] = app.queued()
+    assert message["kind"] == "scale_up" and message["group"] == GROUP and message["target_size"] > 3
