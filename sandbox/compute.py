@@ -1,0 +1,102 @@
+"""The simulated Microsoft.Compute side: Uniform scale sets, their instances, long-running operations.
+
+Plain records; the world mutates them under its lock. Times are sim seconds
+since the world started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sandbox.faults import ScaleUpFailure
+from sandbox.scenario import NodeGroupSpec
+
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def base36(number: int) -> str:
+    if number == 0:
+        return "0"
+    digits = []
+    while number:
+        number, rest = divmod(number, 36)
+        digits.append(_BASE36[rest])
+    return "".join(reversed(digits))
+
+
+def computer_name(prefix: str, instance_id: int) -> str:
+    """Uniform VMSS hostnames: the prefix plus the instance id in base 36, zero-padded to 6 (pool-d4000003)."""
+    return f"{prefix}{base36(instance_id).zfill(6)}"
+
+
+InstanceState = Literal["Creating", "Succeeded", "Deleting"]
+
+
+@dataclass(slots=True)
+class InstanceSim:
+    group_key: str
+    instance_id: int
+    computer_name: str
+    vm_id: str
+    zone: str
+    created_at: float
+    boot_delay: float
+    provision_at: float  # Creating -> Succeeded
+    ready_at: float  # the Node registers Ready
+    state: InstanceState = "Creating"
+    delete_started_at: float | None = None
+    vanished_at: float | None = None
+    node_registered: bool = False
+    node_deleted_by_api: bool = False
+    ip_index: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.vanished_at is None
+
+
+@dataclass(slots=True)
+class ScaleSetSim:
+    spec: NodeGroupSpec
+    key: str  # shared.domain.group_id
+    capacity: int
+    tags: dict[str, str]
+    unique_id: str
+    created_at: float
+    next_instance_id: int = 0
+    instances: dict[int, InstanceSim] = field(default_factory=dict)  # alive ones (including Deleting)
+    scale_up_failures: list[ScaleUpFailure] = field(default_factory=list)
+    generation: int = 1  # etag
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def resource_group(self) -> str:
+        return self.spec.resource_group
+
+    def active(self) -> list[InstanceSim]:
+        """Instances that count towards capacity (not being deleted), by id."""
+        return sorted((i for i in self.instances.values() if i.state != "Deleting"), key=lambda i: i.instance_id)
+
+
+OperationStatus = Literal["InProgress", "Succeeded", "Failed"]
+
+
+@dataclass(slots=True)
+class Operation:
+    """An ARM async operation: a capacity change or an instance deletion."""
+
+    op_id: str
+    kind: Literal["scale", "delete"]
+    group_key: str
+    started_at: float
+    instance_ids: frozenset[int] = frozenset()
+    status: OperationStatus = "InProgress"
+    ended_at: float | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    revert_capacity_from: int | None = None  # a failing scale-up puts capacity back
+    revert_capacity_to: int | None = None

@@ -1,0 +1,305 @@
+"""Kubernetes objects in their API shape (what `kubectl get -o json` shows).
+
+Builders only: the world decides when objects change, these functions decide
+what they look like. The official Python client validates responses with
+pydantic models, so every field the models mark required is present and every
+quantity is a string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shared.domain import Resources, Taint, Toleration
+from sandbox.errors import KubeError
+from sandbox.units import format_bytes, format_cpu, parse_bytes, parse_cpu_milli
+
+KUBELET_VERSION = "v1.31.2"
+CONTAINER_IMAGE = "mcr.microsoft.com/azurelinux/busybox:1.36"
+
+
+def resource_list(resources: Resources, *, with_pods: bool = True) -> dict[str, str]:
+    quantities = {"cpu": format_cpu(resources.cpu_milli), "memory": format_bytes(resources.memory_bytes)}
+    if with_pods:
+        quantities["pods"] = str(resources.pods)
+    return quantities
+
+
+def taint_json(taint: Taint, added_at: str | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {"key": taint.key, "effect": taint.effect}
+    if taint.value:
+        obj["value"] = taint.value
+    if added_at is not None:
+        obj["timeAdded"] = added_at
+    return obj
+
+
+def toleration_json(toleration: Toleration) -> dict[str, Any]:
+    obj: dict[str, Any] = {"operator": toleration.operator}
+    if toleration.key:
+        obj["key"] = toleration.key
+    if toleration.value:
+        obj["value"] = toleration.value
+    if toleration.effect:
+        obj["effect"] = toleration.effect
+    return obj
+
+
+def parse_taints(node: Mapping[str, Any]) -> tuple[Taint, ...]:
+    raw = (node.get("spec") or {}).get("taints") or []
+    return tuple(Taint(t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in raw if isinstance(t, Mapping))
+
+
+def parse_tolerations(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    raw = (pod.get("spec") or {}).get("tolerations") or []
+    return tuple(
+        Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
+        for t in raw
+        if isinstance(t, Mapping)
+    )
+
+
+def condition(kind: str, status: str, at: str, reason: str = "", message: str = "") -> dict[str, Any]:
+    obj: dict[str, Any] = {"type": kind, "status": status, "lastTransitionTime": at}
+    if reason:
+        obj["reason"] = reason
+    if message:
+        obj["message"] = message
+    return obj
+
+
+def node_object(
+    *,
+    name: str,
+    uid: str,
+    created: str,
+    provider_id: str,
+    labels: Mapping[str, str],
+    taints: tuple[Taint, ...],
+    capacity: Resources,
+    allocatable: Resources,
+    internal_ip: str,
+    pod_cidr: str,
+    machine_id: str,
+) -> dict[str, Any]:
+    def node_condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": created,
+            "lastTransitionTime": created,
+        }
+
+    spec: dict[str, Any] = {"providerID": provider_id, "podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}
+    if taints:
+        spec["taints"] = [taint_json(t) for t in taints]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": uid,
+            "creationTimestamp": created,
+            "labels": dict(labels),
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+        },
+        "spec": spec,
+        "status": {
+            "capacity": resource_list(capacity),
+            "allocatable": resource_list(allocatable),
+            "conditions": [
+                node_condition(
+                    "MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"
+                ),
+                node_condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                node_condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                node_condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": internal_ip}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": uid,
+                "containerRuntimeVersion": "containerd://1.7.22",
+                "kernelVersion": "5.15.0-1073-azure",
+                "kubeProxyVersion": KUBELET_VERSION,
+                "kubeletVersion": KUBELET_VERSION,
+                "machineID": machine_id,
+                "operatingSystem": "linux",
+                "osImage": "Ubuntu 22.04.5 LTS",
+                "systemUUID": machine_id,
+            },
+        },
+    }
+
+
+def owner_reference(kind: str, name: str, uid: str) -> dict[str, Any]:
+    api_version = {"Job": "batch/v1", "ReplicaSet": "apps/v1", "DaemonSet": "apps/v1", "Node": "v1"}.get(kind, "v1")
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pod_object(
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    created: str,
+    requests: Resources,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    node_selector: Mapping[str, str],
+    tolerations: tuple[Toleration, ...],
+    owner: dict[str, Any] | None,
+    restart_policy: str,
+    priority_class: str = "",
+) -> dict[str, Any]:
+    container_requests = resource_list(requests, with_pods=False)
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": CONTAINER_IMAGE,
+                "resources": {"requests": container_requests},
+                "imagePullPolicy": "IfNotPresent",
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+            }
+        ],
+        "restartPolicy": restart_policy,
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "schedulerName": "default-scheduler",
+        "serviceAccountName": "default",
+        "enableServiceLinks": True,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "priority": 0,
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = [toleration_json(t) for t in tolerations]
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": uid,
+        "creationTimestamp": created,
+        "labels": dict(labels),
+    }
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {"phase": "Pending", "qosClass": "Burstable"},
+    }
+
+
+def container_status(*, running_since: str | None = None, finished_at: str | None = None, started_at: str = "",
+                     exit_code: int = 0, reason: str = "Completed") -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "name": "main",
+        "image": CONTAINER_IMAGE,
+        "imageID": "",
+        "ready": finished_at is None and running_since is not None,
+        "restartCount": 0,
+        "started": finished_at is None and running_since is not None,
+    }
+    if finished_at is not None:
+        status["state"] = {
+            "terminated": {"exitCode": exit_code, "reason": reason, "startedAt": started_at, "finishedAt": finished_at}
+        }
+    elif running_since is not None:
+        status["state"] = {"running": {"startedAt": running_since}}
+    else:
+        status["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    return status
+
+
+def status_object(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A metav1.Status; `status` is Success for 2xx codes."""
+    obj: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if code < 400 else "Failure",
+        "code": code,
+    }
+    if message:
+        obj["message"] = message
+    if reason:
+        obj["reason"] = reason
+    if details:
+        obj["details"] = details
+    return obj
+
+
+def is_ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def set_condition(obj: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Upsert a condition by type; lastTransitionTime only moves when the status does. True if anything changed."""
+    conditions: list[dict[str, Any]] = obj.setdefault("status", {}).setdefault("conditions", [])
+    for i, cond in enumerate(conditions):
+        if cond.get("type") == new["type"]:
+            if cond.get("status") == new["status"]:
+                new = {**new, "lastTransitionTime": cond.get("lastTransitionTime", new["lastTransitionTime"])}
+            if {k: v for k, v in cond.items() if k != "lastHeartbeatTime"} == {
+                k: v for k, v in new.items() if k != "lastHeartbeatTime"
+            }:
+                return False
+            conditions[i] = {**cond, **new}
+            return True
+    conditions.append(new)
+    return True
+
+
+def validate_node(node: dict[str, Any]) -> None:
+    """What the API server's validation would refuse in a node update (422 Invalid)."""
+    meta = node["metadata"]
+    for field_name in ("labels", "annotations"):
+        values = meta.get(field_name) or {}
+        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+            raise KubeError(422, "Invalid", f"Node is invalid: metadata.{field_name}: must be a map of strings")
+    taints = (node.get("spec") or {}).get("taints") or []
+    if not isinstance(taints, list):
+        raise KubeError(422, "Invalid", "Node is invalid: spec.taints: must be a list")
+    for i, taint in enumerate(taints):
+        if not isinstance(taint, dict) or not taint.get("key"):
+            raise KubeError(422, "Invalid", f"Node is invalid: spec.taints[{i}].key: Required value")
+        if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise KubeError(
+                422, "Invalid", f'Node is invalid: spec.taints[{i}].effect: Unsupported value: "{taint.get("effect")}"'
+            )
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Resources:
+    """The scheduler's view of a pod's requests: the sum over its containers, plus one pod slot."""
+    cpu = memory = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        cpu += parse_cpu_milli(requests.get("cpu", "0"))
+        memory += parse_bytes(requests.get("memory", "0"))
+    return Resources(cpu, memory, 1)

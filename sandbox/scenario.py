@@ -1,0 +1,598 @@
+"""Scenario files: what the simulated cluster looks like and what work arrives.
+
+`load_scenario` turns a JSON file (or a bare name such as `burst`, resolved to
+`sandbox/scenarios/<name>.json`, or an in-memory dict) into frozen dataclasses.
+Every problem is reported as a `ScenarioError` naming the file, the JSON path
+and what is wrong, so a typo in a long file is found at once. docs/scenarios.md
+documents every field; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from shared.domain import EMPTY_MAP, Resources, Taint, Toleration
+from sandbox.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration, parse_time
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+
+# z-score of the 95th percentile of a standard normal: turns (median, p95) into a lognormal sigma.
+_Z95 = 1.6448536269514722
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing, unreadable or invalid."""
+
+    def __init__(self, source: str, path: str, problem: str) -> None:
+        super().__init__(f"{source}: {path}: {problem}")
+        self.source = source
+        self.path = path
+        self.problem = problem
+
+
+class _Invalid(Exception):
+    """Raised while walking the document; turned into ScenarioError with the file name."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(problem)
+        self.path = path
+        self.problem = problem
+
+
+@dataclass(frozen=True, slots=True)
+class Dist:
+    """A random quantity in its parsed unit (millicores, bytes or seconds).
+
+    fixed: `values[0]`; choice: uniform over `values`; uniform: between `low` and `high`;
+    lognormal: median/p95, clipped to [low, high].
+    """
+
+    kind: Literal["fixed", "choice", "uniform", "lognormal"]
+    values: tuple[float, ...] = ()
+    low: float = 0.0
+    high: float = math.inf
+    median: float = 0.0
+    p95: float = 0.0
+
+    @staticmethod
+    def fixed(value: float) -> Dist:
+        return Dist("fixed", (value,), value, value)
+
+    def sample(self, rng: random.Random) -> float:
+        if self.kind == "fixed":
+            return self.values[0]
+        if self.kind == "choice":
+            return rng.choice(self.values)
+        if self.kind == "uniform":
+            return rng.uniform(self.low, self.high)
+        if self.median <= 0:
+            return max(self.low, 0.0)
+        sigma = (math.log(self.p95) - math.log(self.median)) / _Z95 if self.p95 > self.median else 0.0
+        value = math.exp(rng.gauss(math.log(self.median), sigma))
+        return min(max(value, self.low), self.high)
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorPodSpec:
+    name: str
+    namespace: str
+    requests: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroupSpec:
+    resource_group: str
+    name: str
+    vm_size: str
+    allocatable: Resources
+    capacity: Resources
+    min_size: int
+    max_size: int
+    initial: int
+    autoscaled: bool = True  # carries the cluster-autoscaler discovery tags
+    location: str = ""
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    taints: tuple[Taint, ...] = ()
+    zones: tuple[str, ...] = ()
+    tags: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    computer_name_prefix: str = ""
+    boot_delay: Dist | None = None  # None: the scenario's default
+    mirror_pods: tuple[MirrorPodSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSetSpec:
+    name: str
+    namespace: str
+    requests: Resources
+    node_selector: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    name: str
+    namespace: str
+    kind: Literal["Job", "ReplicaSet", "Pod"]
+    count: int
+    at: float  # seconds after the start when the first wave arrives
+    spread: float  # arrivals of a wave are uniform over [at, at + spread]
+    cpu: Dist  # millicores
+    memory: Dist  # bytes
+    duration: Dist | None  # seconds of running; None runs forever
+    repeat_every: float = 0.0
+    repeat_times: int = 1
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    node_selector: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PdbSpec:
+    name: str
+    namespace: str
+    selector: Mapping[str, str]
+    min_available: int | str | None = None
+    max_unavailable: int | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    source: str
+    node_groups: tuple[NodeGroupSpec, ...]
+    description: str = ""
+    cluster_name: str = "sandbox"
+    subscription_id: str = "00000000-0000-0000-0000-000000000000"
+    location: str = "westeurope"
+    start: datetime | None = None
+    duration: float = 3600.0
+    arm_throttling: bool = True
+    arm_page_size: int = 100
+    timeline_interval: float = 10.0
+    boot_delay: Dist = field(default_factory=lambda: Dist("lognormal", (), 0.0, 900.0, 100.0, 300.0))
+    provisioning_fraction: float = 0.3
+    delete_delay: Dist = field(default_factory=lambda: Dist("uniform", (), 20.0, 40.0))
+    node_removal_delay: float = 10.0
+    termination_grace: float = 5.0
+    namespaces: tuple[str, ...] = ()
+    daemonsets: tuple[DaemonSetSpec, ...] = ()
+    workloads: tuple[WorkloadSpec, ...] = ()
+    pdbs: tuple[PdbSpec, ...] = ()
+
+    @property
+    def resource_groups(self) -> tuple[str, ...]:
+        """Resource groups holding node groups, in first-seen order."""
+        seen: dict[str, str] = {}
+        for group in self.node_groups:
+            seen.setdefault(group.resource_group.lower(), group.resource_group)
+        return tuple(seen.values())
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def resolve_scenario_path(name_or_path: str | Path) -> Path:
+    """A bare name ('burst') means sandbox/scenarios/<name>.json; anything else is a path."""
+    text = str(name_or_path)
+    if isinstance(name_or_path, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", text) and not text.endswith(".json"):
+        return SCENARIO_DIR / f"{text}.json"
+    return Path(name_or_path)
+
+
+def load_scenario(source: str | Path | Mapping[str, Any] | Scenario) -> Scenario:
+    """Load and validate a scenario from a name, a path, a dict, or pass a Scenario through."""
+    if isinstance(source, Scenario):
+        return source
+    if isinstance(source, Mapping):
+        return scenario_from_dict(source, source_name="<memory>")
+    path = resolve_scenario_path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(str(path), "$", f"cannot read the file: {exc.strerror or exc}") from exc
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(str(path), "$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    return scenario_from_dict(document, source_name=str(path), default_name=path.stem)
+
+
+def scenario_from_dict(document: Any, *, source_name: str = "<memory>", default_name: str = "inline") -> Scenario:
+    try:
+        return _scenario(document, source_name, default_name)
+    except _Invalid as exc:
+        raise ScenarioError(source_name, exc.path, exc.problem) from None
+
+
+# ---------------------------------------------------------------------------- field readers
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # DNS-1123 label: pods, namespaces, PDBs
+_VMSS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_RG_NAME = re.compile(r"^[-\w._()]{1,90}$")
+_PREFIX = re.compile(r"^[a-z0-9][-a-z0-9]{0,14}$")
+
+
+def _obj(value: Any, path: str, allowed: set[str], required: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Invalid(path, f"must be an object, got {_typename(value)}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise _Invalid(f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(value))
+    if missing:
+        raise _Invalid(f"{path}.{missing[0]}", "required field is missing")
+    return value
+
+
+def _typename(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
+
+
+def _str(value: Any, path: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
+    if not isinstance(value, str) or not value:
+        raise _Invalid(path, f"must be a non-empty string, got {_typename(value)}")
+    if pattern is not None and not pattern.match(value):
+        raise _Invalid(path, f"{value!r} is not a valid {what or 'name'}")
+    return value
+
+
+def _bool(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(path, f"must be true or false, got {_typename(value)}")
+    return value
+
+
+def _int(value: Any, path: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(path, f"must be a whole number, got {_typename(value)}")
+    if value < minimum:
+        raise _Invalid(path, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def _parsed(parse: Callable[[Any], float], value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise _Invalid(path, f"must be a string or a number, got {_typename(value)}")
+    try:
+        return float(parse(value))
+    except ValueError as exc:
+        raise _Invalid(path, str(exc)) from None
+
+
+def _duration(value: Any, path: str) -> float:
+    return _parsed(parse_duration, value, path)
+
+
+def _string_map(value: Any, path: str) -> Mapping[str, str]:
+    if not isinstance(value, dict):
+        raise _Invalid(path, f"must be an object of strings, got {_typename(value)}")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise _Invalid(f"{path}.{key}", f"must be a string, got {_typename(item)}")
+    return MappingProxyType(dict(value))
+
+
+def _list(value: Any, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise _Invalid(path, f"must be a list, got {_typename(value)}")
+    return value
+
+
+def _items(obj: Mapping[str, Any], key: str, path: str, read: Callable[[Any, str], Any]) -> tuple[Any, ...]:
+    """Read the optional list `obj[key]` (default empty), each element with `read(value, its path)`."""
+    return tuple(read(item, f"{path}.{key}[{i}]") for i, item in enumerate(_list(obj.get(key, []), f"{path}.{key}")))
+
+
+def _dist(value: Any, path: str, parse: Callable[[Any], float]) -> Dist:
+    """scalar: fixed; list: choice; {min,max}: uniform; {median,p95[,min][,max]}: lognormal."""
+    if isinstance(value, list):
+        if not value:
+            raise _Invalid(path, "a choice list must not be empty")
+        return Dist("choice", tuple(_parsed(parse, v, f"{path}[{i}]") for i, v in enumerate(value)))
+    if isinstance(value, dict):
+        if "median" in value:
+            obj = _obj(value, path, {"median", "p95", "min", "max"}, {"median", "p95"})
+            median = _parsed(parse, obj["median"], f"{path}.median")
+            p95 = _parsed(parse, obj["p95"], f"{path}.p95")
+            if p95 < median:
+                raise _Invalid(f"{path}.p95", f"must not be below the median ({obj['median']})")
+            low = _parsed(parse, obj["min"], f"{path}.min") if "min" in obj else 0.0
+            high = _parsed(parse, obj["max"], f"{path}.max") if "max" in obj else math.inf
+            if high < low:
+                raise _Invalid(f"{path}.max", "must not be below min")
+            return Dist("lognormal", (), low, high, median, p95)
+        obj = _obj(value, path, {"min", "max"}, {"min", "max"})
+        low = _parsed(parse, obj["min"], f"{path}.min")
+        high = _parsed(parse, obj["max"], f"{path}.max")
+        if high < low:
+            raise _Invalid(f"{path}.max", "must not be below min")
+        return Dist("uniform", (), low, high)
+    return Dist.fixed(_parsed(parse, value, path))
+
+
+def _resources(value: Any, path: str, *, need_pods: bool) -> Resources:
+    obj = _obj(value, path, {"cpu", "memory", "pods"}, {"cpu", "memory"})
+    pods = int(_parsed(parse_count, obj.get("pods", 110 if need_pods else 0), f"{path}.pods"))
+    memory = int(_parsed(parse_bytes, obj["memory"], f"{path}.memory"))
+    if need_pods:  # node resources: kubelet reports memory in whole Ki, so "13.8Gi" becomes 14470348Ki
+        memory -= memory % 1024
+    return Resources(
+        cpu_milli=int(_parsed(parse_cpu_milli, obj["cpu"], f"{path}.cpu")),
+        memory_bytes=memory,
+        pods=pods,
+    )
+
+
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _taint(value: Any, path: str) -> Taint:
+    obj = _obj(value, path, {"key", "value", "effect"}, {"key"})
+    effect = obj.get("effect", "NoSchedule")
+    if effect not in _EFFECTS:
+        raise _Invalid(f"{path}.effect", f"must be one of {', '.join(_EFFECTS)}, got {effect!r}")
+    return Taint(_str(obj["key"], f"{path}.key"), _opt_str(obj, "value", path), effect)
+
+
+def _opt_str(obj: Mapping[str, Any], key: str, path: str, default: str = "") -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str):
+        raise _Invalid(f"{path}.{key}", f"must be a string, got {_typename(value)}")
+    return value
+
+
+def _toleration(value: Any, path: str) -> Toleration:
+    obj = _obj(value, path, {"key", "operator", "value", "effect"})
+    operator = obj.get("operator", "Equal")
+    if operator not in ("Equal", "Exists"):
+        raise _Invalid(f"{path}.operator", f"must be Equal or Exists, got {operator!r}")
+    effect = _opt_str(obj, "effect", path)
+    if effect and effect not in _EFFECTS:
+        raise _Invalid(f"{path}.effect", f"must be empty or one of {', '.join(_EFFECTS)}, got {effect!r}")
+    return Toleration(_opt_str(obj, "key", path), operator, _opt_str(obj, "value", path), effect)
+
+
+def _budget(value: Any, path: str) -> int | str:
+    if isinstance(value, str):
+        if not re.fullmatch(r"\d{1,3}%", value) or int(value[:-1]) > 100:
+            raise _Invalid(path, f"must be a count or a percentage such as '50%', got {value!r}")
+        return value
+    return _int(value, path)
+
+
+# ---------------------------------------------------------------------------- sections
+
+
+def _scenario(document: Any, source: str, default_name: str) -> Scenario:
+    top = _obj(
+        document,
+        "$",
+        {
+            "name", "description", "cluster_name", "subscription_id", "location", "start", "duration",
+            "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
+            "delete_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
+            "daemonsets", "workloads", "pdbs",
+        },
+        {"node_groups"},
+    )
+    location = _str(top.get("location", "westeurope"), "$.location")
+    groups = _items(top, "node_groups", "$", lambda item, path: _node_group(item, path, location))
+    if not groups:
+        raise _Invalid("$.node_groups", "must name at least one scale set")
+    seen: set[tuple[str, str]] = set()
+    prefixes: set[str] = set()
+    for i, group in enumerate(groups):
+        key = (group.resource_group.lower(), group.name.lower())
+        if key in seen:
+            raise _Invalid(f"$.node_groups[{i}].name", f"scale set {group.name!r} appears twice in {group.resource_group!r}")
+        seen.add(key)
+        if group.computer_name_prefix in prefixes:  # node names would collide
+            raise _Invalid(
+                f"$.node_groups[{i}].computer_name_prefix", f"{group.computer_name_prefix!r} is used by another scale set"
+            )
+        prefixes.add(group.computer_name_prefix)
+
+    fraction = top.get("provisioning_fraction", 0.3)
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+        raise _Invalid("$.provisioning_fraction", f"must be a number in (0, 1], got {fraction!r}")
+    duration = _duration(top.get("duration", "60m"), "$.duration")
+    if duration <= 0:
+        raise _Invalid("$.duration", "must be longer than zero")
+    interval = _duration(top.get("timeline_interval", "10s"), "$.timeline_interval")
+    if interval <= 0:
+        raise _Invalid("$.timeline_interval", "must be longer than zero")
+    start = None
+    if top.get("start") is not None:
+        try:
+            start = parse_time(_str(top["start"], "$.start"))
+        except ValueError:
+            raise _Invalid("$.start", f"not an RFC 3339 timestamp: {top['start']!r}") from None
+
+    defaults = Scenario(name="", source="", node_groups=())
+    namespaces = _items(top, "namespaces", "$", lambda item, path: _str(item, path, _NAME, "namespace"))
+    scenario = Scenario(
+        name=_str(top.get("name", default_name), "$.name"),
+        source=source,
+        description=_opt_str(top, "description", "$"),
+        cluster_name=_str(top.get("cluster_name", defaults.cluster_name), "$.cluster_name"),
+        subscription_id=_str(top.get("subscription_id", defaults.subscription_id), "$.subscription_id"),
+        location=location,
+        start=start,
+        duration=duration,
+        arm_throttling=_bool(top.get("arm_throttling", True), "$.arm_throttling"),
+        arm_page_size=_int(top.get("arm_page_size", 100), "$.arm_page_size", 1),
+        timeline_interval=interval,
+        boot_delay=_dist(top["boot_delay"], "$.boot_delay", parse_duration)
+        if "boot_delay" in top
+        else defaults.boot_delay,
+        provisioning_fraction=float(fraction),
+        delete_delay=_dist(top["delete_delay"], "$.delete_delay", parse_duration)
+        if "delete_delay" in top
+        else defaults.delete_delay,
+        node_removal_delay=_duration(top.get("node_removal_delay", "10s"), "$.node_removal_delay"),
+        termination_grace=_duration(top.get("termination_grace", "5s"), "$.termination_grace"),
+        namespaces=namespaces,
+        node_groups=groups,
+        daemonsets=_items(top, "daemonsets", "$", _daemonset),
+        workloads=_items(top, "workloads", "$", _workload),
+        pdbs=_items(top, "pdbs", "$", _pdb),
+    )
+    _unique([(w.namespace, w.name) for w in scenario.workloads], "$.workloads", "workload")
+    _unique([(d.namespace, d.name) for d in scenario.daemonsets], "$.daemonsets", "daemonset")
+    _unique([(p.namespace, p.name) for p in scenario.pdbs], "$.pdbs", "PodDisruptionBudget")
+    return scenario
+
+
+def _unique(keys: list[tuple[str, str]], path: str, what: str) -> None:
+    seen: set[tuple[str, str]] = set()
+    for i, key in enumerate(keys):
+        if key in seen:
+            raise _Invalid(f"{path}[{i}].name", f"{what} {key[0]}/{key[1]} is declared twice")
+        seen.add(key)
+
+
+def _node_group(value: Any, path: str, location: str) -> NodeGroupSpec:
+    obj = _obj(
+        value,
+        path,
+        {
+            "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
+            "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
+        },
+        {"resource_group", "name", "vm_size", "allocatable"},
+    )
+    name = _str(obj["name"], f"{path}.name", _VMSS_NAME, "scale set name")
+    autoscaled = _bool(obj.get("autoscaled", True), f"{path}.autoscaled")
+    min_size = _int(obj.get("min", 0), f"{path}.min")
+    initial = _int(obj.get("initial", min_size), f"{path}.initial")
+    if autoscaled and "max" not in obj:
+        raise _Invalid(f"{path}.max", "required field is missing (autoscaled scale sets carry min and max tags)")
+    max_size = _int(obj.get("max", max(min_size, initial)), f"{path}.max")
+    if max_size < min_size:
+        raise _Invalid(f"{path}.max", f"must be at least min ({min_size}), got {max_size}")
+    if autoscaled and not min_size <= initial <= max_size:
+        raise _Invalid(f"{path}.initial", f"must be between min ({min_size}) and max ({max_size}), got {initial}")
+    allocatable = _resources(obj["allocatable"], f"{path}.allocatable", need_pods=True)
+    capacity = _resources(obj["capacity"], f"{path}.capacity", need_pods=True) if "capacity" in obj else allocatable
+    if not allocatable.fits_in(capacity):
+        raise _Invalid(f"{path}.allocatable", "must not exceed capacity")
+    zones = _items(obj, "zones", path, lambda item, where: _str(item, where))
+    # The prefix becomes the node name, which Kubernetes wants lowercase (a DNS subdomain).
+    prefix = _str(
+        obj.get("computer_name_prefix", name.lower()), f"{path}.computer_name_prefix", _PREFIX, "computer name prefix"
+    )
+    return NodeGroupSpec(
+        resource_group=_str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name"),
+        name=name,
+        vm_size=_str(obj["vm_size"], f"{path}.vm_size"),
+        allocatable=allocatable,
+        capacity=capacity,
+        min_size=min_size,
+        max_size=max_size,
+        initial=initial,
+        autoscaled=autoscaled,
+        location=_str(obj.get("location", location), f"{path}.location"),
+        labels=_string_map(obj.get("labels", {}), f"{path}.labels"),
+        taints=_items(obj, "taints", path, _taint),
+        zones=zones,
+        tags=_string_map(obj.get("tags", {}), f"{path}.tags"),
+        computer_name_prefix=prefix,
+        boot_delay=_dist(obj["boot_delay"], f"{path}.boot_delay", parse_duration) if "boot_delay" in obj else None,
+        mirror_pods=_items(obj, "mirror_pods", path, _mirror_pod),
+    )
+
+
+def _mirror_pod(value: Any, path: str) -> MirrorPodSpec:
+    obj = _obj(value, path, {"name", "namespace", "requests"}, {"name"})
+    requests = _resources(obj["requests"], f"{path}.requests", need_pods=False) if "requests" in obj else Resources()
+    return MirrorPodSpec(
+        name=_str(obj["name"], f"{path}.name", _NAME, "pod name"),
+        namespace=_str(obj.get("namespace", "kube-system"), f"{path}.namespace", _NAME, "namespace"),
+        requests=requests,
+    )
+
+
+def _daemonset(value: Any, path: str) -> DaemonSetSpec:
+    obj = _obj(value, path, {"name", "namespace", "requests", "node_selector", "labels"}, {"name", "requests"})
+    name = _str(obj["name"], f"{path}.name", _NAME, "DaemonSet name")
+    return DaemonSetSpec(
+        name=name,
+        namespace=_str(obj.get("namespace", "kube-system"), f"{path}.namespace", _NAME, "namespace"),
+        requests=_resources(obj["requests"], f"{path}.requests", need_pods=False),
+        node_selector=_string_map(obj.get("node_selector", {}), f"{path}.node_selector"),
+        labels=_string_map(obj.get("labels", {"app": name}), f"{path}.labels"),
+    )
+
+
+def _workload(value: Any, path: str) -> WorkloadSpec:
+    obj = _obj(
+        value,
+        path,
+        {
+            "name", "namespace", "kind", "count", "at", "spread", "repeat", "requests", "duration", "labels",
+            "annotations", "node_selector", "tolerations",
+        },
+        {"name", "requests"},
+    )
+    name = _str(obj["name"], f"{path}.name", _NAME, "workload name")
+    kind = obj.get("kind", "Job")
+    if kind not in ("Job", "ReplicaSet", "Pod"):
+        raise _Invalid(f"{path}.kind", f"must be Job, ReplicaSet or Pod, got {kind!r}")
+    requests = _obj(obj["requests"], f"{path}.requests", {"cpu", "memory"}, {"cpu", "memory"})
+    cpu = _dist(requests["cpu"], f"{path}.requests.cpu", parse_cpu_milli)
+    memory = _dist(requests["memory"], f"{path}.requests.memory", parse_bytes)
+    duration = None if obj.get("duration") is None else _dist(obj["duration"], f"{path}.duration", parse_duration)
+    repeat_every, repeat_times = 0.0, 1
+    if "repeat" in obj:
+        repeat = _obj(obj["repeat"], f"{path}.repeat", {"every", "times"}, {"every", "times"})
+        repeat_every = _duration(repeat["every"], f"{path}.repeat.every")
+        repeat_times = _int(repeat["times"], f"{path}.repeat.times", 1)
+        if repeat_every <= 0:
+            raise _Invalid(f"{path}.repeat.every", "must be longer than zero")
+    default_labels = {"app": name}
+    if kind == "Job":  # what the Job controller stamps on its pods
+        default_labels |= {"job-name": name, "batch.kubernetes.io/job-name": name}
+    labels = _string_map(obj.get("labels", default_labels), f"{path}.labels")
+    return WorkloadSpec(
+        name=name,
+        namespace=_str(obj.get("namespace", "default"), f"{path}.namespace", _NAME, "namespace"),
+        kind=kind,
+        count=_int(obj.get("count", 1), f"{path}.count", 1),
+        at=_duration(obj.get("at", 0), f"{path}.at"),
+        spread=_duration(obj.get("spread", 0), f"{path}.spread"),
+        cpu=cpu,
+        memory=memory,
+        duration=duration,
+        repeat_every=repeat_every,
+        repeat_times=repeat_times,
+        labels=labels,
+        annotations=_string_map(obj.get("annotations", {}), f"{path}.annotations"),
+        node_selector=_string_map(obj.get("node_selector", {}), f"{path}.node_selector"),
+        tolerations=_items(obj, "tolerations", path, _toleration),
+    )
+
+
+def _pdb(value: Any, path: str) -> PdbSpec:
+    obj = _obj(value, path, {"name", "namespace", "selector", "min_available", "max_unavailable"}, {"name", "selector"})
+    if ("min_available" in obj) == ("max_unavailable" in obj):
+        raise _Invalid(path, "needs exactly one of min_available and max_unavailable")
+    return PdbSpec(
+        name=_str(obj["name"], f"{path}.name", _NAME, "PodDisruptionBudget name"),
+        namespace=_str(obj.get("namespace", "default"), f"{path}.namespace", _NAME, "namespace"),
+        selector=_string_map(obj["selector"], f"{path}.selector"),
+        min_available=_budget(obj["min_available"], f"{path}.min_available") if "min_available" in obj else None,
+        max_unavailable=_budget(obj["max_unavailable"], f"{path}.max_unavailable") if "max_unavailable" in obj else None,
+    )

@@ -1,0 +1,320 @@
+"""One HTTPS server on 127.0.0.1 serving the Kubernetes API double, the ARM double and /sandbox/ controls.
+
+TLS material comes from `trustme` at start: a throwaway CA (written to
+`workdir/ca.pem`) and a server certificate for 127.0.0.1 and localhost, so the
+official clients verify the connection exactly as they would against the real
+services. A ticker thread moves the world to `clock.now()` every ~100 ms of wall
+time and every request does so first, under `world.lock`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import ssl
+import threading
+import traceback
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import trustme
+
+from sandbox import arm_api, kube_api
+from sandbox.clock import Clock, ManualClock, SimClock
+from sandbox.errors import ArmError, KubeError
+from sandbox.faults import FaultError
+from sandbox.scenario import Scenario, load_scenario
+from sandbox.wire import Request, Response, json_response
+from sandbox.world import World
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.1
+
+
+def _is_kubernetes_path(path: str) -> bool:
+    return path.rstrip("/") in ("/version", "/api", "/apis") or path.startswith(("/api/", "/apis/"))
+
+
+class _TLSServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], context: ssl.SSLContext, app: SandboxServer) -> None:
+        super().__init__(address, _Handler)
+        self.context = context
+        self.app = app
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # The TLS handshake happens here, on the per-connection thread, so one slow client
+        # cannot stall the accept loop.
+        request.settimeout(30)
+        # Headers and body go out in separate writes; without NODELAY, Nagle plus delayed ACKs
+        # add ~40 ms to every keep-alive request.
+        request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            tls = self.context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        try:
+            self.RequestHandlerClass(tls, client_address, self)
+        finally:
+            try:
+                tls.close()
+            except OSError:
+                pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: the SDKs reuse connections
+    server: _TLSServer
+
+    def do_GET(self) -> None:  # noqa: N802 - BaseHTTPRequestHandler's naming
+        self._serve()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        split = urlsplit(self.path)
+        request = Request.build(self.command, unquote(split.path), split.query, dict(self.headers.items()), body)
+        response = self.server.app.dispatch(request)
+        self.send_response(response.status)
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(response.body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by the base class
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class SandboxServer:
+    """The simulated cluster world behind one HTTPS endpoint. Use as a context manager or call start()/stop()."""
+
+    def __init__(
+        self,
+        scenario: Scenario | str | Path | Mapping[str, Any],
+        *,
+        speed: float = 1.0,
+        seed: int = 0,
+        workdir: Path,
+        port: int = 0,
+        start: datetime | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.scenario = load_scenario(scenario)
+        if clock is None:
+            begin = start or self.scenario.start or datetime.now(UTC).replace(microsecond=0)
+            clock = SimClock(begin, speed)
+        self._clock = clock
+        self._world = World(self.scenario, seed=seed, start=getattr(clock, "start", None) or clock.now())
+        self._workdir = Path(workdir).resolve()
+        self._port = port
+        self._httpd: _TLSServer | None = None
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> SandboxServer:
+        if self._httpd is not None:
+            return self
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        authority = trustme.CA(organization_name="autoscaler sandbox")
+        certificate = authority.issue_cert("127.0.0.1", "localhost")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        certificate.configure_cert(context)
+        authority.cert_pem.write_to_path(str(self.ca_path))
+        self._httpd = _TLSServer(("127.0.0.1", self._port), context, self)
+        self._port = self._httpd.server_address[1]
+        self._write_kubeconfig()
+        self._stop.clear()
+        serve = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="sandbox-http", daemon=True
+        )
+        self._threads = [serve, threading.Thread(target=self._tick, name="sandbox-clock", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self._stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._httpd = None
+
+    def __enter__(self) -> SandboxServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            try:
+                self._world.advance(self._clock.now())
+            except Exception:  # keep the clock alive; the failure shows up in the log and in requests
+                log.exception("advancing the sandbox world failed")
+
+    def _write_kubeconfig(self) -> None:
+        name = self.scenario.cluster_name
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": {"server": self.url, "certificate-authority": str(self.ca_path)}}],
+            "users": [{"name": f"{name}-admin", "user": {"token": self._world.token}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin", "namespace": "default"}}],
+            "current-context": name,
+            "preferences": {},
+        }
+        # JSON is YAML, and the kubernetes client loads kubeconfig with a YAML loader.
+        self.kubeconfig_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self._port}"
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def ca_path(self) -> Path:
+        return self._workdir / "ca.pem"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self._workdir / "kubeconfig"
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def world(self) -> World:
+        return self._world
+
+    @property
+    def subscription_id(self) -> str:
+        return self._world.subscription_id
+
+    def env(self) -> dict[str, str]:
+        """The app settings that point the autoscaler at this sandbox."""
+        return {
+            "CLUSTER_NAME": self.scenario.cluster_name,
+            "AZURE_SUBSCRIPTION_ID": self.subscription_id,
+            "NODE_RESOURCE_GROUPS": ",".join(self.scenario.resource_groups),
+            "KUBECONFIG_PATH": str(self.kubeconfig_path),
+            "ARM_ENDPOINT": self.url,
+            "ARM_CA_BUNDLE": str(self.ca_path),
+            "AZURE_CREDENTIAL": "sandbox",
+        }
+
+    # ------------------------------------------------------------------ requests
+
+    def dispatch(self, request: Request) -> Response:
+        """Route one request; never raises (a bug becomes a 500 in the right API's error shape)."""
+        is_arm = request.path.startswith("/subscriptions")
+        try:
+            if request.path.startswith("/sandbox/"):
+                return self._control(request)
+            with self._world.lock:
+                self._world.advance(self._clock.now())
+                if is_arm:
+                    response = arm_api.handle(self._world, request)
+                elif _is_kubernetes_path(request.path):
+                    response = kube_api.handle(self._world, request)
+                else:
+                    response = json_response(404, {"error": f"no route for {request.path}"})
+            return self._wall_retry_after(response)
+        except Exception as exc:  # pragma: no cover - defensive: keep the server answering
+            log.error("sandbox request %s %s failed:\n%s", request.method, request.path, traceback.format_exc())
+            if is_arm:
+                return arm_api.error_response(ArmError(500, "InternalServerError", f"sandbox bug: {exc}"))
+            return kube_api.status_response(KubeError(500, "InternalError", f"sandbox bug: {exc}"))
+
+    def _wall_retry_after(self, response: Response) -> Response:
+        """The doubles speak sim seconds; clients sleep wall seconds.
+
+        Retry-After must stay a whole number (azure-mgmt-compute parses it with int()), so a
+        sub-second LRO poll delay at high speed travels as `retry-after-ms`, which azure-core
+        honours when Retry-After is absent. Throttling (429) always keeps Retry-After, at least 1.
+        """
+        raw = response.headers.get("Retry-After")
+        if raw is None:
+            return response
+        wall = float(raw) / self._clock.speed
+        headers = dict(response.headers)
+        if wall >= 1 or response.status == 429:
+            headers["Retry-After"] = str(max(1, math.ceil(wall)))
+        elif wall == 0:
+            headers["Retry-After"] = "0"
+        else:
+            del headers["Retry-After"]
+            headers["retry-after-ms"] = str(max(1, round(wall * 1000)))
+        return Response(response.status, headers, response.body)
+
+    def _control(self, request: Request) -> Response:
+        world = self._world
+        world.advance(self._clock.now())
+        route = (request.method, request.path.rstrip("/"))
+        if route == ("GET", "/sandbox/clock"):
+            return json_response(200, {"now": world.now.isoformat(), "sim_seconds": world.t, "speed": self._clock.speed})
+        if route == ("POST", "/sandbox/clock/advance"):
+            if not isinstance(self._clock, ManualClock):
+                return json_response(409, {"error": "only a manual clock can be advanced"})
+            seconds = float((request.json() or {}).get("seconds", 0))
+            self._clock.advance(seconds)
+            world.advance(self._clock.now())
+            return json_response(200, {"now": world.now.isoformat(), "sim_seconds": world.t, "speed": self._clock.speed})
+        if route == ("GET", "/sandbox/report"):
+            return json_response(200, world.report())
+        if route == ("GET", "/sandbox/state"):
+            return json_response(200, world.state())
+        if route == ("GET", "/sandbox/faults"):
+            return json_response(200, {"faults": world.faults()})
+        if route == ("POST", "/sandbox/faults"):
+            return self._inject(request)
+        return json_response(404, {"error": f"no control endpoint {request.method} {request.path}"})
+
+    def _inject(self, request: Request) -> Response:
+        try:
+            body = request.json()
+            if not isinstance(body, dict):
+                raise FaultError("the body must be a JSON object")
+            if body.get("kind") == "scale_up_failure":
+                self._world.fail_next_scale_up(
+                    str(body["scale_set"]),
+                    code=str(body.get("code", "QuotaExceeded")),
+                    message=body.get("message"),
+                    count=int(body.get("count", 1)),
+                    resource_group=body.get("resource_group"),
+                )
+            else:
+                self._world.inject_fault(
+                    body["target"],
+                    status=int(body["status"]),
+                    count=int(body.get("count", 1)),
+                    code=body.get("code"),
+                    message=body.get("message"),
+                    retry_after=body.get("retry_after"),
+                )
+        except (ValueError, KeyError, TypeError) as exc:
+            return json_response(400, {"error": f"invalid fault: {exc}"})
+        return json_response(201, {"faults": self._world.faults()})

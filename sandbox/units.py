@@ -1,0 +1,125 @@
+"""Kubernetes quantities, Go-style durations and RFC 3339 timestamps.
+
+The sandbox speaks the notation of the real APIs: scenario files and node
+objects carry quantities such as "1500m", "13.8Gi" or "110", and durations such
+as "30s" or "1h30m". Everything is parsed once into integers (millicores,
+bytes, counts) or float seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """A Kubernetes resource.Quantity as an exact decimal ('1500m' -> 1.5, '4Gi' -> 4294967296)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a quantity: {value!r}")
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"not a quantity: {value!r}")
+        return Decimal(str(value))
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r} (use e.g. 1500m, 2, 512Mi, 4Gi)")
+    try:
+        number = Decimal(match[1])
+    except InvalidOperation as exc:  # pragma: no cover - the regex already guarantees a number
+        raise ValueError(f"not a quantity: {value!r}") from exc
+    if match[2]:
+        return number * Decimal(10) ** int(match[2][1:])
+    suffix = match[3] or ""
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    return number * _DECIMAL[suffix]
+
+
+def parse_cpu_milli(value: str | int | float) -> int:
+    """CPU in millicores, rounded up like the API server does for sub-milli values."""
+    return math.ceil(parse_quantity(value) * 1000)
+
+
+def parse_bytes(value: str | int | float) -> int:
+    """Memory (or any byte quantity) in whole bytes, rounded up."""
+    return math.ceil(parse_quantity(value))
+
+
+def parse_count(value: str | int | float) -> int:
+    """A plain count such as a pod capacity ('110')."""
+    quantity = parse_quantity(value)
+    if quantity != quantity.to_integral_value():
+        raise ValueError(f"not a whole number: {value!r}")
+    return int(quantity)
+
+
+def format_cpu(milli: int) -> str:
+    """Canonical CPU quantity: whole cores without a suffix, otherwise millicores."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def format_bytes(count: int) -> str:
+    """Canonical memory quantity: the largest binary suffix that divides evenly (kubelet reports Ki)."""
+    for suffix, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if count and count % size == 0:
+            return f"{count // size}{suffix}"
+    return str(count)
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds from '30s', '5m', '1h30m', '250ms' or a plain number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"not a duration: {value!r} (must be a non-negative number of seconds)")
+        return float(value)
+    text = value.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match[1]) * _UNIT_SECONDS[match[2]]
+        pos = match.end()
+    if not text or pos != len(text):
+        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 5m, 1h30m or a number of seconds)")
+    return total
+
+
+def rfc3339(moment: datetime) -> str:
+    """Timestamps as Kubernetes and ARM write them: UTC, second precision, 'Z'."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_micro(moment: datetime) -> str:
+    """ARM operation timestamps carry fractional seconds."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 timestamp (a trailing Z is accepted); naive values are taken as UTC."""
+    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -1,0 +1,198 @@
+"""The ARM double driven through azure-mgmt-compute, unchanged (LROs, paging, errors, throttling)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import requests
+from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
+from azure.mgmt.compute.models import Sku, VirtualMachineScaleSetUpdate, VirtualMachineScaleSetVMInstanceRequiredIDs
+
+from sandbox.clock import ManualClock
+from sandbox.server import SandboxServer
+from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client
+from tests.sandbox.helpers import POOL, RG, scenario
+
+FAST = 600.0  # sim seconds per wall second: a 60 s boot takes 0.1 s
+
+
+def with_unmanaged(**overrides: Any) -> dict[str, Any]:
+    doc = scenario(**overrides)
+    doc["node_groups"][0]["zones"] = ["1", "2", "3"]
+    doc["node_groups"].append({"resource_group": RG, "name": "system", "vm_size": "Standard_D2s_v5",
+                               "allocatable": {"cpu": "2", "memory": "8Gi"}, "initial": 2, "autoscaled": False})
+    return doc
+
+
+def grow(capacity: int) -> VirtualMachineScaleSetUpdate:
+    return VirtualMachineScaleSetUpdate(sku=Sku(name="Standard_D4s_v5", tier="Standard", capacity=capacity))
+
+
+@pytest.fixture
+def fast(sandbox_factory: SandboxFactory) -> SandboxServer:
+    # A long duration: at this speed the default 2 h would freeze the world after 12 wall seconds.
+    return sandbox_factory(with_unmanaged(duration="48h"), speed=FAST)
+
+
+@pytest.fixture
+def still(sandbox_factory: SandboxFactory) -> SandboxServer:
+    return sandbox_factory(with_unmanaged(arm_throttling=True), clock=ManualClock(SANDBOX_START))
+
+
+def test_list_and_get_scale_sets(still: SandboxServer) -> None:
+    compute = compute_client(still)
+    listed = {s.name: s for s in compute.virtual_machine_scale_sets.list(RG)}
+    assert sorted(listed) == [POOL, "system"]
+    pool = compute.virtual_machine_scale_sets.get(RG, POOL)
+    assert pool.id == (f"/subscriptions/{still.subscription_id}/resourceGroups/{RG}"
+                       f"/providers/Microsoft.Compute/virtualMachineScaleSets/{POOL}")
+    assert (pool.sku.name, pool.sku.tier, pool.sku.capacity) == ("Standard_D4s_v5", "Standard", 1)
+    assert pool.orchestration_mode == "Uniform" and pool.provisioning_state == "Succeeded"
+    assert pool.zones == ["1", "2", "3"] and pool.location == "westeurope" and pool.unique_id
+    assert pool.virtual_machine_profile.os_profile.computer_name_prefix == "pool-a"
+    assert pool.tags["cluster-autoscaler-enabled"] == "true" and pool.tags["min"] == "0" and pool.tags["max"] == "10"
+    assert "cluster-autoscaler-enabled" not in (listed["system"].tags or {})
+
+
+def test_lists_page_with_next_links(sandbox_factory: SandboxFactory) -> None:
+    server = sandbox_factory(with_unmanaged(arm_page_size=1), clock=ManualClock(SANDBOX_START))
+    compute = compute_client(server)
+    assert [s.name for s in compute.virtual_machine_scale_sets.list(RG)] == [POOL, "system"]
+    assert [v.instance_id for v in compute.virtual_machine_scale_set_vms.list(RG, "system")] == ["0", "1"]
+    assert server.world.report()["api_calls"]["breakdown"]["arm"]["LIST virtualMachineScaleSets"] == 2
+
+
+def test_scale_set_vms_look_like_uniform_instances(still: SandboxServer) -> None:
+    (vm,) = compute_client(still).virtual_machine_scale_set_vms.list(RG, POOL)
+    assert (vm.instance_id, vm.name, vm.os_profile.computer_name) == ("0", "pool-a_0", "pool-a000000")
+    assert vm.provisioning_state == "Succeeded" and vm.latest_model_applied is True
+    assert vm.id.endswith(f"/virtualMachineScaleSets/{POOL}/virtualMachines/0") and vm.zones == ["1"]
+
+
+def test_growing_through_begin_update(fast: SandboxServer) -> None:
+    compute = compute_client(fast)
+    result = compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(3)).result()
+    assert result.sku.capacity == 3 and result.provisioning_state == "Succeeded"
+    vms = list(compute.virtual_machine_scale_set_vms.list(RG, POOL))
+    assert [(v.instance_id, v.provisioning_state) for v in vms] == [("0", "Succeeded"), ("1", "Succeeded"), ("2", "Succeeded")]
+    assert [v.zones for v in vms] == [["1"], ["2"], ["3"]]
+    breakdown = fast.world.report()["api_calls"]["breakdown"]["arm"]
+    assert breakdown["PATCH virtualMachineScaleSets"] == 1 and breakdown["GET operations"] >= 1
+
+
+def test_an_update_can_be_resumed_from_its_continuation_token(fast: SandboxServer) -> None:
+    compute = compute_client(fast)
+    token = compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(2)).continuation_token()
+    resumed = compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(2), continuation_token=token)
+    assert resumed.result().sku.capacity == 2
+
+
+def test_deleting_specific_instances(fast: SandboxServer) -> None:
+    compute = compute_client(fast)
+    compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(3)).result()
+    poller = compute.virtual_machine_scale_sets.begin_delete_instances(
+        RG, POOL, VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=["1"])
+    )
+    assert poller.result() is None
+    assert [v.instance_id for v in compute.virtual_machine_scale_set_vms.list(RG, POOL)] == ["0", "2"]
+    assert compute.virtual_machine_scale_sets.get(RG, POOL).sku.capacity == 2
+    assert fast.world.report()["api_calls"]["breakdown"]["arm"]["instances_deleted"] == {"pool-a/1": 1}
+
+
+def test_deleting_an_unknown_instance_is_a_bad_request(still: SandboxServer) -> None:
+    with pytest.raises(HttpResponseError) as caught:
+        compute_client(still).virtual_machine_scale_sets.begin_delete_instances(
+            RG, POOL, VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=["42"])
+        )
+    assert caught.value.status_code == 400 and caught.value.error.code == "InvalidParameter"
+
+
+def test_an_allocation_failure_fails_the_long_running_operation(fast: SandboxServer) -> None:
+    fast.world.fail_next_scale_up(POOL, code="QuotaExceeded")
+    compute = compute_client(fast)
+    with pytest.raises(HttpResponseError) as caught:
+        compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(4)).result()
+    assert "QuotaExceeded" in str(caught.value)
+    assert compute.virtual_machine_scale_sets.get(RG, POOL).sku.capacity == 1
+    assert len(list(compute.virtual_machine_scale_set_vms.list(RG, POOL))) == 1
+
+
+@pytest.mark.parametrize(
+    ("resource_group", "scale_set", "code"),
+    [("rg-missing", POOL, "ResourceGroupNotFound"), (RG, "pool-missing", "ResourceNotFound")],
+)
+def test_missing_resources_are_not_found(still: SandboxServer, resource_group: str, scale_set: str, code: str) -> None:
+    with pytest.raises(ResourceNotFoundError) as caught:
+        compute_client(still).virtual_machine_scale_sets.get(resource_group, scale_set)
+    assert caught.value.error.code == code
+
+
+@pytest.mark.parametrize(
+    ("query", "headers", "status", "code"),
+    [
+        ("", {"Authorization": "Bearer sandbox-token"}, 400, "MissingApiVersionParameter"),
+        ("?api-version=2024-11-01", {}, 401, "AuthenticationFailed"),
+        ("?api-version=2024-11-01", {"Authorization": "Bearer someone-else"}, 401, "InvalidAuthenticationToken"),
+    ],
+)
+def test_requests_need_an_api_version_and_the_token(still: SandboxServer, query: str, headers: dict[str, str],
+                                                     status: int, code: str) -> None:
+    url = f"{still.url}/subscriptions/{still.subscription_id}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets{query}"
+    response = requests.get(url, headers=headers, verify=str(still.ca_path), timeout=10)
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+    assert response.headers["x-ms-request-id"] and response.headers["x-ms-correlation-request-id"]
+
+
+def test_the_sdk_reports_authentication_failures(still: SandboxServer) -> None:
+    class WrongCredential:
+        def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+            from azure.core.credentials import AccessToken
+            return AccessToken("wrong", 4102444800)
+
+    from azure.mgmt.compute import ComputeManagementClient
+    compute = ComputeManagementClient(WrongCredential(), still.subscription_id, base_url=still.url,
+                                      connection_verify=str(still.ca_path))
+    with pytest.raises(ClientAuthenticationError):
+        compute.virtual_machine_scale_sets.get(RG, POOL)
+
+
+def test_updates_are_throttled_per_scale_set(still: SandboxServer) -> None:
+    compute = compute_client(still, retry_total=0)
+    for capacity in range(2, 14):  # the bucket holds 12 updates
+        compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(capacity), polling=False)
+    with pytest.raises(HttpResponseError) as caught:
+        compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(14), polling=False)
+    response = caught.value.response
+    assert caught.value.status_code == 429 and caught.value.error.code == "OperationNotAllowed"
+    assert response.headers["Retry-After"] == "15"  # one token every 15 s at 4 per minute
+    assert response.headers["x-ms-ratelimit-remaining-resource"] == "Microsoft.Compute/PutVMScaleSet3Min;0"
+    compute.virtual_machine_scale_sets.begin_update(RG, "system", VirtualMachineScaleSetUpdate(tags={"a": "b"}), polling=False)
+    still.clock.advance(15)  # type: ignore[attr-defined]
+    compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(14), polling=False)
+    assert still.world.report()["api_calls"]["arm_throttled"] == 1
+
+
+def test_successful_calls_report_the_remaining_budget(still: SandboxServer) -> None:
+    url = f"{still.url}/subscriptions/{still.subscription_id}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets/{POOL}?api-version=2024-11-01"
+    response = requests.get(url, headers={"Authorization": "Bearer sandbox-token"}, verify=str(still.ca_path), timeout=10)
+    assert response.headers["x-ms-ratelimit-remaining-resource"] == "Microsoft.Compute/GetVMScaleSet3Min;35"
+
+
+def test_throttling_can_be_turned_off(fast: SandboxServer) -> None:
+    compute = compute_client(fast, retry_total=0)
+    for _ in range(40):
+        compute.virtual_machine_scale_sets.get(RG, POOL)
+    assert fast.world.report()["api_calls"]["arm_throttled"] == 0
+
+
+def test_injected_faults_answer_with_arm_errors(still: SandboxServer) -> None:
+    still.world.inject_fault(("arm", "PATCH", POOL), status=409, code="OperationNotAllowed", message="busy", count=1)
+    compute = compute_client(still, retry_total=0)
+    with pytest.raises(HttpResponseError) as caught:
+        compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(2), polling=False)
+    assert caught.value.status_code == 409 and caught.value.error.code == "OperationNotAllowed"
+    assert caught.value.error.message == "busy"
+    compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(2), polling=False)  # only once
+    assert still.world.scale_set(still.subscription_id, RG, POOL).capacity == 2

@@ -1,0 +1,141 @@
+"""The server as a whole: TLS files, kubeconfig, env(), /sandbox/ controls and the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from kubernetes import client as k8s
+
+from sandbox.server import SandboxServer
+from tests.fixtures.sandbox import kube_api_client
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def control(server: SandboxServer, method: str, path: str, body: Any = None) -> requests.Response:
+    return requests.request(method, f"{server.url}{path}", json=body, verify=str(server.ca_path), timeout=10)
+
+
+def test_tls_material_and_kubeconfig_are_written(sandbox: SandboxServer) -> None:
+    assert sandbox.ca_path.read_text().startswith("-----BEGIN CERTIFICATE-----")
+    config = json.loads(sandbox.kubeconfig_path.read_text())
+    (cluster,) = config["clusters"]
+    assert cluster["cluster"] == {"server": sandbox.url, "certificate-authority": str(sandbox.ca_path)}
+    assert config["users"][0]["user"] == {"token": "sandbox-token"}
+    assert config["current-context"] == config["contexts"][0]["name"]
+    assert sandbox.url.startswith("https://127.0.0.1:")
+
+
+def test_env_points_the_autoscaler_at_the_sandbox(sandbox: SandboxServer) -> None:
+    assert sandbox.env() == {
+        "CLUSTER_NAME": "sandbox",
+        "AZURE_SUBSCRIPTION_ID": sandbox.subscription_id,
+        "NODE_RESOURCE_GROUPS": "rg-sandbox-nodes",
+        "KUBECONFIG_PATH": str(sandbox.kubeconfig_path),
+        "ARM_ENDPOINT": sandbox.url,
+        "ARM_CA_BUNDLE": str(sandbox.ca_path),
+        "AZURE_CREDENTIAL": "sandbox",
+    }
+
+
+def test_the_certificate_is_valid_for_localhost_too(sandbox: SandboxServer) -> None:
+    response = requests.get(f"https://localhost:{sandbox.port}/sandbox/clock", verify=str(sandbox.ca_path), timeout=10)
+    assert response.status_code == 200
+
+
+def test_clock_state_and_report_follow_the_manual_clock(sandbox: SandboxServer) -> None:
+    clock = control(sandbox, "GET", "/sandbox/clock").json()
+    assert clock == {"now": "2030-01-07T09:00:00+00:00", "sim_seconds": 0.0, "speed": 1.0}
+    sandbox.clock.advance(120)  # type: ignore[attr-defined]
+    state = control(sandbox, "GET", "/sandbox/state").json()
+    assert state["sim_seconds"] == 120 and state["done"] is False
+    assert state["groups"]["rg-sandbox-nodes/pool-d4"] == {"ready": 1, "booting": 0, "deleting": 0, "target": 1, "min": 1, "max": 20}
+    assert state["pending"] + state["running"] == 100
+    report = control(sandbox, "GET", "/sandbox/report").json()
+    assert report["scenario"] == "burst" and report["pods_total"] == 100
+    assert report["pods_unschedulable"] == state["pending"] > 0
+    assert len(report["timeline"]) == 13 and report["node_seconds"] == 120 and report["nodes_max"] == 1
+
+
+def test_the_manual_clock_can_be_advanced_over_http(sandbox: SandboxServer) -> None:
+    assert control(sandbox, "POST", "/sandbox/clock/advance", {"seconds": 30}).json()["sim_seconds"] == 30
+
+
+def test_requests_advance_the_world(sandbox: SandboxServer) -> None:
+    core = k8s.CoreV1Api(kube_api_client(sandbox))
+    assert core.list_namespaced_pod("default").items == []
+    sandbox.clock.advance(95)  # type: ignore[attr-defined]
+    assert len(core.list_namespaced_pod("default").items) == 100  # arrivals over 30-90 s, seen at once
+
+
+@pytest.mark.parametrize(
+    ("body", "check"),
+    [
+        ({"target": ["k8s", "GET", "nodes"], "status": 500, "count": 1},
+         lambda s: _status(s, f"{s.url}/api/v1/nodes") == 500),
+        ({"target": ["arm", "GET", "pool-d4"], "status": 503, "code": "ServerBusy"},
+         lambda s: _status(s, f"{s.url}/subscriptions/{s.subscription_id}/resourceGroups/rg-sandbox-nodes/providers/"
+                              f"Microsoft.Compute/virtualMachineScaleSets/pool-d4?api-version=2024-11-01") == 503),
+        ({"kind": "scale_up_failure", "scale_set": "pool-d4", "code": "SkuNotAvailable"},
+         lambda s: s.world.scale_set(s.subscription_id, "rg-sandbox-nodes", "pool-d4").scale_up_failures[0].code == "SkuNotAvailable"),
+    ],
+)
+def test_faults_can_be_injected_over_http(sandbox: SandboxServer, body: dict[str, Any], check: Any) -> None:
+    assert control(sandbox, "POST", "/sandbox/faults", body).status_code == 201
+    assert check(sandbox)
+
+
+def _status(server: SandboxServer, url: str) -> int:
+    return requests.get(url, headers={"Authorization": "Bearer sandbox-token"}, verify=str(server.ca_path), timeout=10).status_code
+
+
+@pytest.mark.parametrize(
+    "body", [{"target": ["db", "GET", "x"], "status": 500}, {"target": ["k8s", "GET", "pods"], "status": 200}, ["x"], {}]
+)
+def test_bad_faults_are_refused(sandbox: SandboxServer, body: Any) -> None:
+    response = control(sandbox, "POST", "/sandbox/faults", body)
+    assert response.status_code == 400 and "invalid fault" in response.json()["error"]
+
+
+def test_unknown_paths_are_not_found(sandbox: SandboxServer) -> None:
+    assert control(sandbox, "GET", "/sandbox/nothing").status_code == 404
+    assert control(sandbox, "GET", "/elsewhere").status_code == 404
+
+
+def test_serve_prints_one_json_line_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sandbox", "serve", "--scenario", "burst", "--speed", "50", "--seed", "1",
+         "--port", "0", "--workdir", str(tmp_path / "out")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert process.stdout is not None
+        info = json.loads(process.stdout.readline())
+        assert set(info) == {"url", "ca_path", "kubeconfig_path", "env"}
+        assert info["env"]["ARM_ENDPOINT"] == info["url"] and Path(info["kubeconfig_path"]).exists()
+        state = requests.get(f"{info['url']}/sandbox/state", verify=info["ca_path"], timeout=10).json()
+        assert state["groups"]["rg-sandbox-nodes/pool-d4"]["target"] == 1
+        clock = requests.get(f"{info['url']}/sandbox/clock", verify=info["ca_path"], timeout=10).json()
+        assert clock["speed"] == 50
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+
+
+def test_validate_reports_bad_scenarios(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"node_groups": []}))
+    result = subprocess.run([sys.executable, "-m", "sandbox", "validate", "burst", str(bad)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 1
+    assert "ok: " in result.stdout and "burst" in result.stdout
+    assert "bad.json: $.node_groups: must name at least one scale set" in result.stderr

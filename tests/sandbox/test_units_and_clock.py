@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from sandbox.clock import ManualClock, SimClock
+from sandbox.compute import computer_name
+from sandbox.units import format_bytes, format_cpu, parse_bytes, parse_count, parse_cpu_milli, parse_duration
+
+START = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "milli"),
+    [("1500m", 1500), ("2", 2000), ("0.5", 500), ("100m", 100), ("3860m", 3860), (1, 1000), ("2e0", 2000), ("0.1m", 1)],
+)
+def test_cpu_quantities_parse_to_millicores(text: str | int, milli: int) -> None:
+    assert parse_cpu_milli(text) == milli
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [("4Gi", 4 * 2**30), ("512Mi", 512 * 2**20), ("128974848", 128974848), ("1k", 1000), ("1M", 10**6), ("1.5Ki", 1536)],
+)
+def test_memory_quantities_parse_to_bytes(text: str, count: int) -> None:
+    assert parse_bytes(text) == count
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1.2.3", "4GB", "--1", "1 Gi", "1e3m"])
+def test_bad_quantities_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not a quantity"):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(2000, "2"), (1500, "1500m"), (3860, "3860m"), (0, "0")]
+)
+def test_cpu_formats_canonically(value: int, expected: str) -> None:
+    assert format_cpu(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(4 * 2**30, "4Gi"), (14470348 * 1024, "14470348Ki"), (512 * 2**20, "512Mi"), (1000, "1000")]
+)
+def test_memory_formats_canonically(value: int, expected: str) -> None:
+    assert format_bytes(value) == expected
+    assert parse_bytes(expected) == value
+
+
+def test_pod_counts_must_be_whole() -> None:
+    assert parse_count("110") == 110
+    with pytest.raises(ValueError, match="whole number"):
+        parse_count("1.5")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30s", 30), ("5m", 300), ("1h30m", 5400), ("250ms", 0.25), ("90", 90), (12.5, 12.5), ("1m30s", 90)],
+)
+def test_durations(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5 m", "m5", "1d", "-3s", -1])
+def test_bad_durations_are_refused(text: str | int) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("instance_id", "name"),
+    [(0, "pool-d4000000"), (3, "pool-d4000003"), (35, "pool-d400000z"), (36, "pool-d4000010"), (46655, "pool-d4000zzz")],
+)
+def test_computer_names_follow_the_uniform_vmss_convention(instance_id: int, name: str) -> None:
+    assert computer_name("pool-d4", instance_id) == name
+
+
+def test_manual_clock_moves_only_when_told() -> None:
+    clock = ManualClock(START)
+    assert clock.now() == START
+    clock.advance(90)
+    assert clock.now() == START + timedelta(seconds=90)
+    with pytest.raises(ValueError):
+        clock.advance(-1)
+
+
+def test_sim_clock_runs_at_its_speed() -> None:
+    clock = SimClock(START, speed=1000)
+    time.sleep(0.05)
+    elapsed = (clock.now() - START).total_seconds()
+    assert 40 <= elapsed <= 5000
+    assert clock.now().tzinfo is not None
+
+
+@pytest.mark.parametrize("bad", [0, -2])
+def test_sim_clock_needs_a_positive_speed(bad: float) -> None:
+    with pytest.raises(ValueError):
+        SimClock(START, bad)
+
+
+def test_clocks_need_aware_starts() -> None:
+    with pytest.raises(ValueError):
+        ManualClock(datetime(2030, 1, 1))
