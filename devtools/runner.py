@@ -18,8 +18,10 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -156,6 +158,10 @@ class LocalRunner:
         start = clock.now()
         self._next_fire = {t.name: t.schedule.next_after(start) for t in self.timers}
         self.stats = RunnerStats()
+        self._stats_lock = threading.Lock()
+        # The Python worker runs a batch's invocations on a thread pool; so do we.
+        self._pool = ThreadPoolExecutor(max_workers=max(1, self._host.batch_size // 2), thread_name_prefix="runner-queue")
+        self._pool_dup = ThreadPoolExecutor(max_workers=max(2, self._host.batch_size), thread_name_prefix="runner-dup")
 
     def fire_due_timers(self) -> None:
         now = self._clock.now()
@@ -167,44 +173,57 @@ class LocalRunner:
             self.fire_timer(timer, past_due=now - due > timedelta(seconds=60))
 
     def fire_timer(self, timer: TimerFunction, *, past_due: bool = False) -> None:
-        self.stats.timer_invocations[timer.name] = self.stats.timer_invocations.get(timer.name, 0) + 1
+        with self._stats_lock:
+            self.stats.timer_invocations[timer.name] = self.stats.timer_invocations.get(timer.name, 0) + 1
         try:
             timer.call(**{timer.arg_name: _TimerInfo(past_due)})
         except Exception:
             # The host logs a failed timer run and fires again on schedule; so do we.
-            self.stats.failures += 1
+            with self._stats_lock:
+                self.stats.failures += 1
             log.exception("timer function %s failed", timer.name)
 
     def process_queue(self) -> int:
-        """Run every visible message once (twice with duplicate delivery); return how many were taken."""
-        import azure.functions as func
-
+        """Run every visible message once (twice with duplicate delivery), concurrently as the host does."""
         lease = max(self._host.visibility_timeout, timedelta(seconds=30))
         messages = self._queue.receive(self._host.batch_size, visibility_timeout=lease)
-        for message in messages:
-            deliveries = 2 if self._duplicate else 1
-            ok = True
-            for _ in range(deliveries):
-                self.stats.queue_invocations += 1
-                try:
-                    self.queue_function.call(**{
-                        self.queue_function.arg_name: func.QueueMessage(
-                            id=message.id, body=message.body_text.encode(), pop_receipt=message.pop_receipt,
-                        )
-                    })
-                except Exception:
-                    ok = False
-                    self.stats.failures += 1
-                    log.exception("queue function failed on message %s (dequeue %d)", message.id, message.dequeue_count)
-                    break
-            if ok:
-                self._queue.delete(message)
-            elif message.dequeue_count >= self._host.max_dequeue_count:
-                self._queue.poison().send_raw(message.body_text)
-                self._queue.delete(message)
-                self.stats.poisoned += 1
-                log.error("message %s failed %d times: moved to poison queue", message.id, message.dequeue_count)
+        if messages:
+            list(self._pool.map(self._deliver, messages))
         return len(messages)
+
+    def _deliver(self, message: Any) -> None:
+        import azure.functions as func
+
+        def invoke() -> bool:
+            with self._stats_lock:
+                self.stats.queue_invocations += 1
+            try:
+                self.queue_function.call(**{
+                    self.queue_function.arg_name: func.QueueMessage(
+                        id=message.id, body=message.body_text.encode(), pop_receipt=message.pop_receipt,
+                    )
+                })
+                return True
+            except Exception:
+                with self._stats_lock:
+                    self.stats.failures += 1
+                log.exception("queue function failed on message %s (dequeue %d)", message.id, message.dequeue_count)
+                return False
+
+        if self._duplicate:
+            # Both deliveries at once: the harshest form of at-least-once delivery.
+            first, second = self._pool_dup.submit(invoke), self._pool_dup.submit(invoke)
+            ok = first.result() and second.result()
+        else:
+            ok = invoke()
+        if ok:
+            self._queue.delete(message)
+        elif message.dequeue_count >= self._host.max_dequeue_count:
+            self._queue.poison().send_raw(message.body_text)
+            self._queue.delete(message)
+            with self._stats_lock:
+                self.stats.poisoned += 1
+            log.error("message %s failed %d times: moved to poison queue", message.id, message.dequeue_count)
 
     def queue_is_idle(self) -> bool:
         """No message waiting, in flight or delayed (the count includes invisible ones)."""
@@ -212,18 +231,33 @@ class LocalRunner:
 
     def run(self, *, until: Callable[[], bool], wall_timeout: float, on_tick: Callable[[], None] | None = None,
             tick_seconds: float = 0.05) -> bool:
-        """Run until `until()` holds (True) or the wall-clock timeout passes (False)."""
+        """Run until `until()` holds (True) or the wall-clock timeout passes (False).
+
+        Timers fire on their own thread, as the host fires them independently of queue work.
+        """
+        stop = threading.Event()
+
+        def timers() -> None:
+            while not stop.is_set():
+                self.fire_due_timers()
+                stop.wait(tick_seconds)
+
+        timer_thread = threading.Thread(target=timers, name="runner-timers", daemon=True)
+        timer_thread.start()
         deadline = time.monotonic() + wall_timeout
-        while time.monotonic() < deadline:
-            self.fire_due_timers()
-            while self.process_queue():
-                pass
-            if on_tick is not None:
-                on_tick()
-            if until():
-                return True
-            time.sleep(tick_seconds)
-        return False
+        try:
+            while time.monotonic() < deadline:
+                while self.process_queue():
+                    pass
+                if on_tick is not None:
+                    on_tick()
+                if until():
+                    return True
+                time.sleep(tick_seconds)
+            return False
+        finally:
+            stop.set()
+            timer_thread.join(timeout=60)
 
     def run_once(self, *, settle_seconds: float = 0.0) -> None:
         """Run-once mode: fire every timer now, then drain the queue (waiting `settle_seconds` for delayed steps)."""

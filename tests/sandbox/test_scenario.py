@@ -15,7 +15,7 @@ def test_burst_is_the_documented_demo() -> None:
     burst = load_scenario("burst")
     (group,) = burst.node_groups
     assert (group.resource_group, group.name, group.vm_size) == ("rg-sandbox-nodes", "pool-d4", "Standard_D4s_v5")
-    assert (group.min_size, group.max_size, group.initial) == (1, 20, 1)
+    assert (group.min_size, group.max_size, group.initial) == (1, 60, 1)
     assert group.allocatable.cpu_milli == 3860
     assert group.allocatable.memory_bytes == 14470348 * 1024  # 13.8Gi in whole Ki, as kubelet reports it
     assert group.allocatable.pods == 110
