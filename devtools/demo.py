@@ -21,7 +21,7 @@ import time
 import urllib.request
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +143,7 @@ def run_scenario(
             report = sandbox.get("/sandbox/report")
             summary = build_summary(scenario, report, context.ports.state.list_ledger(),
                                     converged=converged, wall_seconds=time.monotonic() - started, runner=runner)
-            summary["state"] = _state_rows(context)
+            summary["state"] = _state_rows(context, report["nodes_by_group"])
             (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             from devtools.timeline import write_timeline
 
@@ -157,13 +157,13 @@ def run_scenario(
         install_context(None)
 
 
-def _state_rows(context: Any) -> dict[str, Any]:
+def _state_rows(context: Any, group_ids: Iterable[str]) -> dict[str, Any]:
     """What Table storage holds at the end: per group cooldown rows, and nodes still marked unneeded."""
     state = context.ports.state
     rows = {}
-    for group in context.ports.compute.list_node_groups():
-        row = state.get_group(group.id)
-        rows[group.id] = {
+    for group_id in group_ids:
+        row = state.get_group(group_id)
+        rows[group_id] = {
             "last_scale_up": row.last_scale_up.isoformat() if row.last_scale_up else None,
             "last_scale_down": row.last_scale_down.isoformat() if row.last_scale_down else None,
             "last_failure": row.last_failure.isoformat() if row.last_failure else None,
@@ -179,13 +179,20 @@ def _reset_storage(context: Any) -> None:
 
 
 def _converged(sandbox: SandboxProcess, runner: LocalRunner, view: LiveView) -> bool:
+    """The workload is done and the autoscaler has nothing left to do.
+
+    Settled means: no scale action queued or in flight, no node booting or being deleted, and no
+    autoscaled group holding an idle node above its minimum (one the autoscaler should still remove).
+    """
     state = view.last_state
-    if not state or not state.get("done"):
+    if not state or not state.get("done") or state.get("pending", 0):
         return False
-    groups = state.get("groups", {})
-    at_min = all(g["target"] == g["min"] and g["ready"] == g["min"] and g["booting"] == 0 and g["deleting"] == 0
-                 for g in groups.values())
-    return at_min and runner.queue_is_idle()
+    for group in state.get("groups", {}).values():
+        if group["booting"] or group["deleting"] or group["ready"] != group["target"]:
+            return False
+        if group.get("autoscaled", True) and group["idle"] and group["ready"] > group["min"]:
+            return False
+    return runner.queue_is_idle()
 
 
 def build_summary(
@@ -303,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="output folder (default out/<scenario>)")
     parser.add_argument("--duplicate-delivery", action="store_true", help="deliver every queue message twice")
-    parser.add_argument("--timeout", type=float, default=170.0, help="wall seconds before giving up")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="wall seconds before giving up (default: the scenario's duration at this speed, plus a minute)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
@@ -311,8 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("shared").setLevel(logging.INFO)
     name = Path(args.scenario).stem
     out_dir = args.out or ROOT / "out" / name
+    timeout = args.timeout
+    if timeout is None:
+        from sandbox.scenario import load_scenario
+
+        timeout = load_scenario(args.scenario).duration / args.speed + 60
     summary = run_scenario(args.scenario, out_dir=out_dir, speed=args.speed, seed=args.seed,
-                           duplicate_delivery=args.duplicate_delivery, wall_timeout=args.timeout)
+                           duplicate_delivery=args.duplicate_delivery, wall_timeout=timeout)
     print(json.dumps({k: summary[k] for k in ("scenario", "converged", "pods_total", "pods_completed",
                                               "running_pods_evicted", "nodes_max", "nodes_by_group_at_end",
                                               "pending_wait_s", "actions")}, indent=2))

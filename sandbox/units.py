@@ -13,6 +13,8 @@ import re
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
+from shared.settings import parse_duration as parse_app_duration
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Decimal("1e-9"),
@@ -83,30 +85,15 @@ def format_bytes(count: int) -> str:
     return str(count)
 
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
 def parse_duration(value: str | int | float) -> float:
-    """Seconds from '30s', '5m', '1h30m', '250ms' or a plain number of seconds."""
+    """Seconds from '30s', '5m', '1h30m', '250ms' or a plain number of seconds (the app's own parser)."""
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"not a duration: {value!r} (must be a non-negative number of seconds)")
         return float(value)
-    text = value.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match[1]) * _UNIT_SECONDS[match[2]]
-        pos = match.end()
-    if not text or pos != len(text):
-        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 5m, 1h30m or a number of seconds)")
-    return total
+    return parse_app_duration(value).total_seconds()
 
 
 def rfc3339(moment: datetime) -> str:

@@ -766,14 +766,16 @@ class World:
 
     def _group_counts(self) -> dict[str, dict[str, int]]:
         counts = {}
+        busy = self._busy_nodes()
         for key, group in self._groups.items():
-            ready = booting = deleting = 0
+            ready = booting = deleting = idle = 0
             for inst in group.instances.values():
                 node = self._store.get("nodes", "", inst.computer_name) if inst.node_registered else None
                 if inst.state == "Deleting":
                     deleting += 1
                 elif node is not None and kobjects.is_ready(node):
                     ready += 1
+                    idle += inst.computer_name not in busy
                 else:
                     booting += 1
             counts[key] = {
@@ -783,8 +785,20 @@ class World:
                 "target": group.capacity,
                 "min": group.spec.min_size,
                 "max": group.spec.max_size,
+                "idle": idle,  # Ready nodes running nothing but DaemonSet and mirror pods
+                "autoscaled": group.spec.autoscaled,
             }
         return counts
+
+    def _busy_nodes(self) -> set[str]:
+        busy = set()
+        for pod in self._live.values():
+            if pod.role in ("daemonset", "mirror"):
+                continue
+            obj = self._pod_obj(pod)
+            if obj["status"].get("phase") not in ("Succeeded", "Failed") and obj["spec"].get("nodeName"):
+                busy.add(obj["spec"]["nodeName"])
+        return busy
 
     def _pod_counts(self) -> tuple[int, int]:
         """(pending, running) among pods that are not DaemonSet or mirror pods."""

@@ -235,5 +235,6 @@ class GroupState:
     last_scale_up: datetime | None = None
     last_scale_down: datetime | None = None
     last_failure: datetime | None = None
-    deleting: tuple[str, ...] = ()  # node names with a scale-down in flight
+    # Nodes with a removal in flight, each with the id of the action that reserved it.
+    deleting: Mapping[str, str] = field(default_factory=dict)
     etag: str | None = None  # None: the row does not exist yet

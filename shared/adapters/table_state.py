@@ -3,7 +3,7 @@
 Adapter module: every method except the key helpers does network I/O through
 azure-data-tables. One table holds three partitions:
 
-- `group`:    one row per node group (GroupState); `Deleting` is a JSON list of node names.
+- `group`:    one row per node group (GroupState); `Deleting` is a JSON object: node name -> action id.
 - `unneeded`: one row per node that is unneeded, with `Since`.
 - `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
 
@@ -121,7 +121,7 @@ class TableStateStore:
             last_scale_up=_time_or_none(entity.get("LastScaleUp")),
             last_scale_down=_time_or_none(entity.get("LastScaleDown")),
             last_failure=_time_or_none(entity.get("LastFailure")),
-            deleting=tuple(json.loads(entity.get("Deleting") or "[]")),
+            deleting=dict(json.loads(entity.get("Deleting") or "{}")),
             etag=entity.metadata["etag"],
         )
 
@@ -130,7 +130,7 @@ class TableStateStore:
             "PartitionKey": GROUP_PARTITION,
             "RowKey": encode_key(state.group_id),
             "GroupId": state.group_id,
-            "Deleting": json.dumps(list(state.deleting)),
+            "Deleting": json.dumps(dict(state.deleting), sort_keys=True),
         }
         for column, moment in (
             ("LastScaleUp", state.last_scale_up),

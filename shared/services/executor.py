@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
@@ -140,11 +140,11 @@ class Executor:
         busy = [p.key for p in self._ports.cluster.list_pods_on_node(node.name) if not p.is_node_bound_system_pod]
         if busy:
             return self._finish(action, entry, "skipped", f"node no longer idle: {', '.join(busy[:3])}", now=now)
-        refusal = self._reserve_removal(group, node.name, now=now)
+        refusal = self._reserve_removal(group, node.name, action.id, now=now)
         if refusal:
             return self._finish(action, entry, "skipped", refusal, now=now)
         if self._settings.dry_run:
-            self._update_group(group.id, lambda s: replace(s, deleting=tuple(n for n in s.deleting if n != node.name)))
+            self._update_group(group.id, lambda s: replace(s, deleting=_without(s.deleting, node.name)))
             return self._finish(action, entry, "dry-run", f"would remove node {node.name}", now=now)
         log.info("cordoning %s for removal (action %s)", node.name, action.id)
         self._ports.cluster.cordon(node.name, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
@@ -200,23 +200,26 @@ class Executor:
         self._ports.state.clear_unneeded(action.node)
         node = action.node
         self._update_group(
-            action.group, lambda s: replace(s, deleting=tuple(n for n in s.deleting if n != node), last_scale_down=now)
+            action.group, lambda s: replace(s, deleting=_without(s.deleting, node), last_scale_down=now)
         )
         return self._finish(action, entry, "succeeded", f"removed node {action.node}", now=now)
 
-    def _reserve_removal(self, group: NodeGroup, node: str, *, now: datetime) -> str | None:
+    def _reserve_removal(self, group: NodeGroup, node: str, action_id: str, *, now: datetime) -> str | None:
         """Add the node to the group's in-flight removals, unless a rule forbids it (compare-and-swap)."""
         delays = scale_down_options(self._settings).delays
         for _ in range(_CAS_ATTEMPTS):
             state = self._ports.state.get_group(group.id)
-            if node in state.deleting:
+            holder = state.deleting.get(node)
+            if holder == action_id:
                 return None  # our own earlier, interrupted delivery reserved it
+            if holder:
+                return f"removal already in progress by action {holder}"
             blocked = scale_down_blocked(state, now=now, delays=delays)
             if blocked:
                 return blocked
             if group.target_size - len(state.deleting) - 1 < group.min_size:
                 return f"group {group.id} would go below its minimum {group.min_size}"
-            if self._ports.state.update_group(replace(state, deleting=state.deleting + (node,))):
+            if self._ports.state.update_group(replace(state, deleting={**state.deleting, node: action_id})):
                 return None
         return "lost the race for the group's state too often; will be decided again"
 
@@ -230,7 +233,7 @@ class Executor:
         node = action.node
 
         def release(state: GroupState) -> GroupState:
-            state = replace(state, deleting=tuple(n for n in state.deleting if n != node))
+            state = replace(state, deleting=_without(state.deleting, node))
             return replace(state, last_failure=now) if failed else state
 
         self._update_group(action.group, release)
@@ -304,3 +307,7 @@ class Executor:
             if self._ports.state.update_group(change(state)):
                 return
         log.warning("group %s: state update lost %d races; cooldown may be off by one action", group_id, _CAS_ATTEMPTS)
+
+
+def _without(deleting: Mapping[str, str], node: str) -> dict[str, str]:
+    return {name: holder for name, holder in deleting.items() if name != node}

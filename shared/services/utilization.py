@@ -57,8 +57,10 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
 
     enqueued = []
     for removal in plan.removals:
-        # Same node, same unneeded period: same id, so a repeated decision is a ledger duplicate.
-        action_id = f"scale-down:{removal.node}:{removal.unneeded_since:%Y%m%dT%H%M%SZ}"
+        # One id per decision: a decision the executor skipped (a race with the minimum, a cooldown)
+        # must not block the next one. Two live actions for one node are kept apart by the group's
+        # reservation, which names the action holding the node.
+        action_id = f"scale-down:{removal.node}:{now:%Y%m%dT%H%M%SZ}"
         ports.queue.send(
             new_scale_down(
                 action_id=action_id,

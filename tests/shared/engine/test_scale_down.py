@@ -78,7 +78,7 @@ def test_never_below_min_and_oldest_unneeded_first() -> None:
 
 def test_in_flight_deletions_count_against_min_and_parallelism() -> None:
     groups, nodes = three_nodes(min_size=1)
-    states = {"rg/pool": GroupState("rg/pool", deleting=("other",))}
+    states = {"rg/pool": GroupState("rg/pool", deleting={"other": "action-1"})}
     result = plan(snapshot(groups=groups, nodes=nodes), since={n.name: OLD for n in nodes}, states=states)
     assert len(result.removals) == 1
     limited = plan(snapshot(groups=groups, nodes=nodes), since={n.name: OLD for n in nodes},

@@ -194,7 +194,7 @@ def test_scale_down_walks_every_step_and_deletes_that_instance_once(app: App) ->
     assert target not in app.node_names()
     assert app.server.world.report()["api_calls"]["breakdown"]["arm"]["instances_deleted"] == {f"pool/{instance}": 1}
     state = app.context.ports.state.get_group(GROUP)
-    assert state.deleting == () and state.last_scale_down is not None
+    assert state.deleting == {} and state.last_scale_down is not None
 
 
 def test_scale_down_never_goes_below_min_counting_removals_in_flight(
@@ -205,7 +205,7 @@ def test_scale_down_never_goes_below_min_counting_removals_in_flight(
     assert app.run(scale_down(app, idle[0])).outcome == "waiting"  # 3 -> 2 nodes: allowed
     second = app.run(scale_down(app, idle[1]))  # 2 -> 1 while the first is in flight: refused
     assert second.outcome == "skipped" and "below its minimum 2" in second.detail
-    assert app.context.ports.state.get_group(GROUP).deleting == (idle[0],)
+    assert app.context.ports.state.get_group(GROUP).deleting == {idle[0]: f"down-{idle[0]}"}
     node = app.context.ports.cluster.get_node(idle[1])
     assert node is not None and not node.unschedulable
 
@@ -234,3 +234,32 @@ def test_pending_poll_enqueues_one_scale_up(app: App) -> None:
     assert len(result.enqueued) == 1
     [message] = app.queued()
     assert message["kind"] == "scale_up" and message["group"] == GROUP and message["target_size"] > 3
+
+
+def test_a_second_action_for_a_reserved_node_is_refused_but_its_own_retry_resumes(app: App) -> None:
+    _, idle = app.busy_and_idle()
+    first = scale_down(app, idle[0])
+    assert app.run(first).outcome == "waiting"
+    app.context.ports.queue.clear()  # type: ignore[attr-defined]
+    other = json.loads(scale_down(app, idle[0]))
+    other["id"] = "down-again"
+    refused = app.run(json.dumps(other))
+    assert refused.outcome == "skipped" and f"in progress by action down-{idle[0]}" in refused.detail
+    # The first action's own redelivery after losing its claim (released) may take the step again.
+    entry = app.context.ports.state.get_ledger_entry(f"down-{idle[0]}")
+    assert entry is not None
+    from dataclasses import replace
+
+    app.context.ports.state.update_ledger_entry(replace(entry, progress=(0, 0), status="released"))
+    assert app.run(first).outcome == "waiting"
+
+
+def test_a_skipped_decision_does_not_block_the_next_one(app: App) -> None:
+    """Regression: decisions once had ids derived from the node, so a skip blocked that node for good."""
+    settings = app.context.settings
+    run_utilization_poll(app.context.ports, settings, now=app.clock.now())
+    app.clock.advance(settings.scale_down_unneeded_time.total_seconds() + 60)
+    first = run_utilization_poll(app.context.ports, settings, now=app.clock.now()).enqueued
+    app.clock.advance(60)
+    second = run_utilization_poll(app.context.ports, settings, now=app.clock.now()).enqueued
+    assert first and second and not set(first) & set(second)
