@@ -98,6 +98,7 @@ class Pod:
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     is_mirror: bool = False
     deleting: bool = False  # metadata.deletionTimestamp is set
+    priority: int = 0  # spec.priority, resolved from the PriorityClass by the API server
 
     @property
     def key(self) -> str:

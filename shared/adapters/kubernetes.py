@@ -179,6 +179,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         annotations=_frozen(annotations),
         is_mirror=_MIRROR_ANNOTATION in annotations,
         deleting=bool(metadata.get("deletionTimestamp")),
+        priority=int(spec.get("priority") or 0),
     )
 
 
