@@ -35,6 +35,7 @@ class ScaleAction:
     step: str
     reason: str = ""
     target_size: int | None = None  # scale_up: the capacity to reach
+    from_size: int | None = None  # scale_up: the capacity before, returned to if the scale-up fails
     node: str | None = None  # scale_down: the node to remove
     provider_id: str | None = None  # scale_down: the node's providerID when decided
     attempt: int = 0  # how many times this step has been re-enqueued to wait
@@ -111,6 +112,8 @@ def encode_action(action: ScaleAction) -> str:
         body["step_started_at"] = _iso(action.step_started_at)
     if action.kind == "scale_up":
         body["target_size"] = action.target_size
+        if action.from_size is not None:
+            body["from_size"] = action.from_size
     else:
         body["node"] = action.node
         body["provider_id"] = action.provider_id
@@ -159,6 +162,9 @@ def decode_action(text: str | bytes) -> ScaleAction:
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
         raise InvalidAction(f"attempt must be a non-negative integer, got {attempt!r}")
     step_started_at = _parse_time(body, "step_started_at") if body.get("step_started_at") is not None else None
+    from_size = body.get("from_size")
+    if from_size is not None and (not isinstance(from_size, int) or isinstance(from_size, bool) or from_size < 0):
+        raise InvalidAction(f"from_size must be a non-negative integer, got {from_size!r}")
     return ScaleAction(
         id=body["id"],
         kind=kind,
@@ -168,6 +174,7 @@ def decode_action(text: str | bytes) -> ScaleAction:
         step=body["step"],
         reason=body.get("reason", ""),
         target_size=target_size,
+        from_size=from_size,
         node=body.get("node"),
         provider_id=body.get("provider_id"),
         attempt=attempt,

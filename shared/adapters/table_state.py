@@ -122,6 +122,9 @@ class TableStateStore:
             last_scale_down=_time_or_none(entity.get("LastScaleDown")),
             last_failure=_time_or_none(entity.get("LastFailure")),
             deleting=dict(json.loads(entity.get("Deleting") or "{}")),
+            backoff_until=_time_or_none(entity.get("BackoffUntil")),
+            backoff_failures=int(entity.get("BackoffFailures") or 0),
+            backoff_reason=str(entity.get("BackoffReason") or ""),
             etag=entity.metadata["etag"],
         )
 
@@ -131,11 +134,14 @@ class TableStateStore:
             "RowKey": encode_key(state.group_id),
             "GroupId": state.group_id,
             "Deleting": json.dumps(dict(state.deleting), sort_keys=True),
+            "BackoffFailures": state.backoff_failures,
+            "BackoffReason": state.backoff_reason,
         }
         for column, moment in (
             ("LastScaleUp", state.last_scale_up),
             ("LastScaleDown", state.last_scale_down),
             ("LastFailure", state.last_failure),
+            ("BackoffUntil", state.backoff_until),
         ):
             # Tables stores no nulls: an absent column is None, and REPLACE drops columns not sent.
             if moment is not None:

@@ -25,6 +25,7 @@ from typing import Literal
 
 from shared.actions import InvalidAction, ScaleAction, decode_action, encode_action
 from shared.domain import TO_BE_DELETED_TAINT, GroupState, NodeGroup, Taint
+from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.cooldowns import scale_down_blocked
 from shared.ports import ComputeError, LedgerEntry, Operation, Ports
 from shared.services import ledger
@@ -111,7 +112,14 @@ class Executor:
         if self._settings.dry_run:
             return self._finish(action, entry, "dry-run", f"would resize {group.id} {group.target_size} -> {target}", now=now)
         log.info("resizing %s %d -> %d (action %s)", group.id, group.target_size, target, action.id)
-        operation = self._ports.compute.begin_resize(group, target)
+        action = replace(action, from_size=group.target_size)
+        try:
+            operation = self._ports.compute.begin_resize(group, target)
+        except ComputeError as exc:
+            if exc.code not in ALLOCATION_FAILURES:
+                raise
+            # ARM refused at once (quota, SKU, policy): the same outcome as a failed operation.
+            operation = Operation(token="", status="Failed", error_code=exc.code, error_message=str(exc))
         self._update_group(group.id, lambda s: replace(s, last_scale_up=now))
         return self._follow(action, entry, operation, next_step="confirm", now=now)
 
@@ -253,11 +261,23 @@ class Executor:
             if action.kind == "scale_down":
                 return self._confirm_delete(action, replace(entry, operation=""), now)
             return self._finish(action, entry, "succeeded", f"{action.group} at {action.target_size}", now=now)
-        self._update_group(action.group, lambda s: replace(s, last_failure=now))
         detail = f"{operation.error_code or operation.status}: {operation.error_message}".strip(": ")
         if action.kind == "scale_down":
             return self._abort_removal(action, entry, detail, now=now, failed=True)
+        code = operation.error_code or operation.status
+        self._update_group(action.group, lambda s: after_failure(s, now=now, code=code))
+        self._return_capacity(action)
+        log.warning("scale-up of %s failed (%s): group in backoff, pods go to the next best group", action.group, code)
         return self._finish(action, entry, "failed", detail, now=now)
+
+    def _return_capacity(self, action: ScaleAction) -> None:
+        """Give back capacity a failed scale-up asked for, unless someone has changed the target since."""
+        if action.from_size is None:
+            return
+        group = self._ports.compute.get_node_group(action.group)
+        if group is not None and group.target_size == action.target_size and action.from_size < group.target_size:
+            log.info("returning %s to %d after the failed scale-up", group.id, action.from_size)
+            self._ports.compute.begin_resize(group, action.from_size)
 
     def _continue(
         self, following: ScaleAction, entry: LedgerEntry, *, delay: timedelta, now: datetime, detail: str = ""

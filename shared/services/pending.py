@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared.actions import new_scale_up
+from shared.engine.backoff import backoff_reason
 from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
 from shared.ports import Ports
 from shared.services.observe import observe_or_skip
@@ -26,6 +27,16 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
     snapshot = observe_or_skip(ports, now=now)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
+    backed_off = {}
+    for group in snapshot.groups:
+        reason = backoff_reason(ports.state.get_group(group.id), now=now)
+        if reason:
+            backed_off[group.id] = reason
+            log.info("group %s: %s", group.id, reason)
+    # A group in backoff keeps what it has and is asked for nothing more, so pods go elsewhere now.
+    snapshot = replace(snapshot, groups=tuple(
+        replace(g, max_size=min(g.max_size, g.target_size)) if g.id in backed_off else g for g in snapshot.groups
+    ))
     plan = plan_scale_up(snapshot, options=ScaleUpOptions(max_nodes_per_scale_up=settings.max_nodes_per_scale_up))
     enqueued = []
     for increase in plan.increases:

@@ -79,12 +79,15 @@ def test_group_round_trip(state_store: TableStateStore) -> None:
         last_scale_down=T0 + timedelta(minutes=5),
         last_failure=(T0 + timedelta(minutes=7)).astimezone(CET),  # any zone in, UTC out
         deleting={"node-1": "scale-down:node-1:1", "node/2": "scale-down:node/2:1"},
+        backoff_until=T0 + timedelta(minutes=12),
+        backoff_failures=2,
+        backoff_reason="QuotaExceeded",
     )
     assert state_store.update_group(state)
     read = state_store.get_group(GROUP)
     assert read.etag
     assert read == replace(state, etag=read.etag)
-    for moment in (read.last_scale_up, read.last_scale_down, read.last_failure):
+    for moment in (read.last_scale_up, read.last_scale_down, read.last_failure, read.backoff_until):
         assert type(moment) is datetime
         assert moment is not None and moment.tzinfo == timezone.utc
 

@@ -263,3 +263,41 @@ def test_a_skipped_decision_does_not_block_the_next_one(app: App) -> None:
     app.clock.advance(60)
     second = run_utilization_poll(app.context.ports, settings, now=app.clock.now()).enqueued
     assert first and second and not set(first) & set(second)
+
+
+# -- failures and backoff ----------------------------------------------------------------------------------
+
+def test_failed_scale_up_backs_the_group_off_and_returns_capacity(app: App) -> None:
+    app.server.world.fail_next_scale_up("pool", code="QuotaExceeded")
+    result = app.run(scale_up(app, 5))
+    while result.outcome == "waiting":
+        app.clock.advance(30)
+        [message] = app.queued()
+        app.context.ports.queue.clear()  # type: ignore[attr-defined]
+        result = app.run(json.dumps(message))
+    assert result.outcome == "failed" and "QuotaExceeded" in result.detail
+    state = app.context.ports.state.get_group(GROUP)
+    assert state.backoff_reason == "QuotaExceeded" and state.backoff_failures == 1
+    assert state.backoff_until is not None and state.backoff_until > app.clock.now()
+    group = app.context.ports.compute.get_node_group(GROUP)
+    assert group is not None and group.target_size == 3  # the un-provisioned capacity is not kept
+    assert app.poison() == []  # a quota error is an outcome, not a poison message
+
+
+def test_arm_refusing_a_resize_at_once_is_a_failure_not_a_retry(app: App) -> None:
+    app.server.world.inject_fault(("arm", "PATCH", "pool"), status=409, code="OperationNotAllowed",
+                                  message="Operation could not be completed as it results in exceeding approved quota.")
+    result = app.run(scale_up(app, 5))
+    assert result.outcome == "failed" and "OperationNotAllowed" in result.detail
+    assert app.context.ports.state.get_group(GROUP).backoff_reason == "OperationNotAllowed"
+
+
+def test_pending_poll_plans_nothing_onto_a_group_in_backoff(app: App) -> None:
+    from shared.engine.backoff import after_failure
+
+    app.clock.advance(3600)  # the burst arrives: it needs new nodes, but the only group is backed off
+    state = app.context.ports.state.get_group(GROUP)
+    assert app.context.ports.state.update_group(after_failure(state, now=app.clock.now(), code="QuotaExceeded"))
+    assert run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now()).enqueued == ()
+    app.clock.advance(5 * 60)  # backoff over: the same pods are planned again
+    assert run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now()).enqueued
