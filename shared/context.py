@@ -40,17 +40,21 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
 
     from shared.adapters.compute import VmssCompute
     from shared.adapters.credentials import make_azure_credential
+    from shared.adapters.kube_events import KubernetesEventSink
     from shared.adapters.kubernetes import KubernetesCluster
+    from shared.services.events import EventRecorder
     from shared.adapters.storage import StorageActionQueue, TableStateStore, resolve_storage_connection
 
     credential = make_azure_credential(settings)
     storage = resolve_storage_connection(settings, env, credential=credential)
+    cluster = KubernetesCluster.from_settings(settings)
     ports = Ports(
-        cluster=KubernetesCluster.from_settings(settings),
+        cluster=cluster,
         compute=VmssCompute.from_settings(settings, credential=credential),
         state=TableStateStore(storage, table_name=settings.state_table),
         queue=StorageActionQueue(storage, queue_name=settings.queue_name),
         clock=clock or SystemClock(),
+        events=EventRecorder(KubernetesEventSink(cluster.api_client)),
     )
     return AppContext(settings=settings, ports=ports)
 

@@ -57,6 +57,26 @@ class Cluster(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterEvent:
+    """A Kubernetes Event about one object, with cluster-autoscaler's reasons (TriggeredScaleUp, ...)."""
+
+    namespace: str
+    kind: str
+    name: str
+    uid: str
+    reason: str
+    message: str
+    at: datetime
+    type: Literal["Normal", "Warning"] = "Normal"
+
+
+class EventSink(Protocol):
+    def emit(self, event: ClusterEvent) -> None:
+        """Best effort: an event that cannot be written is logged, never raised."""
+        ...
+
+
 # --- Azure Compute ----------------------------------------------------------
 
 
@@ -178,3 +198,4 @@ class Ports:
     state: StateStore
     queue: ActionQueue
     clock: Clock
+    events: EventSink

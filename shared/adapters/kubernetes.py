@@ -295,6 +295,11 @@ class KubernetesCluster:
         """Release the connection pool."""
         self._api_client.close()
 
+    @property
+    def api_client(self) -> ApiClient:
+        """The configured client, shared with the event sink so both use one connection pool."""
+        return self._api_client
+
     # -- plumbing ---------------------------------------------------------------
 
     def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

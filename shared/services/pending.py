@@ -10,6 +10,7 @@ from shared.actions import new_scale_up
 from shared.engine.backoff import backoff_reason
 from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
 from shared.ports import Ports
+from shared.services.events import scale_up_events
 from shared.services.observe import observe_or_skip
 from shared.settings import Settings
 
@@ -60,4 +61,6 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
         )
     for pod, reason in plan.unplaceable.items():
         log.info("pod %s fits no node group: %s", pod, reason)
+    for event in scale_up_events(snapshot, plan, now=now):
+        ports.events.emit(event)
     return PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued))

@@ -234,6 +234,12 @@ def test_pending_poll_enqueues_one_scale_up(app: App) -> None:
     assert len(result.enqueued) == 1
     [message] = app.queued()
     assert message["kind"] == "scale_up" and message["group"] == GROUP and message["target_size"] > 3
+    events = app.server.world.k8s_list("events", "default")
+    triggered = [e for e in events if e["reason"] == "TriggeredScaleUp"]
+    [increase] = result.plan.increases  # pods that fit the free space of existing nodes trigger nothing
+    assert sorted(e["involvedObject"]["name"] for e in triggered) == sorted(k.split("/")[1] for k in increase.pods)
+    assert all(e["involvedObject"]["kind"] == "Pod" for e in triggered)
+    assert f"{GROUP} 3->{message['target_size']}" in triggered[0]["message"]
 
 
 def test_a_second_action_for_a_reserved_node_is_refused_but_its_own_retry_resumes(app: App) -> None:

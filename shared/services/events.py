@@ -1,0 +1,56 @@
+"""Events that tell users what the autoscaler decided about their pods, without flooding the API.
+
+cluster-autoscaler's conventions: `TriggeredScaleUp` on each pod a scale-up is for, naming the
+group and its new size; `NotTriggerScaleUp` on pods no group can take, with the reason per group.
+The same event about the same pod is written at most once per interval (5 minutes), remembered
+for the life of the function instance (a cold start may repeat one, as CA's restarts do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from shared.domain import ClusterSnapshot, NodeGroup
+from shared.engine.scale_up import ScaleUpPlan
+from shared.ports import ClusterEvent, EventSink
+
+REPEAT_INTERVAL = timedelta(minutes=5)
+
+
+class EventRecorder:
+    """An EventSink that drops repeats of the same (object, reason, message) within the interval."""
+
+    def __init__(self, sink: EventSink, *, interval: timedelta = REPEAT_INTERVAL) -> None:
+        self._sink = sink
+        self._interval = interval
+        self._last: dict[tuple[str, str, str, str], datetime] = {}
+
+    def emit(self, event: ClusterEvent) -> None:
+        key = (event.namespace, event.name, event.uid, event.reason + "\x00" + event.message)
+        last = self._last.get(key)
+        if last is not None and event.at - last < self._interval:
+            return
+        self._last[key] = event.at
+        if len(self._last) > 50_000:  # forget the oldest half rather than grow without bound
+            for stale in sorted(self._last, key=self._last.__getitem__)[: len(self._last) // 2]:
+                del self._last[stale]
+        self._sink.emit(event)
+
+
+def scale_up_events(snapshot: ClusterSnapshot, plan: ScaleUpPlan, *, now: datetime) -> list[ClusterEvent]:
+    pods = {pod.key: pod for pod in snapshot.pods}
+    groups: Mapping[str, NodeGroup] = {group.id: group for group in snapshot.groups}
+    events = []
+    for increase in plan.increases:
+        group = groups[increase.group_id]
+        message = (f"pod triggered scale-up: [{{{increase.group_id} {increase.current_target}->{increase.new_target} "
+                   f"(max: {group.max_size})}}]")
+        for key in increase.pods:
+            pod = pods[key]
+            events.append(ClusterEvent(pod.namespace, "Pod", pod.name, pod.uid, "TriggeredScaleUp", message, now))
+    for key, reason in plan.unplaceable.items():
+        pod = pods[key]
+        events.append(ClusterEvent(pod.namespace, "Pod", pod.name, pod.uid, "NotTriggerScaleUp",
+                                   f"pod didn't trigger scale-up: {reason}", now))
+    return events
