@@ -4,7 +4,7 @@ PY := .venv/bin/python
 SCENARIO ?= burst
 SPEED ?= 30
 
-.PHONY: bootstrap demo test azurite sandbox run clean
+.PHONY: bootstrap demo test bench azurite sandbox run clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -14,6 +14,10 @@ demo: bootstrap
 
 test: bootstrap
 	$(PY) -m pytest
+
+# Figures, not assertions: planning time and memory of the engine on synthetic clusters.
+bench: bootstrap
+	$(PY) -m devtools.bench
 
 # Building blocks for running the app by hand (docs/local-development.md).
 azurite: bootstrap
