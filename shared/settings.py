@@ -7,10 +7,12 @@ The README's settings table is checked against `SPECS` by a test.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 
@@ -117,6 +119,79 @@ def _queue_name(text: str) -> str:
     return value
 
 
+def _integer(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"not a whole number: {text!r}") from None
+
+
+# The expanders of shared/engine/expanders.py (tests check the two agree). Settings import no
+# engine code: adapters read settings and must not reach the engine, even indirectly.
+EXPANDER_NAMES = ("least-waste", "most-pods", "least-nodes", "priority", "random")
+_UNSUPPORTED_EXPANDERS = ("price", "grpc")
+
+
+def _expander_chain(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip().lower() for part in text.split(","))
+    for i, name in enumerate(names):
+        if not name:
+            raise ValueError(f"empty expander name in {text!r}")
+        if name in _UNSUPPORTED_EXPANDERS:
+            raise ValueError(f"expander {name!r} is not supported (use {', '.join(EXPANDER_NAMES)})")
+        if name not in EXPANDER_NAMES:
+            raise ValueError(f"unknown expander {name!r} (known: {', '.join(EXPANDER_NAMES)})")
+        if name in names[:i]:
+            raise ValueError(f"expander {name!r} is named twice")
+        if i and names[i - 1] == "random":
+            raise ValueError(f"expander {name!r} follows 'random', which always leaves one option: it would never run")
+    return names
+
+
+def _priority_config(text: str) -> Mapping[int, tuple[str, ...]]:
+    """JSON `{"<priority>": ["<regex>", ...]}`, the shape of CA's priority expander ConfigMap."""
+    if not text.strip():
+        return MappingProxyType({})
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError('must be a JSON object of priority to regular expressions, e.g. {"50": ["spot-.*"], "10": [".*"]}')
+    config: dict[int, tuple[str, ...]] = {}
+    for key, patterns in raw.items():
+        if not re.fullmatch(r"\s*[+-]?\d+\s*", key):
+            raise ValueError(f"priority {key!r} is not an integer")
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            raise ValueError(f"priority {key}: expected a list of regular expressions, got {patterns!r}")
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"priority {key}: bad regular expression {pattern!r}: {exc}") from None
+        config[int(key)] = config.get(int(key), ()) + tuple(patterns)
+    return MappingProxyType(config)
+
+
+def _min_max(text: str) -> tuple[int, int]:
+    """CA's `min:max` flags: whole numbers, 0 <= min <= max; a max of 0 means no limit."""
+    match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text)
+    if match is None:
+        raise ValueError(f"must be min:max in whole numbers, e.g. 0:320000, got {text!r}")
+    low, high = int(match[1]), int(match[2])
+    if low > high:
+        raise ValueError(f"min {low} is greater than max {high}")
+    return low, high
+
+
+def _gib_min_max(text: str) -> tuple[int, int]:
+    """`min:max` in GiB, as CA's --memory-total takes it, returned in bytes."""
+    low, high = _min_max(text)
+    return low * 1024**3, high * 1024**3
+
+
 @dataclass(frozen=True, slots=True)
 class Spec:
     name: str  # the app setting
@@ -162,6 +237,29 @@ SPECS: tuple[Spec, ...] = (
          "Most nodes being removed at once, cluster-wide."),
     Spec("MAX_NODES_PER_SCALE_UP", "max_nodes_per_scale_up", "1000", _int_at_least(1),
          "Most nodes one scale-up adds to one group."),
+    Spec("EXPANDER", "expander", "least-waste", _expander_chain,
+         "How a scale-up picks among groups that could take the pending pods: `least-waste`, `most-pods`, "
+         "`least-nodes`, `priority` or `random`, chained like cluster-autoscaler's, e.g. `priority,least-waste`."),
+    Spec("PRIORITY_EXPANDER_CONFIG", "priority_expander_config", "", _priority_config,
+         "Rules of the `priority` expander as JSON, priority to regular expressions of scale set names, e.g. "
+         "`{\"50\": [\"spot-.*\"], \"10\": [\".*\"]}`; the ConfigMap "
+         "`kube-system/cluster-autoscaler-priority-expander` (key `priorities`, YAML) takes precedence when present."),
+    Spec("MAX_NODES_TOTAL", "max_nodes_total", "0", _int_at_least(0),
+         "Most nodes in the cluster, registered and upcoming; `0` for no limit."),
+    Spec("CORES_TOTAL", "cores_total", "0:320000", _min_max,
+         "`min:max` cores in the cluster; scale-up stops at max, scale-down at min (max `0`: no limit)."),
+    Spec("MEMORY_TOTAL", "memory_total", "0:6400000", _gib_min_max,
+         "`min:max` GiB of memory in the cluster, like `CORES_TOTAL`."),
+    Spec("BALANCE_SIMILAR_NODE_GROUPS", "balance_similar_node_groups", "false", _bool,
+         "Split a scale-up over similar groups (e.g. one scale set per zone), smallest first; zone, host and "
+         "pool labels are ignored in the comparison."),
+    Spec("EXPENDABLE_PODS_PRIORITY_CUTOFF", "expendable_pods_priority_cutoff", "-10", _integer,
+         "Pods with a priority below this never trigger a scale-up."),
+    Spec("NEW_POD_SCALE_UP_DELAY", "new_pod_scale_up_delay", "0s", _nonnegative_duration,
+         "Pods younger than this do not trigger a scale-up yet; the pod annotation "
+         "`cluster-autoscaler.kubernetes.io/pod-scale-up-delay` may lengthen it."),
+    Spec("MAX_NODE_PROVISION_TIME", "max_node_provision_time", "15m", _positive_duration,
+         "A scale-up whose nodes are not Ready within this long has failed; its group backs off."),
     Spec("MAX_POD_EVICTION_TIME", "max_pod_eviction_time", "2m", _positive_duration,
          "How long a drain keeps evicting before it gives up and uncordons the node."),
     Spec("ACTION_TTL", "action_ttl", "5m", _positive_duration,
@@ -199,6 +297,15 @@ class Settings:
     scale_down_delay_after_failure: timedelta
     max_scale_down_parallelism: int
     max_nodes_per_scale_up: int
+    expander: tuple[str, ...]
+    priority_expander_config: Mapping[int, tuple[str, ...]]  # priority -> regular expressions
+    max_nodes_total: int
+    cores_total: tuple[int, int]
+    memory_total: tuple[int, int]  # bytes
+    balance_similar_node_groups: bool
+    expendable_pods_priority_cutoff: int
+    new_pod_scale_up_delay: timedelta
+    max_node_provision_time: timedelta
     max_pod_eviction_time: timedelta
     action_ttl: timedelta
     action_lease: timedelta

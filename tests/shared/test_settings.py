@@ -60,3 +60,105 @@ def test_readme_table_matches_code() -> None:
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| ([^|]*) \|", readme, flags=re.MULTILINE))
     expected = {spec.name: ("*required*" if spec.default is None else f"`{spec.default}`") for spec in SPECS}
     assert {name: value.strip() for name, value in rows.items()} == expected
+
+
+# --- Scale-up settings: expanders, cluster limits, pod rules (issue 3) -------------------------
+
+GIB = 1024**3
+
+
+def test_scale_up_defaults_match_cluster_autoscalers() -> None:
+    settings = load_settings(REQUIRED)
+    assert settings.expander == ("least-waste",)
+    assert dict(settings.priority_expander_config) == {}
+    assert settings.max_nodes_total == 0
+    assert settings.cores_total == (0, 320_000)
+    assert settings.memory_total == (0, 6_400_000 * GIB)
+    assert settings.balance_similar_node_groups is False
+    assert settings.expendable_pods_priority_cutoff == -10
+    assert settings.new_pod_scale_up_delay == timedelta(0)
+    assert settings.max_node_provision_time == timedelta(minutes=15)
+
+
+@pytest.mark.parametrize("name,text,attr,value", [
+    ("EXPANDER", "Priority, least-waste", "expander", ("priority", "least-waste")),
+    ("EXPANDER", "most-pods,least-nodes,random", "expander", ("most-pods", "least-nodes", "random")),
+    ("PRIORITY_EXPANDER_CONFIG", '{"50": ["^spot-.*"], "10": [".*"]}', "priority_expander_config",
+     {50: ("^spot-.*",), 10: (".*",)}),
+    ("PRIORITY_EXPANDER_CONFIG", '{"-1": "solo"}', "priority_expander_config", {-1: ("solo",)}),
+    ("MAX_NODES_TOTAL", "50", "max_nodes_total", 50),
+    ("CORES_TOTAL", "8:100", "cores_total", (8, 100)),
+    ("MEMORY_TOTAL", "4:64", "memory_total", (4 * GIB, 64 * GIB)),
+    ("BALANCE_SIMILAR_NODE_GROUPS", "true", "balance_similar_node_groups", True),
+    ("EXPENDABLE_PODS_PRIORITY_CUTOFF", "-100", "expendable_pods_priority_cutoff", -100),
+    ("EXPENDABLE_PODS_PRIORITY_CUTOFF", "0", "expendable_pods_priority_cutoff", 0),
+    ("NEW_POD_SCALE_UP_DELAY", "30s", "new_pod_scale_up_delay", timedelta(seconds=30)),
+    ("MAX_NODE_PROVISION_TIME", "20m", "max_node_provision_time", timedelta(minutes=20)),
+])
+def test_scale_up_settings_parse(name: str, text: str, attr: str, value: object) -> None:
+    parsed = getattr(load_settings({**REQUIRED, name: text}), attr)
+    assert (dict(parsed) if attr == "priority_expander_config" else parsed) == value
+
+
+@pytest.mark.parametrize("name,text,message", [
+    ("EXPANDER", "least-waste,fewest", "EXPANDER: unknown expander 'fewest' (known: least-waste, most-pods"),
+    ("EXPANDER", "least-waste,least-waste", "EXPANDER: expander 'least-waste' is named twice"),
+    ("EXPANDER", "random,priority", "EXPANDER: expander 'priority' follows 'random'"),
+    ("EXPANDER", "price", "EXPANDER: expander 'price' is not supported"),
+    ("EXPANDER", "priority,,random", "EXPANDER: empty expander name in 'priority,,random'"),
+    ("PRIORITY_EXPANDER_CONFIG", "{10: [a]}", "PRIORITY_EXPANDER_CONFIG: not valid JSON"),
+    ("PRIORITY_EXPANDER_CONFIG", '["a"]', "PRIORITY_EXPANDER_CONFIG: must be a JSON object"),
+    ("PRIORITY_EXPANDER_CONFIG", '{"high": ["a"]}', "PRIORITY_EXPANDER_CONFIG: priority 'high' is not an integer"),
+    ("PRIORITY_EXPANDER_CONFIG", '{"10": ["(a"]}', "PRIORITY_EXPANDER_CONFIG: priority 10: bad regular expression"),
+    ("PRIORITY_EXPANDER_CONFIG", '{"10": [5]}', "PRIORITY_EXPANDER_CONFIG: priority 10: expected a list"),
+    ("MAX_NODES_TOTAL", "-1", "MAX_NODES_TOTAL: must be at least 0"),
+    ("CORES_TOTAL", "100:8", "CORES_TOTAL: min 100 is greater than max 8"),
+    ("CORES_TOTAL", "320000", "CORES_TOTAL: must be min:max"),
+    ("MEMORY_TOTAL", "0:lots", "MEMORY_TOTAL: must be min:max"),
+    ("BALANCE_SIMILAR_NODE_GROUPS", "sometimes", "BALANCE_SIMILAR_NODE_GROUPS: not a boolean"),
+    ("EXPENDABLE_PODS_PRIORITY_CUTOFF", "low", "EXPENDABLE_PODS_PRIORITY_CUTOFF: not a whole number"),
+    ("NEW_POD_SCALE_UP_DELAY", "soon", "NEW_POD_SCALE_UP_DELAY: not a duration"),
+    ("MAX_NODE_PROVISION_TIME", "0s", "MAX_NODE_PROVISION_TIME: must be longer than zero"),
+])
+def test_scale_up_settings_reject(name: str, text: str, message: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings({**REQUIRED, name: text})
+    assert message in str(raised.value)
+    assert len(raised.value.problems) == 1
+
+
+def test_scale_up_problems_are_reported_together() -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings({**REQUIRED, "EXPANDER": "cheapest", "PRIORITY_EXPANDER_CONFIG": "{", "CORES_TOTAL": "9:1",
+                       "MEMORY_TOTAL": "2:1", "MAX_NODE_PROVISION_TIME": "0"})
+    assert [p.split(":")[0] for p in raised.value.problems] == [
+        "EXPANDER", "PRIORITY_EXPANDER_CONFIG", "CORES_TOTAL", "MEMORY_TOTAL", "MAX_NODE_PROVISION_TIME"]
+
+
+@pytest.mark.parametrize("text", [
+    "least-waste", "priority,least-waste", "most-pods,random", "random,priority", "fewest", "price", "grpc",
+    "least-waste,least-waste", " Priority , Least-Waste ", "least-nodes,most-pods,priority,least-waste,random",
+])
+def test_settings_and_engine_agree_on_expander_chains(text: str) -> None:
+    """Settings validate EXPANDER without importing the engine; both must accept and reject alike."""
+    from shared.engine.expanders import EXPANDERS, ExpanderError, parse_expander_chain
+    from shared.settings import EXPANDER_NAMES
+
+    assert set(EXPANDER_NAMES) == set(EXPANDERS)
+    try:
+        engine: object = parse_expander_chain(text)
+    except ExpanderError:
+        engine = "rejected"
+    try:
+        settings: object = load_settings({**REQUIRED, "EXPANDER": text}).expander
+    except SettingsError:
+        settings = "rejected"
+    assert settings == engine
+
+
+@pytest.mark.parametrize("text", ['{"50": ["^spot-"], "10": [".*", "b"]}', '{"1": "a", "01": ["b"]}', "{}"])
+def test_settings_priority_config_feeds_the_engine(text: str) -> None:
+    from shared.engine.expanders import parse_priorities
+
+    from_settings = parse_priorities(load_settings({**REQUIRED, "PRIORITY_EXPANDER_CONFIG": text}).priority_expander_config)
+    assert from_settings == parse_priorities(text)
