@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared.actions import new_scale_up
-from shared.engine.backoff import backoff_reason
+from shared.domain import ClusterSnapshot
+from shared.engine.backoff import after_failure, backoff_reason
 from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
 from shared.ports import Ports
 from shared.services.events import scale_up_events
@@ -28,16 +29,7 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
     snapshot = observe_or_skip(ports, now=now)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
-    backed_off = {}
-    for group in snapshot.groups:
-        reason = backoff_reason(ports.state.get_group(group.id), now=now)
-        if reason:
-            backed_off[group.id] = reason
-            log.info("group %s: %s", group.id, reason)
-    # A group in backoff keeps what it has and is asked for nothing more, so pods go elsewhere now.
-    snapshot = replace(snapshot, groups=tuple(
-        replace(g, max_size=min(g.max_size, g.target_size)) if g.id in backed_off else g for g in snapshot.groups
-    ))
+    snapshot = _without_unavailable_capacity(ports, snapshot, settings, now=now)
     plan = plan_scale_up(snapshot, options=ScaleUpOptions(max_nodes_per_scale_up=settings.max_nodes_per_scale_up))
     enqueued = []
     for increase in plan.increases:
@@ -64,3 +56,38 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
     for event in scale_up_events(snapshot, plan, now=now):
         ports.events.emit(event)
     return PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued))
+
+
+def _without_unavailable_capacity(ports: Ports, snapshot: ClusterSnapshot, settings: Settings, *,
+                                  now: datetime) -> ClusterSnapshot:
+    """The snapshot as the planner should see it: groups in backoff take nothing more.
+
+    A group whose requested nodes have not registered within MAX_NODE_PROVISION_TIME has failed
+    its scale-up (ProvisionTimeout): it goes into backoff, and while it is there its missing
+    nodes no longer count as capacity on the way, so their pods are planned onto another group.
+    """
+    present: dict[str, int] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is not None and (node.ready or node.is_being_deleted):
+            present[ref.group_id] = present.get(ref.group_id, 0) + 1
+    groups = []
+    for group in snapshot.groups:
+        state = ports.state.get_group(group.id)
+        missing = group.target_size - present.get(group.id, 0)
+        overdue = state.last_scale_up is not None and now - state.last_scale_up > settings.max_node_provision_time
+        if missing > 0 and overdue and backoff_reason(state, now=now) is None and state.backoff_reason != "ProvisionTimeout":
+            log.warning("group %s: %d node(s) not Ready %s after the scale-up: backing off", group.id, missing,
+                        settings.max_node_provision_time)
+            failed = after_failure(state, now=now, code="ProvisionTimeout")
+            if ports.state.update_group(failed):
+                state = failed
+        reason = backoff_reason(state, now=now)
+        if reason is None:
+            groups.append(group)
+            continue
+        log.info("group %s: %s", group.id, reason)
+        if state.backoff_reason == "ProvisionTimeout":
+            group = replace(group, target_size=min(group.target_size, present.get(group.id, 0)))
+        groups.append(replace(group, max_size=min(group.max_size, group.target_size)))
+    return replace(snapshot, groups=tuple(groups))

@@ -307,3 +307,20 @@ def test_pending_poll_plans_nothing_onto_a_group_in_backoff(app: App) -> None:
     assert run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now()).enqueued == ()
     app.clock.advance(5 * 60)  # backoff over: the same pods are planned again
     assert run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now()).enqueued
+
+
+def test_nodes_that_never_become_ready_back_the_group_off(app: App) -> None:
+    """MAX_NODE_PROVISION_TIME: capacity asked for long ago but still missing is a failed scale-up."""
+    from dataclasses import replace as replace_state
+
+    app.clock.advance(3600)  # the burst arrives
+    state = app.context.ports.state.get_group(GROUP)
+    # The group was asked for 5 nodes 20 minutes ago and 3 exist (the manual clock stands still, so the
+    # two new instances never boot):
+    assert app.context.ports.state.update_group(replace_state(state, last_scale_up=app.clock.now() - timedelta(minutes=20)))
+    group = app.context.ports.compute.get_node_group(GROUP)
+    assert group is not None
+    app.context.ports.compute.begin_resize(group, 5)  # target 5, only 3 nodes ever arrive
+    result = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
+    assert app.context.ports.state.get_group(GROUP).backoff_reason == "ProvisionTimeout"
+    assert result.enqueued == ()  # the only group is backed off: nothing is asked of it
