@@ -185,7 +185,8 @@ def _converged(sandbox: SandboxProcess, runner: LocalRunner, view: LiveView) -> 
     autoscaled group holding an idle node above its minimum (one the autoscaler should still remove).
     """
     state = view.last_state
-    if not state or not state.get("done") or state.get("pending", 0):
+    # A pod no pool could hold even empty stays pending for good; the autoscaler rightly leaves it.
+    if not state or not state.get("done") or state.get("pending", 0) - state.get("pending_unplaceable", 0):
         return False
     for group in state.get("groups", {}).values():
         if group["booting"] or group["deleting"] or group["ready"] != group["target"]:

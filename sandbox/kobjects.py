@@ -8,22 +8,17 @@ quantity is a string.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
-from shared.domain import Resources, Taint, Toleration
+from shared.domain import Taint, Toleration
 from sandbox.errors import KubeError
-from sandbox.units import format_bytes, format_cpu, parse_bytes, parse_cpu_milli
+from sandbox.podspec import HostPort
+from sandbox.resources import Amounts, resource_list
 
 KUBELET_VERSION = "v1.31.2"
 CONTAINER_IMAGE = "mcr.microsoft.com/azurelinux/busybox:1.36"
-
-
-def resource_list(resources: Resources, *, with_pods: bool = True) -> dict[str, str]:
-    quantities = {"cpu": format_cpu(resources.cpu_milli), "memory": format_bytes(resources.memory_bytes)}
-    if with_pods:
-        quantities["pods"] = str(resources.pods)
-    return quantities
 
 
 def taint_json(taint: Taint, added_at: str | None = None) -> dict[str, Any]:
@@ -51,15 +46,6 @@ def parse_taints(node: Mapping[str, Any]) -> tuple[Taint, ...]:
     return tuple(Taint(t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in raw if isinstance(t, Mapping))
 
 
-def parse_tolerations(pod: Mapping[str, Any]) -> tuple[Toleration, ...]:
-    raw = (pod.get("spec") or {}).get("tolerations") or []
-    return tuple(
-        Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
-        for t in raw
-        if isinstance(t, Mapping)
-    )
-
-
 def condition(kind: str, status: str, at: str, reason: str = "", message: str = "") -> dict[str, Any]:
     obj: dict[str, Any] = {"type": kind, "status": status, "lastTransitionTime": at}
     if reason:
@@ -77,8 +63,8 @@ def node_object(
     provider_id: str,
     labels: Mapping[str, str],
     taints: tuple[Taint, ...],
-    capacity: Resources,
-    allocatable: Resources,
+    capacity: Amounts,
+    allocatable: Amounts,
     internal_ip: str,
     pod_cidr: str,
     machine_id: str,
@@ -157,7 +143,7 @@ def pod_object(
     name: str,
     uid: str,
     created: str,
-    requests: Resources,
+    requests: Amounts,
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
     node_selector: Mapping[str, str],
@@ -165,19 +151,29 @@ def pod_object(
     owner: dict[str, Any] | None,
     restart_policy: str,
     priority_class: str = "",
+    priority: int = 0,
+    affinity: Mapping[str, Any] | None = None,
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] = (),
+    host_ports: tuple[HostPort, ...] = (),
 ) -> dict[str, Any]:
-    container_requests = resource_list(requests, with_pods=False)
+    resources: dict[str, Any] = {"requests": resource_list(requests, with_pods=False)}
+    extended = {k: v for k, v in resources["requests"].items() if "/" in k}
+    if extended:  # extended resources cannot be overcommitted: the API server wants limits equal to requests
+        resources["limits"] = extended
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": CONTAINER_IMAGE,
+        "resources": resources,
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    if host_ports:
+        container["ports"] = [
+            {"containerPort": p.port, "hostPort": p.port, "protocol": p.protocol} for p in host_ports
+        ]
     spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "main",
-                "image": CONTAINER_IMAGE,
-                "resources": {"requests": container_requests},
-                "imagePullPolicy": "IfNotPresent",
-                "terminationMessagePath": "/dev/termination-log",
-                "terminationMessagePolicy": "File",
-            }
-        ],
+        "containers": [container],
         "restartPolicy": restart_policy,
         "terminationGracePeriodSeconds": 30,
         "dnsPolicy": "ClusterFirst",
@@ -185,14 +181,18 @@ def pod_object(
         "serviceAccountName": "default",
         "enableServiceLinks": True,
         "preemptionPolicy": "PreemptLowerPriority",
-        "priority": 0,
+        "priority": priority,
     }
     if priority_class:
         spec["priorityClassName"] = priority_class
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
+    if affinity:
+        spec["affinity"] = copy.deepcopy(dict(affinity))
     if tolerations:
         spec["tolerations"] = [toleration_json(t) for t in tolerations]
+    if topology_spread_constraints:
+        spec["topologySpreadConstraints"] = [copy.deepcopy(dict(c)) for c in topology_spread_constraints]
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -293,13 +293,3 @@ def validate_node(node: dict[str, Any]) -> None:
             raise KubeError(
                 422, "Invalid", f'Node is invalid: spec.taints[{i}].effect: Unsupported value: "{taint.get("effect")}"'
             )
-
-
-def pod_requests(pod: Mapping[str, Any]) -> Resources:
-    """The scheduler's view of a pod's requests: the sum over its containers, plus one pod slot."""
-    cpu = memory = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        cpu += parse_cpu_milli(requests.get("cpu", "0"))
-        memory += parse_bytes(requests.get("memory", "0"))
-    return Resources(cpu, memory, 1)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from shared.domain import Resources
+from sandbox.podspec import PodNeeds
+from sandbox.resources import Amounts
 from sandbox.scenario import WorkloadSpec
 
 PodRole = Literal["workload", "daemonset", "mirror", "api"]
@@ -17,7 +18,7 @@ class PodTemplate:
 
     workload: WorkloadSpec
     owner_uid: str
-    requests: Resources
+    requests: Amounts
     duration: float | None
 
 
@@ -30,10 +31,11 @@ class PodSim:
     role: PodRole
     workload: str
     owner_kind: str | None
-    requests: Resources
+    needs: PodNeeds  # parsed from the API object once: pod specs do not change after creation
     duration: float | None
     created: float
     template: PodTemplate | None = None
+    group: str | None = None  # node group (shared.domain.group_id) of the node it was bound to
     bound: float | None = None
     started: float | None = None
     finished: float | None = None  # Succeeded
@@ -44,6 +46,13 @@ class PodSim:
     killed: bool = False
     replaced: bool = False
     holds_resources: bool = False  # counted in its node's used resources
+    terminating: bool = False  # metadata.deletionTimestamp is set
+    unplaceable: bool | None = None  # fits no node group even on an empty node (computed once, lazily)
+    shape: tuple[Any, ...] | None = None  # what, besides requests, decides where it fits (scheduler cache key)
+
+    @property
+    def requests(self) -> Amounts:
+        return self.needs.requests
 
     @property
     def key(self) -> tuple[str, str]:

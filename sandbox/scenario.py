@@ -9,6 +9,7 @@ documents every field; keep the two in step.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -20,7 +21,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from shared.domain import EMPTY_MAP, Resources, Taint, Toleration
+from shared.domain import EMPTY_MAP, Taint, Toleration
+from sandbox.podspec import HostPort, SpecError, parse_affinity, parse_spread_constraints
+from sandbox.resources import EPHEMERAL_STORAGE, Amounts, parse_scalar
 from sandbox.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration, parse_time
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -85,7 +88,7 @@ class Dist:
 class MirrorPodSpec:
     name: str
     namespace: str
-    requests: Resources
+    requests: Amounts
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +96,8 @@ class NodeGroupSpec:
     resource_group: str
     name: str
     vm_size: str
-    allocatable: Resources
-    capacity: Resources
+    allocatable: Amounts  # with extended resources such as nvidia.com/gpu among the scalars
+    capacity: Amounts
     min_size: int
     max_size: int
     initial: int
@@ -113,7 +116,7 @@ class NodeGroupSpec:
 class DaemonSetSpec:
     name: str
     namespace: str
-    requests: Resources
+    requests: Amounts
     node_selector: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
 
@@ -135,6 +138,23 @@ class WorkloadSpec:
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     node_selector: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     tolerations: tuple[Toleration, ...] = ()
+    ephemeral_storage: Dist | None = None  # bytes; None requests none
+    extended: Mapping[str, int] = field(default_factory=lambda: EMPTY_MAP)  # e.g. {"nvidia.com/gpu": 1}
+    affinity: Mapping[str, Any] | None = None  # spec.affinity as Kubernetes JSON (validated)
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()  # Kubernetes JSON (validated)
+    host_ports: tuple[HostPort, ...] = ()
+    priority: int | None = None  # spec.priority; None leaves the API default (0)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUpFailureSpec:
+    """Capacity increases of a scale set that fail from the start (World.fail_next_scale_up)."""
+
+    scale_set: str
+    code: str = "QuotaExceeded"
+    count: int = 1
+    resource_group: str | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +189,7 @@ class Scenario:
     daemonsets: tuple[DaemonSetSpec, ...] = ()
     workloads: tuple[WorkloadSpec, ...] = ()
     pdbs: tuple[PdbSpec, ...] = ()
+    scale_up_failures: tuple[ScaleUpFailureSpec, ...] = ()
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -323,17 +344,41 @@ def _dist(value: Any, path: str, parse: Callable[[Any], float]) -> Dist:
     return Dist.fixed(_parsed(parse, value, path))
 
 
-def _resources(value: Any, path: str, *, need_pods: bool) -> Resources:
-    obj = _obj(value, path, {"cpu", "memory", "pods"}, {"cpu", "memory"})
-    pods = int(_parsed(parse_count, obj.get("pods", 110 if need_pods else 0), f"{path}.pods"))
-    memory = int(_parsed(parse_bytes, obj["memory"], f"{path}.memory"))
+# Extended resources are domain-qualified names (`nvidia.com/gpu`, `example.com/fpga`), as the API requires.
+_EXTENDED = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _extended_name(name: str, path: str) -> str:
+    if not _EXTENDED.match(name):
+        raise _Invalid(
+            f"{path}.{name}",
+            "unknown resource: use cpu, memory, ephemeral-storage, pods or an extended resource such as nvidia.com/gpu",
+        )
+    return name
+
+
+def _resources(value: Any, path: str, *, need_pods: bool) -> Amounts:
+    """Node allocatable/capacity (need_pods) or fixed requests: cpu, memory, pods, ephemeral-storage and
+    extended resources (whole counts)."""
+    if not isinstance(value, dict):
+        raise _Invalid(path, f"must be an object, got {_typename(value)}")
+    for key in ("cpu", "memory"):
+        if key not in value:
+            raise _Invalid(f"{path}.{key}", "required field is missing")
+    scalars: dict[str, int] = {}
+    for name, raw in value.items():
+        if name in ("cpu", "memory", "pods"):
+            continue
+        if name != EPHEMERAL_STORAGE:
+            _extended_name(name, path)
+        scalars[name] = int(_parsed(lambda v, n=name: parse_scalar(n, v), raw, f"{path}.{name}"))
+        if name == EPHEMERAL_STORAGE and need_pods:
+            scalars[name] -= scalars[name] % 1024  # whole Ki, like memory
+    pods = int(_parsed(parse_count, value.get("pods", 110 if need_pods else 0), f"{path}.pods"))
+    memory = int(_parsed(parse_bytes, value["memory"], f"{path}.memory"))
     if need_pods:  # node resources: kubelet reports memory in whole Ki, so "13.8Gi" becomes 14470348Ki
         memory -= memory % 1024
-    return Resources(
-        cpu_milli=int(_parsed(parse_cpu_milli, obj["cpu"], f"{path}.cpu")),
-        memory_bytes=memory,
-        pods=pods,
-    )
+    return Amounts.of(int(_parsed(parse_cpu_milli, value["cpu"], f"{path}.cpu")), memory, pods, scalars)
 
 
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -362,7 +407,13 @@ def _toleration(value: Any, path: str) -> Toleration:
     effect = _opt_str(obj, "effect", path)
     if effect and effect not in _EFFECTS:
         raise _Invalid(f"{path}.effect", f"must be empty or one of {', '.join(_EFFECTS)}, got {effect!r}")
-    return Toleration(_opt_str(obj, "key", path), operator, _opt_str(obj, "value", path), effect)
+    key, value_ = _opt_str(obj, "key", path), _opt_str(obj, "value", path)
+    # The API server's rules, so the pods the world creates are ones it would have accepted.
+    if operator == "Equal" and not key:
+        raise _Invalid(f"{path}.operator", "must be Exists when key is empty")
+    if operator == "Exists" and value_:
+        raise _Invalid(f"{path}.value", "must be empty when operator is Exists")
+    return Toleration(key, operator, value_, effect)
 
 
 def _budget(value: Any, path: str) -> int | str:
@@ -384,7 +435,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "name", "description", "cluster_name", "subscription_id", "location", "start", "duration",
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
-            "daemonsets", "workloads", "pdbs",
+            "daemonsets", "workloads", "pdbs", "scale_up_failures",
         },
         {"node_groups"},
     )
@@ -449,7 +500,17 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         daemonsets=_items(top, "daemonsets", "$", _daemonset),
         workloads=_items(top, "workloads", "$", _workload),
         pdbs=_items(top, "pdbs", "$", _pdb),
+        scale_up_failures=_items(top, "scale_up_failures", "$", _scale_up_failure),
     )
+    for i, failure in enumerate(scenario.scale_up_failures):
+        matches = [
+            g for g in groups
+            if g.name == failure.scale_set
+            and (failure.resource_group is None or g.resource_group.lower() == failure.resource_group.lower())
+        ]
+        if len(matches) != 1:
+            problem = "names no scale set of node_groups" if not matches else "is ambiguous: add its resource_group"
+            raise _Invalid(f"$.scale_up_failures[{i}].scale_set", f"{failure.scale_set!r} {problem}")
     _unique([(w.namespace, w.name) for w in scenario.workloads], "$.workloads", "workload")
     _unique([(d.namespace, d.name) for d in scenario.daemonsets], "$.daemonsets", "daemonset")
     _unique([(p.namespace, p.name) for p in scenario.pdbs], "$.pdbs", "PodDisruptionBudget")
@@ -517,7 +578,7 @@ def _node_group(value: Any, path: str, location: str) -> NodeGroupSpec:
 
 def _mirror_pod(value: Any, path: str) -> MirrorPodSpec:
     obj = _obj(value, path, {"name", "namespace", "requests"}, {"name"})
-    requests = _resources(obj["requests"], f"{path}.requests", need_pods=False) if "requests" in obj else Resources()
+    requests = _resources(obj["requests"], f"{path}.requests", need_pods=False) if "requests" in obj else Amounts()
     return MirrorPodSpec(
         name=_str(obj["name"], f"{path}.name", _NAME, "pod name"),
         namespace=_str(obj.get("namespace", "kube-system"), f"{path}.namespace", _NAME, "namespace"),
@@ -543,7 +604,8 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
         path,
         {
             "name", "namespace", "kind", "count", "at", "spread", "repeat", "requests", "duration", "labels",
-            "annotations", "node_selector", "tolerations",
+            "annotations", "node_selector", "tolerations", "affinity", "topology_spread_constraints",
+            "host_ports", "priority",
         },
         {"name", "requests"},
     )
@@ -551,9 +613,24 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
     kind = obj.get("kind", "Job")
     if kind not in ("Job", "ReplicaSet", "Pod"):
         raise _Invalid(f"{path}.kind", f"must be Job, ReplicaSet or Pod, got {kind!r}")
-    requests = _obj(obj["requests"], f"{path}.requests", {"cpu", "memory"}, {"cpu", "memory"})
+    requests = obj["requests"]
+    if not isinstance(requests, dict):
+        raise _Invalid(f"{path}.requests", f"must be an object, got {_typename(requests)}")
+    for key in ("cpu", "memory"):
+        if key not in requests:
+            raise _Invalid(f"{path}.requests.{key}", "required field is missing")
     cpu = _dist(requests["cpu"], f"{path}.requests.cpu", parse_cpu_milli)
     memory = _dist(requests["memory"], f"{path}.requests.memory", parse_bytes)
+    storage = (
+        _dist(requests[EPHEMERAL_STORAGE], f"{path}.requests.{EPHEMERAL_STORAGE}", parse_bytes)
+        if EPHEMERAL_STORAGE in requests
+        else None
+    )
+    extended = {
+        _extended_name(key, f"{path}.requests"): int(_parsed(parse_count, value, f"{path}.requests.{key}"))
+        for key, value in requests.items()
+        if key not in ("cpu", "memory", EPHEMERAL_STORAGE)
+    }
     duration = None if obj.get("duration") is None else _dist(obj["duration"], f"{path}.duration", parse_duration)
     repeat_every, repeat_times = 0.0, 1
     if "repeat" in obj:
@@ -566,6 +643,16 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
     if kind == "Job":  # what the Job controller stamps on its pods
         default_labels |= {"job-name": name, "batch.kubernetes.io/job-name": name}
     labels = _string_map(obj.get("labels", default_labels), f"{path}.labels")
+    affinity = obj.get("affinity")
+    spread = tuple(_list(obj.get("topology_spread_constraints", []), f"{path}.topology_spread_constraints"))
+    try:  # the scheduler's own parser, so what loads is exactly what it understands
+        parse_affinity(affinity, f"{path}.affinity", labels)
+        parse_spread_constraints(list(spread), f"{path}.topology_spread_constraints", labels)
+    except SpecError as exc:
+        raise _Invalid(exc.path, exc.problem) from None
+    priority = obj.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise _Invalid(f"{path}.priority", f"must be a whole number, got {_typename(priority)}")
     return WorkloadSpec(
         name=name,
         namespace=_str(obj.get("namespace", "default"), f"{path}.namespace", _NAME, "namespace"),
@@ -582,6 +669,43 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
         annotations=_string_map(obj.get("annotations", {}), f"{path}.annotations"),
         node_selector=_string_map(obj.get("node_selector", {}), f"{path}.node_selector"),
         tolerations=_items(obj, "tolerations", path, _toleration),
+        ephemeral_storage=storage,
+        extended=MappingProxyType(extended),
+        affinity=copy.deepcopy(affinity) if affinity is not None else None,
+        topology_spread_constraints=tuple(copy.deepcopy(c) for c in spread),
+        host_ports=_items(obj, "host_ports", path, _host_port),
+        priority=priority,
+    )
+
+
+_PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+
+def _host_port(value: Any, path: str) -> HostPort:
+    """A bare port number (TCP) or {"port", "protocol"}."""
+    if isinstance(value, dict):
+        obj = _obj(value, path, {"port", "protocol"}, {"port"})
+        protocol = obj.get("protocol", "TCP")
+        if protocol not in _PROTOCOLS:
+            raise _Invalid(f"{path}.protocol", f"must be one of {', '.join(_PROTOCOLS)}, got {protocol!r}")
+        port = _int(obj["port"], f"{path}.port", 1)
+    else:
+        protocol, port = "TCP", _int(value, path, 1)
+    if port > 65535:
+        raise _Invalid(path, f"must be a port number up to 65535, got {port}")
+    return HostPort(port, protocol)
+
+
+def _scale_up_failure(value: Any, path: str) -> ScaleUpFailureSpec:
+    obj = _obj(value, path, {"scale_set", "resource_group", "code", "count", "message"}, {"scale_set"})
+    return ScaleUpFailureSpec(
+        scale_set=_str(obj["scale_set"], f"{path}.scale_set", _VMSS_NAME, "scale set name"),
+        code=_str(obj.get("code", "QuotaExceeded"), f"{path}.code"),
+        count=_int(obj.get("count", 1), f"{path}.count", 1),
+        resource_group=_str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name")
+        if "resource_group" in obj
+        else None,
+        message=_str(obj["message"], f"{path}.message") if "message" in obj else None,
     )
 
 

@@ -1,28 +1,48 @@
-"""A kube-scheduler stand-in: filters like the default plugins, scores by MostAllocated.
+"""A kube-scheduler stand-in: the default filter plugins in their order, MostAllocated scoring.
 
-Filters, in kube-scheduler's order: NodeUnschedulable, TaintToleration (NoSchedule
-and NoExecute block unless tolerated; PreferNoSchedule never blocks),
-NodeAffinity (nodeSelector), NodeResourcesFit (cpu, memory, pod count against
-allocatable minus what bound pods request). Scoring prefers the most allocated
-node so work packs tightly and idle nodes appear for the autoscaler to remove.
+Filters, as kube-scheduler runs them, each node stopping at the first that fails
+(so a node contributes one plugin's reasons to the FailedScheduling message):
+
+1. NodeUnschedulable: cordoned nodes, unless the pod tolerates `node.kubernetes.io/unschedulable`.
+2. TaintToleration: NoSchedule and NoExecute taints block unless tolerated (PreferNoSchedule never
+   does); a NotReady node carries `node.kubernetes.io/not-ready` as the node lifecycle controller adds it.
+3. NodeAffinity: nodeSelector and required node affinity.
+4. NodePorts: host ports (same port and protocol, same IP or the wildcard).
+5. NodeResourcesFit: cpu, memory, ephemeral-storage, extended resources and the pod count against
+   allocatable minus what the node's unfinished pods request.
+6. PodTopologySpread: `DoNotSchedule` constraints, maxSkew over the eligible domains.
+7. InterPodAffinity: existing pods' required anti-affinity, the pod's required anti-affinity and
+   affinity, on any topology key (hostname and zone are the common ones).
+
+Scoring prefers the most allocated node so work packs tightly and idle nodes appear for the
+autoscaler to remove; preferred (soft) terms and ScheduleAnyway constraints are not scored.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from shared.domain import Resources, Taint, Toleration
+from shared.domain import Taint, Toleration
+from sandbox.podspec import HostPort, PodNeeds, selector_matches
+from sandbox.resources import Amounts
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+NOT_READY_TAINT = Taint("node.kubernetes.io/not-ready", "", "NoSchedule")
+UNREACHABLE_KEY = "node.kubernetes.io/unreachable"
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 
-
-@dataclass(frozen=True, slots=True)
-class PodNeeds:
-    requests: Resources  # pods=1 for a pod
-    node_selector: Mapping[str, str]
-    tolerations: tuple[Toleration, ...]
+# kube-scheduler's reason strings (pkg/scheduler/framework/plugins/...).
+REASON_UNSCHEDULABLE = "node(s) were unschedulable"
+REASON_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+REASON_PORTS = "node(s) didn't have free ports for the requested pod ports"
+REASON_SPREAD = "node(s) didn't match pod topology spread constraints"
+REASON_SPREAD_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
+REASON_EXISTING_ANTI = "node(s) didn't satisfy existing pods anti-affinity rules"
+REASON_ANTI = "node(s) didn't match pod anti-affinity rules"
+REASON_AFFINITY = "node(s) didn't match pod affinity rules"
 
 
 @dataclass(slots=True)
@@ -30,90 +50,259 @@ class NodeSlot:
     name: str
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]
-    allocatable: Resources
-    used: Resources
+    allocatable: Amounts
+    used: Amounts
     ready: bool
     unschedulable: bool
+    ports: list[HostPort] = field(default_factory=list)
+
+    def effective_taints(self) -> tuple[Taint, ...]:
+        if self.ready or any(t.key == UNREACHABLE_KEY for t in self.taints):
+            return self.taints
+        return (*self.taints, NOT_READY_TAINT)
 
 
-def untolerated_taint(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Taint | None:
+class PlacedPod(Protocol):
+    """A pod bound to a node and still holding its resources (the world's PodSim satisfies this)."""
+
+    @property
+    def needs(self) -> PodNeeds: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def terminating(self) -> bool: ...
+
+
+def untolerated_taint(taints: Iterable[Taint], tolerations: tuple[Toleration, ...]) -> Taint | None:
     for taint in taints:
         if taint.effect in _BLOCKING_EFFECTS and not any(t.tolerates(taint) for t in tolerations):
             return taint
     return None
 
 
-def filter_reasons(pod: PodNeeds, node: NodeSlot) -> list[str]:
-    """Why the pod cannot go on the node, in kube-scheduler's words; empty when it fits."""
-    if not node.ready:
-        # kube-scheduler sees the not-ready taint the node lifecycle controller adds.
-        return ["node(s) had untolerated taint {node.kubernetes.io/not-ready: }"]
-    if node.unschedulable:
-        return ["node(s) were unschedulable"]
-    taint = untolerated_taint(node.taints, pod.tolerations)
+def taint_reason(taint: Taint) -> str:
+    return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+
+
+def static_reasons(needs: PodNeeds, node: NodeSlot) -> list[str]:
+    """The filters that look at the pod and the node alone, NodeUnschedulable through NodeResourcesFit."""
+    tolerations = needs.tolerations
+    if node.unschedulable and not any(t.tolerates(UNSCHEDULABLE_TAINT) for t in tolerations):
+        return [REASON_UNSCHEDULABLE]
+    taint = untolerated_taint(node.effective_taints(), tolerations)
     if taint is not None:
-        return [f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"]
-    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
-        return ["node(s) didn't match Pod's node affinity/selector"]
-    free = node.allocatable - node.used
-    reasons = []
-    if pod.requests.pods > free.pods:
-        reasons.append("Too many pods")
-    if pod.requests.cpu_milli > free.cpu_milli:
-        reasons.append("Insufficient cpu")
-    if pod.requests.memory_bytes > free.memory_bytes:
-        reasons.append("Insufficient memory")
-    return reasons
+        return [taint_reason(taint)]
+    if not needs.matches_node_affinity(node.name, node.labels):
+        return [REASON_NODE_AFFINITY]
+    if needs.host_ports and any(p.conflicts(used) for p in needs.host_ports for used in node.ports):
+        return [REASON_PORTS]
+    requests, allocatable, used = needs.requests, node.allocatable, node.used
+    # Cheap comparisons first: most pods fit and request no scalar resources.
+    if (
+        requests.scalars
+        or requests.pods > allocatable.pods - used.pods
+        or requests.cpu_milli > allocatable.cpu_milli - used.cpu_milli
+        or requests.memory_bytes > allocatable.memory_bytes - used.memory_bytes
+    ):
+        return requests.insufficient(allocatable - used)
+    return []
 
 
-def most_allocated_score(pod: PodNeeds, node: NodeSlot) -> float:
+# ---------------------------------------------------------------------------- per-pod context
+
+
+@dataclass(slots=True)
+class _SpreadState:
+    key: str
+    max_skew: int
+    counts: dict[str, int]  # eligible domain -> matching pods
+    minimum: int | None  # None when no domain is eligible: nothing to skew against
+    self_match: int
+
+
+@dataclass(slots=True)
+class _PodContext:
+    """What one pod's inter-pod checks need, computed once per pod over the whole cluster."""
+
+    existing_anti: set[tuple[str, str]] = field(default_factory=set)
+    anti: list[tuple[str, set[str]]] = field(default_factory=list)  # (topology key, forbidden values)
+    affinity_counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    affinity_self_ok: bool = False  # no pod matches anywhere and the pod matches its own terms
+    spread: list[_SpreadState] = field(default_factory=list)
+
+
+class ClusterView:
+    """One scheduling pass: node slots plus where pods are. `place` books a pod onto a slot; the caller
+    makes the pod visible through `pods()` (the world's own index) before the next pod is chosen."""
+
+    def __init__(
+        self,
+        nodes: list[NodeSlot],
+        pods: Callable[[], Iterable[PlacedPod]] = lambda: (),
+        anti_affinity_pods: Callable[[], Iterable[PlacedPod]] = lambda: (),
+        namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        self.nodes = nodes
+        self.by_name = {n.name: n for n in nodes}
+        self._pods = pods
+        self._anti_pods = anti_affinity_pods
+        self._namespace_labels = namespace_labels or {}
+
+    def place(self, needs: PodNeeds, node: NodeSlot) -> None:
+        node.used = node.used + needs.requests
+        if needs.host_ports:
+            node.ports.extend(needs.host_ports)
+
+    # ------------------------------------------------------------------ choosing
+
+    def choose(self, needs: PodNeeds) -> tuple[NodeSlot | None, Counter[str]]:
+        """The best fitting node (ties broken by name), or None with per-reason node counts."""
+        context = self._context(needs)
+        best: NodeSlot | None = None
+        best_score = -1.0
+        failures: list[list[str]] = []
+        for node in self.nodes:
+            reasons = self.filter_reasons(needs, node, context)
+            if reasons:
+                failures.append(reasons)
+                continue
+            score = most_allocated_score(needs.requests, node)
+            if score > best_score or (score == best_score and best is not None and node.name < best.name):
+                best, best_score = node, score
+        if best is not None:
+            return best, Counter()
+        counts: Counter[str] = Counter()
+        for reasons in failures:
+            counts.update(reasons)
+        return None, counts
+
+    def filter_reasons(self, needs: PodNeeds, node: NodeSlot, context: _PodContext | None = None) -> list[str]:
+        """Why the pod cannot go on the node, in kube-scheduler's words (one plugin's); empty when it fits."""
+        reasons = static_reasons(needs, node)
+        if reasons:
+            return reasons
+        if context is None:
+            context = self._context(needs)
+        return self._inter_pod_reasons(needs, node, context)
+
+    def _inter_pod_reasons(self, needs: PodNeeds, node: NodeSlot, context: _PodContext) -> list[str]:
+        labels = node.labels
+        for state in context.spread:
+            value = labels.get(state.key)
+            if value is None:
+                return [REASON_SPREAD_LABEL]
+            if state.minimum is not None and state.counts.get(value, 0) + state.self_match - state.minimum > state.max_skew:
+                return [REASON_SPREAD]
+        if context.existing_anti and any((k, v) in context.existing_anti for k, v in labels.items()):
+            return [REASON_EXISTING_ANTI]
+        for key, forbidden in context.anti:
+            if labels.get(key) in forbidden:
+                return [REASON_ANTI]
+        if needs.affinity:
+            values = [labels.get(term.topology_key) for term in needs.affinity]
+            if any(v is None for v in values):
+                return [REASON_AFFINITY]
+            found = all(
+                context.affinity_counts[(term.topology_key, v)] > 0 for term, v in zip(needs.affinity, values, strict=True)
+            )
+            if not found and not context.affinity_self_ok:
+                return [REASON_AFFINITY]
+        return []
+
+    # ------------------------------------------------------------------ per-pod precomputation
+
+    def _domain(self, pod: PlacedPod, key: str) -> str | None:
+        node = self.by_name.get(pod.node or "")
+        return None if node is None else node.labels.get(key)
+
+    def _context(self, needs: PodNeeds) -> _PodContext:
+        context = _PodContext()
+        ns_labels = self._namespace_labels
+        for other in self._anti_pods():
+            for term in other.needs.anti_affinity:
+                if term.matches(needs.namespace, needs.labels, other.needs.namespace, ns_labels):
+                    value = self._domain(other, term.topology_key)
+                    if value is not None:
+                        context.existing_anti.add((term.topology_key, value))
+        if not needs.needs_pod_view:
+            return context
+        pods = list(self._pods())
+        for term in needs.anti_affinity:
+            forbidden = {
+                value
+                for other in pods
+                if term.matches(other.needs.namespace, other.needs.labels, needs.namespace, ns_labels)
+                and (value := self._domain(other, term.topology_key)) is not None
+            }
+            context.anti.append((term.topology_key, forbidden))
+        if needs.affinity:
+            self._affinity(needs, pods, context)
+        if needs.spread:
+            self._spread(needs, pods, context)
+        return context
+
+    def _affinity(self, needs: PodNeeds, pods: list[PlacedPod], context: _PodContext) -> None:
+        # Like kube-scheduler, an existing pod counts only when it matches every affinity term.
+        ns_labels = self._namespace_labels
+
+        def matches_all(namespace: str, labels: Mapping[str, str]) -> bool:
+            return all(t.matches(namespace, labels, needs.namespace, ns_labels) for t in needs.affinity)
+
+        for other in pods:
+            if matches_all(other.needs.namespace, other.needs.labels):
+                for term in needs.affinity:
+                    value = self._domain(other, term.topology_key)
+                    if value is not None:
+                        context.affinity_counts[(term.topology_key, value)] += 1
+        # The first pod of a group with affinity to itself would otherwise wait forever.
+        context.affinity_self_ok = not context.affinity_counts and matches_all(needs.namespace, needs.labels)
+
+    def _spread(self, needs: PodNeeds, pods: list[PlacedPod], context: _PodContext) -> None:
+        keys = [c.topology_key for c in needs.spread]
+        states: list[_SpreadState] = []
+        eligible: list[set[str]] = [set() for _ in needs.spread]  # per constraint: nodes counted
+        for node in self.nodes:
+            if any(k not in node.labels for k in keys):
+                continue  # a node must carry every constraint's key to count at all
+            for i, c in enumerate(needs.spread):
+                if c.honor_node_affinity and not needs.matches_node_affinity(node.name, node.labels):
+                    continue
+                if c.honor_node_taints and untolerated_taint(node.effective_taints(), needs.tolerations) is not None:
+                    continue
+                eligible[i].add(node.name)
+        for i, c in enumerate(needs.spread):
+            counts = {self.by_name[name].labels[c.topology_key]: 0 for name in eligible[i]}
+            for other in pods:
+                if other.node in eligible[i] and not other.terminating and other.needs.namespace == needs.namespace \
+                        and selector_matches(c.selector, other.needs.labels):
+                    counts[self.by_name[other.node].labels[c.topology_key]] += 1
+            if not counts:
+                minimum = None
+            elif len(counts) < c.min_domains:
+                minimum = 0  # fewer domains than required: the global minimum is taken as zero
+            else:
+                minimum = min(counts.values())
+            self_match = 1 if selector_matches(c.selector, needs.labels) else 0
+            states.append(_SpreadState(c.topology_key, c.max_skew, counts, minimum, self_match))
+        context.spread = states
+
+
+def most_allocated_score(requests: Amounts, node: NodeSlot) -> float:
     """Mean of cpu and memory utilisation after placing the pod (higher is better)."""
-    after = node.used + pod.requests
-    cpu = after.cpu_milli / node.allocatable.cpu_milli if node.allocatable.cpu_milli else 1.0
-    memory = after.memory_bytes / node.allocatable.memory_bytes if node.allocatable.memory_bytes else 1.0
+    allocatable = node.allocatable
+    cpu = (node.used.cpu_milli + requests.cpu_milli) / allocatable.cpu_milli if allocatable.cpu_milli else 1.0
+    memory = (node.used.memory_bytes + requests.memory_bytes) / allocatable.memory_bytes if allocatable.memory_bytes else 1.0
     return (cpu + memory) / 2
 
 
-def fits(pod: PodNeeds, node: NodeSlot) -> bool:
-    """filter_reasons(pod, node) == [] without building messages: the hot path of every scheduling pass."""
-    if not node.ready or node.unschedulable:
-        return False
-    requests, allocatable, used = pod.requests, node.allocatable, node.used
-    if (
-        requests.cpu_milli > allocatable.cpu_milli - used.cpu_milli
-        or requests.memory_bytes > allocatable.memory_bytes - used.memory_bytes
-        or requests.pods > allocatable.pods - used.pods
-    ):
-        return False
-    if pod.node_selector and any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
-        return False
-    return not node.taints or untolerated_taint(node.taints, pod.tolerations) is None
-
-
-def choose_node(pod: PodNeeds, nodes: list[NodeSlot]) -> tuple[NodeSlot | None, Counter[str]]:
-    """The best fitting node (ties broken by name), or None with per-reason node counts."""
-    best: NodeSlot | None = None
-    best_score = -1.0
-    for node in nodes:
-        if not fits(pod, node):
-            continue
-        score = most_allocated_score(pod, node)
-        if score > best_score or (score == best_score and best is not None and node.name < best.name):
-            best, best_score = node, score
-    if best is not None:
-        return best, Counter()
-    reasons: Counter[str] = Counter()
-    for node in nodes:
-        reasons.update(filter_reasons(pod, node))
-    return None, reasons
-
-
 def unschedulable_message(node_count: int, reasons: Counter[str]) -> str:
-    """The FailedScheduling message kube-scheduler writes on the PodScheduled condition."""
+    """The FailedScheduling message kube-scheduler writes on the PodScheduled condition: "<count> <reason>"
+    entries sorted as strings, as its FitError does."""
     if node_count == 0:
         return "no nodes available to schedule pods"
-    details = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    details = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
     return (
         f"0/{node_count} nodes are available: {details}. preemption: 0/{node_count} nodes are available: "
         f"{node_count} Preemption is not helpful for scheduling."
     )
+

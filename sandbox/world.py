@@ -19,25 +19,28 @@ import itertools
 import random
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from shared.domain import Resources, Taint, Toleration, group_id
+from shared.domain import Taint, Toleration, group_id
 from sandbox import kobjects
 from sandbox.compute import InstanceSim, Operation, ScaleSetSim, computer_name
 from sandbox.disruption import budget_status, budget_violation, is_healthy, status_json
 from sandbox.errors import ArmError, KubeError, conflict, not_found
 from sandbox.faults import Fault, ScaleUpFailure, default_scale_up_message, make_fault
 from sandbox.metrics import ApiCounters, distribution, seconds
+from sandbox.podspec import PodNeeds, SpecError, parse_pod
 from sandbox.pods import PodRole, PodSim, PodTemplate, pod_outcome
-from sandbox.scenario import DaemonSetSpec, MirrorPodSpec, Scenario, load_scenario
-from sandbox.scheduling import NodeSlot, PodNeeds, choose_node, unschedulable_message
+from sandbox.resources import EPHEMERAL_STORAGE, Amounts, parse_resource_list
+from sandbox.scenario import DaemonSetSpec, MirrorPodSpec, NodeGroupSpec, Scenario, load_scenario
+from sandbox.scheduling import ClusterView, NodeSlot, static_reasons, unschedulable_message
 from sandbox.selectors import labels_match, parse_label_selector
 from sandbox.store import ObjectStore
 from sandbox.throttling import BUCKETS, TokenBucket
-from sandbox.units import parse_bytes, parse_cpu_milli, parse_duration, rfc3339
+from sandbox.units import parse_duration, rfc3339
 
 DEFAULT_START = datetime(2030, 1, 7, 9, 0, 0, tzinfo=UTC)  # a Monday morning; any fixed instant keeps runs comparable
 SANDBOX_TOKEN = "sandbox-token"
@@ -97,8 +100,14 @@ class World:
         self._retry_all_pending = True
         self._new_pods: list[PodSim] = []
         self._unbound: dict[str, PodSim] = {}  # live pods without a node, by uid
-        self._used: dict[str, Resources] = {}  # requests of unfinished pods, by node
-        self._allocatable_cache: dict[tuple[str, str], Resources] = {}
+        self._used: dict[str, Amounts] = {}  # requests of unfinished pods, by node
+        # Pods holding resources on a node, by uid: what inter-pod affinity and spreading look at. The
+        # subsets with required anti-affinity or host ports are kept apart because every pod checks them.
+        self._placed: dict[str, PodSim] = {}
+        self._placed_anti: dict[str, PodSim] = {}
+        self._placed_ports: dict[str, PodSim] = {}
+        self._allocatable_cache: dict[tuple[str, str], Amounts] = {}
+        self._events_by_reason: Counter[str] = Counter()  # Events created through the API
         self._init_namespaces()
         self._init_pdbs()
         self._init_scale_sets()
@@ -244,6 +253,11 @@ class World:
                 inst = self._new_instance(group, already_running=True)
                 self._register_node(inst, created=self.start - _INITIAL_NODE_AGE)
             group.capacity = spec.initial
+        for failure in self.scenario.scale_up_failures:
+            self.fail_next_scale_up(
+                failure.scale_set, code=failure.code, message=failure.message, count=failure.count,
+                resource_group=failure.resource_group,
+            )
 
     def _boot_delay(self, group: ScaleSetSim, instance_id: int) -> float:
         dist = group.spec.boot_delay or self.scenario.boot_delay
@@ -282,12 +296,11 @@ class World:
             f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{inst.instance_id}"
         )
 
-    def _register_node(self, inst: InstanceSim, created: datetime | None = None) -> None:
-        group = self._groups[inst.group_key]
-        spec = group.spec
+    @staticmethod
+    def _node_labels(spec: NodeGroupSpec, hostname: str, zone: str) -> dict[str, str]:
         region = spec.location
-        labels = {
-            "kubernetes.io/hostname": inst.computer_name,
+        return {
+            "kubernetes.io/hostname": hostname,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
             "beta.kubernetes.io/os": "linux",
@@ -295,10 +308,15 @@ class World:
             "node.kubernetes.io/instance-type": spec.vm_size,
             "topology.kubernetes.io/region": region,
             # Azure's cloud provider labels zonal nodes "<region>-<zone>" and regional ones "0".
-            "topology.kubernetes.io/zone": f"{region}-{inst.zone}" if inst.zone else "0",
+            "topology.kubernetes.io/zone": f"{region}-{zone}" if zone else "0",
             "agentpool": spec.name,
             **spec.labels,
         }
+
+    def _register_node(self, inst: InstanceSim, created: datetime | None = None) -> None:
+        group = self._groups[inst.group_key]
+        spec = group.spec
+        labels = self._node_labels(spec, inst.computer_name, inst.zone)
         node = kobjects.node_object(
             name=inst.computer_name,
             uid=self._uid(),
@@ -396,7 +414,10 @@ class World:
                     cpu = max(1, round(spec.cpu.sample(rng)))
                     memory = max(1 << 20, round(spec.memory.sample(rng) / (1 << 20)) << 20)  # whole Mi
                     duration = None if spec.duration is None else round(spec.duration.sample(rng), 3)
-                    template = PodTemplate(spec, owner_uid, Resources(cpu, memory, 1), duration)
+                    scalars = dict(spec.extended)
+                    if spec.ephemeral_storage is not None:
+                        scalars[EPHEMERAL_STORAGE] = max(1 << 20, round(spec.ephemeral_storage.sample(rng) / (1 << 20)) << 20)
+                    template = PodTemplate(spec, owner_uid, Amounts.of(cpu, memory, 1, scalars), duration)
                     self._push(at, "arrival", template)
                     self._arrivals_due += 1
 
@@ -430,13 +451,16 @@ class World:
             tolerations=spec.tolerations,
             owner=owner,
             restart_policy="Never" if spec.kind == "Job" else "Always",
+            priority=spec.priority or 0,
+            affinity=spec.affinity,
+            topology_spread_constraints=spec.topology_spread_constraints,
+            host_ports=spec.host_ports,
         )
         return self._add_pod(
             obj,
             role="workload",
             workload=f"{spec.namespace}/{spec.name}",
             owner_kind=None if spec.kind == "Pod" else spec.kind,
-            requests=template.requests,
             duration=template.duration,
             template=template,
         )
@@ -448,10 +472,12 @@ class World:
         role: PodRole,
         workload: str,
         owner_kind: str | None,
-        requests: Resources,
         duration: float | None,
         template: PodTemplate | None = None,
+        needs: PodNeeds | None = None,
     ) -> PodSim:
+        """Track a new pod; its scheduling needs come from the object itself (parse errors surface to
+        the caller: a 422 for API pods, a bug for pods the world builds from a validated scenario)."""
         meta = obj["metadata"]
         pod = PodSim(
             uid=meta["uid"],
@@ -461,7 +487,7 @@ class World:
             role=role,
             workload=workload,
             owner_kind=owner_kind,
-            requests=requests,
+            needs=needs or parse_pod(obj),
             duration=duration,
             created=self._t,
             template=template,
@@ -495,9 +521,15 @@ class World:
             kobjects.set_condition(obj, kobjects.condition(kind, "True", now))
         status["containerStatuses"] = [kobjects.container_status(running_since=now)]
         pod.node = node_name
+        pod.group = inst.group_key if inst is not None else None
         self._unbound.pop(pod.uid, None)
-        self._used[node_name] = self._used.get(node_name, Resources()) + pod.requests
+        self._used[node_name] = self._used.get(node_name, Amounts()) + pod.requests
         pod.holds_resources = True
+        self._placed[pod.uid] = pod
+        if pod.needs.anti_affinity:
+            self._placed_anti[pod.uid] = pod
+        if pod.needs.host_ports:
+            self._placed_ports[pod.uid] = pod
         pod.bound = pod.bound if pod.bound is not None else self._t
         pod.started = self._t
         if pod.duration is not None:
@@ -570,6 +602,8 @@ class World:
         if pod.holds_resources and pod.node is not None:
             self._used[pod.node] = self._used[pod.node] - pod.requests
             pod.holds_resources = False
+            for index in (self._placed, self._placed_anti, self._placed_ports):
+                index.pop(pod.uid, None)
         self._retry_all_pending = True
 
     def _delete_pod(self, pod: PodSim, grace: float | None) -> dict[str, Any]:
@@ -582,6 +616,7 @@ class World:
             self._remove_pod(pod)
         else:
             if not obj["metadata"].get("deletionTimestamp"):
+                pod.terminating = True
                 obj["metadata"]["deletionTimestamp"] = self._ts(self._t + grace)
                 obj["metadata"]["deletionGracePeriodSeconds"] = int(round(grace))
                 kobjects.set_condition(obj, kobjects.condition("Ready", "False", self._ts(), "PodTerminating"))
@@ -621,7 +656,7 @@ class World:
         self._bind(pod, node)
 
     def _daemon_pod(self, ds: DaemonSetSpec, node: str) -> PodSim:
-        requests = Resources(ds.requests.cpu_milli, ds.requests.memory_bytes, 1)
+        requests = ds.requests + Amounts(pods=1)
         ds_uid = str(uuid.UUID(int=self._rng("daemonset", ds.namespace, ds.name).getrandbits(128), version=4))
         obj = kobjects.pod_object(
             namespace=ds.namespace,
@@ -639,12 +674,11 @@ class World:
         )
         obj["spec"]["nodeName"] = node
         return self._add_pod(
-            obj, role="daemonset", workload=f"{ds.namespace}/{ds.name}", owner_kind="DaemonSet", requests=requests,
-            duration=None,
+            obj, role="daemonset", workload=f"{ds.namespace}/{ds.name}", owner_kind="DaemonSet", duration=None,
         )
 
     def _mirror_pod(self, mirror: MirrorPodSpec, node: str) -> PodSim:
-        requests = Resources(mirror.requests.cpu_milli, mirror.requests.memory_bytes, 1)
+        requests = mirror.requests + Amounts(pods=1)
         node_obj = self._store.get("nodes", "", node) or {"metadata": {"uid": ""}}
         obj = kobjects.pod_object(
             namespace=mirror.namespace,
@@ -665,8 +699,7 @@ class World:
         )
         obj["spec"]["nodeName"] = node
         return self._add_pod(
-            obj, role="mirror", workload=f"{mirror.namespace}/{mirror.name}", owner_kind="Node", requests=requests,
-            duration=None,
+            obj, role="mirror", workload=f"{mirror.namespace}/{mirror.name}", owner_kind="Node", duration=None,
         )
 
     def _node_slots(self) -> dict[str, NodeSlot]:
@@ -679,27 +712,62 @@ class World:
                 labels=node["metadata"].get("labels") or {},
                 taints=kobjects.parse_taints(node),
                 allocatable=self._allocatable(node),
-                used=used.get(name, Resources()),
+                used=used.get(name, Amounts()),
                 ready=kobjects.is_ready(node),
                 unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
             )
+        for pod in self._placed_ports.values():
+            slot = slots.get(pod.node or "")
+            if slot is not None:
+                slot.ports.extend(pod.needs.host_ports)
         return slots
 
-    def _allocatable(self, node: dict[str, Any]) -> Resources:
+    def _allocatable(self, node: dict[str, Any]) -> Amounts:
         """Parsed once per node version: quantities are slow to parse and rarely change."""
         key = (node["metadata"]["name"], node["metadata"]["resourceVersion"])
         cached = self._allocatable_cache.get(key)
         if cached is None:
-            allocatable = (node.get("status") or {}).get("allocatable") or {}
-            cached = Resources(
-                parse_cpu_milli(allocatable.get("cpu", "0")),
-                parse_bytes(allocatable.get("memory", "0")),
-                int(allocatable.get("pods", "0")),
-            )
+            try:
+                cached = parse_resource_list((node.get("status") or {}).get("allocatable") or {})
+            except ValueError:
+                cached = Amounts()  # a node reporting nonsense takes no pods
             if len(self._allocatable_cache) > 10_000:
                 self._allocatable_cache.clear()
             self._allocatable_cache[key] = cached
         return cached
+
+    def _namespace_labels(self) -> dict[str, Mapping[str, str]]:
+        return {
+            obj["metadata"]["name"]: obj["metadata"].get("labels") or {} for obj in self._store.listed("namespaces")
+        }
+
+    def _unplaceable(self, pod: PodSim) -> bool:
+        """Whether no node of any scale set could ever take the pod, even empty: the sandbox's own
+        scheduler judges a fresh node of each group (every zone, its DaemonSet and mirror pods on it).
+        Such pods can never run, so they do not hold up `done`. Affinity to other pods and spreading are
+        left out: other pods may yet make those satisfiable."""
+        if pod.unplaceable is None:
+            pod.unplaceable = not any(
+                not static_reasons(pod.needs, slot) for group in self._groups.values() for slot in self._fresh_slots(group)
+            )
+        return pod.unplaceable
+
+    def _fresh_slots(self, group: ScaleSetSim) -> list[NodeSlot]:
+        spec = group.spec
+        if spec.max_size == 0:
+            return []
+        slots = []
+        for zone in spec.zones or ("",):
+            labels = self._node_labels(spec, f"{spec.computer_name_prefix}-template", zone)
+            used = Amounts()
+            for daemonset in self.scenario.daemonsets:
+                if all(labels.get(k) == v for k, v in daemonset.node_selector.items()):
+                    used += daemonset.requests + Amounts(pods=1)
+            for mirror in spec.mirror_pods:
+                used += mirror.requests + Amounts(pods=1)
+            slots.append(NodeSlot(labels["kubernetes.io/hostname"], labels, spec.taints, spec.allocatable, used,
+                                  ready=True, unschedulable=False))
+        return slots
 
     def _schedule(self) -> None:
         candidates = list(self._unbound.values()) if self._retry_all_pending else self._new_pods
@@ -709,32 +777,44 @@ class World:
             if self._live.get(p.key) is p and p.node is None and not p.node_bound
             and not self._pod_obj(p)["spec"].get("nodeName")  # named a node itself: the scheduler stays out
             and self._pod_obj(p)["status"].get("phase") == "Pending"
-            and not self._pod_obj(p)["metadata"].get("deletionTimestamp")
+            and not p.terminating
         ]
         self._retry_all_pending = False
         self._new_pods = []
         if not pending:
             return
         nodes = list(self._node_slots().values())
-        # Nodes only fill up during a pass, so a pod at least as big as one that found no node (with
-        # the same selector and tolerations) finds none either: skip the search, reuse the verdict.
-        failures: dict[tuple[Any, ...], list[tuple[Resources, str]]] = {}
+        view = ClusterView(
+            nodes,
+            pods=lambda: self._placed.values(),  # live: a pod bound in this pass is seen by the next
+            anti_affinity_pods=lambda: self._placed_anti.values(),
+            namespace_labels=self._namespace_labels() if any(p.needs.needs_pod_view for p in pending) else None,
+        )
+        # Nodes only fill up, ports only get taken and existing anti-affinity only grows during a pass, so a
+        # pod at least as big as one that found no node, and alike in everything else, finds none either:
+        # reuse the verdict. Not for pods with affinity or spreading, which other placements can help.
+        failures: dict[tuple[Any, ...], list[tuple[Amounts, str]]] = {}
         now = self._ts()
         for pod in sorted(pending, key=lambda p: p.seq):
-            obj = self._pod_obj(pod)
-            selector = obj["spec"].get("nodeSelector") or {}
-            tolerations = kobjects.parse_tolerations(obj)
-            shape = (tuple(sorted(selector.items())), tolerations)
-            known = failures.setdefault(shape, [])
+            needs = pod.needs
+            known: list[tuple[Amounts, str]] = []
+            if not needs.needs_pod_view:
+                if pod.shape is None:
+                    pod.shape = (
+                        needs.namespace, tuple(sorted(needs.labels.items())), tuple(sorted(needs.node_selector.items())),
+                        needs.node_affinity, needs.tolerations, needs.host_ports,
+                    )
+                known = failures.setdefault(pod.shape, [])
             message = next((m for smaller, m in known if smaller.fits_in(pod.requests)), None)
             if message is None:
-                chosen, reasons = choose_node(PodNeeds(pod.requests, selector, tolerations), nodes)
+                chosen, reasons = view.choose(needs)
                 if chosen is not None:
+                    view.place(needs, chosen)
                     self._bind(pod, chosen.name)
-                    chosen.used = chosen.used + pod.requests
                     continue
                 message = unschedulable_message(len(nodes), reasons)
                 known[:] = [(r, m) for r, m in known if not pod.requests.fits_in(r)] + [(pod.requests, message)]
+            obj = self._pod_obj(pod)
             if kobjects.set_condition(obj, kobjects.condition("PodScheduled", "False", now, "Unschedulable", message)):
                 self._store.touch(obj)
 
@@ -879,8 +959,10 @@ class World:
             meta.pop("resourceVersion", None)
             if resource == "pods":
                 return copy.deepcopy(self._pod_obj(self._create_api_pod(obj)))
-            if resource == "events" and len(self._store.table("events")) >= MAX_EVENTS:
-                self._store.drop_oldest("events")
+            if resource == "events":
+                self._events_by_reason[str(obj.get("reason") or "")] += 1
+                if len(self._store.table("events")) >= MAX_EVENTS:
+                    self._store.drop_oldest("events")
             obj.setdefault("apiVersion", "v1")
             obj.setdefault("kind", {"events": "Event", "configmaps": "ConfigMap"}.get(resource, ""))
             return copy.deepcopy(self._store.put(resource, obj))
@@ -891,9 +973,11 @@ class World:
         if not isinstance(containers, list) or not containers:
             raise KubeError(422, "Invalid", "Pod is invalid: spec.containers: Required value")
         try:
-            requests = kobjects.pod_requests(obj)
+            needs = parse_pod(obj)
             raw_duration = (obj["metadata"].get("annotations") or {}).get(DURATION_ANNOTATION)
             duration = None if raw_duration is None else parse_duration(raw_duration)
+        except SpecError as exc:
+            raise KubeError(422, "Invalid", f'Pod "{obj["metadata"]["name"]}" is invalid: {exc.path}: {exc.problem}') from None
         except ValueError as exc:
             raise KubeError(422, "Invalid", f"Pod is invalid: {exc}") from None
         obj["apiVersion"], obj["kind"] = "v1", "Pod"
@@ -905,8 +989,8 @@ class World:
             role="api",
             workload=f"{obj['metadata']['namespace']}/api",
             owner_kind=owner.get("kind") if owner else None,
-            requests=requests,
             duration=duration,
+            needs=needs,
         )
         if node:
             if node in self._by_node and self._store.get("nodes", "", node) is not None:
@@ -1184,7 +1268,8 @@ class World:
 
     def done(self) -> tuple[bool, str | None]:
         """(done, why): the duration ran out, or no arrivals are due, every pod with a duration has
-        finished and every pod without one (a service) is running."""
+        finished and every pod without one (a service) is running, apart from pods no node group could
+        ever hold (they stay Pending; see `_unplaceable`)."""
         with self.lock:
             if self._t >= self._end:
                 return True, "duration-reached"
@@ -1194,9 +1279,16 @@ class World:
                 if pod.role != "workload":
                     continue
                 phase = self._pod_obj(pod)["status"].get("phase")
-                if phase == "Pending" or (pod.duration is not None and phase == "Running"):
+                if (phase == "Pending" and not self._unplaceable(pod)) or (pod.duration is not None and phase == "Running"):
                     return False, None
             return True, "workload-complete"
+
+    def _pending_unplaceable(self) -> int:
+        return sum(
+            1 for pod in self._live.values()
+            if not pod.node_bound and pod.node is None and not pod.terminating
+            and self._pod_obj(pod)["status"].get("phase") == "Pending" and self._unplaceable(pod)
+        )
 
     def state(self) -> dict[str, Any]:
         with self.lock:
@@ -1207,6 +1299,7 @@ class World:
                 "sim_seconds": round(self._t, 3),
                 "groups": self._group_counts(),
                 "pending": pending,
+                "pending_unplaceable": self._pending_unplaceable(),
                 "running": running,
                 "finished": self._finished_count(),
                 "arrivals_due": self._arrivals_due,
@@ -1236,10 +1329,12 @@ class World:
                         "name": pod.name,
                         "workload": pod.workload,
                         "node": pod.node,
+                        "group": pod.group,
                         "phase": phase or "Deleted",
                         "outcome": pod_outcome(pod, phase),
                         "cpu_milli": pod.requests.cpu_milli,
                         "memory_bytes": pod.requests.memory_bytes,
+                        "extended": dict(pod.requests.scalars),
                         "created": seconds(pod.created),
                         "bound": seconds(pod.bound),
                         "started": seconds(pod.started),
@@ -1276,6 +1371,7 @@ class World:
                 "pods_pending": pending,
                 "pods_running": running,
                 "pods_unschedulable": unschedulable,
+                "pods_unplaceable": self._pending_unplaceable(),
                 "running_pods_evicted": sum(1 for p in pods if p.evicted_while_running),
                 "pods_killed": sum(1 for p in pods if p.killed),
                 "pod_wait_seconds": distribution(waits),
@@ -1284,6 +1380,7 @@ class World:
                 "nodes_max": self._nodes_max,
                 "nodes_by_group": self._group_counts(),
                 "api_calls": self.counters.as_json(),
+                "events_by_reason": dict(sorted(self._events_by_reason.items())),
                 "timeline": copy.deepcopy(self.timeline),
                 "pods": summaries,
             }

@@ -252,3 +252,38 @@ def test_calls_are_counted_as_reads_and_writes(server: SandboxServer, core: k8s.
     counts = server.world.report()["api_calls"]
     assert (counts["k8s_reads"], counts["k8s_writes"]) == (2, 1)
     assert counts["breakdown"]["k8s"] == {"GET nodes": 1, "LIST nodes": 1, "PATCH nodes": 1}
+
+
+def test_scheduling_fields_round_trip_through_the_official_client(sandbox_factory: SandboxFactory) -> None:
+    server = sandbox_factory("multi-pool", clock=ManualClock(SANDBOX_START))
+    server.clock.advance(60)
+    core = k8s.CoreV1Api(kube_api_client(server))
+    pods = {p.metadata.name.rsplit("-", 1)[0]: p for p in core.list_namespaced_pod("default").items}
+    web = pods["web"].spec.affinity.pod_anti_affinity.required_during_scheduling_ignored_during_execution[0]
+    assert (web.topology_key, web.label_selector.match_labels) == ("kubernetes.io/hostname", {"app": "web"})
+    training = pods["training"].spec
+    assert training.containers[0].resources.requests["nvidia.com/gpu"] == "1"
+    assert training.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
+    assert (training.tolerations[0].key, training.tolerations[0].operator) == ("nvidia.com/gpu", "Exists")
+    assert pods["batch"].spec.containers[0].resources.requests["ephemeral-storage"] == "2Gi"
+    (general,) = core.list_node().items
+    assert general.status.allocatable["ephemeral-storage"] == "111Gi"
+
+    spread = k8s.V1TopologySpreadConstraint(
+        max_skew=1, topology_key="topology.kubernetes.io/zone", when_unsatisfiable="DoNotSchedule",
+        label_selector=k8s.V1LabelSelector(match_labels={"app": "probe"}))
+    body = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="probe", labels={"app": "probe"}),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(
+            name="c", image="busybox", ports=[k8s.V1ContainerPort(container_port=80, host_port=8080)],
+            resources=k8s.V1ResourceRequirements(requests={"cpu": "100m"}))], topology_spread_constraints=[spread]))
+    core.create_namespaced_pod("default", body)
+    probe = core.read_namespaced_pod("probe", "default")
+    assert probe.spec.node_name == general.metadata.name
+    assert probe.spec.topology_spread_constraints[0].max_skew == 1
+    with pytest.raises(ApiException) as refused:
+        bad = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="bad"), spec=k8s.V1PodSpec(
+            containers=[k8s.V1Container(name="c", image="busybox")], topology_spread_constraints=[
+                k8s.V1TopologySpreadConstraint(max_skew=0, topology_key="k", when_unsatisfiable="DoNotSchedule")]))
+        core.create_namespaced_pod("default", bad)
+    assert refused.value.status == 422 and "maxSkew" in json.loads(refused.value.body)["message"]

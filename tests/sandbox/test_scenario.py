@@ -85,6 +85,22 @@ _DELETE = object()
         (["pdbs", 0, "max_unavailable"], 1, "$.pdbs[0]", "exactly one of"),
         (["pdbs", 0, "min_available"], "150%", "$.pdbs[0].min_available", "percentage"),
         (["arm_throttling"], "yes", "$.arm_throttling", "true or false"),
+        (["workloads", 0, "requests", "gpu"], 1, "$.workloads[0].requests.gpu", "unknown resource"),
+        (["workloads", 0, "requests", "nvidia.com/gpu"], "0.5", "$.workloads[0].requests.nvidia.com/gpu", "whole number"),
+        (["workloads", 0, "requests", "ephemeral-storage"], "lots", "$.workloads[0].requests.ephemeral-storage", "not a quantity"),
+        (["workloads", 0, "affinity"], {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+         "$.workloads[0].affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", "at least one"),
+        (["workloads", 0, "affinity"], {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": ""}]}},
+         "$.workloads[0].affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey", "non-empty"),
+        (["workloads", 0, "topology_spread_constraints"], [{"maxSkew": 1, "topologyKey": "k"}],
+         "$.workloads[0].topology_spread_constraints[0].whenUnsatisfiable", "DoNotSchedule or ScheduleAnyway"),
+        (["workloads", 0, "host_ports"], [70000], "$.workloads[0].host_ports[0]", "up to 65535"),
+        (["workloads", 0, "host_ports"], [{"port": 53, "protocol": "ICMP"}], "$.workloads[0].host_ports[0].protocol", "TCP, UDP, SCTP"),
+        (["workloads", 0, "priority"], "high", "$.workloads[0].priority", "whole number"),
+        (["workloads", 0, "tolerations"], [{"operator": "Equal", "value": "x"}], "$.workloads[0].tolerations[0].operator", "must be Exists"),
+        (["node_groups", 0, "allocatable", "gpu"], 1, "$.node_groups[0].allocatable.gpu", "unknown resource"),
+        (["scale_up_failures"], [{"scale_set": "nope"}], "$.scale_up_failures[0].scale_set", "names no scale set"),
+        (["scale_up_failures"], [{"scale_set": "pool-a", "count": 0}], "$.scale_up_failures[0].count", "at least 1"),
     ],
 )
 def test_invalid_scenarios_name_the_json_path_and_the_problem(
@@ -95,6 +111,23 @@ def test_invalid_scenarios_name_the_json_path_and_the_problem(
     assert caught.value.path == where
     assert problem in caught.value.problem
     assert str(caught.value).startswith("<memory>: " + where)
+
+
+def test_extended_resources_in_allocatable_need_room_in_capacity() -> None:
+    doc = scenario()
+    doc["node_groups"][0]["allocatable"]["nvidia.com/gpu"] = 1
+    loaded = load_scenario(doc)  # capacity defaults to allocatable
+    assert loaded.node_groups[0].capacity.scalar("nvidia.com/gpu") == 1
+    doc["node_groups"][0]["capacity"] = {"cpu": "4", "memory": "16Gi"}
+    with pytest.raises(ScenarioError, match=r"\$\.node_groups\[0\]\.allocatable: must not exceed capacity"):
+        load_scenario(doc)
+
+
+def test_new_workload_fields_default_to_nothing() -> None:
+    (workload,) = load_scenario(scenario(workloads=[{"name": "w", "requests": {"cpu": "1", "memory": "1Gi"}}])).workloads
+    assert (workload.ephemeral_storage, dict(workload.extended), workload.affinity) == (None, {}, None)
+    assert (workload.topology_spread_constraints, workload.host_ports, workload.priority) == ((), (), None)
+    assert load_scenario(scenario()).scale_up_failures == ()
 
 
 def test_duplicate_scale_sets_are_refused() -> None:

@@ -356,10 +356,11 @@ def test_report_has_the_documented_shape() -> None:
         "scenario", "seed", "start", "now", "sim_seconds", "duration_seconds", "done", "done_reason", "pods_total",
         "pods_completed", "pods_pending", "pods_running", "pods_unschedulable", "running_pods_evicted", "pods_killed",
         "pod_wait_seconds", "node_seconds", "node_seconds_by_group", "nodes_max", "nodes_by_group", "api_calls",
-        "timeline", "pods",
+        "timeline", "pods", "pods_unplaceable", "events_by_reason",
     } <= set(report)
     assert set(report["api_calls"]) >= {"arm_reads", "arm_writes", "k8s_reads", "k8s_writes", "breakdown"}
-    assert set(report["pods"][0]) >= {"name", "created", "bound", "started", "finished", "evicted_while_running", "killed"}
+    assert set(report["pods"][0]) >= {
+        "name", "node", "group", "extended", "created", "bound", "started", "finished", "evicted_while_running", "killed"}
 
 
 def test_the_mixed_scenario_needs_its_tainted_batch_pool() -> None:
