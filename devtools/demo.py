@@ -219,6 +219,8 @@ def build_summary(
         "node_seconds": round(report["node_seconds"], 1),
         "nodes_max": report["nodes_max"],
         "nodes_by_group_at_end": {group: counts["ready"] for group, counts in report["nodes_by_group"].items()},
+        "placements": _placements(report["pods"]),
+        "events": dict(sorted(report.get("events_by_reason", {}).items())),
         "groups_at_end": report["nodes_by_group"],
         "actions": {
             "scale_up": outcome_count("scale_up", "succeeded"),
@@ -233,6 +235,15 @@ def build_summary(
         "runner": {"timer_invocations": runner.stats.timer_invocations, "queue_invocations": runner.stats.queue_invocations,
                    "failures": runner.stats.failures, "poisoned": runner.stats.poisoned},
     }
+
+
+def _placements(pods: list[dict[str, Any]]) -> dict[str, int]:
+    """Pods per node group they ran on (a pod evicted and replaced counts once per pod object)."""
+    counts: dict[str, int] = {}
+    for pod in pods:
+        if pod.get("group"):
+            counts[pod["group"]] = counts.get(pod["group"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _percentile(values: list[float], pct: float) -> float:
