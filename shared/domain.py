@@ -7,7 +7,7 @@ Nothing here imports an SDK; adapters translate SDK objects into these types.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -20,37 +20,120 @@ TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
 DELETION_CANDIDATE_TAINT = "DeletionCandidateOfClusterAutoscaler"
 
 
+# Well-known node labels the engine reasons about (kubelet and cloud-provider conventions).
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+LABEL_ZONE = "topology.kubernetes.io/zone"
+LABEL_ZONE_LEGACY = "failure-domain.beta.kubernetes.io/zone"
+LABEL_REGION = "topology.kubernetes.io/region"
+LABEL_REGION_LEGACY = "failure-domain.beta.kubernetes.io/region"
+LABEL_AZURE_DISK_ZONE = "topology.disk.csi.azure.com/zone"
+
+ExtendedResources = tuple[tuple[str, int], ...]
+
+
+def extended_resources(items: Iterable[tuple[str, int]] | Mapping[str, int]) -> ExtendedResources:
+    """Sorted by name, zero amounts dropped: equal resources then compare and hash equal."""
+    pairs = items.items() if isinstance(items, Mapping) else items
+    merged: dict[str, int] = {}
+    for name, amount in pairs:
+        merged[name] = merged.get(name, 0) + amount
+    return tuple(sorted((name, amount) for name, amount in merged.items() if amount != 0))
+
+
+def _combine(a: ExtendedResources, b: ExtendedResources, sign: int) -> ExtendedResources:
+    merged = dict(a)
+    for name, amount in b:
+        merged[name] = merged.get(name, 0) + sign * amount
+    return tuple(sorted((name, amount) for name, amount in merged.items() if amount != 0))
+
+
+def _amount(extended: ExtendedResources, name: str) -> int:
+    # A linear scan: these tuples hold one or two entries, where a dict would cost more to build.
+    for key, amount in extended:
+        if key == name:
+            return amount
+    return 0
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
-    """Schedulable quantities. CPU in millicores, memory in bytes, pods as a count."""
+    """Schedulable quantities. CPU in millicores, memory and ephemeral storage in bytes, pods as a count.
+
+    `extended` holds every other scalar resource the scheduler counts (`nvidia.com/gpu`,
+    `hugepages-2Mi`, any `vendor/name`), as (name, amount) pairs sorted by name without
+    zero amounts; a resource absent from a capacity counts as zero capacity. The common
+    case has no extended resources, and every operation takes a fast path for it because
+    the scale-up planner calls these in tight loops.
+    """
 
     cpu_milli: int = 0
     memory_bytes: int = 0
     pods: int = 0
+    ephemeral_storage_bytes: int = 0
+    extended: ExtendedResources = ()
+
+    def __post_init__(self) -> None:
+        if self.extended:
+            canonical = extended_resources(self.extended)
+            if canonical != self.extended:
+                object.__setattr__(self, "extended", canonical)
 
     def __add__(self, other: Resources) -> Resources:
+        extended = self.extended
+        if other.extended:
+            extended = _combine(extended, other.extended, 1) if extended else other.extended
         return Resources(
             self.cpu_milli + other.cpu_milli,
             self.memory_bytes + other.memory_bytes,
             self.pods + other.pods,
+            self.ephemeral_storage_bytes + other.ephemeral_storage_bytes,
+            extended,
         )
 
     def __sub__(self, other: Resources) -> Resources:
+        extended = self.extended
+        if other.extended:
+            extended = _combine(extended, other.extended, -1)
         return Resources(
             self.cpu_milli - other.cpu_milli,
             self.memory_bytes - other.memory_bytes,
             self.pods - other.pods,
+            self.ephemeral_storage_bytes - other.ephemeral_storage_bytes,
+            extended,
         )
+
+    def amount(self, name: str) -> int:
+        """An extended resource's amount; 0 when absent."""
+        return _amount(self.extended, name)
 
     def fits_in(self, capacity: Resources) -> bool:
-        return (
-            self.cpu_milli <= capacity.cpu_milli
-            and self.memory_bytes <= capacity.memory_bytes
-            and self.pods <= capacity.pods
-        )
+        """Whether these requests fit `capacity` (usually free space).
+
+        As kube-scheduler's NodeResourcesFit, a resource requested at zero always fits,
+        even on an over-committed node whose free amount is negative.
+        """
+        if (
+            (self.cpu_milli > 0 and self.cpu_milli > capacity.cpu_milli)
+            or (self.memory_bytes > 0 and self.memory_bytes > capacity.memory_bytes)
+            or (self.pods > 0 and self.pods > capacity.pods)
+            or (self.ephemeral_storage_bytes > 0 and self.ephemeral_storage_bytes > capacity.ephemeral_storage_bytes)
+        ):
+            return False
+        if self.extended:
+            available = capacity.extended
+            for name, amount in self.extended:
+                if amount > 0 and amount > _amount(available, name):
+                    return False
+        return True
 
     def is_zero(self) -> bool:
-        return self.cpu_milli == 0 and self.memory_bytes == 0 and self.pods == 0
+        return (
+            self.cpu_milli == 0
+            and self.memory_bytes == 0
+            and self.pods == 0
+            and self.ephemeral_storage_bytes == 0
+            and not self.extended
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +164,185 @@ class OwnerRef:
     name: str
 
 
+# --- What a pod asks of the nodes it may run on -------------------------------------
+#
+# Small frozen mirrors of the Kubernetes API's scheduling constructs. Every collection
+# is a tuple, so pods with equal constraints compare and hash equal: the scale-up
+# planner groups pending pods into equivalence classes on exactly these values.
+
+SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+
+
+def _as_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    """One `matchExpressions` entry of a node selector term or of a label selector.
+
+    Operators as in the API: In, NotIn, Exists, DoesNotExist, and (node selectors
+    only) Gt and Lt, which compare the label's value and the single value as integers.
+    NotIn and DoesNotExist match when the key is absent.
+    """
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        operator = self.operator
+        if operator == "In":
+            value = labels.get(self.key)
+            return value is not None and value in self.values
+        if operator == "NotIn":
+            value = labels.get(self.key)
+            return value is None or value not in self.values
+        if operator == "Exists":
+            return self.key in labels
+        if operator == "DoesNotExist":
+            return self.key not in labels
+        if operator in ("Gt", "Lt"):
+            value = labels.get(self.key)
+            if value is None or len(self.values) != 1:
+                return False
+            have, bound = _as_int(value), _as_int(self.values[0])
+            if have is None or bound is None:
+                return False
+            return have > bound if operator == "Gt" else have < bound
+        return False  # an operator we do not know matches nothing; the adapter reports it
+
+
+# The API names the two uses differently; the semantics are one.
+NodeSelectorRequirement = SelectorRequirement
+LabelSelectorRequirement = SelectorRequirement
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """One of a required node affinity's `nodeSelectorTerms`: its requirements are ANDed.
+
+    `match_fields` may only name `metadata.name` (the API allows nothing else); a term
+    with neither expressions nor fields matches no node, as in the scheduler.
+    """
+
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+    match_fields: tuple[SelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str], node_name: str) -> bool:
+        if not self.match_expressions and not self.match_fields:
+            return False
+        for requirement in self.match_expressions:
+            if not requirement.matches(labels):
+                return False
+        if self.match_fields:
+            fields = {"metadata.name": node_name}
+            for requirement in self.match_fields:
+                if not requirement.matches(fields):
+                    return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A label selector (`matchLabels` ANDed with `matchExpressions`). The empty selector matches everything."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        for requirement in self.match_expressions:
+            if not requirement.matches(labels):
+                return False
+        return True
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """The label keys this selector looks at: labels outside them cannot change its answer."""
+        return frozenset(k for k, _ in self.match_labels) | {r.key for r in self.match_expressions}
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """A required pod affinity or anti-affinity term.
+
+    The term selects pods by `label_selector` (None, as an absent selector in the API,
+    matches no pod) in `namespaces`; with no namespaces listed and `all_namespaces`
+    false it means the namespace of the pod that carries the term, as in the API.
+    `all_namespaces` stands for an empty `namespaceSelector` ({}), which selects every
+    namespace. Topology is the node label `topology_key` (hostname, zone, or any).
+    """
+
+    topology_key: str
+    label_selector: LabelSelector | None = None
+    namespaces: tuple[str, ...] = ()
+    all_namespaces: bool = False
+
+    def applies_to_namespace(self, namespace: str, owner_namespace: str) -> bool:
+        """Whether the term looks at pods in `namespace`, for a term carried by a pod in `owner_namespace`."""
+        if self.all_namespaces:
+            return True
+        if self.namespaces:
+            return namespace in self.namespaces
+        return namespace == owner_namespace
+
+    def selects(self, pod: Pod, owner_namespace: str) -> bool:
+        """Whether this term (carried by a pod in `owner_namespace`) selects `pod`."""
+        return (
+            self.label_selector is not None
+            and self.applies_to_namespace(pod.namespace, owner_namespace)
+            and self.label_selector.matches(pod.labels)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpreadConstraint:
+    """A `topologySpreadConstraints` entry. Only `DoNotSchedule` is a filter; `ScheduleAnyway` only scores.
+
+    `label_selector` already includes the pod's own values for `matchLabelKeys` (the
+    adapter merges them, as the scheduler does); None matches no pod. `min_domains`
+    None means 1. The two policies decide which nodes count as eligible domains:
+    `node_affinity_policy` Honor (default) keeps only nodes matching the pod's node
+    selector and required affinity; `node_taints_policy` Honor keeps only nodes whose
+    taints the pod tolerates (default Ignore).
+    """
+
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str = "DoNotSchedule"
+    label_selector: LabelSelector | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str = "Honor"
+    node_taints_policy: str = "Ignore"
+
+    @property
+    def is_filter(self) -> bool:
+        return self.when_unsatisfiable == "DoNotSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A container port bound on the node (`hostPort`). An empty host IP means every address, 0.0.0.0."""
+
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = "0.0.0.0"
+
+    def conflicts_with(self, other: HostPort) -> bool:
+        """kube-scheduler's NodePorts rule: same port and protocol, and the same or a wildcard address."""
+        return (
+            self.port == other.port
+            and self.protocol == other.protocol
+            and (self.host_ip == other.host_ip or self.host_ip == "0.0.0.0" or other.host_ip == "0.0.0.0")
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Pod:
     namespace: str
@@ -99,6 +361,16 @@ class Pod:
     is_mirror: bool = False
     deleting: bool = False  # metadata.deletionTimestamp is set
     priority: int = 0  # spec.priority, resolved from the PriorityClass by the API server
+    # Required node affinity: the terms are ORed. Empty means none (the API requires a term when set).
+    node_affinity: tuple[NodeSelectorTerm, ...] = ()
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()  # required terms, all must hold
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()  # required terms, none may be violated
+    topology_spread: tuple[TopologySpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    # Scheduling constructs we cannot evaluate (a volume's topology, a namespaceSelector,
+    # dynamic resource claims...), named so the engine reports them rather than
+    # pretending the pod fits.
+    unsupported: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

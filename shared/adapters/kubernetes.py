@@ -24,7 +24,22 @@ from kubernetes.client import ApiClient, Configuration, CoreV1Api, V1DeleteOptio
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from shared.domain import EMPTY_MAP, Node, OwnerRef, Pod, Resources, Taint, Toleration
+from shared.domain import (
+    EMPTY_MAP,
+    HostPort,
+    LabelSelector,
+    Node,
+    NodeSelectorTerm,
+    OwnerRef,
+    Pod,
+    PodAffinityTerm,
+    Resources,
+    SelectorRequirement,
+    Taint,
+    Toleration,
+    TopologySpreadConstraint,
+    extended_resources,
+)
 from shared.ports import ClusterError, EvictionOutcome
 from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
 from shared.settings import Settings
@@ -73,33 +88,66 @@ def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(mapping)) if mapping else EMPTY_MAP
 
 
-def _resources(quantities: Mapping[str, Any] | None) -> tuple[int, int]:
-    """(millicores, bytes) of a requests/allocatable/overhead map; absent entries count as zero."""
-    if not quantities:
-        return 0, 0
-    cpu = quantities.get("cpu")
-    memory = quantities.get("memory")
-    return (
-        parse_cpu_milli(cpu) if cpu is not None else 0,
-        parse_memory_bytes(memory) if memory is not None else 0,
+# Resources the scheduler does not count against a node (kube-scheduler's
+# IsScalarResourceName: extended `vendor/name` and prefixed native resources,
+# hugepages-*, attachable-volumes-*), besides the four it models natively.
+_SCALAR_PREFIXES = ("hugepages-", "attachable-volumes-")
+
+
+def _quantities(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    """A requests/limits/allocatable/overhead map as integers per resource name; names we never count are dropped.
+
+    cpu in millicores, memory, ephemeral-storage and hugepages in bytes, anything else
+    as a count (rounded up, as the API server's Value()).
+    """
+    if not raw:
+        return {}
+    out: dict[str, int] = {}
+    for name, quantity in raw.items():
+        if quantity is None:
+            continue
+        if name == "cpu":
+            out[name] = parse_cpu_milli(quantity)
+        elif name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+            out[name] = parse_memory_bytes(quantity)
+        elif name == "pods" or "/" in name or name.startswith(_SCALAR_PREFIXES):
+            out[name] = parse_count(quantity)
+    return out
+
+
+def _as_resources(amounts: Mapping[str, int], *, pods: int | None = None) -> Resources:
+    extended = {k: v for k, v in amounts.items() if k not in ("cpu", "memory", "ephemeral-storage", "pods")}
+    return Resources(
+        cpu_milli=amounts.get("cpu", 0),
+        memory_bytes=amounts.get("memory", 0),
+        pods=amounts.get("pods", 0) if pods is None else pods,
+        ephemeral_storage_bytes=amounts.get("ephemeral-storage", 0),
+        extended=extended_resources(extended),
     )
 
 
-def _container_requests(container: Mapping[str, Any]) -> tuple[int, int]:
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
     resources = container.get("resources") or {}
     requests = dict(resources.get("limits") or {})
     # The API server defaults a missing request to its limit at admission; doing the
     # same here keeps hand-written objects (tests, replays) consistent with live ones.
     requests.update(resources.get("requests") or {})
-    return _resources(requests)
+    return _quantities(requests)
 
 
-def _add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
-    return a[0] + b[0], a[1] + b[1]
+def _add(a: dict[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    out = dict(a)
+    for name, amount in b.items():
+        out[name] = out.get(name, 0) + amount
+    return out
 
 
-def _max(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
-    return max(a[0], b[0]), max(a[1], b[1])
+def _max(a: dict[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    out = dict(a)
+    for name, amount in b.items():
+        if amount > out.get(name, 0):
+            out[name] = amount
+    return out
 
 
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
@@ -109,13 +157,15 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     max'ed against the total; sidecars (init containers with restartPolicy
     Always) keep running, so they add to the total and to every later init
     container. Pod-level requests, where set, replace the container aggregate;
-    the RuntimeClass overhead comes on top. A pod always takes one pod slot.
+    the RuntimeClass overhead comes on top. Every resource (cpu, memory,
+    ephemeral-storage, extended ones such as nvidia.com/gpu) follows the same
+    rule. A pod always takes one pod slot.
     """
-    total = (0, 0)
+    total: dict[str, int] = {}
     for container in spec.get("containers") or ():
         total = _add(total, _container_requests(container))
-    sidecars = (0, 0)
-    init_peak = (0, 0)
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
     for container in spec.get("initContainers") or ():
         requests = _container_requests(container)
         if container.get("restartPolicy") == "Always":
@@ -124,14 +174,12 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
             init_peak = _max(init_peak, sidecars)
         else:
             init_peak = _max(init_peak, _add(requests, sidecars))
-    cpu, memory = _max(total, init_peak)
+    amounts = _max(total, init_peak)
     pod_level = (spec.get("resources") or {}).get("requests") or {}
-    if "cpu" in pod_level:
-        cpu = parse_cpu_milli(pod_level["cpu"])
-    if "memory" in pod_level:
-        memory = parse_memory_bytes(pod_level["memory"])
-    overhead_cpu, overhead_memory = _resources(spec.get("overhead"))
-    return Resources(cpu + overhead_cpu, memory + overhead_memory, 1)
+    # Pod-level resources cover cpu and memory only (KEP-2837); other resources stay per container.
+    amounts.update({k: v for k, v in _quantities(pod_level).items() if k in ("cpu", "memory")})
+    amounts = _add(amounts, _quantities(spec.get("overhead")))
+    return _as_resources(amounts, pods=1)
 
 
 def _controller(references: Sequence[Mapping[str, Any]] | None) -> OwnerRef | None:
@@ -157,12 +205,177 @@ def _is_unschedulable(conditions: Sequence[Mapping[str, Any]] | None) -> bool:
     )
 
 
+# --- Scheduling constraints --------------------------------------------------------
+#
+# Each reader returns the domain value and appends to `unsupported` the name of any
+# construct the engine cannot evaluate, so the pod is reported rather than treated
+# as fitting.
+
+_LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_NODE_OPERATORS = (*_LABEL_OPERATORS, "Gt", "Lt")
+
+
+def _requirements(
+    raw: Sequence[Mapping[str, Any]] | None, allowed: Sequence[str], what: str, unsupported: list[str]
+) -> tuple[SelectorRequirement, ...]:
+    out = []
+    for item in raw or ():
+        operator = item.get("operator") or ""
+        if operator not in allowed:
+            unsupported.append(f"{what} operator {operator or '(none)'}")
+        out.append(SelectorRequirement(item.get("key") or "", operator, tuple(str(v) for v in item.get("values") or ())))
+    return tuple(out)
+
+
+def _label_selector(raw: Mapping[str, Any] | None, what: str, unsupported: list[str]) -> LabelSelector | None:
+    if raw is None:
+        return None
+    return LabelSelector(
+        match_labels=tuple(sorted((str(k), str(v)) for k, v in (raw.get("matchLabels") or {}).items())),
+        match_expressions=_requirements(raw.get("matchExpressions"), _LABEL_OPERATORS, what, unsupported),
+    )
+
+
+def _with_pod_label_keys(
+    selector: LabelSelector | None, labels: Mapping[str, str], match_keys: Sequence[str], mismatch_keys: Sequence[str]
+) -> LabelSelector | None:
+    """Merge `matchLabelKeys` (key In [the pod's value]) and `mismatchLabelKeys` (NotIn) into a selector.
+
+    This is what the API server (pod affinity) and the scheduler (topology spread) do;
+    a key the pod has no label for is skipped, and merging twice changes nothing.
+    """
+    extra = [SelectorRequirement(k, "In", (labels[k],)) for k in match_keys if k in labels]
+    extra += [SelectorRequirement(k, "NotIn", (labels[k],)) for k in mismatch_keys if k in labels]
+    if selector is None or not extra:
+        return selector
+    merged = selector.match_expressions + tuple(r for r in extra if r not in selector.match_expressions)
+    return LabelSelector(selector.match_labels, merged)
+
+
+def _node_affinity(raw: Mapping[str, Any] | None, unsupported: list[str]) -> tuple[NodeSelectorTerm, ...]:
+    required = (raw or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = []
+    for term in required.get("nodeSelectorTerms") or ():
+        fields = _requirements(term.get("matchFields"), ("In", "NotIn"), "nodeAffinity matchFields", unsupported)
+        for field_requirement in fields:
+            if field_requirement.key != "metadata.name":
+                unsupported.append(f"nodeAffinity matchFields on {field_requirement.key or '(none)'}")
+        expressions = _requirements(term.get("matchExpressions"), _NODE_OPERATORS, "nodeAffinity", unsupported)
+        terms.append(NodeSelectorTerm(expressions, fields))
+    return tuple(terms)
+
+
+def _pod_affinity_terms(
+    raw: Mapping[str, Any] | None, kind: str, labels: Mapping[str, str], unsupported: list[str]
+) -> tuple[PodAffinityTerm, ...]:
+    terms = []
+    for term in (raw or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or ():
+        selector = _label_selector(term.get("labelSelector"), f"{kind} labelSelector", unsupported)
+        selector = _with_pod_label_keys(
+            selector, labels, term.get("matchLabelKeys") or (), term.get("mismatchLabelKeys") or ()
+        )
+        namespace_selector = term.get("namespaceSelector")
+        all_namespaces = False
+        if namespace_selector is not None:
+            if namespace_selector.get("matchLabels") or namespace_selector.get("matchExpressions"):
+                # Selecting namespaces by their labels needs the Namespace objects, which we do not observe.
+                unsupported.append(f"{kind} namespaceSelector")
+            else:
+                all_namespaces = True  # {} selects every namespace
+        terms.append(
+            PodAffinityTerm(
+                topology_key=term.get("topologyKey") or "",
+                label_selector=selector,
+                namespaces=tuple(term.get("namespaces") or ()),
+                all_namespaces=all_namespaces,
+            )
+        )
+    return tuple(terms)
+
+
+def _spread_constraints(
+    raw: Sequence[Mapping[str, Any]] | None, labels: Mapping[str, str], unsupported: list[str]
+) -> tuple[TopologySpreadConstraint, ...]:
+    out = []
+    for item in raw or ():
+        when = item.get("whenUnsatisfiable") or "DoNotSchedule"
+        if when not in ("DoNotSchedule", "ScheduleAnyway"):
+            unsupported.append(f"topologySpreadConstraints whenUnsatisfiable {when}")
+        affinity_policy = item.get("nodeAffinityPolicy") or "Honor"
+        taints_policy = item.get("nodeTaintsPolicy") or "Ignore"
+        for name, value in (("nodeAffinityPolicy", affinity_policy), ("nodeTaintsPolicy", taints_policy)):
+            if value not in ("Honor", "Ignore"):
+                unsupported.append(f"topologySpreadConstraints {name} {value}")
+        selector = _label_selector(item.get("labelSelector"), "topologySpreadConstraints labelSelector", unsupported)
+        selector = _with_pod_label_keys(selector, labels, item.get("matchLabelKeys") or (), ())
+        min_domains = item.get("minDomains")
+        out.append(
+            TopologySpreadConstraint(
+                max_skew=int(item.get("maxSkew") or 1),
+                topology_key=item.get("topologyKey") or "",
+                when_unsatisfiable=when,
+                label_selector=selector,
+                min_domains=int(min_domains) if min_domains is not None else None,
+                node_affinity_policy=affinity_policy,
+                node_taints_policy=taints_policy,
+            )
+        )
+    return tuple(out)
+
+
+def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    """Ports bound on the node: every container's, and the sidecars' (restartable init containers), which keep running."""
+    containers = list(spec.get("containers") or ())
+    containers += [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
+    host_network = bool(spec.get("hostNetwork"))
+    ports = []
+    for container in containers:
+        for port in container.get("ports") or ():
+            # With hostNetwork the API server defaults hostPort to containerPort; do the same for hand-written objects.
+            host_port = port.get("hostPort") or (port.get("containerPort") if host_network else 0)
+            if host_port:
+                ports.append(HostPort(int(host_port), port.get("protocol") or "TCP", port.get("hostIP") or "0.0.0.0"))
+    return tuple(ports)
+
+
+def _volume_constraints(spec: Mapping[str, Any], unsupported: list[str]) -> None:
+    for volume in spec.get("volumes") or ():
+        claim = volume.get("persistentVolumeClaim")
+        if claim is not None:
+            # A bound volume may pin the pod to a zone or node (its PV's node affinity), and an unbound
+            # one may be restricted by its StorageClass; we observe neither, so we cannot tell.
+            unsupported.append(f"volume topology of persistentVolumeClaim {claim.get('claimName', '?')}")
+        elif volume.get("ephemeral") is not None:
+            unsupported.append(f"volume topology of ephemeral volume {volume.get('name', '?')}")
+    if spec.get("resourceClaims"):
+        unsupported.append("resourceClaims (dynamic resource allocation)")
+
+
+def _scheduling(spec: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
+    """The Pod fields that constrain placement, as keyword arguments."""
+    unsupported: list[str] = []
+    affinity = spec.get("affinity") or {}
+    fields = {
+        "node_affinity": _node_affinity(affinity.get("nodeAffinity"), unsupported),
+        "pod_affinity": _pod_affinity_terms(affinity.get("podAffinity"), "podAffinity", labels, unsupported),
+        "pod_anti_affinity": _pod_affinity_terms(
+            affinity.get("podAntiAffinity"), "podAntiAffinity", labels, unsupported
+        ),
+        "topology_spread": _spread_constraints(spec.get("topologySpreadConstraints"), labels, unsupported),
+        "host_ports": _host_ports(spec),
+    }
+    _volume_constraints(spec, unsupported)
+    fields["unsupported"] = tuple(dict.fromkeys(unsupported))  # each construct once, in order
+    return fields
+
+
 def pod_from_json(obj: Mapping[str, Any]) -> Pod:
     """A Pod in the API's JSON shape (as listed by /api/v1/pods) as a domain Pod."""
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     annotations = metadata.get("annotations") or {}
+    labels = _frozen(metadata.get("labels"))
     return Pod(
         namespace=metadata.get("namespace", ""),
         name=metadata.get("name", ""),
@@ -175,11 +388,12 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         owner=_controller(metadata.get("ownerReferences")),
         node_selector=_frozen(spec.get("nodeSelector")),
         tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or ()),
-        labels=_frozen(metadata.get("labels")),
+        labels=labels,
         annotations=_frozen(annotations),
         is_mirror=_MIRROR_ANNOTATION in annotations,
         deleting=bool(metadata.get("deletionTimestamp")),
         priority=int(spec.get("priority") or 0),
+        **_scheduling(spec, labels),
     )
 
 
@@ -192,13 +406,11 @@ def node_from_json(obj: Mapping[str, Any]) -> Node:
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    allocatable = status.get("allocatable") or {}
-    cpu, memory = _resources(allocatable)
-    pods = parse_count(allocatable["pods"]) if "pods" in allocatable else 0
+    allocatable = _as_resources(_quantities(status.get("allocatable")))
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
     return Node(
         name=metadata.get("name", ""),
-        allocatable=Resources(cpu, memory, pods),
+        allocatable=allocatable,
         created_at=_timestamp(metadata.get("creationTimestamp")),
         provider_id=spec.get("providerID") or "",
         labels=_frozen(metadata.get("labels")),

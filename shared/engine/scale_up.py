@@ -4,16 +4,66 @@ Pure module, no side effects. Like cluster-autoscaler's estimator: pending pods
 first go onto free space of existing nodes and of nodes already booting or
 requested (so a pod is never asked for twice), then onto new template nodes,
 first-fit decreasing, per group; an expander picks among the groups.
+
+Every placement passes kube-scheduler's filters (`predicates.check`) against a
+`PlacementState` that holds the real nodes and pods, the nodes on their way and the
+planned ones, so inter-pod affinity, anti-affinity, topology spread and host ports
+see what is already placed, including earlier pods of the same plan. Planned nodes
+get a hostname of their own and, in a group spanning several zones, the zone the
+scale set's balancing would give them.
+
+Pending pods fall into equivalence classes: same controller, same scheduling-relevant
+spec (requests, selectors, affinity, tolerations, spread, ports) and same values for
+the labels any selector in play looks at. Within a class:
+
+- the static filters (labels, taints) are evaluated once per candidate node, or
+  once per group and zone for planned nodes;
+- a node that failed for a reason that can only get worse as pods are added
+  (static, resources, ports, anti-affinity) is never tried again for that class, so
+  thousands of replicas scan the node list about once in total;
+- once a pod of the class fails on a fresh node of a group, the rest of the class
+  skips that group.
+
+Only affinity and spread failures can turn into passes as the plan grows, and only
+those nodes stay on the class's list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from shared.domain import ClusterSnapshot, NodeGroup, NodeTemplate, Pod, Resources, Taint
-from shared.engine.predicates import insufficient, pod_requests, static_mismatch
-from shared.engine.templates import daemonset_overhead
+from shared.domain import (
+    LABEL_ZONE,
+    ClusterSnapshot,
+    HostPort,
+    NodeGroup,
+    NodeTemplate,
+    Pod,
+    Resources,
+)
+from shared.engine.placement import NodeView, PlacementState
+from shared.engine.predicates import (
+    SpreadPlan,
+    check,
+    existing_anti_affinity_conflict,
+    host_port_conflict,
+    fits_resources,
+    pod_affinity_mismatch,
+    pod_anti_affinity_conflict,
+    pod_requests,
+    static_mismatch,
+    spread_plan,
+    spread_violation,
+    unsupported_construct,
+)
+from shared.engine.templates import (
+    daemonset_host_ports,
+    daemonset_overhead,
+    daemonset_pods,
+    next_zone,
+    planned_node_labels,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,27 +90,37 @@ class ScaleUpPlan:
     unplaceable: Mapping[str, str] = field(default_factory=dict)  # pod -> why no group can take it
 
 
-@dataclass(slots=True)
-class _Bin:
-    """Free space on one node, real or planned."""
+@dataclass(frozen=True, slots=True)
+class SimulationStep:
+    """One change the planner made to its placement state: a node added (pod None), or a pod placed on `node`.
 
-    labels: Mapping[str, str]
-    taints: tuple[Taint, ...]
-    free: Resources
+    `kind` says what the node is: "upcoming" (requested, not Ready yet) or "new" (this
+    plan's scale-up) for added nodes; "existing", "upcoming" or "new" for placements.
+    """
 
-    def try_place(self, pod: Pod, requests: Resources) -> bool:
-        if static_mismatch(pod, self.labels, self.taints) or not requests.fits_in(self.free):
-            return False
-        self.free = self.free - requests
-        return True
+    kind: str
+    node: NodeView
+    pod: Pod | None = None
+    group_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUpSimulation:
+    """The plan and how it was reached: replaying `steps` on `initial_state(snapshot)` rebuilds the final state."""
+
+    plan: ScaleUpPlan
+    steps: tuple[SimulationStep, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class _Option:
+    """What growing one group would achieve: handed to the expander that picks the group."""
+
     group: NodeGroup
     nodes: int
     placed: tuple[Pod, ...]
     waste: float
+    steps: tuple[SimulationStep, ...] = ()
 
 
 def pending_pods(snapshot: ClusterSnapshot) -> list[Pod]:
@@ -68,123 +128,426 @@ def pending_pods(snapshot: ClusterSnapshot) -> list[Pod]:
     return [p for p in snapshot.pods if p.unschedulable and p.node_name is None and not p.deleting]
 
 
+def initial_state(snapshot: ClusterSnapshot) -> PlacementState:
+    """Every observed node and the unfinished pods bound to them: what the scheduler's snapshot holds."""
+    return PlacementState.from_cluster((NodeView.of(n) for n in snapshot.nodes), snapshot.pods)
+
+
 def plan_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = ScaleUpOptions()) -> ScaleUpPlan:
-    pending = sorted(
-        pending_pods(snapshot),
-        key=lambda p: (-p.requests.cpu_milli, -p.requests.memory_bytes, p.key),
+    return simulate_scale_up(snapshot, options=options).plan
+
+
+# --- Equivalence classes ------------------------------------------------------------------
+
+_FITS, _RETRY, _NEVER = 0, 1, 2
+_REUSE_ESTIMATES = True  # a switch for the test that proves reuse never changes a plan  # a node's verdict for a pod; _NEVER holds for the rest of the class
+
+
+@dataclass(slots=True)
+class _PodClass:
+    index: int
+    requests: Resources
+    unsupported: bool
+    # The topology keys of the pod's spread constraints and affinity terms: only these
+    # filters can fail now and pass later; without them every failure is final.
+    topology_keys: tuple[str, ...]
+    static: dict[object, bool] = field(default_factory=dict)  # candidate key -> passes the static filters
+    spread: SpreadPlan | None = None  # the class's spread constraints with their indexes, once looked up
+    live: list[int] | None = None  # existing and upcoming candidates still worth trying
+    why: str | None = None
+
+
+def _selector_keys(pods: Iterable[Pod], with_own_terms: bool) -> set[str]:
+    keys: set[str] = set()
+    for pod in pods:
+        terms = (*pod.pod_affinity, *pod.pod_anti_affinity) if with_own_terms else pod.pod_anti_affinity
+        for term in terms:
+            if term.label_selector is not None:
+                keys |= term.label_selector.keys
+        if with_own_terms:
+            for constraint in pod.topology_spread:
+                if constraint.label_selector is not None:
+                    keys |= constraint.label_selector.keys
+    return keys
+
+
+def _classify(pending: Sequence[Pod], snapshot: ClusterSnapshot) -> dict[int, _PodClass]:
+    """Pods by id, each with its equivalence class."""
+    # Labels matter only where a selector in play reads them: a pending pod's own terms and
+    # spread (they select other pods and, for self-matching, the pod itself), and existing
+    # pods' anti-affinity (it selects incoming pods). Other labels, such as a StatefulSet
+    # pod's own name, must not split a class.
+    relevant = _selector_keys(pending, True) | _selector_keys(
+        (p for p in snapshot.pods if p.pod_anti_affinity and p.node_name), False
     )
-    if not pending:
-        return ScaleUpPlan()
-    overhead = daemonset_overhead(snapshot.pods)
-    bins = _existing_bins(snapshot) + _upcoming_bins(snapshot, overhead)
-    absorbed: list[str] = []
-    remaining: list[Pod] = []
+    classes: dict[object, _PodClass] = {}
+    by_pod: dict[int, _PodClass] = {}
     for pod in pending:
-        requests = pod_requests(pod)
-        if any(b.try_place(pod, requests) for b in bins):
-            absorbed.append(pod.key)
+        if pod.owner is None:
+            key: object = ("pod", pod.namespace, pod.name)  # as CA: no controller, no class
         else:
-            remaining.append(pod)
-
-    room = {g.id: max(0, min(g.max_size - g.target_size, options.max_nodes_per_scale_up)) for g in snapshot.groups}
-    added: dict[str, tuple[int, list[str]]] = {}
-    while remaining:
-        candidates = [
-            option
-            for group in sorted(snapshot.groups, key=lambda g: g.id)
-            if (option := _estimate(group, snapshot.templates.get(group.id), overhead, remaining, room[group.id]))
-        ]
-        if not candidates:
-            break
-        best = min(candidates, key=lambda o: (o.waste, -len(o.placed), o.group.id))  # least-waste
-        room[best.group.id] -= best.nodes
-        nodes, pods = added.get(best.group.id, (0, []))
-        added[best.group.id] = (nodes + best.nodes, pods + [p.key for p in best.placed])
-        placed = {p.key for p in best.placed}
-        remaining = [p for p in remaining if p.key not in placed]
-
-    increases = tuple(
-        GroupIncrease(group.id, group.target_size, group.target_size + added[group.id][0], tuple(added[group.id][1]))
-        for group in snapshot.groups
-        if group.id in added
-    )
-    unplaceable = {pod.key: _why_not(pod, snapshot, overhead, room) for pod in remaining}
-    return ScaleUpPlan(increases=increases, absorbed=tuple(absorbed), unplaceable=unplaceable)
+            key = (
+                pod.owner.kind,
+                pod.owner.name,
+                pod.namespace,
+                pod.requests,
+                tuple(sorted(pod.node_selector.items())),
+                pod.node_affinity,
+                pod.tolerations,
+                pod.pod_affinity,
+                pod.pod_anti_affinity,
+                pod.topology_spread,
+                pod.host_ports,
+                pod.unsupported,
+                tuple(sorted((k, v) for k, v in pod.labels.items() if k in relevant)),
+            )
+        cls = classes.get(key)
+        if cls is None:
+            topology_keys = {c.topology_key for c in pod.topology_spread if c.is_filter}
+            topology_keys |= {t.topology_key for t in pod.pod_affinity}
+            cls = _PodClass(len(classes), pod_requests(pod), bool(pod.unsupported), tuple(sorted(topology_keys)))
+            classes[key] = cls
+        by_pod[id(pod)] = cls
+    return by_pod
 
 
-def _existing_bins(snapshot: ClusterSnapshot) -> list[_Bin]:
-    used: dict[str, Resources] = {}
-    for pod in snapshot.pods:
-        if pod.node_name and not pod.is_finished:
-            used[pod.node_name] = used.get(pod.node_name, Resources()) + pod_requests(pod)
-    return [
-        _Bin(node.labels, node.taints, node.allocatable - used.get(node.name, Resources()))
-        for node in snapshot.nodes
-        if node.ready and not node.unschedulable and not node.is_being_deleted
-    ]
+def _verdict(
+    pod: Pod, cls: _PodClass, node: NodeView, static_key: object, state: PlacementState, failed_domains: set[object]
+) -> int:
+    """Whether `pod` fits `node` now; on failure, whether it could ever fit it later in this plan.
+
+    The same filters as `check`, ordered cheapest first (the reason is not needed here).
+    Spread and affinity depend only on the node's values for their topology keys: within
+    one scan, a domain that failed once (`failed_domains`) fails for all its nodes.
+    """
+    passes = cls.static.get(static_key)
+    if passes is None:
+        passes = not (node.unschedulable or static_mismatch(pod, node.labels, node.taints, node.name))
+        cls.static[static_key] = passes
+    if not passes:
+        return _NEVER
+    if pod.host_ports and host_port_conflict(pod, node, state):
+        return _NEVER
+    if not fits_resources(cls.requests, node, state):
+        return _NEVER
+    if cls.topology_keys:
+        labels = node.labels
+        domain = tuple([labels.get(key) for key in cls.topology_keys])
+        if domain in failed_domains:
+            return _RETRY
+        if cls.spread is None:
+            cls.spread = spread_plan(pod, state) if pod.topology_spread else []
+        if (cls.spread and spread_violation(cls.spread, labels)) or (
+            pod.pod_affinity and pod_affinity_mismatch(pod, node, state)
+        ):
+            failed_domains.add(domain)
+            return _RETRY
+    if pod.pod_anti_affinity and pod_anti_affinity_conflict(pod, node, state):
+        return _NEVER
+    if existing_anti_affinity_conflict(pod, node, state):
+        return _NEVER
+    return _FITS
 
 
-def _upcoming_bins(snapshot: ClusterSnapshot, overhead: Resources) -> list[_Bin]:
+def _first_fit(
+    pod: Pod, cls: _PodClass, nodes: Sequence[NodeView], keys: Sequence[object], live: list[int], state: PlacementState
+) -> tuple[int, list[int]]:
+    """The first node on `live` the pod fits (-1 if none), and `live` without the nodes it can never fit."""
+    kept: list[int] = []
+    failed_domains: set[object] = set()
+    for position, i in enumerate(live):
+        verdict = _verdict(pod, cls, nodes[i], keys[i], state, failed_domains)
+        if verdict == _FITS:
+            if len(kept) == position:
+                return i, live  # nothing dropped: keep the list as it is
+            kept.extend(live[position:])
+            return i, kept
+        if verdict == _RETRY:
+            kept.append(i)
+    return -1, kept
+
+
+# --- Groups -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _GroupPlan:
+    """A group's template, with what each of its new nodes gives away to DaemonSets, and its nodes per zone."""
+
+    group: NodeGroup
+    template: NodeTemplate
+    allocatable: Resources
+    reserved_ports: tuple[HostPort, ...]
+    per_zone: dict[str, int]
+    upcoming: int = 0
+    planned: int = 0
+
+    def view(self, name: str, zone: str | None) -> NodeView:
+        labels = planned_node_labels(self.template, self.group, name, zone)
+        return NodeView(name, labels, self.template.taints, self.allocatable, False, self.reserved_ports)
+
+    def planned_name(self, offset: int) -> str:
+        return f"planned/{self.group.id}/{self.planned + offset}"
+
+
+def _group_plans(snapshot: ClusterSnapshot) -> dict[str, _GroupPlan]:
+    per_zone: dict[str, dict[str, int]] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        zone = node.labels.get(LABEL_ZONE)
+        if ref is not None and zone is not None and (node.ready or node.is_being_deleted):
+            counts = per_zone.setdefault(ref.group_id, {})
+            counts[zone] = counts.get(zone, 0) + 1
+    daemons = daemonset_pods(snapshot.pods)
+    plans = {}
+    for group in snapshot.groups:
+        template = snapshot.templates.get(group.id)
+        if template is None:
+            continue
+        overhead = daemonset_overhead(daemons, template.labels, template.taints)
+        ports = daemonset_host_ports(daemons, template.labels, template.taints)
+        plans[group.id] = _GroupPlan(
+            group, template, template.allocatable - overhead, ports, dict(per_zone.get(group.id, {}))
+        )
+    return plans
+
+
+def _add_upcoming(
+    snapshot: ClusterSnapshot, plans: Mapping[str, _GroupPlan], state: PlacementState, steps: list[SimulationStep]
+) -> list[NodeView]:
     """Nodes a group has been asked for but that are not Ready yet count as free template nodes."""
     present: dict[str, int] = {}
     for node in snapshot.nodes:
         ref = node.instance
         if ref is not None and (node.ready or node.is_being_deleted):
             present[ref.group_id] = present.get(ref.group_id, 0) + 1
-    bins: list[_Bin] = []
+    views: list[NodeView] = []
     for group in snapshot.groups:
-        template = snapshot.templates.get(group.id)
-        if template is None:
+        plan = plans.get(group.id)
+        if plan is None:
             continue
         for _ in range(max(0, group.target_size - present.get(group.id, 0))):
-            bins.append(_Bin(template.labels, template.taints, template.allocatable - overhead))
-    return bins
+            zone = next_zone(group, plan.per_zone)
+            view = plan.view(f"upcoming/{group.id}/{plan.upcoming}", zone)
+            plan.upcoming += 1
+            _count_zone(plan, view)
+            state.add_node(view)
+            steps.append(SimulationStep("upcoming", view, None, group.id))
+            views.append(view)
+    return views
+
+
+def _count_zone(plan: _GroupPlan, view: NodeView) -> None:
+    zone = view.labels.get(LABEL_ZONE)
+    if zone is not None:
+        plan.per_zone[zone] = plan.per_zone.get(zone, 0) + 1
+
+
+# --- The plan -----------------------------------------------------------------------------------
+
+
+def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = ScaleUpOptions()) -> ScaleUpSimulation:
+    pending = pending_pods(snapshot)
+    if not pending:
+        return ScaleUpSimulation(ScaleUpPlan())
+    classes = _classify(pending, snapshot)
+
+    def size_order(pod: Pod) -> tuple[int, int, int, str]:
+        # First-fit decreasing; a class's pods stay together among equals, so its caches stay warm.
+        cls = classes[id(pod)]
+        return (-cls.requests.cpu_milli, -cls.requests.memory_bytes, cls.index, pod.key)
+
+    pending.sort(key=size_order)
+    state = initial_state(snapshot)
+    plans = _group_plans(snapshot)
+    steps: list[SimulationStep] = []
+
+    # 1. Free space on Ready nodes, then on nodes requested but not Ready yet.
+    candidates = [
+        NodeView.of(n) for n in snapshot.nodes if n.ready and not n.unschedulable and not n.is_being_deleted
+    ]
+    kinds = ["existing"] * len(candidates)
+    upcoming = _add_upcoming(snapshot, plans, state, steps)
+    candidates += upcoming
+    kinds += ["upcoming"] * len(upcoming)
+    keys = [view.name for view in candidates]
+    absorbed: list[str] = []
+    remaining: list[Pod] = []
+    for pod in pending:
+        cls = classes[id(pod)]
+        if cls.unsupported:
+            remaining.append(pod)
+            continue
+        if cls.live is None:
+            cls.live = list(range(len(candidates)))
+        index, cls.live = _first_fit(pod, cls, candidates, keys, cls.live, state)
+        if index < 0:
+            remaining.append(pod)
+            continue
+        state.place(pod, candidates[index].name, cls.requests)
+        steps.append(SimulationStep(kinds[index], candidates[index], pod))
+        absorbed.append(pod.key)
+
+    # 2. New nodes: estimate every group, let the expander pick one, commit it, repeat for the rest.
+    room = {g.id: max(0, min(g.max_size - g.target_size, options.max_nodes_per_scale_up)) for g in snapshot.groups}
+    added: dict[str, tuple[int, list[str]]] = {}
+    groups = sorted(snapshot.groups, key=lambda g: g.id)
+    estimates: dict[str, _Option | None] = {}
+    while remaining:
+        # Without affinity, anti-affinity or spread among the pods left, one group's new nodes
+        # cannot change another's estimate: an estimate stays valid until a pod it placed is
+        # taken by the group chosen, and only those are estimated again.
+        reuse = _REUSE_ESTIMATES and not any(p.topology_spread or p.pod_affinity or p.pod_anti_affinity for p in remaining)
+        options_ = []
+        for group in groups:
+            if reuse and group.id in estimates:
+                option = estimates[group.id]
+            else:
+                option = estimates[group.id] = _estimate(plans.get(group.id), remaining, room[group.id], state, classes)
+            if option is not None:
+                options_.append(option)
+        if not options_:
+            break
+        best = min(options_, key=lambda o: (o.waste, -len(o.placed), o.group.id))  # least-waste
+        _commit(best, plans[best.group.id], state, steps)
+        room[best.group.id] -= best.nodes
+        nodes, pods = added.get(best.group.id, (0, []))
+        added[best.group.id] = (nodes + best.nodes, pods + [p.key for p in best.placed])
+        placed = {id(p) for p in best.placed}
+        remaining = [p for p in remaining if id(p) not in placed]
+        for group_id, option in list(estimates.items()):
+            if group_id == best.group.id or (option is not None and any(id(p) in placed for p in option.placed)):
+                del estimates[group_id]
+
+    increases = tuple(
+        GroupIncrease(group.id, group.target_size, group.target_size + added[group.id][0], tuple(added[group.id][1]))
+        for group in snapshot.groups
+        if group.id in added
+    )
+    unplaceable = {
+        pod.key: _why_not(pod, classes[id(pod)], snapshot, plans, room, added, options, state) for pod in remaining
+    }
+    plan = ScaleUpPlan(increases=increases, absorbed=tuple(absorbed), unplaceable=unplaceable)
+    return ScaleUpSimulation(plan, tuple(steps))
 
 
 def _estimate(
-    group: NodeGroup, template: NodeTemplate | None, overhead: Resources, pods: Sequence[Pod], room: int
+    plan: _GroupPlan | None,
+    pods: Sequence[Pod],
+    room: int,
+    state: PlacementState,
+    classes: Mapping[int, _PodClass],
 ) -> _Option | None:
-    if template is None or room <= 0:
+    """Bin-pack `pods` onto at most `room` new nodes of the group, first-fit decreasing; the state is left as found."""
+    if plan is None or room <= 0:
         return None
-    capacity = template.allocatable - overhead
-    bins: list[_Bin] = []
-    placed: list[Pod] = []
-    for pod in pods:
-        requests = pod_requests(pod)
-        if static_mismatch(pod, template.labels, template.taints) or not requests.fits_in(capacity):
-            continue
-        if any(b.try_place(pod, requests) for b in bins):
+    group = plan.group
+    checkpoint = state.checkpoint()
+    try:
+        opened: list[NodeView] = []
+        opened_keys: list[object] = []
+        steps: list[SimulationStep] = []
+        placed: list[Pod] = []
+        per_zone = dict(plan.per_zone)
+        given_up: set[int] = set()  # classes that failed on a fresh node of this group
+        live: dict[int, tuple[list[int], int]] = {}  # class -> (opened nodes worth trying, opened nodes seen)
+        for pod in pods:
+            cls = classes[id(pod)]
+            if cls.unsupported or cls.index in given_up:
+                continue
+            tried, seen = live.get(cls.index, ([], 0))
+            if seen < len(opened):
+                tried = tried + list(range(seen, len(opened)))
+            index, tried = _first_fit(pod, cls, opened, opened_keys, tried, state)
+            live[cls.index] = (tried, len(opened))
+            if index >= 0:
+                state.place(pod, opened[index].name, cls.requests)
+                steps.append(SimulationStep("new", opened[index], pod, group.id))
+                placed.append(pod)
+                continue
+            if len(opened) >= room:
+                continue  # no more nodes in this group; a smaller pod may still fit an open one
+            zone = next_zone(group, per_zone)
+            view = plan.view(plan.planned_name(len(opened)), zone)
+            static_key = (group.id, zone)
+            before = state.checkpoint()
+            state.add_node(view)
+            if _verdict(pod, cls, view, static_key, state, set()) != _FITS:
+                state.rollback(before)
+                given_up.add(cls.index)  # as CA: if a fresh node will not do, no pod of the class will
+                continue
+            state.place(pod, view.name, cls.requests)
+            steps.append(SimulationStep("new", view, None, group.id))
+            steps.append(SimulationStep("new", view, pod, group.id))
+            opened.append(view)
+            opened_keys.append(static_key)
             placed.append(pod)
-        elif len(bins) < room:
-            new_bin = _Bin(template.labels, template.taints, capacity)
-            new_bin.try_place(pod, requests)
-            bins.append(new_bin)
-            placed.append(pod)
-    if not placed:
-        return None
-    return _Option(group, len(bins), tuple(placed), _waste(capacity, bins))
+            zone_value = view.labels.get(LABEL_ZONE)
+            if zone is not None and zone_value is not None:
+                per_zone[zone_value] = per_zone.get(zone_value, 0) + 1
+        if not placed:
+            return None
+        return _Option(group, len(opened), tuple(placed), _waste(plan.allocatable, opened, state), tuple(steps))
+    finally:
+        state.rollback(checkpoint)
 
 
-def _waste(capacity: Resources, bins: Sequence[_Bin]) -> float:
+def _commit(option: _Option, plan: _GroupPlan, state: PlacementState, steps: list[SimulationStep]) -> None:
+    """Replay the chosen option's steps for good: its nodes and placements join the state."""
+    for step in option.steps:
+        if step.pod is None:
+            state.add_node(step.node)
+            _count_zone(plan, step.node)
+        else:
+            state.place(step.pod, step.node.name, pod_requests(step.pod))
+        steps.append(step)
+    plan.planned += option.nodes
+
+
+def _waste(capacity: Resources, nodes: Sequence[NodeView], state: PlacementState) -> float:
     """cluster-autoscaler's least-waste score: unused share of CPU plus unused share of memory."""
-    total_cpu = capacity.cpu_milli * len(bins) or 1
-    total_memory = capacity.memory_bytes * len(bins) or 1
-    free_cpu = sum(b.free.cpu_milli for b in bins)
-    free_memory = sum(b.free.memory_bytes for b in bins)
+    total_cpu = capacity.cpu_milli * len(nodes) or 1
+    total_memory = capacity.memory_bytes * len(nodes) or 1
+    free_cpu = sum(capacity.cpu_milli - state.requested(n.name).cpu_milli for n in nodes)
+    free_memory = sum(capacity.memory_bytes - state.requested(n.name).memory_bytes for n in nodes)
     return free_cpu / total_cpu + free_memory / total_memory
 
 
-def _why_not(pod: Pod, snapshot: ClusterSnapshot, overhead: Resources, room: Mapping[str, int]) -> str:
+def _why_not(
+    pod: Pod,
+    cls: _PodClass,
+    snapshot: ClusterSnapshot,
+    plans: Mapping[str, _GroupPlan],
+    room: Mapping[str, int],
+    added: Mapping[str, tuple[int, list[str]]],
+    options: ScaleUpOptions,
+    state: PlacementState,
+) -> str:
+    """Per group, the first filter a fresh node of the group fails, or the limit that stopped it; once per class."""
+    if cls.why is not None:
+        return cls.why
+    unsupported = unsupported_construct(pod)
+    if unsupported is not None:
+        cls.why = unsupported
+        return unsupported
     reasons = []
     for group in sorted(snapshot.groups, key=lambda g: g.id):
-        template = snapshot.templates.get(group.id)
-        if template is None:
-            reason = "no node template"
-        else:
-            reason = static_mismatch(pod, template.labels, template.taints) or insufficient(
-                pod_requests(pod), template.allocatable - overhead
-            )
-            if reason is None and room.get(group.id, 0) <= 0:
+        plan = plans.get(group.id)
+        if plan is None:
+            reasons.append(f"{group.id}: no node template")
+            continue
+        checkpoint = state.checkpoint()
+        view = plan.view(plan.planned_name(0), next_zone(group, plan.per_zone))
+        state.add_node(view)
+        reason = check(pod, view, state, cls.requests)
+        state.rollback(checkpoint)
+        if reason is None:
+            if group.target_size + added.get(group.id, (0, []))[0] >= group.max_size:
                 reason = "max size reached"
-        reasons.append(f"{group.id}: {reason or 'no room left in this plan'}")
-    return "; ".join(reasons) if reasons else "no node groups discovered"
+            elif room.get(group.id, 0) <= 0:
+                reason = f"max nodes per scale-up ({options.max_nodes_per_scale_up}) reached"
+            else:
+                reason = "no room left in this plan"
+        reasons.append(f"{group.id}: {reason}")
+    cls.why = "; ".join(reasons) if reasons else "no node groups discovered"
+    return cls.why

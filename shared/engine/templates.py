@@ -3,22 +3,96 @@
 Pure module, no side effects. Sources, best first: a live Ready node of the group;
 else cluster-autoscaler's node-template tags on the scale set; else the VM size's
 capacity minus a system reservation, so scale-from-zero does not over-promise.
+
+Tags, as cluster-autoscaler's Azure provider reads them (azure_template.go):
+
+- `k8s.io_cluster-autoscaler_node-template_label_<key>: <value>`
+- `k8s.io_cluster-autoscaler_node-template_taint_<key>: <value>:<Effect>`
+- `k8s.io_cluster-autoscaler_node-template_resources_<name>: <quantity>`: `cpu`,
+  `memory`, `pods`, `ephemeral-storage`, and any extended resource, e.g.
+  `..._resources_nvidia.com_gpu: 1` for `nvidia.com/gpu`.
+
+Azure tag names cannot hold `/`, so in `<key>` and `<name>` a `_` stands for `/` and
+`~2` for a literal `_` (`_` is decoded first). CA applies this rule to labels and
+taints; for resources its code turns `~2` into `/` as well, which can only yield an
+invalid resource name (two slashes), so we apply the label rule to resources too: a
+tag that means anything under CA means the same here.
+
+Labels a template carries beyond the tags, as AKS and CA label nodes:
+`kubernetes.io/os`, `kubernetes.io/arch`, the instance type, `agentpool`, the region,
+and the zone: `topology.kubernetes.io/zone` (with its legacy and Azure Disk twins) is
+`<location>-<zone>` (e.g. `westeurope-1`) for a group pinned to one zone, and `0` for
+a group without zones, as CA does. A group spanning several zones gets no zone in its
+template: the scale set balances new instances across its zones, so the estimator
+gives each planned node the zone that balancing would pick (`next_zone`).
+
+`kubernetes.io/hostname` is a placeholder (`PLANNED_HOSTNAME`) in every template: the
+estimator replaces it with a name unique to each planned node, so that hostname
+topology (anti-affinity, spread) tells planned nodes apart.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
-from shared.domain import Node, NodeGroup, NodeTemplate, Pod, Resources, Taint
-from shared.engine.vm_sizes import allocatable_for_vm_size
+from shared.domain import (
+    LABEL_AZURE_DISK_ZONE,
+    LABEL_HOSTNAME,
+    LABEL_REGION,
+    LABEL_REGION_LEGACY,
+    LABEL_ZONE,
+    LABEL_ZONE_LEGACY,
+    HostPort,
+    Node,
+    NodeGroup,
+    NodeTemplate,
+    Pod,
+    Resources,
+    Taint,
+)
+from shared.engine.placement import matches_node_affinity, tolerates_all
+from shared.engine.predicates import pod_requests
+from shared.engine.vm_sizes import allocatable_for_vm_size, has_nvidia_gpu
 from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
 
 TAG_PREFIX = "k8s.io_cluster-autoscaler_node-template_"
+PLANNED_HOSTNAME = "(planned)"
+ZONE_LABELS = (LABEL_ZONE, LABEL_ZONE_LEGACY, LABEL_AZURE_DISK_ZONE)
+ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
+# AKS tags its scale sets with the pool name; the `agentpool` label carries it.
+_POOL_NAME_TAGS = ("aks-managed-poolName", "poolName")
+# Arm64 sizes have a "p" among the features after the vCPU count: Standard_D4ps_v5, Standard_E8pds_v5.
+_ARM64_SIZE = re.compile(r"^standard_[a-z]+\d+[a-z]*p[a-z]*_v\d+$", re.IGNORECASE)
 
 
 def decode_tag_key(key: str) -> str:
     """CA's tag encoding: '_' stands for '/', and '~2' for a literal '_'."""
     return key.replace("_", "/").replace("~2", "_")
+
+
+def zone_label_value(location: str, zone: str) -> str:
+    """AKS's zone label: the region and the zone number, `westeurope-1`."""
+    return f"{location.lower()}-{zone}"
+
+
+def zone_labels(group: NodeGroup, zone: str | None) -> dict[str, str]:
+    """The zone labels of a node of `group` in `zone` (one of group.zones); None for a group without zones."""
+    if zone is None:
+        return {LABEL_ZONE: "0", LABEL_ZONE_LEGACY: "0", LABEL_AZURE_DISK_ZONE: ""}
+    value = zone_label_value(group.location, zone)
+    return {label: value for label in ZONE_LABELS}
+
+
+def next_zone(group: NodeGroup, nodes_per_zone: Mapping[str, int]) -> str | None:
+    """The zone the scale set will put its next instance in: the one with fewest (zone balancing), first on ties.
+
+    `nodes_per_zone` counts by zone label value. None when the group is not spread
+    over several zones (its template already says where its nodes go).
+    """
+    if len(group.zones) < 2:
+        return None
+    return min(group.zones, key=lambda z: (nodes_per_zone.get(zone_label_value(group.location, z), 0), z))
 
 
 def build_templates(groups: Iterable[NodeGroup], nodes: Iterable[Node]) -> dict[str, NodeTemplate]:
@@ -31,7 +105,7 @@ def build_templates(groups: Iterable[NodeGroup], nodes: Iterable[Node]) -> dict[
     for group in groups:
         node = live.get(group.id)
         if node is not None:
-            templates[group.id] = template_from_node(node)
+            templates[group.id] = template_from_node(node, group)
         else:
             template = template_from_tags(group)
             if template is not None:
@@ -39,19 +113,38 @@ def build_templates(groups: Iterable[NodeGroup], nodes: Iterable[Node]) -> dict[
     return templates
 
 
-def template_from_node(node: Node) -> NodeTemplate:
-    # Labels unique to one machine would make every template differ; drop them.
-    labels = {k: v for k, v in node.labels.items() if k != "kubernetes.io/hostname"}
+def template_from_node(node: Node, group: NodeGroup | None = None) -> NodeTemplate:
+    labels = dict(node.labels)
+    # A machine's own name would make every planned node look like it; the estimator names each.
+    labels[LABEL_HOSTNAME] = PLANNED_HOSTNAME
+    if group is not None and len(group.zones) > 1:
+        # The sample node's zone says nothing of where the next instance lands.
+        for label in ZONE_LABELS:
+            labels.pop(label, None)
     taints = tuple(t for t in node.taints if not _is_autoscaler_taint(t))
     return NodeTemplate(allocatable=node.allocatable, labels=labels, taints=taints, source="live-node")
 
 
 def template_from_tags(group: NodeGroup) -> NodeTemplate | None:
+    arch = "arm64" if _ARM64_SIZE.match(group.vm_size) else "amd64"
+    pool = next((group.tags[t] for t in _POOL_NAME_TAGS if group.tags.get(t)), group.name)
     labels: dict[str, str] = {
         "kubernetes.io/os": "linux",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": arch,
+        "beta.kubernetes.io/arch": arch,
         "node.kubernetes.io/instance-type": group.vm_size,
-        "agentpool": group.name,
+        "beta.kubernetes.io/instance-type": group.vm_size,
+        "agentpool": pool,
+        "kubernetes.azure.com/agentpool": pool,
+        LABEL_HOSTNAME: PLANNED_HOSTNAME,
     }
+    if group.location:
+        labels[LABEL_REGION] = labels[LABEL_REGION_LEGACY] = group.location.lower()
+    if len(group.zones) <= 1:
+        labels.update(zone_labels(group, group.zones[0] if group.zones else None))
+    if has_nvidia_gpu(group.vm_size):
+        labels[ACCELERATOR_LABEL] = "nvidia"
     taints: list[Taint] = []
     resources: dict[str, str] = {}
     for key, value in group.tags.items():
@@ -59,6 +152,8 @@ def template_from_tags(group: NodeGroup) -> NodeTemplate | None:
             continue
         rest = key[len(TAG_PREFIX):]
         kind, _, name = rest.partition("_")
+        if not name:
+            continue
         if kind == "label":
             labels[decode_tag_key(name)] = value
         elif kind == "taint":
@@ -69,28 +164,87 @@ def template_from_tags(group: NodeGroup) -> NodeTemplate | None:
     base = allocatable_for_vm_size(group.vm_size)
     if base is None and not {"cpu", "memory"} <= resources.keys():
         return None
-    allocatable = _apply_resource_tags(base or Resources(pods=110), resources)
+    allocatable = apply_resource_tags(base or Resources(pods=110), resources)
     source = "tags" if resources else "vm-size"
     return NodeTemplate(allocatable=allocatable, labels=labels, taints=tuple(taints), source=source)
 
 
-def daemonset_overhead(pods: Iterable[Pod]) -> Resources:
-    """Requests of one pod per DaemonSet: what each new node gives away before any workload lands."""
-    per_owner: dict[str, Resources] = {}
+def planned_node_labels(template: NodeTemplate, group: NodeGroup, name: str, zone: str | None) -> dict[str, str]:
+    """A planned node's labels: the template's, its own hostname, and the zone predicted for it (multi-zone groups)."""
+    labels = dict(template.labels)
+    labels[LABEL_HOSTNAME] = name
+    if zone is not None:
+        labels.update(zone_labels(group, zone))
+    return labels
+
+
+def daemonset_pods(pods: Iterable[Pod]) -> list[Pod]:
+    """One observed pod per DaemonSet: what each DaemonSet asks of every node it runs on."""
+    chosen: dict[tuple[str, str], Pod] = {}
     for pod in pods:
-        if pod.is_daemonset and pod.owner is not None:
-            per_owner.setdefault(f"{pod.namespace}/{pod.owner.name}", Resources(pod.requests.cpu_milli, pod.requests.memory_bytes, 1))
+        owner = pod.owner
+        if owner is not None and owner.kind == "DaemonSet":
+            chosen.setdefault((pod.namespace, owner.name), pod)
+    return list(chosen.values())
+
+
+def _daemon_pods(pods: Iterable[Pod], labels: Mapping[str, str] | None, taints: Iterable[Taint]) -> list[Pod]:
+    """One pod per DaemonSet that would run on a node with these labels and taints (all DaemonSets when labels is None).
+
+    The DaemonSet controller rewrites each pod's required node affinity to pin it to its
+    node (matchFields metadata.name), so the DaemonSet's own affinity is not observable
+    here; its nodeSelector and tolerations are, and decide.
+    """
+    taints = tuple(taints)
+    return [
+        pod
+        for pod in daemonset_pods(pods)
+        if labels is None
+        or (matches_node_affinity(pod.node_selector, (), labels, "") and tolerates_all(pod.tolerations, taints))
+    ]
+
+
+def daemonset_overhead(
+    pods: Iterable[Pod], labels: Mapping[str, str] | None = None, taints: Iterable[Taint] = ()
+) -> Resources:
+    """Requests of one pod per DaemonSet that would land on the node: what it gives away before any workload.
+
+    Without `labels`, every DaemonSet counts (the first slice's behaviour).
+    """
     total = Resources()
-    for requests in per_owner.values():
-        total = total + requests
+    for pod in _daemon_pods(pods, labels, taints):
+        total = total + pod_requests(pod)
     return total
 
 
-def _apply_resource_tags(base: Resources, tags: Mapping[str, str]) -> Resources:
-    cpu = parse_cpu_milli(tags["cpu"]) if "cpu" in tags else base.cpu_milli
-    memory = parse_memory_bytes(tags["memory"]) if "memory" in tags else base.memory_bytes
-    pods = parse_count(tags["pods"]) if "pods" in tags else base.pods
-    return Resources(cpu, memory, pods)
+def daemonset_host_ports(
+    pods: Iterable[Pod], labels: Mapping[str, str], taints: Iterable[Taint] = ()
+) -> tuple[HostPort, ...]:
+    """Host ports the DaemonSets of such a node bind (node exporters and the like), unavailable to workloads."""
+    return tuple(port for pod in _daemon_pods(pods, labels, taints) for port in pod.host_ports)
+
+
+def apply_resource_tags(base: Resources, tags: Mapping[str, str]) -> Resources:
+    """Resources from `resources_<name>` tags over `base`; a value that is not a quantity is skipped, as CA does."""
+    cpu, memory, pods, ephemeral = base.cpu_milli, base.memory_bytes, base.pods, base.ephemeral_storage_bytes
+    extended = dict(base.extended)
+    for name, text in tags.items():
+        try:
+            if name == "cpu":
+                cpu = parse_cpu_milli(text)
+            elif name == "memory":
+                memory = parse_memory_bytes(text)
+            elif name == "pods":
+                pods = parse_count(text)
+            elif name == "ephemeral-storage":
+                ephemeral = parse_memory_bytes(text)
+            elif name.startswith("hugepages-"):
+                extended[name] = parse_memory_bytes(text)
+            else:
+                extended[name] = parse_count(text)
+        except ValueError:
+            continue
+    return Resources(cpu, memory, pods, ephemeral, tuple(extended.items()))
 
 
 def _is_autoscaler_taint(taint: Taint) -> bool:

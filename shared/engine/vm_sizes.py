@@ -25,8 +25,16 @@ _SIZES: dict[str, tuple[int, float]] = {
     "standard_nc6s_v3": (6, 112), "standard_nc4as_t4_v3": (4, 28), "standard_nc8as_t4_v3": (8, 56),
 }
 
+# GPUs per size, for the sizes above that have them (the SKU's `GPUs` capability).
+_GPUS: dict[str, int] = {"standard_nc6s_v3": 1, "standard_nc4as_t4_v3": 1, "standard_nc8as_t4_v3": 1}
+
 DEFAULT_MAX_PODS = 110
 EVICTION_HARD_MEMORY = 100 * MIB
+# Ephemeral storage of a node we have never seen: the smallest OS disk AKS allows (30 GiB)
+# less kubelet's default hard eviction threshold (nodefs.available 10%). Real disks are
+# usually larger; a group tag `..._resources_ephemeral-storage` states the real figure.
+DEFAULT_EPHEMERAL_STORAGE = int(30 * GIB * 0.9)
+NVIDIA_GPU = "nvidia.com/gpu"
 
 
 def allocatable_for_vm_size(vm_size: str, *, max_pods: int = DEFAULT_MAX_PODS) -> Resources | None:
@@ -35,11 +43,19 @@ def allocatable_for_vm_size(vm_size: str, *, max_pods: int = DEFAULT_MAX_PODS) -
         return None
     cores, memory_gib = size
     memory = int(memory_gib * GIB)
+    gpus = _GPUS.get(vm_size.lower(), 0)
     return Resources(
         cpu_milli=cores * 1000 - reserved_cpu_milli(cores),
         memory_bytes=memory - reserved_memory_bytes(memory),
         pods=max_pods,
+        ephemeral_storage_bytes=DEFAULT_EPHEMERAL_STORAGE,
+        extended=((NVIDIA_GPU, gpus),) if gpus else (),
     )
+
+
+def has_nvidia_gpu(vm_size: str) -> bool:
+    """Whether the size carries NVIDIA GPUs (AKS then labels its nodes kubernetes.azure.com/accelerator=nvidia)."""
+    return _GPUS.get(vm_size.lower(), 0) > 0
 
 
 def reserved_cpu_milli(cores: int) -> int:

@@ -17,7 +17,19 @@ from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
 from shared import ports
 from shared.adapters.kubernetes import KubernetesApiError, KubernetesCluster, node_from_json, pod_from_json, pod_requests
-from shared.domain import OwnerRef, Pod, Resources, Taint, Toleration
+from shared.domain import (
+    HostPort,
+    LabelSelector,
+    NodeSelectorTerm,
+    OwnerRef,
+    Pod,
+    PodAffinityTerm,
+    Resources,
+    SelectorRequirement,
+    Taint,
+    Toleration,
+    TopologySpreadConstraint,
+)
 from shared.ports import ClusterError
 from shared.settings import Settings, load_settings
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
@@ -78,6 +90,26 @@ REQUEST_CASES: list[tuple[str, dict[str, Any], Resources]] = [
         "a limit without a request counts as the request, as the API server defaults it",
         {"containers": [{"name": "c", "resources": {"limits": {"cpu": "300m", "memory": "1Gi"}}}]},
         Resources(300, Gi, 1),
+    ),
+    (
+        "ephemeral storage and extended resources follow the same rule",
+        {
+            "containers": [
+                {"name": "a", "resources": {"requests": {"ephemeral-storage": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}},
+                {"name": "b", "resources": {"requests": {"ephemeral-storage": "2Gi", "nvidia.com/gpu": "1"}}},
+            ],
+            "initContainers": [{"name": "i", "resources": {"requests": {"nvidia.com/gpu": "3"}}}],
+        },
+        Resources(0, 0, 1, 3 * Gi, (("nvidia.com/gpu", 3),)),
+    ),
+    (
+        "overhead adds to every resource; pod-level requests replace only cpu and memory",
+        {
+            "containers": [container("100m", "128Mi", resources={"requests": {"cpu": "100m", "hugepages-2Mi": "4Mi"}})],
+            "resources": {"requests": {"cpu": "1", "hugepages-2Mi": "1Gi"}},
+            "overhead": {"ephemeral-storage": "1Gi"},
+        },
+        Resources(1000, 0, 1, Gi, (("hugepages-2Mi", 4 * Mi),)),
     ),
     (
         "an explicit request beats the limit",
@@ -184,6 +216,126 @@ def test_a_malformed_quantity_names_the_text() -> None:
         pod_from_json(pod_json(containers=[container("lots")]))
 
 
+# --- Scheduling constraints ------------------------------------------------------------
+
+def _parsed(spec: dict[str, Any], labels: dict[str, str] | None = None, namespace: str = "default") -> Pod:
+    return pod_from_json(pod_json(spec=spec, namespace=namespace, metadata={"labels": labels or {}}))
+
+
+def test_required_node_affinity() -> None:
+    pod = _parsed({"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a", "b"]},
+                                  {"key": "gen", "operator": "Gt", "values": ["3"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+        ]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {"matchExpressions": [
+            {"key": "ignored", "operator": "Exists"}]}}],
+    }}})
+    assert pod.node_affinity == (
+        NodeSelectorTerm((SelectorRequirement("pool", "In", ("a", "b")), SelectorRequirement("gen", "Gt", ("3",)))),
+        NodeSelectorTerm((), (SelectorRequirement("metadata.name", "In", ("n1",)),)),
+    )
+    assert pod.unsupported == ()
+
+
+def test_pod_affinity_and_anti_affinity_terms() -> None:
+    pod = _parsed({"affinity": {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "topology.kubernetes.io/zone"},
+            {"labelSelector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
+             "topologyKey": "kubernetes.io/hostname", "namespaces": ["other"]},
+        ]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname",
+             "namespaceSelector": {}, "matchLabelKeys": ["pod-template-hash", "absent"]},
+        ]},
+    }}, labels={"app": "web", "pod-template-hash": "abc"})
+    assert pod.pod_affinity == (
+        PodAffinityTerm("topology.kubernetes.io/zone", LabelSelector((("app", "cache"),))),
+        PodAffinityTerm("kubernetes.io/hostname", LabelSelector((), (SelectorRequirement("tier", "Exists"),)), ("other",)),
+    )
+    # An empty namespaceSelector means every namespace; matchLabelKeys takes the pod's own values.
+    assert pod.pod_anti_affinity == (
+        PodAffinityTerm(
+            "kubernetes.io/hostname",
+            LabelSelector((("app", "web"),), (SelectorRequirement("pod-template-hash", "In", ("abc",)),)),
+            (),
+            True,
+        ),
+    )
+    assert pod.unsupported == ()
+
+
+def test_topology_spread_constraints() -> None:
+    pod = _parsed({"topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"], "minDomains": 3,
+         "nodeTaintsPolicy": "Honor"},
+        {"maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+         "labelSelector": {"matchLabels": {"app": "web"}}},
+    ]}, labels={"app": "web", "pod-template-hash": "abc"})
+    zone, host = pod.topology_spread
+    assert zone == TopologySpreadConstraint(
+        1, "topology.kubernetes.io/zone", "DoNotSchedule",
+        LabelSelector((("app", "web"),), (SelectorRequirement("pod-template-hash", "In", ("abc",)),)),
+        3, "Honor", "Honor",
+    )
+    assert zone.is_filter and not host.is_filter
+    assert host.max_skew == 2
+
+
+def test_host_ports_of_containers_and_sidecars() -> None:
+    pod = _parsed({
+        "containers": [{"name": "c", "ports": [
+            {"containerPort": 8080, "hostPort": 80},
+            {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"},
+            {"containerPort": 9000},
+        ]}],
+        "initContainers": [
+            {"name": "sidecar", "restartPolicy": "Always", "ports": [{"containerPort": 15000, "hostPort": 15000}]},
+            {"name": "setup", "ports": [{"containerPort": 1, "hostPort": 1}]},  # gone before the pod runs
+        ],
+    })
+    assert pod.host_ports == (HostPort(80), HostPort(53, "UDP", "10.0.0.1"), HostPort(15000))
+    host_network = _parsed({"hostNetwork": True, "containers": [{"name": "c", "ports": [{"containerPort": 9100}]}]})
+    assert host_network.host_ports == (HostPort(9100),)
+
+
+UNSUPPORTED_CASES = [
+    ("a persistent volume claim",
+     {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-web-0"}}]},
+     ("volume topology of persistentVolumeClaim data-web-0",)),
+    ("a generic ephemeral volume", {"volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}}]},
+     ("volume topology of ephemeral volume scratch",)),
+    ("emptyDir and configMap volumes are fine", {"volumes": [{"name": "t", "emptyDir": {}}, {"name": "c", "configMap": {}}]},
+     ()),
+    ("dynamic resource claims", {"resourceClaims": [{"name": "gpu"}]}, ("resourceClaims (dynamic resource allocation)",)),
+    ("a namespaceSelector with labels",
+     {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+         {"labelSelector": {}, "topologyKey": "h", "namespaceSelector": {"matchLabels": {"team": "a"}}}]}}},
+     ("podAffinity namespaceSelector",)),
+    ("matchFields on another field",
+     {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+         {"matchFields": [{"key": "spec.unschedulable", "operator": "In", "values": ["false"]}]}]}}}},
+     ("nodeAffinity matchFields on spec.unschedulable",)),
+    ("an operator we do not know",
+     {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+         {"matchExpressions": [{"key": "k", "operator": "Near", "values": ["x"]}]}]}}}},
+     ("nodeAffinity operator Near",)),
+    ("a whenUnsatisfiable we do not know",
+     {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "z", "whenUnsatisfiable": "Sometimes",
+                                     "labelSelector": {}}]},
+     ("topologySpreadConstraints whenUnsatisfiable Sometimes",)),
+]
+
+
+@pytest.mark.parametrize(("spec", "unsupported"), [c[1:] for c in UNSUPPORTED_CASES],
+                         ids=[c[0] for c in UNSUPPORTED_CASES])
+def test_constructs_we_cannot_evaluate_are_named(spec: dict[str, Any], unsupported: tuple[str, ...]) -> None:
+    assert _parsed(spec).unsupported == unsupported
+
+
 NODE_READY_CASES = [
     ("ready", [{"type": "Ready", "status": "True"}], True),
     ("not ready", [{"type": "Ready", "status": "False"}], False),
@@ -205,7 +357,15 @@ def test_a_full_node() -> None:
     )
     raw = node_json(
         name="pool1000003",
-        allocatable={"cpu": "3860m", "memory": "14Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+        allocatable={
+            "cpu": "3860m",
+            "memory": "14Gi",
+            "pods": "110",
+            "ephemeral-storage": "100Gi",
+            "nvidia.com/gpu": "2",
+            "hugepages-2Mi": "0",
+            "attachable-volumes-azure-disk": "8",
+        },
         spec={
             "providerID": provider_id,
             "unschedulable": True,
@@ -218,7 +378,9 @@ def test_a_full_node() -> None:
     )
     node = node_from_json(raw)
     assert node.name == "pool1000003"
-    assert node.allocatable == Resources(3860, 14 * Gi, 110)
+    assert node.allocatable == Resources(
+        3860, 14 * Gi, 110, 100 * Gi, (("attachable-volumes-azure-disk", 8), ("nvidia.com/gpu", 2))
+    )
     assert node.created_at == datetime(2024, 5, 1, 11, 0, tzinfo=UTC)
     assert node.provider_id == provider_id
     assert node.instance is not None and node.instance.group_id == "rg-nodes/pool1"

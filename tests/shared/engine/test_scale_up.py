@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain import Taint, Toleration
-from shared.engine.scale_up import ScaleUpOptions, plan_scale_up
-from tests.builders import daemon_pod, group, node, pod, res, snapshot, template
+from shared.domain import HostPort, Taint, Toleration
+from shared.engine import scale_up
+from shared.engine.scale_up import ScaleUpOptions, plan_scale_up, simulate_scale_up
+from tests.builders import affinity, daemon_pod, group, node, pod, req, res, sel, snapshot, spread, template, term
 
 
 def pending(n: int, **kw: object) -> list:
@@ -78,7 +79,7 @@ def test_unplaceable_reasons_name_each_group() -> None:
                     templates={"rg/a": template(labels={"x": "1"}), "rg/b": template()},
                     pods=pending(1, selector={"x": "2"}))
     reason = plan_scale_up(snap).unplaceable["default/p0"]
-    assert "rg/a: node(s) didn't match node selector" in reason
+    assert "rg/a: node(s) didn't match Pod's node affinity/selector" in reason  # the scheduler's wording
     assert "rg/b:" in reason
 
 
@@ -87,3 +88,206 @@ def test_group_without_template_is_skipped_with_reason() -> None:
     plan = plan_scale_up(snap)
     assert plan.increases == ()
     assert "no node template" in plan.unplaceable["default/p0"]
+
+
+# --- Scheduler-faithful placement -------------------------------------------------------------
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+GPU_TAINT = Taint("nvidia.com/gpu", "true", "NoSchedule")
+GPU_TOLERATION = Toleration("nvidia.com/gpu", "Exists")
+WEB = {"app": "web"}
+
+
+def replicas(n: int, prefix: str = "web", **kw: object) -> list:
+    """n pending replicas of one controller."""
+    return [pod(f"{prefix}-{i}", pending=True, owner_name=prefix, **kw) for i in range(n)]  # type: ignore[arg-type]
+
+
+def gpu_groups() -> tuple[list, dict]:
+    groups = [group("cpu", target=0), group("gpu", target=0)]
+    templates = {"rg/cpu": template(res(4, 16, 110)),
+                 "rg/gpu": template(res(8, 64, 110, gpu=2), taints=(GPU_TAINT,))}
+    return groups, templates
+
+
+def test_gpu_pods_go_to_the_gpu_group_and_others_are_told_why_not() -> None:
+    groups, templates = gpu_groups()
+    pods = (replicas(3, "train", requests=res(1, 4, gpu=1), tolerations=(GPU_TOLERATION,))
+            + replicas(1, "lost", requests=res(1, 4, gpu=1)))
+    plan = plan_scale_up(snapshot(groups=groups, templates=templates, pods=pods))
+    assert [(i.group_id, i.delta) for i in plan.increases] == [("rg/gpu", 2)]  # two GPUs per node
+    assert plan.unplaceable == {
+        "default/lost-0": "rg/cpu: Insufficient nvidia.com/gpu; rg/gpu: node(s) had untolerated taint {nvidia.com/gpu: true}"
+    }
+
+
+def test_hostname_anti_affinity_puts_one_replica_per_new_node() -> None:
+    pods = replicas(5, labels=WEB, cpu=0.5, anti_affinity=(affinity(HOST, sel(app="web")),))
+    plan = plan_scale_up(snapshot(groups=[group(target=0)], pods=pods))
+    assert [i.delta for i in plan.increases] == [5]
+
+
+def test_anti_affinity_keeps_pods_off_free_nodes_that_hold_their_peers() -> None:
+    pods = [pod("web-old", node_name="n0", labels=WEB, cpu=0.5)] + replicas(
+        2, labels=WEB, cpu=0.5, anti_affinity=(affinity(HOST, sel(app="web")),))
+    plan = plan_scale_up(snapshot(groups=[group(target=1)], nodes=[node("n0")], pods=pods))
+    assert plan.absorbed == ()
+    assert [i.delta for i in plan.increases] == [2]
+
+
+def test_existing_pods_anti_affinity_rules_out_a_zone() -> None:
+    guard = pod("guard", node_name="n0", cpu=0.1, anti_affinity=(affinity(ZONE, sel(app="web")),))
+    groups = [group("z1", target=1, zones=("1",)), group("z2", target=0, zones=("2",))]
+    templates = {"rg/z1": template(labels={ZONE: "westeurope-1"}), "rg/z2": template(labels={ZONE: "westeurope-2"})}
+    snap = snapshot(groups=groups, templates=templates, nodes=[node("n0", group_name="z1", zone="westeurope-1")],
+                    pods=[guard] + replicas(2, labels=WEB, cpu=1))
+    plan = plan_scale_up(snap)
+    assert plan.absorbed == ()  # n0 has room, but the guard's anti-affinity covers its zone
+    assert [(i.group_id, i.delta) for i in plan.increases] == [("rg/z2", 1)]
+
+
+def test_pod_affinity_follows_the_peers_zone() -> None:
+    cache = pod("cache", node_name="n0", labels={"app": "cache"}, cpu=4)  # n0 is full
+    groups = [group("z1", target=1, zones=("1",)), group("z2", target=0, zones=("2",))]
+    # z2's nodes would be the snugger fit; affinity rules it out.
+    templates = {"rg/z1": template(res(8, 32, 110), labels={ZONE: "westeurope-1"}),
+                 "rg/z2": template(res(2, 8, 110), labels={ZONE: "westeurope-2"})}
+    snap = snapshot(groups=groups, templates=templates, nodes=[node("n0", group_name="z1", zone="westeurope-1")],
+                    pods=[cache] + replicas(2, cpu=1, pod_affinity=(affinity(ZONE, sel(app="cache")),)))
+    plan = plan_scale_up(snap)
+    assert [(i.group_id, i.delta) for i in plan.increases] == [("rg/z1", 1)]
+
+
+def full_nodes(groups_and_zones: list[tuple[str, str]]) -> tuple[list, list]:
+    """One full node per (group, zone): the zones exist as domains, as in any running cluster."""
+    nodes = [node(f"n{i}", group_name=g, instance=i, zone=f"westeurope-{z}") for i, (g, z) in enumerate(groups_and_zones)]
+    return nodes, [pod(f"busy{i}", node_name=n.name, cpu=4) for i, n in enumerate(nodes)]
+
+
+def test_zone_spread_over_a_multi_zone_group_uses_the_balanced_zones() -> None:
+    nodes, busy = full_nodes([("pool", "1"), ("pool", "2"), ("pool", "3")])
+    pods = replicas(6, labels=WEB, cpu=1, spread=(spread(ZONE, sel(app="web")),))
+    snap = snapshot(groups=[group(target=3, zones=("1", "2", "3"))], nodes=nodes, pods=busy + pods,
+                    templates={"rg/pool": template(res(4, 16, 110))})
+    simulation = simulate_scale_up(snap)
+    assert [i.delta for i in simulation.plan.increases] == [3]
+    per_zone: dict[str, int] = {}
+    for step in simulation.steps:
+        if step.pod is not None:
+            zone = step.node.labels[ZONE]
+            per_zone[zone] = per_zone.get(zone, 0) + 1
+    assert per_zone == {"westeurope-1": 2, "westeurope-2": 2, "westeurope-3": 2}
+
+
+def test_zone_spread_across_single_zone_groups_grows_each() -> None:
+    nodes, busy = full_nodes([("z1", "1"), ("z2", "2"), ("z3", "3")])
+    groups = [group(f"z{z}", target=1, zones=(str(z),)) for z in (1, 2, 3)]
+    templates = {f"rg/z{z}": template(res(4, 16, 110), labels={ZONE: f"westeurope-{z}"}) for z in (1, 2, 3)}
+    pods = replicas(6, labels=WEB, cpu=1, spread=(spread(ZONE, sel(app="web")),))
+    plan = plan_scale_up(snapshot(groups=groups, templates=templates, nodes=nodes, pods=busy + pods))
+    assert sorted((i.group_id, len(i.pods)) for i in plan.increases) == [("rg/z1", 2), ("rg/z2", 2), ("rg/z3", 2)]
+
+
+def test_zone_spread_only_knows_the_zones_that_exist_as_the_scheduler() -> None:
+    # No node anywhere yet: the one zone a new node brings is the only domain, so nothing skews.
+    groups = [group(f"z{z}", target=0, zones=(str(z),)) for z in (1, 2)]
+    templates = {f"rg/z{z}": template(res(4, 16, 110), labels={ZONE: f"westeurope-{z}"}) for z in (1, 2)}
+    pods = replicas(4, labels=WEB, cpu=1, spread=(spread(ZONE, sel(app="web")),))
+    plan = plan_scale_up(snapshot(groups=groups, templates=templates, pods=pods))
+    assert [(i.group_id, len(i.pods)) for i in plan.increases] == [("rg/z1", 4)]
+
+
+def test_host_ports_one_pod_per_node_and_daemonset_ports_taken() -> None:
+    ports = (HostPort(8080),)
+    plan = plan_scale_up(snapshot(groups=[group(target=0)], pods=replicas(3, cpu=0.5, ports=ports)))
+    assert [i.delta for i in plan.increases] == [3]
+    exporter = pod("exporter", node_name="n0", owner="DaemonSet", owner_name="exporter", cpu=0.1,
+                   ports=(HostPort(9100),))
+    snap = snapshot(groups=[group(target=1)], nodes=[node("n0")],
+                    pods=[exporter, pod("busy", node_name="n0", cpu=3.9)] + replicas(1, cpu=0.5, ports=(HostPort(9100),)))
+    plan = plan_scale_up(snap)
+    assert plan.increases == ()
+    assert plan.unplaceable["default/web-0"] == "rg/pool: node(s) didn't have free ports for the requested pod ports"
+
+
+def test_upcoming_nodes_are_distinct_hosts() -> None:
+    # Target 3, one Ready and full: two nodes are on their way, each takes one anti-affine replica.
+    snap = snapshot(groups=[group(target=3)], nodes=[node("n0")],
+                    pods=[pod("busy", node_name="n0", cpu=4)]
+                    + replicas(3, labels=WEB, cpu=0.5, anti_affinity=(affinity(HOST, sel(app="web")),)))
+    plan = plan_scale_up(snap)
+    assert len(plan.absorbed) == 2
+    assert [i.delta for i in plan.increases] == [1]
+
+
+def test_unsupported_pods_are_reported_not_placed() -> None:
+    pods = replicas(1, unsupported=("volume topology of persistentVolumeClaim data-web-0",))
+    plan = plan_scale_up(snapshot(groups=[group(target=1)], nodes=[node("n0")], pods=pods))
+    assert plan.absorbed == () and plan.increases == ()
+    assert plan.unplaceable == {"default/web-0": "unsupported: volume topology of persistentVolumeClaim data-web-0"}
+
+
+UNPLACEABLE_REASONS = [
+    ("ephemeral storage", replicas(1, requests=res(1, 1, eph_gib=64)), {}, "rg/pool: Insufficient ephemeral-storage"),
+    ("node affinity", replicas(1, node_affinity=(term(req("pool", "In", "gpu")),)), {},
+     "rg/pool: node(s) didn't match Pod's node affinity/selector"),
+    ("max size", replicas(12, cpu=4), {}, "rg/pool: max size reached"),
+    ("max nodes per scale-up", replicas(12, cpu=4), {"max_nodes_per_scale_up": 5},
+     "rg/pool: max nodes per scale-up (5) reached"),
+]
+
+
+@pytest.mark.parametrize(("pods", "opts", "reason"), [c[1:] for c in UNPLACEABLE_REASONS],
+                         ids=[c[0] for c in UNPLACEABLE_REASONS])
+def test_unplaceable_reasons_name_the_filter(pods: list, opts: dict, reason: str) -> None:
+    plan = plan_scale_up(snapshot(groups=[group(target=0)], pods=pods,
+                                  templates={"rg/pool": template(res(4, 16, 110, eph_gib=30))}),
+                         options=ScaleUpOptions(**opts))
+    assert reason in set(plan.unplaceable.values())
+
+
+def test_equivalent_replicas_are_evaluated_about_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = 0
+    real = scale_up._verdict
+
+    def counting(*args: object) -> int:
+        nonlocal calls
+        calls += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scale_up, "_verdict", counting)
+    nodes = [node(f"n{i}", instance=i) for i in range(50)]
+    busy = [pod(f"busy-{i}", node_name=f"n{i}", cpu=4) for i in range(50)]
+    snap = snapshot(groups=[group(target=50, max_size=1000)], nodes=nodes, pods=busy + replicas(2000, cpu=1))
+    plan = plan_scale_up(snap)
+    assert [i.delta for i in plan.increases] == [500]
+    # 50 full nodes tried once for the class, then one check per replica on the node it lands on
+    # plus one per node it fills: nowhere near 2,000 x 550.
+    assert calls < 2 * (50 + 2000 + 500)
+
+
+# --- Where more capacity places fewer pods, as in the scheduler -------------------------------
+
+def test_an_untolerated_node_still_counts_as_a_spread_domain() -> None:
+    # nodeTaintsPolicy defaults to Ignore: the GPU node nobody may use holds the hostname
+    # minimum at 0, so each new node takes one replica, where without it one node took both.
+    pods = replicas(2, labels=WEB, cpu=0.25, spread=(spread(HOST, sel(app="web")),))
+    groups = [group("cpu", target=0, max_size=1), group("gpu", target=1)]
+    templates = {"rg/cpu": template(res(2, 8, 110)), "rg/gpu": template(res(2, 8, 110), taints=(GPU_TAINT,))}
+    without = plan_scale_up(snapshot(groups=[groups[0], group("gpu", target=0)], templates=templates, pods=pods))
+    gpu_node = node("gpu0", group_name="gpu", taints=(GPU_TAINT,))
+    with_gpu_node = plan_scale_up(snapshot(groups=groups, templates=templates, nodes=[gpu_node], pods=pods))
+    assert (len(without.unplaceable), len(with_gpu_node.unplaceable)) == (0, 1)
+
+
+def test_a_self_affine_first_replica_pins_its_peers_to_the_zone_it_lands_in() -> None:
+    pods = replicas(2, labels=WEB, cpu=0.25, mem=6, pod_affinity=(affinity(ZONE, sel(app="web")),))
+    groups = [group("small", target=1, max_size=1, zones=("1",)), group("big", target=0, max_size=1, zones=("3",))]
+    templates = {"rg/small": template(res(2, 8, 110), labels={ZONE: "westeurope-1"}),
+                 "rg/big": template(res(2, 16, 110), labels={ZONE: "westeurope-3"})}
+    small_node = node("s0", group_name="small", alloc=res(2, 8, 110), zone="westeurope-1")
+    without = plan_scale_up(snapshot(groups=[groups[1]], templates=templates, pods=pods))
+    with_small = plan_scale_up(snapshot(groups=groups, templates=templates, nodes=[small_node], pods=pods))
+    assert len(without.unplaceable) == 0  # both on one big node in zone 3
+    assert len(with_small.unplaceable) == 1  # the first lands on s0 in zone 1; its peer has no room there

@@ -1,0 +1,166 @@
+"""Node templates: CA's tag encoding, resources from tags, zone and hostname labels, DaemonSet overhead."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.domain import HostPort, Resources, Taint, Toleration
+from shared.engine.templates import (
+    PLANNED_HOSTNAME,
+    apply_resource_tags,
+    build_templates,
+    daemonset_host_ports,
+    daemonset_overhead,
+    decode_tag_key,
+    next_zone,
+    planned_node_labels,
+    template_from_node,
+    template_from_tags,
+)
+from shared.engine.vm_sizes import DEFAULT_EPHEMERAL_STORAGE
+from tests.builders import GIB, daemon_pod, group, node, pod, res
+
+PREFIX = "k8s.io_cluster-autoscaler_node-template_"
+ZONE = "topology.kubernetes.io/zone"
+HOST = "kubernetes.io/hostname"
+
+DECODING = [
+    ("a plain key", "pool", "pool"),
+    ("'_' is '/'", "nvidia.com_gpu", "nvidia.com/gpu"),
+    ("'~2' is '_'", "my~2label", "my_label"),
+    ("both", "example.com_my~2key", "example.com/my_key"),
+    ("'~2' is decoded after '_', so it never becomes '/'", "a~2_b", "a_/b"),
+]
+
+
+@pytest.mark.parametrize(("encoded", "decoded"), [c[1:] for c in DECODING], ids=[c[0] for c in DECODING])
+def test_decode_tag_key(encoded: str, decoded: str) -> None:
+    assert decode_tag_key(encoded) == decoded
+
+
+RESOURCE_TAGS = [
+    ("cpu, memory and pods", {"cpu": "3800m", "memory": "11Gi", "pods": "30"}, Resources(3800, 11 * GIB, 30, 5 * GIB)),
+    ("ephemeral storage", {"ephemeral-storage": "100Gi"}, Resources(4000, 16 * GIB, 110, 100 * GIB)),
+    ("a GPU count", {"nvidia.com/gpu": "2"}, Resources(4000, 16 * GIB, 110, 5 * GIB, (("nvidia.com/gpu", 2),))),
+    ("hugepages in bytes", {"hugepages-2Mi": "1Gi"}, Resources(4000, 16 * GIB, 110, 5 * GIB, (("hugepages-2Mi", GIB),))),
+    ("a value that is not a quantity is skipped, as CA does", {"cpu": "lots"}, Resources(4000, 16 * GIB, 110, 5 * GIB)),
+]
+
+
+@pytest.mark.parametrize(("tags", "expected"), [c[1:] for c in RESOURCE_TAGS], ids=[c[0] for c in RESOURCE_TAGS])
+def test_apply_resource_tags(tags: dict[str, str], expected: Resources) -> None:
+    assert apply_resource_tags(Resources(4000, 16 * GIB, 110, 5 * GIB), tags) == expected
+
+
+def test_template_from_tags_reads_labels_taints_and_resources_as_ca_encodes_them() -> None:
+    tags = {
+        f"{PREFIX}label_kubernetes.azure.com_accelerator": "nvidia",
+        f"{PREFIX}label_team~2name": "ml",
+        f"{PREFIX}taint_nvidia.com_gpu": "true:NoSchedule",
+        f"{PREFIX}resources_nvidia.com_gpu": "1",
+        f"{PREFIX}resources_cpu": "5800m",
+        f"{PREFIX}resources_memory": "100Gi",
+        f"{PREFIX}resources_ephemeral-storage": "200Gi",
+        "unrelated": "x",
+    }
+    template = template_from_tags(group("gpu", target=0, tags=tags, vm_size="Standard_NC6s_v3", zones=("2",)))
+    assert template is not None
+    assert template.source == "tags"
+    assert template.labels["kubernetes.azure.com/accelerator"] == "nvidia"
+    assert template.labels["team_name"] == "ml"
+    assert template.taints == (Taint("nvidia.com/gpu", "true", "NoSchedule"),)
+    assert template.allocatable == Resources(5800, 100 * GIB, 110, 200 * GIB, (("nvidia.com/gpu", 1),))
+    assert template.labels[ZONE] == "westeurope-2"  # pinned to one zone, as AKS labels it
+    assert template.labels["topology.kubernetes.io/region"] == "westeurope"
+    assert template.labels[HOST] == PLANNED_HOSTNAME
+
+
+def test_template_from_vm_size_alone_has_the_sizes_gpus_and_a_conservative_disk() -> None:
+    template = template_from_tags(group("gpu", target=0, vm_size="Standard_NC6s_v3"))
+    assert template is not None and template.source == "vm-size"
+    assert template.allocatable.amount("nvidia.com/gpu") == 1
+    assert template.allocatable.ephemeral_storage_bytes == DEFAULT_EPHEMERAL_STORAGE
+    assert template.labels["kubernetes.azure.com/accelerator"] == "nvidia"
+    assert template.labels["kubernetes.io/arch"] == "amd64"
+
+
+ZONE_CASES = [
+    ("no zones: CA's '0'", (), "0"),
+    ("one zone", ("3",), "westeurope-3"),
+    ("several zones: none promised, the estimator predicts one per node", ("1", "2", "3"), None),
+]
+
+
+@pytest.mark.parametrize(("zones", "label"), [c[1:] for c in ZONE_CASES], ids=[c[0] for c in ZONE_CASES])
+def test_zone_labels_of_tag_templates(zones: tuple[str, ...], label: str | None) -> None:
+    template = template_from_tags(group(zones=zones, location="WestEurope"))
+    assert template is not None
+    assert template.labels.get(ZONE) == label
+
+
+def test_an_unknown_size_without_cpu_and_memory_tags_has_no_template() -> None:
+    assert template_from_tags(group(vm_size="Standard_Unknown")) is None
+    tagged = template_from_tags(group(vm_size="Standard_D4ps_v9", tags={f"{PREFIX}resources_cpu": "4",
+                                                                          f"{PREFIX}resources_memory": "16Gi"}))
+    assert tagged is not None
+    assert tagged.allocatable.ephemeral_storage_bytes == 0  # unknown disk: pods asking for it say so
+    assert tagged.labels["kubernetes.io/arch"] == "arm64"
+
+
+def test_template_from_a_live_node() -> None:
+    live = node("aks-pool-0", zone="westeurope-1", labels={"agentpool": "pool"},
+                taints=(Taint("ToBeDeletedByClusterAutoscaler"), Taint("dedicated", "x")))
+    single = template_from_node(live, group(zones=("1",)))
+    assert single.labels[HOST] == PLANNED_HOSTNAME
+    assert single.labels[ZONE] == "westeurope-1"
+    assert single.taints == (Taint("dedicated", "x"),)
+    multi = template_from_node(live, group(zones=("1", "2", "3")))
+    assert ZONE not in multi.labels  # the sample's zone says nothing of the next instance's
+
+
+def test_build_templates_prefers_a_live_ready_node() -> None:
+    groups = [group("a"), group("b", target=0)]
+    templates = build_templates(groups, [node("n0", group_name="a", alloc=res(3, 12, 100))])
+    assert templates["rg/a"].source == "live-node"
+    assert templates["rg/a"].allocatable == res(3, 12, 100)
+    assert templates["rg/b"].source == "vm-size"
+
+
+def test_next_zone_follows_the_scale_sets_balancing() -> None:
+    multi = group(zones=("1", "2", "3"))
+    assert next_zone(multi, {}) == "1"
+    assert next_zone(multi, {"westeurope-1": 2, "westeurope-2": 1, "westeurope-3": 1}) == "2"
+    assert next_zone(multi, {"westeurope-1": 1, "westeurope-2": 1}) == "3"
+    assert next_zone(group(zones=("1",)), {}) is None
+    assert next_zone(group(), {}) is None
+
+
+def test_planned_node_labels_give_each_node_its_hostname_and_zone() -> None:
+    template = template_from_tags(group(zones=("1", "2")))
+    assert template is not None
+    labels = planned_node_labels(template, group(zones=("1", "2")), "planned/rg/pool/3", "2")
+    assert labels[HOST] == "planned/rg/pool/3"
+    assert labels[ZONE] == "westeurope-2"
+    assert labels["failure-domain.beta.kubernetes.io/zone"] == "westeurope-2"
+
+
+def test_daemonset_overhead_counts_the_daemonsets_that_would_run_on_the_node() -> None:
+    pods = [
+        daemon_pod("n0", cpu=0.1, mem=0.125, ds="kube-proxy"),
+        daemon_pod("n1", cpu=0.1, mem=0.125, ds="kube-proxy"),  # the same DaemonSet, counted once
+        pod("gpu-plugin", cpu=0.2, mem=0.25, node_name="n0", owner="DaemonSet", owner_name="nvidia",
+            selector={"kubernetes.azure.com/accelerator": "nvidia"},
+            tolerations=(Toleration("nvidia.com/gpu", "Exists"),)),
+        pod("exporter", cpu=0.05, mem=0.0625, node_name="n0", owner="DaemonSet", owner_name="exporter",
+            ports=(HostPort(9100),)),
+        pod("web", cpu=2, node_name="n0"),  # not a DaemonSet
+    ]
+    plain = {"kubernetes.io/os": "linux"}
+    gpu = {**plain, "kubernetes.azure.com/accelerator": "nvidia"}
+    gpu_taint = (Taint("nvidia.com/gpu", "true"),)
+    assert daemonset_overhead(pods) == res(0.35, 0.4375, 3)
+    assert daemonset_overhead(pods, plain) == res(0.15, 0.1875, 2)
+    assert daemonset_overhead(pods, gpu) == res(0.35, 0.4375, 3)
+    # The taint keeps out every DaemonSet that does not tolerate it.
+    assert daemonset_overhead(pods, gpu, gpu_taint) == res(0.2, 0.25, 1)
+    assert daemonset_host_ports(pods, plain) == (HostPort(9100),)
