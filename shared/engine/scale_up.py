@@ -31,7 +31,7 @@ those nodes stay on the class's list.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shared.domain import (
     LABEL_ZONE,
@@ -42,7 +42,10 @@ from shared.domain import (
     Pod,
     Resources,
 )
+from shared.engine.expanders import ExpansionOption, Priorities, choose
+from shared.engine.limits import ClusterLimits, allowed_increase, cluster_totals
 from shared.engine.placement import NodeView, PlacementState
+from shared.engine.pod_rules import PodRules, is_virtual_node, split_demand
 from shared.engine.predicates import (
     SpreadPlan,
     check,
@@ -69,6 +72,11 @@ from shared.engine.templates import (
 @dataclass(frozen=True, slots=True)
 class ScaleUpOptions:
     max_nodes_per_scale_up: int = 1000
+    expander: tuple[str, ...] = ("least-waste",)  # a chain, as in EXPANDER=priority,least-waste
+    priorities: Priorities = Priorities()
+    seed: int = 0  # for the random expander; the poll passes its time so choices vary between polls
+    limits: ClusterLimits = ClusterLimits()
+    pod_rules: PodRules = PodRules()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +96,7 @@ class ScaleUpPlan:
     increases: tuple[GroupIncrease, ...] = ()
     absorbed: tuple[str, ...] = ()  # pending pods that fit capacity already there or on its way
     unplaceable: Mapping[str, str] = field(default_factory=dict)  # pod -> why no group can take it
+    ignored: Mapping[str, str] = field(default_factory=dict)  # pending pods that are not demand (expendable, delayed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,9 +356,11 @@ def _count_zone(plan: _GroupPlan, view: NodeView) -> None:
 
 
 def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = ScaleUpOptions()) -> ScaleUpSimulation:
-    pending = pending_pods(snapshot)
+    virtual = {n.name for n in snapshot.nodes if is_virtual_node(n)}
+    split = split_demand(pending_pods(snapshot), now=snapshot.taken_at, rules=options.pod_rules, virtual_nodes=virtual)
+    pending = list(split.demand)
     if not pending:
-        return ScaleUpSimulation(ScaleUpPlan())
+        return ScaleUpSimulation(ScaleUpPlan(ignored=dict(split.ignored)))
     classes = _classify(pending, snapshot)
 
     def size_order(pod: Pod) -> tuple[int, int, int, str]:
@@ -364,7 +375,8 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
 
     # 1. Free space on Ready nodes, then on nodes requested but not Ready yet.
     candidates = [
-        NodeView.of(n) for n in snapshot.nodes if n.ready and not n.unschedulable and not n.is_being_deleted
+        NodeView.of(n) for n in snapshot.nodes
+        if n.ready and not n.unschedulable and not n.is_being_deleted and n.name not in virtual
     ]
     kinds = ["existing"] * len(candidates)
     upcoming = _add_upcoming(snapshot, plans, state, steps)
@@ -389,27 +401,46 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         absorbed.append(pod.key)
 
     # 2. New nodes: estimate every group, let the expander pick one, commit it, repeat for the rest.
-    room = {g.id: max(0, min(g.max_size - g.target_size, options.max_nodes_per_scale_up)) for g in snapshot.groups}
+    totals = cluster_totals(snapshot, exclude=virtual)
+    room: dict[str, int] = {}
+    room_reason: dict[str, str] = {}
     added: dict[str, tuple[int, list[str]]] = {}
     groups = sorted(snapshot.groups, key=lambda g: g.id)
     estimates: dict[str, _Option | None] = {}
+    estimated_room: dict[str, int] = {}
     while remaining:
+        for group in groups:
+            # Per-group max, MAX_NODES_PER_SCALE_UP and the cluster-wide node, core and memory limits.
+            taken = added.get(group.id, (0, []))[0]
+            plan_of = plans.get(group.id)
+            if plan_of is None:
+                room[group.id] = 0
+                continue
+            allowance = allowed_increase(
+                len(remaining), group=replace(group, target_size=group.target_size + taken), template=plan_of.template,
+                totals=totals, limits=options.limits, max_nodes_per_scale_up=options.max_nodes_per_scale_up - taken,
+            )
+            room[group.id] = allowance.count
+            if allowance.reason and allowance.reason != "max nodes per scale-up reached":  # _why_not says it with N
+                room_reason[group.id] = allowance.reason
         # Without affinity, anti-affinity or spread among the pods left, one group's new nodes
         # cannot change another's estimate: an estimate stays valid until a pod it placed is
         # taken by the group chosen, and only those are estimated again.
         reuse = _REUSE_ESTIMATES and not any(p.topology_spread or p.pod_affinity or p.pod_anti_affinity for p in remaining)
         options_ = []
         for group in groups:
-            if reuse and group.id in estimates:
+            if reuse and group.id in estimates and estimated_room.get(group.id) == room[group.id]:
                 option = estimates[group.id]
             else:
                 option = estimates[group.id] = _estimate(plans.get(group.id), remaining, room[group.id], state, classes)
+                estimated_room[group.id] = room[group.id]
             if option is not None:
                 options_.append(option)
         if not options_:
             break
-        best = min(options_, key=lambda o: (o.waste, -len(o.placed), o.group.id))  # least-waste
+        best = _expand(options_, plans, options)
         _commit(best, plans[best.group.id], state, steps)
+        totals = totals.plus(best.nodes, plans[best.group.id].template.allocatable)
         room[best.group.id] -= best.nodes
         nodes, pods = added.get(best.group.id, (0, []))
         added[best.group.id] = (nodes + best.nodes, pods + [p.key for p in best.placed])
@@ -425,9 +456,11 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         if group.id in added
     )
     unplaceable = {
-        pod.key: _why_not(pod, classes[id(pod)], snapshot, plans, room, added, options, state) for pod in remaining
+        pod.key: _why_not(pod, classes[id(pod)], snapshot, plans, room, added, options, state, room_reason)
+        for pod in remaining
     }
-    plan = ScaleUpPlan(increases=increases, absorbed=tuple(absorbed), unplaceable=unplaceable)
+    plan = ScaleUpPlan(increases=increases, absorbed=tuple(absorbed), unplaceable=unplaceable,
+                       ignored=dict(split.ignored))
     return ScaleUpSimulation(plan, tuple(steps))
 
 
@@ -513,6 +546,21 @@ def _waste(capacity: Resources, nodes: Sequence[NodeView], state: PlacementState
     return free_cpu / total_cpu + free_memory / total_memory
 
 
+def _expand(options: Sequence[_Option], plans: Mapping[str, _GroupPlan], settings: ScaleUpOptions) -> _Option:
+    """The expander chain's choice among the groups' estimates."""
+    by_group = {option.group.id: option for option in options}
+    candidates = [
+        ExpansionOption.build(
+            option.group, plans[option.group.id].template, option.nodes, option.placed,
+            capacity=plans[option.group.id].allocatable,
+        )
+        for option in options
+    ]
+    chosen = choose(candidates, chain=settings.expander, priorities=settings.priorities, rng=settings.seed)
+    assert chosen is not None  # options is never empty here
+    return by_group[chosen.group.id]
+
+
 def _why_not(
     pod: Pod,
     cls: _PodClass,
@@ -522,6 +570,7 @@ def _why_not(
     added: Mapping[str, tuple[int, list[str]]],
     options: ScaleUpOptions,
     state: PlacementState,
+    room_reason: Mapping[str, str] | None = None,
 ) -> str:
     """Per group, the first filter a fresh node of the group fails, or the limit that stopped it; once per class."""
     if cls.why is not None:
@@ -545,7 +594,7 @@ def _why_not(
             if group.target_size + added.get(group.id, (0, []))[0] >= group.max_size:
                 reason = "max size reached"
             elif room.get(group.id, 0) <= 0:
-                reason = f"max nodes per scale-up ({options.max_nodes_per_scale_up}) reached"
+                reason = (room_reason or {}).get(group.id) or f"max nodes per scale-up ({options.max_nodes_per_scale_up}) reached"
             else:
                 reason = "no room left in this plan"
         reasons.append(f"{group.id}: {reason}")

@@ -9,6 +9,9 @@ from datetime import datetime
 from shared.actions import new_scale_up
 from shared.domain import ClusterSnapshot
 from shared.engine.backoff import after_failure, backoff_reason
+from shared.engine.expanders import parse_priorities
+from shared.engine.limits import ClusterLimits
+from shared.engine.pod_rules import PodRules
 from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
 from shared.ports import Ports
 from shared.services.events import scale_up_events
@@ -25,12 +28,23 @@ class PendingPollResult:
     enqueued: tuple[str, ...]  # action ids
 
 
+def scale_up_options(settings: Settings, *, now: datetime) -> ScaleUpOptions:
+    return ScaleUpOptions(
+        max_nodes_per_scale_up=settings.max_nodes_per_scale_up,
+        expander=settings.expander,
+        priorities=parse_priorities(dict(settings.priority_expander_config)),
+        seed=int(now.timestamp()),  # the random expander spreads choices over polls, as CA's does
+        limits=ClusterLimits(settings.max_nodes_total, settings.cores_total, settings.memory_total),
+        pod_rules=PodRules(settings.expendable_pods_priority_cutoff, settings.new_pod_scale_up_delay),
+    )
+
+
 def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> PendingPollResult:
     snapshot = observe_or_skip(ports, now=now)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
     snapshot = _without_unavailable_capacity(ports, snapshot, settings, now=now)
-    plan = plan_scale_up(snapshot, options=ScaleUpOptions(max_nodes_per_scale_up=settings.max_nodes_per_scale_up))
+    plan = plan_scale_up(snapshot, options=scale_up_options(settings, now=now))
     enqueued = []
     for increase in plan.increases:
         # The poll time makes the id unique per decision; two polls deciding the same

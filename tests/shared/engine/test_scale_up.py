@@ -4,6 +4,8 @@ import pytest
 
 from shared.domain import HostPort, Taint, Toleration
 from shared.engine import scale_up
+from shared.engine.expanders import parse_priorities
+from shared.engine.limits import ClusterLimits
 from shared.engine.scale_up import ScaleUpOptions, plan_scale_up, simulate_scale_up
 from tests.builders import affinity, daemon_pod, group, node, pod, req, res, sel, snapshot, spread, template, term
 
@@ -291,3 +293,53 @@ def test_a_self_affine_first_replica_pins_its_peers_to_the_zone_it_lands_in() ->
     with_small = plan_scale_up(snapshot(groups=groups, templates=templates, nodes=[small_node], pods=pods))
     assert len(without.unplaceable) == 0  # both on one big node in zone 3
     assert len(with_small.unplaceable) == 1  # the first lands on s0 in zone 1; its peer has no room there
+
+
+# -- expanders, limits and demand rules, through the planner --------------------------------------------
+
+def _two_groups_snapshot():  # type: ignore[no-untyped-def]
+    from tests.builders import group as g, pod as p, snapshot as snap, template as t
+    return snap(
+        groups=[g("big", target=0, max_size=50), g("small", target=0, max_size=50)],
+        templates={"rg/big": t(res(16, 64, 110)), "rg/small": t(res(2, 8, 110))},
+        pods=[p(f"w{i}", cpu=1, mem=1, pending=True) for i in range(8)],
+    )
+
+
+@pytest.mark.parametrize(
+    "case_id,options,expected_group",
+    [
+        ("least-waste by default", ScaleUpOptions(), None),
+        ("least-nodes prefers the big group", ScaleUpOptions(expander=("least-nodes",)), "rg/big"),
+        ("priority overrides waste",
+         ScaleUpOptions(expander=("priority", "least-waste"), priorities=parse_priorities({10: ["small"], 20: ["big"]})),
+         "rg/big"),
+    ],
+)
+def test_the_expander_chain_picks_the_group(case_id, options, expected_group) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_scale_up(_two_groups_snapshot(), options=options)
+    groups = {i.group_id for i in plan.increases}
+    if expected_group is None:
+        assert len(groups) == 1  # one group takes all eight pods
+    else:
+        assert groups == {expected_group}
+
+
+def test_cluster_node_limit_caps_the_plan_and_says_so() -> None:
+    plan = plan_scale_up(_two_groups_snapshot(), options=ScaleUpOptions(expander=("least-nodes",),
+                                                                       limits=ClusterLimits(max_nodes_total=0)))
+    assert sum(i.delta for i in plan.increases) >= 1
+    capped = plan_scale_up(_two_groups_snapshot(), options=ScaleUpOptions(limits=ClusterLimits(max_nodes_total=1)))
+    assert sum(i.delta for i in capped.increases) == 1
+    assert any("max total nodes reached" in reason for reason in capped.unplaceable.values())
+
+
+def test_expendable_pods_trigger_nothing() -> None:
+    from dataclasses import replace as replace_pod
+
+    from tests.builders import group as g, pod as p, snapshot as snap
+
+    low = replace_pod(p("batch-low", cpu=1, pending=True), priority=-100)
+    plan = plan_scale_up(snap(groups=[g(target=0)], pods=[low]))
+    assert plan.increases == () and plan.unplaceable == {}
+    assert "default/batch-low" in plan.ignored
