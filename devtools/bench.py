@@ -69,7 +69,7 @@ def synthetic_cluster(case: Case, *, seed: int = 0) -> ClusterSnapshot:
             pods.append(Pod("kube-system", f"kube-proxy-{node_name}", Resources(100, 128 * 1024**2), NOW - timedelta(hours=2),
                             node_name=node_name, phase="Running", owner=OwnerRef("DaemonSet", "kube-proxy")))
             for p in range(case.pods_per_node - 1):
-                cpu = rng.choice((100, 250, 400))
+                cpu = rng.choice((300, 500, 700))  # nodes run nearly full, so pending pods need new nodes
                 pods.append(Pod("apps", f"{node_name}-p{p}", Resources(cpu, cpu * 4 * 1024**2), NOW - timedelta(hours=1),
                                 node_name=node_name, phase="Running", owner=OwnerRef("ReplicaSet", f"rs-{p % 40}")))
     deployments = 50
