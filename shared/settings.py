@@ -7,13 +7,15 @@ The README's settings table is checked against `SPECS` by a test.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
+
+from shared.engine.expanders import EXPANDERS, parse_expander_chain, parse_priorities
+from shared.engine.limits import parse_min_max
 
 
 class SettingsError(ValueError):
@@ -126,64 +128,20 @@ def _integer(text: str) -> int:
         raise ValueError(f"not a whole number: {text!r}") from None
 
 
-# The expanders of shared/engine/expanders.py (tests check the two agree). Settings import no
-# engine code: adapters read settings and must not reach the engine, even indirectly.
-EXPANDER_NAMES = ("least-waste", "most-pods", "least-nodes", "priority", "random")
-_UNSUPPORTED_EXPANDERS = ("price", "grpc")
-
-
-def _expander_chain(text: str) -> tuple[str, ...]:
-    names = tuple(part.strip().lower() for part in text.split(","))
-    for i, name in enumerate(names):
-        if not name:
-            raise ValueError(f"empty expander name in {text!r}")
-        if name in _UNSUPPORTED_EXPANDERS:
-            raise ValueError(f"expander {name!r} is not supported (use {', '.join(EXPANDER_NAMES)})")
-        if name not in EXPANDER_NAMES:
-            raise ValueError(f"unknown expander {name!r} (known: {', '.join(EXPANDER_NAMES)})")
-        if name in names[:i]:
-            raise ValueError(f"expander {name!r} is named twice")
-        if i and names[i - 1] == "random":
-            raise ValueError(f"expander {name!r} follows 'random', which always leaves one option: it would never run")
-    return names
+# Scale-up settings are parsed by the engine's own parsers (pure), so settings and planner
+# can never disagree on what an expander chain, a priority rule or a min:max limit means.
+EXPANDER_NAMES = tuple(EXPANDERS)
 
 
 def _priority_config(text: str) -> Mapping[int, tuple[str, ...]]:
     """JSON `{"<priority>": ["<regex>", ...]}`, the shape of CA's priority expander ConfigMap."""
-    if not text.strip():
-        return MappingProxyType({})
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError('must be a JSON object of priority to regular expressions, e.g. {"50": ["spot-.*"], "10": [".*"]}')
-    config: dict[int, tuple[str, ...]] = {}
-    for key, patterns in raw.items():
-        if not re.fullmatch(r"\s*[+-]?\d+\s*", key):
-            raise ValueError(f"priority {key!r} is not an integer")
-        if isinstance(patterns, str):
-            patterns = [patterns]
-        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
-            raise ValueError(f"priority {key}: expected a list of regular expressions, got {patterns!r}")
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"priority {key}: bad regular expression {pattern!r}: {exc}") from None
-        config[int(key)] = config.get(int(key), ()) + tuple(patterns)
-    return MappingProxyType(config)
+    rules = parse_priorities(text)
+    return MappingProxyType({priority: tuple(p.pattern for p in patterns) for priority, patterns in rules.rules})
 
 
 def _min_max(text: str) -> tuple[int, int]:
     """CA's `min:max` flags: whole numbers, 0 <= min <= max; a max of 0 means no limit."""
-    match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text)
-    if match is None:
-        raise ValueError(f"must be min:max in whole numbers, e.g. 0:320000, got {text!r}")
-    low, high = int(match[1]), int(match[2])
-    if low > high:
-        raise ValueError(f"min {low} is greater than max {high}")
-    return low, high
+    return parse_min_max(text)
 
 
 def _gib_min_max(text: str) -> tuple[int, int]:
@@ -237,7 +195,7 @@ SPECS: tuple[Spec, ...] = (
          "Most nodes being removed at once, cluster-wide."),
     Spec("MAX_NODES_PER_SCALE_UP", "max_nodes_per_scale_up", "1000", _int_at_least(1),
          "Most nodes one scale-up adds to one group."),
-    Spec("EXPANDER", "expander", "least-waste", _expander_chain,
+    Spec("EXPANDER", "expander", "least-waste", parse_expander_chain,
          "How a scale-up picks among groups that could take the pending pods: `least-waste`, `most-pods`, "
          "`least-nodes`, `priority` or `random`, chained like cluster-autoscaler's, e.g. `priority,least-waste`."),
     Spec("PRIORITY_EXPANDER_CONFIG", "priority_expander_config", "", _priority_config,

@@ -111,10 +111,10 @@ def parse_priorities(config: str | Mapping[Any, Any] | None) -> Priorities:
         try:
             config = json.loads(config)
         except json.JSONDecodeError as exc:
-            raise ExpanderError(f"priority expander config is not valid JSON: {exc}") from None
+            raise ExpanderError(f"not valid JSON: {exc}") from None
     if not isinstance(config, Mapping):
         raise ExpanderError(
-            "priority expander config must map priorities to lists of regular expressions, "
+            "must be a JSON object that must map priorities to lists of regular expressions, "
             f'e.g. {{"50": ["spot-.*"], "10": [".*"]}}, got {type(config).__name__}'
         )
     merged: dict[int, list[re.Pattern[str]]] = {}

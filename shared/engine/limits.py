@@ -39,14 +39,17 @@ MIN_CLUSTER_CORES_REACHED = "min cluster cores reached"
 MIN_CLUSTER_MEMORY_REACHED = "min cluster memory reached"
 
 
-def parse_min_max(text: str, *, name: str = "value") -> tuple[int, int]:
-    """`"0:320000"` -> (0, 320000); whole numbers, 0 <= min <= max, as CA validates its flags."""
+def parse_min_max(text: str, *, name: str = "") -> tuple[int, int]:
+    """`"0:320000"` -> (0, 320000); whole numbers, 0 <= min <= max, as CA validates its flags.
+
+    Errors start with `name` when given (settings add the setting's name themselves).
+    """
     match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text)
     if match is None:
-        raise ValueError(f"{name} must be min:max in whole numbers, e.g. 0:320000, got {text!r}")
+        raise ValueError(f"{name + ' ' if name else ''}must be min:max in whole numbers, e.g. 0:320000, got {text!r}")
     low, high = int(match[1]), int(match[2])
     if low > high:
-        raise ValueError(f"{name}: min {low} is greater than max {high}")
+        raise ValueError(f"{name + ': ' if name else ''}min {low} is greater than max {high}")
     return low, high
 
 

@@ -140,7 +140,7 @@ def test_scale_up_problems_are_reported_together() -> None:
     "least-waste,least-waste", " Priority , Least-Waste ", "least-nodes,most-pods,priority,least-waste,random",
 ])
 def test_settings_and_engine_agree_on_expander_chains(text: str) -> None:
-    """Settings validate EXPANDER without importing the engine; both must accept and reject alike."""
+    """Settings validate EXPANDER with the engine's parser; both must accept and reject alike."""
     from shared.engine.expanders import EXPANDERS, ExpanderError, parse_expander_chain
     from shared.settings import EXPANDER_NAMES
 
