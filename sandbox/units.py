@@ -9,49 +9,22 @@ bytes, counts) or float seconds.
 from __future__ import annotations
 
 import math
-import re
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
+from shared.quantities import parse_quantity as parse_app_quantity
 from shared.settings import parse_duration as parse_app_duration
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
-
-
-def parse_quantity(value: str | int | float) -> Decimal:
-    """A Kubernetes resource.Quantity as an exact decimal ('1500m' -> 1.5, '4Gi' -> 4294967296)."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a quantity: {value!r}")
-    if isinstance(value, int | float):
-        if isinstance(value, float) and not math.isfinite(value):
+def parse_quantity(value: str | int | float) -> Fraction:
+    """A Kubernetes resource.Quantity, exactly ('1500m' -> 3/2); the app's own parser, plus JSON floats."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
             raise ValueError(f"not a quantity: {value!r}")
-        return Decimal(str(value))
-    match = _QUANTITY.match(value.strip())
-    if match is None:
-        raise ValueError(f"not a quantity: {value!r} (use e.g. 1500m, 2, 512Mi, 4Gi)")
+        value = repr(value)  # a scenario's 0.5 means the quantity "0.5"
     try:
-        number = Decimal(match[1])
-    except InvalidOperation as exc:  # pragma: no cover - the regex already guarantees a number
-        raise ValueError(f"not a quantity: {value!r}") from exc
-    if match[2]:
-        return number * Decimal(10) ** int(match[2][1:])
-    suffix = match[3] or ""
-    if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    return number * _DECIMAL[suffix]
+        return parse_app_quantity(value)
+    except ValueError as exc:
+        raise ValueError(f"not a quantity: {value!r} (use e.g. 1500m, 2, 512Mi, 4Gi)") from exc
 
 
 def parse_cpu_milli(value: str | int | float) -> int:
@@ -67,7 +40,7 @@ def parse_bytes(value: str | int | float) -> int:
 def parse_count(value: str | int | float) -> int:
     """A plain count such as a pod capacity ('110')."""
     quantity = parse_quantity(value)
-    if quantity != quantity.to_integral_value():
+    if quantity.denominator != 1:
         raise ValueError(f"not a whole number: {value!r}")
     return int(quantity)
 
