@@ -72,8 +72,9 @@ def plan_scale_down(
     budget = options.max_parallelism - in_flight
     planned_per_group: dict[str, int] = {}
     removals: list[Removal] = []
+    nodes = {node.name: node for node in snapshot.nodes}
     for name, since in sorted(unneeded.items(), key=lambda item: (item[1], item[0])):
-        node = next(n for n in snapshot.nodes if n.name == name)
+        node = nodes[name]
         ref = node.instance
         assert ref is not None  # filtered above
         group = groups[ref.group_id]

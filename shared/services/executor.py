@@ -191,19 +191,18 @@ class Executor:
     def _confirm_delete(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
         assert action.node is not None and action.provider_id is not None
         if entry.operation:
-            operation = self._ports.compute.get_delete_operation(entry.operation)
-            if operation.status == "InProgress":
-                return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
-            if operation.status != "Succeeded":
-                return self._abort_removal(
-                    action, entry, f"instance delete failed: {operation.error_code} {operation.error_message}".strip(),
-                    now=now, failed=True,
-                )
-        else:
-            group = self._ports.compute.get_node_group(action.group)
-            instance_id = action.provider_id.rsplit("/", 1)[-1]
-            if group is not None and self._ports.compute.get_instance(group, instance_id) is not None:
-                return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
+            return self._follow(action, entry, self._ports.compute.get_delete_operation(entry.operation),
+                                next_step="confirm", now=now)
+        # No operation recorded (a crash right after the delete call): wait until the instance is gone.
+        group = self._ports.compute.get_node_group(action.group)
+        instance_id = action.provider_id.rsplit("/", 1)[-1]
+        if group is not None and self._ports.compute.get_instance(group, instance_id) is not None:
+            return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
+        return self._finish_removal(action, entry, now=now)
+
+    def _finish_removal(self, action: ScaleAction, entry: LedgerEntry, *, now: datetime) -> ExecutionResult:
+        """The instance is gone: remove a lingering Node object and release the group's reservation."""
+        assert action.node is not None
         self._ports.cluster.delete_node(action.node)
         self._ports.state.clear_unneeded(action.node)
         node = action.node
@@ -259,7 +258,7 @@ class Executor:
             return self._continue(following, entry, delay=self._settings.step_retry_delay, now=now)
         if operation.status == "Succeeded":
             if action.kind == "scale_down":
-                return self._confirm_delete(action, replace(entry, operation=""), now)
+                return self._finish_removal(action, entry, now=now)
             return self._finish(action, entry, "succeeded", f"{action.group} at {action.target_size}", now=now)
         detail = f"{operation.error_code or operation.status}: {operation.error_message}".strip(": ")
         if action.kind == "scale_down":
