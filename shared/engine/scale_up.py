@@ -77,6 +77,7 @@ class ScaleUpOptions:
     seed: int = 0  # for the random expander; the poll passes its time so choices vary between polls
     limits: ClusterLimits = ClusterLimits()
     pod_rules: PodRules = PodRules()
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # group id -> why it may not grow now (backoff)
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,8 +414,10 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
             # Per-group max, MAX_NODES_PER_SCALE_UP and the cluster-wide node, core and memory limits.
             taken = added.get(group.id, (0, []))[0]
             plan_of = plans.get(group.id)
-            if plan_of is None:
+            if plan_of is None or group.id in options.unavailable:
                 room[group.id] = 0
+                if group.id in options.unavailable:
+                    room_reason[group.id] = options.unavailable[group.id]
                 continue
             allowance = allowed_increase(
                 len(remaining), group=replace(group, target_size=group.target_size + taken), template=plan_of.template,

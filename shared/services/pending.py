@@ -43,8 +43,8 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
     snapshot = observe_or_skip(ports, now=now)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
-    snapshot = _without_unavailable_capacity(ports, snapshot, settings, now=now)
-    plan = plan_scale_up(snapshot, options=scale_up_options(settings, now=now))
+    snapshot, backed_off = _apply_backoff(ports, snapshot, settings, now=now)
+    plan = plan_scale_up(snapshot, options=replace(scale_up_options(settings, now=now), unavailable=backed_off))
     enqueued = []
     for increase in plan.increases:
         # The poll time makes the id unique per decision; two polls deciding the same
@@ -72,9 +72,9 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
     return PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued))
 
 
-def _without_unavailable_capacity(ports: Ports, snapshot: ClusterSnapshot, settings: Settings, *,
-                                  now: datetime) -> ClusterSnapshot:
-    """The snapshot as the planner should see it: groups in backoff take nothing more.
+def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, settings: Settings, *,
+                   now: datetime) -> tuple[ClusterSnapshot, dict[str, str]]:
+    """The groups in backoff (with why), and the snapshot as the planner should see it.
 
     A group whose requested nodes have not registered within MAX_NODE_PROVISION_TIME has failed
     its scale-up (ProvisionTimeout): it goes into backoff, and while it is there its missing
@@ -86,6 +86,7 @@ def _without_unavailable_capacity(ports: Ports, snapshot: ClusterSnapshot, setti
         if ref is not None and (node.ready or node.is_being_deleted):
             present[ref.group_id] = present.get(ref.group_id, 0) + 1
     groups = []
+    backed_off: dict[str, str] = {}
     for group in snapshot.groups:
         state = ports.state.get_group(group.id)
         missing = group.target_size - present.get(group.id, 0)
@@ -97,11 +98,10 @@ def _without_unavailable_capacity(ports: Ports, snapshot: ClusterSnapshot, setti
             if ports.state.update_group(failed):
                 state = failed
         reason = backoff_reason(state, now=now)
-        if reason is None:
-            groups.append(group)
-            continue
-        log.info("group %s: %s", group.id, reason)
-        if state.backoff_reason == "ProvisionTimeout":
-            group = replace(group, target_size=min(group.target_size, present.get(group.id, 0)))
-        groups.append(replace(group, max_size=min(group.max_size, group.target_size)))
-    return replace(snapshot, groups=tuple(groups))
+        if reason is not None:
+            log.info("group %s: %s", group.id, reason)
+            backed_off[group.id] = reason
+            if state.backoff_reason == "ProvisionTimeout":
+                group = replace(group, target_size=min(group.target_size, present.get(group.id, 0)))
+        groups.append(group)
+    return replace(snapshot, groups=tuple(groups)), backed_off

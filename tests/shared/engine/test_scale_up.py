@@ -343,3 +343,14 @@ def test_expendable_pods_trigger_nothing() -> None:
     plan = plan_scale_up(snap(groups=[g(target=0)], pods=[low]))
     assert plan.increases == () and plan.unplaceable == {}
     assert "default/batch-low" in plan.ignored
+
+
+def test_a_group_in_backoff_takes_nothing_and_pods_are_told_why() -> None:
+    snap = _two_groups_snapshot()
+    plan = plan_scale_up(snap, options=ScaleUpOptions(unavailable={"rg/small": "in backoff after QuotaExceeded"}))
+    assert {i.group_id for i in plan.increases} == {"rg/big"}
+    stuck = plan_scale_up(snap, options=ScaleUpOptions(unavailable={"rg/small": "in backoff after QuotaExceeded",
+                                                                    "rg/big": "in backoff after SkuNotAvailable"}))
+    assert stuck.increases == ()
+    assert all("rg/small: in backoff after QuotaExceeded" in r and "rg/big: in backoff after SkuNotAvailable" in r
+               for r in stuck.unplaceable.values())
