@@ -86,6 +86,11 @@ def _csv(text: str) -> tuple[str, ...]:
     return items
 
 
+def _labels(text: str) -> tuple[str, ...]:
+    """Label keys, comma-separated; may be empty."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 def _ncrontab(text: str) -> str:
     fields = text.split()
     if len(fields) != 6:
@@ -211,6 +216,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("BALANCE_SIMILAR_NODE_GROUPS", "balance_similar_node_groups", "false", _bool,
          "Split a scale-up over similar groups (e.g. one scale set per zone), smallest first; zone, host and "
          "pool labels are ignored in the comparison."),
+    Spec("BALANCING_IGNORE_LABELS", "balancing_ignore_labels", "", _labels,
+         "More node labels to ignore when comparing groups for `BALANCE_SIMILAR_NODE_GROUPS`, comma-separated "
+         "(cluster-autoscaler's `--balancing-ignore-label`)."),
     Spec("EXPENDABLE_PODS_PRIORITY_CUTOFF", "expendable_pods_priority_cutoff", "-10", _integer,
          "Pods with a priority below this never trigger a scale-up."),
     Spec("NEW_POD_SCALE_UP_DELAY", "new_pod_scale_up_delay", "0s", _nonnegative_duration,
@@ -261,6 +269,7 @@ class Settings:
     cores_total: tuple[int, int]
     memory_total: tuple[int, int]  # bytes
     balance_similar_node_groups: bool
+    balancing_ignore_labels: tuple[str, ...]
     expendable_pods_priority_cutoff: int
     new_pod_scale_up_delay: timedelta
     max_node_provision_time: timedelta

@@ -43,7 +43,14 @@ from shared.domain import (
     Resources,
 )
 from shared.engine.expanders import ExpansionOption, Priorities, choose
-from shared.engine.limits import ClusterLimits, allowed_increase, cluster_totals
+from shared.engine.limits import (
+    ClusterLimits,
+    ClusterTotals,
+    allowed_increase,
+    balance_within_limits,
+    cluster_totals,
+    similar_groups,
+)
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.pod_rules import PodRules, is_virtual_node, split_demand
 from shared.engine.predicates import (
@@ -78,6 +85,8 @@ class ScaleUpOptions:
     limits: ClusterLimits = ClusterLimits()
     pod_rules: PodRules = PodRules()
     unavailable: Mapping[str, str] = field(default_factory=dict)  # group id -> why it may not grow now (backoff)
+    balance_similar: bool = False  # BALANCE_SIMILAR_NODE_GROUPS
+    balancing_ignored_labels: tuple[str, ...] = ()  # on top of the labels CA ignores on Azure
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,15 +451,21 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         if not options_:
             break
         best = _expand(options_, plans, options)
-        _commit(best, plans[best.group.id], state, steps)
-        totals = totals.plus(best.nodes, plans[best.group.id].template.allocatable)
-        room[best.group.id] -= best.nodes
-        nodes, pods = added.get(best.group.id, (0, []))
-        added[best.group.id] = (nodes + best.nodes, pods + [p.key for p in best.placed])
-        placed = {id(p) for p in best.placed}
+        chosen = [best]
+        if options.balance_similar:
+            chosen = _balanced(best, options_, plans, state, classes, totals, added, options) or chosen
+        placed: set[int] = set()
+        for option in chosen:
+            _commit(option, plans[option.group.id], state, steps)
+            totals = totals.plus(option.nodes, plans[option.group.id].template.allocatable)
+            room[option.group.id] -= option.nodes
+            nodes, pods = added.get(option.group.id, (0, []))
+            added[option.group.id] = (nodes + option.nodes, pods + [p.key for p in option.placed])
+            placed |= {id(p) for p in option.placed}
         remaining = [p for p in remaining if id(p) not in placed]
+        grown = {option.group.id for option in chosen}
         for group_id, option in list(estimates.items()):
-            if group_id == best.group.id or (option is not None and any(id(p) in placed for p in option.placed)):
+            if group_id in grown or (option is not None and any(id(p) in placed for p in option.placed)):
                 del estimates[group_id]
 
     increases = tuple(
@@ -526,6 +541,64 @@ def _estimate(
         return _Option(group, len(opened), tuple(placed), _waste(plan.allocatable, opened, state), tuple(steps))
     finally:
         state.rollback(checkpoint)
+
+
+def _balanced(
+    best: _Option,
+    options: Sequence[_Option],
+    plans: Mapping[str, _GroupPlan],
+    state: PlacementState,
+    classes: Mapping[int, _PodClass],
+    totals: ClusterTotals,
+    added: Mapping[str, tuple[int, list[str]]],
+    settings: ScaleUpOptions,
+) -> list[_Option]:
+    """The best option's nodes split over it and its similar groups, smallest group first (CA's balancing).
+
+    As in CA, a similar group takes part only if its own estimate placed every pod the best
+    option placed, so the split never sends a pod to a group that cannot run it. Each share
+    is estimated again on the state the earlier shares left, so every placement still passes
+    the filters (zone spread, anti-affinity) against what the plan has placed so far. Returns
+    [] when there is nothing to balance, and the state is left as found.
+    """
+    wanted = {id(p) for p in best.placed}
+    peers = [o.group for o in options if o.group.id != best.group.id and wanted <= {id(p) for p in o.placed}]
+    templates = {gid: plan.template for gid, plan in plans.items()}
+    similar = similar_groups(best.group, peers, templates, extra_ignored_labels=settings.balancing_ignored_labels)
+    if not similar:
+        return []
+    grown = {g.id: added.get(g.id, (0, []))[0] for g in [best.group, *similar]}
+    split = balance_within_limits(
+        best.nodes,
+        [replace(g, target_size=g.target_size + grown[g.id]) for g in [best.group, *similar]],
+        templates,
+        totals=totals,
+        limits=settings.limits,
+        max_nodes_per_scale_up=settings.max_nodes_per_scale_up - max(grown.values()),
+    )
+    checkpoint = state.checkpoint()
+    shares: list[_Option] = []
+    try:
+        pods = list(best.placed)
+        for group_id in sorted(split.increases):
+            share = _estimate(plans[group_id], pods, split.increases[group_id], state, classes)
+            if share is None:
+                continue
+            _replay(share, state)
+            shares.append(share)
+            taken = {id(p) for p in share.placed}
+            pods = [p for p in pods if id(p) not in taken]
+    finally:
+        state.rollback(checkpoint)
+    return shares
+
+
+def _replay(option: _Option, state: PlacementState) -> None:
+    for step in option.steps:
+        if step.pod is None:
+            state.add_node(step.node)
+        else:
+            state.place(step.pod, step.node.name, pod_requests(step.pod))
 
 
 def _commit(option: _Option, plan: _GroupPlan, state: PlacementState, steps: list[SimulationStep]) -> None:

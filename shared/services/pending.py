@@ -36,6 +36,8 @@ def scale_up_options(settings: Settings, *, now: datetime) -> ScaleUpOptions:
         seed=int(now.timestamp()),  # the random expander spreads choices over polls, as CA's does
         limits=ClusterLimits(settings.max_nodes_total, settings.cores_total, settings.memory_total),
         pod_rules=PodRules(settings.expendable_pods_priority_cutoff, settings.new_pod_scale_up_delay),
+        balance_similar=settings.balance_similar_node_groups,
+        balancing_ignored_labels=settings.balancing_ignore_labels,
     )
 
 

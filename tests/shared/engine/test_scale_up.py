@@ -354,3 +354,67 @@ def test_a_group_in_backoff_takes_nothing_and_pods_are_told_why() -> None:
     assert stuck.increases == ()
     assert all("rg/small: in backoff after QuotaExceeded" in r and "rg/big: in backoff after SkuNotAvailable" in r
                for r in stuck.unplaceable.values())
+
+
+# --- BALANCE_SIMILAR_NODE_GROUPS ------------------------------------------------------------
+
+def _zonal_groups(targets: dict[str, int], **kw: object) -> tuple[list, dict]:
+    groups = [group(name, target=t, zones=(name[-1],), **kw) for name, t in targets.items()]  # type: ignore[arg-type]
+    templates = {f"rg/{name}": template(labels={"topology.kubernetes.io/zone": f"westeurope-{name[-1]}",
+                                                "agentpool": name})
+                 for name in targets}
+    return groups, templates
+
+
+BALANCE_CASES = [
+    # (id, group targets, max sizes, pending pods (1 cpu each, 4 per node), balance on?, expected new targets)
+    ("off: the expander's one group takes all", {"z1": 0, "z2": 0, "z3": 0}, 10, 12, False,
+     {"rg/z1": 3}),
+    ("on: even split over three zonal groups", {"z1": 0, "z2": 0, "z3": 0}, 10, 12, True,
+     {"rg/z1": 1, "rg/z2": 1, "rg/z3": 1}),
+    # z1's two requested nodes absorb 8 pods; the other 20 need 5 nodes, given smallest group first.
+    ("on: smallest group first evens the sizes", {"z1": 2, "z2": 0, "z3": 0}, 10, 28, True,
+     {"rg/z1": 3, "rg/z2": 2, "rg/z3": 2}),
+    ("on: a group at its max takes no share", {"z1": 0, "z2": 0, "z3": 0}, 1, 12, True,
+     {"rg/z1": 1, "rg/z2": 1, "rg/z3": 1}),
+]
+
+
+@pytest.mark.parametrize("case_id,targets,max_size,count,balance,expected", BALANCE_CASES,
+                         ids=[c[0] for c in BALANCE_CASES])
+def test_balance_similar_node_groups(case_id, targets, max_size, count, balance, expected) -> None:
+    groups, templates = _zonal_groups(targets, max_size=max_size)
+    snap = snapshot(groups=groups, templates=templates, pods=pending(count))
+    plan = plan_scale_up(snap, options=ScaleUpOptions(balance_similar=balance))
+    got = {i.group_id: i.new_target for i in plan.increases}
+    assert got == expected
+    placed = [p for i in plan.increases for p in i.pods]
+    new_nodes = sum(expected[g] - targets[g[3:]] for g in expected)
+    assert len(placed) == len(set(placed)) == min(count - len(plan.absorbed), 4 * new_nodes)
+
+
+def test_balancing_skips_groups_that_cannot_run_the_pods() -> None:
+    groups, templates = _zonal_groups({"z1": 0, "z2": 0})
+    templates["rg/z2"] = template(labels={"topology.kubernetes.io/zone": "westeurope-2", "agentpool": "z2"},
+                                  taints=(Taint("dedicated", "batch", "NoSchedule"),))
+    plan = plan_scale_up(snapshot(groups=groups, templates=templates, pods=pending(8)),
+                         options=ScaleUpOptions(balance_similar=True))
+    assert {i.group_id: i.new_target for i in plan.increases} == {"rg/z1": 2}
+
+
+def test_balancing_ignores_extra_labels_only_when_told() -> None:
+    groups, templates = _zonal_groups({"z1": 0, "z2": 0})
+    templates["rg/z1"] = template(labels={**templates["rg/z1"].labels, "team": "a"})
+    snap = snapshot(groups=groups, templates=templates, pods=pending(8))
+    plain = plan_scale_up(snap, options=ScaleUpOptions(balance_similar=True))
+    ignoring = plan_scale_up(snap, options=ScaleUpOptions(balance_similar=True, balancing_ignored_labels=("team",)))
+    assert len(plain.increases) == 1
+    assert {i.group_id: i.delta for i in ignoring.increases} == {"rg/z1": 1, "rg/z2": 1}
+
+
+def test_balancing_respects_cluster_limits() -> None:
+    groups, templates = _zonal_groups({"z1": 0, "z2": 0, "z3": 0})
+    plan = plan_scale_up(snapshot(groups=groups, templates=templates, pods=pending(40)),
+                         options=ScaleUpOptions(balance_similar=True, limits=ClusterLimits(max_nodes_total=5)))
+    assert sum(i.delta for i in plan.increases) == 5
+    assert sorted(i.delta for i in plan.increases) == [1, 2, 2]

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from shared.domain import ClusterSnapshot, HostPort, Taint, Toleration
 from shared.engine import scale_up
+from shared.engine.limits import ClusterLimits, cluster_totals, node_cores
 from shared.engine.predicates import check, pod_requests
 from shared.engine.scale_up import ScaleUpOptions, initial_state, plan_scale_up, simulate_scale_up
 from tests.builders import affinity, group, node, pod, res, sel, snapshot, spread, template
@@ -50,14 +51,19 @@ MONOTONE_KINDS = ("plain", "gpu", "selector", "anti", "port")
 @st.composite
 def clusters(draw: st.DrawFn, kinds: tuple[str, ...] = ALL_KINDS, max_groups: int = 3) -> ClusterSnapshot:
     groups, templates, nodes, pods = [], {}, [], []
+    # Often one shape for every group, as with one scale set per zone: what balancing splits over.
+    twins = draw(st.booleans())
+    shape: tuple[bool, float, float] | None = None
     for g in range(draw(st.integers(1, max_groups))):
         name = f"g{g}"
         zone = str(g % 3 + 1)
-        gpu = draw(st.booleans())
+        if shape is None or not twins:
+            shape = (draw(st.booleans()), draw(st.sampled_from((2, 4, 8))), draw(st.sampled_from((8, 16, 32))))
+        gpu, cpu, mem = shape
         target = draw(st.integers(0, 2))
         groups.append(group(name, target=target, max_size=target + draw(st.integers(0, 4)), zones=(zone,)))
         labels = {"pool": name, ZONE: f"westeurope-{zone}"}
-        alloc = res(draw(st.sampled_from((2, 4, 8))), draw(st.sampled_from((8, 16, 32))), 110, gpu=2 if gpu else 0)
+        alloc = res(cpu, mem, 110, gpu=2 if gpu else 0)
         templates[f"rg/{name}"] = template(alloc, labels=labels, taints=(GPU_TAINT,) if gpu else ())
         for i in range(draw(st.integers(0, target))):  # some of the target is Ready, the rest is on its way
             node_name = f"{name}-n{i}"
@@ -95,9 +101,12 @@ def pending_left(snap: ClusterSnapshot, options: ScaleUpOptions = ScaleUpOptions
 
 
 @PROPERTY_SETTINGS
-@given(clusters(), st.integers(1, 3))
-def test_a_plan_never_exceeds_a_groups_max_nor_the_per_scale_up_limit(snap: ClusterSnapshot, per_scale_up: int) -> None:
-    plan = plan_scale_up(snap, options=ScaleUpOptions(max_nodes_per_scale_up=per_scale_up))
+@given(clusters(), st.integers(1, 3), st.booleans())
+def test_a_plan_never_exceeds_a_groups_max_nor_the_per_scale_up_limit(
+    snap: ClusterSnapshot, per_scale_up: int, balance: bool
+) -> None:
+    plan = plan_scale_up(snap, options=ScaleUpOptions(max_nodes_per_scale_up=per_scale_up, balance_similar=balance,
+        balancing_ignored_labels=("pool",)))
     groups = {g.id: g for g in snap.groups}
     for increase in plan.increases:
         assert increase.new_target <= groups[increase.group_id].max_size
@@ -108,9 +117,10 @@ def test_a_plan_never_exceeds_a_groups_max_nor_the_per_scale_up_limit(snap: Clus
 
 
 @PROPERTY_SETTINGS
-@given(clusters())
-def test_every_placement_passes_every_filter_when_replayed(snap: ClusterSnapshot) -> None:
-    simulation = simulate_scale_up(snap)
+@given(clusters(), st.booleans())
+def test_every_placement_passes_every_filter_when_replayed(snap: ClusterSnapshot, balance: bool) -> None:
+    simulation = simulate_scale_up(snap, options=ScaleUpOptions(balance_similar=balance,
+        balancing_ignored_labels=("pool",)))
     state = initial_state(snap)
     for step in simulation.steps:
         if step.pod is None:
@@ -154,3 +164,21 @@ def test_reusing_estimates_between_rounds_never_changes_the_plan(snap: ClusterSn
     with patch.object(scale_up, "_REUSE_ESTIMATES", False):
         fresh = plan_scale_up(snap)
     assert reused == fresh
+
+
+@PROPERTY_SETTINGS
+@given(clusters(), st.integers(0, 12), st.integers(0, 48), st.booleans())
+def test_a_plan_never_passes_a_cluster_limit(snap: ClusterSnapshot, max_nodes: int, max_cores: int,
+                                             balance: bool) -> None:
+    limits = ClusterLimits(max_nodes_total=max_nodes, cores_total=(0, max_cores))
+    plan = plan_scale_up(snap, options=ScaleUpOptions(limits=limits, balance_similar=balance,
+        balancing_ignored_labels=("pool",)))
+    before = cluster_totals(snap)
+    templates = snap.templates
+    added_nodes = sum(i.delta for i in plan.increases)
+    added_cores = sum(i.delta * node_cores(templates[i.group_id].allocatable) for i in plan.increases)
+    if added_nodes:
+        if max_nodes:
+            assert before.nodes + added_nodes <= max_nodes
+        if max_cores:
+            assert before.cores + added_cores <= max_cores
