@@ -7,6 +7,15 @@ Shaped after what azure-mgmt-compute 39 sends and accepts:
 - `begin_delete_instances` (POST .../delete) accepts 200/202; we answer 202 with
   `Azure-AsyncOperation` and `Location`; after success the poller GETs Location.
 - Lists page with `nextLink` (used verbatim by the SDK, so it carries api-version).
+- `resource_skus.list(filter="location eq '<loc>'")` gets the VM sizes the scenario's
+  scale sets use, with the capacity their nodes report (plus one availability-set and
+  one disk SKU, as the real list mixes resource types), in one page as ARM answers it.
+  A size in the scenario's `restricted_vm_sizes` carries a Location restriction
+  `NotAvailableForSubscription`, and growing a scale set of that size is refused with
+  409 `SkuNotAvailable`.
+- azure-mgmt-monitor's `metrics.list(<scale set id>, metricnames="Percentage CPU", ...)`
+  gets the Azure Monitor metrics response shape, split per instance by `VMName`,
+  with values from `World.node_cpu` (see `_metrics`).
 
 `Retry-After` values here are in SIM seconds; the server rescales them to wall
 seconds by the clock's speed (in-process callers see sim seconds).
@@ -15,6 +24,7 @@ seconds by the clock's speed (in-process callers see sim seconds).
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from collections.abc import Callable
@@ -24,8 +34,9 @@ from urllib.parse import quote
 
 from sandbox.compute import InstanceSim, Operation, ScaleSetSim
 from sandbox.errors import ArmError
-from sandbox.faults import Fault
-from sandbox.units import rfc3339_micro
+from sandbox.faults import Fault, default_scale_up_message
+from sandbox.resources import Amounts
+from sandbox.units import parse_time, rfc3339, rfc3339_micro
 from sandbox.wire import Request, Response, json_response
 from sandbox.world import World
 
@@ -40,6 +51,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     (method, re.compile(pattern + "$", re.IGNORECASE), name)  # ARM paths are case-insensitive
     for method, pattern, name in [
         ("GET", _COMPUTE + r"/locations/(?P<loc>[^/]+)/operations/(?P<op>[^/]+)", "operation"),
+        ("GET", _COMPUTE + r"/skus", "skus"),
         ("GET", _COMPUTE + r"/virtualMachineScaleSets", "list_all"),
         ("GET", _VMSS_IN_RG, "list"),
         ("GET", _VMSS, "get"),
@@ -48,11 +60,14 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("POST", _VMSS + r"/delete", "delete_instances"),
         ("GET", _VMSS + r"/virtualMachines", "list_vms"),
         ("GET", _VMSS + r"/virtualMachines/(?P<id>[^/]+)", "get_vm"),
+        ("GET", _VMSS + r"/providers/Microsoft\.Insights/metrics", "metrics"),
     ]
 ]
 # operation name in the report, write?, throttling bucket
 _OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     "operation": ("GET operations", False, None),
+    # ARM limits this read per subscription, far above one listing per location every few hours: not modelled.
+    "skus": ("LIST skus", False, None),
     "list_all": ("LIST virtualMachineScaleSets", False, "list"),
     "list": ("LIST virtualMachineScaleSets", False, "list"),
     "get": ("GET virtualMachineScaleSets", False, "get"),
@@ -61,6 +76,8 @@ _OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     "delete_instances": ("POST delete", True, "delete"),
     "list_vms": ("LIST virtualMachines", False, "list"),
     "get_vm": ("GET virtualMachines", False, "get"),
+    # Azure Monitor has its own limits (per subscription, far above a call per scale set a minute): not modelled.
+    "metrics": ("GET metrics", False, None),
 }
 _DEFAULT_CODES = {
     400: "BadRequest", 401: "AuthenticationFailed", 403: "AuthorizationFailed", 404: "NotFound", 409: "Conflict",
@@ -107,7 +124,10 @@ def handle(world: World, request: Request) -> Response:
 def _dispatch(world: World, request: Request, name: str, params: dict[str, str], api_version: str) -> Response:
     label, write, bucket = _OPERATIONS[name]
     world.count_call("arm", label, write=write)
-    fault_resource = params.get("vmss") or ("operations" if name == "operation" else "virtualMachineScaleSets")
+    fault_resource = (
+        "metrics" if name == "metrics"
+        else params.get("vmss") or {"operation": "operations", "skus": "skus"}.get(name, "virtualMachineScaleSets")
+    )
     fault = world.take_fault("arm", request.method, fault_resource)
     if fault is not None:
         return _fault_response(fault)
@@ -256,6 +276,71 @@ def _operation_json(world: World, op: Operation) -> dict[str, Any]:
     return body
 
 
+_GIB = 1024**3
+_GPU = "nvidia.com/gpu"
+_SKU_NAME = re.compile(r"^Standard_(?P<series>[A-Z]+)\d+(?:-\d+)?(?P<features>[a-z]*)(?P<rest>(?:_[A-Za-z0-9]+)*)$", re.IGNORECASE)
+# The real list mixes resource types; these two keep a client honest about filtering on resourceType.
+_OTHER_SKUS: tuple[dict[str, Any], ...] = (
+    {"resourceType": "availabilitySets", "name": "Aligned",
+     "capabilities": [{"name": "MaximumPlatformFaultDomainCount", "value": "3"}]},
+    {"resourceType": "disks", "name": "Premium_LRS", "tier": "Premium", "size": "P10", "family": "PremiumDisk",
+     "capabilities": [{"name": "MaxSizeGiB", "value": "128"}, {"name": "MaxIOps", "value": "500"}]},
+)
+
+
+def vm_size_catalogue(world: World) -> dict[str, tuple[str, Amounts]]:
+    """The VM sizes the scenario's scale sets use, by lower-cased name: (name, the capacity their nodes report)."""
+    sizes: dict[str, tuple[str, Amounts]] = {}
+    for spec in world.scenario.node_groups:
+        sizes.setdefault(spec.vm_size.lower(), (spec.vm_size, spec.capacity))
+    return sizes
+
+
+def is_restricted(world: World, vm_size: str) -> bool:
+    return vm_size.lower() in {name.lower() for name in world.scenario.restricted_vm_sizes}
+
+
+def _family(name: str) -> str:
+    """An approximation of ARM's quota family (standardDSv5Family for Standard_D4s_v5); the autoscaler never reads it."""
+    match = _SKU_NAME.match(name)
+    if match is None:
+        return "standardFamily"
+    version = match["rest"].rsplit("_", 1)[-1] if match["rest"] else ""
+    return f"standard{match['series'].upper()}{match['features'].upper()}{version}Family"
+
+
+def sku_json(world: World, name: str, capacity: Amounts, location: str) -> dict[str, Any]:
+    """One virtualMachines ResourceSku: capability values are strings, as ARM sends them."""
+    zones = sorted({"1", "2", "3"} | {z for g in world.scenario.node_groups if g.vm_size.lower() == name.lower() for z in g.zones})
+    vcpus = str(math.ceil(capacity.cpu_milli / 1000))
+    capabilities = [
+        {"name": "vCPUs", "value": vcpus},
+        {"name": "MemoryGB", "value": f"{round(capacity.memory_bytes / _GIB, 2):g}"},
+        {"name": "HyperVGenerations", "value": "V1,V2"},
+        {"name": "LowPriorityCapable", "value": "True"},
+        {"name": "vCPUsAvailable", "value": vcpus},
+    ]
+    if capacity.scalar(_GPU):
+        capabilities.append({"name": "GPUs", "value": str(capacity.scalar(_GPU))})
+    restrictions: list[dict[str, Any]] = []
+    if is_restricted(world, name):
+        restrictions.append({
+            "type": "Location", "values": [location], "restrictionInfo": {"locations": [location]},
+            "reasonCode": "NotAvailableForSubscription",
+        })
+    return {
+        "resourceType": "virtualMachines",
+        "name": name,
+        "tier": "Standard",
+        "size": name.split("_", 1)[-1],
+        "family": _family(name),
+        "locations": [location],
+        "locationInfo": [{"location": location, "zones": zones, "zoneDetails": []}],
+        "capabilities": capabilities,
+        "restrictions": restrictions,
+    }
+
+
 def _operation_urls(world: World, request: Request, group: ScaleSetSim, op: Operation, api_version: str) -> tuple[str, str]:
     base = f"https://{request.header('host', '127.0.0.1')}"
     path = (
@@ -320,6 +405,9 @@ def _capacity_request(group: ScaleSetSim, request: Request) -> tuple[int, dict[s
 def _update(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
     capacity, tags = _capacity_request(group, request)
+    if capacity > group.capacity and is_restricted(world, group.spec.vm_size):
+        message = default_scale_up_message("SkuNotAvailable", group.spec.vm_size, group.spec.location)
+        raise ArmError(409, "SkuNotAvailable", message, "sku.name")
     op = world.set_capacity(group, capacity, tags)
     async_url, _ = _operation_urls(world, request, group, op, api_version)
     headers = {"Azure-AsyncOperation": async_url, "Retry-After": str(LRO_RETRY_AFTER)}
@@ -365,6 +453,32 @@ def _get_vm(world: World, request: Request, params: dict[str, str], api_version:
     return json_response(200, vm_json(world, group, inst))
 
 
+_LOCATION_FILTER = re.compile(r"^\s*location\s+eq\s+'(?P<loc>[^']+)'\s*$", re.IGNORECASE)
+
+
+def _list_skus(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    if params["sub"].lower() != world.subscription_id.lower():
+        raise ArmError(404, "SubscriptionNotFound", f"The subscription '{params['sub']}' could not be found.")
+    locations = sorted({world.scenario.location.lower()} | {g.location.lower() for g in world.scenario.node_groups})
+    wanted = request.query.get("$filter")
+    if wanted is not None:
+        match = _LOCATION_FILTER.match(wanted)
+        if match is None:
+            message = f"The filter '{wanted}' is not supported: only location eq '<location>' is."
+            raise ArmError(400, "InvalidParameter", message, "$filter")
+        locations = [loc for loc in locations if loc == match["loc"].lower()]
+    items: list[dict[str, Any]] = []
+    for location in locations:
+        items += [sku_json(world, name, capacity, location) for name, capacity in vm_size_catalogue(world).values()]
+        items += [
+            {**other, "locations": [location], "locationInfo": [{"location": location, "zones": [], "zoneDetails": []}],
+             "restrictions": []}
+            for other in _OTHER_SKUS
+        ]
+    # One page, as ARM answers this list (its nextLink is null).
+    return json_response(200, {"value": items})
+
+
 def _operation(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     op = world.operation(params["op"])
     if op is None or params["sub"].lower() != world.subscription_id.lower():
@@ -384,8 +498,141 @@ def _self_url(request: Request) -> str:
     return f"https://{request.header('host', '127.0.0.1')}{request.path}?{query}"
 
 
+# ---------------------------------------------------------------------------- Azure Monitor metrics
+
+_METRIC = "Percentage CPU"
+_ISO_DURATION = re.compile(r"^PT(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?$", re.IGNORECASE)
+_DEFAULT_TOP = 10  # series per resource when a dimension is split, unless `top` says otherwise
+_MAX_POINTS = 1440  # a day of minutes: the real API refuses far larger answers too
+
+
+def _iso_duration(text: str) -> timedelta | None:
+    match = _ISO_DURATION.match(text)
+    if match is None or not any(match.groupdict().values()):
+        return None
+    return timedelta(hours=int(match["h"] or 0), minutes=int(match["m"] or 0), seconds=int(match["s"] or 0))
+
+
+def _metrics_timespan(text: str | None, now: datetime) -> tuple[datetime, datetime]:
+    """`start/end` or `start/duration` in ISO 8601; none means the API's default, the last hour."""
+    if not text:
+        return now - timedelta(hours=1), now
+    start_text, _, end_text = text.partition("/")
+    problem = ArmError(400, "BadRequest", f"Invalid time interval: {text!r} (use start/end in ISO 8601).")
+    try:
+        start = parse_time(start_text)
+        duration = _iso_duration(end_text)
+        end = start + duration if duration is not None else parse_time(end_text)
+    except ValueError:
+        raise problem from None
+    if end <= start:
+        raise problem
+    return start, end
+
+
+def _metrics(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    """`Percentage CPU` of a scale set, whole or split by `VMName` (`$filter=VMName eq '*'` or `eq '<name>'`).
+
+    Values come from `World.node_cpu`: the sandbox keeps no history, so each interval since an
+    instance's node came up carries the current usage; intervals before have no `average`, as
+    Azure leaves them. Instances without a Ready node report nothing.
+    """
+    group = world.scale_set(params["sub"], params["rg"], params["vmss"])
+    names = [n.strip() for n in request.query.get("metricnames", "").split(",") if n.strip()]
+    if [n.lower() for n in names] != [_METRIC.lower()]:
+        message = (
+            f"Failed to find metric configuration for provider: Microsoft.Compute, resource Type: "
+            f"virtualMachineScaleSets, metric: {','.join(names) or '(none)'}. The sandbox serves '{_METRIC}' only."
+        )
+        raise ArmError(400, "BadRequest", message)
+    aggregations = {a.strip().lower() for a in request.query.get("aggregation", "average").split(",")}
+    if "average" not in aggregations:
+        raise ArmError(400, "BadRequest", "The sandbox serves the Average aggregation only.")
+    start, end = _metrics_timespan(request.query.get("timespan"), world.now)
+    interval_text = request.query.get("interval", "PT1M")
+    interval = _iso_duration(interval_text)
+    if interval is None or interval < timedelta(minutes=1):
+        raise ArmError(400, "BadRequest", f"Invalid interval {interval_text!r} (use e.g. PT1M or PT5M).")
+    if (end - start) / interval > _MAX_POINTS:
+        raise ArmError(400, "BadRequest", "The requested time range holds too many data points; use a larger interval.")
+    split, only = _vm_name_filter(request.query.get("$filter"))
+    try:
+        top = int(request.query.get("top", _DEFAULT_TOP))
+    except ValueError:
+        raise ArmError(400, "BadRequest", "top must be a whole number.") from None
+
+    measured = world.node_cpu()
+    instances = [
+        (f"{group.name}_{inst.instance_id}", measured[inst.computer_name])
+        for inst in world.instances(group)
+        if inst.computer_name in measured
+    ]
+    stamps: list[datetime] = []
+    at = start
+    while at < end:
+        stamps.append(at)
+        at += interval
+
+    def points(cpus: list[Any]) -> list[dict[str, Any]]:
+        data = []
+        for stamp in stamps:
+            live = [c for c in cpus if c.since <= stamp]
+            point: dict[str, Any] = {"timeStamp": rfc3339(stamp)}
+            if live:
+                point["average"] = round(sum(c.fraction for c in live) / len(live) * 100, 4)
+            data.append(point)
+        return data
+
+    if split:
+        chosen = [(name, cpu) for name, cpu in instances if only is None or name.lower() == only.lower()][: max(top, 0)]
+        timeseries = [
+            {"metadatavalues": [{"name": {"value": "vmname", "localizedValue": "vmname"}, "value": name}],
+             "data": points([cpu])}
+            for name, cpu in chosen
+        ]
+    else:
+        timeseries = [{"metadatavalues": [], "data": points([cpu for _, cpu in instances])}]
+    resource_id = _vmss_id(world, group)
+    body = {
+        "cost": len(stamps) * max(1, len(timeseries)),
+        "timespan": f"{rfc3339(start)}/{rfc3339(end)}",
+        "interval": interval_text.upper(),
+        "namespace": "Microsoft.Compute/virtualMachineScaleSets",
+        "resourceregion": group.spec.location,
+        "value": [
+            {
+                "id": f"{resource_id}/providers/Microsoft.Insights/metrics/{_METRIC}",
+                "type": "Microsoft.Insights/metrics",
+                "name": {"value": _METRIC, "localizedValue": _METRIC},
+                "displayDescription": (
+                    "The percentage of allocated compute units that are currently in use by the Virtual Machine(s)"
+                ),
+                "unit": "Percent",
+                "timeseries": timeseries,
+                "errorCode": "Success",
+            }
+        ],
+    }
+    return json_response(200, body)
+
+
+_VM_NAME_FILTER = re.compile(r"^\s*VMName\s+eq\s+'(?P<value>[^']*)'\s*$", re.IGNORECASE)
+
+
+def _vm_name_filter(text: str | None) -> tuple[bool, str | None]:
+    """(split by VMName?, the one VMName asked for or None for all)."""
+    if not text:
+        return False, None
+    match = _VM_NAME_FILTER.match(text)
+    if match is None:
+        raise ArmError(400, "BadRequest", f"The sandbox understands only $filter=VMName eq '<name or *>', got {text!r}.")
+    value = match["value"]
+    return True, None if value == "*" else value
+
+
 _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] = {
     "operation": _operation,
+    "skus": _list_skus,
     "list_all": _list_all,
     "list": _list,
     "get": _get,
@@ -394,4 +641,5 @@ _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] 
     "delete_instances": _delete_instances,
     "list_vms": _list_vms,
     "get_vm": _get_vm,
+    "metrics": _metrics,
 }

@@ -1,9 +1,10 @@
 """Injected failures: the next N matching API calls answer with an error instead of running.
 
-A target is (api, method, resource): api is "k8s" or "arm"; method an HTTP verb
-or "*"; resource is, for k8s, the resource name in the URL ("pods", "nodes",
-"eviction", "events", "configmaps", "poddisruptionbudgets", ...) and, for arm,
-the scale set name (or "operations" for LRO polls), "*" matching anything.
+A target is (api, method, resource): api is "k8s", "arm" or "loganalytics"; method
+an HTTP verb or "*"; resource is, for k8s, the resource name in the URL ("pods",
+"nodes", "eviction", "events", "configmaps", "poddisruptionbudgets", ...), for arm,
+the scale set name (or "operations" for LRO polls, "metrics" for Azure Monitor
+metrics of any scale set), for loganalytics "query", "*" matching anything.
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ def make_fault(
     if len(target) != 3:
         raise FaultError(f"target must be (api, method, resource), got {target!r}")
     api, method, resource = (str(part) for part in target)
-    if api not in ("k8s", "arm"):
-        raise FaultError(f"target api must be 'k8s' or 'arm', got {api!r}")
+    if api not in ("k8s", "arm", "loganalytics"):
+        raise FaultError(f"target api must be 'k8s', 'arm' or 'loganalytics', got {api!r}")
     if not 400 <= int(status) <= 599:
         raise FaultError(f"status must be an HTTP error status (400-599), got {status!r}")
     if int(count) < 1:

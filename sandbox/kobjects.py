@@ -155,6 +155,8 @@ def pod_object(
     affinity: Mapping[str, Any] | None = None,
     topology_spread_constraints: tuple[Mapping[str, Any], ...] = (),
     host_ports: tuple[HostPort, ...] = (),
+    volumes: tuple[Mapping[str, Any], ...] = (),
+    active_deadline_seconds: int | None = None,
 ) -> dict[str, Any]:
     resources: dict[str, Any] = {"requests": resource_list(requests, with_pods=False)}
     extended = {k: v for k, v in resources["requests"].items() if "/" in k}
@@ -172,6 +174,8 @@ def pod_object(
         container["ports"] = [
             {"containerPort": p.port, "hostPort": p.port, "protocol": p.protocol} for p in host_ports
         ]
+    if volumes:
+        container["volumeMounts"] = [{"name": v["name"], "mountPath": f"/mnt/{v['name']}"} for v in volumes]
     spec: dict[str, Any] = {
         "containers": [container],
         "restartPolicy": restart_policy,
@@ -193,6 +197,10 @@ def pod_object(
         spec["tolerations"] = [toleration_json(t) for t in tolerations]
     if topology_spread_constraints:
         spec["topologySpreadConstraints"] = [copy.deepcopy(dict(c)) for c in topology_spread_constraints]
+    if volumes:
+        spec["volumes"] = [copy.deepcopy(dict(v)) for v in volumes]
+    if active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = active_deadline_seconds
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,

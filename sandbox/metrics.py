@@ -14,14 +14,19 @@ class ApiCounters:
     arm_writes: int = 0
     k8s_reads: int = 0
     k8s_writes: int = 0
+    loganalytics_queries: int = 0
     arm_throttled: int = 0
     faults_triggered: int = 0
     arm: Counter[str] = field(default_factory=Counter)
     k8s: Counter[str] = field(default_factory=Counter)
+    loganalytics: Counter[str] = field(default_factory=Counter)
     instances_deleted: Counter[str] = field(default_factory=Counter)  # "<vmss>/<id>" -> times asked
 
     def count(self, api: str, operation: str, *, write: bool) -> None:
-        if api == "arm":
+        if api == "loganalytics":  # queries only read
+            self.loganalytics[operation] += 1
+            self.loganalytics_queries += 1
+        elif api == "arm":
             self.arm[operation] += 1
             if write:
                 self.arm_writes += 1
@@ -40,11 +45,13 @@ class ApiCounters:
             "arm_writes": self.arm_writes,
             "k8s_reads": self.k8s_reads,
             "k8s_writes": self.k8s_writes,
+            "loganalytics_queries": self.loganalytics_queries,
             "arm_throttled": self.arm_throttled,
             "faults_triggered": self.faults_triggered,
             "breakdown": {
                 "arm": {**dict(sorted(self.arm.items())), "instances_deleted": dict(sorted(self.instances_deleted.items()))},
                 "k8s": dict(sorted(self.k8s.items())),
+                "loganalytics": dict(sorted(self.loganalytics.items())),
             },
         }
 

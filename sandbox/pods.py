@@ -20,6 +20,7 @@ class PodTemplate:
     owner_uid: str
     requests: Amounts
     duration: float | None
+    cpu_usage_milli: int | None = None  # measured CPU use; None: the CPU request
 
 
 @dataclass(slots=True)
@@ -49,6 +50,12 @@ class PodSim:
     terminating: bool = False  # metadata.deletionTimestamp is set
     unplaceable: bool | None = None  # fits no node group even on an empty node (computed once, lazily)
     shape: tuple[Any, ...] | None = None  # what, besides requests, decides where it fits (scheduler cache key)
+    cpu_usage_milli: int | None = None  # CPU it uses while running, as a monitoring agent would measure it
+
+    @property
+    def cpu_used_milli(self) -> int:
+        """What Container Insights would measure: the override, else the request (a pod busy as asked)."""
+        return self.requests.cpu_milli if self.cpu_usage_milli is None else self.cpu_usage_milli
 
     @property
     def requests(self) -> Amounts:

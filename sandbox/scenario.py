@@ -119,6 +119,7 @@ class DaemonSetSpec:
     requests: Amounts
     node_selector: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    cpu_usage_milli: int | None = None  # CPU each pod uses, as measured; None: its request
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,9 @@ class WorkloadSpec:
     topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()  # Kubernetes JSON (validated)
     host_ports: tuple[HostPort, ...] = ()
     priority: int | None = None  # spec.priority; None leaves the API default (0)
+    cpu_usage: Dist | None = None  # millicores each pod uses, as measured; None: its CPU request
+    volumes: tuple[Mapping[str, Any], ...] = ()  # spec.volumes as Kubernetes JSON: hostPath and emptyDir (validated)
+    active_deadline_seconds: int | None = None  # spec.activeDeadlineSeconds, passed on (kubelet's, never enforced here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +194,8 @@ class Scenario:
     workloads: tuple[WorkloadSpec, ...] = ()
     pdbs: tuple[PdbSpec, ...] = ()
     scale_up_failures: tuple[ScaleUpFailureSpec, ...] = ()
+    # VM sizes the subscription may not deploy (resource SKUs restriction NotAvailableForSubscription).
+    restricted_vm_sizes: tuple[str, ...] = ()
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -435,7 +441,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "name", "description", "cluster_name", "subscription_id", "location", "start", "duration",
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
-            "daemonsets", "workloads", "pdbs", "scale_up_failures",
+            "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes",
         },
         {"node_groups"},
     )
@@ -501,6 +507,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         workloads=_items(top, "workloads", "$", _workload),
         pdbs=_items(top, "pdbs", "$", _pdb),
         scale_up_failures=_items(top, "scale_up_failures", "$", _scale_up_failure),
+        restricted_vm_sizes=_items(top, "restricted_vm_sizes", "$", lambda item, path: _str(item, path)),
     )
     for i, failure in enumerate(scenario.scale_up_failures):
         matches = [
@@ -587,7 +594,9 @@ def _mirror_pod(value: Any, path: str) -> MirrorPodSpec:
 
 
 def _daemonset(value: Any, path: str) -> DaemonSetSpec:
-    obj = _obj(value, path, {"name", "namespace", "requests", "node_selector", "labels"}, {"name", "requests"})
+    obj = _obj(
+        value, path, {"name", "namespace", "requests", "node_selector", "labels", "cpu_usage"}, {"name", "requests"}
+    )
     name = _str(obj["name"], f"{path}.name", _NAME, "DaemonSet name")
     return DaemonSetSpec(
         name=name,
@@ -595,7 +604,15 @@ def _daemonset(value: Any, path: str) -> DaemonSetSpec:
         requests=_resources(obj["requests"], f"{path}.requests", need_pods=False),
         node_selector=_string_map(obj.get("node_selector", {}), f"{path}.node_selector"),
         labels=_string_map(obj.get("labels", {"app": name}), f"{path}.labels"),
+        cpu_usage_milli=_cpu_usage(obj["cpu_usage"], f"{path}.cpu_usage") if "cpu_usage" in obj else None,
     )
+
+
+def _cpu_usage(value: Any, path: str) -> int:
+    milli = round(_parsed(parse_cpu_milli, value, path))
+    if milli < 0:
+        raise _Invalid(path, f"must not be negative, got {value!r}")
+    return milli
 
 
 def _workload(value: Any, path: str) -> WorkloadSpec:
@@ -605,7 +622,7 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
         {
             "name", "namespace", "kind", "count", "at", "spread", "repeat", "requests", "duration", "labels",
             "annotations", "node_selector", "tolerations", "affinity", "topology_spread_constraints",
-            "host_ports", "priority",
+            "host_ports", "priority", "cpu_usage", "volumes", "active_deadline",
         },
         {"name", "requests"},
     )
@@ -675,7 +692,66 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
         topology_spread_constraints=tuple(copy.deepcopy(c) for c in spread),
         host_ports=_items(obj, "host_ports", path, _host_port),
         priority=priority,
+        cpu_usage=_dist(obj["cpu_usage"], f"{path}.cpu_usage", parse_cpu_milli) if "cpu_usage" in obj else None,
+        volumes=_volumes(obj, path),
+        active_deadline_seconds=_deadline(obj["active_deadline"], f"{path}.active_deadline")
+        if "active_deadline" in obj
+        else None,
     )
+
+
+_MAX_INT32 = 2**31 - 1
+
+
+def _deadline(value: Any, path: str) -> int:
+    """spec.activeDeadlineSeconds: whole seconds from 1 to 2^31-1, as the API server validates it."""
+    seconds = _duration(value, path)
+    if seconds != int(seconds) or not 1 <= seconds <= _MAX_INT32:
+        raise _Invalid(path, f"must be whole seconds between 1s and {_MAX_INT32}s, got {value!r}")
+    return int(seconds)
+
+
+_HOST_PATH_TYPES = ("", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice")
+
+
+def _volumes(obj: Mapping[str, Any], path: str) -> tuple[Mapping[str, Any], ...]:
+    volumes = _items(obj, "volumes", path, _volume)
+    seen: set[str] = set()
+    for i, volume in enumerate(volumes):
+        if volume["name"] in seen:
+            raise _Invalid(f"{path}.volumes[{i}].name", f"duplicate volume name {volume['name']!r}")
+        seen.add(volume["name"])
+    return volumes
+
+
+def _volume(value: Any, path: str) -> Mapping[str, Any]:
+    """One pod volume in its Kubernetes JSON shape: `hostPath` or `emptyDir`, as the API server would store it."""
+    obj = _obj(value, path, {"name", "hostPath", "emptyDir"}, {"name"})
+    name = _str(obj["name"], f"{path}.name", _NAME, "volume name")
+    if ("hostPath" in obj) == ("emptyDir" in obj):
+        raise _Invalid(path, "needs exactly one of hostPath and emptyDir")
+    if "hostPath" in obj:
+        host = _obj(obj["hostPath"], f"{path}.hostPath", {"path", "type"}, {"path"})
+        host_path = _str(host["path"], f"{path}.hostPath.path")
+        if ".." in host_path.split("/"):
+            raise _Invalid(f"{path}.hostPath.path", "must not contain '..'")
+        kind = _opt_str(host, "type", f"{path}.hostPath")
+        if kind not in _HOST_PATH_TYPES:
+            allowed = ", ".join(_HOST_PATH_TYPES[1:])
+            raise _Invalid(f"{path}.hostPath.type", f"must be empty or one of {allowed}, got {kind!r}")
+        return {"name": name, "hostPath": {"path": host_path, "type": kind}}  # the API server defaults type to ""
+    empty = _obj(obj["emptyDir"], f"{path}.emptyDir", {"medium", "sizeLimit"})
+    source: dict[str, Any] = {}
+    medium = _opt_str(empty, "medium", f"{path}.emptyDir")
+    if medium not in ("", "Memory"):
+        raise _Invalid(f"{path}.emptyDir.medium", f"must be \"\" (the node's disk) or Memory, got {medium!r}")
+    if medium:
+        source["medium"] = medium
+    if "sizeLimit" in empty:
+        if _parsed(parse_bytes, empty["sizeLimit"], f"{path}.emptyDir.sizeLimit") < 0:
+            raise _Invalid(f"{path}.emptyDir.sizeLimit", f"must not be negative, got {empty['sizeLimit']!r}")
+        source["sizeLimit"] = str(empty["sizeLimit"])
+    return {"name": name, "emptyDir": source}
 
 
 _PROTOCOLS = ("TCP", "UDP", "SCTP")

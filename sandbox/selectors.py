@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.engine.selectors import parse_requirements
+
 
 class SelectorError(ValueError):
     """An unparsable selector; the API answers 400 BadRequest."""
@@ -40,52 +42,11 @@ class Requirement:
         return not present or value not in self.values  # notin
 
 
-_SET = re.compile(r"^\s*(?P<key>[^\s!=(),]+)\s+(?P<op>in|notin)\s+\((?P<values>[^()]*)\)\s*$")
-_EQ = re.compile(r"^\s*(?P<key>[^\s!=(),]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^\s!=(),]*)\s*$")
-_EXISTS = re.compile(r"^\s*(?P<neg>!?)\s*(?P<key>[^\s!=(),]+)\s*$")
-
-
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside parentheses (`a in (x,y),b` is two requirements)."""
-    parts, depth, current = [], 0, []
-    for char in text:
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth < 0:
-                raise SelectorError(f"unbalanced parentheses in {text!r}")
-        if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    if depth:
-        raise SelectorError(f"unbalanced parentheses in {text!r}")
-    parts.append("".join(current))
-    return parts
-
-
 def parse_label_selector(text: str | None) -> tuple[Requirement, ...]:
-    if not text or not text.strip():
-        return ()
-    requirements = []
-    for part in _split_top_level(text):
-        if not part.strip():
-            raise SelectorError(f"empty requirement in label selector {text!r}")
-        if match := _SET.match(part):
-            values = tuple(v.strip() for v in match["values"].split(",") if v.strip())
-            if not values:
-                raise SelectorError(f"{match['op']} needs at least one value in {part.strip()!r}")
-            requirements.append(Requirement(match["key"], match["op"], values))
-        elif match := _EQ.match(part):
-            op = "!=" if match["op"] == "!=" else "="
-            requirements.append(Requirement(match["key"], op, (match["value"],)))
-        elif match := _EXISTS.match(part):
-            requirements.append(Requirement(match["key"], "!exists" if match["neg"] else "exists"))
-        else:
-            raise SelectorError(f"unable to parse requirement {part.strip()!r}")
-    return tuple(requirements)
+    try:
+        return tuple(Requirement(key, op, values) for key, op, values in parse_requirements(text))
+    except ValueError as exc:
+        raise SelectorError(str(exc)) from exc
 
 
 def labels_match(requirements: tuple[Requirement, ...], labels: Mapping[str, str] | None) -> bool:

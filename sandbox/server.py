@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 import trustme
 
-from sandbox import arm_api, kube_api
+from sandbox import arm_api, kube_api, loganalytics_api
 from sandbox.clock import Clock, ManualClock, SimClock
 from sandbox.errors import ArmError, KubeError
 from sandbox.faults import FaultError
@@ -224,6 +224,10 @@ class SandboxServer:
             "ARM_ENDPOINT": self.url,
             "ARM_CA_BUNDLE": str(self.ca_path),
             "AZURE_CREDENTIAL": "sandbox",
+            # Measured usage from the Log Analytics double (whose CA is ARM_CA_BUNDLE's).
+            "USAGE_SOURCE": "log-analytics",
+            "LOG_ANALYTICS_ENDPOINT": f"{self.url}{loganalytics_api.PREFIX}",
+            "LOG_ANALYTICS_WORKSPACE_ID": self._world.workspace_id,
         }
 
     # ------------------------------------------------------------------ requests
@@ -231,6 +235,7 @@ class SandboxServer:
     def dispatch(self, request: Request) -> Response:
         """Route one request; never raises (a bug becomes a 500 in the right API's error shape)."""
         is_arm = request.path.startswith("/subscriptions")
+        is_loganalytics = request.path.startswith(loganalytics_api.PREFIX + "/")
         try:
             if request.path.startswith("/sandbox/"):
                 return self._control(request)
@@ -238,6 +243,8 @@ class SandboxServer:
                 self._world.advance(self._clock.now())
                 if is_arm:
                     response = arm_api.handle(self._world, request)
+                elif is_loganalytics:
+                    response = loganalytics_api.handle(self._world, request)
                 elif _is_kubernetes_path(request.path):
                     response = kube_api.handle(self._world, request)
                 else:
@@ -247,6 +254,8 @@ class SandboxServer:
             log.error("sandbox request %s %s failed:\n%s", request.method, request.path, traceback.format_exc())
             if is_arm:
                 return arm_api.error_response(ArmError(500, "InternalServerError", f"sandbox bug: {exc}"))
+            if is_loganalytics:
+                return loganalytics_api.error_response(500, "InternalServerError", f"sandbox bug: {exc}")
             return kube_api.status_response(KubeError(500, "InternalError", f"sandbox bug: {exc}"))
 
     def _wall_retry_after(self, response: Response) -> Response:

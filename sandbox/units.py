@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 
 from shared.quantities import parse_quantity as parse_app_quantity
-from shared.settings import parse_duration as parse_app_duration
+from shared.quantities import parse_duration as parse_app_duration
 
 def parse_quantity(value: str | int | float) -> Fraction:
     """A Kubernetes resource.Quantity, exactly ('1500m' -> 3/2); the app's own parser, plus JSON floats."""

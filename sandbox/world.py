@@ -20,7 +20,8 @@ import random
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,17 +41,33 @@ from sandbox.scheduling import ClusterView, NodeSlot, static_reasons, unschedula
 from sandbox.selectors import labels_match, parse_label_selector
 from sandbox.store import ObjectStore
 from sandbox.throttling import BUCKETS, TokenBucket
-from sandbox.units import parse_duration, rfc3339
+from sandbox.units import parse_cpu_milli, parse_duration, parse_time, rfc3339
 
 DEFAULT_START = datetime(2030, 1, 7, 9, 0, 0, tzinfo=UTC)  # a Monday morning; any fixed instant keeps runs comparable
 SANDBOX_TOKEN = "sandbox-token"
 DURATION_ANNOTATION = "sandbox.autoscaler/duration"  # API-created pods: how long the container runs
+CPU_USAGE_ANNOTATION = "sandbox.autoscaler/cpu-usage"  # API-created pods: CPU they use, as measured
+LOG_ANALYTICS_WORKSPACE_ID = "5a4d0b0e-0000-4000-8000-00000000c0de"  # the workspace the Log Analytics double serves
 MAX_CAPACITY = 1000  # a Uniform scale set without single placement group
 SCALE_UP_FAILURE_DELAY = 5.0  # sim seconds before an injected allocation failure surfaces
 MAX_EVENTS = 10_000  # core/v1 events kept (the real API expires them after an hour)
 RESOURCES = ("nodes", "pods", "events", "configmaps", "poddisruptionbudgets", "namespaces")
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery rand.String: no vowels, no confusables
 _INITIAL_NODE_AGE = timedelta(hours=1)  # initial nodes registered before the scenario starts
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCpu:
+    """One node's CPU as the monitoring doubles report it."""
+
+    used_milli: int
+    capacity_milli: int
+    since: datetime  # when the node came up: a monitoring agent has samples from here on
+
+    @property
+    def fraction(self) -> float:
+        return self.used_milli / self.capacity_milli if self.capacity_milli else 0.0
+
 
 class World:
     """One simulated cluster world. See the module docstring; every public method holds `lock`."""
@@ -71,6 +88,7 @@ class World:
         self.start = chosen.astimezone(UTC).replace(microsecond=0)
         self.subscription_id = self.scenario.subscription_id
         self.token = SANDBOX_TOKEN
+        self.workspace_id = LOG_ANALYTICS_WORKSPACE_ID
         self.counters = ApiCounters()
         self.timeline: list[dict[str, Any]] = []
         self._t = 0.0
@@ -407,6 +425,8 @@ class World:
     def _schedule_workloads(self) -> None:
         for spec in self.scenario.workloads:
             rng = self._rng("workload", spec.namespace, spec.name)
+            # Its own stream, so adding `cpu_usage` to a workload leaves its arrivals and requests as they were.
+            usage_rng = self._rng("cpu-usage", spec.namespace, spec.name)
             owner_uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
             for wave in range(spec.repeat_times):
                 for _ in range(spec.count):
@@ -417,7 +437,8 @@ class World:
                     scalars = dict(spec.extended)
                     if spec.ephemeral_storage is not None:
                         scalars[EPHEMERAL_STORAGE] = max(1 << 20, round(spec.ephemeral_storage.sample(rng) / (1 << 20)) << 20)
-                    template = PodTemplate(spec, owner_uid, Amounts.of(cpu, memory, 1, scalars), duration)
+                    usage = None if spec.cpu_usage is None else max(0, round(spec.cpu_usage.sample(usage_rng)))
+                    template = PodTemplate(spec, owner_uid, Amounts.of(cpu, memory, 1, scalars), duration, usage)
                     self._push(at, "arrival", template)
                     self._arrivals_due += 1
 
@@ -455,6 +476,8 @@ class World:
             affinity=spec.affinity,
             topology_spread_constraints=spec.topology_spread_constraints,
             host_ports=spec.host_ports,
+            volumes=spec.volumes,
+            active_deadline_seconds=spec.active_deadline_seconds,
         )
         return self._add_pod(
             obj,
@@ -463,6 +486,7 @@ class World:
             owner_kind=None if spec.kind == "Pod" else spec.kind,
             duration=template.duration,
             template=template,
+            cpu_usage_milli=template.cpu_usage_milli,
         )
 
     def _add_pod(
@@ -475,6 +499,7 @@ class World:
         duration: float | None,
         template: PodTemplate | None = None,
         needs: PodNeeds | None = None,
+        cpu_usage_milli: int | None = None,
     ) -> PodSim:
         """Track a new pod; its scheduling needs come from the object itself (parse errors surface to
         the caller: a 422 for API pods, a bug for pods the world builds from a validated scenario)."""
@@ -491,6 +516,7 @@ class World:
             duration=duration,
             created=self._t,
             template=template,
+            cpu_usage_milli=cpu_usage_milli,
         )
         self._pods[pod.uid] = pod
         self._live[pod.key] = pod
@@ -675,6 +701,7 @@ class World:
         obj["spec"]["nodeName"] = node
         return self._add_pod(
             obj, role="daemonset", workload=f"{ds.namespace}/{ds.name}", owner_kind="DaemonSet", duration=None,
+            cpu_usage_milli=ds.cpu_usage_milli,
         )
 
     def _mirror_pod(self, mirror: MirrorPodSpec, node: str) -> PodSim:
@@ -974,8 +1001,13 @@ class World:
             raise KubeError(422, "Invalid", "Pod is invalid: spec.containers: Required value")
         try:
             needs = parse_pod(obj)
-            raw_duration = (obj["metadata"].get("annotations") or {}).get(DURATION_ANNOTATION)
+            annotations = obj["metadata"].get("annotations") or {}
+            raw_duration = annotations.get(DURATION_ANNOTATION)
             duration = None if raw_duration is None else parse_duration(raw_duration)
+            raw_usage = annotations.get(CPU_USAGE_ANNOTATION)
+            cpu_usage = None if raw_usage is None else parse_cpu_milli(raw_usage)
+            if cpu_usage is not None and cpu_usage < 0:
+                raise ValueError(f"metadata.annotations[{CPU_USAGE_ANNOTATION}]: must not be negative")
         except SpecError as exc:
             raise KubeError(422, "Invalid", f'Pod "{obj["metadata"]["name"]}" is invalid: {exc.path}: {exc.problem}') from None
         except ValueError as exc:
@@ -991,6 +1023,7 @@ class World:
             owner_kind=owner.get("kind") if owner else None,
             duration=duration,
             needs=needs,
+            cpu_usage_milli=cpu_usage,
         )
         if node:
             if node in self._by_node and self._store.get("nodes", "", node) is not None:
@@ -1210,6 +1243,35 @@ class World:
             if not allowed:
                 self.counters.arm_throttled += 1
             return allowed, remaining, retry, token_bucket.header(remaining)
+
+    # ------------------------------------------------------------------ measured usage (Azure Monitor doubles)
+
+    def node_cpu(self, names: Iterable[str] | None = None) -> dict[str, NodeCpu]:
+        """What a monitoring agent would measure now on each Ready node (all, or those named).
+
+        A pod uses its CPU request while it holds its node's resources (running or terminating),
+        unless its workload's `cpu_usage`, its DaemonSet's, or its `sandbox.autoscaler/cpu-usage`
+        annotation says otherwise. No history is kept: a window of any length reads as now.
+        A NotReady node (booting, or its VM going away) has no agent reporting, so no entry.
+        """
+        with self.lock:
+            wanted = None if names is None else set(names)
+            used: dict[str, int] = {}
+            for pod in self._placed.values():
+                if pod.node is not None:
+                    used[pod.node] = used.get(pod.node, 0) + pod.cpu_used_milli
+            result: dict[str, NodeCpu] = {}
+            for name, inst in self._by_node.items():
+                if wanted is not None and name not in wanted:
+                    continue
+                node = self._store.get("nodes", "", name)
+                if node is None or inst.state == "Deleting" or not kobjects.is_ready(node):
+                    continue
+                capacity = self._groups[inst.group_key].spec.capacity.cpu_milli
+                # A node cannot use more than it has, whatever the pods on it ask for.
+                since = parse_time(node["metadata"]["creationTimestamp"])
+                result[name] = NodeCpu(min(used.get(name, 0), capacity), capacity, since)
+            return result
 
     # ------------------------------------------------------------------ faults and counters
 

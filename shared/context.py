@@ -13,10 +13,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-from shared.ports import Clock, Ports
+from shared.ports import Clock, NodeUsageSource, Ports
 from shared.settings import Settings, load_settings
 
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
 
 
 class SystemClock:
@@ -55,8 +58,22 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
         queue=StorageActionQueue(storage, queue_name=settings.queue_name),
         clock=clock or SystemClock(),
         events=EventRecorder(KubernetesEventSink(cluster.api_client)),
+        usage=_usage_source(settings, credential),
     )
     return AppContext(settings=settings, ports=ports)
+
+
+def _usage_source(settings: Settings, credential: TokenCredential) -> NodeUsageSource | None:
+    """The measured-usage adapter USAGE_SOURCE names; its SDK is imported only when it is used."""
+    if settings.usage_source == "log-analytics":
+        from shared.adapters.log_analytics import LogAnalyticsUsage
+
+        return LogAnalyticsUsage.from_settings(settings, credential=credential)
+    if settings.usage_source == "vmss-metric":
+        from shared.adapters.vmss_metrics import VmssMetricUsage
+
+        return VmssMetricUsage.from_settings(settings, credential=credential)
+    return None
 
 
 def get_context() -> AppContext:

@@ -371,6 +371,11 @@ class Pod:
     # dynamic resource claims...), named so the engine reports them rather than
     # pretending the pod fits.
     unsupported: tuple[str, ...] = ()
+    # Volumes whose data dies with the node: hostPath, and emptyDir not backed by memory.
+    local_volumes: tuple[str, ...] = ()
+    started_at: datetime | None = None  # status.startTime
+    active_deadline_seconds: int | None = None  # spec.activeDeadlineSeconds: the pod is killed after this
+    termination_grace_seconds: int | None = None  # spec.terminationGracePeriodSeconds (the API defaults it to 30)
 
     @property
     def key(self) -> str:
@@ -388,6 +393,19 @@ class Pod:
     def is_node_bound_system_pod(self) -> bool:
         """DaemonSet and mirror pods live and die with their node; they never block removal."""
         return self.is_daemonset or self.is_mirror
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget as the Eviction API enforces it: how many more of its pods may go now."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None  # None selects nothing, an empty selector every pod of the namespace
+    disruptions_allowed: int  # status.disruptionsAllowed
+
+    def covers(self, pod: Pod) -> bool:
+        return pod.namespace == self.namespace and self.selector is not None and self.selector.matches(pod.labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,7 +471,24 @@ class NodeTemplate:
     allocatable: Resources
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     taints: tuple[Taint, ...] = ()
-    source: str = "unknown"  # live-node | tags | vm-size
+    source: str = "unknown"  # live-node | tags | vm-size:skus-api | vm-size:table
+
+
+@dataclass(frozen=True, slots=True)
+class VmSizeCapacity:
+    """A VM size's hardware, as the Compute resource SKUs API lists it for one location.
+
+    `vcpus` are the cores the guest sees (`vCPUsAvailable` for constrained-core sizes),
+    `memory_bytes` the size's memory (ARM's `MemoryGB` counts GiB), `gpus` whole GPUs.
+    `restriction` is ARM's reason code (`NotAvailableForSubscription`, `QuotaId`) when the
+    subscription cannot deploy the size anywhere in that location, "" when it can.
+    """
+
+    name: str
+    vcpus: int
+    memory_bytes: int
+    gpus: int = 0
+    restriction: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,6 +527,9 @@ class ClusterSnapshot:
     pods: tuple[Pod, ...]
     groups: tuple[NodeGroup, ...]
     templates: Mapping[str, NodeTemplate] = field(default_factory=dict)  # by group id
+    disruption_budgets: tuple[DisruptionBudget, ...] = ()
+    # Capacities from the resource SKUs API by lower-cased size name; only read for scale-from-zero templates.
+    vm_sizes: Mapping[str, VmSizeCapacity] = field(default_factory=dict)
 
     def group(self, group_id_: str) -> NodeGroup | None:
         return next((g for g in self.groups if g.id == group_id_), None)

@@ -8,12 +8,13 @@ implement them in memory where they measure decisions rather than storage.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from shared.actions import ScaleAction
-from shared.domain import GroupState, Instance, Node, NodeGroup, Pod, Taint
+from shared.domain import DisruptionBudget, GroupState, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
 
 
 class Clock(Protocol):
@@ -40,12 +41,28 @@ class Cluster(Protocol):
 
     def list_pods_on_node(self, node_name: str) -> list[Pod]: ...
 
+    def get_config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """The ConfigMap's `data`, or None when it does not exist."""
+        ...
+
+    def list_disruption_budgets(self) -> list[DisruptionBudget]:
+        """Every PodDisruptionBudget (policy/v1) of every namespace, as the Eviction API enforces it now."""
+        ...
+
     def cordon(self, node_name: str, *, taint: Taint) -> None:
         """Mark unschedulable and add the taint; a no-op where both are already there."""
         ...
 
     def uncordon(self, node_name: str, *, taint_key: str) -> None:
         """Undo cordon(); a no-op where the node is already schedulable and untainted."""
+        ...
+
+    def add_taint(self, node_name: str, *, taint: Taint) -> None:
+        """Add the taint unless present, without cordoning; a no-op on a missing node."""
+        ...
+
+    def remove_taint(self, node_name: str, *, taint_key: str) -> None:
+        """Drop taints with this key, without uncordoning; a no-op on a missing node."""
         ...
 
     def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionOutcome:
@@ -118,6 +135,14 @@ class Compute(Protocol):
         """One instance of the group, or None when it does not exist."""
         ...
 
+    def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
+        """The VM sizes of a location from the resource SKUs API, restricted ones included; cached for hours.
+
+        Never raises: when ARM fails, the stale list (or an empty one) comes back and a
+        warning is logged, so a scale-from-zero template falls back to the shipped table.
+        """
+        ...
+
     def begin_resize(self, group: NodeGroup, target_size: int) -> Operation: ...
 
     def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation: ...
@@ -176,6 +201,35 @@ class StateStore(Protocol):
     def list_ledger(self) -> list[LedgerEntry]: ...
 
 
+# --- Measured usage (Azure Monitor) ---------------------------------------------
+
+
+class UsageUnavailable(RuntimeError):
+    """The usage source could not be queried (unreachable, refused, throttled, misconfigured).
+
+    A second opinion, never a requirement: the caller decides by requests alone and says so.
+    """
+
+
+class NodeUsageSource(Protocol):
+    """Measured node CPU usage, a second opinion on nodes that look idle by their pods' requests."""
+
+    @property
+    def name(self) -> str:
+        """The USAGE_SOURCE value (`log-analytics`, `vmss-metric`), for the log and telemetry."""
+        ...
+
+    def get_node_cpu_usage(self, nodes: Sequence[Node], *, window: timedelta, now: datetime) -> Mapping[str, float]:
+        """Average CPU usage over [now - window, now] as a fraction (0..1) of each node's CPU capacity.
+
+        Keyed by node name, holding only the nodes the source has data for: a node missing from the
+        answer has not been measured (too new, no agent, dimension not found) and is decided by
+        requests. Nodes, not names, because a source may need the providerID (the scale set metric
+        is per scale-set instance). Raises UsageUnavailable when the source cannot be queried at all.
+        """
+        ...
+
+
 # --- Queue --------------------------------------------------------------------
 
 
@@ -199,3 +253,4 @@ class Ports:
     queue: ActionQueue
     clock: Clock
     events: EventSink
+    usage: NodeUsageSource | None = None  # None: USAGE_SOURCE=none, scale-down goes by requests alone

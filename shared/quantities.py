@@ -1,6 +1,6 @@
 """Kubernetes resource quantities ("100m", "1.5", "4Gi", "1e3", "129M") as integers.
 
-Pure module: parsing only, no I/O and no side effects.
+Pure module: parsing only, no I/O and no side effects. Also Go-style durations (`parse_duration`).
 
 The grammar is Kubernetes' own (k8s.io/apimachinery/pkg/api/resource):
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import timedelta
 from fractions import Fraction
 
 __all__ = ["parse_quantity", "parse_cpu_milli", "parse_memory_bytes", "parse_count"]
@@ -96,3 +97,23 @@ def parse_memory_bytes(text: str | int) -> int:
 def parse_count(text: str | int) -> int:
     """A plain count such as allocatable pods ('110'), rounded up."""
     return _ceil(parse_quantity(text))
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Go-style durations as cluster-autoscaler takes them ('10m', '1h30m', '10m0s'), or plain seconds."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return timedelta(seconds=float(text))
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match[1]) * _UNIT_SECONDS[match[2]]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 10m, 1h30m or a number of seconds)")
+    return timedelta(seconds=total)

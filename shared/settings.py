@@ -16,6 +16,9 @@ from typing import Any
 
 from shared.engine.expanders import EXPANDERS, parse_expander_chain, parse_priorities
 from shared.engine.limits import parse_min_max
+from shared.domain import LabelSelector
+from shared.engine.selectors import parse_label_selector
+from shared.quantities import parse_duration
 
 
 class SettingsError(ValueError):
@@ -24,26 +27,6 @@ class SettingsError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("invalid app settings:\n  " + "\n  ".join(problems))
         self.problems = problems
-
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(text: str) -> timedelta:
-    """Go-style durations as cluster-autoscaler takes them ('10m', '1h30m', '30s'), or plain seconds."""
-    text = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return timedelta(seconds=float(text))
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match[1]) * _UNIT_SECONDS[match[2]]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 10m, 1h30m or a number of seconds)")
-    return timedelta(seconds=total)
 
 
 def _bool(text: str) -> bool:
@@ -91,6 +74,13 @@ def _labels(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _label_selector(text: str) -> LabelSelector | None:
+    """None for empty text: no pods beyond Job pods are batch work."""
+    if not text.strip():
+        return None
+    return parse_label_selector(text)
+
+
 def _ncrontab(text: str) -> str:
     fields = text.split()
     if len(fields) != 6:
@@ -131,6 +121,42 @@ def _integer(text: str) -> int:
         return int(text.strip())
     except ValueError:
         raise ValueError(f"not a whole number: {text!r}") from None
+
+
+def _fraction(text: str) -> float:
+    """A share of a node's CPU: 0.5 is half. A percentage is refused rather than guessed at."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"not a number: {text!r} (use a fraction such as 0.5 for 50%)") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"must be a fraction above 0 and at most 1 (0.5 for 50%), got {text!r}")
+    return value
+
+
+def _usage_window(text: str) -> timedelta:
+    # Both sources sample once a minute: a shorter window would often hold no sample at all.
+    value = parse_duration(text)
+    if value < timedelta(minutes=1):
+        raise ValueError(f"must be at least 1m (usage is sampled once a minute), got {text!r}")
+    return value
+
+
+_GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _workspace_id(text: str) -> str:
+    value = text.strip()
+    if value and not _GUID.fullmatch(value):
+        raise ValueError(f"must be the workspace's GUID (Workspace ID on its Overview page), got {text!r}")
+    return value
+
+
+def _https_url(text: str) -> str:
+    value = text.strip().rstrip("/")
+    if not re.fullmatch(r"https://[^\s/]+(/\S*)?", value):
+        raise ValueError(f"must be an https:// URL, got {text!r}")
+    return value
 
 
 # Scale-up settings are parsed by the engine's own parsers (pure), so settings and planner
@@ -174,7 +200,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("ARM_ENDPOINT", "arm_endpoint", "https://management.azure.com", _text,
          "Azure Resource Manager endpoint (the sandbox serves its own)."),
     Spec("ARM_CA_BUNDLE", "arm_ca_bundle", "", _text,
-         "Optional CA bundle file trusted for ARM calls (the sandbox's generated CA); empty uses the system store."),
+         "Optional CA bundle file trusted for ARM and Azure Monitor calls (the sandbox's generated CA); empty uses "
+         "the system store."),
     Spec("AZURE_CREDENTIAL", "azure_credential", "default", _choice("default", "managed-identity", "sandbox"),
          "`managed-identity` in Azure, `default` (DefaultAzureCredential) for a developer, `sandbox` for the sandbox."),
     Spec("AZURE_CLIENT_ID", "azure_client_id", "", _text,
@@ -190,6 +217,34 @@ SPECS: tuple[Spec, ...] = (
     Spec("SCALE_DOWN_ENABLED", "scale_down_enabled", "true", _bool, "Whether idle nodes are removed at all."),
     Spec("SCALE_DOWN_UNNEEDED_TIME", "scale_down_unneeded_time", "10m", _nonnegative_duration,
          "How long a node must be unneeded before it is removed."),
+    Spec("SCALE_DOWN_UNREADY_TIME", "scale_down_unready_time", "20m", _nonnegative_duration,
+         "How long a NotReady node must be unneeded before it is removed."),
+    Spec("SCALE_DOWN_UTILIZATION_THRESHOLD", "scale_down_utilization_threshold", "0.5", _fraction,
+         "A node whose CPU and memory requests are both below this share of allocatable is a scale-down candidate; "
+         "a scale set's `k8s.io_cluster-autoscaler_node-template_autoscaling-options_*` tags override this and the "
+         "unneeded, unready and GPU settings per group."),
+    Spec("SCALE_DOWN_GPU_UTILIZATION_THRESHOLD", "scale_down_gpu_utilization_threshold", "0.5", _fraction,
+         "The same for nodes with GPUs, judged by their GPU requests alone."),
+    Spec("SCALE_DOWN_IGNORE_DAEMONSETS_UTILIZATION", "scale_down_ignore_daemonsets_utilization", "true", _bool,
+         "Leave DaemonSet pods out of a node's utilisation."),
+    Spec("SCALE_DOWN_IGNORE_MIRROR_PODS_UTILIZATION", "scale_down_ignore_mirror_pods_utilization", "true", _bool,
+         "Leave static (mirror) pods out of a node's utilisation."),
+    Spec("SKIP_NODES_WITH_SYSTEM_PODS", "skip_nodes_with_system_pods", "true", _bool,
+         "Keep nodes running kube-system pods that are not DaemonSet or mirror pods and have no PodDisruptionBudget."),
+    Spec("SKIP_NODES_WITH_LOCAL_STORAGE", "skip_nodes_with_local_storage", "true", _bool,
+         "Keep nodes running pods with hostPath or disk-backed emptyDir volumes not listed in "
+         "`cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes`."),
+    Spec("BATCH_PROTECTION", "batch_protection", "true", _bool,
+         "Never evict running batch pods (owned by a Job, or matching `BATCH_POD_SELECTOR`): their node is "
+         "cordoned and removed when they finish. `false` evicts them like any other pod, as cluster-autoscaler does."),
+    Spec("BATCH_POD_SELECTOR", "batch_pod_selector", "", _label_selector,
+         "Label selector (as in `kubectl -l`) of more pods to treat as batch work, e.g. `workload=render`."),
+    Spec("BATCH_DRAIN_TIMEOUT", "batch_drain_timeout", "0s", _nonnegative_duration,
+         "Longest a node waits for its batch pods before they are evicted; `0s` waits for as long as they run."),
+    Spec("BATCH_CHECK_INTERVAL", "batch_check_interval", "1m", _nonnegative_duration,
+         "How often a node waiting for its batch pods looks again (each look is a pod list and a ledger write)."),
+    Spec("MAX_GRACEFUL_TERMINATION_SEC", "max_graceful_termination_sec", "600", _int_at_least(0),
+         "Most seconds an evicted pod is given to terminate (its own grace period if shorter)."),
     Spec("SCALE_DOWN_DELAY_AFTER_ADD", "scale_down_delay_after_add", "10m", _nonnegative_duration,
          "No scale-down in a group for this long after it scaled up."),
     Spec("SCALE_DOWN_DELAY_AFTER_DELETE", "scale_down_delay_after_delete", "0s", _nonnegative_duration,
@@ -198,6 +253,20 @@ SPECS: tuple[Spec, ...] = (
          "No scale-down in a group for this long after a failed action."),
     Spec("MAX_SCALE_DOWN_PARALLELISM", "max_scale_down_parallelism", "10", _int_at_least(1),
          "Most nodes being removed at once, cluster-wide."),
+    Spec("USAGE_SOURCE", "usage_source", "none", _choice("none", "log-analytics", "vmss-metric"),
+         "Where measured node CPU usage comes from, as a second opinion on nodes idle by requests: `none`, "
+         "`log-analytics` (Container Insights `Perf` in `LOG_ANALYTICS_WORKSPACE_ID`) or `vmss-metric` (the scale "
+         "set's `Percentage CPU` per instance). When it cannot be read, scale-down goes by requests alone and says so."),
+    Spec("SCALE_DOWN_MEASURED_CPU_THRESHOLD", "scale_down_measured_cpu_threshold", "0.5", _fraction,
+         "A node idle by requests whose measured CPU usage over `USAGE_WINDOW` is above this fraction of its "
+         "capacity is kept (0.5 is 50%, like cluster-autoscaler's utilization threshold)."),
+    Spec("USAGE_WINDOW", "usage_window", "10m", _usage_window,
+         "Measured usage is averaged over this long, back from now; at least `1m`."),
+    Spec("LOG_ANALYTICS_WORKSPACE_ID", "log_analytics_workspace_id", "", _workspace_id,
+         "Workspace ID (a GUID) of the Log Analytics workspace Container Insights writes to; required with "
+         "`USAGE_SOURCE=log-analytics`."),
+    Spec("LOG_ANALYTICS_ENDPOINT", "log_analytics_endpoint", "https://api.loganalytics.io", _https_url,
+         "Log Analytics query endpoint (a sovereign cloud's, or the sandbox's); tokens are asked for this audience."),
     Spec("MAX_NODES_PER_SCALE_UP", "max_nodes_per_scale_up", "1000", _int_at_least(1),
          "Most nodes one scale-up adds to one group."),
     Spec("EXPANDER", "expander", "least-waste", parse_expander_chain,
@@ -258,10 +327,27 @@ class Settings:
     utilization_poll_schedule: str
     scale_down_enabled: bool
     scale_down_unneeded_time: timedelta
+    scale_down_unready_time: timedelta
+    scale_down_utilization_threshold: float
+    scale_down_gpu_utilization_threshold: float
+    scale_down_ignore_daemonsets_utilization: bool
+    scale_down_ignore_mirror_pods_utilization: bool
+    skip_nodes_with_system_pods: bool
+    skip_nodes_with_local_storage: bool
+    batch_protection: bool
+    batch_pod_selector: LabelSelector | None
+    batch_drain_timeout: timedelta
+    batch_check_interval: timedelta
+    max_graceful_termination_sec: int
     scale_down_delay_after_add: timedelta
     scale_down_delay_after_delete: timedelta
     scale_down_delay_after_failure: timedelta
     max_scale_down_parallelism: int
+    usage_source: str  # none | log-analytics | vmss-metric
+    scale_down_measured_cpu_threshold: float  # fraction of a node's CPU capacity
+    usage_window: timedelta
+    log_analytics_workspace_id: str
+    log_analytics_endpoint: str
     max_nodes_per_scale_up: int
     expander: tuple[str, ...]
     priority_expander_config: Mapping[int, tuple[str, ...]]  # priority -> regular expressions
@@ -299,6 +385,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             problems.append(f"{spec.name}: {exc}")
     if values.get("azure_credential") == "managed-identity" and not values.get("azure_client_id"):
         problems.append("AZURE_CLIENT_ID: required when AZURE_CREDENTIAL=managed-identity")
+    # == "": a malformed workspace id is already reported above.
+    if values.get("usage_source") == "log-analytics" and values.get("log_analytics_workspace_id") == "":
+        problems.append("LOG_ANALYTICS_WORKSPACE_ID: required when USAGE_SOURCE=log-analytics")
     if problems:
         raise SettingsError(problems)
     return Settings(**values)

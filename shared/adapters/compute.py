@@ -18,6 +18,10 @@ outlive a function invocation:
 An ARM call rejected outright (4xx/5xx on the initial request) raises
 `ComputeError` with ARM's error code; an operation ARM accepted and that then
 failed (e.g. QuotaExceeded while allocating) is `Operation(status="Failed")`.
+
+The one exception is `list_vm_sizes` (the resource SKUs API, for scale-from-zero
+templates): it is cached per location for hours and never raises, because the
+engine has a shipped table to fall back on and a poll must not fail for want of it.
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ import base64
 import binascii
 import json
 import logging
+import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final, Literal, TypeVar
@@ -39,6 +46,7 @@ from azure.core.pipeline.policies import RetryPolicy
 from azure.core.polling import LROPoller
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import (
+    ResourceSku,
     Sku,
     VirtualMachineScaleSet,
     VirtualMachineScaleSetUpdate,
@@ -47,7 +55,7 @@ from azure.mgmt.compute.models import (
 )
 from azure.mgmt.core.polling.arm_polling import ARMPolling
 
-from shared.domain import Instance, NodeGroup
+from shared.domain import Instance, NodeGroup, VmSizeCapacity
 from shared.domain import group_id as make_group_id
 from shared.ports import ComputeError, Operation
 from shared.settings import Settings
@@ -67,6 +75,11 @@ MAX_TAG: Final = "max"
 DEFAULT_RETRY_AFTER: Final = 10.0  # seconds, when ARM throttles without saying for how long
 _MAX_RETRY_AFTER_HONOURED: Final = 2.0  # longer server-requested waits are the caller's business
 _SAFETY_MARGIN: Final = 60.0  # beyond the polling budget: one in-flight request's timeouts
+# A size's capacity never changes and its restrictions rarely do: one SKU listing per location lasts hours.
+VM_SIZES_TTL: Final = 6 * 3600.0
+# After a failed listing ARM is left alone this long (or its Retry-After, if longer), not asked every poll.
+VM_SIZES_RETRY: Final = 300.0
+_GIB: Final = 1024**3
 
 
 # --- Reading ARM's answers ---------------------------------------------------------
@@ -293,11 +306,68 @@ def _instance(vm: VirtualMachineScaleSetVM) -> Instance:
     )
 
 
+# --- Resource SKUs ----------------------------------------------------------------------
+
+
+def _sku_number(capabilities: Mapping[str, str], name: str) -> float | None:
+    try:
+        value = float(capabilities[name.lower()])
+    except (KeyError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _location_restriction(sku: ResourceSku, location: str) -> str:
+    """ARM's reason code when the SKU cannot be deployed anywhere in `location` for us; "" when it can.
+
+    Zone restrictions (some zones only) are not reported: the scale set may still grow in the others.
+    """
+    for restriction in sku.restrictions or ():
+        if _text(restriction.type).lower() != "location":
+            continue
+        info = restriction.restriction_info
+        where = [*(restriction.values_property or ()), *((info.locations or ()) if info is not None else ())]
+        if not where or any(w.lower() == location for w in where):
+            return _text(restriction.reason_code) or "Restricted"
+    return ""
+
+
+def _vm_size(sku: ResourceSku, location: str) -> VmSizeCapacity | None:
+    """A `virtualMachines` SKU listed for `location`; None for other resource types and locations, or without vCPUs and memory."""
+    if _text(sku.resource_type).lower() != "virtualmachines" or not sku.name:
+        return None
+    if location not in {loc.lower() for loc in sku.locations or ()}:
+        return None
+    capabilities = {_text(c.name).lower(): _text(c.value) for c in sku.capabilities or () if c.name}
+    # Constrained-core sizes (Standard_E4-2s_v3) keep the parent's vCPUs but show the guest only vCPUsAvailable.
+    vcpus = _sku_number(capabilities, "vCPUsAvailable") or _sku_number(capabilities, "vCPUs")
+    memory_gib = _sku_number(capabilities, "MemoryGB")  # ARM's "GB" here are GiB (a D4s_v5 says 16)
+    if not vcpus or memory_gib is None:
+        return None
+    gpus = _sku_number(capabilities, "GPUs") or 0.0  # a fractional GPU (a vGPU share) is no whole nvidia.com/gpu
+    return VmSizeCapacity(
+        name=_text(sku.name),
+        vcpus=int(vcpus),
+        memory_bytes=int(memory_gib * _GIB),
+        gpus=int(gpus),
+        restriction=_location_restriction(sku, location),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _SizesEntry:
+    """One location's listed sizes, and until when (monotonic seconds) they stand without asking ARM again."""
+
+    sizes: tuple[VmSizeCapacity, ...]
+    fresh_until: float
+
+
 # --- The adapter ------------------------------------------------------------------------
 
 
 class VmssCompute:
-    """`shared.ports.Compute` over the scale sets of some resource groups. Every method calls ARM.
+    """`shared.ports.Compute` over the scale sets of some resource groups. Every method calls ARM
+    (`list_vm_sizes` only when its cache for the location is stale).
 
     Discovery follows cluster-autoscaler: a scale set is a node group when tagged
     `cluster-autoscaler-enabled=true` and `cluster-autoscaler-name=<cluster>`,
@@ -311,11 +381,20 @@ class VmssCompute:
         cluster_name: str,
         resource_groups: Iterable[str],
         operation_wait: float,
+        vm_sizes_ttl: float = VM_SIZES_TTL,
+        vm_sizes_retry: float = VM_SIZES_RETRY,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._cluster_name = cluster_name
         self._resource_groups = tuple(resource_groups)
         self._operation_wait = max(0.0, operation_wait)
+        self._vm_sizes_ttl = vm_sizes_ttl
+        self._vm_sizes_retry = vm_sizes_retry
+        self._monotonic = monotonic
+        # Per process, by lower-cased location. The lock keeps concurrent polls from listing twice.
+        self._vm_sizes: dict[str, _SizesEntry] = {}
+        self._vm_sizes_lock = threading.Lock()
         # The generated operations hand this to their polling method to format relative status links; we do the same.
         self._base_url: str = client._config.base_url  # noqa: SLF001
 
@@ -451,6 +530,30 @@ class VmssCompute:
         except AzureError as exc:
             raise _compute_error(what, exc) from exc
         return _instance(vm)
+
+    def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
+        """The location's `virtualMachines` SKUs, from cache while fresh; never raises (see the module docstring)."""
+        key = location.strip().lower()
+        with self._vm_sizes_lock:
+            entry = self._vm_sizes.get(key)
+            now = self._monotonic()
+            if entry is not None and now < entry.fresh_until:
+                return list(entry.sizes)
+            what = f"list VM sizes (resource SKUs) in {key}"
+            try:
+                skus = self._arm(what, lambda: list(self._client.resource_skus.list(filter=f"location eq '{key}'")))
+                sizes = tuple(size for sku in skus if (size := _vm_size(sku, key)) is not None)
+            except (ComputeError, ValueError) as exc:  # ValueError: a body the SDK could not deserialize
+                stale = entry.sizes if entry is not None else ()
+                wait = max(self._vm_sizes_retry, getattr(exc, "retry_after", None) or 0.0)
+                problem = str(exc) if isinstance(exc, ComputeError) else f"{what}: {exc}"
+                fallback = f"keeping the {len(stale)} sizes listed before" if stale else "templates use the shipped table"
+                log.warning("%s; %s, next try in %gs", problem, fallback, wait)
+                self._vm_sizes[key] = _SizesEntry(stale, now + wait)
+                return list(stale)
+            log.info("listed %d VM sizes in %s; cached for %gs", len(sizes), key, self._vm_sizes_ttl)
+            self._vm_sizes[key] = _SizesEntry(sizes, now + self._vm_sizes_ttl)
+            return list(sizes)
 
     def list_node_groups(self) -> list[NodeGroup]:
         groups: list[NodeGroup] = []

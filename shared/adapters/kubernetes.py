@@ -20,12 +20,21 @@ from typing import Any, Final
 
 import urllib3
 from kubernetes import config as kube_config
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, V1DeleteOptions, V1Eviction, V1ObjectMeta
+from kubernetes.client import (
+    ApiClient,
+    Configuration,
+    CoreV1Api,
+    PolicyV1Api,
+    V1DeleteOptions,
+    V1Eviction,
+    V1ObjectMeta,
+)
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from shared.domain import (
     EMPTY_MAP,
+    DisruptionBudget,
     HostPort,
     LabelSelector,
     Node,
@@ -47,6 +56,7 @@ from shared.settings import Settings
 __all__ = [
     "KubernetesApiError",
     "KubernetesCluster",
+    "disruption_budget_from_json",
     "node_from_json",
     "pod_from_json",
     "pod_requests",
@@ -82,6 +92,27 @@ def _timestamp(text: str | None) -> datetime:
     # The API writes RFC 3339 in UTC ("2024-05-01T12:00:00Z"); 3.11 parses the Z.
     parsed = datetime.fromisoformat(text)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _optional_timestamp(text: Any, field: str) -> datetime | None:
+    """An RFC 3339 timestamp that may be absent (None); a malformed one raises ValueError naming `field`."""
+    if text is None or text == "":
+        return None
+    if not isinstance(text, str):
+        raise ValueError(f"{field}: not a timestamp: {text!r}")
+    try:
+        return _timestamp(text)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from None
+
+
+def _optional_int(value: Any, field: str) -> int | None:
+    """A whole number that may be absent (None); anything else raises ValueError naming `field`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field}: not a whole number: {value!r}")
+    return value
 
 
 def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -351,6 +382,21 @@ def _volume_constraints(spec: Mapping[str, Any], unsupported: list[str]) -> None
         unsupported.append("resourceClaims (dynamic resource allocation)")
 
 
+def _local_volumes(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """Names of the volumes whose data dies with the node: hostPath, and emptyDir not backed by memory.
+
+    An emptyDir with `medium: Memory` is a tmpfs that dies with the pod anyway, so moving the pod loses
+    nothing more than a restart would; every other medium ("" is the node's disk) lives on the node.
+    """
+    names = []
+    for volume in spec.get("volumes") or ():
+        if volume.get("hostPath") is not None:
+            names.append(str(volume.get("name") or ""))
+        elif volume.get("emptyDir") is not None and (volume.get("emptyDir") or {}).get("medium") != "Memory":
+            names.append(str(volume.get("name") or ""))
+    return tuple(names)
+
+
 def _scheduling(spec: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
     """The Pod fields that constrain placement, as keyword arguments."""
     unsupported: list[str] = []
@@ -393,7 +439,41 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         is_mirror=_MIRROR_ANNOTATION in annotations,
         deleting=bool(metadata.get("deletionTimestamp")),
         priority=int(spec.get("priority") or 0),
+        local_volumes=_local_volumes(spec),
+        started_at=_optional_timestamp(status.get("startTime"), "status.startTime"),
+        active_deadline_seconds=_optional_int(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds"),
+        termination_grace_seconds=_optional_int(
+            spec.get("terminationGracePeriodSeconds"), "spec.terminationGracePeriodSeconds"),
         **_scheduling(spec, labels),
+    )
+
+
+def disruption_budget_from_json(obj: Mapping[str, Any]) -> DisruptionBudget:
+    """A PodDisruptionBudget (policy/v1) in the API's JSON shape as the Eviction API enforces it.
+
+    A null selector selects no pod and an empty one every pod of the namespace (policy/v1).
+    `disruptions_allowed` is `status.disruptionsAllowed` (0 when missing), and 0 while the
+    disruption controller has not yet seen the budget's latest spec (`observedGeneration` below
+    `generation`), because the Eviction API refuses every eviction it guards until then. A selector
+    operator the API does not define raises ValueError: guessing could leave a pod unprotected.
+    """
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    unsupported: list[str] = []
+    selector = _label_selector(spec.get("selector"), "spec.selector", unsupported)
+    if unsupported:
+        raise ValueError(unsupported[0])
+    allowed = _optional_int(status.get("disruptionsAllowed"), "status.disruptionsAllowed") or 0
+    generation = _optional_int(metadata.get("generation"), "metadata.generation") or 0
+    observed = _optional_int(status.get("observedGeneration"), "status.observedGeneration") or 0
+    if observed < generation:
+        allowed = 0
+    return DisruptionBudget(
+        namespace=metadata.get("namespace", ""),
+        name=metadata.get("name", ""),
+        selector=selector,
+        disruptions_allowed=max(0, allowed),
     )
 
 
@@ -474,6 +554,7 @@ class KubernetesCluster:
     ) -> None:
         self._api_client = api_client
         self._core = CoreV1Api(api_client)
+        self._policy = PolicyV1Api(api_client)
         self._timeout = request_timeout
         self._page_size = page_size
         self._conflict_retries = conflict_retries
@@ -515,7 +596,7 @@ class KubernetesCluster:
     # -- plumbing ---------------------------------------------------------------
 
     def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call a CoreV1Api method without preloading; any failure becomes KubernetesApiError."""
+        """Call an API method (CoreV1Api, PolicyV1Api) without preloading; any failure becomes KubernetesApiError."""
         try:
             return method(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
         except ApiException as exc:
@@ -596,6 +677,22 @@ class KubernetesCluster:
         items = self._pages(what, self._core.list_pod_for_all_namespaces, field_selector=selector)
         return [self._converted(what, pod_from_json, o) for o in items]
 
+    def get_config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        what = f"get configmap {namespace}/{name}"
+        try:
+            raw = self._json(what, self._core.read_namespaced_config_map, name, namespace)
+        except KubernetesApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return {str(k): str(v) for k, v in (raw.get("data") or {}).items()}
+
+    def list_disruption_budgets(self) -> list[DisruptionBudget]:
+        """Every PodDisruptionBudget (policy/v1) of every namespace."""
+        what = "list poddisruptionbudgets"
+        items = self._pages(what, self._policy.list_pod_disruption_budget_for_all_namespaces)
+        return [self._converted(what, disruption_budget_from_json, o) for o in items]
+
     # -- writes -----------------------------------------------------------------
 
     def _patch_node_guarded(
@@ -659,6 +756,27 @@ class KubernetesCluster:
             return {"unschedulable": None, "taints": kept or None}
 
         self._patch_node_guarded(node_name, f"uncordon node {node_name}", change, missing_ok=True)
+
+    def add_taint(self, node_name: str, *, taint: Taint) -> None:
+        """Add `taint` (matched on key and effect) unless present; a no-op on a missing node."""
+
+        def change(spec: dict[str, Any]) -> dict[str, Any] | None:
+            taints = list(spec.get("taints") or [])
+            if any(t.get("key") == taint.key and t.get("effect") == taint.effect for t in taints):
+                return None
+            return {"taints": [*taints, _taint_json(taint)]}
+
+        self._patch_node_guarded(node_name, f"taint node {node_name}", change, missing_ok=True)
+
+    def remove_taint(self, node_name: str, *, taint_key: str) -> None:
+        """Drop every taint with `taint_key`, leaving cordoning alone; a no-op on a missing node."""
+
+        def change(spec: dict[str, Any]) -> dict[str, Any] | None:
+            taints = list(spec.get("taints") or [])
+            kept = [t for t in taints if t.get("key") != taint_key]
+            return None if len(kept) == len(taints) else {"taints": kept or None}
+
+        self._patch_node_guarded(node_name, f"untaint node {node_name}", change, missing_ok=True)
 
     def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionOutcome:
         """POST an Eviction (policy/v1): 429 means a PodDisruptionBudget forbids it right now."""

@@ -312,6 +312,10 @@ class PlacementState:
                 assert isinstance(name, str)
                 self._remove_node(name)
 
+    def placed_since(self, checkpoint: int) -> set[str]:
+        """The nodes that received a pod since `checkpoint`."""
+        return {str(entry[2]) for entry in self._journal[checkpoint:] if entry[0] == "pod"}
+
     # -- queries ----------------------------------------------------------------------
 
     def node(self, name: str) -> NodeView:

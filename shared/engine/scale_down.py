@@ -1,29 +1,60 @@
-"""Scale-down planning: which nodes are unneeded, and which of them to remove now.
+"""Scale-down planning: which nodes are unneeded, which to remove now, in which order, and why the rest stay.
 
-Pure module, no side effects. This slice removes only nodes that hold nothing
-but DaemonSet and mirror pods; utilisation-based removal and drains of busy
-nodes come with the batch-safe scale-down engine.
+Pure module, no side effects. Like cluster-autoscaler's planner, with batch work
+protected:
+
+1. A node is a candidate when it belongs to a discovered group, is not opted out,
+   and its utilisation (`utilization.node_utilization`) is below its group's
+   threshold. A NotReady node is a candidate whatever its utilisation, on the
+   unready clock. Measured CPU above SCALE_DOWN_MEASURED_CPU_THRESHOLD keeps it.
+2. Its pods are sorted by `drainability`: some pin the node, batch pods are waited
+   for, the rest must move.
+3. Removing candidates is simulated together, in removal order, on one placement
+   state: each candidate's movable pods must pass every scheduler filter on a node
+   that stays, taking the room earlier candidates' pods took (shared free capacity
+   counts once). PodDisruptionBudgets are counted across the candidates too.
+4. A candidate that passes is unneeded from now on (or since it first was); after
+   its group's unneeded (or unready) time it is removed, unless a guard rail says
+   otherwise: the group's minimum, cooldowns, the cluster's minimum cores and
+   memory, MAX_SCALE_DOWN_PARALLELISM.
+
+Order of removal: empty nodes first, then the nodes whose pods are cheapest to
+move (fewest pods, then least utilised, then oldest), then the nodes whose batch
+pods end soonest. Never newest first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from shared.domain import ClusterSnapshot, GroupState, Node, Pod
+from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, Pod
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
-from shared.engine.predicates import pod_requests, static_mismatch
+from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of, pods_by_node
+from shared.engine.limits import ClusterLimits, cluster_totals, removal_blocked
+from shared.engine.placement import NodeView, PlacementState
+from shared.engine.pod_rules import is_virtual_node
+from shared.engine.predicates import check, pod_requests, static_mismatch
 from shared.engine.scale_up import pending_pods
+from shared.engine.utilization import Utilization, UtilizationRules, node_utilization
+from shared.quantities import parse_duration
 
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+OPTIONS_TAG = "k8s.io_cluster-autoscaler_node-template_autoscaling-options_"
 
 
 @dataclass(frozen=True, slots=True)
 class ScaleDownOptions:
     unneeded_time: timedelta = timedelta(minutes=10)
+    unready_time: timedelta = timedelta(minutes=20)
     max_parallelism: int = 10
     delays: ScaleDownDelays = ScaleDownDelays()
+    utilization: UtilizationRules = UtilizationRules()
+    drain: DrainRules = DrainRules()
+    measured_cpu_threshold: float = 0.5  # SCALE_DOWN_MEASURED_CPU_THRESHOLD
+    limits: ClusterLimits = ClusterLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +63,84 @@ class Removal:
     group_id: str
     provider_id: str
     unneeded_since: datetime
+    kind: str  # "empty" | "drain" (pods to move) | "batch" (batch pods to wait for) | "unready"
+    utilization: float
+    node_age: timedelta
+    move: tuple[str, ...] = ()  # pods to evict
+    wait: tuple[str, ...] = ()  # batch pods the node waits for
 
 
 @dataclass(frozen=True, slots=True)
 class ScaleDownPlan:
     unneeded: Mapping[str, datetime] = field(default_factory=dict)  # the new unneeded-since map
     removals: tuple[Removal, ...] = ()
-    kept: Mapping[str, str] = field(default_factory=dict)  # unneeded nodes not removed now, and why
+    kept: Mapping[str, str] = field(default_factory=dict)  # candidates not removed now, and why
+    utilization: Mapping[str, float] = field(default_factory=dict)  # every group node, for the log and summaries
+
+
+# --- per-group rules from the scale set's tags --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRules:
+    threshold: float
+    gpu_threshold: float
+    unneeded_time: timedelta
+    unready_time: timedelta
+
+
+def group_rules(group: NodeGroup, options: ScaleDownOptions) -> GroupRules:
+    """The options' values, overridden by CA's `autoscaling-options` tags on the scale set.
+
+    A malformed tag raises ValueError naming the tag and the group: the poll reports it
+    rather than scale a group down by a rule its operator did not write.
+    """
+    rules = GroupRules(options.utilization.threshold, options.utilization.gpu_threshold,
+                       options.unneeded_time, options.unready_time)
+    tags = {k.lower(): v for k, v in group.tags.items() if k.lower().startswith(OPTIONS_TAG)}
+    parsers = {
+        "scaledownutilizationthreshold": ("threshold", _fraction),
+        "scaledowngpuutilizationthreshold": ("gpu_threshold", _fraction),
+        "scaledownunneededtime": ("unneeded_time", parse_duration),
+        "scaledownunreadytime": ("unready_time", parse_duration),
+    }
+    for key, value in tags.items():
+        option = key[len(OPTIONS_TAG):]
+        if option not in parsers:
+            continue  # options we do not implement per group (ignoredaemonsetsutilization...) keep the global value
+        attr, parse = parsers[option]
+        try:
+            rules = replace(rules, **{attr: parse(value)})
+        except ValueError as exc:
+            raise ValueError(f"scale set {group.id}: tag {key}: {exc}") from exc
+    return rules
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise ValueError(f"{text!r} is not between 0 and 1")
+    return value
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    node: Node
+    group: NodeGroup
+    drain: NodeDrain
+    utilization: Utilization
+    unready: bool
+
+    @property
+    def kind(self) -> str:
+        if self.unready:
+            return "unready"
+        if self.drain.wait:
+            return "batch"
+        return "drain" if self.drain.move else "empty"
 
 
 def plan_scale_down(
@@ -48,67 +150,181 @@ def plan_scale_down(
     group_states: Mapping[str, GroupState],
     now: datetime,
     options: ScaleDownOptions = ScaleDownOptions(),
+    measured_cpu: Mapping[str, float] | None = None,
 ) -> ScaleDownPlan:
+    """`measured_cpu`: node -> measured CPU usage (0..1) from Azure Monitor; None when no source answered."""
     groups = {g.id: g for g in snapshot.groups}
+    rules = {g.id: group_rules(g, options) for g in snapshot.groups}
+    on_node = pods_by_node(p for p in snapshot.pods if not p.is_finished)
+    in_flight = {node for state in group_states.values() for node in state.deleting}
     waiting = pending_pods(snapshot)
-    busy = {p.node_name for p in snapshot.pods if p.node_name and not p.is_finished and not p.is_node_bound_system_pod}
 
-    unneeded: dict[str, datetime] = {}
     kept: dict[str, str] = {}
+    utilization: dict[str, float] = {}
+    candidates: list[_Candidate] = []
     for node in snapshot.nodes:
         ref = node.instance
-        if ref is None or ref.group_id not in groups or node.name in busy:
+        if ref is None or ref.group_id not in groups or is_virtual_node(node):
+            continue  # never touch a node we cannot map to an instance of a discovered group
+        group = groups[ref.group_id]
+        group_rule = rules[group.id]
+        pods = on_node.get(node.name, [])
+        used = node_utilization(node, pods, rules=replace(
+            options.utilization, threshold=group_rule.threshold, gpu_threshold=group_rule.gpu_threshold))
+        utilization[node.name] = used.value
+        if node.name in in_flight or node.is_being_deleted:
+            continue  # its removal is under way; the executor owns it
+        if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
+            kept[node.name] = f"annotation {SCALE_DOWN_DISABLED}=true"
             continue
-        reason = _not_removable(node)
-        if reason is None and any(_could_run(p, node) for p in waiting):
-            reason = "pending pods could use it"
-        if reason is not None:
-            if reason != "pending pods could use it":
-                kept[node.name] = reason
+        if node.unschedulable:
+            kept[node.name] = "cordoned by someone else"
             continue
-        unneeded[node.name] = unneeded_since.get(node.name, now)
+        unready = not node.ready
+        if not unready and not used.low:
+            continue  # needed: not a candidate, nothing to report
+        if not unready and measured_cpu is not None and node.name in measured_cpu:
+            measured = measured_cpu[node.name]
+            if measured > options.measured_cpu_threshold:
+                kept[node.name] = (f"measured CPU {measured:.2f} above {options.measured_cpu_threshold:.2f} "
+                                   f"({used.describe()} by requests)")
+                continue
+        drain = drain_of(pods, options.drain, snapshot.disruption_budgets)
+        if drain.pinned_by is not None:
+            kept[node.name] = drain.pinned_by
+            continue
+        if not unready and any(_could_run(p, node) for p in waiting):
+            kept[node.name] = "pending pods could use it"
+            continue
+        candidates.append(_Candidate(node, group, drain, used, unready))
 
+    candidates.sort(key=_removal_order)
+    unneeded_order = _simulate_removal(snapshot, candidates, kept)
+    unneeded = {c.node.name: unneeded_since.get(c.node.name, now) for c in unneeded_order}
+    removals = _choose(unneeded_order, unneeded, group_states, rules, snapshot, kept, now=now, options=options)
+    return ScaleDownPlan(unneeded=unneeded, removals=tuple(removals), kept=kept, utilization=utilization)
+
+
+def _removal_order(candidate: _Candidate) -> tuple[object, ...]:
+    """Empty first, then cheapest to move, then batch nodes whose work ends soonest; oldest node on ties."""
+    drain, node = candidate.drain, candidate.node
+    tier = {"unready": 0, "empty": 0, "drain": 1, "batch": 2}[candidate.kind]
+    ends = max((_expected_end(p) for p in drain.wait), default=0.0)
+    return (tier, ends, len(drain.move), candidate.utilization.value, node.created_at, node.name)
+
+
+def _expected_end(pod: Pod) -> float:
+    """When a batch pod will be done, as a timestamp; infinity when nothing bounds it."""
+    if pod.started_at is not None and pod.active_deadline_seconds is not None:
+        return pod.started_at.timestamp() + pod.active_deadline_seconds
+    return math.inf
+
+
+def _simulate_removal(
+    snapshot: ClusterSnapshot, candidates: Sequence[_Candidate], kept: dict[str, str]
+) -> list[_Candidate]:
+    """The candidates whose movable pods fit elsewhere, with every earlier such candidate removed too."""
+    state = PlacementState.from_cluster((NodeView.of(n) for n in snapshot.nodes), snapshot.pods)
+    removed: set[str] = set()
+    received: dict[str, str] = {}  # candidate -> a node whose pods it takes in this plan
+    # Nodes that stay come first; then candidates, last to be removed first, so pods move
+    # onto the nodes least likely to go.
+    rank = {c.node.name: i for i, c in enumerate(candidates)}
+    destinations = sorted(
+        (n.name for n in snapshot.nodes
+         if n.ready and not n.unschedulable and not n.is_being_deleted and not is_virtual_node(n)),
+        key=lambda name: (name in rank, -rank.get(name, 0), name),
+    )
+    budgets = Budgets(snapshot.disruption_budgets)
+    passed: list[_Candidate] = []
+    for candidate in candidates:
+        name = candidate.node.name
+        if name in received:
+            # The plan moved pods here; removing it too would need those pods to move again.
+            kept[name] = f"takes the pods of {received[name]}, removed before it"
+            continue
+        short = budgets.short(candidate.drain.move)
+        if short is not None:
+            kept[name] = short
+            continue
+        checkpoint = state.checkpoint()
+        blocked = None
+        for pod in sorted(candidate.drain.move, key=lambda p: (-pod_requests(p).cpu_milli, p.key)):
+            requests = pod_requests(pod)
+            # The pod's copy on the candidate still counts in the state: conservative for spread
+            # and anti-affinity (the scheduler would see it gone), never optimistic.
+            moving = replace(pod, node_name=None)
+            target = next(
+                (d for d in destinations
+                 if d != name and d not in removed and check(moving, state.node(d), state, requests) is None),
+                None,
+            )
+            if target is None:
+                blocked = f"no other node can take pod {pod.key}"
+                break
+            state.place(moving, target, requests)
+        if blocked is not None:
+            state.rollback(checkpoint)
+            kept[name] = blocked
+            continue
+        for placed in state.placed_since(checkpoint):
+            received.setdefault(placed, name)
+        budgets.take(candidate.drain.move)
+        removed.add(name)
+        passed.append(candidate)
+    return passed
+
+
+def _choose(
+    unneeded_order: Sequence[_Candidate],
+    unneeded: Mapping[str, datetime],
+    group_states: Mapping[str, GroupState],
+    rules: Mapping[str, GroupRules],
+    snapshot: ClusterSnapshot,
+    kept: dict[str, str],
+    *,
+    now: datetime,
+    options: ScaleDownOptions,
+) -> list[Removal]:
+    """The unneeded nodes due for removal now, in removal order, within every guard rail."""
     in_flight = sum(len(s.deleting) for s in group_states.values())
     budget = options.max_parallelism - in_flight
-    planned_per_group: dict[str, int] = {}
+    planned: dict[str, int] = {}
+    totals = cluster_totals(snapshot)
     removals: list[Removal] = []
-    nodes = {node.name: node for node in snapshot.nodes}
-    for name, since in sorted(unneeded.items(), key=lambda item: (item[1], item[0])):
-        node = nodes[name]
-        ref = node.instance
-        assert ref is not None  # filtered above
-        group = groups[ref.group_id]
-        state = group_states.get(group.id, GroupState(group.id))
-        if now - since < options.unneeded_time:
-            kept[name] = f"unneeded for {int((now - since).total_seconds())}s of {int(options.unneeded_time.total_seconds())}s"
+    for candidate in unneeded_order:
+        node, group = candidate.node, candidate.group
+        name = node.name
+        since = unneeded[name]
+        wait_for = rules[group.id].unready_time if candidate.unready else rules[group.id].unneeded_time
+        if now - since < wait_for:
+            state = "unready" if candidate.unready else "unneeded"
+            kept[name] = f"{state} for {int((now - since).total_seconds())}s of {int(wait_for.total_seconds())}s"
             continue
+        state = group_states.get(group.id, GroupState(group.id))
         blocked = scale_down_blocked(state, now=now, delays=options.delays)
-        planned = planned_per_group.get(group.id, 0)
         if blocked:
             kept[name] = blocked
-        elif group.target_size - len(state.deleting) - planned <= group.min_size:
-            kept[name] = f"group at minimum size {group.min_size}"
-        elif budget <= 0:
-            kept[name] = f"max scale-down parallelism {options.max_parallelism} reached"
-        elif name in state.deleting:
-            kept[name] = "scale-down already in progress"
-        else:
-            removals.append(Removal(name, group.id, node.provider_id, since))
-            planned_per_group[group.id] = planned + 1
-            budget -= 1
-    return ScaleDownPlan(unneeded=unneeded, removals=tuple(removals), kept=kept)
-
-
-def _not_removable(node: Node) -> str | None:
-    if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
-        return "scale-down disabled by annotation"
-    if node.is_being_deleted:
-        return "being deleted"
-    if not node.ready:
-        return "not ready"
-    if node.unschedulable:
-        return "cordoned by someone else"
-    return None
+            continue
+        if group.target_size - len(state.deleting) - planned.get(group.id, 0) <= group.min_size:
+            kept[name] = f"group {group.id} at its minimum size {group.min_size}"
+            continue
+        limit = removal_blocked(node.allocatable, totals=totals, limits=options.limits)
+        if limit:
+            kept[name] = limit
+            continue
+        if budget <= 0:
+            kept[name] = f"MAX_SCALE_DOWN_PARALLELISM ({options.max_parallelism}) nodes already being removed"
+            continue
+        removals.append(Removal(
+            node=name, group_id=group.id, provider_id=node.provider_id, unneeded_since=since, kind=candidate.kind,
+            utilization=candidate.utilization.value, node_age=now - node.created_at,
+            move=tuple(p.key for p in candidate.drain.move), wait=tuple(p.key for p in candidate.drain.wait),
+        ))
+        planned[group.id] = planned.get(group.id, 0) + 1
+        totals = totals.plus(-1, node.allocatable)
+        budget -= 1
+    return removals
 
 
 def _could_run(pod: Pod, node: Node) -> bool:

@@ -2,7 +2,11 @@
 
 Pure module, no side effects. Sources, best first: a live Ready node of the group;
 else cluster-autoscaler's node-template tags on the scale set; else the VM size's
-capacity minus a system reservation, so scale-from-zero does not over-promise.
+capacity minus a system reservation, so scale-from-zero does not over-promise. The
+capacity comes from the Compute resource SKUs API when observe listed the size, else
+from a shipped table (`vm_sizes`); `NodeTemplate.source` says which: `live-node`,
+`tags`, `vm-size:skus-api` or `vm-size:table`. The SKU's capacity also fills in what
+resource tags leave out (a GPU count, the disk) and decides the accelerator label.
 
 Tags, as cluster-autoscaler's Azure provider reads them (azure_template.go):
 
@@ -34,7 +38,7 @@ topology (anti-affinity, spread) tells planned nodes apart.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from shared.domain import (
     LABEL_AZURE_DISK_ZONE,
@@ -50,10 +54,11 @@ from shared.domain import (
     Pod,
     Resources,
     Taint,
+    VmSizeCapacity,
 )
 from shared.engine.placement import matches_node_affinity, tolerates_all
 from shared.engine.predicates import pod_requests
-from shared.engine.vm_sizes import allocatable_for_vm_size, has_nvidia_gpu
+from shared.engine.vm_sizes import NO_SIZES, allocatable_for_capacity, nvidia_gpus, vm_size_capacity
 from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
 
 TAG_PREFIX = "k8s.io_cluster-autoscaler_node-template_"
@@ -95,22 +100,44 @@ def next_zone(group: NodeGroup, nodes_per_zone: Mapping[str, int]) -> str | None
     return min(group.zones, key=lambda z: (nodes_per_zone.get(zone_label_value(group.location, z), 0), z))
 
 
-def build_templates(groups: Iterable[NodeGroup], nodes: Iterable[Node]) -> dict[str, NodeTemplate]:
+def _live_nodes(nodes: Iterable[Node]) -> dict[str, Node]:
+    """One Ready node per group id that is not being removed: the best template there is."""
     live: dict[str, Node] = {}
     for node in nodes:
         ref = node.instance
         if ref is not None and node.ready and not node.is_being_deleted:
             live.setdefault(ref.group_id, node)
+    return live
+
+
+def build_templates(
+    groups: Iterable[NodeGroup],
+    nodes: Iterable[Node],
+    *,
+    vm_sizes: Mapping[str, VmSizeCapacity] = NO_SIZES,
+) -> dict[str, NodeTemplate]:
+    """A template per group that can have one; `vm_sizes` are the SKU capacities observed, by lower-cased name."""
+    live = _live_nodes(nodes)
     templates: dict[str, NodeTemplate] = {}
     for group in groups:
         node = live.get(group.id)
         if node is not None:
             templates[group.id] = template_from_node(node, group)
         else:
-            template = template_from_tags(group)
+            template = template_from_tags(group, vm_sizes=vm_sizes)
             if template is not None:
                 templates[group.id] = template
     return templates
+
+
+def groups_needing_vm_size(groups: Iterable[NodeGroup], nodes: Iterable[Node]) -> list[NodeGroup]:
+    """Groups whose template must size the node from its VM size: no live Ready node, no cpu and memory tags.
+
+    Observe reads the resource SKUs API only for these, so a cluster whose groups all
+    have nodes (or tags) makes no extra ARM call.
+    """
+    live = _live_nodes(nodes)
+    return [g for g in groups if g.id not in live and not {"cpu", "memory"} <= _resource_tags(g).keys()]
 
 
 def template_from_node(node: Node, group: NodeGroup | None = None) -> NodeTemplate:
@@ -125,7 +152,8 @@ def template_from_node(node: Node, group: NodeGroup | None = None) -> NodeTempla
     return NodeTemplate(allocatable=node.allocatable, labels=labels, taints=taints, source="live-node")
 
 
-def template_from_tags(group: NodeGroup) -> NodeTemplate | None:
+def template_from_tags(group: NodeGroup, *, vm_sizes: Mapping[str, VmSizeCapacity] = NO_SIZES) -> NodeTemplate | None:
+    """The template of an empty group: its tags, over its VM size's capacity (`vm_sizes` first, then the table)."""
     arch = "arm64" if _ARM64_SIZE.match(group.vm_size) else "amd64"
     pool = next((group.tags[t] for t in _POOL_NAME_TAGS if group.tags.get(t)), group.name)
     labels: dict[str, str] = {
@@ -143,30 +171,39 @@ def template_from_tags(group: NodeGroup) -> NodeTemplate | None:
         labels[LABEL_REGION] = labels[LABEL_REGION_LEGACY] = group.location.lower()
     if len(group.zones) <= 1:
         labels.update(zone_labels(group, group.zones[0] if group.zones else None))
-    if has_nvidia_gpu(group.vm_size):
+    sized = vm_size_capacity(group.vm_size, vm_sizes)
+    if sized is not None and nvidia_gpus(sized[0]) > 0:
         labels[ACCELERATOR_LABEL] = "nvidia"
     taints: list[Taint] = []
     resources: dict[str, str] = {}
-    for key, value in group.tags.items():
-        if not key.startswith(TAG_PREFIX):
-            continue
-        rest = key[len(TAG_PREFIX):]
-        kind, _, name = rest.partition("_")
-        if not name:
-            continue
+    for kind, name, value in _template_tags(group):
         if kind == "label":
-            labels[decode_tag_key(name)] = value
+            labels[name] = value
         elif kind == "taint":
             taint_value, _, effect = value.rpartition(":")
-            taints.append(Taint(decode_tag_key(name), taint_value, effect or "NoSchedule"))
+            taints.append(Taint(name, taint_value, effect or "NoSchedule"))
         elif kind == "resources":
-            resources[decode_tag_key(name)] = value
-    base = allocatable_for_vm_size(group.vm_size)
+            resources[name] = value
+    base = None if sized is None else allocatable_for_capacity(sized[0])
     if base is None and not {"cpu", "memory"} <= resources.keys():
         return None
     allocatable = apply_resource_tags(base or Resources(pods=110), resources)
-    source = "tags" if resources else "vm-size"
+    source = "tags" if resources or sized is None else f"vm-size:{sized[1]}"
     return NodeTemplate(allocatable=allocatable, labels=labels, taints=tuple(taints), source=source)
+
+
+def _template_tags(group: NodeGroup) -> Iterator[tuple[str, str, str]]:
+    """(kind, decoded name, value) of each node-template tag; kind is `label`, `taint` or `resources`."""
+    for key, value in group.tags.items():
+        if not key.startswith(TAG_PREFIX):
+            continue
+        kind, _, name = key[len(TAG_PREFIX):].partition("_")
+        if name:
+            yield kind, decode_tag_key(name), value
+
+
+def _resource_tags(group: NodeGroup) -> dict[str, str]:
+    return {name: value for kind, name, value in _template_tags(group) if kind == "resources"}
 
 
 def planned_node_labels(template: NodeTemplate, group: NodeGroup, name: str, zone: str | None) -> dict[str, str]:

@@ -24,12 +24,13 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from shared.actions import InvalidAction, ScaleAction, decode_action, encode_action
-from shared.domain import TO_BE_DELETED_TAINT, GroupState, NodeGroup, Taint
+from shared.domain import TO_BE_DELETED_TAINT, GroupState, NodeGroup, Pod, Taint
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.cooldowns import scale_down_blocked
-from shared.ports import ComputeError, LedgerEntry, Operation, Ports
+from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
+from shared.ports import ClusterEvent, ComputeError, LedgerEntry, Operation, Ports
 from shared.services import ledger
-from shared.services.utilization import scale_down_options
+from shared.services.utilization import drain_rules, scale_down_options
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 Outcome = Literal["succeeded", "waiting", "skipped", "rejected", "duplicate", "failed", "dry-run"]
 
 _CAS_ATTEMPTS = 5
+DEFAULT_GRACE_SECONDS = 30  # the API's default terminationGracePeriodSeconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +147,9 @@ class Executor:
             )
         if self._ports.compute.get_instance(group, ref.instance_id) is None:
             return self._finish(action, entry, "skipped", f"instance {ref.instance_id} is not in {group.id}", now=now)
-        busy = [p.key for p in self._ports.cluster.list_pods_on_node(node.name) if not p.is_node_bound_system_pod]
-        if busy:
-            return self._finish(action, entry, "skipped", f"node no longer idle: {', '.join(busy[:3])}", now=now)
+        pinned = self._drain_of(node.name).pinned_by
+        if pinned:
+            return self._finish(action, entry, "skipped", f"no longer removable: {pinned}", now=now)
         refusal = self._reserve_removal(group, node.name, action.id, now=now)
         if refusal:
             return self._finish(action, entry, "skipped", refusal, now=now)
@@ -156,25 +158,58 @@ class Executor:
             return self._finish(action, entry, "dry-run", f"would remove node {node.name}", now=now)
         log.info("cordoning %s for removal (action %s)", node.name, action.id)
         self._ports.cluster.cordon(node.name, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
+        self._ports.events.emit(ClusterEvent("default", "Node", node.name, "", "ScaleDown",
+                                             f"marked the node as toBeDeleted/unschedulable: {action.reason}", now))
         return self._continue(action.at_step("drain", now=now), entry, delay=timedelta(0), now=now)
 
+    def _drain_of(self, node_name: str) -> NodeDrain:
+        pods = self._ports.cluster.list_pods_on_node(node_name)
+        budgets = self._ports.cluster.list_disruption_budgets() if any(p.namespace == KUBE_SYSTEM for p in pods) else []
+        return drain_of(pods, drain_rules(self._settings), budgets)
+
     def _drain(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
+        """Evict the pods that may move, wait for batch pods to finish, then go on to delete.
+
+        Runs again every few seconds while pods are leaving, every BATCH_CHECK_INTERVAL while
+        only batch pods run; never waits in-process.
+        """
         assert action.node is not None
-        pods = [p for p in self._ports.cluster.list_pods_on_node(action.node) if not p.is_node_bound_system_pod]
-        if not pods:
-            return self._continue(action.at_step("delete", now=now), entry, delay=timedelta(0), now=now)
-        batch = [p.key for p in pods if p.owner is not None and p.owner.kind == "Job" and not p.deleting]
-        if batch:
-            # A Job pod landed before the taint did: never kill batch work to save a node.
-            return self._abort_removal(action, entry, f"batch pods started on the node: {', '.join(batch[:3])}", now=now)
+        drain = self._drain_of(action.node)
+        if drain.pinned_by is not None:
+            # A pod that must not be disrupted landed before the taint did: keep the node.
+            return self._abort_removal(action, entry, f"no longer removable: {drain.pinned_by}", now=now)
         started = action.step_started_at or action.created_at
-        if now - started > self._settings.max_pod_eviction_time:
-            return self._abort_removal(action, entry, "pods did not leave within MAX_POD_EVICTION_TIME", now=now)
-        for pod in pods:
-            if not pod.deleting:
-                outcome = self._ports.cluster.evict(pod.namespace, pod.name)
-                log.info("evicting %s from %s: %s", pod.key, action.node, outcome)
-        return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
+        move, wait = list(drain.move), list(drain.wait)
+        evict_from = started
+        timeout = self._settings.batch_drain_timeout
+        if wait and timeout > timedelta(0) and now - started >= timeout:
+            log.warning("node %s: batch pods still running after BATCH_DRAIN_TIMEOUT (%s); evicting them: %s",
+                        action.node, timeout, ", ".join(p.key for p in wait[:3]))
+            move, wait, evict_from = move + wait, [], started + timeout
+        leaving = [p for p in move if not p.deleting]
+        if not move and not wait:
+            return self._continue(action.at_step("delete", now=now), entry, delay=timedelta(0), now=now)
+        if leaving and now - evict_from > self._settings.max_pod_eviction_time:
+            return self._abort_removal(
+                action, entry, f"pods not evicted within MAX_POD_EVICTION_TIME: {', '.join(p.key for p in leaving[:3])}",
+                now=now,
+            )
+        for pod in leaving:
+            outcome = self._ports.cluster.evict(pod.namespace, pod.name, grace_period_seconds=self._grace(pod))
+            log.info("evicting %s from %s: %s", pod.key, action.node, outcome)
+            if outcome == "evicted":
+                self._ports.events.emit(ClusterEvent(
+                    pod.namespace, "Pod", pod.name, pod.uid, "ScaleDown",
+                    f"deleting pod for node scale down (node {action.node})", now))
+        delay = self._settings.step_retry_delay if move else self._settings.batch_check_interval
+        detail = f"waiting for {len(wait)} batch pod(s)" if not move else f"{len(move)} pod(s) leaving"
+        return self._continue(action.retried(), entry, delay=delay, now=now, detail=detail)
+
+    def _grace(self, pod: Pod) -> int | None:
+        """The pod's own grace period, capped at MAX_GRACEFUL_TERMINATION_SEC (None: the pod's own applies)."""
+        cap = self._settings.max_graceful_termination_sec
+        own = pod.termination_grace_seconds if pod.termination_grace_seconds is not None else DEFAULT_GRACE_SECONDS
+        return cap if own > cap else None
 
     def _delete(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
         assert action.provider_id is not None
@@ -237,6 +272,8 @@ class Executor:
         log.warning("removal of %s aborted: %s (action %s)", action.node, why, action.id)
         if self._ports.cluster.get_node(action.node) is not None:
             self._ports.cluster.uncordon(action.node, taint_key=TO_BE_DELETED_TAINT)
+            self._ports.events.emit(ClusterEvent("default", "Node", action.node, "", "ScaleDownFailed",
+                                                 f"scale-down of the node cancelled: {why}", now, "Warning"))
         node = action.node
 
         def release(state: GroupState) -> GroupState:

@@ -5,31 +5,65 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from shared.domain import ClusterSnapshot
-from shared.engine.templates import build_templates
-from shared.ports import ComputeError, Ports
+from collections.abc import Sequence
+
+from shared.domain import ClusterSnapshot, Node, NodeGroup, VmSizeCapacity
+from shared.engine.templates import build_templates, groups_needing_vm_size
+from shared.ports import Compute, ComputeError, Ports
 
 log = logging.getLogger(__name__)
 
 
-def observe(ports: Ports, *, now: datetime) -> ClusterSnapshot:
-    """One consistent-enough view: groups first, so nodes booting meanwhile count as upcoming, not missing."""
+def observe(ports: Ports, *, now: datetime, with_budgets: bool = False) -> ClusterSnapshot:
+    """One consistent-enough view: groups first, so nodes booting meanwhile count as upcoming, not missing.
+
+    `with_budgets` also lists PodDisruptionBudgets, which only scale-down needs.
+    """
     groups = ports.compute.list_node_groups()
     nodes = ports.cluster.list_nodes()
     pods = ports.cluster.list_pods()
+    budgets = ports.cluster.list_disruption_budgets() if with_budgets else []
+    vm_sizes = scale_from_zero_sizes(ports.compute, groups, nodes)
     return ClusterSnapshot(
         taken_at=now,
         nodes=tuple(nodes),
         pods=tuple(pods),
         groups=tuple(groups),
-        templates=build_templates(groups, nodes),
+        templates=build_templates(groups, nodes, vm_sizes=vm_sizes),
+        vm_sizes=vm_sizes,
+        disruption_budgets=tuple(budgets),
     )
 
 
-def observe_or_skip(ports: Ports, *, now: datetime) -> ClusterSnapshot | None:
+def scale_from_zero_sizes(
+    compute: Compute, groups: Sequence[NodeGroup], nodes: Sequence[Node]
+) -> dict[str, VmSizeCapacity]:
+    """SKU capacities of the sizes of groups that need a VM-size template, by lower-cased name.
+
+    Only those groups' locations are listed (and the adapter caches each for hours), so a
+    cluster whose groups all have a live node or resource tags makes no extra ARM call.
+    """
+    needy = groups_needing_vm_size(groups, nodes)
+    sizes: dict[str, VmSizeCapacity] = {}
+    for location in sorted({g.location.lower() for g in needy if g.location}):
+        listed = {size.name.lower(): size for size in compute.list_vm_sizes(location)}
+        for group in (g for g in needy if g.location.lower() == location):
+            size = listed.get(group.vm_size.lower())
+            if size is None:
+                continue
+            sizes.setdefault(group.vm_size.lower(), size)
+            if size.restriction:
+                log.warning(
+                    "scale set %s: VM size %s is not available to this subscription in %s (%s); its scale-ups will fail",
+                    group.id, size.name, location, size.restriction,
+                )
+    return sizes
+
+
+def observe_or_skip(ports: Ports, *, now: datetime, with_budgets: bool = False) -> ClusterSnapshot | None:
     """observe(), or None when ARM throttles us: a skipped tick is harmless, a retry storm is not."""
     try:
-        return observe(ports, now=now)
+        return observe(ports, now=now, with_budgets=with_budgets)
     except ComputeError as exc:
         if exc.code != "TooManyRequests":
             raise

@@ -6,10 +6,12 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+import yaml
+
 from shared.actions import new_scale_up
 from shared.domain import ClusterSnapshot
 from shared.engine.backoff import after_failure, backoff_reason
-from shared.engine.expanders import parse_priorities
+from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
 from shared.engine.limits import ClusterLimits
 from shared.engine.pod_rules import PodRules
 from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
@@ -19,6 +21,9 @@ from shared.services.observe import observe_or_skip
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# cluster-autoscaler's priority expander reads this ConfigMap in its own namespace, key `priorities`.
+PRIORITY_CONFIG_MAP = ("kube-system", "cluster-autoscaler-priority-expander")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +46,39 @@ def scale_up_options(settings: Settings, *, now: datetime) -> ScaleUpOptions:
     )
 
 
+def priority_rules(ports: Ports, settings: Settings) -> Priorities:
+    """The priority expander's rules: the CA ConfigMap when present and valid, else PRIORITY_EXPANDER_CONFIG.
+
+    Users switching from cluster-autoscaler keep their ConfigMap. A ConfigMap we cannot use
+    is logged as an error naming what is wrong and the app setting applies, so a typo in it
+    never stops scale-up.
+    """
+    namespace, name = PRIORITY_CONFIG_MAP
+    fallback = parse_priorities(dict(settings.priority_expander_config))
+    data = ports.cluster.get_config_map(namespace, name)
+    if data is None:
+        return fallback
+    text = data.get("priorities")
+    if text is None:
+        log.error("ConfigMap %s/%s has no key 'priorities'; using PRIORITY_EXPANDER_CONFIG", namespace, name)
+        return fallback
+    try:
+        return parse_priorities(yaml.safe_load(text) or {})
+    except (yaml.YAMLError, ExpanderError) as exc:
+        log.error("ConfigMap %s/%s key 'priorities' is invalid (%s); using PRIORITY_EXPANDER_CONFIG",
+                  namespace, name, exc)
+        return fallback
+
+
 def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> PendingPollResult:
     snapshot = observe_or_skip(ports, now=now)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
     snapshot, backed_off = _apply_backoff(ports, snapshot, settings, now=now)
-    plan = plan_scale_up(snapshot, options=replace(scale_up_options(settings, now=now), unavailable=backed_off))
+    options = replace(scale_up_options(settings, now=now), unavailable=backed_off)
+    if "priority" in settings.expander:
+        options = replace(options, priorities=priority_rules(ports, settings))
+    plan = plan_scale_up(snapshot, options=options)
     enqueued = []
     for increase in plan.increases:
         # The poll time makes the id unique per decision; two polls deciding the same

@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared.actions import new_scale_down
+from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, Taint
 from shared.engine.cooldowns import ScaleDownDelays
-from shared.engine.scale_down import ScaleDownOptions, ScaleDownPlan, plan_scale_down
-from shared.ports import Ports
+from shared.engine.drainability import DrainRules
+from shared.engine.limits import ClusterLimits
+from shared.engine.scale_down import Removal, ScaleDownOptions, ScaleDownPlan, plan_scale_down
+from shared.engine.utilization import UtilizationRules
+from shared.ports import Ports, UsageUnavailable
 from shared.services.observe import observe_or_skip
 from shared.settings import Settings
 
@@ -29,31 +33,68 @@ class UtilizationPollResult:
 def scale_down_options(settings: Settings) -> ScaleDownOptions:
     return ScaleDownOptions(
         unneeded_time=settings.scale_down_unneeded_time,
+        unready_time=settings.scale_down_unready_time,
         max_parallelism=settings.max_scale_down_parallelism,
         delays=ScaleDownDelays(
             after_add=settings.scale_down_delay_after_add,
             after_delete=settings.scale_down_delay_after_delete,
             after_failure=settings.scale_down_delay_after_failure,
         ),
+        utilization=UtilizationRules(
+            threshold=settings.scale_down_utilization_threshold,
+            gpu_threshold=settings.scale_down_gpu_utilization_threshold,
+            ignore_daemonsets=settings.scale_down_ignore_daemonsets_utilization,
+            ignore_mirror_pods=settings.scale_down_ignore_mirror_pods_utilization,
+        ),
+        drain=drain_rules(settings),
+        measured_cpu_threshold=settings.scale_down_measured_cpu_threshold,
+        limits=ClusterLimits(settings.max_nodes_total, settings.cores_total, settings.memory_total),
     )
+
+
+def drain_rules(settings: Settings) -> DrainRules:
+    return DrainRules(
+        protect_batch=settings.batch_protection,
+        batch_selector=settings.batch_pod_selector,
+        skip_system_pods=settings.skip_nodes_with_system_pods,
+        skip_local_storage=settings.skip_nodes_with_local_storage,
+        expendable_priority_cutoff=settings.expendable_pods_priority_cutoff,
+    )
+
+
+def measured_cpu(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *, now: datetime) -> dict[str, float] | None:
+    """Measured CPU per node from USAGE_SOURCE, or None (requests alone decide) when off or unavailable."""
+    if ports.usage is None:
+        return None
+    try:
+        return dict(ports.usage.get_node_cpu_usage(snapshot.nodes, window=settings.usage_window, now=now))
+    except UsageUnavailable as exc:
+        # A second opinion, never a requirement: say so, in a line operators can alert on.
+        log.warning("measured usage unavailable (source=%s): scale-down decides by requests alone: %s",
+                    ports.usage.name, exc, extra={"custom_dimensions": {"usage_source": ports.usage.name,
+                                                                         "usage_available": False}})
+        return None
 
 
 def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
     if not settings.scale_down_enabled:
         return UtilizationPollResult(ScaleDownPlan(), ())
-    snapshot = observe_or_skip(ports, now=now)
+    snapshot = observe_or_skip(ports, now=now, with_budgets=True)
     if snapshot is None:
         return UtilizationPollResult(ScaleDownPlan(), ())
     previous = ports.state.list_unneeded()
     group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
     plan = plan_scale_down(
-        snapshot, unneeded_since=previous, group_states=group_states, now=now, options=scale_down_options(settings)
+        snapshot, unneeded_since=previous, group_states=group_states, now=now, options=scale_down_options(settings),
+        measured_cpu=measured_cpu(ports, settings, snapshot, now=now),
     )
     for node, since in plan.unneeded.items():
         if previous.get(node) != since:
             ports.state.set_unneeded(node, since)
     for node in previous.keys() - plan.unneeded.keys():
         ports.state.clear_unneeded(node)
+    if not settings.dry_run:
+        _soft_taints(ports, snapshot, plan, now=now)
 
     enqueued = []
     for removal in plan.removals:
@@ -69,11 +110,36 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
                 provider_id=removal.provider_id,
                 now=now,
                 ttl=settings.action_ttl,
-                reason=f"empty since {removal.unneeded_since.isoformat()}",
+                reason=_reason(removal),
             )
         )
         enqueued.append(action_id)
-        log.info("scale-down decided: node=%s group=%s action=%s", removal.node, removal.group_id, action_id)
+        log.info("scale-down decided: node=%s group=%s kind=%s utilization=%.2f age=%s action=%s",
+                 removal.node, removal.group_id, removal.kind, removal.utilization, removal.node_age, action_id)
     for node, reason in plan.kept.items():
-        log.debug("node %s kept: %s", node, reason)
+        log.info("node %s kept: %s", node, reason)
     return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued))
+
+
+def _reason(removal: Removal) -> str:
+    since = removal.unneeded_since.isoformat()
+    if removal.kind == "batch":
+        return f"unneeded since {since}; waits for {len(removal.wait)} batch pod(s)"
+    if removal.kind == "drain":
+        return f"unneeded since {since}; {len(removal.move)} pod(s) to move"
+    return f"{removal.kind} since {since}"
+
+
+def _soft_taints(ports: Ports, snapshot: ClusterSnapshot, plan: ScaleDownPlan, *, now: datetime) -> None:
+    """DeletionCandidateOfClusterAutoscaler:PreferNoSchedule on unneeded nodes, off the others (as CA does).
+
+    The scheduler then prefers other nodes for new pods, so an unneeded node stays empty
+    instead of catching the next pod and starting its unneeded clock over.
+    """
+    taint = Taint(DELETION_CANDIDATE_TAINT, str(int(now.timestamp())), "PreferNoSchedule")
+    for node in snapshot.nodes:
+        marked = any(t.key == DELETION_CANDIDATE_TAINT for t in node.taints)
+        if node.name in plan.unneeded and not marked:
+            ports.cluster.add_taint(node.name, taint=taint)
+        elif marked and node.name not in plan.unneeded and not node.is_being_deleted:
+            ports.cluster.remove_taint(node.name, taint_key=DELETION_CANDIDATE_TAINT)

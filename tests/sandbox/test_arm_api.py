@@ -196,3 +196,80 @@ def test_injected_faults_answer_with_arm_errors(still: SandboxServer) -> None:
     assert caught.value.error.message == "busy"
     compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(2), polling=False)  # only once
     assert still.world.scale_set(still.subscription_id, RG, POOL).capacity == 2
+
+
+# --- resource SKUs ----------------------------------------------------------------------------
+
+
+def with_gpu_pool(**overrides: Any) -> dict[str, Any]:
+    doc = with_unmanaged(**overrides)
+    doc["node_groups"].append({
+        "resource_group": RG, "name": "gpu", "vm_size": "Standard_NC4as_T4_v3", "location": "northeurope",
+        "allocatable": {"cpu": "3860m", "memory": "24.5Gi", "nvidia.com/gpu": 1},
+        "capacity": {"cpu": "4", "memory": "28Gi", "nvidia.com/gpu": 1}, "min": 0, "max": 3, "zones": ["1"],
+    })
+    return doc
+
+
+def test_resource_skus_describe_the_scenarios_vm_sizes_per_location(sandbox_factory: SandboxFactory) -> None:
+    server = sandbox_factory(with_gpu_pool(), clock=ManualClock(SANDBOX_START))
+    skus = list(compute_client(server).resource_skus.list(filter="location eq 'northeurope'"))
+    assert sorted((s.resource_type, s.name) for s in skus) == [
+        ("availabilitySets", "Aligned"), ("disks", "Premium_LRS"),
+        ("virtualMachines", "Standard_D2s_v5"), ("virtualMachines", "Standard_D4s_v5"),
+        ("virtualMachines", "Standard_NC4as_T4_v3"),
+    ]
+    gpu = next(s for s in skus if s.name == "Standard_NC4as_T4_v3")
+    assert (gpu.tier, gpu.size, gpu.locations) == ("Standard", "NC4as_T4_v3", ["northeurope"])
+    assert gpu.location_info[0].location == "northeurope" and gpu.location_info[0].zones == ["1", "2", "3"]
+    capabilities = {c.name: c.value for c in gpu.capabilities}
+    assert (capabilities["vCPUs"], capabilities["MemoryGB"], capabilities["GPUs"]) == ("4", "28", "1")
+    assert gpu.restrictions == []
+    # Without a capacity, a pool's size is described by its allocatable; sizes without GPUs list none.
+    d2 = {c.name: c.value for c in next(s for s in skus if s.name == "Standard_D2s_v5").capabilities}
+    assert (d2["vCPUs"], d2["MemoryGB"], "GPUs" in d2) == ("2", "8", False)
+    assert server.world.report()["api_calls"]["breakdown"]["arm"]["LIST skus"] == 1
+
+
+SKU_FILTERS = [
+    ("the scenario's location", "location eq 'westeurope'", ["westeurope"]),
+    ("locations compare case-insensitively", "Location eq 'WestEurope'", ["westeurope"]),
+    ("a location without scale sets lists nothing", "location eq 'japaneast'", []),
+    ("no filter lists every location", None, ["northeurope", "westeurope"]),
+]
+
+
+@pytest.mark.parametrize(("query", "locations"), [c[1:] for c in SKU_FILTERS], ids=[c[0] for c in SKU_FILTERS])
+def test_resource_skus_filter_by_location(sandbox_factory: SandboxFactory, query: str | None, locations: list[str]) -> None:
+    server = sandbox_factory(with_gpu_pool(), clock=ManualClock(SANDBOX_START))
+    skus = list(compute_client(server).resource_skus.list(filter=query))
+    assert sorted({loc for s in skus for loc in s.locations}) == locations
+
+
+def test_resource_skus_accept_only_a_location_filter(still: SandboxServer) -> None:
+    with pytest.raises(HttpResponseError) as caught:
+        list(compute_client(still).resource_skus.list(filter="name eq 'Standard_D4s_v5'"))
+    assert caught.value.status_code == 400 and caught.value.error.code == "InvalidParameter"
+
+
+def test_a_restricted_size_is_listed_so_and_cannot_grow(sandbox_factory: SandboxFactory) -> None:
+    server = sandbox_factory(with_unmanaged(restricted_vm_sizes=["standard_d4s_v5"]), clock=ManualClock(SANDBOX_START))
+    compute = compute_client(server, retry_total=0)
+    skus = {s.name: s for s in compute.resource_skus.list(filter="location eq 'westeurope'")}
+    (restriction,) = skus["Standard_D4s_v5"].restrictions
+    assert (restriction.type, restriction.values_property, restriction.reason_code) == (
+        "Location", ["westeurope"], "NotAvailableForSubscription"
+    )
+    assert restriction.restriction_info.locations == ["westeurope"]
+    assert skus["Standard_D2s_v5"].restrictions == []
+    with pytest.raises(HttpResponseError) as caught:
+        compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(2), polling=False)
+    assert caught.value.status_code == 409 and caught.value.error.code == "SkuNotAvailable"
+    compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(0), polling=False)  # shrinking is fine
+
+
+def test_resource_skus_can_fail_on_purpose(still: SandboxServer) -> None:
+    still.world.inject_fault(("arm", "GET", "skus"), status=503, code="ServiceUnavailable")
+    with pytest.raises(HttpResponseError) as caught:
+        list(compute_client(still, retry_total=0).resource_skus.list(filter="location eq 'westeurope'"))
+    assert caught.value.status_code == 503

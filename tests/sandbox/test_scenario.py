@@ -99,8 +99,36 @@ _DELETE = object()
         (["workloads", 0, "priority"], "high", "$.workloads[0].priority", "whole number"),
         (["workloads", 0, "tolerations"], [{"operator": "Equal", "value": "x"}], "$.workloads[0].tolerations[0].operator", "must be Exists"),
         (["node_groups", 0, "allocatable", "gpu"], 1, "$.node_groups[0].allocatable.gpu", "unknown resource"),
+        (["workloads", 0, "volumes"], {"name": "v"}, "$.workloads[0].volumes", "must be a list"),
+        (["workloads", 0, "volumes"], [{"name": "v"}], "$.workloads[0].volumes[0]", "exactly one of hostPath and emptyDir"),
+        (["workloads", 0, "volumes"], [{"name": "v", "emptyDir": {}, "hostPath": {"path": "/x"}}],
+         "$.workloads[0].volumes[0]", "exactly one of hostPath and emptyDir"),
+        (["workloads", 0, "volumes"], [{"name": "v", "configMap": {"name": "c"}}],
+         "$.workloads[0].volumes[0].configMap", "unknown field"),
+        (["workloads", 0, "volumes"], [{"name": "Bad_Name", "emptyDir": {}}], "$.workloads[0].volumes[0].name",
+         "not a valid volume name"),
+        (["workloads", 0, "volumes"], [{"name": "v", "emptyDir": {}}, {"name": "v", "emptyDir": {}}],
+         "$.workloads[0].volumes[1].name", "duplicate volume name"),
+        (["workloads", 0, "volumes"], [{"name": "v", "hostPath": {}}], "$.workloads[0].volumes[0].hostPath.path",
+         "required field is missing"),
+        (["workloads", 0, "volumes"], [{"name": "v", "hostPath": {"path": "/a/../etc"}}],
+         "$.workloads[0].volumes[0].hostPath.path", "must not contain '..'"),
+        (["workloads", 0, "volumes"], [{"name": "v", "hostPath": {"path": "/x", "type": "Folder"}}],
+         "$.workloads[0].volumes[0].hostPath.type", "DirectoryOrCreate"),
+        (["workloads", 0, "volumes"], [{"name": "v", "emptyDir": {"medium": "HugePages"}}],
+         "$.workloads[0].volumes[0].emptyDir.medium", "or Memory"),
+        (["workloads", 0, "volumes"], [{"name": "v", "emptyDir": {"sizeLimit": "lots"}}],
+         "$.workloads[0].volumes[0].emptyDir.sizeLimit", "not a quantity"),
+        (["workloads", 0, "volumes"], [{"name": "v", "emptyDir": {"sizeLimit": "-1Gi"}}],
+         "$.workloads[0].volumes[0].emptyDir.sizeLimit", "must not be negative"),
+        (["workloads", 0, "active_deadline"], "soon", "$.workloads[0].active_deadline", "not a duration"),
+        (["workloads", 0, "active_deadline"], 0, "$.workloads[0].active_deadline", "between 1s and"),
+        (["workloads", 0, "active_deadline"], "1.5s", "$.workloads[0].active_deadline", "whole seconds"),
+        (["workloads", 0, "annotations"], {"a": 1}, "$.workloads[0].annotations.a", "must be a string"),
         (["scale_up_failures"], [{"scale_set": "nope"}], "$.scale_up_failures[0].scale_set", "names no scale set"),
         (["scale_up_failures"], [{"scale_set": "pool-a", "count": 0}], "$.scale_up_failures[0].count", "at least 1"),
+        (["restricted_vm_sizes"], "Standard_D4s_v5", "$.restricted_vm_sizes", "must be a list"),
+        (["restricted_vm_sizes"], [4], "$.restricted_vm_sizes[0]", "non-empty string"),
     ],
 )
 def test_invalid_scenarios_name_the_json_path_and_the_problem(
@@ -128,6 +156,24 @@ def test_new_workload_fields_default_to_nothing() -> None:
     assert (workload.ephemeral_storage, dict(workload.extended), workload.affinity) == (None, {}, None)
     assert (workload.topology_spread_constraints, workload.host_ports, workload.priority) == ((), (), None)
     assert load_scenario(scenario()).scale_up_failures == ()
+    assert (workload.volumes, workload.active_deadline_seconds) == ((), None)
+    assert load_scenario(scenario()).restricted_vm_sizes == ()
+
+
+def test_volumes_and_the_active_deadline_as_the_api_server_stores_them() -> None:
+    (workload,) = load_scenario(scenario(workloads=[{
+        "name": "w", "requests": {"cpu": "1", "memory": "1Gi"}, "active_deadline": "1h30m",
+        "volumes": [{"name": "scratch", "emptyDir": {}}, {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+                    {"name": "logs", "hostPath": {"path": "/var/log"}},
+                    {"name": "sock", "hostPath": {"path": "/run/x.sock", "type": "Socket"}}],
+    }])).workloads
+    assert workload.active_deadline_seconds == 5400
+    assert list(workload.volumes) == [
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+        {"name": "logs", "hostPath": {"path": "/var/log", "type": ""}},  # the API server defaults type to ""
+        {"name": "sock", "hostPath": {"path": "/run/x.sock", "type": "Socket"}},
+    ]
 
 
 def test_duplicate_scale_sets_are_refused() -> None:

@@ -43,6 +43,9 @@ def test_env_points_the_autoscaler_at_the_sandbox(sandbox: SandboxServer) -> Non
         "ARM_ENDPOINT": sandbox.url,
         "ARM_CA_BUNDLE": str(sandbox.ca_path),
         "AZURE_CREDENTIAL": "sandbox",
+        "USAGE_SOURCE": "log-analytics",
+        "LOG_ANALYTICS_ENDPOINT": f"{sandbox.url}/loganalytics",
+        "LOG_ANALYTICS_WORKSPACE_ID": sandbox.world.workspace_id,
     }
 
 

@@ -165,6 +165,28 @@ def test_pods_complete_after_their_duration_and_stay_listed() -> None:
     assert world.done() == (True, "workload-complete")
 
 
+def test_workload_pods_carry_annotations_volumes_and_deadline_as_given() -> None:
+    volumes = [{"name": "scratch", "emptyDir": {}}, {"name": "cache", "hostPath": {"path": "/var/cache/w"}}]
+    annotations = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+    world = make(scenario(workloads=[job("w", duration="30m", volumes=volumes, active_deadline="20m",
+                                         annotations=annotations)]))
+    (pod,) = pods(world)
+    assert pod["metadata"]["annotations"] == annotations
+    assert pod["spec"]["activeDeadlineSeconds"] == 1200
+    assert pod["spec"]["volumes"] == [
+        {"name": "scratch", "emptyDir": {}}, {"name": "cache", "hostPath": {"path": "/var/cache/w", "type": ""}},
+    ]
+    assert pod["spec"]["containers"][0]["volumeMounts"] == [
+        {"name": "scratch", "mountPath": "/mnt/scratch"}, {"name": "cache", "mountPath": "/mnt/cache"},
+    ]
+    assert pod["status"]["startTime"] == "2030-01-07T09:00:00Z"
+    world.advance_by(25 * 60)  # past the deadline: enforcing it is kubelet's, which the sandbox is not
+    assert pods(world)[0]["status"]["phase"] == "Running"
+    (plain,) = pods(make(scenario(workloads=[job("p")])))
+    assert "volumes" not in plain["spec"] and "activeDeadlineSeconds" not in plain["spec"]
+    assert "volumeMounts" not in plain["spec"]["containers"][0]
+
+
 def test_arrivals_spread_over_the_window() -> None:
     world = make(scenario(workloads=[job("w", count=20, cpu="10m", memory="10Mi", at="30s", spread="60s")]))
     assert pods(world) == []

@@ -162,3 +162,57 @@ def test_settings_priority_config_feeds_the_engine(text: str) -> None:
 
     from_settings = parse_priorities(load_settings({**REQUIRED, "PRIORITY_EXPANDER_CONFIG": text}).priority_expander_config)
     assert from_settings == parse_priorities(text)
+
+
+# --- Measured usage as a second opinion for scale-down ----------------------------------------
+
+WORKSPACE = "5a4d0b0e-0000-4000-8000-00000000c0de"
+
+
+def test_measured_usage_is_off_by_default_with_an_operators_defaults() -> None:
+    settings = load_settings(REQUIRED)
+    assert settings.usage_source == "none"
+    assert settings.scale_down_measured_cpu_threshold == 0.5
+    assert settings.usage_window == timedelta(minutes=10)
+    assert settings.log_analytics_workspace_id == ""
+    assert settings.log_analytics_endpoint == "https://api.loganalytics.io"
+
+
+@pytest.mark.parametrize("env,attr,value", [
+    ({"USAGE_SOURCE": "Log-Analytics", "LOG_ANALYTICS_WORKSPACE_ID": WORKSPACE}, "usage_source", "log-analytics"),
+    ({"USAGE_SOURCE": "vmss-metric"}, "usage_source", "vmss-metric"),
+    ({"SCALE_DOWN_MEASURED_CPU_THRESHOLD": "0.75"}, "scale_down_measured_cpu_threshold", 0.75),
+    ({"SCALE_DOWN_MEASURED_CPU_THRESHOLD": "1"}, "scale_down_measured_cpu_threshold", 1.0),
+    ({"USAGE_WINDOW": "5m"}, "usage_window", timedelta(minutes=5)),
+    ({"USAGE_WINDOW": "60"}, "usage_window", timedelta(minutes=1)),
+    ({"LOG_ANALYTICS_WORKSPACE_ID": f" {WORKSPACE.upper()} "}, "log_analytics_workspace_id", WORKSPACE.upper()),
+    ({"LOG_ANALYTICS_ENDPOINT": "https://api.loganalytics.azure.cn/"}, "log_analytics_endpoint",
+     "https://api.loganalytics.azure.cn"),
+    ({"LOG_ANALYTICS_ENDPOINT": "https://127.0.0.1:8443/loganalytics"}, "log_analytics_endpoint",
+     "https://127.0.0.1:8443/loganalytics"),
+])
+def test_usage_settings_parse(env: dict[str, str], attr: str, value: object) -> None:
+    assert getattr(load_settings({**REQUIRED, **env}), attr) == value
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"USAGE_SOURCE": "prometheus"}, "USAGE_SOURCE: must be one of none, log-analytics, vmss-metric"),
+    ({"USAGE_SOURCE": "log-analytics"}, "LOG_ANALYTICS_WORKSPACE_ID: required when USAGE_SOURCE=log-analytics"),
+    ({"SCALE_DOWN_MEASURED_CPU_THRESHOLD": "50%"}, "SCALE_DOWN_MEASURED_CPU_THRESHOLD: not a number: '50%'"),
+    ({"SCALE_DOWN_MEASURED_CPU_THRESHOLD": "50"}, "SCALE_DOWN_MEASURED_CPU_THRESHOLD: must be a fraction above 0"),
+    ({"SCALE_DOWN_MEASURED_CPU_THRESHOLD": "0"}, "SCALE_DOWN_MEASURED_CPU_THRESHOLD: must be a fraction above 0"),
+    ({"USAGE_WINDOW": "30s"}, "USAGE_WINDOW: must be at least 1m"),
+    ({"USAGE_WINDOW": "a while"}, "USAGE_WINDOW: not a duration"),
+    ({"LOG_ANALYTICS_WORKSPACE_ID": "my-workspace"}, "LOG_ANALYTICS_WORKSPACE_ID: must be the workspace's GUID"),
+    ({"LOG_ANALYTICS_ENDPOINT": "http://api.loganalytics.io"}, "LOG_ANALYTICS_ENDPOINT: must be an https:// URL"),
+])
+def test_usage_settings_are_refused_by_name(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings({**REQUIRED, **env})
+    assert raised.value.problems == [next(p for p in raised.value.problems if p.startswith(message))]
+
+
+def test_a_malformed_workspace_id_is_reported_once() -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings({**REQUIRED, "USAGE_SOURCE": "log-analytics", "LOG_ANALYTICS_WORKSPACE_ID": "nope"})
+    assert [p.split(":")[0] for p in raised.value.problems] == ["LOG_ANALYTICS_WORKSPACE_ID"]

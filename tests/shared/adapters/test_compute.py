@@ -16,16 +16,16 @@ import pytest
 from azure.core.pipeline import PipelineResponse
 from azure.core.rest import HttpRequest
 from azure.mgmt.compute import ComputeManagementClient
-from azure.mgmt.compute.models import VirtualMachineScaleSet
+from azure.mgmt.compute.models import ResourceSku, VirtualMachineScaleSet
 
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
 from shared import ports
-from shared.adapters.compute import ThrottleAwareRetryPolicy, VmssCompute, _compact_token
+from shared.adapters.compute import ThrottleAwareRetryPolicy, VmssCompute, _compact_token, _vm_size
 from shared.adapters.credentials import StaticTokenCredential
-from shared.domain import NodeGroup
+from shared.domain import NodeGroup, VmSizeCapacity
 from shared.ports import ComputeError, Operation
-from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
+from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client
 from tests.shared.adapters import sandbox_world
 
 CLUSTER = "demo"
@@ -374,3 +374,139 @@ def test_implements_the_compute_port(method: str) -> None:
     assert [(p.name, p.kind, p.default) for p in actual.parameters.values()] == [
         (p.name, p.kind, p.default) for p in expected.parameters.values()
     ]
+
+
+# --- VM sizes from the resource SKUs API ---------------------------------------------------------
+
+GIB = 1024**3
+_VM = {"resourceType": "virtualMachines", "name": "Standard_D4s_v5", "locations": ["westeurope"]}
+
+
+def _caps(**values: str) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
+def _restriction(kind: str, where: str, reason: str = "NotAvailableForSubscription", zones: list[str] | None = None) -> dict[str, Any]:
+    info: dict[str, Any] = {"locations": [where]}
+    if zones:
+        info["zones"] = zones
+    return {"type": kind, "values": [where], "restrictionInfo": info, "reasonCode": reason}
+
+
+SKU_CASES: list[tuple[str, dict[str, Any], VmSizeCapacity | None]] = [
+    ("vCPUs, MemoryGB (GiB) and GPUs", {**_VM, "capabilities": _caps(vCPUs="4", MemoryGB="16", GPUs="1", PremiumIO="True")},
+     VmSizeCapacity("Standard_D4s_v5", 4, 16 * GIB, 1)),
+    ("fractional memory", {**_VM, "capabilities": _caps(vCPUs="1", MemoryGB="0.75")},
+     VmSizeCapacity("Standard_D4s_v5", 1, int(0.75 * GIB))),
+    ("constrained cores: the guest sees vCPUsAvailable", {**_VM, "capabilities": _caps(vCPUs="4", vCPUsAvailable="2", MemoryGB="32")},
+     VmSizeCapacity("Standard_D4s_v5", 2, 32 * GIB)),
+    ("a share of a GPU is no whole GPU", {**_VM, "capabilities": _caps(vCPUs="6", MemoryGB="55", GPUs="0.1667")},
+     VmSizeCapacity("Standard_D4s_v5", 6, 55 * GIB, 0)),
+    ("capability names compare case-insensitively", {**_VM, "capabilities": _caps(vcpus="4", memorygb="16")},
+     VmSizeCapacity("Standard_D4s_v5", 4, 16 * GIB)),
+    ("restricted in the location", {**_VM, "capabilities": _caps(vCPUs="4", MemoryGB="16"),
+                                    "restrictions": [_restriction("Location", "westeurope")]},
+     VmSizeCapacity("Standard_D4s_v5", 4, 16 * GIB, restriction="NotAvailableForSubscription")),
+    ("restricted in some zones only: still deployable", {**_VM, "capabilities": _caps(vCPUs="4", MemoryGB="16"),
+                                                        "restrictions": [_restriction("Zone", "westeurope", zones=["1"])]},
+     VmSizeCapacity("Standard_D4s_v5", 4, 16 * GIB)),
+    ("restricted elsewhere", {**_VM, "capabilities": _caps(vCPUs="4", MemoryGB="16"),
+                              "restrictions": [_restriction("Location", "northeurope", "QuotaId")]},
+     VmSizeCapacity("Standard_D4s_v5", 4, 16 * GIB)),
+    ("not a VM size", {**_VM, "resourceType": "disks", "name": "Premium_LRS", "capabilities": _caps(MaxSizeGiB="4")}, None),
+    ("listed for another location", {**_VM, "locations": ["northeurope"], "capabilities": _caps(vCPUs="4", MemoryGB="16")}, None),
+    ("no memory capability", {**_VM, "capabilities": _caps(vCPUs="4")}, None),
+    ("a vCPU count that is not a number", {**_VM, "capabilities": _caps(vCPUs="many", MemoryGB="16")}, None),
+    ("nor an infinite one", {**_VM, "capabilities": _caps(vCPUs="inf", MemoryGB="16")}, None),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), [c[1:] for c in SKU_CASES], ids=[c[0] for c in SKU_CASES])
+def test_reading_a_resource_sku(body: dict[str, Any], expected: VmSizeCapacity | None) -> None:
+    assert _vm_size(ResourceSku(body), "westeurope") == expected
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _sized_compute(server: SandboxServer, clock: FakeMonotonic) -> VmssCompute:
+    # No retries, so one injected fault is one failed listing.
+    return VmssCompute(
+        compute_client(server, retry_total=0),
+        cluster_name=sandbox_world.CLUSTER,
+        resource_groups=[sandbox_world.GROUPS_RG],
+        operation_wait=0,
+        vm_sizes_ttl=3600,
+        vm_sizes_retry=300,
+        monotonic=clock,
+    )
+
+
+def _sku_calls(server: SandboxServer) -> int:
+    return int(server.world.report()["api_calls"]["breakdown"]["arm"].get("LIST skus", 0))
+
+
+def test_vm_sizes_are_the_locations_vm_skus_as_the_sandbox_describes_its_nodes(world: SandboxServer) -> None:
+    compute = _sized_compute(world, FakeMonotonic())
+    sizes = {s.name: s for s in compute.list_vm_sizes("WestEurope")}
+    assert sorted(sizes) == ["Standard_D2s_v5", "Standard_D4s_v5"]  # the disk and availability-set SKUs are left out
+    assert sizes["Standard_D4s_v5"].vcpus == 4
+    assert sizes["Standard_D2s_v5"] == VmSizeCapacity("Standard_D2s_v5", 2, 6 * GIB)
+    assert compute.list_vm_sizes("japaneast") == []
+
+
+def test_vm_sizes_are_cached_per_location_until_the_ttl(world: SandboxServer) -> None:
+    clock = FakeMonotonic()
+    compute = _sized_compute(world, clock)
+    first = compute.list_vm_sizes("westeurope")
+    assert compute.list_vm_sizes("westeurope") == first
+    assert _sku_calls(world) == 1  # the second call asked no one
+    compute.list_vm_sizes("northeurope")
+    assert _sku_calls(world) == 2  # another location is another listing
+    clock.now += 3599
+    compute.list_vm_sizes("westeurope")
+    assert _sku_calls(world) == 2
+    clock.now += 1
+    assert compute.list_vm_sizes("westeurope") == first
+    assert _sku_calls(world) == 3
+
+
+def test_a_failed_listing_falls_back_without_raising_and_is_not_retried_every_poll(
+    world: SandboxServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeMonotonic()
+    compute = _sized_compute(world, clock)
+    world.world.inject_fault(("arm", "GET", "skus"), status=503, code="ServiceUnavailable")
+    with caplog.at_level(logging.WARNING, logger="shared.adapters.compute"):
+        assert compute.list_vm_sizes("westeurope") == []
+    assert "HTTP 503 ServiceUnavailable" in caplog.text and "templates use the shipped table" in caplog.text
+    clock.now += 299
+    assert compute.list_vm_sizes("westeurope") == []
+    assert _sku_calls(world) == 1
+    clock.now += 1
+    assert len(compute.list_vm_sizes("westeurope")) == 2  # ARM is back
+    assert _sku_calls(world) == 2
+
+
+def test_a_failed_refresh_keeps_the_stale_sizes_and_honours_a_long_retry_after(
+    world: SandboxServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeMonotonic()
+    compute = _sized_compute(world, clock)
+    listed = compute.list_vm_sizes("westeurope")
+    clock.now += 3600
+    world.world.inject_fault(("arm", "GET", "skus"), status=429, retry_after=900)
+    with caplog.at_level(logging.WARNING, logger="shared.adapters.compute"):
+        assert compute.list_vm_sizes("westeurope") == listed
+    assert "throttled by ARM" in caplog.text and "keeping the 2 sizes listed before" in caplog.text
+    clock.now += 899  # the throttling's Retry-After, longer than the usual 300 s, is respected
+    assert compute.list_vm_sizes("westeurope") == listed
+    assert _sku_calls(world) == 2
+    clock.now += 1
+    assert compute.list_vm_sizes("westeurope") == listed
+    assert _sku_calls(world) == 3

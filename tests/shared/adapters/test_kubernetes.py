@@ -10,14 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, Configuration, CoreV1Api
+from kubernetes.client import ApiClient, Configuration, CoreV1Api, V1ConfigMap, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
 from shared import ports
-from shared.adapters.kubernetes import KubernetesApiError, KubernetesCluster, node_from_json, pod_from_json, pod_requests
+from shared.adapters.kubernetes import (
+    KubernetesApiError,
+    KubernetesCluster,
+    disruption_budget_from_json,
+    node_from_json,
+    pod_from_json,
+    pod_requests,
+)
 from shared.domain import (
+    DisruptionBudget,
     HostPort,
     LabelSelector,
     NodeSelectorTerm,
@@ -32,7 +40,7 @@ from shared.domain import (
 )
 from shared.ports import ClusterError
 from shared.settings import Settings, load_settings
-from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
+from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, kube_api_client
 from tests.shared.adapters import sandbox_world
 from tests.shared.adapters.k8s_objects import container, node_json, pod_json
 
@@ -334,6 +342,144 @@ UNSUPPORTED_CASES = [
                          ids=[c[0] for c in UNSUPPORTED_CASES])
 def test_constructs_we_cannot_evaluate_are_named(spec: dict[str, Any], unsupported: tuple[str, ...]) -> None:
     assert _parsed(spec).unsupported == unsupported
+
+
+# --- What batch-safe scale-down reads: local volumes, start time, deadline ---------------
+
+# (name, spec, status, local_volumes, started_at, active_deadline_seconds)
+BATCH_FIELD_CASES: list[tuple[str, dict[str, Any], dict[str, Any], tuple[str, ...], datetime | None, int | None]] = [
+    ("a bare pending pod has none of them", {}, {"phase": "Pending"}, (), None, None),
+    ("hostPath is local", {"volumes": [{"name": "logs", "hostPath": {"path": "/var/log", "type": ""}}]},
+     {}, ("logs",), None, None),
+    ("emptyDir on the node's disk is local by default", {"volumes": [{"name": "scratch", "emptyDir": {}}]},
+     {}, ("scratch",), None, None),
+    ("emptyDir with an explicit empty medium and a size limit is local",
+     {"volumes": [{"name": "scratch", "emptyDir": {"medium": "", "sizeLimit": "1Gi"}}]}, {}, ("scratch",), None, None),
+    ("emptyDir in memory is not", {"volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]}, {}, (), None, None),
+    ("configMap, secret, projected and PVC volumes are not",
+     {"volumes": [{"name": "cfg", "configMap": {"name": "app"}}, {"name": "tok", "secret": {"secretName": "t"}},
+                  {"name": "sa", "projected": {"sources": []}},
+                  {"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}}]},
+     {}, (), None, None),
+    ("local volumes come back in the pod's order, others skipped",
+     {"volumes": [{"name": "b", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "x"}},
+                  {"name": "shm", "emptyDir": {"medium": "Memory"}}, {"name": "a", "hostPath": {"path": "/data"}}]},
+     {}, ("b", "a"), None, None),
+    ("startTime", {}, {"phase": "Running", "startTime": "2024-05-01T12:03:04Z"},
+     (), datetime(2024, 5, 1, 12, 3, 4, tzinfo=UTC), None),
+    ("an empty startTime is none", {}, {"phase": "Pending", "startTime": ""}, (), None, None),
+    ("activeDeadlineSeconds", {"activeDeadlineSeconds": 3600}, {}, (), None, 3600),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "local_volumes", "started_at", "deadline"),
+    [c[1:] for c in BATCH_FIELD_CASES],
+    ids=[c[0] for c in BATCH_FIELD_CASES],
+)
+def test_what_batch_safe_scale_down_reads_from_a_pod(
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    local_volumes: tuple[str, ...],
+    started_at: datetime | None,
+    deadline: int | None,
+) -> None:
+    pod = pod_from_json(pod_json(spec=spec, status=status))
+    assert (pod.local_volumes, pod.started_at, pod.active_deadline_seconds) == (local_volumes, started_at, deadline)
+
+
+MALFORMED_BATCH_FIELD_CASES = [
+    ("a startTime that is no timestamp", {}, {"startTime": "yesterday"}, "status.startTime"),
+    ("a startTime that is a number", {}, {"startTime": 1714564800}, "status.startTime"),
+    ("an activeDeadlineSeconds that is text", {"activeDeadlineSeconds": "1h"}, {}, "spec.activeDeadlineSeconds"),
+    ("an activeDeadlineSeconds that is a fraction", {"activeDeadlineSeconds": 1.5}, {}, "spec.activeDeadlineSeconds"),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "field"), [c[1:] for c in MALFORMED_BATCH_FIELD_CASES],
+    ids=[c[0] for c in MALFORMED_BATCH_FIELD_CASES],
+)
+def test_malformed_batch_fields_raise_value_errors_naming_the_field(
+    spec: dict[str, Any], status: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        pod_from_json(pod_json(spec=spec, status=status))
+
+
+# --- PodDisruptionBudgets ----------------------------------------------------------------
+
+
+def pdb_json(
+    selector: dict[str, Any] | None, status: dict[str, Any] | None, *, generation: int = 1, name: str = "web"
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"minAvailable": 1}
+    if selector is not None:
+        spec["selector"] = selector
+    raw: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "shop", "generation": generation},
+        "spec": spec,
+    }
+    if status is not None:
+        raw["status"] = status
+    return raw
+
+
+_HEALTHY = {"disruptionsAllowed": 2, "observedGeneration": 1}
+
+# (name, raw PDB, expected selector, expected disruptions allowed)
+PDB_CASES: list[tuple[str, dict[str, Any], LabelSelector | None, int]] = [
+    ("a null selector selects nothing", pdb_json(None, _HEALTHY), None, 2),
+    ("an empty selector selects the whole namespace", pdb_json({}, _HEALTHY), LabelSelector(), 2),
+    ("empty matchLabels too", pdb_json({"matchLabels": {}}, _HEALTHY), LabelSelector(), 2),
+    ("matchLabels, sorted", pdb_json({"matchLabels": {"tier": "web", "app": "shop"}}, _HEALTHY),
+     LabelSelector(match_labels=(("app", "shop"), ("tier", "web"))), 2),
+    ("matchExpressions",
+     pdb_json({"matchExpressions": [{"key": "app", "operator": "In", "values": ["a", "b"]},
+                                    {"key": "canary", "operator": "DoesNotExist"}]}, _HEALTHY),
+     LabelSelector(match_expressions=(SelectorRequirement("app", "In", ("a", "b")),
+                                      SelectorRequirement("canary", "DoesNotExist"))), 2),
+    ("a missing status allows nothing", pdb_json({}, None), LabelSelector(), 0),
+    ("a status without disruptionsAllowed allows nothing", pdb_json({}, {"observedGeneration": 1}), LabelSelector(), 0),
+    ("a spec the disruption controller has not seen yet allows nothing (the Eviction API refuses)",
+     pdb_json({}, {"disruptionsAllowed": 3, "observedGeneration": 1}, generation=2), LabelSelector(), 0),
+    ("zero allowed", pdb_json({}, {"disruptionsAllowed": 0, "observedGeneration": 1}), LabelSelector(), 0),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "selector", "allowed"), [c[1:] for c in PDB_CASES], ids=[c[0] for c in PDB_CASES]
+)
+def test_disruption_budget_conversion(raw: dict[str, Any], selector: LabelSelector | None, allowed: int) -> None:
+    assert disruption_budget_from_json(raw) == DisruptionBudget("shop", "web", selector, allowed)
+
+
+def test_what_a_disruption_budget_covers() -> None:
+    def pod(namespace: str, labels: dict[str, str]) -> Pod:
+        return pod_from_json(pod_json(namespace=namespace, metadata={"labels": labels}))
+
+    null = disruption_budget_from_json(pdb_json(None, _HEALTHY))
+    everything = disruption_budget_from_json(pdb_json({}, _HEALTHY))
+    web = disruption_budget_from_json(pdb_json({"matchLabels": {"app": "web"}}, _HEALTHY))
+    assert not null.covers(pod("shop", {"app": "web"}))
+    assert everything.covers(pod("shop", {})) and not everything.covers(pod("other", {}))
+    assert web.covers(pod("shop", {"app": "web", "x": "y"})) and not web.covers(pod("shop", {"app": "db"}))
+
+
+MALFORMED_PDB_CASES = [
+    ("an operator the API does not define", pdb_json({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, _HEALTHY),
+     "spec.selector operator Gt"),
+    ("a disruptionsAllowed that is text", pdb_json({}, {"disruptionsAllowed": "two", "observedGeneration": 1}),
+     "status.disruptionsAllowed"),
+]
+
+
+@pytest.mark.parametrize(("raw", "named"), [c[1:] for c in MALFORMED_PDB_CASES], ids=[c[0] for c in MALFORMED_PDB_CASES])
+def test_a_malformed_disruption_budget_raises_a_value_error(raw: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValueError, match=named.replace(".", r"\.")):
+        disruption_budget_from_json(raw)
 
 
 NODE_READY_CASES = [
@@ -641,6 +787,20 @@ def test_uncordon_undoes_cordon_and_is_idempotent(world: SandboxServer, cluster:
     assert world.world.counters.k8s["PATCH nodes"] == 2
 
 
+def test_soft_taint_comes_and_goes_without_cordoning(world: SandboxServer, cluster: KubernetesCluster) -> None:
+    soft = Taint("DeletionCandidateOfClusterAutoscaler", "1", "PreferNoSchedule")
+    cluster.add_taint("pool-a000001", taint=soft)
+    cluster.add_taint("pool-a000001", taint=soft)
+    node = cluster.get_node("pool-a000001")
+    assert node is not None and not node.unschedulable and node.taints == (soft,)
+    cluster.remove_taint("pool-a000001", taint_key=soft.key)
+    cluster.remove_taint("pool-a000001", taint_key=soft.key)
+    cluster.add_taint("ghost", taint=soft)  # a node gone meanwhile is not an error
+    node = cluster.get_node("pool-a000001")
+    assert node is not None and node.taints == ()
+    assert world.world.counters.k8s["PATCH nodes"] == 2
+
+
 def test_cordon_retries_a_conflicting_write(world: SandboxServer, cluster: KubernetesCluster) -> None:
     world.world.inject_fault(("k8s", "PATCH", "nodes"), status=409, code="Conflict")
     cluster.cordon("pool-a000000", taint=DRAIN)
@@ -686,6 +846,8 @@ SERVER_ERROR_CASES: list[tuple[str, tuple[str, str, str], Callable[[KubernetesCl
     ("cordon", ("k8s", "PATCH", "nodes"), lambda c: c.cordon("pool-a000000", taint=DRAIN), "cordon node pool-a000000"),
     ("evict", ("k8s", "POST", "eviction"), lambda c: c.evict("default", "ghost"), "evict pod default/ghost"),
     ("delete node", ("k8s", "DELETE", "nodes"), lambda c: c.delete_node("pool-a000000"), "delete node pool-a000000"),
+    ("list disruption budgets", ("k8s", "GET", "poddisruptionbudgets"), lambda c: c.list_disruption_budgets(),
+     "list poddisruptionbudgets"),
 ]
 
 
@@ -718,3 +880,91 @@ def test_implements_the_cluster_port(method: str) -> None:
     assert [(p.name, p.kind, p.default) for p in actual.parameters.values()] == [
         (p.name, p.kind, p.default) for p in expected.parameters.values()
     ]
+
+
+def test_get_config_map(world: SandboxServer, cluster: KubernetesCluster) -> None:
+    assert cluster.get_config_map("kube-system", "absent") is None
+    body = V1ConfigMap(metadata=V1ObjectMeta(name="cm", namespace="kube-system"), data={"priorities": "10: [a]"})
+    with kube_api_client(world) as api:
+        CoreV1Api(api).create_namespaced_config_map("kube-system", body)
+    assert cluster.get_config_map("kube-system", "cm") == {"priorities": "10: [a]"}
+
+
+# A world with budgets in two namespaces (four, so the page size of two needs `continue`), and batch pods
+# carrying what batch-safe scale-down reads: local volumes, a deadline, an annotation.
+_BATCH = {
+    "name": "batch", "kind": "Job", "count": 2, "requests": {"cpu": "500m", "memory": "256Mi"}, "duration": "60s",
+    "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+    "volumes": [{"name": "scratch", "emptyDir": {}}, {"name": "shm", "emptyDir": {"medium": "Memory"}},
+                {"name": "cache", "hostPath": {"path": "/var/cache/batch", "type": "DirectoryOrCreate"}}],
+    "active_deadline": "2h",
+}
+_BUDGETS = [
+    {"name": "web", "selector": {"app": "web"}, "min_available": 2},  # both web pods must stay: 0 allowed
+    {"name": "batch", "selector": {"job-name": "batch"}, "max_unavailable": 1},  # 2 healthy, 1 desired
+    {"name": "all", "selector": {}, "min_available": "50%"},  # 5 pods in default (huge pends): 4 healthy, 3 desired
+    {"name": "proxy", "namespace": "kube-system", "selector": {"app": "kube-proxy"}, "max_unavailable": 1},
+]
+
+
+@pytest.fixture
+def batch_world(sandbox_factory: SandboxFactory) -> SandboxServer:
+    workloads = [_BATCH if w["name"] == "batch" else w for w in sandbox_world.SCENARIO["workloads"]]
+    return sandbox_factory(
+        sandbox_world.scenario(workloads=workloads, pdbs=_BUDGETS), clock=ManualClock(SANDBOX_START)
+    )
+
+
+@pytest.fixture
+def batch_cluster(batch_world: SandboxServer) -> Iterator[KubernetesCluster]:
+    adapter = KubernetesCluster.from_settings(sandbox_world.settings_for(batch_world), page_size=2)
+    yield adapter
+    adapter.close()
+
+
+def test_list_disruption_budgets(batch_world: SandboxServer, batch_cluster: KubernetesCluster) -> None:
+    budgets = {(b.namespace, b.name): b for b in batch_cluster.list_disruption_budgets()}
+    assert {key: b.disruptions_allowed for key, b in budgets.items()} == {
+        ("default", "all"): 1,
+        ("default", "batch"): 1,
+        ("default", "web"): 0,
+        ("kube-system", "proxy"): 1,
+    }
+    assert batch_world.world.counters.k8s["LIST poddisruptionbudgets"] == 2  # two pages
+    pods = batch_cluster.list_pods()
+    web, batch = _pod_named(pods, "web-"), _pod_named(pods, "batch-")
+    assert all(budgets[("default", "web")].covers(p) for p in web)
+    assert not any(budgets[("default", "web")].covers(p) for p in batch)
+    assert all(budgets[("default", "all")].covers(p) for p in web + batch)
+    proxies = [p for p in pods if p.is_daemonset]
+    assert proxies and all(budgets[("kube-system", "proxy")].covers(p) for p in proxies)
+    assert not any(budgets[("default", "all")].covers(p) for p in proxies)
+
+
+def test_list_pods_reads_local_volumes_start_time_and_deadline(batch_cluster: KubernetesCluster) -> None:
+    pods = batch_cluster.list_pods()
+    batch = _pod_named(pods, "batch-")
+    assert len(batch) == 2
+    for pod in batch:
+        assert pod.local_volumes == ("scratch", "cache")
+        assert pod.active_deadline_seconds == 7200
+        assert pod.started_at == SANDBOX_START  # bound and started at once
+        assert pod.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+    (huge,) = _pod_named(pods, "huge-")
+    assert (huge.started_at, huge.local_volumes, huge.active_deadline_seconds) == (None, (), None)
+
+
+class _FakePolicy:
+    def __init__(self, *items: dict[str, Any]) -> None:
+        self.items = list(items)
+
+    def list_pod_disruption_budget_for_all_namespaces(self, **_: Any) -> _FakeResponse:
+        return _FakeResponse({"items": self.items, "metadata": {}})
+
+
+def test_an_unreadable_disruption_budget_is_a_cluster_error_naming_it() -> None:
+    cluster = KubernetesCluster(ApiClient(Configuration()))
+    bad = pdb_json({"matchExpressions": [{"key": "app", "operator": "Near"}]}, _HEALTHY, name="odd")
+    cluster._policy = _FakePolicy(pdb_json({}, _HEALTHY), bad)  # type: ignore[assignment]
+    with pytest.raises(ClusterError, match=r"list poddisruptionbudgets: cannot read 'odd': spec\.selector operator Near"):
+        cluster.list_disruption_budgets()

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from shared.domain import GroupState, Taint
+from shared.domain import DisruptionBudget, GroupState, Pod, Taint
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
+from shared.engine.drainability import DO_NOT_DISRUPT, SAFE_TO_EVICT, SAFE_TO_EVICT_LOCAL_VOLUMES, DrainRules
+from shared.engine.limits import ClusterLimits
 from shared.engine.scale_down import ScaleDownOptions, plan_scale_down
-from tests.builders import T0, daemon_pod, group, node, pod, snapshot
+from tests.builders import T0, daemon_pod, group, node, pod, res, sel, snapshot
 
 OLD = T0 - timedelta(minutes=11)
 OPTS = ScaleDownOptions(unneeded_time=timedelta(minutes=10), max_parallelism=10)
@@ -32,7 +35,8 @@ def test_new_idle_node_becomes_unneeded_now() -> None:
     "case_id,extra_pods,expected_removed",
     [
         ("only daemonset pods: removable", [daemon_pod("n0")], {"n0"}),
-        ("a running replica keeps the node", [pod("web", node_name="n0")], set()),
+        ("a small replica moves to the other node", [pod("web", node_name="n0")], {"n0"}),
+        ("a busy node stays", [pod("web", cpu=3, node_name="n0")], set()),
         ("a finished pod does not", [pod("done", node_name="n0", phase="Succeeded")], {"n0"}),
         ("pending pod that fits keeps it", [pod("wait", pending=True)], set()),
         ("pending pod that fits nowhere here does not", [pod("huge", cpu=64, pending=True)], {"n0"}),
@@ -50,9 +54,8 @@ def test_idle_rules(case_id, extra_pods, expected_removed) -> None:  # type: ign
     "case_id,node_kw,reason_part",
     [
         ("annotation opt-out", {"annotations": {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}}, "disabled"),
-        ("not ready", {"ready": False}, "not ready"),
+        ("not ready: waits for the unready time", {"ready": False}, "unready for 660s of 1200s"),
         ("cordoned by someone", {"cordoned": True}, "cordoned"),
-        ("already being deleted", {"taints": (Taint("ToBeDeletedByClusterAutoscaler"),)}, "being deleted"),
     ],
 )
 def test_kept_with_reason(case_id, node_kw, reason_part) -> None:  # type: ignore[no-untyped-def]
@@ -68,12 +71,20 @@ def test_removal_waits_for_unneeded_time() -> None:
     assert "unneeded for 540s" in result.kept["n0"]
 
 
-def test_never_below_min_and_oldest_unneeded_first() -> None:
+def test_never_below_min() -> None:
     groups, nodes = three_nodes(min_size=1)
     since = {"n0": OLD, "n1": OLD - timedelta(minutes=5), "n2": OLD - timedelta(minutes=1)}
     result = plan(snapshot(groups=groups, nodes=nodes), since=since)
-    assert [r.node for r in result.removals] == ["n1", "n2"]
-    assert "minimum" in result.kept["n0"]
+    assert [r.node for r in result.removals] == ["n0", "n1"]
+    assert "minimum" in result.kept["n2"]
+
+
+def test_a_node_being_deleted_is_left_to_the_executor() -> None:
+    groups, nodes = three_nodes()
+    nodes[0] = node("n0", taints=(Taint("ToBeDeletedByClusterAutoscaler"),))
+    result = plan(snapshot(groups=groups, nodes=nodes), since={n.name: OLD for n in nodes})
+    assert "n0" not in result.unneeded and "n0" not in result.kept
+    assert {r.node for r in result.removals} == {"n1", "n2"}
 
 
 def test_in_flight_deletions_count_against_min_and_parallelism() -> None:
@@ -111,3 +122,173 @@ def test_cooldown_keeps_node() -> None:
     states = {"rg/pool": GroupState("rg/pool", last_scale_up=T0 - timedelta(minutes=1))}
     result = plan(snapshot(groups=groups, nodes=nodes), since={"n0": OLD}, states=states)
     assert result.removals == () and "after-add" in result.kept["n0"]
+
+
+# --- which pods pin a node, and what the operator is told ------------------------------------
+
+def _on(name: str, node_name: str = "n0", *, cpu: float = 1, mem: float = 1, **changes: object) -> Pod:
+    """A small replica on `node_name`, with Pod fields changed (annotations, local volumes...)."""
+    return replace(pod(name, node_name=node_name, cpu=cpu, mem=mem), **changes)  # type: ignore[arg-type]
+
+
+def _budget(allowed: int, **labels: str) -> DisruptionBudget:
+    return DisruptionBudget("default", "pdb", sel(**labels), allowed)
+
+
+PIN_CASES = [
+    # (id, pods on n0, budgets, kept reason part or None when n0 is removed)
+    ("safe-to-evict false", [_on("a", annotations={SAFE_TO_EVICT: "false"})], [], "safe-to-evict=false"),
+    ("karpenter do-not-disrupt", [_on("a", annotations={DO_NOT_DISRUPT: "true"})], [], "do-not-disrupt=true"),
+    ("unlisted local storage", [_on("a", local_volumes=("scratch",))], [], "local storage (scratch)"),
+    ("listed local storage moves",
+     [_on("a", local_volumes=("scratch",), annotations={SAFE_TO_EVICT_LOCAL_VOLUMES: "scratch"})], [], None),
+    ("no controller", [_on("a", owner=None)], [], "has no controller"),
+    ("safe-to-evict true overrides no controller",
+     [_on("a", owner=None, annotations={SAFE_TO_EVICT: "true"})], [], None),
+    ("kube-system pod without a budget", [_on("a", namespace="kube-system")], [], "no PodDisruptionBudget"),
+    ("kube-system pod with a budget moves",
+     [_on("a", namespace="kube-system", labels={"app": "dns"})],
+     [DisruptionBudget("kube-system", "dns", sel(app="dns"), 1)], None),
+    ("budget exhausted", [_on("a", labels={"app": "web"})], [_budget(0, app="web")], "allows 0 more disruption"),
+    ("budget with room", [_on("a", labels={"app": "web"})], [_budget(1, app="web")], None),
+    ("daemonset and mirror pods never pin", [daemon_pod("n0"), _on("m", owner=None, is_mirror=True)], [], None),
+    ("expendable pods never pin", [_on("a", owner=None, priority=-20)], [], None),
+    ("too big for any other node", [_on("a", cpu=1.9, mem=7, node_name="n0")], [], "no other node can take pod"),
+]
+
+
+@pytest.mark.parametrize("case_id,pods,budgets,reason", PIN_CASES, ids=[c[0] for c in PIN_CASES])
+def test_pods_that_pin_their_node(case_id, pods, budgets, reason) -> None:  # type: ignore[no-untyped-def]
+    groups = [group(target=2)]
+    nodes = [node("n0"), node("n1", instance=1)]
+    busy = [pod("keep", cpu=1.9, mem=10, node_name="n1")]  # n1 stays (above the threshold), with 2.1 cpu / 6 GiB free
+    snap = replace(snapshot(groups=groups, nodes=nodes, pods=busy + pods), disruption_budgets=tuple(budgets))
+    result = plan(snap, since={"n0": OLD})
+    if reason is None:
+        assert [r.node for r in result.removals] == ["n0"]
+    else:
+        assert result.removals == ()
+        assert reason in result.kept["n0"]
+
+
+def test_budgets_are_counted_across_the_nodes_of_one_plan() -> None:
+    groups = [group(target=3)]
+    nodes = [node("n0"), node("n1", instance=1), node("big", instance=2, alloc=res(32, 128, 110))]
+    pods = [_on("a", "n0", labels={"app": "web"}), _on("b", "n1", labels={"app": "web"}),
+            pod("keep", cpu=17, node_name="big")]
+    snap = replace(snapshot(groups=groups, nodes=nodes, pods=pods), disruption_budgets=(_budget(1, app="web"),))
+    result = plan(snap, since={"n0": OLD, "n1": OLD})
+    assert [r.node for r in result.removals] == ["n0"]
+    assert "allows 0 more disruption(s), 1 needed" in result.kept["n1"]
+
+
+def test_shared_free_capacity_counts_once() -> None:
+    # n2 has room for one of the two 1.5-cpu pods; n0 and n1 cannot both go.
+    groups = [group(target=3)]
+    nodes = [node("n0"), node("n1", instance=1), node("n2", instance=2)]
+    pods = [pod("a", cpu=1.5, node_name="n0"), pod("b", cpu=1.5, node_name="n1"), pod("keep", cpu=2.5, node_name="n2")]
+    result = plan(snapshot(groups=groups, nodes=nodes, pods=pods), since={"n0": OLD, "n1": OLD})
+    assert len(result.removals) == 1
+    (other,) = {"n0", "n1"} - {result.removals[0].node}
+    assert result.kept[other]
+
+
+def test_measured_cpu_is_a_second_opinion() -> None:
+    groups, nodes = three_nodes()
+    snap = snapshot(groups=groups, nodes=nodes)
+    since = {n.name: OLD for n in nodes}
+    busy = plan_scale_down(snap, unneeded_since=since, group_states={}, now=T0, options=OPTS,
+                           measured_cpu={"n0": 0.9, "n1": 0.1})
+    assert {r.node for r in busy.removals} == {"n1", "n2"}  # n2 was not measured: requests decide
+    assert "measured CPU 0.90 above 0.50" in busy.kept["n0"]
+    blind = plan_scale_down(snap, unneeded_since=since, group_states={}, now=T0, options=OPTS, measured_cpu=None)
+    assert {r.node for r in blind.removals} == {"n0", "n1", "n2"}
+
+
+def _job(name: str, node_name: str, *, started_min_ago: int, deadline_min: int | None) -> Pod:
+    return replace(pod(name, node_name=node_name, owner="Job"), started_at=T0 - timedelta(minutes=started_min_ago),
+                   active_deadline_seconds=None if deadline_min is None else deadline_min * 60)
+
+
+def test_removal_order_empty_then_cheapest_then_batch_ending_soonest() -> None:
+    names = ["batch-late", "batch-soon", "two-pods", "one-pod", "empty-new", "empty-old", "spare"]
+    groups = [group(target=len(names), max_size=20)]
+    nodes = [replace(node(n, instance=i), created_at=T0 - timedelta(hours=1 + i)) for i, n in enumerate(names)]
+    nodes[-1] = node("spare", instance=6, alloc=res(32, 128, 110))
+    pods = [
+        _job("late", "batch-late", started_min_ago=5, deadline_min=60),
+        _job("soon", "batch-soon", started_min_ago=50, deadline_min=60),
+        pod("x1", cpu=0.5, node_name="two-pods"), pod("x2", cpu=0.5, node_name="two-pods"),
+        pod("y", cpu=0.5, node_name="one-pod"),
+        pod("keep", cpu=17, node_name="spare"),
+    ]
+    result = plan(snapshot(groups=groups, nodes=nodes, pods=pods), since={n: OLD for n in names})
+    order = [r.node for r in result.removals]
+    assert order[:2] == ["empty-old", "empty-new"]  # empty first, the older one first: never newest first
+    assert order[2:4] == ["one-pod", "two-pods"]
+    assert order[4:] == ["batch-soon", "batch-late"]
+    kinds = {r.node: r.kind for r in result.removals}
+    assert kinds == {"empty-old": "empty", "empty-new": "empty", "one-pod": "drain", "two-pods": "drain",
+                     "batch-soon": "batch", "batch-late": "batch"}
+    batch = next(r for r in result.removals if r.node == "batch-soon")
+    assert batch.wait == ("default/soon",) and batch.move == ()
+
+
+def test_batch_protection_off_evicts_job_pods_like_cluster_autoscaler() -> None:
+    groups = [group(target=2)]
+    nodes = [node("n0"), node("n1", instance=1)]
+    pods = [_job("render", "n0", started_min_ago=1, deadline_min=None), pod("keep", cpu=2.5, node_name="n1")]
+    options = replace(OPTS, drain=DrainRules(protect_batch=False))
+    result = plan(snapshot(groups=groups, nodes=nodes, pods=pods), since={"n0": OLD, "n1": OLD}, options=options)
+    removal = next(r for r in result.removals if r.node == "n0")
+    assert removal.kind == "drain" and removal.move == ("default/render",)
+
+
+def test_batch_selector_marks_pods_of_other_controllers_as_batch() -> None:
+    groups = [group(target=2)]
+    nodes = [node("n0"), node("n1", instance=1)]
+    pods = [pod("sim", node_name="n0", labels={"workload": "batch"}), pod("keep", cpu=2.5, node_name="n1")]
+    options = replace(OPTS, drain=DrainRules(batch_selector=sel(workload="batch")))
+    result = plan(snapshot(groups=groups, nodes=nodes, pods=pods), since={"n0": OLD, "n1": OLD}, options=options)
+    assert next(r for r in result.removals if r.node == "n0").kind == "batch"
+
+
+TAG = "k8s.io_cluster-autoscaler_node-template_autoscaling-options_"
+
+
+@pytest.mark.parametrize("case_id,tags,pod_cpu,removed", [
+    ("default threshold 0.5: a 0.6 node stays", {}, 2.4, False),
+    ("group threshold 0.7: it goes", {TAG + "scaledownutilizationthreshold": "0.7"}, 2.4, True),
+    ("group unneeded time 20m: not yet", {TAG + "scaledownunneededtime": "20m0s"}, 0.5, False),
+    ("group unneeded time 5m: it goes", {TAG + "scaledownunneededtime": "5m"}, 0.5, True),
+])
+def test_per_group_options_from_scale_set_tags(case_id, tags, pod_cpu, removed) -> None:  # type: ignore[no-untyped-def]
+    groups = [group(target=2, tags=tags)]
+    nodes = [node("n0"), node("n1", instance=1, alloc=res(32, 128, 110))]
+    pods = [pod("a", cpu=pod_cpu, node_name="n0"), pod("keep", cpu=17, node_name="n1")]
+    result = plan(snapshot(groups=groups, nodes=nodes, pods=pods), since={"n0": OLD})
+    assert ("n0" in {r.node for r in result.removals}) == removed
+
+
+def test_a_malformed_option_tag_names_the_tag_and_group() -> None:
+    groups = [group(target=1, tags={TAG + "scaledownutilizationthreshold": "lots"})]
+    with pytest.raises(ValueError, match="rg/pool: tag .*scaledownutilizationthreshold"):
+        plan(snapshot(groups=groups, nodes=[node("n0")]))
+
+
+def test_cluster_minimum_cores_keeps_nodes() -> None:
+    groups, nodes = three_nodes()
+    options = replace(OPTS, limits=ClusterLimits(cores_total=(8, 320000)))
+    result = plan(snapshot(groups=groups, nodes=nodes), since={n.name: OLD for n in nodes}, options=options)
+    assert len(result.removals) == 1  # 12 cores -> 8, never below
+    assert all("cores" in result.kept[n] for n in {"n0", "n1", "n2"} - {r.node for r in result.removals})
+
+
+def test_a_node_that_takes_moved_pods_is_not_removed_in_the_same_plan() -> None:
+    groups = [group(target=2)]
+    nodes = [node("n0"), node("n1", instance=1)]
+    pods = [pod("a", node_name="n0"), pod("b", node_name="n1")]
+    result = plan(snapshot(groups=groups, nodes=nodes, pods=pods), since={"n0": OLD, "n1": OLD})
+    assert len(result.removals) == 1
+    (other,) = {"n0", "n1"} - {result.removals[0].node}
+    assert "takes the pods of" in result.kept[other]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain import HostPort, Resources, Taint, Toleration
+from shared.domain import HostPort, NodeGroup, Resources, Taint, Toleration, VmSizeCapacity
 from shared.engine.templates import (
     PLANNED_HOSTNAME,
     apply_resource_tags,
@@ -12,12 +12,13 @@ from shared.engine.templates import (
     daemonset_host_ports,
     daemonset_overhead,
     decode_tag_key,
+    groups_needing_vm_size,
     next_zone,
     planned_node_labels,
     template_from_node,
     template_from_tags,
 )
-from shared.engine.vm_sizes import DEFAULT_EPHEMERAL_STORAGE
+from shared.engine.vm_sizes import DEFAULT_EPHEMERAL_STORAGE, allocatable_for_capacity
 from tests.builders import GIB, daemon_pod, group, node, pod, res
 
 PREFIX = "k8s.io_cluster-autoscaler_node-template_"
@@ -77,7 +78,7 @@ def test_template_from_tags_reads_labels_taints_and_resources_as_ca_encodes_them
 
 def test_template_from_vm_size_alone_has_the_sizes_gpus_and_a_conservative_disk() -> None:
     template = template_from_tags(group("gpu", target=0, vm_size="Standard_NC6s_v3"))
-    assert template is not None and template.source == "vm-size"
+    assert template is not None and template.source == "vm-size:table"
     assert template.allocatable.amount("nvidia.com/gpu") == 1
     assert template.allocatable.ephemeral_storage_bytes == DEFAULT_EPHEMERAL_STORAGE
     assert template.labels["kubernetes.azure.com/accelerator"] == "nvidia"
@@ -107,6 +108,87 @@ def test_an_unknown_size_without_cpu_and_memory_tags_has_no_template() -> None:
     assert tagged.labels["kubernetes.io/arch"] == "arm64"
 
 
+def sku(name: str, vcpus: int, mem_gib: float, gpus: int = 0, restriction: str = "") -> VmSizeCapacity:
+    return VmSizeCapacity(name, vcpus, int(mem_gib * GIB), gpus, restriction)
+
+
+# (case, the group's size, what the SKUs API listed, expected source, expected capacity or None, accelerator label?)
+SIZE_SOURCES: list[tuple[str, str, list[VmSizeCapacity], str | None, VmSizeCapacity | None, bool]] = [
+    ("the SKUs API over the table", "Standard_D4s_v5", [sku("Standard_D4s_v5", 8, 32)],
+     "vm-size:skus-api", sku("x", 8, 32), False),
+    ("names compare case-insensitively", "standard_d4s_v5", [sku("Standard_D4s_v5", 8, 32)],
+     "vm-size:skus-api", sku("x", 8, 32), False),
+    ("the table when the API did not list the size", "Standard_D4s_v5", [sku("Standard_E8s_v5", 8, 64)],
+     "vm-size:table", sku("x", 4, 16), False),
+    ("the table when the API was not read", "Standard_E8s_v5", [], "vm-size:table", sku("x", 8, 64), False),
+    ("a size only the API knows", "Standard_D96s_v6", [sku("Standard_D96s_v6", 96, 384)],
+     "vm-size:skus-api", sku("x", 96, 384), False),
+    ("constrained cores: what the adapter read as available", "Standard_E4-2s_v3", [sku("Standard_E4-2s_v3", 2, 32)],
+     "vm-size:skus-api", sku("x", 2, 32), False),
+    ("the API's GPUs make nvidia.com/gpu and the accelerator label", "Standard_NC24ads_A100_v4",
+     [sku("Standard_NC24ads_A100_v4", 24, 220, gpus=1)], "vm-size:skus-api", sku("x", 24, 220, 1), True),
+    ("the API's word on GPUs over the table's", "Standard_NC6s_v3", [sku("Standard_NC6s_v3", 6, 112, gpus=0)],
+     "vm-size:skus-api", sku("x", 6, 112), False),
+    ("AMD GPUs are not nvidia.com/gpu", "Standard_NV32as_v4", [sku("Standard_NV32as_v4", 32, 112, gpus=1)],
+     "vm-size:skus-api", sku("Standard_NV32as_v4", 32, 112, 1), False),
+    ("a restricted size still has a template: ARM's refusal backs the group off", "Standard_D4s_v5",
+     [sku("Standard_D4s_v5", 4, 16, restriction="NotAvailableForSubscription")], "vm-size:skus-api", sku("x", 4, 16), False),
+    ("unknown to both, no tags: no template, as before", "Standard_Unknown", [sku("Standard_D4s_v5", 4, 16)],
+     None, None, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("vm_size", "listed", "source", "capacity", "accelerator"),
+    [c[1:] for c in SIZE_SOURCES],
+    ids=[c[0] for c in SIZE_SOURCES],
+)
+def test_scale_from_zero_sizes_nodes_from_the_skus_api_first_then_the_table(
+    vm_size: str, listed: list[VmSizeCapacity], source: str | None, capacity: VmSizeCapacity | None, accelerator: bool
+) -> None:
+    vm_sizes = {s.name.lower(): s for s in listed}
+    templates = build_templates([group("empty", target=0, vm_size=vm_size)], [], vm_sizes=vm_sizes)
+    template = templates.get("rg/empty")
+    if source is None:
+        assert template is None
+        return
+    assert template is not None and capacity is not None
+    assert template.source == source
+    # The same reservation whatever the source: the capacity minus what AKS keeps for the system.
+    assert template.allocatable == allocatable_for_capacity(capacity)
+    assert template.allocatable.cpu_milli < capacity.vcpus * 1000
+    assert ("kubernetes.azure.com/accelerator" in template.labels) is accelerator
+
+
+def test_resource_tags_override_the_skus_capacity_and_keep_its_gpus() -> None:
+    tags = {f"{PREFIX}resources_cpu": "3", f"{PREFIX}resources_memory": "20Gi"}
+    vm_sizes = {"standard_nc24ads_a100_v4": sku("Standard_NC24ads_A100_v4", 24, 220, gpus=1)}
+    template = template_from_tags(group(vm_size="Standard_NC24ads_A100_v4", tags=tags), vm_sizes=vm_sizes)
+    assert template is not None and template.source == "tags"
+    assert (template.allocatable.cpu_milli, template.allocatable.memory_bytes) == (3000, 20 * GIB)
+    assert template.allocatable.amount("nvidia.com/gpu") == 1
+
+
+CPU_AND_MEMORY = {f"{PREFIX}resources_cpu": "4", f"{PREFIX}resources_memory": "16Gi"}
+# (case, the group, its nodes' readiness and taints (None: no node), needs a VM-size template?)
+NEEDING: list[tuple[str, NodeGroup, tuple[bool, tuple[Taint, ...]] | None, bool]] = [
+    ("a live Ready node", group("g"), (True, ()), False),
+    ("no node", group("g", target=0), None, True),
+    ("a node that is not Ready", group("g"), (False, ()), True),
+    ("a node being removed", group("g"), (True, (Taint("ToBeDeletedByClusterAutoscaler"),)), True),
+    ("cpu and memory tags", group("g", target=0, tags=CPU_AND_MEMORY), None, False),
+    ("a cpu tag alone", group("g", target=0, tags={f"{PREFIX}resources_cpu": "4"}), None, True),
+]
+
+
+@pytest.mark.parametrize(("grp", "live", "needed"), [c[1:] for c in NEEDING], ids=[c[0] for c in NEEDING])
+def test_groups_needing_a_vm_size_template(
+    grp: NodeGroup, live: tuple[bool, tuple[Taint, ...]] | None, needed: bool
+) -> None:
+    nodes = [] if live is None else [node("n0", group_name="g", ready=live[0], taints=live[1])]
+    assert groups_needing_vm_size([grp], nodes) == ([grp] if needed else [])
+
+
 def test_template_from_a_live_node() -> None:
     live = node("aks-pool-0", zone="westeurope-1", labels={"agentpool": "pool"},
                 taints=(Taint("ToBeDeletedByClusterAutoscaler"), Taint("dedicated", "x")))
@@ -123,7 +205,7 @@ def test_build_templates_prefers_a_live_ready_node() -> None:
     templates = build_templates(groups, [node("n0", group_name="a", alloc=res(3, 12, 100))])
     assert templates["rg/a"].source == "live-node"
     assert templates["rg/a"].allocatable == res(3, 12, 100)
-    assert templates["rg/b"].source == "vm-size"
+    assert templates["rg/b"].source == "vm-size:table"
 
 
 def test_next_zone_follows_the_scale_sets_balancing() -> None:

@@ -34,7 +34,9 @@ SCENARIO: dict[str, Any] = {
     ],
     "daemonsets": [{"name": "kube-proxy", "requests": {"cpu": "100m", "memory": "128Mi"}}],
     "workloads": [
-        {"name": "web", "kind": "ReplicaSet", "count": 1, "requests": {"cpu": "3", "memory": "1Gi"}},
+        # The web pod may not be evicted, so its node is never removable.
+        {"name": "web", "kind": "ReplicaSet", "count": 1, "requests": {"cpu": "3", "memory": "1Gi"},
+         "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}},
         # Arrives after the other tests are done with the world: four pods that need new nodes.
         {"name": "burst", "kind": "Job", "count": 4, "at": "1h", "duration": "10m", "requests": {"cpu": "2", "memory": "1Gi"}},
     ],
@@ -78,13 +80,16 @@ class App:
         return int(self.server.world.report()["api_calls"]["breakdown"]["arm"].get(operation, 0))
 
 
-def make_app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str, **group: Any) -> App:
+def make_app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str, *,
+             workloads: tuple[dict[str, Any], ...] = (), settings: dict[str, str] | None = None, **group: Any) -> App:
     clock = ManualClock(SANDBOX_START)
-    scenario = {**SCENARIO, "node_groups": [{**SCENARIO["node_groups"][0], **group}]}
+    scenario = {**SCENARIO, "node_groups": [{**SCENARIO["node_groups"][0], **group}],
+                "workloads": [*SCENARIO["workloads"], *workloads]}
     server = sandbox_factory(scenario, clock=clock)
     clock.advance(5)  # let the scheduler place the workload
     env = {**server.env(), "AzureWebJobsStorage": azurite, "STATE_TABLE": table_name,
-           "SCALE_ACTIONS_QUEUE": queue_name, "ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s"}
+           "SCALE_ACTIONS_QUEUE": queue_name, "ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s", "BATCH_CHECK_INTERVAL": "0s",
+           **(settings or {})}
     return App(build_context(env, clock=clock), server, clock)
 
 
@@ -168,10 +173,10 @@ def test_scale_up_to_a_size_already_reached_is_skipped(app: App) -> None:
 
 # -- scale-down ------------------------------------------------------------------------------------------
 
-def test_scale_down_of_a_busy_node_is_skipped(app: App) -> None:
+def test_scale_down_of_a_node_that_became_unremovable_is_skipped(app: App) -> None:
     busy, _ = app.busy_and_idle()
     result = app.run(scale_down(app, busy))
-    assert result.outcome == "skipped" and "no longer idle" in result.detail
+    assert result.outcome == "skipped" and "safe-to-evict=false" in result.detail
     node = app.context.ports.cluster.get_node(busy)
     assert node is not None and not node.unschedulable
 
@@ -208,6 +213,63 @@ def test_scale_down_never_goes_below_min_counting_removals_in_flight(
     assert app.context.ports.state.get_group(GROUP).deleting == {idle[0]: f"down-{idle[0]}"}
     node = app.context.ports.cluster.get_node(idle[1])
     assert node is not None and not node.unschedulable
+
+
+def _walk(app: App, text: str, *, step_seconds: float, limit: int = 200) -> list[str]:
+    """Run an action and every continuation it enqueues, moving the clock between them; the outcomes."""
+    outcomes = []
+    for _ in range(limit):
+        result = app.run(text)
+        outcomes.append(result.detail if result.outcome == "waiting" else result.outcome)
+        if result.outcome != "waiting":
+            break
+        [text] = [json.dumps(m) for m in app.queued()]
+        app.context.ports.queue.clear()  # type: ignore[attr-defined]
+        app.clock.advance(step_seconds)
+    return outcomes
+
+
+def _node_of(app: App, prefix: str) -> str:
+    return next(p.node_name for p in app.context.ports.cluster.list_pods() if p.name.startswith(prefix) and p.node_name)
+
+
+def test_a_drain_waits_for_batch_pods_and_evicts_only_the_movable_ones(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    render = {"name": "render", "kind": "Job", "count": 1, "duration": "20m", "requests": {"cpu": "1", "memory": "1Gi"}}
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(render,))
+    node = _node_of(app, "render")
+    outcomes = _walk(app, scale_down(app, node), step_seconds=60)
+    assert outcomes[-1] == "succeeded", outcomes
+    assert "waiting for 1 batch pod(s)" in outcomes
+    report = app.server.world.report()
+    assert report["running_pods_evicted"] == 0
+    assert node not in app.node_names()
+
+
+def test_batch_drain_timeout_evicts_what_is_left(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    render = {"name": "render", "kind": "Job", "count": 1, "duration": "2h", "requests": {"cpu": "1", "memory": "1Gi"}}
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(render,),
+                   settings={"BATCH_DRAIN_TIMEOUT": "5m"})
+    node = _node_of(app, "render")
+    outcomes = _walk(app, scale_down(app, node), step_seconds=60)
+    assert outcomes[-1] == "succeeded", outcomes
+    assert len([o for o in outcomes if "batch" in o]) <= 6  # about 5 minutes of one-minute looks
+    assert app.server.world.report()["running_pods_evicted"] == 1
+
+
+def test_batch_protection_off_evicts_job_pods_at_once(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    render = {"name": "render", "kind": "Job", "count": 1, "duration": "2h", "requests": {"cpu": "1", "memory": "1Gi"}}
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(render,),
+                   settings={"BATCH_PROTECTION": "false"})
+    node = _node_of(app, "render")
+    outcomes = _walk(app, scale_down(app, node), step_seconds=30)
+    assert outcomes[-1] == "succeeded", outcomes
+    assert not [o for o in outcomes if "batch" in o]
 
 
 # -- polls -----------------------------------------------------------------------------------------------

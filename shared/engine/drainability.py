@@ -1,0 +1,160 @@
+"""Which pods may be moved off a node, which must be waited for, and which pin the node.
+
+Pure module, no side effects. cluster-autoscaler's drainability rules, in its
+order, plus two of ours:
+
+- mirror, DaemonSet, finished and terminating pods are ignored: they go with the node;
+- `cluster-autoscaler.kubernetes.io/safe-to-evict: "true"` makes any other pod movable;
+- `safe-to-evict: "false"` and Karpenter's `karpenter.sh/do-not-disrupt: "true"` pin the node;
+- batch work (ours): a running pod owned by a Job, or matching BATCH_POD_SELECTOR, is
+  never evicted; the node waits for it to finish;
+- local storage (hostPath, emptyDir not in memory) pins the node unless every such
+  volume is listed in `cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes`;
+- a pod with no controller pins the node (its replacement would never be created);
+- a kube-system pod with no PodDisruptionBudget pins the node;
+- a pod whose PodDisruptionBudget has no disruption left pins the node (the budgets
+  are counted across all nodes of one plan: `Budgets`).
+
+Expendable pods (priority below the cutoff) are movable whatever they are: CA deletes
+them without a second thought, and so do we.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from shared.domain import DisruptionBudget, LabelSelector, Pod
+
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+KUBE_SYSTEM = "kube-system"
+
+
+class Disposition(Enum):
+    IGNORE = "ignore"  # goes with the node: DaemonSet, mirror, finished, terminating
+    MOVE = "move"  # evicted; must fit on another node
+    WAIT = "wait"  # batch work: the node is cordoned and waits for it to finish
+    PIN = "pin"  # the node cannot be removed while the pod is there
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRules:
+    protect_batch: bool = True  # BATCH_PROTECTION
+    batch_selector: LabelSelector | None = None  # BATCH_POD_SELECTOR; Job pods are batch regardless
+    skip_system_pods: bool = True  # CA's --skip-nodes-with-system-pods
+    skip_local_storage: bool = True  # CA's --skip-nodes-with-local-storage
+    expendable_priority_cutoff: int = -10
+
+
+@dataclass(frozen=True, slots=True)
+class PodVerdict:
+    pod: Pod
+    disposition: Disposition
+    reason: str = ""  # why it pins the node, or why it is waited for
+
+
+def is_batch(pod: Pod, rules: DrainRules) -> bool:
+    if pod.owner is not None and pod.owner.kind == "Job":
+        return True
+    return rules.batch_selector is not None and rules.batch_selector.matches(pod.labels)
+
+
+def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = ()) -> PodVerdict:
+    """One pod's verdict, PodDisruptionBudgets aside from their existence (see `Budgets` for counting)."""
+    if pod.is_node_bound_system_pod or pod.is_finished or pod.deleting:
+        return PodVerdict(pod, Disposition.IGNORE)
+    if pod.priority < rules.expendable_priority_cutoff:
+        return PodVerdict(pod, Disposition.MOVE)
+    safe = pod.annotations.get(SAFE_TO_EVICT)
+    if safe == "true":
+        return PodVerdict(pod, Disposition.MOVE)
+    if safe == "false":
+        return PodVerdict(pod, Disposition.PIN, f"pod {pod.key} has annotation {SAFE_TO_EVICT}=false")
+    if pod.annotations.get(DO_NOT_DISRUPT) == "true":
+        return PodVerdict(pod, Disposition.PIN, f"pod {pod.key} has annotation {DO_NOT_DISRUPT}=true")
+    if rules.protect_batch and is_batch(pod, rules):
+        return PodVerdict(pod, Disposition.WAIT, f"batch pod {pod.key} is running")
+    if rules.skip_local_storage and pod.local_volumes:
+        allowed = {v.strip() for v in pod.annotations.get(SAFE_TO_EVICT_LOCAL_VOLUMES, "").split(",") if v.strip()}
+        unlisted = [v for v in pod.local_volumes if v not in allowed]
+        if unlisted:
+            return PodVerdict(pod, Disposition.PIN, f"pod {pod.key} has local storage ({', '.join(unlisted)})")
+    if pod.owner is None:
+        return PodVerdict(pod, Disposition.PIN, f"pod {pod.key} has no controller")
+    if rules.skip_system_pods and pod.namespace == KUBE_SYSTEM and not any(b.covers(pod) for b in budgets):
+        return PodVerdict(pod, Disposition.PIN, f"kube-system pod {pod.key} has no PodDisruptionBudget")
+    return PodVerdict(pod, Disposition.MOVE)
+
+
+@dataclass(slots=True)
+class Budgets:
+    """Disruptions left per PodDisruptionBudget while a plan takes pods off several nodes.
+
+    `take` consumes one disruption from every budget covering each pod, or none at all
+    when any of them would go below zero, as the Eviction API refuses such an eviction.
+    """
+
+    budgets: Sequence[DisruptionBudget]
+    left: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.left = {(b.namespace, b.name): b.disruptions_allowed for b in self.budgets}
+
+    def short(self, pods: Iterable[Pod]) -> str | None:
+        """The first budget the pods would exhaust, named, or None when they may all go."""
+        need: dict[tuple[str, str], int] = {}
+        for pod in pods:
+            for budget in self.budgets:
+                if budget.covers(pod):
+                    key = (budget.namespace, budget.name)
+                    need[key] = need.get(key, 0) + 1
+        for key, count in sorted(need.items()):
+            if count > self.left[key]:
+                return (f"PodDisruptionBudget {key[0]}/{key[1]} allows {self.left[key]} more disruption(s), "
+                        f"{count} needed")
+        return None
+
+    def take(self, pods: Iterable[Pod]) -> None:
+        for pod in pods:
+            for budget in self.budgets:
+                if budget.covers(pod):
+                    self.left[(budget.namespace, budget.name)] -= 1
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDrain:
+    """What removing one node would involve."""
+
+    move: tuple[Pod, ...] = ()
+    wait: tuple[Pod, ...] = ()
+    pinned_by: str | None = None  # the first pod rule that keeps the node
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to move or wait for: the node can go in bulk without a drain."""
+        return not self.move and not self.wait and self.pinned_by is None
+
+
+def drain_of(pods: Iterable[Pod], rules: DrainRules, budgets: Sequence[DisruptionBudget] = ()) -> NodeDrain:
+    move: list[Pod] = []
+    wait: list[Pod] = []
+    for pod in sorted(pods, key=lambda p: p.key):
+        verdict = classify(pod, rules, budgets)
+        if verdict.disposition is Disposition.PIN:
+            return NodeDrain(pinned_by=verdict.reason)
+        if verdict.disposition is Disposition.MOVE:
+            move.append(pod)
+        elif verdict.disposition is Disposition.WAIT:
+            wait.append(pod)
+    return NodeDrain(tuple(move), tuple(wait))
+
+
+def pods_by_node(pods: Iterable[Pod]) -> Mapping[str, list[Pod]]:
+    placed: dict[str, list[Pod]] = {}
+    for pod in pods:
+        if pod.node_name:
+            placed.setdefault(pod.node_name, []).append(pod)
+    return placed
