@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from shared.engine.expanders import EXPANDERS, parse_expander_chain, parse_priorities
-from shared.engine.limits import parse_min_max
+from shared.engine.limits import ClusterLimits, parse_min_max
 from shared.domain import LabelSelector
 from shared.engine.selectors import parse_label_selector
 from shared.quantities import parse_duration
@@ -366,6 +366,11 @@ class Settings:
     arm_operation_wait: timedelta
     dry_run: bool
     log_level: str
+
+    @property
+    def cluster_limits(self) -> ClusterLimits:
+        """MAX_NODES_TOTAL, CORES_TOTAL and MEMORY_TOTAL, as the engine takes them."""
+        return ClusterLimits(self.max_nodes_total, self.cores_total, self.memory_total)
 
 
 def load_settings(env: Mapping[str, str]) -> Settings:

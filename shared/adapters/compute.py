@@ -126,7 +126,7 @@ def _error_details(exc: HttpResponseError) -> tuple[str, str]:
     return code, message or (exc.reason or "") or str(exc)
 
 
-def _compute_error(what: str, exc: AzureError) -> ComputeError:
+def compute_error(what: str, exc: AzureError) -> ComputeError:
     """One ComputeError per ARM failure: throttling keeps its Retry-After, the rest their ARM code."""
     if isinstance(exc, HttpResponseError) and exc.response is not None:
         status = exc.status_code or 0
@@ -365,6 +365,22 @@ class _SizesEntry:
 # --- The adapter ------------------------------------------------------------------------
 
 
+def arm_client_options(settings: Settings, *, retry_total: int, retry_backoff_max: float, timeout: float) -> dict[str, Any]:
+    """Keyword arguments of an ARM management client for `settings.arm_endpoint`: bounded timeouts, few retries."""
+    endpoint = settings.arm_endpoint.rstrip("/")
+    return {
+        "base_url": endpoint,
+        # Tokens are for the ARM endpoint in use (public cloud, sovereign cloud or the sandbox).
+        "credential_scopes": [f"{endpoint}/.default"],
+        "connection_verify": settings.arm_ca_bundle or True,
+        "connection_timeout": 5,
+        "read_timeout": 30,
+        "retry_policy": ThrottleAwareRetryPolicy(
+            retry_total=retry_total, retry_backoff_factor=0.5, retry_backoff_max=retry_backoff_max, timeout=timeout
+        ),
+    }
+
+
 class VmssCompute:
     """`shared.ports.Compute` over the scale sets of some resource groups. Every method calls ARM
     (`list_vm_sizes` only when its cache for the location is stale).
@@ -405,19 +421,8 @@ class VmssCompute:
             from shared.adapters.credentials import make_azure_credential
 
             credential = make_azure_credential(settings)
-        endpoint = settings.arm_endpoint.rstrip("/")
         client = ComputeManagementClient(
-            credential,
-            settings.subscription_id,
-            base_url=endpoint,
-            # Tokens are for the ARM endpoint in use (public cloud, sovereign cloud or the sandbox).
-            credential_scopes=[f"{endpoint}/.default"],
-            connection_verify=settings.arm_ca_bundle or True,
-            connection_timeout=5,
-            read_timeout=30,
-            retry_policy=ThrottleAwareRetryPolicy(
-                retry_total=2, retry_backoff_factor=0.5, retry_backoff_max=4, timeout=90
-            ),
+            credential, settings.subscription_id, **arm_client_options(settings, retry_total=2, retry_backoff_max=4, timeout=90)
         )
         return cls(
             client,
@@ -436,7 +441,7 @@ class VmssCompute:
         try:
             return call()
         except AzureError as exc:
-            raise _compute_error(what, exc) from exc
+            raise compute_error(what, exc) from exc
 
     def _polling(self, *, poll_first: bool) -> _BoundedArmPolling:
         return _BoundedArmPolling(
@@ -454,18 +459,18 @@ class VmssCompute:
         except HttpResponseError as exc:
             status = _port_status(polling.status())
             if status not in ("Failed", "Canceled"):
-                raise _compute_error(what, exc) from exc
+                raise compute_error(what, exc) from exc
             code, message = _error_details(exc)
             log.warning("%s: operation %s: %s %s", what, status.lower(), code, message)
             return Operation(token=token, status=status, error_code=code, error_message=message)
         except AzureError as exc:
-            raise _compute_error(what, exc) from exc
+            raise compute_error(what, exc) from exc
         if resumed and polling.interrupted_by is not None:
             # Checking an operation is all a resumed call does: tell the caller when to look
             # again (a 429 keeps its Retry-After), as if the status GET had raised.
-            raise _compute_error(f"{what}: status check", HttpResponseError(response=polling.interrupted_by.http_response))
+            raise compute_error(f"{what}: status check", HttpResponseError(response=polling.interrupted_by.http_response))
         if resumed and polling.transport_error is not None:
-            raise _compute_error(what, polling.transport_error) from polling.transport_error
+            raise compute_error(what, polling.transport_error) from polling.transport_error
         # A fresh operation that ARM accepted is reported InProgress whatever stopped
         # our polling: the token lets the next invocation pick it up.
         return Operation(token=token, status=_port_status(polling.status()))
@@ -477,7 +482,7 @@ class VmssCompute:
         except ValueError as exc:
             raise ComputeError(f"{what}: not a continuation token: {exc}", code="InvalidContinuationToken") from exc
         except AzureError as exc:
-            raise _compute_error(what, exc) from exc
+            raise compute_error(what, exc) from exc
         return self._outcome(what, poller, polling, resumed=True)
 
     # -- discovery --------------------------------------------------------------------
@@ -526,9 +531,9 @@ class VmssCompute:
         except HttpResponseError as exc:
             if exc.status_code == 404:
                 return None
-            raise _compute_error(what, exc) from exc
+            raise compute_error(what, exc) from exc
         except AzureError as exc:
-            raise _compute_error(what, exc) from exc
+            raise compute_error(what, exc) from exc
         return _instance(vm)
 
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
@@ -579,9 +584,9 @@ class VmssCompute:
         except HttpResponseError as exc:
             if exc.status_code == 404:
                 return None
-            raise _compute_error(f"get scale set {resource_group}/{name}", exc) from exc
+            raise compute_error(f"get scale set {resource_group}/{name}", exc) from exc
         except AzureError as exc:
-            raise _compute_error(f"get scale set {resource_group}/{name}", exc) from exc
+            raise compute_error(f"get scale set {resource_group}/{name}", exc) from exc
         group = self._as_group(resource_group, vmss)
         if group is None or group.id != make_group_id(resource_group, name):
             return None

@@ -25,7 +25,7 @@ from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError
 from azure.mgmt.monitor import MonitorManagementClient
 
-from shared.adapters.compute import ThrottleAwareRetryPolicy, _compute_error
+from shared.adapters.compute import arm_client_options, compute_error
 from shared.domain import InstanceRef, Node
 from shared.ports import UsageUnavailable
 from shared.settings import Settings
@@ -71,16 +71,8 @@ class VmssMetricUsage:
             from shared.adapters.credentials import make_azure_credential
 
             credential = make_azure_credential(settings)
-        endpoint = settings.arm_endpoint.rstrip("/")
         client = MonitorManagementClient(
-            credential,
-            settings.subscription_id,
-            base_url=endpoint,
-            credential_scopes=[f"{endpoint}/.default"],
-            connection_verify=settings.arm_ca_bundle or True,
-            connection_timeout=5,
-            read_timeout=30,
-            retry_policy=ThrottleAwareRetryPolicy(retry_total=1, retry_backoff_factor=0.5, retry_backoff_max=2, timeout=60),
+            credential, settings.subscription_id, **arm_client_options(settings, retry_total=1, retry_backoff_max=2, timeout=60)
         )
         return cls(client)
 
@@ -127,7 +119,7 @@ class VmssMetricUsage:
                 top=MAX_SERIES,
             )
         except AzureError as exc:
-            raise UsageUnavailable(str(_compute_error(what, exc))) from exc
+            raise UsageUnavailable(str(compute_error(what, exc))) from exc
         found: dict[str, float] = {}
         for metric in response.value or []:
             if _text(metric.name).lower() != METRIC.lower():

@@ -21,7 +21,7 @@ them without a second thought, and so do we.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -151,10 +151,3 @@ def drain_of(pods: Iterable[Pod], rules: DrainRules, budgets: Sequence[Disruptio
             wait.append(pod)
     return NodeDrain(tuple(move), tuple(wait))
 
-
-def pods_by_node(pods: Iterable[Pod]) -> Mapping[str, list[Pod]]:
-    placed: dict[str, list[Pod]] = {}
-    for pod in pods:
-        if pod.node_name:
-            placed.setdefault(pod.node_name, []).append(pod)
-    return placed

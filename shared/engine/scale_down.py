@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 
 from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, Pod
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
-from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of, pods_by_node
+from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of
 from shared.engine.limits import ClusterLimits, cluster_totals, removal_blocked
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.pod_rules import is_virtual_node
@@ -75,7 +75,6 @@ class ScaleDownPlan:
     unneeded: Mapping[str, datetime] = field(default_factory=dict)  # the new unneeded-since map
     removals: tuple[Removal, ...] = ()
     kept: Mapping[str, str] = field(default_factory=dict)  # candidates not removed now, and why
-    utilization: Mapping[str, float] = field(default_factory=dict)  # every group node, for the log and summaries
 
 
 # --- per-group rules from the scale set's tags --------------------------------------------------
@@ -155,23 +154,23 @@ def plan_scale_down(
     """`measured_cpu`: node -> measured CPU usage (0..1) from Azure Monitor; None when no source answered."""
     groups = {g.id: g for g in snapshot.groups}
     rules = {g.id: group_rules(g, options) for g in snapshot.groups}
-    on_node = pods_by_node(p for p in snapshot.pods if not p.is_finished)
+    utilization_rules = {
+        gid: replace(options.utilization, threshold=r.threshold, gpu_threshold=r.gpu_threshold)
+        for gid, r in rules.items()
+    }
+    state = PlacementState.from_cluster((NodeView.of(n) for n in snapshot.nodes), snapshot.pods)
     in_flight = {node for state in group_states.values() for node in state.deleting}
     waiting = pending_pods(snapshot)
 
     kept: dict[str, str] = {}
-    utilization: dict[str, float] = {}
     candidates: list[_Candidate] = []
     for node in snapshot.nodes:
         ref = node.instance
         if ref is None or ref.group_id not in groups or is_virtual_node(node):
             continue  # never touch a node we cannot map to an instance of a discovered group
         group = groups[ref.group_id]
-        group_rule = rules[group.id]
-        pods = on_node.get(node.name, [])
-        used = node_utilization(node, pods, rules=replace(
-            options.utilization, threshold=group_rule.threshold, gpu_threshold=group_rule.gpu_threshold))
-        utilization[node.name] = used.value
+        pods = state.pods_on(node.name)
+        used = node_utilization(node, pods, rules=utilization_rules[group.id])
         if node.name in in_flight or node.is_being_deleted:
             continue  # its removal is under way; the executor owns it
         if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
@@ -199,10 +198,10 @@ def plan_scale_down(
         candidates.append(_Candidate(node, group, drain, used, unready))
 
     candidates.sort(key=_removal_order)
-    unneeded_order = _simulate_removal(snapshot, candidates, kept)
+    unneeded_order = _simulate_removal(snapshot, state, candidates, kept)
     unneeded = {c.node.name: unneeded_since.get(c.node.name, now) for c in unneeded_order}
     removals = _choose(unneeded_order, unneeded, group_states, rules, snapshot, kept, now=now, options=options)
-    return ScaleDownPlan(unneeded=unneeded, removals=tuple(removals), kept=kept, utilization=utilization)
+    return ScaleDownPlan(unneeded=unneeded, removals=tuple(removals), kept=kept)
 
 
 def _removal_order(candidate: _Candidate) -> tuple[object, ...]:
@@ -221,10 +220,12 @@ def _expected_end(pod: Pod) -> float:
 
 
 def _simulate_removal(
-    snapshot: ClusterSnapshot, candidates: Sequence[_Candidate], kept: dict[str, str]
+    snapshot: ClusterSnapshot, state: PlacementState, candidates: Sequence[_Candidate], kept: dict[str, str]
 ) -> list[_Candidate]:
-    """The candidates whose movable pods fit elsewhere, with every earlier such candidate removed too."""
-    state = PlacementState.from_cluster((NodeView.of(n) for n in snapshot.nodes), snapshot.pods)
+    """The candidates whose movable pods fit elsewhere, with every earlier such candidate removed too.
+
+    Moved pods are placed on `state` for good: later candidates see the room they took.
+    """
     removed: set[str] = set()
     received: dict[str, str] = {}  # candidate -> a node whose pods it takes in this plan
     # Nodes that stay come first; then candidates, last to be removed first, so pods move

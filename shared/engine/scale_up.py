@@ -594,6 +594,7 @@ def _balanced(
 
 
 def _replay(option: _Option, state: PlacementState) -> None:
+    """The option's nodes and placements join the state."""
     for step in option.steps:
         if step.pod is None:
             state.add_node(step.node)
@@ -602,14 +603,12 @@ def _replay(option: _Option, state: PlacementState) -> None:
 
 
 def _commit(option: _Option, plan: _GroupPlan, state: PlacementState, steps: list[SimulationStep]) -> None:
-    """Replay the chosen option's steps for good: its nodes and placements join the state."""
+    """Replay the chosen option's steps for good, and count its nodes in the group's plan."""
+    _replay(option, state)
     for step in option.steps:
         if step.pod is None:
-            state.add_node(step.node)
             _count_zone(plan, step.node)
-        else:
-            state.place(step.pod, step.node.name, pod_requests(step.pod))
-        steps.append(step)
+    steps.extend(option.steps)
     plan.planned += option.nodes
 
 

@@ -12,7 +12,6 @@ from shared.actions import new_scale_up
 from shared.domain import ClusterSnapshot
 from shared.engine.backoff import after_failure, backoff_reason
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
-from shared.engine.limits import ClusterLimits
 from shared.engine.pod_rules import PodRules
 from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
 from shared.ports import Ports
@@ -39,7 +38,7 @@ def scale_up_options(settings: Settings, *, now: datetime) -> ScaleUpOptions:
         expander=settings.expander,
         priorities=parse_priorities(dict(settings.priority_expander_config)),
         seed=int(now.timestamp()),  # the random expander spreads choices over polls, as CA's does
-        limits=ClusterLimits(settings.max_nodes_total, settings.cores_total, settings.memory_total),
+        limits=settings.cluster_limits,
         pod_rules=PodRules(settings.expendable_pods_priority_cutoff, settings.new_pod_scale_up_delay),
         balance_similar=settings.balance_similar_node_groups,
         balancing_ignored_labels=settings.balancing_ignore_labels,

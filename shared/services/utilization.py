@@ -14,7 +14,6 @@ from shared.actions import new_scale_down
 from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, Taint
 from shared.engine.cooldowns import ScaleDownDelays
 from shared.engine.drainability import DrainRules
-from shared.engine.limits import ClusterLimits
 from shared.engine.scale_down import Removal, ScaleDownOptions, ScaleDownPlan, plan_scale_down
 from shared.engine.utilization import UtilizationRules
 from shared.ports import Ports, UsageUnavailable
@@ -48,7 +47,7 @@ def scale_down_options(settings: Settings) -> ScaleDownOptions:
         ),
         drain=drain_rules(settings),
         measured_cpu_threshold=settings.scale_down_measured_cpu_threshold,
-        limits=ClusterLimits(settings.max_nodes_total, settings.cores_total, settings.memory_total),
+        limits=settings.cluster_limits,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -16,17 +16,13 @@ from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
 from shared.adapters import log_analytics
 from shared.adapters.credentials import StaticTokenCredential
-from shared.adapters.kubernetes import KubernetesCluster
 from shared.adapters.log_analytics import QUERY_MARKER, LogAnalyticsUsage, node_cpu_query
 from shared.context import build_context
 from shared.domain import Node, Resources
 from shared.ports import UsageUnavailable
 from shared.settings import Settings, load_settings
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
-from tests.shared.adapters.usage_world import B0, EXPECTED, N0, N1, usage_scenario
-
-WINDOW = timedelta(minutes=10)
-
+from tests.shared.adapters.usage_world import B0, EXPECTED, N0, N1, WINDOW, usage_nodes, usage_scenario
 
 def settings_for(server: SandboxServer, **env: str) -> Settings:
     return load_settings({**server.env(), **env})
@@ -39,7 +35,7 @@ def server(sandbox_factory: SandboxFactory) -> SandboxServer:
 
 @pytest.fixture
 def nodes(server: SandboxServer) -> list[Node]:
-    return KubernetesCluster.from_settings(settings_for(server)).list_nodes()
+    return usage_nodes(server)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,17 +12,13 @@ from azure.mgmt.monitor.models import Response as MetricsResponse
 
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
-from shared.adapters.kubernetes import KubernetesCluster
 from shared.adapters.vmss_metrics import MAX_SERIES, VmssMetricUsage
 from shared.context import build_context
 from shared.domain import Node, Resources
 from shared.ports import UsageUnavailable
 from shared.settings import Settings, load_settings
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
-from tests.shared.adapters.usage_world import B0, EXPECTED, N1, RG, usage_scenario
-
-WINDOW = timedelta(minutes=10)
-
+from tests.shared.adapters.usage_world import B0, EXPECTED, N1, RG, WINDOW, usage_nodes, usage_scenario
 
 def settings_for(server: SandboxServer, **env: str) -> Settings:
     return load_settings({**server.env(), "USAGE_SOURCE": "vmss-metric", **env})
@@ -36,7 +31,7 @@ def server(sandbox_factory: SandboxFactory) -> SandboxServer:
 
 @pytest.fixture
 def nodes(server: SandboxServer) -> list[Node]:
-    return KubernetesCluster.from_settings(settings_for(server)).list_nodes()
+    return usage_nodes(server)
 
 
 @pytest.fixture
@@ -74,7 +69,7 @@ def test_more_instances_than_the_apis_default_top_are_all_read(sandbox_factory: 
     doc = usage_scenario()
     doc["node_groups"][0]["initial"] = 12
     server = sandbox_factory(doc, clock=ManualClock(SANDBOX_START))
-    nodes = KubernetesCluster.from_settings(settings_for(server)).list_nodes()
+    nodes = usage_nodes(server)
     usage = VmssMetricUsage.from_settings(settings_for(server)).get_node_cpu_usage(nodes, window=WINDOW, now=server.clock.now())
     assert len(usage) == 13
 

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
+
+from sandbox.server import SandboxServer
+from shared.adapters.kubernetes import KubernetesCluster
+from shared.domain import Node
+from shared.settings import load_settings
+
+WINDOW = timedelta(minutes=10)
 
 N0, N1, B0 = "pool-a000000", "pool-a000001", "pool-b000000"
 RG = "rg-it"
@@ -37,3 +45,12 @@ def usage_scenario(**changes: Any) -> dict[str, Any]:
 
 
 EXPECTED = {N0: 1100 / 4000, N1: 3100 / 4000, B0: 100 / 4000}
+
+
+def usage_nodes(server: SandboxServer) -> list[Node]:
+    """The world's nodes as the Kubernetes adapter reads them: what a usage source is asked about."""
+    cluster = KubernetesCluster.from_settings(load_settings(server.env()))
+    try:
+        return cluster.list_nodes()
+    finally:
+        cluster.close()

@@ -229,6 +229,11 @@ def _walk(app: App, text: str, *, step_seconds: float, limit: int = 200) -> list
     return outcomes
 
 
+def _render(duration: str) -> dict[str, Any]:
+    """A render Job too big to share the web pod's node."""
+    return {"name": "render", "kind": "Job", "count": 1, "duration": duration, "requests": {"cpu": "1", "memory": "1Gi"}}
+
+
 def _node_of(app: App, prefix: str) -> str:
     return next(p.node_name for p in app.context.ports.cluster.list_pods() if p.name.startswith(prefix) and p.node_name)
 
@@ -236,8 +241,7 @@ def _node_of(app: App, prefix: str) -> str:
 def test_a_drain_waits_for_batch_pods_and_evicts_only_the_movable_ones(
     sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
 ) -> None:
-    render = {"name": "render", "kind": "Job", "count": 1, "duration": "20m", "requests": {"cpu": "1", "memory": "1Gi"}}
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(render,))
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("20m"),))
     node = _node_of(app, "render")
     outcomes = _walk(app, scale_down(app, node), step_seconds=60)
     assert outcomes[-1] == "succeeded", outcomes
@@ -250,8 +254,7 @@ def test_a_drain_waits_for_batch_pods_and_evicts_only_the_movable_ones(
 def test_batch_drain_timeout_evicts_what_is_left(
     sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
 ) -> None:
-    render = {"name": "render", "kind": "Job", "count": 1, "duration": "2h", "requests": {"cpu": "1", "memory": "1Gi"}}
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(render,),
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("2h"),),
                    settings={"BATCH_DRAIN_TIMEOUT": "5m"})
     node = _node_of(app, "render")
     outcomes = _walk(app, scale_down(app, node), step_seconds=60)
@@ -263,8 +266,7 @@ def test_batch_drain_timeout_evicts_what_is_left(
 def test_batch_protection_off_evicts_job_pods_at_once(
     sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
 ) -> None:
-    render = {"name": "render", "kind": "Job", "count": 1, "duration": "2h", "requests": {"cpu": "1", "memory": "1Gi"}}
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(render,),
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("2h"),),
                    settings={"BATCH_PROTECTION": "false"})
     node = _node_of(app, "render")
     outcomes = _walk(app, scale_down(app, node), step_seconds=30)
