@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from shared.domain import DisruptionBudget, LabelSelector, Pod
+from shared.engine import reasons
+from shared.engine.reasons import KeptReason
 
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
@@ -53,7 +55,7 @@ class DrainRules:
 class PodVerdict:
     pod: Pod
     disposition: Disposition
-    reason: str = ""  # why it pins the node, or why it is waited for
+    reason: str = ""  # why it pins the node (a KeptReason, with its code), or why it is waited for
 
 
 def is_batch(pod: Pod, rules: DrainRules) -> bool:
@@ -72,20 +74,24 @@ def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = 
     if safe == "true":
         return PodVerdict(pod, Disposition.MOVE)
     if safe == "false":
-        return PodVerdict(pod, Disposition.PIN, f"pod {pod.key} has annotation {SAFE_TO_EVICT}=false")
+        return PodVerdict(pod, Disposition.PIN, KeptReason(
+            reasons.NOT_SAFE_TO_EVICT, f"pod {pod.key} has annotation {SAFE_TO_EVICT}=false"))
     if pod.annotations.get(DO_NOT_DISRUPT) == "true":
-        return PodVerdict(pod, Disposition.PIN, f"pod {pod.key} has annotation {DO_NOT_DISRUPT}=true")
+        return PodVerdict(pod, Disposition.PIN, KeptReason(
+            reasons.DO_NOT_DISRUPT, f"pod {pod.key} has annotation {DO_NOT_DISRUPT}=true"))
     if rules.protect_batch and is_batch(pod, rules):
         return PodVerdict(pod, Disposition.WAIT, f"batch pod {pod.key} is running")
     if rules.skip_local_storage and pod.local_volumes:
         allowed = {v.strip() for v in pod.annotations.get(SAFE_TO_EVICT_LOCAL_VOLUMES, "").split(",") if v.strip()}
         unlisted = [v for v in pod.local_volumes if v not in allowed]
         if unlisted:
-            return PodVerdict(pod, Disposition.PIN, f"pod {pod.key} has local storage ({', '.join(unlisted)})")
+            return PodVerdict(pod, Disposition.PIN, KeptReason(
+                reasons.LOCAL_STORAGE, f"pod {pod.key} has local storage ({', '.join(unlisted)})"))
     if pod.owner is None:
-        return PodVerdict(pod, Disposition.PIN, f"pod {pod.key} has no controller")
+        return PodVerdict(pod, Disposition.PIN, KeptReason(reasons.NOT_REPLICATED, f"pod {pod.key} has no controller"))
     if rules.skip_system_pods and pod.namespace == KUBE_SYSTEM and not any(b.covers(pod) for b in budgets):
-        return PodVerdict(pod, Disposition.PIN, f"kube-system pod {pod.key} has no PodDisruptionBudget")
+        return PodVerdict(pod, Disposition.PIN, KeptReason(
+            reasons.UNMOVABLE_KUBE_SYSTEM_POD, f"kube-system pod {pod.key} has no PodDisruptionBudget"))
     return PodVerdict(pod, Disposition.MOVE)
 
 
@@ -103,7 +109,7 @@ class Budgets:
     def __post_init__(self) -> None:
         self.left = {(b.namespace, b.name): b.disruptions_allowed for b in self.budgets}
 
-    def short(self, pods: Iterable[Pod]) -> str | None:
+    def short(self, pods: Iterable[Pod]) -> KeptReason | None:
         """The first budget the pods would exhaust, named, or None when they may all go."""
         need: dict[tuple[str, str], int] = {}
         for pod in pods:
@@ -113,8 +119,9 @@ class Budgets:
                     need[key] = need.get(key, 0) + 1
         for key, count in sorted(need.items()):
             if count > self.left[key]:
-                return (f"PodDisruptionBudget {key[0]}/{key[1]} allows {self.left[key]} more disruption(s), "
-                        f"{count} needed")
+                return KeptReason(reasons.NOT_ENOUGH_PDB,
+                                  f"PodDisruptionBudget {key[0]}/{key[1]} allows {self.left[key]} more "
+                                  f"disruption(s), {count} needed")
         return None
 
     def take(self, pods: Iterable[Pod]) -> None:
@@ -130,7 +137,7 @@ class NodeDrain:
 
     move: tuple[Pod, ...] = ()
     wait: tuple[Pod, ...] = ()
-    pinned_by: str | None = None  # the first pod rule that keeps the node
+    pinned_by: KeptReason | None = None  # the first pod rule that keeps the node
 
     @property
     def empty(self) -> bool:
@@ -144,6 +151,7 @@ def drain_of(pods: Iterable[Pod], rules: DrainRules, budgets: Sequence[Disruptio
     for pod in sorted(pods, key=lambda p: p.key):
         verdict = classify(pod, rules, budgets)
         if verdict.disposition is Disposition.PIN:
+            assert isinstance(verdict.reason, KeptReason)  # every PIN verdict carries its code
             return NodeDrain(pinned_by=verdict.reason)
         if verdict.disposition is Disposition.MOVE:
             move.append(pod)

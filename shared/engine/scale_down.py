@@ -35,8 +35,10 @@ from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
 from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of
 from shared.engine.limits import ClusterLimits, cluster_totals, removal_blocked
 from shared.engine.placement import NodeView, PlacementState
+from shared.engine import reasons
 from shared.engine.pod_rules import is_virtual_node
 from shared.engine.predicates import check, pod_requests, static_mismatch
+from shared.engine.reasons import KeptReason
 from shared.engine.scale_up import pending_pods
 from shared.engine.utilization import Utilization, UtilizationRules, node_utilization
 from shared.quantities import parse_duration
@@ -74,7 +76,7 @@ class Removal:
 class ScaleDownPlan:
     unneeded: Mapping[str, datetime] = field(default_factory=dict)  # the new unneeded-since map
     removals: tuple[Removal, ...] = ()
-    kept: Mapping[str, str] = field(default_factory=dict)  # candidates not removed now, and why
+    kept: Mapping[str, KeptReason] = field(default_factory=dict)  # candidates not removed now, and why
 
 
 # --- per-group rules from the scale set's tags --------------------------------------------------
@@ -162,7 +164,7 @@ def plan_scale_down(
     in_flight = {node for state in group_states.values() for node in state.deleting}
     waiting = pending_pods(snapshot)
 
-    kept: dict[str, str] = {}
+    kept: dict[str, KeptReason] = {}
     candidates: list[_Candidate] = []
     for node in snapshot.nodes:
         ref = node.instance
@@ -174,10 +176,11 @@ def plan_scale_down(
         if node.name in in_flight or node.is_being_deleted:
             continue  # its removal is under way; the executor owns it
         if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
-            kept[node.name] = f"annotation {SCALE_DOWN_DISABLED}=true"
+            kept[node.name] = KeptReason(reasons.SCALE_DOWN_DISABLED_ANNOTATION,
+                                         f"annotation {SCALE_DOWN_DISABLED}=true")
             continue
         if node.unschedulable:
-            kept[node.name] = "cordoned by someone else"
+            kept[node.name] = KeptReason(reasons.CORDONED_BY_OTHERS, "cordoned by someone else")
             continue
         unready = not node.ready
         if not unready and not used.low:
@@ -185,15 +188,16 @@ def plan_scale_down(
         if not unready and measured_cpu is not None and node.name in measured_cpu:
             measured = measured_cpu[node.name]
             if measured > options.measured_cpu_threshold:
-                kept[node.name] = (f"measured CPU {measured:.2f} above {options.measured_cpu_threshold:.2f} "
-                                   f"({used.describe()} by requests)")
+                kept[node.name] = KeptReason(reasons.MEASURED_CPU_HIGH,
+                                             f"measured CPU {measured:.2f} above {options.measured_cpu_threshold:.2f} "
+                                             f"({used.describe()} by requests)")
                 continue
         drain = drain_of(pods, options.drain, snapshot.disruption_budgets)
         if drain.pinned_by is not None:
             kept[node.name] = drain.pinned_by
             continue
         if not unready and any(_could_run(p, node) for p in waiting):
-            kept[node.name] = "pending pods could use it"
+            kept[node.name] = KeptReason(reasons.PENDING_PODS_COULD_USE, "pending pods could use it")
             continue
         candidates.append(_Candidate(node, group, drain, used, unready))
 
@@ -220,7 +224,7 @@ def _expected_end(pod: Pod) -> float:
 
 
 def _simulate_removal(
-    snapshot: ClusterSnapshot, state: PlacementState, candidates: Sequence[_Candidate], kept: dict[str, str]
+    snapshot: ClusterSnapshot, state: PlacementState, candidates: Sequence[_Candidate], kept: dict[str, KeptReason]
 ) -> list[_Candidate]:
     """The candidates whose movable pods fit elsewhere, with every earlier such candidate removed too.
 
@@ -242,14 +246,15 @@ def _simulate_removal(
         name = candidate.node.name
         if name in received:
             # The plan moved pods here; removing it too would need those pods to move again.
-            kept[name] = f"takes the pods of {received[name]}, removed before it"
+            kept[name] = KeptReason(reasons.RECEIVES_MOVED_PODS,
+                                    f"takes the pods of {received[name]}, removed before it")
             continue
         short = budgets.short(candidate.drain.move)
         if short is not None:
             kept[name] = short
             continue
         checkpoint = state.checkpoint()
-        blocked = None
+        blocked: KeptReason | None = None
         for pod in sorted(candidate.drain.move, key=lambda p: (-pod_requests(p).cpu_milli, p.key)):
             requests = pod_requests(pod)
             # The pod's copy on the candidate still counts in the state: conservative for spread
@@ -261,7 +266,7 @@ def _simulate_removal(
                 None,
             )
             if target is None:
-                blocked = f"no other node can take pod {pod.key}"
+                blocked = KeptReason(reasons.NO_PLACE_TO_MOVE_PODS, f"no other node can take pod {pod.key}")
                 break
             state.place(moving, target, requests)
         if blocked is not None:
@@ -282,7 +287,7 @@ def _choose(
     group_states: Mapping[str, GroupState],
     rules: Mapping[str, GroupRules],
     snapshot: ClusterSnapshot,
-    kept: dict[str, str],
+    kept: dict[str, KeptReason],
     *,
     now: datetime,
     options: ScaleDownOptions,
@@ -300,22 +305,26 @@ def _choose(
         wait_for = rules[group.id].unready_time if candidate.unready else rules[group.id].unneeded_time
         if now - since < wait_for:
             state = "unready" if candidate.unready else "unneeded"
-            kept[name] = f"{state} for {int((now - since).total_seconds())}s of {int(wait_for.total_seconds())}s"
+            code = reasons.NOT_UNREADY_LONG_ENOUGH if candidate.unready else reasons.NOT_UNNEEDED_LONG_ENOUGH
+            kept[name] = KeptReason(code, f"{state} for {int((now - since).total_seconds())}s "
+                                          f"of {int(wait_for.total_seconds())}s")
             continue
         state = group_states.get(group.id, GroupState(group.id))
         blocked = scale_down_blocked(state, now=now, delays=options.delays)
         if blocked:
-            kept[name] = blocked
+            kept[name] = KeptReason(reasons.SCALE_DOWN_COOLDOWN, blocked)
             continue
         if group.target_size - len(state.deleting) - planned.get(group.id, 0) <= group.min_size:
-            kept[name] = f"group {group.id} at its minimum size {group.min_size}"
+            kept[name] = KeptReason(reasons.NODE_GROUP_MIN_SIZE_REACHED,
+                                    f"group {group.id} at its minimum size {group.min_size}")
             continue
         limit = removal_blocked(node.allocatable, totals=totals, limits=options.limits)
         if limit:
-            kept[name] = limit
+            kept[name] = KeptReason(reasons.MINIMAL_RESOURCE_LIMIT_EXCEEDED, limit)
             continue
         if budget <= 0:
-            kept[name] = f"MAX_SCALE_DOWN_PARALLELISM ({options.max_parallelism}) nodes already being removed"
+            kept[name] = KeptReason(reasons.MAX_PARALLELISM_REACHED,
+                                    f"MAX_SCALE_DOWN_PARALLELISM ({options.max_parallelism}) nodes already being removed")
             continue
         removals.append(Removal(
             node=name, group_id=group.id, provider_id=node.provider_id, unneeded_since=since, kind=candidate.kind,

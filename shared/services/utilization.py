@@ -116,7 +116,8 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
         log.info("scale-down decided: node=%s group=%s kind=%s utilization=%.2f age=%s action=%s",
                  removal.node, removal.group_id, removal.kind, removal.utilization, removal.node_age, action_id)
     for node, reason in plan.kept.items():
-        log.info("node %s kept: %s", node, reason)
+        log.info("node %s kept (%s): %s", node, reason.code, reason,
+                 extra={"custom_dimensions": {"node": node, "kept_reason": reason.code}})
     return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued))
 
 

@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 
 from shared.domain import DisruptionBudget, GroupState, Pod, Taint
+from shared.engine import reasons
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
 from shared.engine.drainability import DO_NOT_DISRUPT, SAFE_TO_EVICT, SAFE_TO_EVICT_LOCAL_VOLUMES, DrainRules
 from shared.engine.limits import ClusterLimits
@@ -53,22 +54,23 @@ def test_idle_rules(case_id, extra_pods, expected_removed) -> None:  # type: ign
 @pytest.mark.parametrize(
     "case_id,node_kw,reason_part",
     [
-        ("annotation opt-out", {"annotations": {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}}, "disabled"),
-        ("not ready: waits for the unready time", {"ready": False}, "unready for 660s of 1200s"),
-        ("cordoned by someone", {"cordoned": True}, "cordoned"),
+        ("annotation opt-out", {"annotations": {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}}, ("disabled", reasons.SCALE_DOWN_DISABLED_ANNOTATION)),
+        ("not ready: waits for the unready time", {"ready": False}, ("unready for 660s of 1200s", reasons.NOT_UNREADY_LONG_ENOUGH)),
+        ("cordoned by someone", {"cordoned": True}, ("cordoned", reasons.CORDONED_BY_OTHERS)),
     ],
 )
 def test_kept_with_reason(case_id, node_kw, reason_part) -> None:  # type: ignore[no-untyped-def]
     result = plan(snapshot(groups=[group(target=2)], nodes=[node("n0", **node_kw)]), since={"n0": OLD})
+    text, code = reason_part
     assert result.removals == ()
-    assert reason_part in result.kept["n0"]
+    assert text in result.kept["n0"] and result.kept["n0"].code == code
 
 
 def test_removal_waits_for_unneeded_time() -> None:
     groups, nodes = three_nodes()
     result = plan(snapshot(groups=groups, nodes=nodes), since={"n0": T0 - timedelta(minutes=9)})
     assert result.removals == ()
-    assert "unneeded for 540s" in result.kept["n0"]
+    assert "unneeded for 540s" in result.kept["n0"] and result.kept["n0"].code == reasons.NOT_UNNEEDED_LONG_ENOUGH
 
 
 def test_never_below_min() -> None:
@@ -76,7 +78,7 @@ def test_never_below_min() -> None:
     since = {"n0": OLD, "n1": OLD - timedelta(minutes=5), "n2": OLD - timedelta(minutes=1)}
     result = plan(snapshot(groups=groups, nodes=nodes), since=since)
     assert [r.node for r in result.removals] == ["n0", "n1"]
-    assert "minimum" in result.kept["n2"]
+    assert "minimum" in result.kept["n2"] and result.kept["n2"].code == reasons.NODE_GROUP_MIN_SIZE_REACHED
 
 
 def test_a_node_being_deleted_is_left_to_the_executor() -> None:
@@ -137,23 +139,23 @@ def _budget(allowed: int, **labels: str) -> DisruptionBudget:
 
 PIN_CASES = [
     # (id, pods on n0, budgets, kept reason part or None when n0 is removed)
-    ("safe-to-evict false", [_on("a", annotations={SAFE_TO_EVICT: "false"})], [], "safe-to-evict=false"),
-    ("karpenter do-not-disrupt", [_on("a", annotations={DO_NOT_DISRUPT: "true"})], [], "do-not-disrupt=true"),
-    ("unlisted local storage", [_on("a", local_volumes=("scratch",))], [], "local storage (scratch)"),
+    ("safe-to-evict false", [_on("a", annotations={SAFE_TO_EVICT: "false"})], [], ("safe-to-evict=false", reasons.NOT_SAFE_TO_EVICT)),
+    ("karpenter do-not-disrupt", [_on("a", annotations={DO_NOT_DISRUPT: "true"})], [], ("do-not-disrupt=true", reasons.DO_NOT_DISRUPT)),
+    ("unlisted local storage", [_on("a", local_volumes=("scratch",))], [], ("local storage (scratch)", reasons.LOCAL_STORAGE)),
     ("listed local storage moves",
      [_on("a", local_volumes=("scratch",), annotations={SAFE_TO_EVICT_LOCAL_VOLUMES: "scratch"})], [], None),
-    ("no controller", [_on("a", owner=None)], [], "has no controller"),
+    ("no controller", [_on("a", owner=None)], [], ("has no controller", reasons.NOT_REPLICATED)),
     ("safe-to-evict true overrides no controller",
      [_on("a", owner=None, annotations={SAFE_TO_EVICT: "true"})], [], None),
-    ("kube-system pod without a budget", [_on("a", namespace="kube-system")], [], "no PodDisruptionBudget"),
+    ("kube-system pod without a budget", [_on("a", namespace="kube-system")], [], ("no PodDisruptionBudget", reasons.UNMOVABLE_KUBE_SYSTEM_POD)),
     ("kube-system pod with a budget moves",
      [_on("a", namespace="kube-system", labels={"app": "dns"})],
      [DisruptionBudget("kube-system", "dns", sel(app="dns"), 1)], None),
-    ("budget exhausted", [_on("a", labels={"app": "web"})], [_budget(0, app="web")], "allows 0 more disruption"),
+    ("budget exhausted", [_on("a", labels={"app": "web"})], [_budget(0, app="web")], ("allows 0 more disruption", reasons.NOT_ENOUGH_PDB)),
     ("budget with room", [_on("a", labels={"app": "web"})], [_budget(1, app="web")], None),
     ("daemonset and mirror pods never pin", [daemon_pod("n0"), _on("m", owner=None, is_mirror=True)], [], None),
     ("expendable pods never pin", [_on("a", owner=None, priority=-20)], [], None),
-    ("too big for any other node", [_on("a", cpu=1.9, mem=7, node_name="n0")], [], "no other node can take pod"),
+    ("too big for any other node", [_on("a", cpu=1.9, mem=7, node_name="n0")], [], ("no other node can take pod", reasons.NO_PLACE_TO_MOVE_PODS)),
 ]
 
 
@@ -167,8 +169,9 @@ def test_pods_that_pin_their_node(case_id, pods, budgets, reason) -> None:  # ty
     if reason is None:
         assert [r.node for r in result.removals] == ["n0"]
     else:
+        text, code = reason
         assert result.removals == ()
-        assert reason in result.kept["n0"]
+        assert text in result.kept["n0"] and result.kept["n0"].code == code
 
 
 def test_budgets_are_counted_across_the_nodes_of_one_plan() -> None:
