@@ -548,6 +548,10 @@ class GroupState:
     last_failure: datetime | None = None
     # Nodes with a removal in flight, each with the id of the action that reserved it.
     deleting: Mapping[str, str] = field(default_factory=dict)
+    # Removals past the point of no return: the delete is about to be or has been requested.
+    committed: frozenset[str] = frozenset()
+    # Draining nodes that pending pods need back, and since when: the executor cancels their removal.
+    reclaim: Mapping[str, datetime] = field(default_factory=dict)
     backoff_until: datetime | None = None  # no scale-up is planned onto the group before this
     backoff_failures: int = 0  # consecutive failed scale-ups; sets the next backoff's length
     backoff_reason: str = ""  # the last failure's error code, for operators

@@ -3,7 +3,9 @@
 Adapter module: every method except the key helpers does network I/O through
 azure-data-tables. One table holds three partitions:
 
-- `group`:    one row per node group (GroupState); `Deleting` is a JSON object: node name -> action id.
+- `group`:    one row per node group (GroupState); `Deleting` is a JSON object: node name -> action id,
+              `Committed` a JSON list of those nodes whose delete is under way, `Reclaim` a JSON
+              object: node name -> ISO time pending pods asked for it back.
 - `unneeded`: one row per node that is unneeded, with `Since`.
 - `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
 
@@ -122,6 +124,8 @@ class TableStateStore:
             last_scale_down=_time_or_none(entity.get("LastScaleDown")),
             last_failure=_time_or_none(entity.get("LastFailure")),
             deleting=dict(json.loads(entity.get("Deleting") or "{}")),
+            committed=frozenset(json.loads(entity.get("Committed") or "[]")),
+            reclaim={node: _parse_iso(at) for node, at in json.loads(entity.get("Reclaim") or "{}").items()},
             backoff_until=_time_or_none(entity.get("BackoffUntil")),
             backoff_failures=int(entity.get("BackoffFailures") or 0),
             backoff_reason=str(entity.get("BackoffReason") or ""),
@@ -134,6 +138,9 @@ class TableStateStore:
             "RowKey": encode_key(state.group_id),
             "GroupId": state.group_id,
             "Deleting": json.dumps(dict(state.deleting), sort_keys=True),
+            "Committed": json.dumps(sorted(state.committed)),
+            "Reclaim": json.dumps({node: _utc(at, "Reclaim").isoformat() for node, at in state.reclaim.items()},
+                                  sort_keys=True),
             "BackoffFailures": state.backoff_failures,
             "BackoffReason": state.backoff_reason,
         }
@@ -288,3 +295,7 @@ def _time(value: datetime) -> datetime:
 
 def _time_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else _time(value)
+
+
+def _parse_iso(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(timezone.utc)

@@ -34,7 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from shared.domain import (
+    DELETION_CANDIDATE_TAINT,
     LABEL_ZONE,
+    TO_BE_DELETED_TAINT,
     ClusterSnapshot,
     HostPort,
     NodeGroup,
@@ -87,6 +89,9 @@ class ScaleUpOptions:
     unavailable: Mapping[str, str] = field(default_factory=dict)  # group id -> why it may not grow now (backoff)
     balance_similar: bool = False  # BALANCE_SIMILAR_NODE_GROUPS
     balancing_ignored_labels: tuple[str, ...] = ()  # on top of the labels CA ignores on Azure
+    # Nodes being drained whose removal can still be cancelled: capacity the planner may take
+    # back (after free and upcoming room, before new nodes), which cancels their drain.
+    reclaimable: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +112,7 @@ class ScaleUpPlan:
     absorbed: tuple[str, ...] = ()  # pending pods that fit capacity already there or on its way
     unplaceable: Mapping[str, str] = field(default_factory=dict)  # pod -> why no group can take it
     ignored: Mapping[str, str] = field(default_factory=dict)  # pending pods that are not demand (expendable, delayed)
+    reclaimed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # draining node -> pods that need it back
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +120,8 @@ class SimulationStep:
     """One change the planner made to its placement state: a node added (pod None), or a pod placed on `node`.
 
     `kind` says what the node is: "upcoming" (requested, not Ready yet) or "new" (this
-    plan's scale-up) for added nodes; "existing", "upcoming" or "new" for placements.
+    plan's scale-up) for added nodes; "existing", "upcoming", "reclaimed" (a draining
+    node taken back) or "new" for placements.
     """
 
     kind: str
@@ -356,6 +363,17 @@ def _add_upcoming(
     return views
 
 
+def _reclaimable(snapshot: ClusterSnapshot, names: frozenset[str]) -> list[NodeView]:
+    """Draining nodes as they would be once their removal is cancelled: schedulable, without our taints."""
+    if not names:
+        return []
+    ours = (TO_BE_DELETED_TAINT, DELETION_CANDIDATE_TAINT)
+    return [
+        replace(NodeView.of(n), unschedulable=False, taints=tuple(t for t in n.taints if t.key not in ours))
+        for n in snapshot.nodes if n.name in names and n.ready and n.is_being_deleted
+    ]
+
+
 def _count_zone(plan: _GroupPlan, view: NodeView) -> None:
     zone = view.labels.get(LABEL_ZONE)
     if zone is not None:
@@ -383,7 +401,8 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
     plans = _group_plans(snapshot)
     steps: list[SimulationStep] = []
 
-    # 1. Free space on Ready nodes, then on nodes requested but not Ready yet.
+    # 1. Free space on Ready nodes, then on nodes requested but not Ready yet, then on
+    #    draining nodes whose removal may still be cancelled: cheaper than a new VM.
     candidates = [
         NodeView.of(n) for n in snapshot.nodes
         if n.ready and not n.unschedulable and not n.is_being_deleted and n.name not in virtual
@@ -392,6 +411,10 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
     upcoming = _add_upcoming(snapshot, plans, state, steps)
     candidates += upcoming
     kinds += ["upcoming"] * len(upcoming)
+    reclaimable = _reclaimable(snapshot, options.reclaimable)
+    candidates += reclaimable
+    kinds += ["reclaimed"] * len(reclaimable)
+    reclaimed: dict[str, list[str]] = {}
     keys = [view.name for view in candidates]
     absorbed: list[str] = []
     remaining: list[Pod] = []
@@ -409,6 +432,8 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         state.place(pod, candidates[index].name, cls.requests)
         steps.append(SimulationStep(kinds[index], candidates[index], pod))
         absorbed.append(pod.key)
+        if kinds[index] == "reclaimed":
+            reclaimed.setdefault(candidates[index].name, []).append(pod.key)
 
     # 2. New nodes: estimate every group, let the expander pick one, commit it, repeat for the rest.
     totals = cluster_totals(snapshot, exclude=virtual)
@@ -478,7 +503,7 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         for pod in remaining
     }
     plan = ScaleUpPlan(increases=increases, absorbed=tuple(absorbed), unplaceable=unplaceable,
-                       ignored=dict(split.ignored))
+                       ignored=dict(split.ignored), reclaimed={n: tuple(p) for n, p in reclaimed.items()})
     return ScaleUpSimulation(plan, tuple(steps))
 
 

@@ -174,6 +174,8 @@ class Executor:
         only batch pods run; never waits in-process.
         """
         assert action.node is not None
+        if action.node in self._ports.state.get_group(action.group).reclaim:
+            return self._abort_removal(action, entry, "pending pods can use the node", now=now, reclaimed=True)
         drain = self._drain_of(action.node)
         if drain.pinned_by is not None:
             # A pod that must not be disrupted landed before the taint did: keep the node.
@@ -219,6 +221,8 @@ class Executor:
         if group is None or instance is None or instance.provisioning_state.lower() == "deleting":
             # Already gone or going (a crash after the delete call): never delete twice.
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
+        if not self._commit_removal(action.group, action.node or ""):
+            return self._abort_removal(action, entry, "pending pods can use the node", now=now, reclaimed=True)
         log.info("deleting instance %s of %s (node %s, action %s)", instance_id, group.id, action.node, action.id)
         operation = self._ports.compute.begin_delete_instances(group, [instance_id])
         return self._follow(action, entry, operation, next_step="confirm", now=now)
@@ -241,9 +245,7 @@ class Executor:
         self._ports.cluster.delete_node(action.node)
         self._ports.state.clear_unneeded(action.node)
         node = action.node
-        self._update_group(
-            action.group, lambda s: replace(s, deleting=_without(s.deleting, node), last_scale_down=now)
-        )
+        self._update_group(action.group, lambda s: replace(_released(s, node), last_scale_down=now))
         return self._finish(action, entry, "succeeded", f"removed node {action.node}", now=now)
 
     def _reserve_removal(self, group: NodeGroup, node: str, action_id: str, *, now: datetime) -> str | None:
@@ -265,23 +267,46 @@ class Executor:
                 return None
         return "lost the race for the group's state too often; will be decided again"
 
+    def _commit_removal(self, group_id: str, node: str) -> bool:
+        """Mark the removal past the point of no return, unless pending pods asked for the node back first.
+
+        The same compare-and-swap as the pending poll's reclaim request: exactly one of them wins.
+        """
+        for _ in range(_CAS_ATTEMPTS):
+            state = self._ports.state.get_group(group_id)
+            if node in state.reclaim:
+                return False
+            if node in state.committed:
+                return True  # our own earlier, interrupted delivery committed it
+            if self._ports.state.update_group(replace(state, committed=state.committed | {node})):
+                return True
+        raise RuntimeError(f"lost the race for group {group_id}'s state {_CAS_ATTEMPTS} times; the step is retried")
+
     def _abort_removal(
-        self, action: ScaleAction, entry: LedgerEntry, why: str, *, now: datetime, failed: bool = False
+        self, action: ScaleAction, entry: LedgerEntry, why: str, *, now: datetime, failed: bool = False,
+        reclaimed: bool = False,
     ) -> ExecutionResult:
+        """Give the node back: uncordoned, untainted, no longer reserved; a failure starts the group's cooldown."""
         assert action.node is not None
-        log.warning("removal of %s aborted: %s (action %s)", action.node, why, action.id)
+        if reclaimed:
+            log.info("removal of %s cancelled: %s (action %s)", action.node, why, action.id)
+        else:
+            log.warning("removal of %s aborted: %s (action %s)", action.node, why, action.id)
         if self._ports.cluster.get_node(action.node) is not None:
             self._ports.cluster.uncordon(action.node, taint_key=TO_BE_DELETED_TAINT)
             self._ports.events.emit(ClusterEvent("default", "Node", action.node, "", "ScaleDownFailed",
-                                                 f"scale-down of the node cancelled: {why}", now, "Warning"))
+                                                 f"scale-down of the node cancelled: {why}", now,
+                                                 "Normal" if reclaimed else "Warning"))
         node = action.node
+        self._ports.state.clear_unneeded(node)  # its unneeded clock starts over, if it ever is again
 
         def release(state: GroupState) -> GroupState:
-            state = replace(state, deleting=_without(state.deleting, node))
+            state = _released(state, node)
             return replace(state, last_failure=now) if failed else state
 
         self._update_group(action.group, release)
-        return self._finish(action, entry, "failed" if failed else "skipped", f"aborted: {why}", now=now)
+        outcome: Outcome = "failed" if failed else "skipped"
+        return self._finish(action, entry, outcome, f"{'cancelled' if reclaimed else 'aborted'}: {why}", now=now)
 
     # -- common ----------------------------------------------------------------------
 
@@ -367,3 +392,9 @@ class Executor:
 
 def _without(deleting: Mapping[str, str], node: str) -> dict[str, str]:
     return {name: holder for name, holder in deleting.items() if name != node}
+
+
+def _released(state: GroupState, node: str) -> GroupState:
+    """The group's state with no trace of the node's removal: reservation, commitment, reclaim request."""
+    return replace(state, deleting=_without(state.deleting, node), committed=state.committed - {node},
+                   reclaim={name: at for name, at in state.reclaim.items() if name != node})

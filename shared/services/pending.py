@@ -1,15 +1,21 @@
-"""The pending-pods poll: observe, plan scale-up, enqueue one action per group to grow."""
+"""The pending-pods poll: observe, plan scale-up, enqueue one action per group to grow.
+
+Pending pods first take free room, then nodes on their way, then nodes being drained
+whose removal can still be cancelled (a reclaim request in the group's state row, acted
+on by the executor), and only then new nodes.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 import yaml
 
 from shared.actions import new_scale_up
-from shared.domain import ClusterSnapshot
+from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.backoff import after_failure, backoff_reason
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
 from shared.engine.pod_rules import PodRules
@@ -23,6 +29,7 @@ log = logging.getLogger(__name__)
 
 # cluster-autoscaler's priority expander reads this ConfigMap in its own namespace, key `priorities`.
 PRIORITY_CONFIG_MAP = ("kube-system", "cluster-autoscaler-priority-expander")
+_CAS_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +80,10 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
     snapshot = observe_or_skip(ports, now=now)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
-    snapshot, backed_off = _apply_backoff(ports, snapshot, settings, now=now)
-    options = replace(scale_up_options(settings, now=now), unavailable=backed_off)
+    states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
+    snapshot, backed_off = _apply_backoff(ports, snapshot, states, settings, now=now)
+    options = replace(scale_up_options(settings, now=now), unavailable=backed_off,
+                      reclaimable=reclaimable_nodes(states.values()))
     if "priority" in settings.expander:
         options = replace(options, priorities=priority_rules(ports, settings))
     plan = plan_scale_up(snapshot, options=options)
@@ -98,6 +107,8 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
             "scale-up decided: group=%s %d -> %d for %d pending pod(s) action=%s",
             increase.group_id, increase.current_target, increase.new_target, len(increase.pods), action_id,
         )
+    for node, pods in plan.reclaimed.items():
+        _request_reclaim(ports, states, node, pods, now=now)
     for pod, reason in plan.unplaceable.items():
         log.info("pod %s fits no node group: %s", pod, reason)
     for event in scale_up_events(snapshot, plan, now=now):
@@ -105,7 +116,36 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
     return PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued))
 
 
-def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, settings: Settings, *,
+def reclaimable_nodes(states: Iterable[GroupState]) -> frozenset[str]:
+    """Nodes whose removal is in flight but not yet past the delete: pending pods may take them back."""
+    return frozenset(node for state in states for node in state.deleting if node not in state.committed)
+
+
+def _request_reclaim(ports: Ports, states: Mapping[str, GroupState], node: str, pods: Sequence[str], *,
+                     now: datetime) -> None:
+    """Ask the executor to cancel the node's removal; loses gracefully to a delete that got there first.
+
+    The group row is the arbiter: the executor marks a removal committed in it, with the same
+    compare-and-swap, before it asks ARM to delete, so a reclaim and a delete never both win.
+    """
+    group_id = next((gid for gid, state in states.items() if node in state.deleting), None)
+    if group_id is None:
+        return
+    for _ in range(_CAS_ATTEMPTS):
+        state = ports.state.get_group(group_id)
+        if node not in state.deleting or node in state.committed:
+            log.info("node %s: too late to take back, its delete is under way; pods wait for new capacity", node)
+            return
+        if node in state.reclaim:
+            return  # asked already; the executor acts on its next step
+        if ports.state.update_group(replace(state, reclaim={**state.reclaim, node: now})):
+            log.info("node %s: removal to be cancelled, %d pending pod(s) can use it: %s",
+                     node, len(pods), ", ".join(pods[:3]))
+            return
+    log.warning("node %s: lost the race for group %s's state too often; will ask again next poll", node, group_id)
+
+
+def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, GroupState], settings: Settings, *,
                    now: datetime) -> tuple[ClusterSnapshot, dict[str, str]]:
     """The groups in backoff (with why), and the snapshot as the planner should see it.
 
@@ -121,7 +161,7 @@ def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, settings: Settings, 
     groups = []
     backed_off: dict[str, str] = {}
     for group in snapshot.groups:
-        state = ports.state.get_group(group.id)
+        state = states[group.id]
         missing = group.target_size - present.get(group.id, 0)
         overdue = state.last_scale_up is not None and now - state.last_scale_up > settings.max_node_provision_time
         if missing > 0 and overdue and backoff_reason(state, now=now) is None and state.backoff_reason != "ProvisionTimeout":
@@ -129,7 +169,7 @@ def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, settings: Settings, 
                         settings.max_node_provision_time)
             failed = after_failure(state, now=now, code="ProvisionTimeout")
             if ports.state.update_group(failed):
-                state = failed
+                state = states[group.id] = failed
         reason = backoff_reason(state, now=now)
         if reason is not None:
             log.info("group %s: %s", group.id, reason)

@@ -79,6 +79,8 @@ def test_group_round_trip(state_store: TableStateStore) -> None:
         last_scale_down=T0 + timedelta(minutes=5),
         last_failure=(T0 + timedelta(minutes=7)).astimezone(CET),  # any zone in, UTC out
         deleting={"node-1": "scale-down:node-1:1", "node/2": "scale-down:node/2:1"},
+        committed=frozenset({"node/2"}),
+        reclaim={"node-1": T0 + timedelta(minutes=3)},
         backoff_until=T0 + timedelta(minutes=12),
         backoff_failures=2,
         backoff_reason="QuotaExceeded",

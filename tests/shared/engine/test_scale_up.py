@@ -418,3 +418,34 @@ def test_balancing_respects_cluster_limits() -> None:
                          options=ScaleUpOptions(balance_similar=True, limits=ClusterLimits(max_nodes_total=5)))
     assert sum(i.delta for i in plan.increases) == 5
     assert sorted(i.delta for i in plan.increases) == [1, 2, 2]
+
+
+# -- taking back nodes being drained ---------------------------------------------------------------
+
+DRAINING = (Taint("ToBeDeletedByClusterAutoscaler", "1", "NoSchedule"), Taint("DeletionCandidateOfClusterAutoscaler"))
+
+
+def _draining_world(pending_pods: list, *, free_elsewhere: float = 0) -> object:
+    nodes = [node("n0"), node("d1", instance=1, cordoned=True, taints=DRAINING)]
+    pods = [pod("busy", cpu=4 - free_elsewhere, node_name="n0"), pod("job", cpu=1, node_name="d1")]
+    return snapshot(groups=[group(target=2)], nodes=nodes, pods=pods + pending_pods)
+
+
+RECLAIM_CASES = [
+    # (id, pending pods, reclaimable nodes, free cpu on n0, expected reclaimed {node: pods}, expected increase)
+    ("a reclaimable draining node takes pods instead of a new node", pending(2), {"d1"}, 0, {"d1": 2}, {}),
+    ("not reclaimable (its delete is under way): a new node", pending(2), set(), 0, {}, {"rg/pool": 3}),
+    ("free room on other nodes comes first", pending(2), {"d1"}, 2, {}, {}),
+    ("what the draining node cannot hold goes to new nodes", pending(5), {"d1"}, 0, {"d1": 3}, {"rg/pool": 3}),
+]
+
+
+@pytest.mark.parametrize("case_id,pods,reclaimable,free,reclaimed,increase", RECLAIM_CASES,
+                         ids=[c[0] for c in RECLAIM_CASES])
+def test_draining_nodes_are_taken_back_after_free_room_and_before_new_nodes(
+    case_id, pods, reclaimable, free, reclaimed, increase,
+) -> None:  # type: ignore[no-untyped-def]
+    snap = _draining_world(pods, free_elsewhere=free)
+    result = plan_scale_up(snap, options=ScaleUpOptions(reclaimable=frozenset(reclaimable)))  # type: ignore[arg-type]
+    assert {n: len(p) for n, p in result.reclaimed.items()} == reclaimed
+    assert {i.group_id: i.new_target for i in result.increases} == increase

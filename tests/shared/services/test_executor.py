@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -388,3 +388,67 @@ def test_nodes_that_never_become_ready_back_the_group_off(app: App) -> None:
     result = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
     assert app.context.ports.state.get_group(GROUP).backoff_reason == "ProvisionTimeout"
     assert result.enqueued == ()  # the only group is backed off: nothing is asked of it
+
+
+# -- pending pods take a draining node back ----------------------------------------------------------------
+
+LATE = {"name": "late", "kind": "ReplicaSet", "count": 2, "at": "2m", "requests": {"cpu": "2", "memory": "1Gi"}}
+
+
+def _draining(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str) -> tuple[App, str, str]:
+    """A node cordoned and waiting for its render Job; the message of its next drain step."""
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("20m"), LATE))
+    node = _node_of(app, "render")
+    assert app.run(scale_down(app, node)).outcome == "waiting"  # cordon
+    [text] = [json.dumps(m) for m in app.queued()]
+    app.context.ports.queue.clear()  # type: ignore[attr-defined]
+    assert "batch pod" in app.run(text).detail  # drain: the Job keeps it
+    [text] = [json.dumps(m) for m in app.queued()]
+    app.context.ports.queue.clear()  # type: ignore[attr-defined]
+    return app, node, text
+
+
+def test_pending_pods_take_back_a_draining_node_instead_of_a_new_one(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    app, node, drain_step = _draining(sandbox_factory, azurite, table_name, queue_name)
+    app.clock.advance(150)  # the two late pods arrive; one fits the idle node, the other only the draining one
+    result = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
+    assert list(result.plan.reclaimed) == [node] and result.enqueued == ()
+    assert node in app.context.ports.state.get_group(GROUP).reclaim
+
+    outcome = app.run(drain_step)
+    assert outcome.outcome == "skipped" and "cancelled: pending pods can use the node" in outcome.detail
+    state = app.context.ports.state.get_group(GROUP)
+    assert (state.deleting, state.reclaim, state.committed) == ({}, {}, frozenset())
+    back = app.context.ports.cluster.get_node(node)
+    assert back is not None and not back.unschedulable and not back.is_being_deleted
+    app.clock.advance(10)
+    assert sum(1 for p in app.context.ports.cluster.list_pods() if p.name.startswith("late") and p.node_name == node) == 1
+    assert app.arm_calls("POST delete") == 0 and app.server.world.report()["running_pods_evicted"] == 0
+
+
+def test_a_committed_delete_wins_over_a_later_reclaim(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    app, node, _ = _draining(sandbox_factory, azurite, table_name, queue_name)
+    state = app.context.ports.state.get_group(GROUP)
+    assert app.context.ports.state.update_group(replace(state, committed=frozenset({node})))
+    app.clock.advance(150)
+    result = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
+    assert result.plan.reclaimed == {} and len(result.enqueued) == 1  # the pod waits for a new node
+    assert app.context.ports.state.get_group(GROUP).reclaim == {}
+
+
+def test_a_reclaim_that_arrives_first_stops_the_delete(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    app, node, drain_step = _draining(sandbox_factory, azurite, table_name, queue_name)
+    delete_step = json.dumps({**json.loads(drain_step), "step": "delete", "attempt": 0})
+    state = app.context.ports.state.get_group(GROUP)
+    assert app.context.ports.state.update_group(replace(state, reclaim={node: app.clock.now()}))
+    outcome = app.run(delete_step)
+    assert outcome.outcome == "skipped" and "cancelled" in outcome.detail
+    assert app.arm_calls("POST delete") == 0
+    back = app.context.ports.cluster.get_node(node)
+    assert back is not None and not back.unschedulable
