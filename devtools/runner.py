@@ -17,12 +17,13 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -290,8 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="fire each timer once, drain the queue, exit")
     parser.add_argument("--dry-run", action="store_true", help="set DRY_RUN=true: record actions, change nothing")
     parser.add_argument("--duration", type=float, default=3600.0, help="wall seconds to run (default 3600)")
+    parser.add_argument("--stats", type=Path, metavar="FILE",
+                        help="on a clean exit (the duration ran out, SIGTERM or SIGINT), write invocation counts here as JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("azure").setLevel(logging.WARNING)  # the SDKs log every HTTP request and response at INFO
 
     env = {**load_settings_file(args.settings), **os.environ}
     if args.dry_run:
@@ -300,7 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.once:
         runner.run_once(settle_seconds=2.0)
     else:
-        runner.run(until=lambda: False, wall_timeout=args.duration)
+        # SIGTERM and SIGINT stop after the batch in hand, as the host drains before it shuts down.
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        runner.run(until=stop.is_set, wall_timeout=args.duration)
+    if args.stats is not None:
+        args.stats.write_text(json.dumps(asdict(runner.stats)) + "\n")
     return 0
 
 

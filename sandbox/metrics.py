@@ -20,7 +20,8 @@ class ApiCounters:
     arm: Counter[str] = field(default_factory=Counter)
     k8s: Counter[str] = field(default_factory=Counter)
     loganalytics: Counter[str] = field(default_factory=Counter)
-    instances_deleted: Counter[str] = field(default_factory=Counter)  # "<vmss>/<id>" -> times asked
+    instances_deleted: Counter[str] = field(default_factory=Counter)  # "<vmss>/<id>" -> times asked (accepted)
+    instance_deletes_refused: Counter[str] = field(default_factory=Counter)  # "<vmss>/<id>" -> named in a refused delete
 
     def count(self, api: str, operation: str, *, write: bool) -> None:
         if api == "loganalytics":  # queries only read
@@ -49,7 +50,8 @@ class ApiCounters:
             "arm_throttled": self.arm_throttled,
             "faults_triggered": self.faults_triggered,
             "breakdown": {
-                "arm": {**dict(sorted(self.arm.items())), "instances_deleted": dict(sorted(self.instances_deleted.items()))},
+                "arm": {**dict(sorted(self.arm.items())), "instances_deleted": dict(sorted(self.instances_deleted.items())),
+                        "instance_deletes_refused": dict(sorted(self.instance_deletes_refused.items()))},
                 "k8s": dict(sorted(self.k8s.items())),
                 "loganalytics": dict(sorted(self.loganalytics.items())),
             },

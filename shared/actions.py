@@ -7,11 +7,16 @@ The schema is documented in docs/scale-actions.md; change both together.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1
+# Version 2 names the nodes of a scale-down as a list (empty nodes are removed in bulk);
+# version 1 messages, with one `node` and `provider_id`, are still read.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+MAX_NODES_PER_ACTION = 100  # within what one deleteInstances call is given in practice
 
 # Steps of each action kind, in order. A message names the step to run next;
 # a step that must wait re-enqueues the same action at the same or next step.
@@ -26,6 +31,18 @@ class InvalidAction(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class RemovalTarget:
+    """One node of a scale-down, with the providerID it had when the removal was decided."""
+
+    node: str
+    provider_id: str
+
+    @property
+    def instance_id(self) -> str:
+        return self.provider_id.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True, slots=True)
 class ScaleAction:
     id: str
     kind: Kind
@@ -36,8 +53,7 @@ class ScaleAction:
     reason: str = ""
     target_size: int | None = None  # scale_up: the capacity to reach
     from_size: int | None = None  # scale_up: the capacity before, returned to if the scale-up fails
-    node: str | None = None  # scale_down: the node to remove
-    provider_id: str | None = None  # scale_down: the node's providerID when decided
+    targets: tuple[RemovalTarget, ...] = ()  # scale_down: the nodes still to remove, in one group
     attempt: int = 0  # how many times this step has been re-enqueued to wait
     step_started_at: datetime | None = None  # when the current step first ran; bounds how long it may wait
 
@@ -56,6 +72,14 @@ class ScaleAction:
 
     def retried(self) -> ScaleAction:
         return replace(self, attempt=self.attempt + 1)
+
+    def keeping(self, nodes: Sequence[str]) -> ScaleAction:
+        """The same action with only these of its nodes left (the others were given back)."""
+        return replace(self, targets=tuple(t for t in self.targets if t.node in nodes))
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(t.node for t in self.targets)
 
 
 def new_scale_up(
@@ -77,12 +101,13 @@ def new_scale_down(
     *,
     action_id: str,
     group: str,
-    node: str,
-    provider_id: str,
+    targets: Sequence[RemovalTarget],
     now: datetime,
     ttl: timedelta,
     reason: str = "",
 ) -> ScaleAction:
+    if not targets:
+        raise ValueError("a scale-down needs at least one node")
     return ScaleAction(
         id=action_id,
         kind="scale_down",
@@ -91,8 +116,7 @@ def new_scale_down(
         expires_at=now + ttl,
         step=SCALE_DOWN_STEPS[0],
         reason=reason,
-        node=node,
-        provider_id=provider_id,
+        targets=tuple(targets),
     )
 
 
@@ -115,8 +139,7 @@ def encode_action(action: ScaleAction) -> str:
         if action.from_size is not None:
             body["from_size"] = action.from_size
     else:
-        body["node"] = action.node
-        body["provider_id"] = action.provider_id
+        body["nodes"] = [{"name": t.node, "provider_id": t.provider_id} for t in action.targets]
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
@@ -133,20 +156,28 @@ def decode_action(text: str | bytes) -> ScaleAction:
     if not isinstance(body, dict):
         raise InvalidAction("message is not a JSON object")
     version = body.get("version")
-    if version != SCHEMA_VERSION:
-        raise InvalidAction(f"unknown schema version {version!r} (this executor reads {SCHEMA_VERSION})")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise InvalidAction(f"unknown schema version {version!r} (this executor reads "
+                            f"{', '.join(map(str, READABLE_VERSIONS))})")
     kind = body.get("kind")
     if kind not in ("scale_up", "scale_down"):
         raise InvalidAction(f"unknown kind {kind!r} (expected 'scale_up' or 'scale_down')")
     steps = SCALE_UP_STEPS if kind == "scale_up" else SCALE_DOWN_STEPS
     required = ["id", "group", "step", "created_at", "expires_at"]
-    required += ["target_size"] if kind == "scale_up" else ["node", "provider_id"]
-    missing = [name for name in required if body.get(name) in (None, "")]
+    if kind == "scale_up":
+        required.append("target_size")
+    else:
+        required += ["node", "provider_id"] if version == 1 else ["nodes"]
+    missing = [name for name in required if body.get(name) in (None, "", [])]
     if missing:
         raise InvalidAction(f"missing field(s): {', '.join(missing)}")
-    for name in ("id", "group", "step", "reason") + (() if kind == "scale_up" else ("node", "provider_id")):
+    for name in ("id", "group", "step", "reason", "node", "provider_id"):
         if name in body and not isinstance(body[name], str):
             raise InvalidAction(f"field {name!r} must be a string")
+    targets: tuple[RemovalTarget, ...] = ()
+    if kind == "scale_down":
+        targets = ((RemovalTarget(body["node"], body["provider_id"]),) if version == 1
+                   else _parse_targets(body["nodes"]))
     if body["step"] not in steps:
         raise InvalidAction(f"unknown step {body['step']!r} for {kind} (expected one of {', '.join(steps)})")
     created_at = _parse_time(body, "created_at")
@@ -175,11 +206,28 @@ def decode_action(text: str | bytes) -> ScaleAction:
         reason=body.get("reason", ""),
         target_size=target_size,
         from_size=from_size,
-        node=body.get("node"),
-        provider_id=body.get("provider_id"),
+        targets=targets,
         attempt=attempt,
         step_started_at=step_started_at,
     )
+
+
+def _parse_targets(raw: Any) -> tuple[RemovalTarget, ...]:
+    if not isinstance(raw, list):
+        raise InvalidAction("field 'nodes' must be a list")
+    if len(raw) > MAX_NODES_PER_ACTION:
+        raise InvalidAction(f"field 'nodes' names {len(raw)} nodes; at most {MAX_NODES_PER_ACTION} per action")
+    targets = []
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict) or set(item) != {"name", "provider_id"}:
+            raise InvalidAction(f"nodes[{index}] must be an object with exactly 'name' and 'provider_id'")
+        if not all(isinstance(item[k], str) and item[k] for k in ("name", "provider_id")):
+            raise InvalidAction(f"nodes[{index}]: 'name' and 'provider_id' must be non-empty strings")
+        targets.append(RemovalTarget(item["name"], item["provider_id"]))
+    names = [t.node for t in targets]
+    if len(set(names)) != len(names):
+        raise InvalidAction("field 'nodes' names a node twice")
+    return tuple(targets)
 
 
 def _iso(moment: datetime) -> str:

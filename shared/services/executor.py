@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from shared.actions import InvalidAction, ScaleAction, decode_action, encode_action
-from shared.domain import TO_BE_DELETED_TAINT, GroupState, NodeGroup, Pod, Taint
+from shared.actions import InvalidAction, RemovalTarget, ScaleAction, decode_action, encode_action
+from shared.domain import TO_BE_DELETED_TAINT, GroupState, Instance, Node, NodeGroup, Pod, Taint
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
@@ -72,6 +72,11 @@ class Executor:
         if claimed is None:
             log.info("action %s step %s: duplicate delivery suppressed", action.id, action.step)
             return ExecutionResult("duplicate", action_id=action.id)
+        if (entry is not None and entry.status == "started" and entry.progress == action.progress
+                and action.step_started_at is not None):
+            # We took over from a delivery that died holding this step: the time it sat on the step
+            # must not count against the step's deadlines (MAX_POD_EVICTION_TIME, BATCH_DRAIN_TIMEOUT).
+            action = replace(action, step_started_at=action.step_started_at + (now - entry.updated_at))
         try:
             return self._run_step(action, claimed, now=now)
         except ComputeError as exc:
@@ -115,6 +120,9 @@ class Executor:
             return self._finish(action, entry, "dry-run", f"would resize {group.id} {group.target_size} -> {target}", now=now)
         log.info("resizing %s %d -> %d (action %s)", group.id, group.target_size, target, action.id)
         action = replace(action, from_size=group.target_size)
+        # Recorded before the PATCH: a crash after it leaves a redelivery that finds the group at its
+        # target and skips, and the scale-down delay and the provision timeout must still count from now.
+        self._update_group(group.id, lambda s: replace(s, last_scale_up=now))
         try:
             operation = self._ports.compute.begin_resize(group, target)
         except ComputeError as exc:
@@ -122,7 +130,6 @@ class Executor:
                 raise
             # ARM refused at once (quota, SKU, policy): the same outcome as a failed operation.
             operation = Operation(token="", status="Failed", error_code=exc.code, error_message=str(exc))
-        self._update_group(group.id, lambda s: replace(s, last_scale_up=now))
         return self._follow(action, entry, operation, next_step="confirm", now=now)
 
     def _confirm_resize(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
@@ -130,37 +137,65 @@ class Executor:
         return self._follow(action, entry, operation, next_step="confirm", now=now)
 
     # -- scale down ----------------------------------------------------------------
+    # A scale-down names one node, or several empty nodes of one group removed in bulk. A node
+    # that turns out not removable is given back (uncordoned, reservation released) and the
+    # action carries on with the others; the message of each next step names only those left.
 
     def _cordon(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
-        assert action.node is not None and action.provider_id is not None
         group = self._ports.compute.get_node_group(action.group)
         if group is None:
             return self._reject(action, f"group {action.group!r} is not a discovered node group", now=now, poison=True, entry=entry)
-        node = self._ports.cluster.get_node(action.node)
+        # Validate every node before touching any: a providerID that contradicts the world rejects the action.
+        nodes: dict[str, Node] = {}
+        for target in action.targets:
+            node = self._ports.cluster.get_node(target.node)
+            if node is None:
+                continue
+            ref = node.instance
+            if ref is None or ref.group_id != group.id or node.provider_id.lower() != target.provider_id.lower():
+                return self._reject(
+                    action, f"node {node.name} (providerID {node.provider_id!r}) is not the decided instance of {group.id}",
+                    now=now, poison=True, entry=entry,
+                )
+            nodes[target.node] = node
+        skipped: list[str] = []
+        kept: list[str] = []
+        for target in action.targets:
+            node = nodes.get(target.node)
+            refusal = self._removable(group, node, target, action.id, now=now)
+            if refusal is None:
+                kept.append(target.node)
+            else:
+                skipped.append(f"{target.node}: {refusal}")
+                # An earlier delivery of this step may have reserved or cordoned it before a crash.
+                self._give_back(action, target.node, refusal, now=now, quiet=True)
+        if not kept:
+            return self._finish(action, entry, "skipped", "; ".join(skipped), now=now)
+        if self._settings.dry_run:
+            for name in kept:
+                self._update_group(group.id, lambda s, name=name: _released(s, name))
+            return self._finish(action, entry, "dry-run", f"would remove node(s) {', '.join(kept)}", now=now)
+        for name in kept:
+            log.info("cordoning %s for removal (action %s)", name, action.id)
+            self._ports.cluster.cordon(name, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
+            self._ports.events.emit(ClusterEvent("default", "Node", name, "", "ScaleDown",
+                                                 f"marked the node as toBeDeleted/unschedulable: {action.reason}", now))
+        if skipped:
+            log.info("action %s goes on without %s", action.id, "; ".join(skipped))
+        following = action.keeping(kept).at_step("drain", now=now)
+        return self._continue(following, entry, delay=timedelta(0), now=now)
+
+    def _removable(self, group: NodeGroup, node: Node | None, target: RemovalTarget, action_id: str, *,
+                   now: datetime) -> str | None:
+        """Why the node may not be removed now, or None once it is reserved for this action."""
         if node is None:
-            return self._finish(action, entry, "skipped", "node no longer exists", now=now)
-        ref = node.instance
-        if ref is None or ref.group_id != group.id or node.provider_id.lower() != action.provider_id.lower():
-            return self._reject(
-                action, f"node {node.name} (providerID {node.provider_id!r}) is not the decided instance of {group.id}",
-                now=now, poison=True, entry=entry,
-            )
-        if self._ports.compute.get_instance(group, ref.instance_id) is None:
-            return self._finish(action, entry, "skipped", f"instance {ref.instance_id} is not in {group.id}", now=now)
+            return "node no longer exists"
+        if self._ports.compute.get_instance(group, target.instance_id) is None:
+            return f"instance {target.instance_id} is not in {group.id}"
         pinned = self._drain_of(node.name).pinned_by
         if pinned:
-            return self._finish(action, entry, "skipped", f"no longer removable: {pinned}", now=now)
-        refusal = self._reserve_removal(group, node.name, action.id, now=now)
-        if refusal:
-            return self._finish(action, entry, "skipped", refusal, now=now)
-        if self._settings.dry_run:
-            self._update_group(group.id, lambda s: replace(s, deleting=_without(s.deleting, node.name)))
-            return self._finish(action, entry, "dry-run", f"would remove node {node.name}", now=now)
-        log.info("cordoning %s for removal (action %s)", node.name, action.id)
-        self._ports.cluster.cordon(node.name, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
-        self._ports.events.emit(ClusterEvent("default", "Node", node.name, "", "ScaleDown",
-                                             f"marked the node as toBeDeleted/unschedulable: {action.reason}", now))
-        return self._continue(action.at_step("drain", now=now), entry, delay=timedelta(0), now=now)
+            return f"no longer removable: {pinned}"
+        return self._reserve_removal(group, node.name, action_id, now=now)
 
     def _drain_of(self, node_name: str) -> NodeDrain:
         pods = self._ports.cluster.list_pods_on_node(node_name)
@@ -173,39 +208,58 @@ class Executor:
         Runs again every few seconds while pods are leaving, every BATCH_CHECK_INTERVAL while
         only batch pods run; never waits in-process.
         """
-        assert action.node is not None
-        if action.node in self._ports.state.get_group(action.group).reclaim:
-            return self._abort_removal(action, entry, "pending pods can use the node", now=now, reclaimed=True)
-        drain = self._drain_of(action.node)
+        state = self._ports.state.get_group(action.group)
+        kept: list[str] = []
+        given_back: list[str] = []
+        moving = waiting = 0
+        for name in action.nodes:
+            if state.deleting.get(name) != action.id:
+                given_back.append(f"{name}: given back earlier")  # by an interrupted delivery of this step
+                continue
+            if name in state.reclaim:
+                given_back.append(self._give_back(action, name, "pending pods can use the node", now=now, reclaimed=True))
+                continue
+            left = self._drain_node(action, name, now=now)
+            if isinstance(left, str):
+                given_back.append(left)
+                continue
+            kept.append(name)
+            moving += left[0]
+            waiting += left[1]
+        if not kept:
+            return self._finish(action, entry, "skipped", "; ".join(given_back), now=now)
+        if not moving and not waiting:
+            return self._continue(action.keeping(kept).at_step("delete", now=now), entry, delay=timedelta(0), now=now)
+        delay = self._settings.step_retry_delay if moving else self._settings.batch_check_interval
+        detail = f"{moving} pod(s) leaving" if moving else f"waiting for {waiting} batch pod(s)"
+        return self._continue(action.keeping(kept).retried(), entry, delay=delay, now=now, detail=detail)
+
+    def _drain_node(self, action: ScaleAction, name: str, *, now: datetime) -> tuple[int, int] | str:
+        """One node's drain pass: (pods still to leave, batch pods waited for), or why it was given back."""
+        drain = self._drain_of(name)
         if drain.pinned_by is not None:
             # A pod that must not be disrupted landed before the taint did: keep the node.
-            return self._abort_removal(action, entry, f"no longer removable: {drain.pinned_by}", now=now)
+            return self._give_back(action, name, f"no longer removable: {drain.pinned_by}", now=now)
         started = action.step_started_at or action.created_at
         move, wait = list(drain.move), list(drain.wait)
         evict_from = started
         timeout = self._settings.batch_drain_timeout
         if wait and timeout > timedelta(0) and now - started >= timeout:
             log.warning("node %s: batch pods still running after BATCH_DRAIN_TIMEOUT (%s); evicting them: %s",
-                        action.node, timeout, ", ".join(p.key for p in wait[:3]))
+                        name, timeout, ", ".join(p.key for p in wait[:3]))
             move, wait, evict_from = move + wait, [], started + timeout
         leaving = [p for p in move if not p.deleting]
-        if not move and not wait:
-            return self._continue(action.at_step("delete", now=now), entry, delay=timedelta(0), now=now)
         if leaving and now - evict_from > self._settings.max_pod_eviction_time:
-            return self._abort_removal(
-                action, entry, f"pods not evicted within MAX_POD_EVICTION_TIME: {', '.join(p.key for p in leaving[:3])}",
-                now=now,
-            )
+            return self._give_back(action, name, "pods not evicted within MAX_POD_EVICTION_TIME: "
+                                   f"{', '.join(p.key for p in leaving[:3])}", now=now)
         for pod in leaving:
             outcome = self._ports.cluster.evict(pod.namespace, pod.name, grace_period_seconds=self._grace(pod))
-            log.info("evicting %s from %s: %s", pod.key, action.node, outcome)
+            log.info("evicting %s from %s: %s", pod.key, name, outcome)
             if outcome == "evicted":
                 self._ports.events.emit(ClusterEvent(
                     pod.namespace, "Pod", pod.name, pod.uid, "ScaleDown",
-                    f"deleting pod for node scale down (node {action.node})", now))
-        delay = self._settings.step_retry_delay if move else self._settings.batch_check_interval
-        detail = f"waiting for {len(wait)} batch pod(s)" if not move else f"{len(move)} pod(s) leaving"
-        return self._continue(action.retried(), entry, delay=delay, now=now, detail=detail)
+                    f"deleting pod for node scale down (node {name})", now))
+        return len(move), len(wait)
 
     def _grace(self, pod: Pod) -> int | None:
         """The pod's own grace period, capped at MAX_GRACEFUL_TERMINATION_SEC (None: the pod's own applies)."""
@@ -214,39 +268,54 @@ class Executor:
         return cap if own > cap else None
 
     def _delete(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
-        assert action.provider_id is not None
         group = self._ports.compute.get_node_group(action.group)
-        instance_id = action.provider_id.rsplit("/", 1)[-1]
-        instance = self._ports.compute.get_instance(group, instance_id) if group else None
-        if group is None or instance is None or instance.provisioning_state.lower() == "deleting":
+        if group is None:
+            return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
+        instances = {t.node: self._ports.compute.get_instance(group, t.instance_id) for t in action.targets}
+        live = [t for t in action.targets if instances[t.node] is not None]
+        if not live or any(_deleting(instances[t.node]) for t in live):
             # Already gone or going (a crash after the delete call): never delete twice.
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
-        if not self._commit_removal(action.group, action.node or ""):
-            return self._abort_removal(action, entry, "pending pods can use the node", now=now, reclaimed=True)
-        log.info("deleting instance %s of %s (node %s, action %s)", instance_id, group.id, action.node, action.id)
-        operation = self._ports.compute.begin_delete_instances(group, [instance_id])
+        given_back: dict[str, str] = {}
+        for target in live:
+            if not self._commit_removal(group.id, target.node, action.id):
+                given_back[target.node] = self._give_back(action, target.node, "pending pods can use the node",
+                                                          now=now, reclaimed=True)
+        if len(given_back) == len(action.targets):
+            return self._finish(action, entry, "skipped", "; ".join(given_back.values()), now=now)
+        # Nodes whose instance vanished on its own stay in the action, so confirm cleans them up too.
+        action = action.keeping([name for name in action.nodes if name not in given_back])
+        ids = [t.instance_id for t in live if t.node not in given_back]
+        if not ids:
+            return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
+        log.info("deleting instance(s) %s of %s (node(s) %s, action %s)", ", ".join(ids), group.id,
+                 ", ".join(action.nodes), action.id)
+        operation = self._ports.compute.begin_delete_instances(group, ids)
         return self._follow(action, entry, operation, next_step="confirm", now=now)
 
     def _confirm_delete(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
-        assert action.node is not None and action.provider_id is not None
         if entry.operation:
             return self._follow(action, entry, self._ports.compute.get_delete_operation(entry.operation),
                                 next_step="confirm", now=now)
-        # No operation recorded (a crash right after the delete call): wait until the instance is gone.
+        # No operation recorded (a crash right after the delete call): wait until the instances are gone.
         group = self._ports.compute.get_node_group(action.group)
-        instance_id = action.provider_id.rsplit("/", 1)[-1]
-        if group is not None and self._ports.compute.get_instance(group, instance_id) is not None:
+        if group is not None and any(self._ports.compute.get_instance(group, t.instance_id) for t in action.targets):
             return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
         return self._finish_removal(action, entry, now=now)
 
     def _finish_removal(self, action: ScaleAction, entry: LedgerEntry, *, now: datetime) -> ExecutionResult:
-        """The instance is gone: remove a lingering Node object and release the group's reservation."""
-        assert action.node is not None
-        self._ports.cluster.delete_node(action.node)
-        self._ports.state.clear_unneeded(action.node)
-        node = action.node
-        self._update_group(action.group, lambda s: replace(_released(s, node), last_scale_down=now))
-        return self._finish(action, entry, "succeeded", f"removed node {action.node}", now=now)
+        """The instances are gone: remove lingering Node objects and release the group's reservations."""
+        for name in action.nodes:
+            self._ports.cluster.delete_node(name)
+            self._ports.state.clear_unneeded(name)
+
+        def release(state: GroupState) -> GroupState:
+            for name in action.nodes:
+                state = _released(state, name)
+            return replace(state, last_scale_down=now)
+
+        self._update_group(action.group, release)
+        return self._finish(action, entry, "succeeded", f"removed node(s) {', '.join(action.nodes)}", now=now)
 
     def _reserve_removal(self, group: NodeGroup, node: str, action_id: str, *, now: datetime) -> str | None:
         """Add the node to the group's in-flight removals, unless a rule forbids it (compare-and-swap)."""
@@ -267,14 +336,15 @@ class Executor:
                 return None
         return "lost the race for the group's state too often; will be decided again"
 
-    def _commit_removal(self, group_id: str, node: str) -> bool:
+    def _commit_removal(self, group_id: str, node: str, action_id: str) -> bool:
         """Mark the removal past the point of no return, unless pending pods asked for the node back first.
 
         The same compare-and-swap as the pending poll's reclaim request: exactly one of them wins.
+        False too when the node is no longer reserved for this action (given back before a crash).
         """
         for _ in range(_CAS_ATTEMPTS):
             state = self._ports.state.get_group(group_id)
-            if node in state.reclaim:
+            if node in state.reclaim or state.deleting.get(node) != action_id:
                 return False
             if node in state.committed:
                 return True  # our own earlier, interrupted delivery committed it
@@ -282,31 +352,46 @@ class Executor:
                 return True
         raise RuntimeError(f"lost the race for group {group_id}'s state {_CAS_ATTEMPTS} times; the step is retried")
 
-    def _abort_removal(
-        self, action: ScaleAction, entry: LedgerEntry, why: str, *, now: datetime, failed: bool = False,
-        reclaimed: bool = False,
-    ) -> ExecutionResult:
-        """Give the node back: uncordoned, untainted, no longer reserved; a failure starts the group's cooldown."""
-        assert action.node is not None
+    def _give_back(self, action: ScaleAction, node: str, why: str, *, now: datetime, failed: bool = False,
+                   reclaimed: bool = False, quiet: bool = False) -> str:
+        """Undo what this action did to one node: uncordon and untaint it, release its reservation.
+
+        `quiet`: the cordon step turning down a node it may never have touched; only what this
+        action holds is undone, and nothing is said unless there was something to undo.
+        """
+        state = self._ports.state.get_group(action.group)
+        ours = state.deleting.get(node) == action.id
+        said = f"{node}: {'cancelled' if reclaimed else 'aborted'}: {why}"
+        if quiet and not ours:
+            return said
         if reclaimed:
-            log.info("removal of %s cancelled: %s (action %s)", action.node, why, action.id)
+            log.info("removal of %s cancelled: %s (action %s)", node, why, action.id)
         else:
-            log.warning("removal of %s aborted: %s (action %s)", action.node, why, action.id)
-        if self._ports.cluster.get_node(action.node) is not None:
-            self._ports.cluster.uncordon(action.node, taint_key=TO_BE_DELETED_TAINT)
-            self._ports.events.emit(ClusterEvent("default", "Node", action.node, "", "ScaleDownFailed",
+            log.warning("removal of %s aborted: %s (action %s)", node, why, action.id)
+        current = self._ports.cluster.get_node(node)
+        if current is not None and current.is_being_deleted:
+            self._ports.cluster.uncordon(node, taint_key=TO_BE_DELETED_TAINT)
+            self._ports.events.emit(ClusterEvent("default", "Node", node, "", "ScaleDownFailed",
                                                  f"scale-down of the node cancelled: {why}", now,
                                                  "Normal" if reclaimed else "Warning"))
-        node = action.node
         self._ports.state.clear_unneeded(node)  # its unneeded clock starts over, if it ever is again
 
         def release(state: GroupState) -> GroupState:
-            state = _released(state, node)
+            if state.deleting.get(node) == action.id:
+                state = _released(state, node)
             return replace(state, last_failure=now) if failed else state
 
         self._update_group(action.group, release)
+        return said
+
+    def _abort_removal(
+        self, action: ScaleAction, entry: LedgerEntry, why: str, *, now: datetime, failed: bool = False,
+    ) -> ExecutionResult:
+        """Give every node of the action back and end it."""
+        for name in action.nodes:
+            self._give_back(action, name, why, now=now, failed=failed)
         outcome: Outcome = "failed" if failed else "skipped"
-        return self._finish(action, entry, outcome, f"{'cancelled' if reclaimed else 'aborted'}: {why}", now=now)
+        return self._finish(action, entry, outcome, f"aborted: {why}", now=now)
 
     # -- common ----------------------------------------------------------------------
 
@@ -392,6 +477,10 @@ class Executor:
 
 def _without(deleting: Mapping[str, str], node: str) -> dict[str, str]:
     return {name: holder for name, holder in deleting.items() if name != node}
+
+
+def _deleting(instance: Instance | None) -> bool:
+    return instance is not None and instance.provisioning_state.lower() == "deleting"
 
 
 def _released(state: GroupState, node: str) -> GroupState:

@@ -54,7 +54,7 @@ def claim(state: StateStore, action: ScaleAction, *, now: datetime, lease: timed
             status="started",
             updated_at=now,
             operation=entry.operation if entry else "",
-            node=action.node or "",
+            node=",".join(action.nodes),
             duplicates=entry.duplicates if entry else 0,
             etag=entry.etag if entry else None,
         )

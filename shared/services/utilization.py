@@ -7,10 +7,11 @@ raises before touching state or the queue: no scale-down happens on a partial vi
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.actions import new_scale_down
+from shared.actions import RemovalTarget, new_scale_down
 from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, Taint
 from shared.engine.cooldowns import ScaleDownDelays
 from shared.engine.drainability import DrainRules
@@ -96,33 +97,52 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
         _soft_taints(ports, snapshot, plan, now=now)
 
     enqueued = []
-    for removal in plan.removals:
+    for batch in _batches(plan.removals):
         # One id per decision: a decision the executor skipped (a race with the minimum, a cooldown)
         # must not block the next one. Two live actions for one node are kept apart by the group's
         # reservation, which names the action holding the node.
-        action_id = f"scale-down:{removal.node}:{now:%Y%m%dT%H%M%SZ}"
+        first = batch[0]
+        action_id = f"scale-down:{first.node}{f'+{len(batch) - 1}' if len(batch) > 1 else ''}:{now:%Y%m%dT%H%M%SZ}"
         ports.queue.send(
             new_scale_down(
                 action_id=action_id,
-                group=removal.group_id,
-                node=removal.node,
-                provider_id=removal.provider_id,
+                group=first.group_id,
+                targets=[RemovalTarget(r.node, r.provider_id) for r in batch],
                 now=now,
                 ttl=settings.action_ttl,
-                reason=_reason(removal),
+                reason=_reason(batch),
             )
         )
         enqueued.append(action_id)
-        log.info("scale-down decided: node=%s group=%s kind=%s utilization=%.2f age=%s action=%s",
-                 removal.node, removal.group_id, removal.kind, removal.utilization, removal.node_age, action_id)
+        for removal in batch:
+            log.info("scale-down decided: node=%s group=%s kind=%s utilization=%.2f age=%s action=%s",
+                     removal.node, removal.group_id, removal.kind, removal.utilization, removal.node_age, action_id)
     for node, reason in plan.kept.items():
         log.info("node %s kept (%s): %s", node, reason.code, reason,
                  extra={"custom_dimensions": {"node": node, "kept_reason": reason.code}})
     return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued))
 
 
-def _reason(removal: Removal) -> str:
+def _batches(removals: Sequence[Removal]) -> list[list[Removal]]:
+    """One action per removal, except empty nodes: one action per group for all of them (one delete call)."""
+    empty: dict[str, list[Removal]] = {}
+    batches: list[list[Removal]] = []
+    for removal in removals:
+        if removal.kind == "empty":
+            if removal.group_id not in empty:
+                empty[removal.group_id] = []
+                batches.append(empty[removal.group_id])
+            empty[removal.group_id].append(removal)
+        else:
+            batches.append([removal])
+    return batches
+
+
+def _reason(batch: Sequence[Removal]) -> str:
+    removal = batch[0]
     since = removal.unneeded_since.isoformat()
+    if len(batch) > 1:
+        return f"{len(batch)} empty nodes, unneeded since {min(r.unneeded_since for r in batch).isoformat()}"
     if removal.kind == "batch":
         return f"unneeded since {since}; waits for {len(removal.wait)} batch pod(s)"
     if removal.kind == "drain":

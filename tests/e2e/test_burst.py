@@ -40,7 +40,7 @@ def test_scales_up_to_fit_then_back_to_minimum(burst: dict[str, Any]) -> None:
     assert burst["nodes_max"] > 10  # about 100 pods of 1-2 CPU cannot run on one 4-CPU node
     assert burst["nodes_by_group_at_end"] == {"rg-sandbox-nodes/pool-d4": 1}
     assert burst["actions"]["scale_up"] >= 1
-    assert burst["actions"]["scale_down"] >= 10
+    assert len(burst["api_breakdown"]["arm"]["instances_deleted"]) >= 10
 
 
 def test_no_running_work_is_killed(burst: dict[str, Any]) -> None:
@@ -52,7 +52,9 @@ def test_no_action_executes_twice_under_duplicate_delivery(burst: dict[str, Any]
     assert burst["actions"]["duplicates_suppressed"] >= burst["actions"]["scale_up"] + burst["actions"]["scale_down"]
     deleted = burst["api_breakdown"]["arm"]["instances_deleted"]
     assert deleted and all(count == 1 for count in deleted.values()), deleted
-    assert len(deleted) == burst["actions"]["scale_down"]
+    # Empty nodes go in bulk: one action, and one delete call, per group per poll.
+    assert len(deleted) >= burst["actions"]["scale_down"]
+    assert burst["api_breakdown"]["arm"]["POST delete"] < len(deleted)
     assert burst["runner"]["poisoned"] == 0
 
 

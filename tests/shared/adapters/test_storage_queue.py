@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from azure.storage.queue import QueueClient, TextBase64DecodePolicy
 
-from shared.actions import ScaleAction, decode_action, encode_action, new_scale_down, new_scale_up
+from shared.actions import RemovalTarget, ScaleAction, decode_action, encode_action, new_scale_down, new_scale_up
 from shared.adapters.action_queue import StorageActionQueue, visibility_seconds
 from shared.adapters.storage_connection import StorageConnection
 from shared.settings import load_settings
@@ -24,9 +24,8 @@ ACTIONS = [
         new_scale_down(
             action_id="down-1",
             group="rg/pool",
-            node="node-1",
-            provider_id="azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/"
-            "virtualMachineScaleSets/pool/virtualMachines/1",
+            targets=[RemovalTarget("node-1", "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/"
+                                   "virtualMachineScaleSets/pool/virtualMachines/1")],
             now=T0,
             ttl=timedelta(minutes=5),
             reason="idle: cpu 3%",

@@ -295,3 +295,26 @@ def test_a_node_that_takes_moved_pods_is_not_removed_in_the_same_plan() -> None:
     assert len(result.removals) == 1
     (other,) = {"n0", "n1"} - {result.removals[0].node}
     assert "takes the pods of" in result.kept[other]
+
+
+def test_room_given_back_by_a_failed_candidate_is_used_again() -> None:
+    # c1 fills k0, spills onto c3, then fails on a pod no node takes: both get their room back.
+    # c2's pod, of c1's shape and size, must go to k0 again, not skip it and land on c3,
+    # which would keep c3 for receiving pods. (The simulation remembers where nodes full for
+    # a kind of pod end; a rollback must move that mark back.)
+    alloc = res(10, 40, 110)
+    groups = [group(target=4, max_size=8)]
+    nodes = [node(n, instance=i, alloc=alloc, labels={"tier": "a"}) for i, n in enumerate(["k0", "c1", "c2", "c3"])]
+    tier_a = {"tier": "a"}
+    pods = [
+        pod("busy", cpu=8, node_name="k0"),  # k0 stays, with 2 cpu free
+        pod("p1", cpu=1.5, node_name="c1", selector=tier_a), pod("p2", cpu=1.5, node_name="c1", selector=tier_a),
+        pod("p3", cpu=0.1, node_name="c1", selector={"tier": "none"}),  # fits nowhere: c1 stays
+        # c2: as many pods as c1 and more utilised (by memory), so it is tried after c1
+        pod("q", cpu=1.5, node_name="c2", selector=tier_a),
+        pod("s1", cpu=0.1, mem=7, node_name="c2"), pod("s2", cpu=0.1, mem=7, node_name="c2"),
+        *(pod(f"t{i}", cpu=0.1, node_name="c3") for i in range(4)),  # c3: more pods, tried last, tried first as a destination
+    ]
+    result = plan(snapshot(groups=groups, nodes=nodes, pods=pods), since={n.name: OLD for n in nodes})
+    assert result.kept["c1"].code == reasons.NO_PLACE_TO_MOVE_PODS
+    assert set(result.unneeded) == {"c2", "c3"}

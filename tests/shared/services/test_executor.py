@@ -11,7 +11,7 @@ import pytest
 
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
-from shared.actions import encode_action, new_scale_down, new_scale_up
+from shared.actions import RemovalTarget, encode_action, new_scale_down, new_scale_up
 from shared.context import AppContext, build_context
 from shared.ports import ClusterError
 from shared.services.executor import Executor
@@ -104,9 +104,12 @@ def scale_up(app: App, target: int, **changes: Any) -> str:
     return json.dumps({**body, **changes})
 
 
-def scale_down(app: App, node: str, **changes: Any) -> str:
-    action = new_scale_down(action_id=f"down-{node}", group=GROUP, node=node, provider_id=app.provider_id(node),
-                            now=app.clock.now(), ttl=TTL)
+def scale_down(app: App, *nodes: str, provider_id: str | None = None, **changes: Any) -> str:
+    """The message removing these nodes (one action); `provider_id` overrides the first node's."""
+    targets = [RemovalTarget(n, app.provider_id(n)) for n in nodes]
+    if provider_id is not None:
+        targets[0] = RemovalTarget(nodes[0], provider_id)
+    action = new_scale_down(action_id=f"down-{nodes[0]}", group=GROUP, targets=targets, now=app.clock.now(), ttl=TTL)
     return json.dumps({**json.loads(encode_action(action)), **changes})
 
 
