@@ -53,6 +53,8 @@ class ScaleAction:
     reason: str = ""
     target_size: int | None = None  # scale_up: the capacity to reach
     from_size: int | None = None  # scale_up: the capacity before, returned to if the scale-up fails
+    resized_to: int | None = None  # scale_up: the capacity its PATCH asked for (deallocated instances included)
+    starting: tuple[str, ...] = ()  # scale_up: deallocated instances it started, stopped again if that fails
     targets: tuple[RemovalTarget, ...] = ()  # scale_down: the nodes still to remove, in one group
     attempt: int = 0  # how many times this step has been re-enqueued to wait
     step_started_at: datetime | None = None  # when the current step first ran; bounds how long it may wait
@@ -138,6 +140,10 @@ def encode_action(action: ScaleAction) -> str:
         body["target_size"] = action.target_size
         if action.from_size is not None:
             body["from_size"] = action.from_size
+        if action.resized_to is not None:
+            body["resized_to"] = action.resized_to
+        if action.starting:
+            body["start_instances"] = list(action.starting)
     else:
         body["nodes"] = [{"name": t.node, "provider_id": t.provider_id} for t in action.targets]
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
@@ -196,6 +202,12 @@ def decode_action(text: str | bytes) -> ScaleAction:
     from_size = body.get("from_size")
     if from_size is not None and (not isinstance(from_size, int) or isinstance(from_size, bool) or from_size < 0):
         raise InvalidAction(f"from_size must be a non-negative integer, got {from_size!r}")
+    resized_to = body.get("resized_to")
+    if resized_to is not None and (not isinstance(resized_to, int) or isinstance(resized_to, bool) or resized_to < 1):
+        raise InvalidAction(f"resized_to must be a positive integer, got {resized_to!r}")
+    starting = body.get("start_instances", [])
+    if not isinstance(starting, list) or not all(isinstance(i, str) and i for i in starting):
+        raise InvalidAction("start_instances must be a list of instance ids (strings)")
     return ScaleAction(
         id=body["id"],
         kind=kind,
@@ -206,6 +218,8 @@ def decode_action(text: str | bytes) -> ScaleAction:
         reason=body.get("reason", ""),
         target_size=target_size,
         from_size=from_size,
+        resized_to=resized_to,
+        starting=tuple(starting),
         targets=targets,
         attempt=attempt,
         step_started_at=step_started_at,

@@ -552,6 +552,9 @@ class GroupState:
     committed: frozenset[str] = frozenset()
     # Draining nodes that pending pods need back, and since when: the executor cancels their removal.
     reclaim: Mapping[str, datetime] = field(default_factory=dict)
+    # Instances we deallocated (SCALE_DOWN_MODE=deallocate): still in the scale set's capacity, started
+    # again before new ones are added. The group's size as the planners see it leaves them out.
+    stopped: frozenset[str] = frozenset()
     backoff_until: datetime | None = None  # no scale-up is planned onto the group before this
     backoff_failures: int = 0  # consecutive failed scale-ups; sets the next backoff's length
     backoff_reason: str = ""  # the last failure's error code, for operators

@@ -215,6 +215,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("UTILIZATION_POLL_SCHEDULE", "utilization_poll_schedule", "0 * * * * *", _ncrontab,
          "NCRONTAB schedule of `poll_utilization`."),
     Spec("SCALE_DOWN_ENABLED", "scale_down_enabled", "true", _bool, "Whether idle nodes are removed at all."),
+    Spec("SCALE_DOWN_MODE", "scale_down_mode", "delete", _choice("delete", "deallocate"),
+         "`delete` removes a drained node's instance; `deallocate` stops it (no compute billed, disk kept) "
+         "and the next scale-up of its group starts it again before adding new instances."),
     Spec("SCALE_DOWN_UNNEEDED_TIME", "scale_down_unneeded_time", "10m", _nonnegative_duration,
          "How long a node must be unneeded before it is removed."),
     Spec("SCALE_DOWN_UNREADY_TIME", "scale_down_unready_time", "20m", _nonnegative_duration,
@@ -326,6 +329,7 @@ class Settings:
     pending_poll_schedule: str
     utilization_poll_schedule: str
     scale_down_enabled: bool
+    scale_down_mode: str  # delete | deallocate
     scale_down_unneeded_time: timedelta
     scale_down_unready_time: timedelta
     scale_down_utilization_threshold: float

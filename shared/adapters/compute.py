@@ -51,6 +51,7 @@ from azure.mgmt.compute.models import (
     VirtualMachineScaleSet,
     VirtualMachineScaleSetUpdate,
     VirtualMachineScaleSetVM,
+    VirtualMachineScaleSetVMInstanceIDs,
     VirtualMachineScaleSetVMInstanceRequiredIDs,
 )
 from azure.mgmt.core.polling.arm_polling import ARMPolling
@@ -623,6 +624,23 @@ class VmssCompute:
         )
         return self._outcome(what, poller, polling, resumed=False)
 
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        """POST deallocate for exactly these instances; they stay in the scale set, stopped and not billed."""
+        return self._power("deallocate", group, instance_ids, self._client.virtual_machine_scale_sets.begin_deallocate)
+
+    def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        """POST start for exactly these instances."""
+        return self._power("start", group, instance_ids, self._client.virtual_machine_scale_sets.begin_start)
+
+    def _power(self, verb: str, group: NodeGroup, instance_ids: list[str], begin: Callable[..., LROPoller[Any]]) -> Operation:
+        what = f"{verb} instances {','.join(instance_ids)} of scale set {group.resource_group}/{group.name}"
+        if not instance_ids:
+            raise ValueError(f"{what}: no instance ids given")
+        ids = VirtualMachineScaleSetVMInstanceIDs(instance_ids=list(instance_ids))
+        polling = self._polling(poll_first=False)
+        poller = self._arm(what, lambda: begin(group.resource_group, group.name, ids, polling=polling))
+        return self._outcome(what, poller, polling, resumed=False)
+
     def get_resize_operation(self, token: str) -> Operation:
         # With a continuation token the SDK ignores the scale set arguments: the token names the operation.
         return self._resume(
@@ -638,4 +656,18 @@ class VmssCompute:
             lambda **kw: self._client.virtual_machine_scale_sets.begin_delete_instances(
                 "", "", VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=[]), **kw
             ),
+        )
+
+    def get_deallocate_operation(self, token: str) -> Operation:
+        return self._resume(
+            "check deallocate operation",
+            token,
+            lambda **kw: self._client.virtual_machine_scale_sets.begin_deallocate("", "", None, **kw),
+        )
+
+    def get_start_operation(self, token: str) -> Operation:
+        return self._resume(
+            "check start operation",
+            token,
+            lambda **kw: self._client.virtual_machine_scale_sets.begin_start("", "", None, **kw),
         )

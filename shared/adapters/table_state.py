@@ -5,7 +5,8 @@ azure-data-tables. One table holds three partitions:
 
 - `group`:    one row per node group (GroupState); `Deleting` is a JSON object: node name -> action id,
               `Committed` a JSON list of those nodes whose delete is under way, `Reclaim` a JSON
-              object: node name -> ISO time pending pods asked for it back.
+              object: node name -> ISO time pending pods asked for it back, `Stopped` a JSON list of
+              the instance ids we deallocated.
 - `unneeded`: one row per node that is unneeded, with `Since`.
 - `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
 
@@ -125,6 +126,7 @@ class TableStateStore:
             last_failure=_time_or_none(entity.get("LastFailure")),
             deleting=dict(json.loads(entity.get("Deleting") or "{}")),
             committed=frozenset(json.loads(entity.get("Committed") or "[]")),
+            stopped=frozenset(json.loads(entity.get("Stopped") or "[]")),
             reclaim={node: _parse_iso(at) for node, at in json.loads(entity.get("Reclaim") or "{}").items()},
             backoff_until=_time_or_none(entity.get("BackoffUntil")),
             backoff_failures=int(entity.get("BackoffFailures") or 0),
@@ -139,6 +141,7 @@ class TableStateStore:
             "GroupId": state.group_id,
             "Deleting": json.dumps(dict(state.deleting), sort_keys=True),
             "Committed": json.dumps(sorted(state.committed)),
+            "Stopped": json.dumps(sorted(state.stopped)),
             "Reclaim": json.dumps({node: _utc(at, "Reclaim").isoformat() for node, at in state.reclaim.items()},
                                   sort_keys=True),
             "BackoffFailures": state.backoff_failures,

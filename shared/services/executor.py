@@ -114,27 +114,45 @@ class Executor:
                 action, f"target size {target} is outside the group's limits {group.min_size}..{group.max_size}",
                 now=now, poison=True, entry=entry,
             )
-        if group.target_size >= target:
-            return self._finish(action, entry, "skipped", f"group already at {group.target_size} >= {target}", now=now)
+        state = self._ports.state.get_group(group.id)
+        running = group.target_size - len(state.stopped)  # deallocated instances are capacity, not nodes
+        if running >= target:
+            return self._finish(action, entry, "skipped", f"group already at {running} >= {target}", now=now)
+        need = target - running
+        start = sorted(state.stopped, key=_instance_order)[:need]
+        grow = need - len(start)
         if self._settings.dry_run:
-            return self._finish(action, entry, "dry-run", f"would resize {group.id} {group.target_size} -> {target}", now=now)
-        log.info("resizing %s %d -> %d (action %s)", group.id, group.target_size, target, action.id)
-        action = replace(action, from_size=group.target_size)
-        # Recorded before the PATCH: a crash after it leaves a redelivery that finds the group at its
+            return self._finish(action, entry, "dry-run", f"would grow {group.id} {running} -> {target} "
+                                f"(starting {len(start)} deallocated instance(s))", now=now)
+        log.info("growing %s %d -> %d: starting %d deallocated instance(s), adding %d (action %s)",
+                 group.id, running, target, len(start), grow, action.id)
+        action = replace(action, from_size=group.target_size, resized_to=group.target_size + grow if grow else None,
+                         starting=tuple(start))
+        # Recorded before the ARM calls: a crash after them leaves a redelivery that finds the group at its
         # target and skips, and the scale-down delay and the provision timeout must still count from now.
         self._update_group(group.id, lambda s: replace(s, last_scale_up=now))
-        try:
-            operation = self._ports.compute.begin_resize(group, target)
-        except ComputeError as exc:
-            if exc.code not in ALLOCATION_FAILURES:
-                raise
-            # ARM refused at once (quota, SKU, policy): the same outcome as a failed operation.
-            operation = Operation(token="", status="Failed", error_code=exc.code, error_message=str(exc))
-        return self._follow(action, entry, operation, next_step="confirm", now=now)
+        operation, kind = None, "resize"
+        if start:
+            # Starting is idempotent: a crash before the state update below repeats it harmlessly.
+            operation, kind = self._ports.compute.begin_start_instances(group, start), "start"
+            self._update_group(group.id, lambda s: replace(s, stopped=s.stopped - set(start)))
+        if grow:
+            try:
+                operation, kind = self._ports.compute.begin_resize(group, group.target_size + grow), "resize"
+            except ComputeError as exc:
+                if exc.code not in ALLOCATION_FAILURES:
+                    raise
+                # ARM refused at once (quota, SKU, policy): the same outcome as a failed operation.
+                operation = Operation(token="", status="Failed", error_code=exc.code, error_message=str(exc))
+        assert operation is not None
+        # With both, the capacity PATCH is followed; instances that fail to start show up as nodes that
+        # never become Ready, which MAX_NODE_PROVISION_TIME turns into a backoff.
+        return self._follow(action, entry, operation, next_step="confirm", now=now, kind=kind)
 
     def _confirm_resize(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
-        operation = self._ports.compute.get_resize_operation(entry.operation)
-        return self._follow(action, entry, operation, next_step="confirm", now=now)
+        kind, token = _untag(entry.operation, default="resize")
+        check = self._ports.compute.get_start_operation if kind == "start" else self._ports.compute.get_resize_operation
+        return self._follow(action, entry, check(token), next_step="confirm", now=now, kind=kind)
 
     # -- scale down ----------------------------------------------------------------
     # A scale-down names one node, or several empty nodes of one group removed in bulk. A node
@@ -288,23 +306,40 @@ class Executor:
         ids = [t.instance_id for t in live if t.node not in given_back]
         if not ids:
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
-        log.info("deleting instance(s) %s of %s (node(s) %s, action %s)", ", ".join(ids), group.id,
-                 ", ".join(action.nodes), action.id)
-        operation = self._ports.compute.begin_delete_instances(group, ids)
-        return self._follow(action, entry, operation, next_step="confirm", now=now)
+        return self._remove_instances(action, entry, group, ids, now=now)
+
+    def _remove_instances(self, action: ScaleAction, entry: LedgerEntry, group: NodeGroup, ids: list[str], *,
+                          now: datetime) -> ExecutionResult:
+        """Delete the instances, or deallocate them with SCALE_DOWN_MODE=deallocate (idempotent, so repeatable)."""
+        verb = self._settings.scale_down_mode
+        log.info("%s instance(s) %s of %s (node(s) %s, action %s)", "deleting" if verb == "delete" else "deallocating",
+                 ", ".join(ids), group.id, ", ".join(action.nodes), action.id)
+        if verb == "deallocate":
+            operation = self._ports.compute.begin_deallocate_instances(group, ids)
+        else:
+            operation = self._ports.compute.begin_delete_instances(group, ids)
+        return self._follow(action, entry, operation, next_step="confirm", now=now, kind=verb)
 
     def _confirm_delete(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
         if entry.operation:
-            return self._follow(action, entry, self._ports.compute.get_delete_operation(entry.operation),
-                                next_step="confirm", now=now)
-        # No operation recorded (a crash right after the delete call): wait until the instances are gone.
+            kind, token = _untag(entry.operation, default="delete")
+            check = (self._ports.compute.get_deallocate_operation if kind == "deallocate"
+                     else self._ports.compute.get_delete_operation)
+            return self._follow(action, entry, check(token), next_step="confirm", now=now, kind=kind)
         group = self._ports.compute.get_node_group(action.group)
+        if self._settings.scale_down_mode == "deallocate" and group is not None:
+            # No operation recorded (a crash right after the call): deallocating again is harmless.
+            ids = [t.instance_id for t in action.targets if self._ports.compute.get_instance(group, t.instance_id)]
+            if ids:
+                return self._remove_instances(action, entry, group, ids, now=now)
+        # No operation recorded (a crash right after the delete call): wait until the instances are gone.
         if group is not None and any(self._ports.compute.get_instance(group, t.instance_id) for t in action.targets):
             return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
         return self._finish_removal(action, entry, now=now)
 
-    def _finish_removal(self, action: ScaleAction, entry: LedgerEntry, *, now: datetime) -> ExecutionResult:
-        """The instances are gone: remove lingering Node objects and release the group's reservations."""
+    def _finish_removal(self, action: ScaleAction, entry: LedgerEntry, *, now: datetime,
+                        deallocated: bool = False) -> ExecutionResult:
+        """The instances are gone (or deallocated): remove lingering Node objects, release the reservations."""
         for name in action.nodes:
             self._ports.cluster.delete_node(name)
             self._ports.state.clear_unneeded(name)
@@ -312,6 +347,8 @@ class Executor:
         def release(state: GroupState) -> GroupState:
             for name in action.nodes:
                 state = _released(state, name)
+            if deallocated:
+                state = replace(state, stopped=state.stopped | {t.instance_id for t in action.targets})
             return replace(state, last_scale_down=now)
 
         self._update_group(action.group, release)
@@ -330,7 +367,7 @@ class Executor:
             blocked = scale_down_blocked(state, now=now, delays=delays)
             if blocked:
                 return blocked
-            if group.target_size - len(state.deleting) - 1 < group.min_size:
+            if group.target_size - len(state.stopped) - len(state.deleting) - 1 < group.min_size:
                 return f"group {group.id} would go below its minimum {group.min_size}"
             if self._ports.state.update_group(replace(state, deleting={**state.deleting, node: action_id})):
                 return None
@@ -396,22 +433,26 @@ class Executor:
     # -- common ----------------------------------------------------------------------
 
     def _follow(
-        self, action: ScaleAction, entry: LedgerEntry, operation: Operation, *, next_step: str, now: datetime
+        self, action: ScaleAction, entry: LedgerEntry, operation: Operation, *, next_step: str, now: datetime,
+        kind: str,
     ) -> ExecutionResult:
-        """Finish, fail, or come back later for a long-running ARM operation."""
+        """Finish, fail, or come back later for a long-running ARM operation of this `kind` (resize, start, ...)."""
         if operation.status == "InProgress":
-            entry = ledger.update(self._ports.state, entry, operation=operation.token)
+            entry = ledger.update(self._ports.state, entry, operation=f"{kind}:{operation.token}")
             following = action.retried() if action.step == next_step else action.at_step(next_step, now=now)
             return self._continue(following, entry, delay=self._settings.step_retry_delay, now=now)
         if operation.status == "Succeeded":
             if action.kind == "scale_down":
-                return self._finish_removal(action, entry, now=now)
+                return self._finish_removal(action, entry, now=now, deallocated=kind == "deallocate")
             return self._finish(action, entry, "succeeded", f"{action.group} at {action.target_size}", now=now)
         detail = f"{operation.error_code or operation.status}: {operation.error_message}".strip(": ")
         if action.kind == "scale_down":
             return self._abort_removal(action, entry, detail, now=now, failed=True)
         code = operation.error_code or operation.status
-        self._update_group(action.group, lambda s: after_failure(s, now=now, code=code))
+        starting = set(action.starting) if kind == "start" else set()
+        # Instances that did not start are deallocated still: they go back on the group's list.
+        self._update_group(action.group, lambda s: replace(after_failure(s, now=now, code=code),
+                                                            stopped=s.stopped | starting))
         self._return_capacity(action)
         log.warning("scale-up of %s failed (%s): group in backoff, pods go to the next best group", action.group, code)
         return self._finish(action, entry, "failed", detail, now=now)
@@ -421,7 +462,10 @@ class Executor:
         if action.from_size is None:
             return
         group = self._ports.compute.get_node_group(action.group)
-        if group is not None and group.target_size == action.target_size and action.from_size < group.target_size:
+        asked = action.resized_to if action.resized_to is not None else action.target_size
+        if action.resized_to is None and action.starting:
+            return  # only started instances: no capacity was added
+        if group is not None and group.target_size == asked and action.from_size < group.target_size:
             log.info("returning %s to %d after the failed scale-up", group.id, action.from_size)
             self._ports.compute.begin_resize(group, action.from_size)
 
@@ -477,6 +521,18 @@ class Executor:
 
 def _without(deleting: Mapping[str, str], node: str) -> dict[str, str]:
     return {name: holder for name, holder in deleting.items() if name != node}
+
+
+def _untag(stored: str, *, default: str) -> tuple[str, str]:
+    """(kind, token) from a ledger operation `kind:token`; a bare token (older entries) is of the default kind."""
+    kind, sep, token = stored.partition(":")
+    if sep and kind in ("resize", "delete", "start", "deallocate"):
+        return kind, token
+    return default, stored
+
+
+def _instance_order(instance_id: str) -> tuple[int, str]:
+    return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)
 
 
 def _deleting(instance: Instance | None) -> bool:

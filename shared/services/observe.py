@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
-from collections.abc import Sequence
-
-from shared.domain import ClusterSnapshot, Node, NodeGroup, VmSizeCapacity
+from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, VmSizeCapacity
 from shared.engine.templates import build_templates, groups_needing_vm_size
 from shared.ports import Compute, ComputeError, Ports
 
@@ -58,6 +58,20 @@ def scale_from_zero_sizes(
                     group.id, size.name, location, size.restriction,
                 )
     return sizes
+
+
+def running_sizes(snapshot: ClusterSnapshot, states: Mapping[str, GroupState]) -> ClusterSnapshot:
+    """The snapshot with each group's size as its running instances: the ones we deallocated left out.
+
+    A deallocated instance stays in the scale set's capacity, but it is no node and no node on its
+    way; min and max apply to running instances, and the next scale-up starts it again.
+    """
+    groups = tuple(
+        replace(g, target_size=g.target_size - len(states[g.id].stopped)) if g.id in states and states[g.id].stopped
+        else g
+        for g in snapshot.groups
+    )
+    return replace(snapshot, groups=groups)
 
 
 def observe_or_skip(ports: Ports, *, now: datetime, with_budgets: bool = False) -> ClusterSnapshot | None:

@@ -22,7 +22,7 @@ from shared.engine.pod_rules import PodRules
 from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
 from shared.ports import Ports
 from shared.services.events import scale_up_events
-from shared.services.observe import observe_or_skip
+from shared.services.observe import observe_or_skip, running_sizes
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
     states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
+    snapshot = running_sizes(snapshot, states)
     snapshot, backed_off = _apply_backoff(ports, snapshot, states, settings, now=now)
     options = replace(scale_up_options(settings, now=now), unavailable=backed_off,
                       reclaimable=reclaimable_nodes(states.values()))

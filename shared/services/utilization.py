@@ -18,7 +18,7 @@ from shared.engine.drainability import DrainRules
 from shared.engine.scale_down import Removal, ScaleDownOptions, ScaleDownPlan, plan_scale_down
 from shared.engine.utilization import UtilizationRules
 from shared.ports import Ports, UsageUnavailable
-from shared.services.observe import observe_or_skip
+from shared.services.observe import observe_or_skip, running_sizes
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
         return UtilizationPollResult(ScaleDownPlan(), ())
     previous = ports.state.list_unneeded()
     group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
+    snapshot = running_sizes(snapshot, group_states)
     plan = plan_scale_down(
         snapshot, unneeded_since=previous, group_states=group_states, now=now, options=scale_down_options(settings),
         measured_cpu=measured_cpu(ports, settings, snapshot, now=now),

@@ -81,6 +81,7 @@ def test_group_round_trip(state_store: TableStateStore) -> None:
         deleting={"node-1": "scale-down:node-1:1", "node/2": "scale-down:node/2:1"},
         committed=frozenset({"node/2"}),
         reclaim={"node-1": T0 + timedelta(minutes=3)},
+        stopped=frozenset({"4", "7"}),
         backoff_until=T0 + timedelta(minutes=12),
         backoff_failures=2,
         backoff_reason="QuotaExceeded",
