@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
 
@@ -559,3 +559,9 @@ class GroupState:
     backoff_failures: int = 0  # consecutive failed scale-ups; sets the next backoff's length
     backoff_reason: str = ""  # the last failure's error code, for operators
     etag: str | None = None  # None: the row does not exist yet
+
+    def without_removal(self, node: str) -> GroupState:
+        """The state with no trace of the node's removal: reservation, commitment, reclaim request."""
+        return replace(self, deleting={n: a for n, a in self.deleting.items() if n != node},
+                       committed=self.committed - {node},
+                       reclaim={n: at for n, at in self.reclaim.items() if n != node})

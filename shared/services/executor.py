@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
@@ -191,7 +191,7 @@ class Executor:
             return self._finish(action, entry, "skipped", "; ".join(skipped), now=now)
         if self._settings.dry_run:
             for name in kept:
-                self._update_group(group.id, lambda s, name=name: _released(s, name))
+                self._update_group(group.id, lambda s, name=name: s.without_removal(name))
             return self._finish(action, entry, "dry-run", f"would remove node(s) {', '.join(kept)}", now=now)
         for name in kept:
             log.info("cordoning %s for removal (action %s)", name, action.id)
@@ -346,7 +346,7 @@ class Executor:
 
         def release(state: GroupState) -> GroupState:
             for name in action.nodes:
-                state = _released(state, name)
+                state = state.without_removal(name)
             if deallocated:
                 state = replace(state, stopped=state.stopped | {t.instance_id for t in action.targets})
             return replace(state, last_scale_down=now)
@@ -415,7 +415,7 @@ class Executor:
 
         def release(state: GroupState) -> GroupState:
             if state.deleting.get(node) == action.id:
-                state = _released(state, node)
+                state = state.without_removal(node)
             return replace(state, last_failure=now) if failed else state
 
         self._update_group(action.group, release)
@@ -519,10 +519,6 @@ class Executor:
         log.warning("group %s: state update lost %d races; cooldown may be off by one action", group_id, _CAS_ATTEMPTS)
 
 
-def _without(deleting: Mapping[str, str], node: str) -> dict[str, str]:
-    return {name: holder for name, holder in deleting.items() if name != node}
-
-
 def _untag(stored: str, *, default: str) -> tuple[str, str]:
     """(kind, token) from a ledger operation `kind:token`; a bare token (older entries) is of the default kind."""
     kind, sep, token = stored.partition(":")
@@ -537,9 +533,3 @@ def _instance_order(instance_id: str) -> tuple[int, str]:
 
 def _deleting(instance: Instance | None) -> bool:
     return instance is not None and instance.provisioning_state.lower() == "deleting"
-
-
-def _released(state: GroupState, node: str) -> GroupState:
-    """The group's state with no trace of the node's removal: reservation, commitment, reclaim request."""
-    return replace(state, deleting=_without(state.deleting, node), committed=state.committed - {node},
-                   reclaim={name: at for name, at in state.reclaim.items() if name != node})

@@ -19,6 +19,7 @@ from shared.engine.scale_down import Removal, ScaleDownOptions, ScaleDownPlan, p
 from shared.engine.utilization import UtilizationRules
 from shared.ports import Ports, UsageUnavailable
 from shared.services.observe import observe_or_skip, running_sizes
+from shared.services.reconcile import release_orphaned_removals
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
     snapshot = observe_or_skip(ports, now=now, with_budgets=True)
     if snapshot is None:
         return UtilizationPollResult(ScaleDownPlan(), ())
+    if not settings.dry_run:
+        release_orphaned_removals(ports, settings, snapshot, now=now)
     previous = ports.state.list_unneeded()
     group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
     snapshot = running_sizes(snapshot, group_states)

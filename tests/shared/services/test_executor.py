@@ -13,9 +13,10 @@ from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
 from shared.actions import RemovalTarget, encode_action, new_scale_down, new_scale_up
 from shared.context import AppContext, build_context
-from shared.ports import ClusterError
+from shared.ports import ClusterError, LedgerEntry
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
+from shared.services.reconcile import orphan_after
 from shared.services.utilization import run_utilization_poll
 from tests.fixtures.sandbox import SANDBOX_START
 
@@ -455,3 +456,30 @@ def test_a_reclaim_that_arrives_first_stops_the_delete(
     assert app.arm_calls("POST delete") == 0
     back = app.context.ports.cluster.get_node(node)
     assert back is not None and not back.unschedulable
+
+
+# -- removals whose action was lost ------------------------------------------------------------------------
+
+def test_a_removal_whose_action_was_lost_is_given_back_by_the_next_poll(app: App) -> None:
+    _, idle = app.busy_and_idle()
+    assert app.run(scale_down(app, idle[0])).outcome == "waiting"  # cordoned and reserved; then the message is lost
+    app.context.ports.queue.clear()  # type: ignore[attr-defined]
+    settings = app.context.settings
+    run_utilization_poll(app.context.ports, settings, now=app.clock.now())
+    assert app.context.ports.state.get_group(GROUP).deleting == {idle[0]: f"down-{idle[0]}"}  # alive: left alone
+
+    app.clock.advance(orphan_after(settings).total_seconds() + 1)
+    run_utilization_poll(app.context.ports, settings, now=app.clock.now())
+    assert app.context.ports.state.get_group(GROUP).deleting == {}
+    node = app.context.ports.cluster.get_node(idle[0])
+    assert node is not None and not node.unschedulable and not node.is_being_deleted
+
+
+def test_a_reservation_left_by_a_finished_action_is_released_at_once(app: App) -> None:
+    _, idle = app.busy_and_idle()
+    state = app.context.ports.state.get_group(GROUP)
+    assert app.context.ports.state.update_group(replace(state, deleting={idle[0]: "gone-1"}))
+    app.context.ports.state.create_ledger_entry(LedgerEntry("gone-1", "scale_down", GROUP, (3, 0), "done",
+                                                            app.clock.now(), outcome="succeeded: removed"))
+    run_utilization_poll(app.context.ports, app.context.settings, now=app.clock.now())
+    assert app.context.ports.state.get_group(GROUP).deleting == {}

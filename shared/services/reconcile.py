@@ -1,0 +1,80 @@
+"""Give back nodes whose removal lost its action: no node stays cordoned for a drain nobody runs.
+
+A removal's action can be lost: its message moved to the poison queue after the host's retries,
+or deleted by hand, or it finished without releasing its reservation (a crash between the two
+writes). The group row then still names the node in `Deleting`, the node stays cordoned and
+tainted, and the group's minimum and MAX_SCALE_DOWN_PARALLELISM count it forever.
+
+Each utilisation poll looks at every reservation. One whose ledger row has an outcome, or has
+not moved for `orphan_after` (several times the longest a live action ever waits between two
+steps), is an orphan: if its delete was committed and the instance is gone or going, the removal
+is finished (Node object removed); otherwise the node is uncordoned and the reservation released.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from shared.domain import TO_BE_DELETED_TAINT, ClusterSnapshot, Node
+from shared.ports import ClusterEvent, Ports
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_CAS_ATTEMPTS = 5
+
+
+def orphan_after(settings: Settings) -> timedelta:
+    """How long a removal's ledger row may stand still before its action counts as lost."""
+    return 3 * max(settings.action_lease, settings.batch_check_interval, settings.step_retry_delay)
+
+
+def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *,
+                              now: datetime) -> list[str]:
+    """Release every orphaned reservation; the nodes released."""
+    released = []
+    nodes = {n.name: n for n in snapshot.nodes}
+    for group in snapshot.groups:
+        state = ports.state.get_group(group.id)
+        for node, action_id in sorted(state.deleting.items()):
+            entry = ports.state.get_ledger_entry(action_id)
+            if entry is not None and not entry.outcome and now - entry.updated_at < orphan_after(settings):
+                continue  # alive
+            why = (f"action {action_id} ended ({entry.outcome})" if entry is not None and entry.outcome
+                   else f"action {action_id} made no progress for {orphan_after(settings)}")
+            current = nodes.get(node)
+            finished = node in state.committed and (current is None or current.instance is None
+                                                    or not _instance_alive(ports, group.id, current))
+            if finished:
+                ports.cluster.delete_node(node)
+                log.warning("node %s: removal finished for a lost action (%s)", node, why)
+            else:
+                if current is not None and current.is_being_deleted:
+                    ports.cluster.uncordon(node, taint_key=TO_BE_DELETED_TAINT)
+                    ports.events.emit(ClusterEvent("default", "Node", node, "", "ScaleDownFailed",
+                                                   f"scale-down of the node abandoned: {why}", now, "Warning"))
+                log.warning("node %s: removal abandoned and the node given back: %s", node, why)
+            ports.state.clear_unneeded(node)
+            if _release(ports, group.id, node, action_id):
+                released.append(node)
+    return released
+
+
+def _instance_alive(ports: Ports, group_id: str, node: Node) -> bool:
+    group = ports.compute.get_node_group(group_id)
+    ref = node.instance
+    if group is None or ref is None:
+        return False
+    instance = ports.compute.get_instance(group, ref.instance_id)
+    return instance is not None and instance.provisioning_state.lower() != "deleting"
+
+
+def _release(ports: Ports, group_id: str, node: str, action_id: str) -> bool:
+    for _ in range(_CAS_ATTEMPTS):
+        state = ports.state.get_group(group_id)
+        if state.deleting.get(node) != action_id:
+            return False  # someone else moved it on meanwhile
+        if ports.state.update_group(state.without_removal(node)):
+            return True
+    return False
