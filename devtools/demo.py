@@ -4,12 +4,14 @@ Starts Azurite and the sandbox (as a separate process, so it is a real HTTPS
 server to our adapters), runs a scenario through the local functions runner
 with a live terminal view, then writes out/<scenario>/summary.json and
 timeline.png, stops everything it started, and exits 0 when the run
-converged: every pod finished and every group back at its minimum.
+converged: every pod finished and every group back at its minimum (or above
+it only by idle nodes kept on purpose, such as scale-down-disabled ones).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -17,18 +19,21 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from devtools.azurite import connection_string, start_azurite
+from devtools.azurite import connection_string, shared_azurite
+from devtools.crash import KILL_STEPS, RestartingRunner, crash_resume_problems
 from devtools.runner import LocalRunner, build_runner
+from shared.engine import reasons
 
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("devtools.demo")
@@ -38,7 +43,15 @@ log = logging.getLogger("devtools.demo")
 DEMO_SETTINGS = {
     "STEP_RETRY_DELAY": "1s",
     "ARM_OPERATION_WAIT": "1s",
+    "BATCH_CHECK_INTERVAL": "2s",  # queue delays are wall time: 1m would be 30 sandbox minutes at speed 30
     "LOG_LEVEL": "info",
+}
+
+# What `make demo SCENARIO=<name>` does beyond the defaults, per scenario (the command line overrides it).
+# kill_runner_during: run the local runner as a child process, SIGKILL it the first time a scale-down
+# is at this step, start a fresh one, and check the recovery (devtools/crash.py).
+SCENARIO_OPTIONS: dict[str, dict[str, Any]] = {
+    "crash-resume": {"kill_runner_during": "drain"},
 }
 
 
@@ -99,6 +112,100 @@ class _ActionLog(logging.Handler):
             self.lines.append(record.getMessage())
 
 
+# Reasons that mean someone asked for the node to stay (an annotation, a budget, a pod's storage): such a
+# node, even idle, is not one the autoscaler should still remove, so it does not hold up convergence.
+PROTECTION_CODES = frozenset({
+    reasons.SCALE_DOWN_DISABLED_ANNOTATION, reasons.NOT_SAFE_TO_EVICT, reasons.DO_NOT_DISRUPT, reasons.LOCAL_STORAGE,
+    reasons.NOT_ENOUGH_PDB, reasons.NOT_REPLICATED, reasons.UNMOVABLE_KUBE_SYSTEM_POD,
+})
+
+
+class _KeptLog(logging.Handler):
+    """Why the utilisation polls keep nodes, from their `node ... kept (<code>): ...` records.
+
+    Their `custom_dimensions` carry the node and the reason code. Every code is counted per
+    distinct node; the verdicts of the latest finished poll (`_track_utilization_polls` marks
+    where each begins and ends; a poll skipped because ARM throttled discovery does not count)
+    say which nodes are kept now. An in-process runner only: a child process's records never come here.
+    """
+
+    POLL_SKIPPED = "skipping this poll"  # shared.services.observe's warning when ARM throttles discovery
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self._guard = threading.Lock()
+        self._nodes_by_code: dict[str, set[str]] = {}
+        self._latest: dict[str, tuple[str, str]] = {}  # node -> (code, message)
+        self._current: dict[str, tuple[str, str]] | None = None  # the poll under way
+        self._poll_thread: int | None = None
+        self._skipped = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name == "shared.services.observe" and self.POLL_SKIPPED in record.getMessage():
+            with self._guard:
+                self._skipped = self._skipped or record.thread == self._poll_thread
+            return
+        dimensions = getattr(record, "custom_dimensions", None)
+        if record.name != "shared.services.utilization" or not isinstance(dimensions, dict):
+            return
+        if "kept_reason" not in dimensions or "node" not in dimensions:
+            return
+        node, code = str(dimensions["node"]), str(dimensions["kept_reason"])
+        text = record.getMessage()
+        prefix = f"node {node} kept ({code}): "
+        message = text[len(prefix):] if text.startswith(prefix) else text
+        with self._guard:
+            self._nodes_by_code.setdefault(code, set()).add(node)
+            if self._current is not None and record.thread == self._poll_thread:
+                self._current[node] = (code, message)
+            elif self._poll_thread is None:
+                self._latest[node] = (code, message)  # polls not tracked: the last word about each node
+
+    def begin_poll(self) -> None:
+        with self._guard:
+            self._current, self._poll_thread, self._skipped = {}, threading.get_ident(), False
+
+    def end_poll(self, *, completed: bool) -> None:
+        with self._guard:
+            if completed and not self._skipped and self._current is not None:
+                self._latest = self._current
+            self._current = None
+
+    def reason_counts(self) -> dict[str, int]:
+        """Reason code -> how many distinct nodes were kept for it at least once."""
+        with self._guard:
+            return {code: len(nodes) for code, nodes in sorted(self._nodes_by_code.items())}
+
+    def kept_nodes(self) -> dict[str, str]:
+        """Node -> `<code>: <message>`, for the nodes the latest poll kept."""
+        with self._guard:
+            return {node: f"{code}: {message}" for node, (code, message) in sorted(self._latest.items())}
+
+    def protected_nodes(self) -> set[str]:
+        """Nodes the latest poll kept for a protection (PROTECTION_CODES)."""
+        with self._guard:
+            return {node for node, (code, _) in self._latest.items() if code in PROTECTION_CODES}
+
+
+def _track_utilization_polls(runner: LocalRunner, kept: _KeptLog) -> None:
+    """Wrap the runner's poll_utilization so `kept` sees where each poll begins and ends."""
+    for index, timer in enumerate(runner.timers):
+        if timer.name != "poll_utilization":
+            continue
+
+        def tracked(*args: Any, _call: Any = timer.call, **kwargs: Any) -> Any:
+            kept.begin_poll()
+            completed = False
+            try:
+                result = _call(*args, **kwargs)
+                completed = True
+                return result
+            finally:
+                kept.end_poll(completed=completed)
+
+        runner.timers[index] = replace(timer, call=tracked)
+
+
 def run_scenario(
     scenario: str,
     *,
@@ -109,25 +216,48 @@ def run_scenario(
     live: bool = True,
     wall_timeout: float = 170.0,
     extra_settings: dict[str, str] | None = None,
+    kill_runner_during: str | None = None,
 ) -> dict[str, Any]:
-    """Run one scenario to convergence (or the timeout); return the summary, also written to out_dir."""
+    """Run one scenario to convergence (or the timeout); return the summary, also written to out_dir.
+
+    `kill_runner_during` (a scale-down step, e.g. "drain") runs the runner as a child process that is
+    SIGKILLed and restarted once an action is at that step; the summary then holds `runner_restarts`
+    and `crash_check` (devtools/crash.py).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    run_id = uuid.uuid4().hex[:12]
     actions = _ActionLog()
     logging.getLogger().addHandler(actions)
-    azurite = start_azurite(out_dir / "azurite")
+    kept = _KeptLog()
+    logging.getLogger().addHandler(kept)
+    # A lease on the one Azurite every demo and test session on this machine shares: whoever started it
+    # stops it only once the last user is done, so a run never loses its storage halfway through.
+    azurite = contextlib.ExitStack()
+    azurite.enter_context(shared_azurite())
     try:
         with sandbox_process(scenario, speed=speed, seed=seed, workdir=out_dir / "sandbox") as sandbox:
             env = {
                 **os.environ,
                 **sandbox.env,
                 "AzureWebJobsStorage": connection_string(),
-                # A fresh table per run: Azurite may be a developer's long-running one.
-                "STATE_TABLE": f"demo{uuid.uuid4().hex[:12]}",
+                # A fresh table and queue per run: Azurite may be a developer's long-running one, shared
+                # with other runs at the same time (each would take, or clear, the other's messages).
+                "STATE_TABLE": f"demo{run_id}",
+                "SCALE_ACTIONS_QUEUE": f"demo-{run_id}",
                 **DEMO_SETTINGS,
                 **(extra_settings or {}),
             }
-            runner = build_runner(env, sandbox_url=sandbox.url, duplicate_delivery=duplicate_delivery)
+            runner: LocalRunner | RestartingRunner
+            if kill_runner_during:
+                if duplicate_delivery:
+                    raise ValueError("duplicate delivery is an in-process runner's option; not with kill_runner_during")
+                runner = RestartingRunner(env, sandbox_url=sandbox.url, kill_during=kill_runner_during, out_dir=out_dir,
+                                          sim_seconds=lambda: float(sandbox.get("/sandbox/clock")["sim_seconds"]),
+                                          log_sink=actions.lines.append)
+            else:
+                runner = build_runner(env, sandbox_url=sandbox.url, duplicate_delivery=duplicate_delivery)
+                _track_utilization_polls(runner, kept)
             from shared.context import get_context
 
             context = get_context()
@@ -136,14 +266,21 @@ def run_scenario(
             converged = False
             with view:
                 converged = runner.run(
-                    until=lambda: _converged(sandbox, runner, view),
+                    until=lambda: _converged(sandbox, runner, view, kept),
                     wall_timeout=wall_timeout,
                     on_tick=view.refresh,
                 )
             report = sandbox.get("/sandbox/report")
-            summary = build_summary(scenario, report, context.ports.state.list_ledger(),
-                                    converged=converged, wall_seconds=time.monotonic() - started, runner=runner)
+            ledger = context.ports.state.list_ledger()
+            summary = build_summary(scenario, report, ledger,
+                                    converged=converged, wall_seconds=time.monotonic() - started, runner=runner,
+                                    kept=kept)
             summary["state"] = _state_rows(context, report["nodes_by_group"])
+            if isinstance(runner, RestartingRunner):
+                summary["runner_restarts"] = runner.restart_report(ledger)
+                summary["runner_processes"] = runner.process_report()
+                summary["crash_check"] = {"kill_runner_during": kill_runner_during,
+                                          "problems": crash_resume_problems(summary)}
             (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             from devtools.timeline import write_timeline
 
@@ -151,7 +288,8 @@ def run_scenario(
             return summary
     finally:
         logging.getLogger().removeHandler(actions)
-        azurite.stop()
+        logging.getLogger().removeHandler(kept)
+        azurite.close()
         from shared.context import install_context
 
         install_context(None)
@@ -178,27 +316,34 @@ def _reset_storage(context: Any) -> None:
     context.ports.queue.poison().clear()
 
 
-def _converged(sandbox: SandboxProcess, runner: LocalRunner, view: LiveView) -> bool:
+def _converged(
+    sandbox: SandboxProcess, runner: LocalRunner | RestartingRunner, view: LiveView, kept: _KeptLog | None = None
+) -> bool:
     """The workload is done and the autoscaler has nothing left to do.
 
     Settled means: no scale action queued or in flight, no node booting or being deleted, and no
     autoscaled group holding an idle node above its minimum (one the autoscaler should still remove).
+    An idle node the latest utilisation poll kept for a protection (PROTECTION_CODES, e.g. the
+    scale-down-disabled annotation) stays on purpose: it is not one of those.
     """
     state = view.last_state
     # A pod no pool could hold even empty stays pending for good; the autoscaler rightly leaves it.
     if not state or not state.get("done") or state.get("pending", 0) - state.get("pending_unplaceable", 0):
         return False
-    for group in state.get("groups", {}).values():
-        if group["booting"] or group["deleting"] or group["ready"] != group["target"]:
+    protected = kept.protected_nodes() if kept is not None else set()
+    for group_id, group in state.get("groups", {}).items():
+        if group["booting"] or group["deleting"] or group["ready"] + group.get("deallocated", 0) != group["target"]:
             return False
         if group.get("autoscaled", True) and group["idle"] and group["ready"] > group["min"]:
-            return False
+            staying = set(state.get("idle_nodes", {}).get(group_id, ())) & protected
+            if group["idle"] > len(staying):
+                return False
     return runner.queue_is_idle()
 
 
 def build_summary(
     scenario: str, report: dict[str, Any], ledger: list[Any], *, converged: bool, wall_seconds: float,
-    runner: LocalRunner,
+    runner: LocalRunner | RestartingRunner, kept: _KeptLog | None = None,
 ) -> dict[str, Any]:
     waits = sorted(p["bound"] - p["created"] for p in report["pods"] if p.get("bound") is not None)
 
@@ -215,12 +360,18 @@ def build_summary(
         "pods_unschedulable_at_end": report["pods_unschedulable"],
         "pending_wait_s": {"p50": _percentile(waits, 50), "p95": _percentile(waits, 95), "max": waits[-1] if waits else 0},
         "running_pods_evicted": report["running_pods_evicted"],
+        "running_pods_evicted_by_workload": _evicted_by_workload(report["pods"]),
         "pods_killed": report.get("pods_killed", 0),
         "node_seconds": round(report["node_seconds"], 1),
         "nodes_max": report["nodes_max"],
         "nodes_by_group_at_end": {group: counts["ready"] for group, counts in report["nodes_by_group"].items()},
         "placements": _placements(report["pods"]),
         "events": dict(sorted(report.get("events_by_reason", {}).items())),
+        # Nodes removed, in the order their removal started (cordoned), with their age and utilisation then.
+        "scale_down_order": report.get("scale_down_order", []),
+        # Reason code -> distinct nodes kept for it during the run; node -> its reason in the latest poll.
+        "kept_reasons": kept.reason_counts() if kept is not None else {},
+        "kept_nodes": kept.kept_nodes() if kept is not None else {},
         "groups_at_end": report["nodes_by_group"],
         "actions": {
             "scale_up": outcome_count("scale_up", "succeeded"),
@@ -232,9 +383,21 @@ def build_summary(
         },
         "api_calls": {k: report["api_calls"][k] for k in ("arm_reads", "arm_writes", "k8s_reads", "k8s_writes")},
         "api_breakdown": report["api_calls"].get("breakdown", {}),
+        # Accepted delete requests naming each instance ("<scale set>/<instance id>"): 1 each, or something deleted twice.
+        "deletes_by_instance": report["api_calls"].get("breakdown", {}).get("arm", {}).get("instances_deleted", {}),
         "runner": {"timer_invocations": runner.stats.timer_invocations, "queue_invocations": runner.stats.queue_invocations,
                    "failures": runner.stats.failures, "poisoned": runner.stats.poisoned},
     }
+
+
+def _evicted_by_workload(pods: list[dict[str, Any]]) -> dict[str, int]:
+    """Pods evicted while running, per workload (a ReplicaSet's are expected in a drain; a Job's are not)."""
+    counts: dict[str, int] = {}
+    for pod in pods:
+        if pod.get("evicted_while_running"):
+            workload = pod.get("workload") or "(none)"
+            counts[workload] = counts.get(workload, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _placements(pods: list[dict[str, Any]]) -> dict[str, int]:
@@ -324,6 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duplicate-delivery", action="store_true", help="deliver every queue message twice")
     parser.add_argument("--timeout", type=float, default=None,
                         help="wall seconds before giving up (default: the scenario's duration at this speed, plus a minute)")
+    parser.add_argument("--kill-runner-during", choices=(*KILL_STEPS, "never"), default=None,
+                        help="run the runner as a child process, SIGKILL it once a scale-down is at this step, restart it "
+                             "and check that every action finished and no instance was deleted twice (default: the "
+                             "scenario's SCENARIO_OPTIONS, e.g. drain for crash-resume; otherwise never)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
@@ -331,20 +498,36 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("shared").setLevel(logging.INFO)
     name = Path(args.scenario).stem
     out_dir = args.out or ROOT / "out" / name
+    kill = args.kill_runner_during or SCENARIO_OPTIONS.get(name, {}).get("kill_runner_during")
+    kill = None if kill == "never" else kill
     timeout = args.timeout
     if timeout is None:
         from sandbox.scenario import load_scenario
 
         timeout = load_scenario(args.scenario).duration / args.speed + 60
     summary = run_scenario(args.scenario, out_dir=out_dir, speed=args.speed, seed=args.seed,
-                           duplicate_delivery=args.duplicate_delivery, wall_timeout=timeout)
+                           duplicate_delivery=args.duplicate_delivery, wall_timeout=timeout, kill_runner_during=kill)
     print(json.dumps({k: summary[k] for k in ("scenario", "converged", "pods_total", "pods_completed",
                                               "running_pods_evicted", "nodes_max", "nodes_by_group_at_end",
                                               "pending_wait_s", "actions")}, indent=2))
+    if kill:
+        print(json.dumps({k: summary[k] for k in ("wall_seconds", "runner_restarts", "deletes_by_instance",
+                                                  "running_pods_evicted_by_workload")}, indent=2))
     print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'timeline.png'}")
     if not summary["converged"]:
         print("the scenario did not converge before the timeout (see summary.json)", file=sys.stderr)
         return 1
+    if kill:
+        problems = summary["crash_check"]["problems"]
+        if problems:
+            print(f"crash check failed (runner killed during {kill}):", file=sys.stderr)
+            for problem in problems:
+                print(f"  - {problem}", file=sys.stderr)
+            return 1
+        restart = summary["runner_restarts"][0]
+        print(f"crash check passed: runner killed at t={restart['sim_seconds']}s during {kill} of "
+              f"{', '.join(a['node'] for a in restart['in_flight'])}, restarted; every action it held finished and "
+              f"each of the {len(summary['deletes_by_instance'])} deleted instances was deleted exactly once")
     return 0
 
 

@@ -6,6 +6,11 @@ Shaped after what azure-mgmt-compute 39 sends and accepts:
   polls that operation, then GETs the scale set for the final result.
 - `begin_delete_instances` (POST .../delete) accepts 200/202; we answer 202 with
   `Azure-AsyncOperation` and `Location`; after success the poller GETs Location.
+- `begin_deallocate` / `begin_start` (POST .../deallocate, .../start, body `{"instanceIds": [...]}`,
+  optional: none means every instance) accept 200/202 too and are answered like the delete.
+  Deallocate is throttled with deletes (delete/power-off/deallocate), start with updates.
+- `virtual_machine_scale_set_vms.get/list(..., expand="instanceView")` get `instanceView.statuses`
+  (`ProvisioningState/...`, `PowerState/starting|running|deallocating|deallocated`); without it, none.
 - Lists page with `nextLink` (used verbatim by the SDK, so it carries api-version).
 - `resource_skus.list(filter="location eq '<loc>'")` gets the VM sizes the scenario's
   scale sets use, with the capacity their nodes report (plus one availability-set and
@@ -58,6 +63,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("PATCH", _VMSS, "update"),
         ("PUT", _VMSS, "put"),
         ("POST", _VMSS + r"/delete", "delete_instances"),
+        ("POST", _VMSS + r"/deallocate", "deallocate_instances"),
+        ("POST", _VMSS + r"/start", "start_instances"),
         ("GET", _VMSS + r"/virtualMachines", "list_vms"),
         ("GET", _VMSS + r"/virtualMachines/(?P<id>[^/]+)", "get_vm"),
         ("GET", _VMSS + r"/providers/Microsoft\.Insights/metrics", "metrics"),
@@ -74,6 +81,8 @@ _OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     "update": ("PATCH virtualMachineScaleSets", True, "update"),
     "put": ("PUT virtualMachineScaleSets", True, "update"),
     "delete_instances": ("POST delete", True, "delete"),
+    "deallocate_instances": ("POST deallocate", True, "delete"),  # Azure's delete/power-off/deallocate bucket
+    "start_instances": ("POST start", True, "update"),  # Azure's update/start bucket
     "list_vms": ("LIST virtualMachines", False, "list"),
     "get_vm": ("GET virtualMachines", False, "get"),
     # Azure Monitor has its own limits (per subscription, far above a call per scale set a minute): not modelled.
@@ -236,7 +245,26 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
     return body
 
 
-def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim) -> dict[str, Any]:
+_PROVISIONING_DISPLAY = {
+    "Creating": "Creating", "Succeeded": "Provisioning succeeded", "Updating": "Updating", "Deleting": "Deleting",
+}
+_POWER_DISPLAY = {
+    "starting": "VM starting", "running": "VM running",
+    "deallocating": "VM deallocating", "deallocated": "VM deallocated",
+}
+
+
+def _instance_view(inst: InstanceSim) -> dict[str, Any]:
+    """What `$expand=instanceView` adds: the provisioning and power state statuses (as ARM lists them)."""
+    provisioning: dict[str, Any] = {
+        "code": f"ProvisioningState/{inst.state.lower()}", "level": "Info",
+        "displayStatus": _PROVISIONING_DISPLAY[inst.state],
+    }
+    power = {"code": f"PowerState/{inst.power}", "level": "Info", "displayStatus": _POWER_DISPLAY[inst.power]}
+    return {"computerName": inst.computer_name, "statuses": [provisioning, power]}
+
+
+def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_view: bool = False) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": f"{group.name}_{inst.instance_id}",
         "id": f"{_vmss_id(world, group)}/virtualMachines/{inst.instance_id}",
@@ -258,6 +286,8 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim) -> dict[str, An
             },
         },
     }
+    if instance_view:
+        body["properties"]["instanceView"] = _instance_view(inst)
     if inst.zone:
         body["zones"] = [inst.zone]
     return body
@@ -434,9 +464,54 @@ def _delete_instances(world: World, request: Request, params: dict[str, str], ap
     return json_response(202, None, headers)
 
 
+def _power_instance_ids(request: Request) -> list[str] | None:
+    """`instanceIds` of a deallocate or start body; None when omitted (ARM then acts on every instance)."""
+    try:
+        body = request.json()
+    except ValueError:
+        raise ArmError(400, "InvalidRequestContent", _UNREADABLE) from None
+    if body is None:
+        return None
+    if not isinstance(body, dict):
+        raise ArmError(400, "InvalidRequestContent", "The request content must be a JSON object.")
+    ids = body.get("instanceIds")
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(i, str | int) and not isinstance(i, bool) for i in ids):
+        raise ArmError(400, "InvalidParameter", "The value of parameter instanceIds is invalid.", "instanceIds")
+    return [str(i) for i in ids]
+
+
+def _power_action(
+    world: World, request: Request, params: dict[str, str], api_version: str,
+    act: Callable[[ScaleSetSim, list[str] | None], Operation],
+) -> Response:
+    group = world.scale_set(params["sub"], params["rg"], params["vmss"])
+    if request.query.get("hibernate", "").lower() == "true":
+        message = "Hibernation is supported only for virtual machine scale sets in Flexible orchestration mode."
+        raise ArmError(400, "InvalidParameter", message, "hibernate")
+    op = act(group, _power_instance_ids(request))
+    async_url, location = _operation_urls(world, request, group, op, api_version)
+    headers = {"Azure-AsyncOperation": async_url, "Location": location, "Retry-After": str(LRO_RETRY_AFTER)}
+    return json_response(202, None, headers)
+
+
+def _deallocate_instances(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    return _power_action(world, request, params, api_version, world.deallocate_instances)
+
+
+def _start_instances(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    return _power_action(world, request, params, api_version, world.start_instances)
+
+
+def _wants_instance_view(request: Request) -> bool:
+    return any(part.strip().lower() == "instanceview" for part in request.query.get("$expand", "").split(","))
+
+
 def _list_vms(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
-    items = [vm_json(world, group, inst) for inst in world.instances(group)]
+    view = _wants_instance_view(request)
+    items = [vm_json(world, group, inst, instance_view=view) for inst in world.instances(group)]
     return json_response(200, _page(items, request, world.scenario.arm_page_size, api_version))
 
 
@@ -450,7 +525,7 @@ def _get_vm(world: World, request: Request, params: dict[str, str], api_version:
             f"The Resource 'Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{params['id']}' "
             f"under resource group '{params['rg']}' was not found.",
         )
-    return json_response(200, vm_json(world, group, inst))
+    return json_response(200, vm_json(world, group, inst, instance_view=_wants_instance_view(request)))
 
 
 _LOCATION_FILTER = re.compile(r"^\s*location\s+eq\s+'(?P<loc>[^']+)'\s*$", re.IGNORECASE)
@@ -639,6 +714,8 @@ _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] 
     "update": _update,
     "put": _put,
     "delete_instances": _delete_instances,
+    "deallocate_instances": _deallocate_instances,
+    "start_instances": _start_instances,
     "list_vms": _list_vms,
     "get_vm": _get_vm,
     "metrics": _metrics,

@@ -30,7 +30,10 @@ def computer_name(prefix: str, instance_id: int) -> str:
     return f"{prefix}{base36(instance_id).zfill(6)}"
 
 
-InstanceState = Literal["Creating", "Succeeded", "Deleting"]
+InstanceState = Literal["Creating", "Succeeded", "Updating", "Deleting"]
+# The instance view's PowerState/<code>. A new instance is starting until provisioned; a deallocation goes
+# deallocating -> deallocated (provisioning Updating -> Succeeded); a start goes starting -> running.
+PowerState = Literal["starting", "running", "deallocating", "deallocated"]
 
 
 @dataclass(slots=True)
@@ -45,6 +48,11 @@ class InstanceSim:
     provision_at: float  # Creating -> Succeeded
     ready_at: float  # the Node registers Ready
     state: InstanceState = "Creating"
+    power: PowerState = "running"
+    power_seq: int = 0  # bumped by every deallocate, start or delete: stale timer events and operations see it
+    starts: int = 0  # starts of this instance after a deallocation (each samples its own boot delay)
+    unbilled_seconds: float = 0.0  # closed deallocated spells: not billed
+    unbilled_since: float | None = None  # deallocated since then (not billed, not counted alive)
     delete_started_at: float | None = None
     vanished_at: float | None = None
     node_registered: bool = False
@@ -78,7 +86,7 @@ class ScaleSetSim:
         return self.spec.resource_group
 
     def active(self) -> list[InstanceSim]:
-        """Instances that count towards capacity (not being deleted), by id."""
+        """Instances that count towards capacity (not being deleted; deallocated ones count), by id."""
         return sorted((i for i in self.instances.values() if i.state != "Deleting"), key=lambda i: i.instance_id)
 
 
@@ -87,13 +95,15 @@ OperationStatus = Literal["InProgress", "Succeeded", "Failed"]
 
 @dataclass(slots=True)
 class Operation:
-    """An ARM async operation: a capacity change or an instance deletion."""
+    """An ARM async operation: a capacity change, an instance deletion, deallocation or start."""
 
     op_id: str
-    kind: Literal["scale", "delete"]
+    kind: Literal["scale", "delete", "deallocate", "start"]
     group_key: str
     started_at: float
     instance_ids: frozenset[int] = frozenset()
+    # deallocate/start: each instance's power_seq when asked; a later change preempts the operation
+    power_seqs: tuple[tuple[int, int], ...] = ()
     status: OperationStatus = "InProgress"
     ended_at: float | None = None
     error_code: str | None = None

@@ -22,6 +22,8 @@ class ApiCounters:
     loganalytics: Counter[str] = field(default_factory=Counter)
     instances_deleted: Counter[str] = field(default_factory=Counter)  # "<vmss>/<id>" -> times asked (accepted)
     instance_deletes_refused: Counter[str] = field(default_factory=Counter)  # "<vmss>/<id>" -> named in a refused delete
+    instances_deallocated: Counter[str] = field(default_factory=Counter)  # "<vmss>/<id>" -> times asked (accepted)
+    instances_started: Counter[str] = field(default_factory=Counter)  # "<vmss>/<id>" -> times asked (accepted)
 
     def count(self, api: str, operation: str, *, write: bool) -> None:
         if api == "loganalytics":  # queries only read
@@ -51,7 +53,9 @@ class ApiCounters:
             "faults_triggered": self.faults_triggered,
             "breakdown": {
                 "arm": {**dict(sorted(self.arm.items())), "instances_deleted": dict(sorted(self.instances_deleted.items())),
-                        "instance_deletes_refused": dict(sorted(self.instance_deletes_refused.items()))},
+                        "instance_deletes_refused": dict(sorted(self.instance_deletes_refused.items())),
+                        "instances_deallocated": dict(sorted(self.instances_deallocated.items())),
+                        "instances_started": dict(sorted(self.instances_started.items()))},
                 "k8s": dict(sorted(self.k8s.items())),
                 "loganalytics": dict(sorted(self.loganalytics.items())),
             },

@@ -110,6 +110,7 @@ class NodeGroupSpec:
     computer_name_prefix: str = ""
     boot_delay: Dist | None = None  # None: the scenario's default
     mirror_pods: tuple[MirrorPodSpec, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)  # on every node of the pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +188,7 @@ class Scenario:
     boot_delay: Dist = field(default_factory=lambda: Dist("lognormal", (), 0.0, 900.0, 100.0, 300.0))
     provisioning_fraction: float = 0.3
     delete_delay: Dist = field(default_factory=lambda: Dist("uniform", (), 20.0, 40.0))
+    deallocate_delay: Dist | None = None  # None: delete_delay (POST .../deallocate: deallocating -> deallocated)
     node_removal_delay: float = 10.0
     termination_grace: float = 5.0
     namespaces: tuple[str, ...] = ()
@@ -440,7 +442,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         {
             "name", "description", "cluster_name", "subscription_id", "location", "start", "duration",
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
-            "delete_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
+            "delete_delay", "deallocate_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes",
         },
         {"node_groups"},
@@ -499,6 +501,9 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         delete_delay=_dist(top["delete_delay"], "$.delete_delay", parse_duration)
         if "delete_delay" in top
         else defaults.delete_delay,
+        deallocate_delay=_dist(top["deallocate_delay"], "$.deallocate_delay", parse_duration)
+        if "deallocate_delay" in top
+        else None,
         node_removal_delay=_duration(top.get("node_removal_delay", "10s"), "$.node_removal_delay"),
         termination_grace=_duration(top.get("termination_grace", "5s"), "$.termination_grace"),
         namespaces=namespaces,
@@ -539,6 +544,7 @@ def _node_group(value: Any, path: str, location: str) -> NodeGroupSpec:
         {
             "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
             "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
+            "annotations",
         },
         {"resource_group", "name", "vm_size", "allocatable"},
     )
@@ -580,7 +586,25 @@ def _node_group(value: Any, path: str, location: str) -> NodeGroupSpec:
         computer_name_prefix=prefix,
         boot_delay=_dist(obj["boot_delay"], f"{path}.boot_delay", parse_duration) if "boot_delay" in obj else None,
         mirror_pods=_items(obj, "mirror_pods", path, _mirror_pod),
+        annotations=_annotations(obj.get("annotations", {}), f"{path}.annotations"),
     )
+
+
+# A qualified name as the API server wants for annotation keys: an optional DNS-subdomain prefix and `/`,
+# then up to 63 alphanumerics, `-`, `_` and `.`, starting and ending alphanumeric.
+_QUALIFIED_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+
+def _annotations(value: Any, path: str) -> Mapping[str, str]:
+    """Node annotations: string keys (qualified names, as the API server validates them) to string values."""
+    annotations = _string_map(value, path)
+    for key in annotations:
+        if not _QUALIFIED_NAME.match(key) or len(key.partition("/")[0]) > 253:
+            raise _Invalid(f"{path}.{key}", f"{key!r} is not a valid annotation key (an optional DNS prefix and '/', "
+                                            "then a name of up to 63 letters, digits, '-', '_' or '.')")
+    return annotations
 
 
 def _mirror_pod(value: Any, path: str) -> MirrorPodSpec:

@@ -20,8 +20,8 @@ class BucketSpec:
 
 
 BUCKETS: dict[str, BucketSpec] = {
-    "update": BucketSpec("Microsoft.Compute/PutVMScaleSet3Min", 4, 12),  # PATCH/PUT of a scale set
-    "delete": BucketSpec("Microsoft.Compute/DeleteVMScaleSet3Min", 4, 12),  # delete instances
+    "update": BucketSpec("Microsoft.Compute/PutVMScaleSet3Min", 4, 12),  # PATCH/PUT of a scale set, start instances
+    "delete": BucketSpec("Microsoft.Compute/DeleteVMScaleSet3Min", 4, 12),  # delete and deallocate instances
     "get": BucketSpec("Microsoft.Compute/GetVMScaleSet3Min", 12, 36),  # low-cost GET of one scale set
     "list": BucketSpec("Microsoft.Compute/HighCostGetVMScaleSet3Min", 10, 30),  # lists (scale sets, VMs)
 }

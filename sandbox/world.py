@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from shared.domain import Taint, Toleration, group_id
 from sandbox import kobjects
@@ -54,6 +54,11 @@ MAX_EVENTS = 10_000  # core/v1 events kept (the real API expires them after an h
 RESOURCES = ("nodes", "pods", "events", "configmaps", "poddisruptionbudgets", "namespaces")
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery rand.String: no vowels, no confusables
 _INITIAL_NODE_AGE = timedelta(hours=1)  # initial nodes registered before the scenario starts
+# cluster-autoscaler's taint on a node it is removing (with spec.unschedulable: the removal has started)
+TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+# the cloud node lifecycle controller's taint on a node whose instance the provider reports shut down (deallocated)
+SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
+PREEMPTED_MESSAGE = "Operation execution has been preempted by a more recent operation."
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,38 @@ class NodeCpu:
     @property
     def fraction(self) -> float:
         return self.used_milli / self.capacity_milli if self.capacity_milli else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemovalStart:
+    """A node seen marked for removal (tainted ToBeDeletedByClusterAutoscaler or cordoned), as it was then."""
+
+    node: str
+    group: str
+    instance: InstanceSim
+    at: float  # sim seconds
+    age: float  # seconds since the Node was created
+    utilization: float  # larger of CPU and memory requests over allocatable; DaemonSet and mirror pods left out
+    pods: int  # unfinished pods on it, DaemonSet and mirror pods left out
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "group": self.group,
+            "instance_id": self.instance.instance_id,
+            "cordoned_at": round(self.at, 3),
+            "age_seconds": round(self.age, 3),
+            "utilization": round(self.utilization, 4),
+            "pods": self.pods,
+            "delete_started_at": seconds(self.instance.delete_started_at),
+        }
+
+
+def _marked_for_removal(node: Mapping[str, Any]) -> bool:
+    spec = node.get("spec") or {}
+    return bool(spec.get("unschedulable")) or any(
+        isinstance(t, dict) and t.get("key") == TO_BE_DELETED_TAINT for t in spec.get("taints") or []
+    )
 
 
 class World:
@@ -126,6 +163,7 @@ class World:
         self._placed_ports: dict[str, PodSim] = {}
         self._allocatable_cache: dict[tuple[str, str], Amounts] = {}
         self._events_by_reason: Counter[str] = Counter()  # Events created through the API
+        self._removal_starts: dict[str, RemovalStart] = {}  # by node: the latest unmarked -> marked change
         self._init_namespaces()
         self._init_pdbs()
         self._init_scale_sets()
@@ -192,6 +230,8 @@ class World:
             "vanish": self._on_vanish,
             "node_gc": self._on_node_gc,
             "op_fail": self._on_op_fail,
+            "power_done": self._on_power_done,
+            "rebooted": self._on_rebooted,
         }
         handlers[kind](payload)
         self._dirty = True
@@ -297,6 +337,7 @@ class World:
             provision_at=self._t + boot * self.scenario.provisioning_fraction,
             ready_at=self._t + boot,
             state="Succeeded" if already_running else "Creating",
+            power="running" if already_running else "starting",
             ip_index=next(self._ip_counter),
         )
         group.instances[instance_id] = inst
@@ -348,6 +389,7 @@ class World:
             pod_cidr=f"10.244.{inst.ip_index % 256}.0/24",
             machine_id=inst.vm_id.replace("-", ""),
         )
+        node["metadata"]["annotations"].update(spec.annotations)
         self._store.put("nodes", node)
         self._retry_all_pending = True
         inst.node_registered = True
@@ -356,10 +398,12 @@ class World:
     def _on_provisioned(self, inst: InstanceSim) -> None:
         if inst.state == "Creating":
             inst.state = "Succeeded"
+            inst.power = "running"
             self._groups[inst.group_key].generation += 1
 
     def _on_registered(self, inst: InstanceSim) -> None:
-        if inst.alive and inst.state != "Deleting" and not inst.node_registered:
+        # power_seq 0: no deallocation or start since it was created (those register through `rebooted`)
+        if inst.alive and inst.state != "Deleting" and not inst.node_registered and inst.power_seq == 0:
             self._register_node(inst)
 
     def _start_instance_delete(self, inst: InstanceSim) -> None:
@@ -368,6 +412,7 @@ class World:
         group = self._groups[inst.group_key]
         inst.state = "Deleting"
         inst.delete_started_at = self._t
+        inst.power_seq += 1  # a deallocation or start under way is preempted
         group.generation += 1
         delay = self.scenario.delete_delay.sample(self._rng("delete", group.key, inst.instance_id))
         self._push(self._t + delay, "vanish", inst)
@@ -402,7 +447,8 @@ class World:
         group.instances.pop(inst.instance_id, None)
         group.generation += 1
         self._gone.append(inst)
-        self._alive -= 1
+        if inst.unbilled_since is None:  # a deallocated instance stopped counting when it was deallocated
+            self._alive -= 1
         if inst.node_registered and not inst.node_deleted_by_api:
             self._push(self._t + self.scenario.node_removal_delay, "node_gc", inst)
 
@@ -875,11 +921,13 @@ class World:
         counts = {}
         busy = self._busy_nodes()
         for key, group in self._groups.items():
-            ready = booting = deleting = idle = 0
+            ready = booting = deleting = deallocated = idle = 0
             for inst in group.instances.values():
                 node = self._store.get("nodes", "", inst.computer_name) if inst.node_registered else None
                 if inst.state == "Deleting":
                     deleting += 1
+                elif inst.power in ("deallocating", "deallocated"):
+                    deallocated += 1
                 elif node is not None and kobjects.is_ready(node):
                     ready += 1
                     idle += inst.computer_name not in busy
@@ -889,6 +937,7 @@ class World:
                 "ready": ready,
                 "booting": booting,
                 "deleting": deleting,
+                "deallocated": deallocated,  # deallocating or deallocated: in capacity, not billed once deallocated
                 "target": group.capacity,
                 "min": group.spec.min_size,
                 "max": group.spec.max_size,
@@ -1055,9 +1104,50 @@ class World:
                 updated.setdefault("spec", {})["providerID"] = current["spec"].get("providerID")
             elif resource != "configmaps":
                 raise KubeError(405, "MethodNotAllowed", f"the sandbox does not update {resource}")
+            was_marked = resource == "nodes" and _marked_for_removal(current)
             self._store.put(resource, updated)
             self._retry_all_pending = self._retry_all_pending or resource == "nodes"
+            if resource == "nodes":
+                self._note_removal_mark(name, was_marked=was_marked, marked=_marked_for_removal(updated))
             return copy.deepcopy(updated)
+
+    def _note_removal_mark(self, name: str, *, was_marked: bool, marked: bool) -> None:
+        """A removal starts when a node is first tainted ToBeDeletedByClusterAutoscaler or cordoned: remember the
+        node as it is now (age, utilisation); an unmarked node's removal was called off."""
+        if was_marked == marked:
+            return
+        if not marked:
+            self._removal_starts.pop(name, None)
+            return
+        inst = self._by_node.get(name)
+        node = self._store.get("nodes", "", name)
+        if inst is None or node is None:
+            return
+        allocatable = self._allocatable(node)
+        used = Amounts()
+        pods = 0
+        for pod in self._placed.values():
+            if pod.node == name and not pod.node_bound and pod.owner_kind != "DaemonSet":
+                used += pod.requests
+                pods += 1
+        shares = [
+            used.cpu_milli / allocatable.cpu_milli if allocatable.cpu_milli else 0.0,
+            used.memory_bytes / allocatable.memory_bytes if allocatable.memory_bytes else 0.0,
+        ]
+        created = parse_time(node["metadata"]["creationTimestamp"])
+        self._removal_starts[name] = RemovalStart(
+            node=name, group=inst.group_key, instance=inst, at=self._t,
+            age=(self._at(self._t) - created).total_seconds(), utilization=max(shares), pods=pods,
+        )
+
+    def scale_down_order(self) -> list[dict[str, Any]]:
+        """Nodes whose removal started (marked) and whose instance was then deleted, in the order they were marked."""
+        with self.lock:
+            started = [
+                r for r in self._removal_starts.values()
+                if r.instance.delete_started_at is not None and r.instance.delete_started_at >= r.at
+            ]
+            return [r.as_json() for r in sorted(started, key=lambda r: (r.at, r.node))]
 
     def k8s_delete(self, resource: str, namespace: str, name: str, grace_seconds: float | None = None) -> dict[str, Any]:
         with self.lock:
@@ -1186,6 +1276,9 @@ class World:
             for raw in instance_ids:
                 inst = group.instances.get(int(raw)) if str(raw).isdigit() else None
                 if inst is None:
+                    # ARM refuses the whole request; count every instance it named (one gone already: a second delete).
+                    for named in instance_ids:
+                        self.counters.instance_deletes_refused[f"{group.name}/{named}"] += 1
                     raise ArmError(
                         400,
                         "InvalidParameter",
@@ -1208,6 +1301,160 @@ class World:
             self._dirty = True
             return op
 
+    # ------------------------------------------------------------------ deallocate and start instances
+
+    def deallocate_instances(self, group: ScaleSetSim, instance_ids: list[str] | None) -> Operation:
+        """POST .../deallocate: the instances (every one when none are named, as ARM does) shut down and release
+        their hardware; they stay in the scale set and in sku.capacity. Already deallocating or deallocated
+        ones are left as they are. Not billed once deallocated."""
+        with self.lock:
+            targets = self._power_targets(group, instance_ids, "deallocate")
+            for inst in targets:
+                self.counters.instances_deallocated[f"{group.name}/{inst.instance_id}"] += 1
+                if inst.power not in ("deallocating", "deallocated"):
+                    self._start_deallocation(inst)
+            return self._power_operation(group, "deallocate", targets)
+
+    def start_instances(self, group: ScaleSetSim, instance_ids: list[str] | None) -> Operation:
+        """POST .../start: deallocating or deallocated instances boot again (the group's boot delay); their node
+        registers Ready under the same name. Starting or running ones are left as they are (a no-op success)."""
+        with self.lock:
+            targets = self._power_targets(group, instance_ids, "start")
+            for inst in targets:
+                self.counters.instances_started[f"{group.name}/{inst.instance_id}"] += 1
+                if inst.power in ("deallocating", "deallocated"):
+                    self._start_boot(inst)
+            return self._power_operation(group, "start", targets)
+
+    def _power_targets(self, group: ScaleSetSim, instance_ids: list[str] | None, verb: str) -> list[InstanceSim]:
+        """The instances a deallocate or start names, all checked before anything changes (ARM refuses the whole
+        request). None or [] means every instance of the scale set (those being deleted left out)."""
+        if not instance_ids:
+            return group.active()
+        targets: list[InstanceSim] = []
+        for raw in instance_ids:
+            inst = group.instances.get(int(raw)) if str(raw).isdigit() else None
+            if inst is None:
+                raise ArmError(
+                    400,
+                    "InvalidParameter",
+                    f"The provided instanceId {raw} is not an active Virtual Machine Scale Set VM instanceId.",
+                    "instanceIds",
+                )
+            if inst.state == "Deleting":
+                raise ArmError(
+                    409,
+                    "OperationNotAllowed",
+                    f"Operation '{verb}' is not allowed on VM '{group.name}_{inst.instance_id}' "
+                    "since it is being deleted.",
+                )
+            if inst not in targets:
+                targets.append(inst)
+        return targets
+
+    def _power_operation(
+        self, group: ScaleSetSim, kind: Literal["deallocate", "start"], targets: list[InstanceSim]
+    ) -> Operation:
+        op = Operation(
+            op_id=self._uid(), kind=kind, group_key=group.key, started_at=self._t,
+            instance_ids=frozenset(i.instance_id for i in targets),
+            power_seqs=tuple((i.instance_id, i.power_seq) for i in targets),
+        )
+        self._operations[op.op_id] = op
+        group.generation += 1
+        self._dirty = True
+        self._finish_operations()  # nothing to do (already there): succeeded at once
+        return op
+
+    def _start_deallocation(self, inst: InstanceSim) -> None:
+        """Provisioning Updating, power deallocating: the VM shuts down now, so kubelet stops (the node goes
+        NotReady as when its VM is deleted, its workload pods die); deallocated after `deallocate_delay`."""
+        group = self._groups[inst.group_key]
+        inst.power_seq += 1
+        inst.state, inst.power = "Updating", "deallocating"
+        group.generation += 1
+        dist = self.scenario.deallocate_delay or self.scenario.delete_delay
+        delay = dist.sample(self._rng("deallocate", group.key, inst.instance_id, inst.power_seq))
+        self._push(self._t + delay, "power_done", (inst, inst.power_seq))
+        node = self._store.get("nodes", "", inst.computer_name)
+        if node is not None and self._by_node.get(inst.computer_name) is inst:
+            self._node_lost(node)
+            self._kill_pods_on(inst.computer_name)
+        self._dirty = True
+
+    def _start_boot(self, inst: InstanceSim) -> None:
+        """Provisioning Updating, power starting: billed again from now; running (the operation done) after
+        `provisioning_fraction` of a fresh boot delay, the node Ready after all of it."""
+        group = self._groups[inst.group_key]
+        inst.power_seq += 1
+        inst.starts += 1
+        if inst.unbilled_since is not None:
+            inst.unbilled_seconds += self._t - inst.unbilled_since
+            inst.unbilled_since = None
+            self._alive += 1
+            self._nodes_max = max(self._nodes_max, self._alive)
+        inst.state, inst.power = "Updating", "starting"
+        group.generation += 1
+        dist = group.spec.boot_delay or self.scenario.boot_delay
+        inst.boot_delay = dist.sample(self._rng("start", group.key, inst.instance_id, inst.starts))
+        inst.provision_at = self._t + inst.boot_delay * self.scenario.provisioning_fraction
+        inst.ready_at = self._t + inst.boot_delay
+        self._push(inst.provision_at, "power_done", (inst, inst.power_seq))
+        self._push(inst.ready_at, "rebooted", (inst, inst.power_seq))
+        self._dirty = True
+
+    def _on_power_done(self, payload: tuple[InstanceSim, int]) -> None:
+        inst, seq = payload
+        if not inst.alive or inst.power_seq != seq or inst.state == "Deleting":
+            return  # preempted by a later deallocate, start or delete
+        self._groups[inst.group_key].generation += 1
+        if inst.power == "starting":
+            inst.state, inst.power = "Succeeded", "running"
+        elif inst.power == "deallocating":
+            inst.state, inst.power = "Succeeded", "deallocated"
+            inst.unbilled_since = self._t
+            self._alive -= 1
+            node = self._store.get("nodes", "", inst.computer_name)
+            if node is not None and self._by_node.get(inst.computer_name) is inst:
+                # The cloud node lifecycle controller: the provider reports the instance shut down.
+                taints = node.setdefault("spec", {}).setdefault("taints", [])
+                if not any(t.get("key") == SHUTDOWN_TAINT for t in taints):
+                    taints.append(kobjects.taint_json(Taint(SHUTDOWN_TAINT, "", "NoSchedule"), self._ts()))
+                self._store.touch(node)
+
+    def _on_rebooted(self, payload: tuple[InstanceSim, int]) -> None:
+        """A started instance has booted: kubelet registers its node again under the same name (the hostname
+        is the computer name). A Node object left from before the deallocation is made Ready again (the
+        lifecycle controllers lift their taints); a deleted one is created afresh."""
+        inst, seq = payload
+        if not inst.alive or inst.power_seq != seq or inst.power != "running":
+            return
+        node = self._store.get("nodes", "", inst.computer_name)
+        if node is None or self._by_node.get(inst.computer_name) is not inst:
+            inst.node_deleted_by_api = False
+            self._register_node(inst)
+            return
+        now = self._ts()
+        kobjects.set_condition(
+            node,
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            },
+        )
+        spec = node.setdefault("spec", {})
+        lifted = ("node.kubernetes.io/unreachable", SHUTDOWN_TAINT)
+        spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") not in lifted]
+        if not spec["taints"]:
+            del spec["taints"]
+        node.setdefault("status", {}).setdefault("nodeInfo", {})["bootID"] = self._uid()
+        self._store.touch(node)
+        self._retry_all_pending = True
+
     def operation(self, op_id: str) -> Operation | None:
         with self.lock:
             return self._operations.get(op_id)
@@ -1226,6 +1473,15 @@ class World:
             group = self._groups[op.group_key]
             if op.kind == "scale":
                 done = all(group.instances.get(i) is None or group.instances[i].state != "Creating" for i in op.instance_ids)
+            elif op.kind in ("deallocate", "start"):
+                # Done when every instance got there; failed when a later deallocate, start or delete took one over.
+                goal = "deallocated" if op.kind == "deallocate" else "running"
+                current = [(group.instances.get(i), seq) for i, seq in op.power_seqs]
+                if any(inst is None or inst.power_seq != seq for inst, seq in current):
+                    op.status, op.ended_at = "Failed", self._t
+                    op.error_code, op.error_message = "OperationPreempted", PREEMPTED_MESSAGE
+                    continue
+                done = all(inst is not None and inst.power == goal for inst, _ in current)
             else:
                 done = all(i not in group.instances for i in op.instance_ids)
             if done:
@@ -1367,7 +1623,21 @@ class World:
                 "arrivals_due": self._arrivals_due,
                 "done": done,
                 "done_reason": why,
+                "idle_nodes": self._idle_nodes(),
             }
+
+    def _idle_nodes(self) -> dict[str, list[str]]:
+        """Per group, the names of the Ready nodes counted `idle` in `groups` (nothing but DaemonSet and mirror pods)."""
+        busy = self._busy_nodes()
+        idle: dict[str, list[str]] = {}
+        for key, group in self._groups.items():
+            names = []
+            for inst in group.instances.values():
+                node = self._store.get("nodes", "", inst.computer_name) if inst.node_registered else None
+                if inst.state != "Deleting" and node is not None and kobjects.is_ready(node) and inst.computer_name not in busy:
+                    names.append(inst.computer_name)
+            idle[key] = sorted(names)
+        return idle
 
     def _iter_instances(self) -> Iterator[InstanceSim]:
         for group in self._groups.values():
@@ -1379,7 +1649,10 @@ class World:
             node_seconds: dict[str, float] = {key: 0.0 for key in self._groups}
             for inst in self._iter_instances():
                 until = inst.vanished_at if inst.vanished_at is not None else self._t
-                node_seconds[inst.group_key] += max(0.0, until - inst.created_at)
+                unbilled = inst.unbilled_seconds
+                if inst.unbilled_since is not None:  # deallocated now (or when it vanished)
+                    unbilled += until - inst.unbilled_since
+                node_seconds[inst.group_key] += max(0.0, until - inst.created_at - unbilled)
             pods = [p for p in sorted(self._pods.values(), key=lambda p: p.seq) if not p.node_bound]
             summaries = []
             for pod in pods:
@@ -1443,6 +1716,7 @@ class World:
                 "nodes_by_group": self._group_counts(),
                 "api_calls": self.counters.as_json(),
                 "events_by_reason": dict(sorted(self._events_by_reason.items())),
+                "scale_down_order": self.scale_down_order(),
                 "timeline": copy.deepcopy(self.timeline),
                 "pods": summaries,
             }

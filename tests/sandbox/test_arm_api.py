@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 import requests
 from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
-from azure.mgmt.compute.models import Sku, VirtualMachineScaleSetUpdate, VirtualMachineScaleSetVMInstanceRequiredIDs
+from azure.mgmt.compute.models import (
+    Sku,
+    VirtualMachineScaleSetUpdate,
+    VirtualMachineScaleSetVMInstanceIDs,
+    VirtualMachineScaleSetVMInstanceRequiredIDs,
+)
 
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
@@ -106,6 +112,84 @@ def test_deleting_an_unknown_instance_is_a_bad_request(still: SandboxServer) -> 
             RG, POOL, VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=["42"])
         )
     assert caught.value.status_code == 400 and caught.value.error.code == "InvalidParameter"
+
+
+def power_state(compute: Any, instance_id: str) -> tuple[str, list[str]]:
+    vm = compute.virtual_machine_scale_set_vms.get(RG, POOL, instance_id, expand="instanceView")
+    return vm.provisioning_state, [s.code for s in vm.instance_view.statuses]
+
+
+def ids(*instance_ids: str) -> VirtualMachineScaleSetVMInstanceIDs:
+    return VirtualMachineScaleSetVMInstanceIDs(instance_ids=list(instance_ids))
+
+
+def wait_for(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_deallocating_and_starting_specific_instances(fast: SandboxServer) -> None:
+    compute = compute_client(fast)
+    compute.virtual_machine_scale_sets.begin_update(RG, POOL, grow(2)).result()
+    wait_for(lambda: fast.world.state()["groups"][f"{RG}/{POOL}"]["ready"] == 2)  # its node registered
+    assert compute.virtual_machine_scale_sets.begin_deallocate(RG, POOL, ids("1")).result() is None
+    assert compute.virtual_machine_scale_sets.get(RG, POOL).sku.capacity == 2  # still in the scale set
+    assert power_state(compute, "1") == ("Succeeded", ["ProvisioningState/succeeded", "PowerState/deallocated"])
+    assert power_state(compute, "0") == ("Succeeded", ["ProvisioningState/succeeded", "PowerState/running"])
+    listed = list(compute.virtual_machine_scale_set_vms.list(RG, POOL, expand="instanceView"))
+    assert [v.instance_view.statuses[1].display_status for v in listed] == ["VM running", "VM deallocated"]
+    assert compute.virtual_machine_scale_set_vms.get(RG, POOL, "1").instance_view is None  # only when expanded
+    node = fast.world.k8s_get("nodes", "", "pool-a000001")
+    assert "node.cloudprovider.kubernetes.io/shutdown" in [t["key"] for t in node["spec"]["taints"]]
+
+    assert compute.virtual_machine_scale_sets.begin_start(RG, POOL, ids("1")).result() is None
+    assert power_state(compute, "1") == ("Succeeded", ["ProvisioningState/succeeded", "PowerState/running"])
+    wait_for(lambda: fast.world.state()["groups"][f"{RG}/{POOL}"]["ready"] == 2)
+    assert fast.world.state()["groups"][f"{RG}/{POOL}"]["deallocated"] == 0
+    arm = fast.world.report()["api_calls"]["breakdown"]["arm"]
+    assert (arm["POST deallocate"], arm["POST start"]) == (1, 1)
+    assert (arm["instances_deallocated"], arm["instances_started"]) == ({"pool-a/1": 1}, {"pool-a/1": 1})
+
+
+def test_a_deallocation_and_a_start_can_be_resumed_from_their_continuation_tokens(fast: SandboxServer) -> None:
+    compute = compute_client(fast)
+    scale_sets = compute.virtual_machine_scale_sets
+    token = scale_sets.begin_deallocate(RG, POOL, ids("0")).continuation_token()
+    assert scale_sets.begin_deallocate("", "", None, continuation_token=token).result() is None
+    assert power_state(compute, "0")[1][1] == "PowerState/deallocated"
+    token = scale_sets.begin_start(RG, POOL, ids("0")).continuation_token()
+    assert scale_sets.begin_start("", "", None, continuation_token=token).result() is None
+    assert power_state(compute, "0")[1][1] == "PowerState/running"
+
+
+def test_starting_a_running_instance_succeeds_at_once(fast: SandboxServer) -> None:
+    compute = compute_client(fast)
+    assert compute.virtual_machine_scale_sets.begin_start(RG, POOL, ids("0")).result() is None
+    assert power_state(compute, "0") == ("Succeeded", ["ProvisioningState/succeeded", "PowerState/running"])
+
+
+@pytest.mark.parametrize("verb", ["deallocate", "start"])
+def test_deallocating_or_starting_an_unknown_instance_is_a_bad_request(still: SandboxServer, verb: str) -> None:
+    begin = getattr(compute_client(still).virtual_machine_scale_sets, f"begin_{verb}")
+    with pytest.raises(HttpResponseError) as caught:
+        begin(RG, POOL, ids("0", "42"))
+    assert caught.value.status_code == 400 and caught.value.error.code == "InvalidParameter"
+    assert caught.value.error.target == "instanceIds" and "instanceId 42 " in caught.value.error.message
+    assert [i.power for i in still.world.instances(still.world.scale_set(still.subscription_id, RG, POOL))] == ["running"]
+
+
+@pytest.mark.parametrize(("verb", "bucket"), [("deallocate", "DeleteVMScaleSet3Min"), ("start", "PutVMScaleSet3Min")])
+def test_deallocate_and_start_answer_202_and_spend_their_buckets(still: SandboxServer, verb: str, bucket: str) -> None:
+    url = (f"{still.url}/subscriptions/{still.subscription_id}/resourceGroups/{RG}/providers/Microsoft.Compute"
+           f"/virtualMachineScaleSets/{POOL}/{verb}?api-version=2024-11-01")
+    response = requests.post(url, json={"instanceIds": ["0"]}, headers={"Authorization": "Bearer sandbox-token"},
+                             verify=str(still.ca_path), timeout=10)
+    assert response.status_code == 202 and response.content == b""
+    assert "/operations/" in response.headers["Azure-AsyncOperation"]
+    assert response.headers["Location"].endswith("&monitor=true") and response.headers["Retry-After"] == "10"
+    assert response.headers["x-ms-ratelimit-remaining-resource"] == f"Microsoft.Compute/{bucket};11"
 
 
 def test_an_allocation_failure_fails_the_long_running_operation(fast: SandboxServer) -> None:

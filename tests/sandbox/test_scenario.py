@@ -99,6 +99,13 @@ _DELETE = object()
         (["workloads", 0, "priority"], "high", "$.workloads[0].priority", "whole number"),
         (["workloads", 0, "tolerations"], [{"operator": "Equal", "value": "x"}], "$.workloads[0].tolerations[0].operator", "must be Exists"),
         (["node_groups", 0, "allocatable", "gpu"], 1, "$.node_groups[0].allocatable.gpu", "unknown resource"),
+        (["node_groups", 0, "annotations"], ["a"], "$.node_groups[0].annotations", "must be an object of strings"),
+        (["node_groups", 0, "annotations"], {"cluster-autoscaler.kubernetes.io/scale-down-disabled": True},
+         "$.node_groups[0].annotations.cluster-autoscaler.kubernetes.io/scale-down-disabled", "must be a string"),
+        (["node_groups", 0, "annotations"], {"bad key": "x"}, "$.node_groups[0].annotations.bad key",
+         "not a valid annotation key"),
+        (["node_groups", 0, "annotations"], {"Example.COM/x": "y"}, "$.node_groups[0].annotations.Example.COM/x",
+         "not a valid annotation key"),
         (["workloads", 0, "volumes"], {"name": "v"}, "$.workloads[0].volumes", "must be a list"),
         (["workloads", 0, "volumes"], [{"name": "v"}], "$.workloads[0].volumes[0]", "exactly one of hostPath and emptyDir"),
         (["workloads", 0, "volumes"], [{"name": "v", "emptyDir": {}, "hostPath": {"path": "/x"}}],
@@ -174,6 +181,14 @@ def test_volumes_and_the_active_deadline_as_the_api_server_stores_them() -> None
         {"name": "logs", "hostPath": {"path": "/var/log", "type": ""}},  # the API server defaults type to ""
         {"name": "sock", "hostPath": {"path": "/run/x.sock", "type": "Socket"}},
     ]
+
+
+def test_node_group_annotations_default_to_none_and_keep_what_is_given() -> None:
+    assert dict(load_scenario(scenario()).node_groups[0].annotations) == {}
+    doc = scenario()
+    given = {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true", "team": "", "a.b_c-d": "x"}
+    doc["node_groups"][0]["annotations"] = given
+    assert dict(load_scenario(doc).node_groups[0].annotations) == given
 
 
 def test_duplicate_scale_sets_are_refused() -> None:

@@ -60,7 +60,7 @@ def test_clock_state_and_report_follow_the_manual_clock(sandbox: SandboxServer) 
     sandbox.clock.advance(120)  # type: ignore[attr-defined]
     state = control(sandbox, "GET", "/sandbox/state").json()
     assert state["sim_seconds"] == 120 and state["done"] is False
-    assert state["groups"]["rg-sandbox-nodes/pool-d4"] == {"ready": 1, "booting": 0, "deleting": 0, "target": 1, "min": 1, "max": 60, "idle": 0, "autoscaled": True}
+    assert state["groups"]["rg-sandbox-nodes/pool-d4"] == {"ready": 1, "booting": 0, "deleting": 0, "deallocated": 0, "target": 1, "min": 1, "max": 60, "idle": 0, "autoscaled": True}
     assert state["pending"] + state["running"] == 100
     report = control(sandbox, "GET", "/sandbox/report").json()
     assert report["scenario"] == "burst" and report["pods_total"] == 100

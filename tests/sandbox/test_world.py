@@ -83,7 +83,8 @@ def test_growing_capacity_provisions_then_registers_nodes() -> None:
     assert [n["metadata"]["name"] for n in nodes] == ["pool-a000000", "pool-a000001", "pool-a000002"]
     assert nodes[1]["metadata"]["creationTimestamp"] == "2030-01-07T09:01:00Z"
     assert world.state()["groups"][f"{RG}/{POOL}"] | {} == {
-        "ready": 3, "booting": 0, "deleting": 0, "target": 3, "min": 0, "max": 10, "idle": 3, "autoscaled": True}
+        "ready": 3, "booting": 0, "deleting": 0, "deallocated": 0, "target": 3, "min": 0, "max": 10, "idle": 3,
+        "autoscaled": True}
 
 
 def test_pending_pods_report_why_they_do_not_fit() -> None:

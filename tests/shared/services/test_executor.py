@@ -483,3 +483,44 @@ def test_a_reservation_left_by_a_finished_action_is_released_at_once(app: App) -
                                                             app.clock.now(), outcome="succeeded: removed"))
     run_utilization_poll(app.context.ports, app.context.settings, now=app.clock.now())
     assert app.context.ports.state.get_group(GROUP).deleting == {}
+
+
+# -- SCALE_DOWN_MODE=deallocate ------------------------------------------------------------------------------
+
+def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_again(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, settings={"SCALE_DOWN_MODE": "deallocate"})
+    _, idle = app.busy_and_idle()
+    target = idle[0]
+    instance = app.provider_id(target).rsplit("/", 1)[-1]
+    outcomes = _walk(app, scale_down(app, target), step_seconds=30)
+    assert outcomes[-1] == "succeeded", outcomes
+    arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
+    assert arm["instances_deallocated"] == {f"pool/{instance}": 1} and "POST delete" not in arm
+    group = app.context.ports.compute.get_node_group(GROUP)
+    assert group is not None and group.target_size == 3  # capacity keeps the deallocated instance
+    state = app.context.ports.state.get_group(GROUP)
+    assert state.stopped == frozenset({instance}) and state.deleting == {}
+    assert target not in app.node_names()
+
+    # The group now runs 2: asking for 3 starts the deallocated instance instead of adding one.
+    outcomes = _walk(app, scale_up(app, 3), step_seconds=30)
+    assert outcomes[-1] == "succeeded", outcomes
+    arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
+    assert arm["instances_started"] == {f"pool/{instance}": 1} and arm.get("PATCH virtualMachineScaleSets", 0) == 0
+    assert app.context.ports.state.get_group(GROUP).stopped == frozenset()
+    app.clock.advance(120)  # the boot delay
+    back = app.context.ports.cluster.get_node(target)
+    assert back is not None and back.ready
+
+
+def test_deallocated_instances_do_not_count_toward_the_running_size(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, settings={"SCALE_DOWN_MODE": "deallocate"},
+                   min=2)
+    _, idle = app.busy_and_idle()
+    assert _walk(app, scale_down(app, idle[0]), step_seconds=30)[-1] == "succeeded"
+    second = app.run(scale_down(app, idle[1]))  # 2 running, min 2: refused although capacity is 3
+    assert second.outcome == "skipped" and "below its minimum 2" in second.detail
