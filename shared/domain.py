@@ -497,6 +497,10 @@ class Instance:
     provisioning_state: str = "Succeeded"  # Creating | Succeeded | Deleting | Failed ...
     computer_name: str = ""
 
+    @property
+    def deleting(self) -> bool:
+        return self.provisioning_state.lower() == "deleting"
+
 
 @dataclass(frozen=True, slots=True)
 class NodeGroup:

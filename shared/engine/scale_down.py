@@ -35,11 +35,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, Pod, Resources
+from shared.engine import reasons
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
 from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of
 from shared.engine.limits import ClusterLimits, cluster_totals, removal_blocked
 from shared.engine.placement import NodeView, PlacementState
-from shared.engine import reasons
 from shared.engine.pod_rules import is_virtual_node
 from shared.engine.predicates import (
     check,

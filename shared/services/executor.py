@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from shared.actions import InvalidAction, RemovalTarget, ScaleAction, decode_action, encode_action
-from shared.domain import TO_BE_DELETED_TAINT, GroupState, Instance, Node, NodeGroup, Pod, Taint
+from shared.domain import TO_BE_DELETED_TAINT, GroupState, Node, NodeGroup, Pod, Taint
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
@@ -291,14 +291,12 @@ class Executor:
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
         instances = {t.node: self._ports.compute.get_instance(group, t.instance_id) for t in action.targets}
         live = [t for t in action.targets if instances[t.node] is not None]
-        if not live or any(_deleting(instances[t.node]) for t in live):
+        if not live or any(instance.deleting for instance in instances.values() if instance is not None):
             # Already gone or going (a crash after the delete call): never delete twice.
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
-        given_back: dict[str, str] = {}
-        for target in live:
-            if not self._commit_removal(group.id, target.node, action.id):
-                given_back[target.node] = self._give_back(action, target.node, "pending pods can use the node",
-                                                          now=now, reclaimed=True)
+        committed = self._commit_removals(group.id, [t.node for t in live], action.id)
+        given_back = {t.node: self._give_back(action, t.node, "pending pods can use the node", now=now, reclaimed=True)
+                      for t in live if t.node not in committed}
         if len(given_back) == len(action.targets):
             return self._finish(action, entry, "skipped", "; ".join(given_back.values()), now=now)
         # Nodes whose instance vanished on its own stay in the action, so confirm cleans them up too.
@@ -373,20 +371,20 @@ class Executor:
                 return None
         return "lost the race for the group's state too often; will be decided again"
 
-    def _commit_removal(self, group_id: str, node: str, action_id: str) -> bool:
-        """Mark the removal past the point of no return, unless pending pods asked for the node back first.
+    def _commit_removals(self, group_id: str, nodes: list[str], action_id: str) -> set[str]:
+        """Mark the removals past the point of no return, except of nodes pending pods asked back first.
 
-        The same compare-and-swap as the pending poll's reclaim request: exactly one of them wins.
-        False too when the node is no longer reserved for this action (given back before a crash).
+        One compare-and-swap for all, the same as the pending poll's reclaim request: for each node
+        exactly one of them wins. A node no longer reserved for this action (given back before a
+        crash) is not committed either.
         """
         for _ in range(_CAS_ATTEMPTS):
             state = self._ports.state.get_group(group_id)
-            if node in state.reclaim or state.deleting.get(node) != action_id:
-                return False
-            if node in state.committed:
-                return True  # our own earlier, interrupted delivery committed it
-            if self._ports.state.update_group(replace(state, committed=state.committed | {node})):
-                return True
+            ours = {n for n in nodes if state.deleting.get(n) == action_id and n not in state.reclaim}
+            if ours <= state.committed:
+                return ours  # nothing new: our own earlier, interrupted delivery committed them
+            if self._ports.state.update_group(replace(state, committed=state.committed | ours)):
+                return ours
         raise RuntimeError(f"lost the race for group {group_id}'s state {_CAS_ATTEMPTS} times; the step is retried")
 
     def _give_back(self, action: ScaleAction, node: str, why: str, *, now: datetime, failed: bool = False,
@@ -529,7 +527,3 @@ def _untag(stored: str, *, default: str) -> tuple[str, str]:
 
 def _instance_order(instance_id: str) -> tuple[int, str]:
     return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)
-
-
-def _deleting(instance: Instance | None) -> bool:
-    return instance is not None and instance.provisioning_state.lower() == "deleting"

@@ -14,9 +14,10 @@ is finished (Node object removed); otherwise the node is uncordoned and the rese
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from shared.domain import TO_BE_DELETED_TAINT, ClusterSnapshot, Node
+from shared.domain import TO_BE_DELETED_TAINT, ClusterSnapshot, GroupState, Node
 from shared.ports import ClusterEvent, Ports
 from shared.settings import Settings
 
@@ -30,13 +31,13 @@ def orphan_after(settings: Settings) -> timedelta:
     return 3 * max(settings.action_lease, settings.batch_check_interval, settings.step_retry_delay)
 
 
-def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *,
-                              now: datetime) -> list[str]:
-    """Release every orphaned reservation; the nodes released."""
+def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: ClusterSnapshot,
+                              states: Mapping[str, GroupState], *, now: datetime) -> list[str]:
+    """Release every orphaned reservation among the groups' `states` (as just read); the nodes released."""
     released = []
     nodes = {n.name: n for n in snapshot.nodes}
     for group in snapshot.groups:
-        state = ports.state.get_group(group.id)
+        state = states.get(group.id, GroupState(group.id))
         for node, action_id in sorted(state.deleting.items()):
             entry = ports.state.get_ledger_entry(action_id)
             if entry is not None and not entry.outcome and now - entry.updated_at < orphan_after(settings):
@@ -67,7 +68,7 @@ def _instance_alive(ports: Ports, group_id: str, node: Node) -> bool:
     if group is None or ref is None:
         return False
     instance = ports.compute.get_instance(group, ref.instance_id)
-    return instance is not None and instance.provisioning_state.lower() != "deleting"
+    return instance is not None and not instance.deleting
 
 
 def _release(ports: Ports, group_id: str, node: str, action_id: str) -> bool:

@@ -83,10 +83,10 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
     snapshot = observe_or_skip(ports, now=now, with_budgets=True)
     if snapshot is None:
         return UtilizationPollResult(ScaleDownPlan(), ())
-    if not settings.dry_run:
-        release_orphaned_removals(ports, settings, snapshot, now=now)
-    previous = ports.state.list_unneeded()
     group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
+    if not settings.dry_run and release_orphaned_removals(ports, settings, snapshot, group_states, now=now):
+        group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
+    previous = ports.state.list_unneeded()
     snapshot = running_sizes(snapshot, group_states)
     plan = plan_scale_down(
         snapshot, unneeded_since=previous, group_states=group_states, now=now, options=scale_down_options(settings),
