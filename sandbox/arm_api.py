@@ -71,7 +71,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ]
 ]
 # operation name in the report, write?, throttling bucket
-_OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
+OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     "operation": ("GET operations", False, None),
     # ARM limits this read per subscription, far above one listing per location every few hours: not modelled.
     "skus": ("LIST skus", False, None),
@@ -131,7 +131,7 @@ def handle(world: World, request: Request) -> Response:
 
 
 def _dispatch(world: World, request: Request, name: str, params: dict[str, str], api_version: str) -> Response:
-    label, write, bucket = _OPERATIONS[name]
+    label, write, bucket = OPERATIONS[name]
     world.count_call("arm", label, write=write)
     fault_resource = (
         "metrics" if name == "metrics"

@@ -149,6 +149,9 @@ class WorkloadSpec:
     cpu_usage: Dist | None = None  # millicores each pod uses, as measured; None: its CPU request
     volumes: tuple[Mapping[str, Any], ...] = ()  # spec.volumes as Kubernetes JSON: hostPath and emptyDir (validated)
     active_deadline_seconds: int | None = None  # spec.activeDeadlineSeconds, passed on (kubelet's, never enforced here)
+    # Job spec.ttlSecondsAfterFinished: the TTL controller deletes a finished pod this long after it ends
+    # (None keeps it, as Kubernetes does without a TTL). Long traces need it, or finished pods pile up.
+    ttl_after_finished: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -646,7 +649,7 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
         {
             "name", "namespace", "kind", "count", "at", "spread", "repeat", "requests", "duration", "labels",
             "annotations", "node_selector", "tolerations", "affinity", "topology_spread_constraints",
-            "host_ports", "priority", "cpu_usage", "volumes", "active_deadline",
+            "host_ports", "priority", "cpu_usage", "volumes", "active_deadline", "ttl_after_finished",
         },
         {"name", "requests"},
     )
@@ -721,7 +724,16 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
         active_deadline_seconds=_deadline(obj["active_deadline"], f"{path}.active_deadline")
         if "active_deadline" in obj
         else None,
+        ttl_after_finished=_ttl(obj, kind, path),
     )
+
+
+def _ttl(obj: Mapping[str, Any], kind: str, path: str) -> float | None:
+    if "ttl_after_finished" not in obj:
+        return None
+    if kind != "Job":
+        raise _Invalid(f"{path}.ttl_after_finished", f"only Jobs have ttlSecondsAfterFinished, this workload is a {kind}")
+    return _duration(obj["ttl_after_finished"], f"{path}.ttl_after_finished")
 
 
 _MAX_INT32 = 2**31 - 1

@@ -36,7 +36,7 @@ from sandbox.metrics import ApiCounters, distribution, seconds
 from sandbox.podspec import PodNeeds, SpecError, parse_pod
 from sandbox.pods import PodRole, PodSim, PodTemplate, pod_outcome
 from sandbox.resources import EPHEMERAL_STORAGE, Amounts, parse_resource_list
-from sandbox.scenario import DaemonSetSpec, MirrorPodSpec, NodeGroupSpec, Scenario, load_scenario
+from sandbox.scenario import DaemonSetSpec, MirrorPodSpec, NodeGroupSpec, Scenario, WorkloadSpec, load_scenario
 from sandbox.scheduling import ClusterView, NodeSlot, static_reasons, unschedulable_message
 from sandbox.selectors import labels_match, parse_label_selector
 from sandbox.store import ObjectStore
@@ -164,6 +164,7 @@ class World:
         self._allocatable_cache: dict[tuple[str, str], Amounts] = {}
         self._events_by_reason: Counter[str] = Counter()  # Events created through the API
         self._removal_starts: dict[str, RemovalStart] = {}  # by node: the latest unmarked -> marked change
+        self._owners: dict[str, str] = {}  # owner uid of each workload given pods by add_arrival
         self._init_namespaces()
         self._init_pdbs()
         self._init_scale_sets()
@@ -232,6 +233,7 @@ class World:
             "op_fail": self._on_op_fail,
             "power_done": self._on_power_done,
             "rebooted": self._on_rebooted,
+            "ttl_expired": self._on_ttl_expired,
         }
         handlers[kind](payload)
         self._dirty = True
@@ -488,6 +490,21 @@ class World:
                     self._push(at, "arrival", template)
                     self._arrivals_due += 1
 
+    def add_arrival(self, at: float, workload: WorkloadSpec, requests: Amounts, duration: float | None) -> None:
+        """One pod of `workload` created at sim second `at` (a replayed trace's pods, outside the scenario).
+
+        Pods of one workload share its owner (one Job or ReplicaSet). `at` must not be in the past.
+        """
+        with self.lock:
+            if at < self._t:
+                raise ValueError(f"arrival at {at}s is before the world's time {self._t}s")
+            key = f"{workload.namespace}/{workload.name}"
+            owner_uid = self._owners.get(key)
+            if owner_uid is None:
+                owner_uid = self._owners[key] = self._uid()
+            self._push(at, "arrival", PodTemplate(workload, owner_uid, requests, duration))
+            self._arrivals_due += 1
+
     def _pod_name(self, namespace: str, base: str, *, kind: str) -> str:
         """Bare pods are numbered; controller pods get kube's 5-character random suffix."""
         while True:
@@ -624,6 +641,12 @@ class World:
         pod.finished = self._t
         self._release(pod)
         self._store.touch(obj)
+        ttl = pod.template.workload.ttl_after_finished if pod.template is not None else None
+        if ttl is not None:
+            self._push(self._t + ttl, "ttl_expired", pod)
+
+    def _on_ttl_expired(self, pod: PodSim) -> None:
+        self._remove_pod(pod)  # a no-op when the pod is already gone
 
     def _kill_pods_on(self, node_name: str) -> None:
         """The node's VM is going away: its running workload pods die (Failed), owners replace them."""
@@ -984,6 +1007,12 @@ class World:
         """Deep copies, sorted by namespace/name like the API server's storage order."""
         with self.lock:
             return [self._render(resource, obj) for obj in self._store.listed(resource, namespace)]
+
+    def k8s_view(self, resource: str) -> list[dict[str, Any]]:
+        """The stored objects themselves in storage order, not copies: for in-process readers that never
+        change them (the replay converts every pod each poll, and deep copies would dominate its time)."""
+        with self.lock:
+            return self._store.listed(resource)
 
     def k8s_get(self, resource: str, namespace: str, name: str) -> dict[str, Any]:
         with self.lock:
@@ -1591,7 +1620,7 @@ class World:
         with self.lock:
             if self._t >= self._end:
                 return True, "duration-reached"
-            if self._arrivals_due or not self.scenario.workloads:
+            if self._arrivals_due or not (self.scenario.workloads or self._owners):
                 return False, None
             for pod in self._live.values():
                 if pod.role != "workload":

@@ -508,6 +508,40 @@ def _taint_json(taint: Taint) -> dict[str, str]:
     return raw
 
 
+# Node spec changes as JSON merge patches (None: nothing to change), computed from the spec as read.
+# Module-level so that anything holding Node JSON (the replay's in-process cluster) changes it the same way.
+
+
+def cordon_patch(spec: Mapping[str, Any], taint: Taint) -> dict[str, Any] | None:
+    taints = list(spec.get("taints") or [])
+    present = any(t.get("key") == taint.key and t.get("effect") == taint.effect for t in taints)
+    if spec.get("unschedulable") and present:
+        return None
+    return {"unschedulable": True, "taints": taints if present else [*taints, _taint_json(taint)]}
+
+
+def uncordon_patch(spec: Mapping[str, Any], taint_key: str) -> dict[str, Any] | None:
+    taints = list(spec.get("taints") or [])
+    kept = [t for t in taints if t.get("key") != taint_key]
+    if not spec.get("unschedulable") and len(kept) == len(taints):
+        return None
+    # null deletes the field in a merge patch: schedulable is the default.
+    return {"unschedulable": None, "taints": kept or None}
+
+
+def add_taint_patch(spec: Mapping[str, Any], taint: Taint) -> dict[str, Any] | None:
+    taints = list(spec.get("taints") or [])
+    if any(t.get("key") == taint.key and t.get("effect") == taint.effect for t in taints):
+        return None
+    return {"taints": [*taints, _taint_json(taint)]}
+
+
+def remove_taint_patch(spec: Mapping[str, Any], taint_key: str) -> dict[str, Any] | None:
+    taints = list(spec.get("taints") or [])
+    kept = [t for t in taints if t.get("key") != taint_key]
+    return None if len(kept) == len(taints) else {"taints": kept or None}
+
+
 # --- The adapter ---------------------------------------------------------------
 
 
@@ -734,49 +768,23 @@ class KubernetesCluster:
 
         Raises ClusterError when the node does not exist: a drain of a missing node is a caller bug.
         """
-
-        def change(spec: dict[str, Any]) -> dict[str, Any] | None:
-            taints = list(spec.get("taints") or [])
-            present = any(t.get("key") == taint.key and t.get("effect") == taint.effect for t in taints)
-            if spec.get("unschedulable") and present:
-                return None
-            return {"unschedulable": True, "taints": taints if present else [*taints, _taint_json(taint)]}
-
-        self._patch_node_guarded(node_name, f"cordon node {node_name}", change, missing_ok=False)
+        self._patch_node_guarded(node_name, f"cordon node {node_name}", lambda spec: cordon_patch(spec, taint),
+                                 missing_ok=False)
 
     def uncordon(self, node_name: str, *, taint_key: str) -> None:
         """Make the node schedulable and drop every taint with `taint_key`; a no-op on a missing node."""
-
-        def change(spec: dict[str, Any]) -> dict[str, Any] | None:
-            taints = list(spec.get("taints") or [])
-            kept = [t for t in taints if t.get("key") != taint_key]
-            if not spec.get("unschedulable") and len(kept) == len(taints):
-                return None
-            # null deletes the field in a merge patch: schedulable is the default.
-            return {"unschedulable": None, "taints": kept or None}
-
-        self._patch_node_guarded(node_name, f"uncordon node {node_name}", change, missing_ok=True)
+        self._patch_node_guarded(node_name, f"uncordon node {node_name}", lambda spec: uncordon_patch(spec, taint_key),
+                                 missing_ok=True)
 
     def add_taint(self, node_name: str, *, taint: Taint) -> None:
         """Add `taint` (matched on key and effect) unless present; a no-op on a missing node."""
-
-        def change(spec: dict[str, Any]) -> dict[str, Any] | None:
-            taints = list(spec.get("taints") or [])
-            if any(t.get("key") == taint.key and t.get("effect") == taint.effect for t in taints):
-                return None
-            return {"taints": [*taints, _taint_json(taint)]}
-
-        self._patch_node_guarded(node_name, f"taint node {node_name}", change, missing_ok=True)
+        self._patch_node_guarded(node_name, f"taint node {node_name}", lambda spec: add_taint_patch(spec, taint),
+                                 missing_ok=True)
 
     def remove_taint(self, node_name: str, *, taint_key: str) -> None:
         """Drop every taint with `taint_key`, leaving cordoning alone; a no-op on a missing node."""
-
-        def change(spec: dict[str, Any]) -> dict[str, Any] | None:
-            taints = list(spec.get("taints") or [])
-            kept = [t for t in taints if t.get("key") != taint_key]
-            return None if len(kept) == len(taints) else {"taints": kept or None}
-
-        self._patch_node_guarded(node_name, f"untaint node {node_name}", change, missing_ok=True)
+        self._patch_node_guarded(node_name, f"untaint node {node_name}",
+                                 lambda spec: remove_taint_patch(spec, taint_key), missing_ok=True)
 
     def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionOutcome:
         """POST an Eviction (policy/v1): 429 means a PodDisruptionBudget forbids it right now."""

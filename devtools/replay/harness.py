@@ -1,0 +1,189 @@
+"""Virtual-time replay: one sandbox World per run, driven by a trace, decided by a policy.
+
+The world runs in-process and only moves when the harness advances it: from one policy
+wake-up (a timer, a queue message, a control loop's tick) to the next, never sleeping. The
+same trace, seed and configuration give the same world, the same boot delays and therefore
+the same numbers, whichever policy runs.
+
+A policy is anything with `next_wakeup(now)` and `wake(now)` (see `Policy`); the ones that
+act on the cluster do it through `Replay.cluster` and `Replay.compute`, the same ports the
+functions use, so ARM calls are counted and throttled alike for every policy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from devtools.replay.pools import DEFAULT_POOLS, Pool
+from devtools.replay.traces import Trace, TracePod
+from devtools.replay.world_ports import WorldCluster, WorldCompute
+from sandbox.resources import Amounts
+from sandbox.scenario import Dist, WorkloadSpec
+from sandbox.world import World
+from shared.domain import Toleration
+
+CLUSTER_NAME = "replay"
+RESOURCE_GROUP = "rg-replay"
+GPU = "nvidia.com/gpu"
+MIB = 1 << 20
+# What every node runs besides the trace's pods (kube-proxy-like); the oracle subtracts it too.
+DAEMONSET_CPU_MILLI = 100
+DAEMONSET_MEMORY_MIB = 128
+_GPU_TOLERATION = Toleration(key=GPU, operator="Exists", effect="NoSchedule")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    """What a run varies besides the policy. Boot delay: lognormal with this median and p95, capped."""
+
+    seed: int = 0
+    pools: tuple[Pool, ...] = DEFAULT_POOLS
+    boot_median_s: float = 100.0
+    boot_p95_s: float = 300.0
+    boot_max_s: float = 900.0
+    provisioning_failure_rate: float = 0.0  # share of capacity increases that fail with QuotaExceeded
+    tail_s: float = 3600.0  # sim time after the trace's last pod would have ended with no waiting
+    timeline_interval_s: float = 60.0
+    job_ttl_s: float = 60.0  # finished pods are deleted this long after they end (Job ttlSecondsAfterFinished)
+    settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # app-setting overrides for `ours`
+
+
+class Policy(Protocol):
+    name: str
+
+    def next_wakeup(self, now: datetime) -> datetime | None:
+        """When the policy next wants to run (None: never again); strictly after `now` unless work is due."""
+        ...
+
+    def wake(self, now: datetime) -> None: ...
+
+    def scale_actions(self) -> int:
+        """Scale decisions carried out (grow, shrink or remove nodes), however many calls each took."""
+        ...
+
+
+def pool_of(pod: TracePod, pools: Sequence[Pool]) -> Pool | None:
+    """The pool a pod belongs on: the first (pools are listed cheapest first) whose empty node holds it.
+
+    GPU pods go to GPU pools only (the GPU taint keeps the rest off those nodes).
+    """
+    for pool in pools:
+        if bool(pod.gpus) != bool(pool.gpus):
+            continue
+        if (
+            pod.cpu_milli <= pool.cpu_milli - DAEMONSET_CPU_MILLI
+            and pod.memory_bytes <= (pool.memory_mib - DAEMONSET_MEMORY_MIB) * MIB
+            and pod.gpus <= pool.gpus
+        ):
+            return pool
+    return None
+
+
+def placeable(trace: Trace, pools: Sequence[Pool]) -> tuple[list[TracePod], int]:
+    """The trace's pods some pool can hold, and how many none can (left out of every run alike)."""
+    kept = [p for p in trace.pods if pool_of(p, pools) is not None]
+    return kept, len(trace.pods) - len(kept)
+
+
+def _job_name(job: str, index: int) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", job.lower()).strip("-")[:40] if job else ""
+    return f"job-{base}" if base else f"pod-{index}"
+
+
+def build_world(
+    trace: Trace, config: ReplayConfig, *, initial: Mapping[str, int] | None = None, fixed: bool = False
+) -> World:
+    """The cluster at t=0 (pools at `initial` nodes, default their min) with the trace's pods scheduled to arrive."""
+    pods, _ = placeable(trace, config.pools)
+    last_end = max((p.at + p.duration for p in pods), default=0.0)
+    scenario: dict[str, Any] = {
+        "name": f"replay-{trace.name}",
+        "cluster_name": CLUSTER_NAME,
+        "duration": math.ceil(last_end + config.tail_s),
+        "timeline_interval": config.timeline_interval_s,
+        "boot_delay": {"median": config.boot_median_s, "p95": config.boot_p95_s, "max": config.boot_max_s},
+        "node_groups": [
+            pool.node_group(resource_group=RESOURCE_GROUP, initial=(initial or {}).get(pool.name, pool.min_size), fixed=fixed)
+            for pool in config.pools
+        ],
+        "daemonsets": [{
+            "name": "kube-proxy", "namespace": "kube-system",
+            "requests": {"cpu": f"{DAEMONSET_CPU_MILLI}m", "memory": f"{DAEMONSET_MEMORY_MIB}Mi"},
+        }],
+    }
+    world = World(scenario, seed=config.seed)
+    specs: dict[str, WorkloadSpec] = {}
+    for index, pod in enumerate(pods):
+        name = _job_name(pod.job, index)
+        spec = specs.get(name)
+        if spec is None:
+            spec = specs[name] = WorkloadSpec(
+                name=name, namespace="default", kind="Job", count=0, at=0.0, spread=0.0,
+                cpu=Dist.fixed(pod.cpu_milli), memory=Dist.fixed(pod.memory_bytes), duration=None,
+                labels=MappingProxyType({"job-name": name, "batch.kubernetes.io/job-name": name}),
+                tolerations=(_GPU_TOLERATION,) if pod.gpus else (),
+                ttl_after_finished=config.job_ttl_s,
+            )
+        requests = Amounts.of(pod.cpu_milli, pod.memory_bytes, 1, {GPU: pod.gpus} if pod.gpus else {})
+        world.add_arrival(pod.at, spec, requests, pod.duration)
+    return world
+
+
+class Replay:
+    """One run: a world, the ports over it, and the loop that wakes the policy in virtual time."""
+
+    def __init__(self, world: World, config: ReplayConfig) -> None:
+        self.world = world
+        self.config = config
+        self.cluster = WorldCluster(world)
+        self.compute = WorldCompute(
+            world, cluster_name=CLUSTER_NAME, resource_groups=(RESOURCE_GROUP,),
+            failure_rate=config.provisioning_failure_rate, seed=config.seed,
+        )
+        self.wakeups = 0
+
+    def now(self) -> datetime:
+        return self.world.now
+
+    def run(self, policy: Policy, *, progress: Any = None) -> None:
+        """Advance to each wake-up and let the policy act, until the world's end.
+
+        `progress(fraction)` is called about every ten sim minutes.
+        """
+        end = self.world.end
+        span = max(1.0, (end - self.world.start).total_seconds())
+        reported = 0.0
+        while self.world.now < end:
+            wakeup = policy.next_wakeup(self.world.now)
+            if wakeup is None or wakeup > end:
+                self.world.advance(end)
+                break
+            self.world.advance(wakeup)
+            self.wakeups += 1
+            policy.wake(self.world.now)
+            if progress is not None and self.world.t - reported >= 600:
+                reported = self.world.t
+                progress(reported / span)
+
+
+def clock_of(replay: Replay) -> Any:
+    """A Clock port reading the world's sim time."""
+
+    class _WorldClock:
+        def now(self) -> datetime:
+            return replay.world.now
+
+    return _WorldClock()
+
+
+def every(period: timedelta, start: datetime, now: datetime) -> datetime:
+    """The first multiple of `period` after `start` that is strictly after `now`."""
+    elapsed = (now - start).total_seconds()
+    step = period.total_seconds()
+    return start + timedelta(seconds=(math.floor(elapsed / step) + 1) * step)

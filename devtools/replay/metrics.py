@@ -1,0 +1,153 @@
+"""What a replay measured, in the layout of out/bench/results.json, and the oracle's lower bound.
+
+Pending wait counts every workload pod, replacements included: from creation to binding, or to
+the end of the run for a pod that never ran (a policy that leaves pods waiting is not flattered
+by leaving them out). Work lost is the run time of pods killed or evicted while running: their
+replacements start over.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from devtools.replay.harness import DAEMONSET_CPU_MILLI, DAEMONSET_MEMORY_MIB, MIB, pool_of
+from devtools.replay.pools import Pool
+from devtools.replay.traces import TracePod
+from sandbox.metrics import percentile
+from sandbox.world import World
+
+
+def wait_percentiles(waits: Iterable[float]) -> dict[str, float]:
+    ordered = sorted(waits)
+    return {
+        "p50": round(percentile(ordered, 0.50), 1),
+        "p95": round(percentile(ordered, 0.95), 1),
+        "p99": round(percentile(ordered, 0.99), 1),
+        "max": round(ordered[-1], 1) if ordered else 0.0,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class DemandCurve:
+    """Per pool, the nodes that perfectly packed pods would fill over time: a step function."""
+
+    times: tuple[float, ...]  # change points, sim seconds
+    nodes: Mapping[str, tuple[float, ...]]  # pool name -> fractional nodes from times[i] to times[i+1]
+
+    def node_seconds(self, pool: str, *, until: float) -> float:
+        values = self.nodes[pool]
+        total = 0.0
+        for i, value in enumerate(values):
+            start = self.times[i]
+            stop = self.times[i + 1] if i + 1 < len(self.times) else until
+            total += value * max(0.0, min(stop, until) - start)
+        return total
+
+    def peak(self, pool: str) -> float:
+        return max(self.nodes[pool], default=0.0)
+
+    def total(self) -> list[float]:
+        return [sum(values[i] for values in self.nodes.values()) for i in range(len(self.times))]
+
+
+def demand_curve(pods: Sequence[TracePod], pools: Sequence[Pool]) -> DemandCurve:
+    """Requested resources over node capacity, per pool, each pod running from arrival for its duration.
+
+    A node offers its allocatable less the DaemonSet's requests; at each instant the pool needs
+    the largest of CPU, memory and GPU demand over that (a fractional node count): no packing can
+    do better, so its integral is a lower bound on any policy's node-seconds.
+    """
+    changes: dict[float, dict[str, list[float]]] = {}
+    for pod in pods:
+        pool = pool_of(pod, pools)
+        if pool is None:
+            continue
+        for at, sign in ((pod.at, 1.0), (pod.at + pod.duration, -1.0)):
+            delta = changes.setdefault(at, {}).setdefault(pool.name, [0.0, 0.0, 0.0])
+            delta[0] += sign * pod.cpu_milli
+            delta[1] += sign * pod.memory_bytes
+            delta[2] += sign * pod.gpus
+    used = {pool.name: [0.0, 0.0, 0.0] for pool in pools}
+    times: list[float] = []
+    nodes: dict[str, list[float]] = {pool.name: [] for pool in pools}
+    for at in sorted(changes):
+        for name, delta in changes[at].items():
+            used[name] = [u + d for u, d in zip(used[name], delta)]
+        times.append(at)
+        for pool in pools:
+            cpu, memory, gpus = used[pool.name]
+            need = max(
+                cpu / (pool.cpu_milli - DAEMONSET_CPU_MILLI),
+                memory / ((pool.memory_mib - DAEMONSET_MEMORY_MIB) * MIB),
+                gpus / pool.gpus if pool.gpus else 0.0,
+                0.0,
+            )
+            nodes[pool.name].append(need if need > 1e-9 else 0.0)
+    return DemandCurve(tuple(times), {name: tuple(values) for name, values in nodes.items()})
+
+
+def oracle_result(curve: DemandCurve, pools: Sequence[Pool], *, until: float) -> dict[str, Any]:
+    node_seconds = {pool.name: curve.node_seconds(pool.name, until=until) for pool in pools}
+    cost = sum(node_seconds[pool.name] * pool.price_per_hour / 3600 for pool in pools)
+    return {
+        "node_seconds": round(sum(node_seconds.values()), 1),
+        "cost": round(cost, 4),
+        "cost_vs_oracle": 1.0,
+        "pending_wait_s": {"p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0},
+        "pods_killed": 0,
+        "work_lost_s": 0.0,
+        "scale_actions": None,
+        "arm_reads": None,
+        "arm_writes": None,
+        "throttle_violations": None,
+    }
+
+
+def static_sizes(curve: DemandCurve, pools: Sequence[Pool]) -> dict[str, int]:
+    """Nodes per pool for fixed capacity sized to the trace's peak (perfect packing, rounded up)."""
+    return {pool.name: max(pool.min_size, math.ceil(curve.peak(pool.name) - 1e-9)) for pool in pools}
+
+
+def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracle_cost: float) -> dict[str, Any]:
+    """The results.json entry of one simulated run."""
+    report = world.report()
+    end = report["sim_seconds"]
+    waits, killed, lost = [], 0, 0.0
+    for pod in report["pods"]:
+        waits.append((pod["bound"] if pod["bound"] is not None else end) - pod["created"])
+        if pod["killed"] or pod["evicted_while_running"]:
+            killed += 1
+            if pod["started"] is not None and pod["stopped"] is not None:
+                lost += pod["stopped"] - pod["started"]
+    by_group = report["node_seconds_by_group"]
+    price = {pool.name: pool.price_per_hour for pool in pools}
+    cost = sum(seconds * price[key.rsplit("/", 1)[-1]] / 3600 for key, seconds in by_group.items())
+    api = report["api_calls"]
+    return {
+        "node_seconds": round(report["node_seconds"], 1),
+        "cost": round(cost, 4),
+        "cost_vs_oracle": round(cost / oracle_cost, 4) if oracle_cost else None,
+        "pending_wait_s": wait_percentiles(waits),
+        "pods_killed": killed,
+        "work_lost_s": round(lost, 1),
+        "scale_actions": scale_actions,
+        "arm_reads": api["arm_reads"],
+        "arm_writes": api["arm_writes"],
+        "throttle_violations": api["arm_throttled"],
+        "pods": len(report["pods"]),
+        "pods_completed": report["pods_completed"],
+        "nodes_max": report["nodes_max"],
+    }
+
+
+def timeline_series(world: World) -> dict[str, list[float]]:
+    """Billed nodes (ready, booting or being deleted; deallocated ones are not billed) and pending pods over time."""
+    t, nodes, pending = [], [], []
+    for sample in world.timeline:
+        t.append(sample["t"])
+        nodes.append(sum(g["ready"] + g["booting"] + g["deleting"] for g in sample["groups"].values()))
+        pending.append(sample["pending"])
+    return {"t": t, "nodes": nodes, "pending": pending}

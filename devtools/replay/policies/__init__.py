@@ -1,0 +1,22 @@
+"""The policies a replay compares: ours, emulations of the alternatives, and the two bounds."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+POLICIES = ("ours", "ca", "vmss-cpu", "static", "oracle")
+
+
+class Static:
+    """`static`: fixed capacity sized for the trace's peak; nothing ever changes it."""
+
+    name = "static"
+
+    def next_wakeup(self, now: datetime) -> datetime | None:
+        return None
+
+    def wake(self, now: datetime) -> None:
+        pass
+
+    def scale_actions(self) -> int:
+        return 0

@@ -1,0 +1,280 @@
+"""`ca`: an emulation of cluster-autoscaler's Azure (VMSS) provider with its documented defaults.
+
+One control loop every `--scan-interval` (10 s), acting synchronously as CA's RunOnce does:
+
+1. Caches: scale sets are listed every 60 s (the provider's vmssCacheTTL) and each scale set's
+   instances every 5 min (vmssVmsCacheTTL); between refreshes the target sizes are CA's own
+   (it updates its cache after IncreaseSize). In-flight capacity changes are polled each loop.
+2. Provisioning: nodes asked for that have not registered within `--max-node-provision-time`
+   (15 min) put the group into exponential backoff (5 min doubling to 30 min) and CA gives the
+   missing instances up (DecreaseTargetSize). A failed capacity change backs off the same way.
+3. Scale-up: unschedulable pods, a binpacking estimate over each group's template node and the
+   `least-waste` expander (our planner implements the same estimator and expander, so it is
+   reused), one group per loop as CA's expander picks one option.
+4. Scale-down, skipped in a loop that scaled up, within `--scale-down-delay-after-add` (10 min) of
+   the last scale-up and `--scale-down-delay-after-failure` (3 min): a node is unneeded when its
+   requests (DaemonSet pods counted: `--ignore-daemonsets-utilization=false`) are under 0.5 of
+   allocatable and its pods fit elsewhere. **Job pods are movable** (CA evicts them). After 10 min
+   unneeded, empty nodes are deleted in bulk (up to 10) and non-empty ones drained one at a time
+   (`--max-drain-parallelism=1`): tainted ToBeDeletedByClusterAutoscaler, every pod evicted
+   (respecting PodDisruptionBudgets), and the instance deleted once its pods are gone or
+   `--max-graceful-termination-sec` (600 s) has passed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from devtools.replay.harness import Replay, every
+from devtools.replay.policies.ours import replay_settings
+from shared.domain import TO_BE_DELETED_TAINT, ClusterSnapshot, GroupState, NodeGroup, Taint, parse_provider_id
+from shared.engine.backoff import after_failure, backoff_reason
+from shared.engine.scale_down import plan_scale_down
+from shared.engine.scale_up import pending_pods, plan_scale_up
+from shared.engine.templates import build_templates
+from shared.ports import ComputeError
+from shared.services.pending import scale_up_options
+from shared.services.utilization import scale_down_options
+
+log = logging.getLogger(__name__)
+
+SCAN_INTERVAL = timedelta(seconds=10)
+GROUPS_TTL = timedelta(seconds=60)
+INSTANCES_TTL = timedelta(minutes=5)
+MAX_NODE_PROVISION_TIME = timedelta(minutes=15)
+MAX_GRACEFUL_TERMINATION = timedelta(seconds=600)
+MAX_EMPTY_BULK_DELETE = 10
+# CA's defaults where they differ from ours: no batch protection, DaemonSets count in utilization.
+CA_SETTINGS = {
+    "BATCH_PROTECTION": "false",
+    "SCALE_DOWN_IGNORE_DAEMONSETS_UTILIZATION": "false",
+    "MAX_SCALE_DOWN_PARALLELISM": str(MAX_EMPTY_BULK_DELETE),
+    "EXPANDER": "least-waste",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Increase:
+    group_id: str
+    target: int
+    deadline: datetime
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Drain:
+    node: str
+    group_id: str
+    instance_id: str
+    started: datetime
+
+
+class ClusterAutoscaler:
+    name = "ca"
+
+    def __init__(self, replay: Replay) -> None:
+        self._replay = replay
+        self._cluster = replay.cluster
+        self._compute = replay.compute
+        self._start = replay.world.now
+        self._settings = replay_settings(replay, CA_SETTINGS)
+        self._down_options = scale_down_options(self._settings)
+        self._groups: dict[str, NodeGroup] = {}
+        self._groups_at: datetime | None = None
+        self._instances_at: dict[str, datetime] = {}
+        self._vm_sizes: dict[str, object] | None = None
+        self._states: dict[str, GroupState] = {}
+        self._increases: list[_Increase] = []
+        self._drain: _Drain | None = None
+        self._unneeded: dict[str, datetime] = {}
+        self._last_scale_up: datetime | None = None
+        self._last_failure: datetime | None = None
+        self._actions = 0
+
+    def next_wakeup(self, now: datetime) -> datetime:
+        return every(SCAN_INTERVAL, self._start, now)
+
+    def scale_actions(self) -> int:
+        return self._actions
+
+    # -- one loop ----------------------------------------------------------------------
+
+    def wake(self, now: datetime) -> None:
+        try:
+            self._refresh(now)
+        except ComputeError as exc:  # throttled discovery: CA logs and tries next loop
+            log.info("ca: refresh failed: %s", exc)
+            return
+        snapshot = self._snapshot(now)
+        self._check_increases(snapshot, now)
+        scaled_up = self._scale_up(snapshot, now)
+        if not scaled_up:
+            self._scale_down(snapshot, now)
+
+    def _refresh(self, now: datetime) -> None:
+        if self._groups_at is None or now - self._groups_at >= GROUPS_TTL:
+            listed = {g.id: g for g in self._compute.list_node_groups()}
+            for gid, group in listed.items():
+                known = self._groups.get(gid)
+                # An increase still in flight keeps CA's own target, as its cache does.
+                if known is not None and any(i.group_id == gid for i in self._increases):
+                    group = replace(group, target_size=max(group.target_size, known.target_size))
+                listed[gid] = group
+            self._groups, self._groups_at = listed, now
+        for gid, group in self._groups.items():
+            if gid not in self._instances_at or now - self._instances_at[gid] >= INSTANCES_TTL:
+                self._compute.list_instances(group)
+                self._instances_at[gid] = now
+        if self._vm_sizes is None:
+            self._vm_sizes = {s.name.lower(): s for s in self._compute.list_vm_sizes(self._replay.world.scenario.location)}
+
+    def _snapshot(self, now: datetime) -> ClusterSnapshot:
+        nodes = self._cluster.list_nodes()
+        groups = tuple(self._groups.values())
+        return ClusterSnapshot(
+            taken_at=now, nodes=tuple(nodes), pods=tuple(self._cluster.list_pods()), groups=groups,
+            templates=build_templates(groups, nodes, vm_sizes=self._vm_sizes or {}), vm_sizes=self._vm_sizes or {},
+        )
+
+    def _state(self, gid: str) -> GroupState:
+        return self._states.get(gid) or GroupState(group_id=gid)
+
+    def _back_off(self, gid: str, code: str, now: datetime) -> None:
+        self._states[gid] = after_failure(self._state(gid), now=now, code=code)
+        self._last_failure = now
+
+    def _set_target(self, gid: str, target: int) -> None:
+        if gid in self._groups:
+            self._groups[gid] = replace(self._groups[gid], target_size=target)
+
+    # -- provisioning ---------------------------------------------------------------------
+
+    def _check_increases(self, snapshot: ClusterSnapshot, now: datetime) -> None:
+        registered: dict[str, int] = {}
+        for node in snapshot.nodes:
+            ref = parse_provider_id(node.provider_id)
+            if ref is not None and node.ready:
+                registered[ref.group_id] = registered.get(ref.group_id, 0) + 1
+        still: list[_Increase] = []
+        for inc in self._increases:
+            group = self._groups.get(inc.group_id)
+            if group is None:
+                continue
+            try:
+                op = self._compute.get_resize_operation(inc.token)
+            except ComputeError:
+                still.append(inc)
+                continue
+            if op.status in ("Failed", "Canceled"):
+                self._back_off(inc.group_id, op.error_code or "ProvisioningFailed", now)
+                self._set_target(inc.group_id, registered.get(inc.group_id, 0))
+                continue
+            if registered.get(inc.group_id, 0) >= inc.target:
+                continue
+            if now >= inc.deadline:
+                # Long-unregistered nodes: back off and give up the instances that never came.
+                self._back_off(inc.group_id, "MaxNodeProvisionTime", now)
+                keep = registered.get(inc.group_id, 0)
+                try:
+                    self._compute.begin_resize(group, keep)
+                    self._set_target(inc.group_id, keep)
+                except ComputeError as exc:
+                    log.info("ca: giving up unregistered nodes of %s failed: %s", inc.group_id, exc)
+                continue
+            still.append(inc)
+        self._increases = still
+
+    # -- scale-up ---------------------------------------------------------------------------
+
+    def _scale_up(self, snapshot: ClusterSnapshot, now: datetime) -> bool:
+        if not pending_pods(snapshot):
+            return False
+        unavailable = {
+            gid: why for gid in self._groups if (why := backoff_reason(self._state(gid), now=now)) is not None
+        }
+        options = replace(scale_up_options(self._settings, now=now), unavailable=unavailable)
+        plan = plan_scale_up(snapshot, options=options)
+        if not plan.increases:
+            return False
+        increase = plan.increases[0]  # CA's expander picks one option per loop
+        group = self._groups[increase.group_id]
+        try:
+            op = self._compute.begin_resize(group, increase.new_target)
+        except ComputeError as exc:
+            log.info("ca: IncreaseSize %s failed: %s", group.id, exc)
+            self._back_off(group.id, exc.code or "IncreaseSizeFailed", now)
+            return False
+        self._actions += 1
+        self._set_target(group.id, increase.new_target)
+        self._increases.append(_Increase(group.id, increase.new_target, now + MAX_NODE_PROVISION_TIME, op.token))
+        self._last_scale_up = now
+        return True
+
+    # -- scale-down -------------------------------------------------------------------------
+
+    def _scale_down(self, snapshot: ClusterSnapshot, now: datetime) -> None:
+        if self._drain is not None:
+            self._finish_drain(snapshot, now)
+        delays = self._down_options.delays
+        if self._last_scale_up is not None and now - self._last_scale_up < delays.after_add:
+            return
+        if self._last_failure is not None and now - self._last_failure < delays.after_failure:
+            return
+        draining = {self._drain.node} if self._drain is not None else set()
+        states = {gid: GroupState(gid, deleting={n: "ca" for n in draining}) for gid in self._groups}
+        plan = plan_scale_down(
+            snapshot, unneeded_since=self._unneeded, group_states=states, now=now, options=self._down_options
+        )
+        self._unneeded = dict(plan.unneeded)
+        empty = [r for r in plan.removals if r.kind == "empty"][:MAX_EMPTY_BULK_DELETE]
+        by_group: dict[str, list[str]] = {}
+        for removal in empty:
+            ref = parse_provider_id(removal.provider_id)
+            if ref is not None:
+                self._cluster.cordon(removal.node, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
+                by_group.setdefault(removal.group_id, []).append(ref.instance_id)
+        for gid, ids in by_group.items():
+            self._delete(gid, ids, now)
+        if self._drain is None:
+            drain = next((r for r in plan.removals if r.kind != "empty"), None)
+            if drain is not None:
+                self._start_drain(drain.node, drain.group_id, drain.provider_id, now)
+
+    def _start_drain(self, node: str, gid: str, provider_id: str, now: datetime) -> None:
+        ref = parse_provider_id(provider_id)
+        if ref is None:
+            return
+        self._cluster.cordon(node, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
+        for pod in self._cluster.list_pods_on_node(node):
+            if pod.is_daemonset or pod.is_mirror:
+                continue
+            self._cluster.evict(pod.namespace, pod.name)
+        self._drain = _Drain(node, gid, ref.instance_id, now)
+        self._unneeded.pop(node, None)
+
+    def _finish_drain(self, snapshot: ClusterSnapshot, now: datetime) -> None:
+        drain = self._drain
+        assert drain is not None
+        left = [p for p in snapshot.pods_on(drain.node) if not p.is_daemonset and not p.is_mirror]
+        if left and now - drain.started < MAX_GRACEFUL_TERMINATION:
+            for pod in left:
+                if not pod.deleting:
+                    self._cluster.evict(pod.namespace, pod.name)  # CA retries evictions a PDB refused
+            return
+        self._delete(drain.group_id, [drain.instance_id], now)
+        self._drain = None
+
+    def _delete(self, gid: str, instance_ids: list[str], now: datetime) -> None:
+        group = self._groups.get(gid)
+        if group is None:
+            return
+        try:
+            self._compute.begin_delete_instances(group, instance_ids)
+        except ComputeError as exc:
+            log.info("ca: DeleteNodes %s %s failed: %s", gid, instance_ids, exc)
+            self._last_failure = now
+            return
+        self._actions += 1
+        self._set_target(gid, max(0, group.target_size - len(instance_ids)))

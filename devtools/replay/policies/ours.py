@@ -1,0 +1,102 @@
+"""`ours`: the autoscaler itself — its real services and executor — on in-memory state and queue.
+
+The two timers fire on their NCRONTAB schedules from the settings; the queue trigger runs each
+message when it becomes visible, and a delivery that raises comes back after host.json's
+visibility timeout, going to poison after its maxDequeueCount, as the Functions host does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from devtools.ncrontab import Schedule, parse_ncrontab
+from devtools.replay.harness import CLUSTER_NAME, RESOURCE_GROUP, Replay, clock_of
+from devtools.replay.memory import MemoryQueue, MemoryStateStore
+from devtools.runner import HostQueueConfig
+from shared.ports import ClusterEvent, Ports
+from shared.services.events import EventRecorder
+from shared.services.executor import Executor
+from shared.services.pending import run_pending_poll
+from shared.services.utilization import run_utilization_poll
+from shared.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
+
+
+class _CountingSink:
+    def __init__(self) -> None:
+        self.events = 0
+
+    def emit(self, event: ClusterEvent) -> None:
+        self.events += 1
+
+
+def replay_settings(replay: Replay, overrides: Mapping[str, str]) -> Settings:
+    """Our app settings for the replayed cluster: defaults, plus whatever the user overrides."""
+    env = {
+        "CLUSTER_NAME": CLUSTER_NAME,
+        "AZURE_SUBSCRIPTION_ID": replay.world.subscription_id,
+        "NODE_RESOURCE_GROUPS": RESOURCE_GROUP,
+        "KUBECONFIG_PATH": "in-process",
+        "AZURE_CREDENTIAL": "sandbox",
+        "LOG_LEVEL": "warning",
+        **overrides,
+    }
+    return load_settings(env)
+
+
+class Ours:
+    name = "ours"
+
+    def __init__(self, replay: Replay, *, settings: Mapping[str, str] | None = None) -> None:
+        self.settings = replay_settings(replay, settings or replay.config.settings)
+        host = HostQueueConfig.from_host_json()
+        clock = clock_of(replay)
+        self.state = MemoryStateStore()
+        self.queue = MemoryQueue(clock, max_dequeue_count=host.max_dequeue_count, visibility_timeout=host.visibility_timeout)
+        self.ports = Ports(
+            cluster=replay.cluster, compute=replay.compute, state=self.state, queue=self.queue, clock=clock,
+            events=EventRecorder(_CountingSink()),
+        )
+        self.executor = Executor(self.ports, self.settings)
+        start = replay.world.now
+        self._timers: list[tuple[Schedule, Callable[..., Any], datetime]] = []
+        for expression, run in ((self.settings.pending_poll_schedule, run_pending_poll),
+                                (self.settings.utilization_poll_schedule, run_utilization_poll)):
+            schedule = parse_ncrontab(expression)
+            self._timers.append((schedule, run, schedule.next_after(start)))
+        self.errors = 0
+        logging.getLogger("shared").setLevel(self.settings.log_level.upper())
+
+    def next_wakeup(self, now: datetime) -> datetime | None:
+        times = [due for _, _, due in self._timers]
+        visible = self.queue.next_visible()
+        if visible is not None:
+            times.append(visible)
+        return min(times)
+
+    def wake(self, now: datetime) -> None:
+        for index, (schedule, run, due) in enumerate(self._timers):
+            if due <= now:
+                self._timers[index] = (schedule, run, schedule.next_after(now))
+                try:
+                    run(self.ports, self.settings, now=now)
+                except Exception:  # the host logs a failed timer run and fires it again next time
+                    self.errors += 1
+                    log.warning("%s failed at %s", run.__name__, now, exc_info=True)
+        for _ in range(1000):  # everything visible now, including what these deliveries enqueue without delay
+            message = self.queue.take_due(now)
+            if message is None:
+                break
+            try:
+                self.executor.execute(message.text, now=now)
+            except Exception:  # the host makes the message visible again, or poisons it
+                self.errors += 1
+                log.info("delivery failed at %s", now, exc_info=True)
+                self.queue.failed(message, now)
+
+    def scale_actions(self) -> int:
+        return sum(1 for entry in self.state.list_ledger() if entry.outcome.startswith("succeeded"))

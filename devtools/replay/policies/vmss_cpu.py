@@ -1,0 +1,76 @@
+"""`vmss-cpu`: Azure Monitor autoscale on each scale set, as it is commonly configured.
+
+Per scale set, evaluated every minute on the `Percentage CPU` metric averaged over the last
+5 minutes across its running instances: above 70% add one instance, below 30% remove one, then
+wait 5 minutes (the cooldown) before acting again. Scale-in uses the scale set's Default policy:
+the highest instance id goes, without cordoning or draining, so the pods on it are killed and
+their controllers recreate them elsewhere. Blind to pods: pending pods do not count, and a scale
+set with no running instance reports no CPU, so each profile's minimum is 1 instance.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import datetime, timedelta
+
+from devtools.replay.harness import Replay, every
+from shared.domain import NodeGroup
+from shared.ports import ComputeError
+
+EVALUATION = timedelta(minutes=1)
+WINDOW = timedelta(minutes=5)
+COOLDOWN = timedelta(minutes=5)
+SCALE_OUT_ABOVE = 0.70
+SCALE_IN_BELOW = 0.30
+MINIMUM = 1
+
+
+class VmssCpuAutoscale:
+    name = "vmss-cpu"
+
+    def __init__(self, replay: Replay) -> None:
+        self._replay = replay
+        self._start = replay.world.now
+        self._samples: dict[str, deque[tuple[datetime, float]]] = {}
+        self._last_action: dict[str, datetime] = {}
+        self._actions = 0
+
+    def next_wakeup(self, now: datetime) -> datetime:
+        return every(EVALUATION, self._start, now)
+
+    def scale_actions(self) -> int:
+        return self._actions
+
+    def wake(self, now: datetime) -> None:
+        world = self._replay.world
+        cpu = world.node_cpu()
+        for group in self._replay.compute.list_node_groups():
+            sim = world.scale_set(world.subscription_id, group.resource_group, group.name)
+            running = [i for i in world.instances(sim) if i.state != "Deleting" and i.power == "running"]
+            measured = [cpu[i.computer_name].fraction for i in running if i.computer_name in cpu]
+            samples = self._samples.setdefault(group.id, deque())
+            if measured:
+                samples.append((now, sum(measured) / len(measured)))
+            while samples and now - samples[0][0] >= WINDOW:
+                samples.popleft()
+            self._decide(group, [i.instance_id for i in running], samples, now)
+
+    def _decide(self, group: NodeGroup, instance_ids: list[int], samples: deque[tuple[datetime, float]], now: datetime) -> None:
+        last = self._last_action.get(group.id)
+        if last is not None and now - last < COOLDOWN:
+            return
+        floor = max(MINIMUM, group.min_size)
+        compute = self._replay.compute
+        try:
+            if len(instance_ids) < floor:
+                compute.begin_resize(group, floor)  # the profile's minimum
+            elif samples and sum(v for _, v in samples) / len(samples) > SCALE_OUT_ABOVE and group.target_size < group.max_size:
+                compute.begin_resize(group, group.target_size + 1)
+            elif samples and sum(v for _, v in samples) / len(samples) < SCALE_IN_BELOW and len(instance_ids) > floor:
+                compute.begin_delete_instances(group, [str(max(instance_ids))])
+            else:
+                return
+        except ComputeError:
+            return
+        self._actions += 1
+        self._last_action[group.id] = now

@@ -1,0 +1,61 @@
+"""One replay of one trace under one policy: the world it needs, the run, and what it measured."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable
+from devtools.replay.metrics import demand_curve, oracle_result, run_result, static_sizes, timeline_series
+from devtools.replay.policies import POLICIES, Static
+from devtools.replay.policies.ca import ClusterAutoscaler
+from devtools.replay.policies.ours import Ours
+from devtools.replay.policies.vmss_cpu import VmssCpuAutoscale
+from devtools.replay.traces import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOutcome:
+    policy: str
+    result: dict[str, Any]  # the results.json entry
+    series: dict[str, list[float]]  # t, nodes, pending over time ({} for the oracle)
+    demand: dict[str, list[float]]  # t, nodes: what perfectly packed pods would fill
+    pods_left_out: int  # pods no pool can hold, left out of every policy's run alike
+    wakeups: int = 0
+
+
+def replay(
+    trace: Trace, policy: str, config: ReplayConfig = ReplayConfig(), *, progress: Callable[[float], None] | None = None
+) -> ReplayOutcome:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: choose one of {', '.join(POLICIES)}")
+    pods, left_out = placeable(trace, config.pools)
+    if not pods:
+        raise ValueError(f"trace {trace.name}: no pod fits any pool ({', '.join(p.name for p in config.pools)})")
+    curve = demand_curve(pods, config.pools)
+    end = math.ceil(max(p.at + p.duration for p in pods) + config.tail_s)  # the world's duration too
+    oracle = oracle_result(curve, config.pools, until=end)
+    demand = {"t": list(curve.times), "nodes": [round(v, 3) for v in curve.total()]}
+    if policy == "oracle":
+        return ReplayOutcome(policy, oracle, {}, demand, left_out)
+    if policy == "static":
+        world = build_world(trace, config, initial=static_sizes(curve, config.pools), fixed=True)
+    elif policy == "vmss-cpu":
+        world = build_world(trace, config, initial={pool.name: max(1, pool.min_size) for pool in config.pools})
+    else:
+        world = build_world(trace, config)
+    run = Replay(world, config)
+    chosen: Any
+    if policy == "ours":
+        chosen = Ours(run)
+    elif policy == "ca":
+        chosen = ClusterAutoscaler(run)
+    elif policy == "vmss-cpu":
+        chosen = VmssCpuAutoscale(run)
+    else:
+        chosen = Static()
+    run.run(chosen, progress=progress)
+    result = run_result(world, config.pools, scale_actions=chosen.scale_actions(), oracle_cost=oracle["cost"])
+    return ReplayOutcome(policy, result, timeline_series(world), demand, left_out, run.wakeups)

@@ -1,0 +1,274 @@
+"""The Cluster and Compute ports served straight from an in-process sandbox World (no HTTP).
+
+The replay measures decisions, so the services talk to the world through the same ports
+the functions use, without sockets or SDK pipelines in between. ARM calls are counted and
+throttled with the ARM double's own table (`sandbox.arm_api.OPERATIONS`): the same labels,
+the same per-scale-set token buckets, and a refused call raises ComputeError('TooManyRequests')
+as the real adapter does after its capped retries.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from sandbox.arm_api import OPERATIONS, vm_size_catalogue
+from sandbox.compute import Operation as SimOperation
+from sandbox.compute import ScaleSetSim
+from sandbox.errors import ArmError, KubeError
+from sandbox.patching import merge_patch
+from sandbox.world import World
+from shared.adapters.kubernetes import (
+    add_taint_patch,
+    cordon_patch,
+    disruption_budget_from_json,
+    node_from_json,
+    pod_from_json,
+    remove_taint_patch,
+    uncordon_patch,
+)
+from shared.domain import DisruptionBudget, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
+from shared.domain import group_id as make_group_id
+from shared.ports import ComputeError, EvictionOutcome, Operation
+
+_GPU = "nvidia.com/gpu"
+_FINISHED = ("Succeeded", "Failed")
+
+
+class WorldCluster:
+    """The Cluster port over the world's objects; conversions are cached by resourceVersion."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self._nodes: dict[str, tuple[str, Node]] = {}
+        self._pods: dict[str, tuple[str, Pod]] = {}
+
+    @staticmethod
+    def _cached(cache: dict[str, tuple[str, Any]], key: str, obj: Mapping[str, Any], convert: Any) -> Any:
+        version = obj["metadata"].get("resourceVersion", "")
+        hit = cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        value = convert(obj)
+        cache[key] = (version, value)
+        return value
+
+    def _node(self, obj: Mapping[str, Any]) -> Node:
+        return self._cached(self._nodes, obj["metadata"]["name"], obj, node_from_json)
+
+    def _pod(self, obj: Mapping[str, Any]) -> Pod:
+        return self._cached(self._pods, obj["metadata"]["uid"], obj, pod_from_json)
+
+    def list_nodes(self) -> list[Node]:
+        self._world.count_call("k8s", "LIST nodes", write=False)
+        nodes = [self._node(obj) for obj in self._world.k8s_view("nodes")]
+        live = {n.name for n in nodes}
+        for name in [n for n in self._nodes if n not in live]:
+            del self._nodes[name]
+        return nodes
+
+    def list_pods(self) -> list[Pod]:
+        self._world.count_call("k8s", "LIST pods", write=False)
+        objs = self._world.k8s_view("pods")
+        pods = [self._pod(obj) for obj in objs if obj["status"].get("phase") not in _FINISHED]
+        if len(self._pods) > 2 * len(objs) + 1000:  # forget pods that are gone, now and then
+            live = {obj["metadata"]["uid"] for obj in objs}
+            self._pods = {uid: hit for uid, hit in self._pods.items() if uid in live}
+        return pods
+
+    def get_node(self, name: str) -> Node | None:
+        self._world.count_call("k8s", "GET nodes", write=False)
+        try:
+            return node_from_json(self._world.k8s_get("nodes", "", name))
+        except KubeError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def list_pods_on_node(self, node_name: str) -> list[Pod]:
+        self._world.count_call("k8s", "LIST pods", write=False)
+        return [
+            self._pod(obj) for obj in self._world.k8s_view("pods")
+            if obj["spec"].get("nodeName") == node_name and obj["status"].get("phase") not in _FINISHED
+        ]
+
+    def get_config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        self._world.count_call("k8s", "GET configmaps", write=False)
+        try:
+            return dict(self._world.k8s_get("configmaps", namespace, name).get("data") or {})
+        except KubeError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def list_disruption_budgets(self) -> list[DisruptionBudget]:
+        self._world.count_call("k8s", "LIST poddisruptionbudgets", write=False)
+        return [disruption_budget_from_json(obj) for obj in self._world.k8s_list("poddisruptionbudgets")]
+
+    def _change_node(self, name: str, change: Any, *, missing_ok: bool) -> None:
+        try:
+            current = self._world.k8s_get("nodes", "", name)
+        except KubeError as exc:
+            if exc.code == 404 and missing_ok:
+                return
+            raise
+        patch = change(current.get("spec") or {})
+        if patch is None:
+            return
+        self._world.count_call("k8s", "PATCH nodes", write=True)
+        self._world.k8s_replace("nodes", "", name, merge_patch(current, {"spec": patch}))
+
+    def cordon(self, node_name: str, *, taint: Taint) -> None:
+        self._change_node(node_name, lambda spec: cordon_patch(spec, taint), missing_ok=False)
+
+    def uncordon(self, node_name: str, *, taint_key: str) -> None:
+        self._change_node(node_name, lambda spec: uncordon_patch(spec, taint_key), missing_ok=True)
+
+    def add_taint(self, node_name: str, *, taint: Taint) -> None:
+        self._change_node(node_name, lambda spec: add_taint_patch(spec, taint), missing_ok=True)
+
+    def remove_taint(self, node_name: str, *, taint_key: str) -> None:
+        self._change_node(node_name, lambda spec: remove_taint_patch(spec, taint_key), missing_ok=True)
+
+    def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionOutcome:
+        self._world.count_call("k8s", "CREATE eviction", write=True)
+        try:
+            self._world.evict(namespace, name)
+        except KubeError as exc:
+            if exc.code == 429:
+                return "blocked"
+            if exc.code == 404:
+                return "not_found"
+            raise
+        return "evicted"
+
+    def delete_node(self, name: str) -> None:
+        self._world.count_call("k8s", "DELETE nodes", write=True)
+        try:
+            self._world.k8s_delete("nodes", "", name)
+        except KubeError as exc:
+            if exc.code != 404:
+                raise
+
+
+def _operation(op: SimOperation) -> Operation:
+    return Operation(token=op.op_id, status=op.status, error_code=op.error_code or "", error_message=op.error_message or "")
+
+
+class WorldCompute:
+    """The Compute port over the world's scale sets, counting and throttling calls as the ARM double does.
+
+    `failure_rate` makes that share of capacity increases fail with QuotaExceeded (seeded), the
+    way allocation failures surface in Azure: as a failed long-running operation.
+    """
+
+    def __init__(
+        self, world: World, *, cluster_name: str, resource_groups: tuple[str, ...], failure_rate: float = 0.0, seed: int = 0
+    ) -> None:
+        self._world = world
+        self._cluster_name = cluster_name
+        self._resource_groups = resource_groups
+        self._failure_rate = failure_rate
+        self._rng = random.Random(f"{seed}|provisioning-failures")
+
+    # -- what the ARM double's dispatcher does, minus HTTP --------------------------------
+
+    def _arm(self, name: str, *, group: ScaleSetSim | None = None, resource_group: str = "") -> None:
+        label, write, bucket = OPERATIONS[name]
+        self._world.count_call("arm", label, write=write)
+        if bucket is None:
+            return
+        key = group.key if group is not None else f"rg:{resource_group.lower()}"
+        spent = self._world.take_token(key, bucket)
+        if spent is not None and not spent[0]:
+            raise ComputeError(f"{label}: throttled ({spent[3]})", code="TooManyRequests", retry_after=spent[2])
+
+    def _sim(self, group: NodeGroup) -> ScaleSetSim:
+        return self._world.scale_set(self._world.subscription_id, group.resource_group, group.name)
+
+    def _as_group(self, sim: ScaleSetSim) -> NodeGroup | None:
+        tags = sim.tags
+        if tags.get("cluster-autoscaler-enabled") != "true" or tags.get("cluster-autoscaler-name") != self._cluster_name:
+            return None
+        return NodeGroup(
+            resource_group=sim.resource_group, name=sim.name, min_size=int(tags["min"]), max_size=int(tags["max"]),
+            target_size=sim.capacity, vm_size=sim.spec.vm_size, tags=dict(tags), zones=sim.spec.zones,
+            location=sim.spec.location,
+        )
+
+    def _changed(self, run: Any) -> Operation:
+        try:
+            return _operation(run())
+        except ArmError as exc:
+            raise ComputeError(f"{exc.code}: {exc.message}", code=exc.code) from exc
+
+    # -- the port ------------------------------------------------------------------------
+
+    def list_node_groups(self) -> list[NodeGroup]:
+        groups: list[NodeGroup] = []
+        for rg in self._resource_groups:
+            self._arm("list", resource_group=rg)
+            groups += [g for sim in self._world.scale_sets(self._world.subscription_id, rg) if (g := self._as_group(sim))]
+        return groups
+
+    def get_node_group(self, group_id: str) -> NodeGroup | None:
+        for rg in self._resource_groups:
+            for sim in self._world.scale_sets(self._world.subscription_id, rg):
+                if make_group_id(sim.resource_group, sim.name) == group_id:
+                    self._arm("get", group=sim)
+                    return self._as_group(sim)
+        return None
+
+    def list_instances(self, group: NodeGroup) -> list[Instance]:
+        """Every instance of the scale set: the high-cost list (the real adapter has it for diagnostics)."""
+        sim = self._sim(group)
+        self._arm("list_vms", group=sim)
+        return [Instance(str(i.instance_id), i.state, i.computer_name) for i in self._world.instances(sim)]
+
+    def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
+        sim = self._sim(group)
+        self._arm("get_vm", group=sim)
+        inst = next((i for i in self._world.instances(sim) if str(i.instance_id) == instance_id), None)
+        return None if inst is None else Instance(str(inst.instance_id), inst.state, inst.computer_name)
+
+    def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
+        self._arm("skus")
+        return [
+            VmSizeCapacity(name, -(-capacity.cpu_milli // 1000), capacity.memory_bytes, capacity.scalar(_GPU))
+            for name, capacity in vm_size_catalogue(self._world).values()
+        ]
+
+    def begin_resize(self, group: NodeGroup, target_size: int) -> Operation:
+        sim = self._sim(group)
+        self._arm("update", group=sim)
+        if target_size > sim.capacity and self._failure_rate and self._rng.random() < self._failure_rate:
+            self._world.fail_next_scale_up(sim.name, resource_group=sim.resource_group)
+        return self._changed(lambda: self._world.set_capacity(sim, target_size))
+
+    def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        sim = self._sim(group)
+        self._arm("delete_instances", group=sim)
+        return self._changed(lambda: self._world.delete_instances(sim, list(instance_ids)))
+
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        sim = self._sim(group)
+        self._arm("deallocate_instances", group=sim)
+        return self._changed(lambda: self._world.deallocate_instances(sim, list(instance_ids)))
+
+    def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        sim = self._sim(group)
+        self._arm("start_instances", group=sim)
+        return self._changed(lambda: self._world.start_instances(sim, list(instance_ids)))
+
+    def _get_operation(self, token: str) -> Operation:
+        self._arm("operation")
+        op = self._world.operation(token)
+        if op is None:
+            raise ComputeError(f"operation {token} was not found", code="NotFound")
+        return _operation(op)
+
+    get_resize_operation = _get_operation
+    get_delete_operation = _get_operation
+    get_deallocate_operation = _get_operation
+    get_start_operation = _get_operation
