@@ -15,9 +15,9 @@ demo: bootstrap
 test: bootstrap
 	$(PY) -m pytest
 
-# Figures, not assertions: planning time and memory of the engine on synthetic clusters.
+# Figures, not assertions: trace replays of every policy, the engine at scale, cold start (docs/benchmarks.md).
 bench: bootstrap
-	$(PY) -m devtools.bench
+	$(PY) -m devtools.replay suite
 
 # Building blocks for running the app by hand (docs/local-development.md).
 azurite: bootstrap

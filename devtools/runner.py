@@ -30,6 +30,7 @@ from typing import Any
 
 from devtools.ncrontab import Schedule, parse_ncrontab
 from shared.ports import Clock
+from shared.adapters.storage_connection import StorageError
 from shared.settings import SPECS
 
 log = logging.getLogger("devtools.runner")
@@ -218,13 +219,24 @@ class LocalRunner:
         else:
             ok = invoke()
         if ok:
-            self._queue.delete(message)
+            self._delete(message)
         elif message.dequeue_count >= self._host.max_dequeue_count:
             self._queue.poison().send_raw(message.body_text)
             self._queue.delete(message)
             with self._stats_lock:
                 self.stats.poisoned += 1
             log.error("message %s failed %d times: moved to poison queue", message.id, message.dequeue_count)
+
+    def _delete(self, message: Any) -> None:
+        """Delete after success; a message that reappeared meanwhile (its visibility ran out under a slow
+        invocation, and another delivery took it) can no longer be deleted with this receipt: the host logs
+        that and moves on, and the other delivery's ledger check makes the work happen once."""
+        try:
+            self._queue.delete(message)
+        except StorageError as exc:
+            if "MessageNotFound" not in str(exc) and "PopReceiptMismatch" not in str(exc):
+                raise
+            log.warning("message %s was redelivered before it could be deleted: %s", message.id, exc)
 
     def queue_is_idle(self) -> bool:
         """No message waiting, in flight or delayed (the count includes invisible ones)."""

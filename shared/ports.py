@@ -135,6 +135,10 @@ class Compute(Protocol):
         """One instance of the group, or None when it does not exist."""
         ...
 
+    def list_instances(self, group: NodeGroup) -> list[Instance]:
+        """Every instance of the group in one (high-cost) call: cheaper than a GET per instance for several."""
+        ...
+
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
         """The VM sizes of a location from the resource SKUs API, restricted ones included; cached for hours.
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
 from shared.actions import InvalidAction, RemovalTarget, ScaleAction, decode_action, encode_action
-from shared.domain import TO_BE_DELETED_TAINT, GroupState, Node, NodeGroup, Pod, Taint
+from shared.domain import TO_BE_DELETED_TAINT, GroupState, Instance, Node, NodeGroup, Pod, Taint
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
@@ -81,8 +81,10 @@ class Executor:
             return self._run_step(action, claimed, now=now)
         except ComputeError as exc:
             if exc.code == "TooManyRequests":
-                # Throttling is not the action's fault: wait as ARM asks, outside this invocation.
-                delay = timedelta(seconds=exc.retry_after or self._settings.step_retry_delay.total_seconds())
+                # Throttling is not the action's fault: wait outside this invocation, at least as long as ARM
+                # asks and longer each time in a row, so that actions sharing a scale set's budget do not
+                # each take the one token that came back and starve one another (a livelock, seen in replays).
+                delay = throttled_delay(exc.retry_after, self._settings.step_retry_delay, attempt=action.attempt)
                 return self._continue(action.retried(), claimed, delay=delay, now=now, detail=f"throttled by ARM: {exc}")
             self._release(claimed, now=now)
             raise
@@ -178,9 +180,10 @@ class Executor:
             nodes[target.node] = node
         skipped: list[str] = []
         kept: list[str] = []
+        instances = self._instances(group, action)
         for target in action.targets:
             node = nodes.get(target.node)
-            refusal = self._removable(group, node, target, action.id, now=now)
+            refusal = self._removable(group, node, target, instances, action.id, now=now)
             if refusal is None:
                 kept.append(target.node)
             else:
@@ -203,12 +206,24 @@ class Executor:
         following = action.keeping(kept).at_step("drain", now=now)
         return self._continue(following, entry, delay=timedelta(0), now=now)
 
-    def _removable(self, group: NodeGroup, node: Node | None, target: RemovalTarget, action_id: str, *,
-                   now: datetime) -> str | None:
+    def _instances(self, group: NodeGroup, action: ScaleAction) -> dict[str, Instance | None]:
+        """The instances of the action's targets by instance id (None: gone), in as few ARM reads as can be.
+
+        ARM budgets GETs per scale set (12 a minute): one per node of a bulk removal, every step,
+        starves everything else on the scale set, so several targets cost one list instead.
+        """
+        if len(action.targets) == 1:
+            (target,) = action.targets
+            return {target.instance_id: self._ports.compute.get_instance(group, target.instance_id)}
+        listed = {i.instance_id: i for i in self._ports.compute.list_instances(group)}
+        return {t.instance_id: listed.get(t.instance_id) for t in action.targets}
+
+    def _removable(self, group: NodeGroup, node: Node | None, target: RemovalTarget,
+                   instances: Mapping[str, Instance | None], action_id: str, *, now: datetime) -> str | None:
         """Why the node may not be removed now, or None once it is reserved for this action."""
         if node is None:
             return "node no longer exists"
-        if self._ports.compute.get_instance(group, target.instance_id) is None:
+        if instances[target.instance_id] is None:
             return f"instance {target.instance_id} is not in {group.id}"
         pinned = self._drain_of(node.name).pinned_by
         if pinned:
@@ -289,8 +304,8 @@ class Executor:
         group = self._ports.compute.get_node_group(action.group)
         if group is None:
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
-        instances = {t.node: self._ports.compute.get_instance(group, t.instance_id) for t in action.targets}
-        live = [t for t in action.targets if instances[t.node] is not None]
+        instances = self._instances(group, action)
+        live = [t for t in action.targets if instances[t.instance_id] is not None]
         if not live or any(instance.deleting for instance in instances.values() if instance is not None):
             # Already gone or going (a crash after the delete call): never delete twice.
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
@@ -325,13 +340,14 @@ class Executor:
                      else self._ports.compute.get_delete_operation)
             return self._follow(action, entry, check(token), next_step="confirm", now=now, kind=kind)
         group = self._ports.compute.get_node_group(action.group)
+        instances = self._instances(group, action) if group is not None else {}
         if self._settings.scale_down_mode == "deallocate" and group is not None:
             # No operation recorded (a crash right after the call): deallocating again is harmless.
-            ids = [t.instance_id for t in action.targets if self._ports.compute.get_instance(group, t.instance_id)]
+            ids = [t.instance_id for t in action.targets if instances[t.instance_id]]
             if ids:
                 return self._remove_instances(action, entry, group, ids, now=now)
         # No operation recorded (a crash right after the delete call): wait until the instances are gone.
-        if group is not None and any(self._ports.compute.get_instance(group, t.instance_id) for t in action.targets):
+        if any(instances.values()):
             return self._continue(action.retried(), entry, delay=self._settings.step_retry_delay, now=now)
         return self._finish_removal(action, entry, now=now)
 
@@ -515,6 +531,15 @@ class Executor:
             if self._ports.state.update_group(change(state)):
                 return
         log.warning("group %s: state update lost %d races; cooldown may be off by one action", group_id, _CAS_ATTEMPTS)
+
+
+MAX_THROTTLED_DELAY = timedelta(minutes=5)
+
+
+def throttled_delay(retry_after: float | None, step_retry_delay: timedelta, *, attempt: int) -> timedelta:
+    """How long a throttled step waits: ARM's Retry-After (or STEP_RETRY_DELAY), doubled per attempt, capped."""
+    base = max(retry_after or 0.0, step_retry_delay.total_seconds(), 1.0)
+    return min(timedelta(seconds=base * 2 ** min(attempt, 8)), MAX_THROTTLED_DELAY)
 
 
 def _untag(stored: str, *, default: str) -> tuple[str, str]:

@@ -1,0 +1,69 @@
+"""The suite's pieces on tiny traces: the command line, the targets and the results layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from devtools.replay.__main__ import main
+from devtools.replay.harness import ReplayConfig
+from devtools.replay.suite import evaluate_targets, pending_poll_interval_s, replay_section
+from devtools.replay.traces import read_pod_arrivals
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "traces"
+RESULT_FIELDS = {"node_seconds", "cost", "cost_vs_oracle", "pending_wait_s", "pods_killed", "work_lost_s",
+                 "scale_actions", "arm_reads", "arm_writes", "throttle_violations"}
+
+
+def test_replay_command_prints_the_table_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "one.json"
+    assert main(["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "ours", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| ours |" in printed and "4 of 4" in printed
+    written = json.loads(out.read_text())
+    result = written["replay"]["pods"]["ours"]
+    assert RESULT_FIELDS <= set(result) and result["pods_killed"] == 0
+    assert written["series"]["nodes"] and written["demand"]["nodes"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["replay", "--trace", "nosuch", "--policy", "ours"], "no such trace"),
+    (["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "ours", "--setting", "EXPANDER=cheapest"],
+     "EXPANDER"),
+    (["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "ours", "--failure-rate", "2"], "--failure-rate"),
+])
+def test_replay_command_names_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_replay_section_fills_every_field_for_every_policy() -> None:
+    trace = read_pod_arrivals(FIXTURES / "pods.json")
+    results, facts, targets, series = replay_section({"tiny": trace}, seed=0)
+    assert set(results["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "oracle"}
+    for policy, result in results["tiny"].items():
+        assert RESULT_FIELDS <= set(result), policy
+        assert set(result["pending_wait_s"]) == {"p50", "p95", "p99", "max"}
+    assert facts["tiny"]["pods"] == 4 and facts["tiny"]["note"]
+    assert targets == {}  # targets belong to the batch trace only
+    assert set(series["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "_demand"}
+
+
+def _result(cost: float, vs_oracle: float, p95: float, killed: int = 0) -> dict:
+    return {"cost": cost, "cost_vs_oracle": vs_oracle, "pending_wait_s": {"p95": p95}, "pods_killed": killed}
+
+
+@pytest.mark.parametrize(("ours", "ca", "met"), [
+    (_result(105, 1.05, 100), _result(120, 1.2, 100), [True, True, True, True]),
+    (_result(130, 1.30, 100), _result(120, 1.2, 100), [False, True, True, False]),  # dearer than ca
+    (_result(105, 1.05, 400), _result(120, 1.2, 100), [True, False, True, False]),  # slower than the limit and ca
+    (_result(105, 1.05, 100, killed=1), _result(120, 1.2, 90), [True, True, False, False]),
+])
+def test_targets_for_ours(ours: dict, ca: dict, met: list[bool]) -> None:
+    config = ReplayConfig()
+    assert pending_poll_interval_s(config) == 30.0  # the default schedule, every 30 s
+    targets = evaluate_targets({"ours": ours, "ca": ca}, config)
+    assert [t["met"] for t in targets] == met
+    assert "360 s" in targets[1]["detail"]  # boot p95 300 + poll 30 + 30
