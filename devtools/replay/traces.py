@@ -23,6 +23,7 @@ import csv
 import hashlib
 import json
 import math
+import random
 import re
 import sys
 from collections import Counter
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from sandbox.scenario import SCENARIO_DIR
 from sandbox.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +44,7 @@ TRACE_FILES: Mapping[str, str] = {
 }
 
 MIB = 2**20
+GPU_RESOURCE = "nvidia.com/gpu"
 HOUR = 3600.0
 DAY = 86_400.0
 
@@ -202,10 +205,50 @@ def load_trace(name_or_path: str | Path, *, seed: int = 0, **options: Any) -> Tr
     if options:
         raise TypeError(f"the user trace format takes no options, got {', '.join(sorted(options))}")
     path = Path(name_or_path)
+    if isinstance(name_or_path, str) and path.suffix == "" and (SCENARIO_DIR / f"{name_or_path}.json").exists():
+        return read_scenario(name_or_path, seed=seed)
     if not path.exists() and path.suffix == "":
-        known = ", ".join(TRACE_FILES)
+        known = ", ".join([*TRACE_FILES, *sorted(p.stem for p in SCENARIO_DIR.glob("*.json"))])
         raise TraceError(str(path), "", "", f"no such trace: neither a known name ({known}) nor a file")
     return read_pod_arrivals(path)
+
+
+def read_scenario(name_or_path: str | Path, *, seed: int = 0) -> Trace:
+    """A sandbox scenario's workloads as a trace (docs/scenarios.md), each pod drawn as the world draws it.
+
+    The same seed gives the same arrival times, requests and durations as the scenario run by the
+    sandbox. Pods without a duration (services) run until the scenario's end. Only what a trace holds
+    is kept: requests, GPUs, times and the workload as the job; node selectors, tolerations, affinity,
+    PDBs and the scenario's node groups are not (the replay's pools take their place).
+    """
+    from sandbox.scenario import ScenarioError, load_scenario
+
+    try:
+        scenario = load_scenario(name_or_path)
+    except ScenarioError as exc:
+        raise TraceError(exc.source, exc.path, "", exc.problem) from exc
+    pods: list[TracePod] = []
+    for spec in scenario.workloads:
+        # The world's stream for this workload: it draws the owner's uid first, then each pod in turn.
+        rng = random.Random(f"{seed}|workload|{spec.namespace}|{spec.name}")
+        rng.getrandbits(128)
+        for wave in range(spec.repeat_times):
+            for _ in range(spec.count):
+                at = spec.at + wave * spec.repeat_every + rng.uniform(0.0, spec.spread)
+                cpu = max(1, round(spec.cpu.sample(rng)))
+                memory = max(MIB, round(spec.memory.sample(rng) / MIB) * MIB)
+                duration = scenario.duration - at if spec.duration is None else round(spec.duration.sample(rng), 3)
+                if spec.ephemeral_storage is not None:
+                    spec.ephemeral_storage.sample(rng)  # drawn by the world too: keeps the stream in step
+                if at >= scenario.duration or duration <= 0:
+                    continue
+                pods.append(TracePod(at=round(at, 3), duration=duration, cpu_milli=cpu, memory_bytes=memory,
+                                     gpus=int(spec.extended.get(GPU_RESOURCE, 0)), job=spec.name))
+    if not pods:
+        raise TraceError(scenario.source, "$.workloads", "", "the scenario has no workload pods to replay")
+    note = (f"Sandbox scenario {scenario.name} (seed {seed}): {len(pods):,} pods drawn as the sandbox draws them; "
+            "services run to the scenario's end; scheduling constraints and node groups not replayed.")
+    return Trace(scenario.name, scenario.source, _sorted(pods), note)
 
 
 @contextmanager

@@ -11,9 +11,11 @@ the request itself once a cluster has thousands of pods.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Final
@@ -542,6 +544,24 @@ def remove_taint_patch(spec: Mapping[str, Any], taint_key: str) -> dict[str, Any
     return None if len(kept) == len(taints) else {"taints": kept or None}
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Run a block with Python's cyclic garbage collector paused.
+
+    Parsing a list response allocates millions of small, acyclic dicts and strings; the cyclic
+    collector, triggered by allocation counts, walks the growing heap again and again (about half
+    of the parse time at 30,000 pods, measured by `make bench`). Reference counting still frees
+    everything; the collector runs as usual afterwards.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 # --- The adapter ---------------------------------------------------------------
 
 
@@ -691,13 +711,15 @@ class KubernetesCluster:
 
     def list_nodes(self) -> list[Node]:
         what = "list nodes"
-        return [self._converted(what, node_from_json, o) for o in self._pages(what, self._core.list_node)]
+        with gc_paused():
+            return [self._converted(what, node_from_json, o) for o in self._pages(what, self._core.list_node)]
 
     def list_pods(self) -> list[Pod]:
         """Every unfinished pod (phase Succeeded/Failed are filtered by the server)."""
         what = "list pods"
-        items = self._pages(what, self._core.list_pod_for_all_namespaces, field_selector=_UNFINISHED)
-        return [self._converted(what, pod_from_json, o) for o in items]
+        with gc_paused():
+            items = self._pages(what, self._core.list_pod_for_all_namespaces, field_selector=_UNFINISHED)
+            return [self._converted(what, pod_from_json, o) for o in items]
 
     def get_node(self, name: str) -> Node | None:
         what = f"get node {name}"

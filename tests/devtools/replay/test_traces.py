@@ -469,7 +469,7 @@ def test_load_trace_reads_paths_in_the_user_format(shared_traces: Path) -> None:
 
 
 def test_load_trace_unknown_names(shared_traces: Path) -> None:
-    known = r"alibaba2019: no such trace: neither a known name \(alibaba2018, alibaba2023\)"
+    known = r"alibaba2019: no such trace: neither a known name \(alibaba2018, alibaba2023, burst, .*\) nor a file"
     with pytest.raises(TraceError, match=known):
         load_trace("alibaba2019")
     with pytest.raises(TraceError, match="missing.csv: cannot read the file"):
@@ -502,3 +502,20 @@ def test_real_traces_with_their_defaults_fit_the_replay_budget() -> None:
     assert a23.arrivals_end <= 8 * 3600 and a23.span <= 8 * 3600 + 1e-6
     assert 300 <= a23.peak_cores <= 700 and 30 <= a23.peak_gpus <= 80  # 641 cores, 56 GPUs
     assert a23.duration_p50 >= 60  # real durations: 232 s
+
+
+def test_a_sandbox_scenario_replays_the_pods_the_sandbox_draws() -> None:
+    from devtools.replay.traces import read_scenario
+    from sandbox.world import World
+
+    trace = load_trace("burst", seed=4)
+    assert trace.name == "burst" and "scenario burst" in trace.note
+    world = World("burst", seed=4)
+    world.advance_by(world.scenario.duration)
+    drawn = sorted((round(p["created"], 3), p["cpu_milli"], p["memory_bytes"]) for p in world.report()["pods"]
+                   if not p["name"].startswith("kube-"))
+    replayed = sorted((p.at, p.cpu_milli, p.memory_bytes) for p in trace.pods)
+    assert replayed == drawn and len(drawn) > 10  # no autoscaler ran: every pod the world made is an arrival
+    with pytest.raises(TraceError, match="no workload pods"):
+        read_scenario({"name": "empty", "node_groups": [
+            {"resource_group": "rg", "name": "p", "vm_size": "Standard_D4s_v5", "allocatable": {"cpu": "4", "memory": "16Gi"}, "min": 0, "max": 1}]})
