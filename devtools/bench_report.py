@@ -265,7 +265,7 @@ def _plot_nodes(trace: str, per_policy: Mapping[str, Any], colors: Mapping[str, 
     for policy, (t, y) in lines:
         ax.step(t, y, where="post", color=colors.get(policy), linewidth=1.2, label=policy)
     if demand:
-        ax.plot(*demand, color="black", linestyle="--", linewidth=1.0, label="demand")
+        ax.plot(*demand, color="black", linestyle="--", linewidth=1.0, drawstyle="steps-post", label="demand")  # a step function
     ax.set(title=f"{trace}: nodes billed", xlabel="time (hours)", ylabel="nodes")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
