@@ -99,10 +99,11 @@ def oracle_result(curve: DemandCurve, pools: Sequence[Pool], *, until: float) ->
         "pending_wait_s": {"p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0},
         "pods_killed": 0,
         "work_lost_s": 0.0,
-        "scale_actions": None,
-        "arm_reads": None,
-        "arm_writes": None,
-        "throttle_violations": None,
+        # A computation, not a controller: it acts and calls nothing.
+        "scale_actions": 0,
+        "arm_reads": 0,
+        "arm_writes": 0,
+        "throttle_violations": 0,
     }
 
 
