@@ -69,7 +69,6 @@ class Ours:
             schedule = parse_ncrontab(expression)
             self._timers.append((schedule, run, schedule.next_after(start)))
         self.errors = 0
-        logging.getLogger("shared").setLevel(self.settings.log_level.upper())
 
     def next_wakeup(self, now: datetime) -> datetime | None:
         times = [due for _, _, due in self._timers]
