@@ -154,9 +154,40 @@ def _workspace_id(text: str) -> str:
 
 def _https_url(text: str) -> str:
     value = text.strip().rstrip("/")
+    if not value:
+        return ""  # optional settings: empty means unset; required ones are checked in load_settings
     if not re.fullmatch(r"https://[^\s/]+(/\S*)?", value):
         raise ValueError(f"must be an https:// URL, got {text!r}")
     return value
+
+
+_AKS_ID = re.compile(
+    r"/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.ContainerService/managedClusters/[^/]+",
+    re.IGNORECASE,
+)
+
+
+def _aks_cluster_id(text: str) -> str:
+    value = text.strip().rstrip("/")
+    if value and not _AKS_ID.fullmatch(value):
+        raise ValueError("must be an AKS resource id, /subscriptions/<id>/resourceGroups/<rg>/providers/"
+                         f"Microsoft.ContainerService/managedClusters/<name>, got {text!r}")
+    return value
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _configmap_ref(text: str) -> tuple[str, str] | None:
+    """`namespace/name`, or None (write no status) for empty text."""
+    value = text.strip()
+    if not value:
+        return None
+    namespace, slash, name = value.partition("/")
+    if not slash or not _DNS_LABEL.fullmatch(namespace) or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise ValueError(f"must be namespace/name of a ConfigMap, e.g. kube-system/cluster-autoscaler-status, got {text!r}")
+    return namespace, name
 
 
 # Scale-up settings are parsed by the engine's own parsers (pure), so settings and planner
@@ -196,7 +227,29 @@ SPECS: tuple[Spec, ...] = (
     Spec("AZURE_SUBSCRIPTION_ID", "subscription_id", None, _text, "Subscription holding the scale sets."),
     Spec("NODE_RESOURCE_GROUPS", "node_resource_groups", None, _csv,
          "Comma-separated resource groups searched for tagged scale sets."),
-    Spec("KUBECONFIG_PATH", "kubeconfig_path", None, _text, "Path to the kubeconfig used to reach the cluster."),
+    Spec("KUBE_AUTH", "kube_auth", "kubeconfig", _choice("kubeconfig", "aks", "key-vault"),
+         "How the cluster is reached: `kubeconfig` (the file `KUBECONFIG_PATH`), `aks` (an Entra ID-enabled AKS "
+         "cluster, `AKS_CLUSTER_ID`, with the app's own identity) or `key-vault` (a kubeconfig kept in Key Vault, "
+         "`KUBECONFIG_SECRET_URI`)."),
+    Spec("KUBECONFIG_PATH", "kubeconfig_path", "", _text,
+         "Path to the kubeconfig used to reach the cluster; required with `KUBE_AUTH=kubeconfig`."),
+    Spec("AKS_CLUSTER_ID", "aks_cluster_id", "", _aks_cluster_id,
+         "Resource id of the AKS cluster (`/subscriptions/…/resourceGroups/…/providers/Microsoft.ContainerService/"
+         "managedClusters/…`); required with `KUBE_AUTH=aks`. Its API server address and CA are read with "
+         "`listClusterUserCredential`."),
+    Spec("AKS_SERVER_APP_ID", "aks_server_app_id", "6dae42f8-4368-4678-94ff-3960e28e3630", _text,
+         "Application id of the AKS Entra ID server application; tokens for the cluster are asked for "
+         "`<this>/.default`."),
+    Spec("KUBECONFIG_SECRET_URI", "kubeconfig_secret_uri", "", _https_url,
+         "Key Vault secret holding the kubeconfig (`https://<vault>.vault.azure.net/secrets/<name>`); required "
+         "with `KUBE_AUTH=key-vault`."),
+    Spec("SANDBOX_IDENTITY_ENDPOINT", "sandbox_identity_endpoint", "", _https_url,
+         "With `AZURE_CREDENTIAL=sandbox`: the sandbox's token endpoint, which issues expiring tokens as a managed "
+         "identity endpoint does. Never set in Azure."),
+    Spec("STATUS_CONFIGMAP", "status_configmap", "kube-system/cluster-autoscaler-status", _configmap_ref,
+         "`namespace/name` of the ConfigMap each poll writes cluster-autoscaler's status to (key `status`); empty "
+         "writes none. Not written with `DRY_RUN=true`, so a trial run beside cluster-autoscaler leaves its status "
+         "alone."),
     Spec("ARM_ENDPOINT", "arm_endpoint", "https://management.azure.com", _text,
          "Azure Resource Manager endpoint (the sandbox serves its own)."),
     Spec("ARM_CA_BUNDLE", "arm_ca_bundle", "", _text,
@@ -319,7 +372,13 @@ class Settings:
     cluster_name: str
     subscription_id: str
     node_resource_groups: tuple[str, ...]
+    kube_auth: str  # kubeconfig | aks | key-vault
     kubeconfig_path: str
+    aks_cluster_id: str
+    aks_server_app_id: str
+    kubeconfig_secret_uri: str
+    sandbox_identity_endpoint: str
+    status_configmap: tuple[str, str] | None  # (namespace, name); None writes no status
     arm_endpoint: str
     arm_ca_bundle: str
     azure_credential: str
@@ -394,6 +453,13 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             problems.append(f"{spec.name}: {exc}")
     if values.get("azure_credential") == "managed-identity" and not values.get("azure_client_id"):
         problems.append("AZURE_CLIENT_ID: required when AZURE_CREDENTIAL=managed-identity")
+    required_by_auth = {"kubeconfig": ("KUBECONFIG_PATH", "kubeconfig_path"),
+                        "aks": ("AKS_CLUSTER_ID", "aks_cluster_id"),
+                        "key-vault": ("KUBECONFIG_SECRET_URI", "kubeconfig_secret_uri")}
+    if values.get("kube_auth") in required_by_auth:
+        name, attr = required_by_auth[values["kube_auth"]]
+        if values.get(attr) == "":
+            problems.append(f"{name}: missing (required when KUBE_AUTH={values['kube_auth']})")
     # == "": a malformed workspace id is already reported above.
     if values.get("usage_source") == "log-analytics" and values.get("log_analytics_workspace_id") == "":
         problems.append("LOG_ANALYTICS_WORKSPACE_ID: required when USAGE_SOURCE=log-analytics")
