@@ -13,9 +13,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from shared.ports import Clock, NodeUsageSource, Ports
+from shared.ports import ActionQueue, Clock, NodeUsageSource, Ports, StateStore
 from shared.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -40,27 +40,48 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
     """Validate settings (raises SettingsError naming every problem) and connect the adapters."""
     settings = load_settings(env)
     logging.getLogger("shared").setLevel(settings.log_level.upper())
+    return AppContext(settings=settings, ports=connect(settings, env, clock=clock))
 
+
+def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None = None,
+            storage: bool = True) -> Ports:
+    """The adapters for these settings; with `storage=False` there is no state table or queue.
+
+    Without storage (the `plan` command run from a laptop), `state` is None in spirit: the
+    returned Ports carry placeholders that raise if used, and the caller supplies its own.
+    """
     from shared.adapters.compute import VmssCompute
     from shared.adapters.credentials import make_azure_credential
     from shared.adapters.kube_events import KubernetesEventSink
     from shared.adapters.kubernetes import KubernetesCluster
     from shared.services.events import EventRecorder
-    from shared.adapters.storage import StorageActionQueue, TableStateStore, resolve_storage_connection
 
     credential = make_azure_credential(settings)
-    storage = resolve_storage_connection(settings, env, credential=credential)
     cluster = KubernetesCluster.from_settings(settings)
-    ports = Ports(
+    if storage:
+        from shared.adapters.storage import StorageActionQueue, TableStateStore, resolve_storage_connection
+
+        connection = resolve_storage_connection(settings, env, credential=credential)
+        state: StateStore = TableStateStore(connection, table_name=settings.state_table)
+        queue: ActionQueue = StorageActionQueue(connection, queue_name=settings.queue_name)
+    else:
+        state, queue = _NoStorage(), _NoStorage()
+    return Ports(
         cluster=cluster,
         compute=VmssCompute.from_settings(settings, credential=credential),
-        state=TableStateStore(storage, table_name=settings.state_table),
-        queue=StorageActionQueue(storage, queue_name=settings.queue_name),
+        state=state,
+        queue=queue,
         clock=clock or SystemClock(),
         events=EventRecorder(KubernetesEventSink(cluster.api_client)),
         usage=_usage_source(settings, credential),
     )
-    return AppContext(settings=settings, ports=ports)
+
+
+class _NoStorage:
+    """Stands in for the state table and queue where none is connected; any use is a bug."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"no storage connected: {name} is not available here")
 
 
 def _usage_source(settings: Settings, credential: TokenCredential) -> NodeUsageSource | None:

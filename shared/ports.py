@@ -49,6 +49,11 @@ class Cluster(Protocol):
         """Every PodDisruptionBudget (policy/v1) of every namespace, as the Eviction API enforces it now."""
         ...
 
+    def write_config_map(self, namespace: str, name: str, *, data: Mapping[str, str],
+                         annotations: Mapping[str, str]) -> None:
+        """Set these data keys and annotations, creating the ConfigMap when it does not exist."""
+        ...
+
     def cordon(self, node_name: str, *, taint: Taint) -> None:
         """Mark unschedulable and add the taint; a no-op where both are already there."""
         ...

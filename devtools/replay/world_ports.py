@@ -102,6 +102,26 @@ class WorldCluster:
                 return None
             raise
 
+    def write_config_map(self, namespace: str, name: str, *, data: Mapping[str, str],
+                         annotations: Mapping[str, str]) -> None:
+        self._world.count_call("k8s", "PATCH configmaps", write=True)
+        try:
+            current = self._world.k8s_get("configmaps", namespace, name)
+        except KubeError as exc:
+            if exc.code != 404:
+                raise
+            self._world.k8s_create("configmaps", namespace, {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)},
+                "data": dict(data),
+            })
+            return
+        metadata = dict(current.get("metadata") or {})
+        metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
+        self._world.k8s_replace("configmaps", namespace, name, {
+            **current, "metadata": metadata, "data": {**(current.get("data") or {}), **data},
+        })
+
     def list_disruption_budgets(self) -> list[DisruptionBudget]:
         self._world.count_call("k8s", "LIST poddisruptionbudgets", write=False)
         return [disruption_budget_from_json(obj) for obj in self._world.k8s_list("poddisruptionbudgets")]

@@ -27,6 +27,7 @@ from kubernetes.client import (
     Configuration,
     CoreV1Api,
     PolicyV1Api,
+    V1ConfigMap,
     V1DeleteOptions,
     V1Eviction,
     V1ObjectMeta,
@@ -829,6 +830,33 @@ class KubernetesCluster:
                 return "not_found"
             raise
         return "evicted"
+
+    def write_config_map(self, namespace: str, name: str, *, data: Mapping[str, str],
+                         annotations: Mapping[str, str]) -> None:
+        """Merge-patch the ConfigMap's data and annotations, creating it when missing.
+
+        A merge patch leaves keys and annotations others put there alone. Two writers
+        racing to create it both end in a patch: the loser's 409 turns into one.
+        """
+        what = f"write configmap {namespace}/{name}"
+        patch = {"metadata": {"annotations": dict(annotations)}, "data": dict(data)}
+        for _attempt in range(2):
+            try:
+                self._discard(what, self._core.patch_namespaced_config_map, name, namespace, patch,
+                              _content_type=_MERGE_PATCH)
+                return
+            except KubernetesApiError as exc:
+                if exc.status != 404:
+                    raise
+            body = V1ConfigMap(metadata=V1ObjectMeta(name=name, namespace=namespace, annotations=dict(annotations)),
+                               data=dict(data))
+            try:
+                self._discard(what, self._core.create_namespaced_config_map, namespace, body)
+                return
+            except KubernetesApiError as exc:
+                if exc.status != 409:
+                    raise
+        raise KubernetesApiError(f"{what}: created and deleted under us twice", status=409)
 
     def delete_node(self, name: str) -> None:
         """Delete the Node object; already gone is fine."""

@@ -968,3 +968,26 @@ def test_an_unreadable_disruption_budget_is_a_cluster_error_naming_it() -> None:
     cluster._policy = _FakePolicy(pdb_json({}, _HEALTHY), bad)  # type: ignore[assignment]
     with pytest.raises(ClusterError, match=r"list poddisruptionbudgets: cannot read 'odd': spec\.selector operator Near"):
         cluster.list_disruption_budgets()
+
+
+def test_write_config_map_creates_then_merges(world: SandboxServer, cluster: KubernetesCluster) -> None:
+    assert cluster.get_config_map("kube-system", "cluster-autoscaler-status") is None
+    cluster.write_config_map("kube-system", "cluster-autoscaler-status", data={"status": "one"},
+                             annotations={"a": "1"})
+    assert cluster.get_config_map("kube-system", "cluster-autoscaler-status") == {"status": "one"}
+    # Someone else's key and annotation survive our next write.
+    stored = world.world.k8s_get("configmaps", "kube-system", "cluster-autoscaler-status")
+    world.world.k8s_replace("configmaps", "kube-system", "cluster-autoscaler-status", {
+        **stored, "metadata": {**stored["metadata"], "annotations": {"a": "1", "theirs": "x"}},
+        "data": {"status": "one", "other": "kept"}})
+    cluster.write_config_map("kube-system", "cluster-autoscaler-status", data={"status": "two"},
+                             annotations={"a": "2"})
+    assert cluster.get_config_map("kube-system", "cluster-autoscaler-status") == {"status": "two", "other": "kept"}
+    annotations = world.world.k8s_get("configmaps", "kube-system", "cluster-autoscaler-status")["metadata"]["annotations"]
+    assert annotations == {"a": "2", "theirs": "x"}
+    assert world.world.counters.k8s["CREATE configmaps"] == 1 and world.world.counters.k8s["PATCH configmaps"] == 2
+
+
+def test_write_config_map_in_a_missing_namespace_is_a_cluster_error(cluster: KubernetesCluster) -> None:
+    with pytest.raises(ClusterError, match="write configmap nowhere/status"):
+        cluster.write_config_map("nowhere", "status", data={"status": "x"}, annotations={})

@@ -1,0 +1,226 @@
+"""cluster-autoscaler's status document, built from one poll's view of the cluster.
+
+Pure module: no I/O, no clock (the poll passes `now`). `build_status` returns the
+document as plain dicts and lists in the layout cluster-autoscaler 1.30+ writes to
+`kube-system/cluster-autoscaler-status` (key `status`, YAML), so dashboards and
+scripts that read CA's status read ours unchanged. `render_status` turns it into
+that YAML text; `parse_previous` reads back the last one we wrote, because a
+condition's `lastTransitionTime` is only known by comparing with it.
+
+Counting follows CA's cluster state registry:
+- registered: nodes of the group that exist in the API; ready, unready (NotReady
+  for longer than the provision time), notStarted (NotReady and younger than it),
+  beingDeleted (carrying the ToBeDeleted taint);
+- unregistered: instances the scale set's target asks for that have no node yet;
+  longUnregistered: those still missing after `max_node_provision_time`;
+- Health is Unhealthy when more than 3 registered nodes, and more than 45% of
+  them, are unready (CA's --ok-total-unready-count and --max-total-unready-percentage
+  defaults).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import yaml
+
+from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup
+
+OK_TOTAL_UNREADY_COUNT = 3
+MAX_TOTAL_UNREADY_PERCENTAGE = 45.0
+_NEVER = "0001-01-01T00:00:00Z"
+
+
+@dataclass(frozen=True, slots=True)
+class StatusInputs:
+    """What a poll knows beyond the snapshot."""
+
+    group_states: Mapping[str, GroupState]  # by group id
+    unneeded: Mapping[str, datetime]  # node -> unneeded since
+    backoff: Mapping[str, str] = field(default_factory=dict)  # group id -> why (groups in backoff now)
+    scale_up_needed: frozenset[str] = frozenset()  # groups a scale-up was just decided for
+    unschedulable_pods: int = 0
+    max_node_provision_time: timedelta = timedelta(minutes=15)
+
+
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    total: int = 0
+    ready: int = 0
+    unready: int = 0
+    not_started: int = 0
+    being_deleted: int = 0
+    unregistered: int = 0
+    long_unregistered: int = 0
+
+    def plus(self, other: _Counts) -> _Counts:
+        return _Counts(*(a + b for a, b in zip(_astuple(self), _astuple(other), strict=True)))
+
+    def as_doc(self) -> dict[str, Any]:
+        return {
+            "registered": {
+                "total": self.total,
+                "ready": self.ready,
+                "notStarted": self.not_started,
+                "unready": {"total": self.unready, "resourceUnready": 0},
+                "beingDeleted": self.being_deleted,
+            },
+            "longUnregistered": self.long_unregistered,
+            "unregistered": self.unregistered,
+        }
+
+    @property
+    def healthy(self) -> bool:
+        # CA: unhealthy only when both limits are exceeded, so one sick node in a small cluster is not an alarm.
+        if self.unready <= OK_TOTAL_UNREADY_COUNT:
+            return True
+        return self.total == 0 or 100.0 * self.unready / self.total <= MAX_TOTAL_UNREADY_PERCENTAGE
+
+
+def _astuple(counts: _Counts) -> tuple[int, ...]:
+    return (counts.total, counts.ready, counts.unready, counts.not_started, counts.being_deleted,
+            counts.unregistered, counts.long_unregistered)
+
+
+def go_time(at: datetime) -> str:
+    """Go's time.Time.String() in UTC, the form of CA's top-level `time` field."""
+    at = at.astimezone(timezone.utc)
+    return at.strftime("%Y-%m-%d %H:%M:%S.") + f"{at.microsecond:06d}000 +0000 UTC"
+
+
+def rfc3339(at: datetime | None) -> str:
+    if at is None:
+        return _NEVER
+    return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def group_counts(group: NodeGroup, nodes: list[Node], state: GroupState, *, now: datetime,
+                 max_node_provision_time: timedelta) -> _Counts:
+    ready = sum(1 for n in nodes if n.ready)
+    young = sum(1 for n in nodes if not n.ready and now - n.created_at < max_node_provision_time)
+    unready = len(nodes) - ready - young
+    # Deallocated instances stay in the scale set's capacity but are not meant to have nodes.
+    expected = max(0, group.target_size - len(state.stopped))
+    unregistered = max(0, expected - len(nodes))
+    overdue = state.last_scale_up is None or now - state.last_scale_up > max_node_provision_time
+    return _Counts(
+        total=len(nodes), ready=ready, unready=unready, not_started=young,
+        being_deleted=sum(1 for n in nodes if n.is_being_deleted),
+        unregistered=unregistered, long_unregistered=unregistered if overdue else 0,
+    )
+
+
+def _condition(status: str, previous: Mapping[str, Any] | None, *, now: datetime, **extra: Any) -> dict[str, Any]:
+    """A condition whose lastTransitionTime moves only when its status changes."""
+    since = rfc3339(now)
+    if previous and previous.get("status") == status and previous.get("lastTransitionTime"):
+        since = str(previous["lastTransitionTime"])
+    return {"status": status, **extra, "lastProbeTime": rfc3339(now), "lastTransitionTime": since}
+
+
+def _scale_up_status(group_id: str, counts: _Counts, inputs: StatusInputs) -> str:
+    if group_id in inputs.backoff:
+        return "Backoff"
+    if counts.unregistered > 0 or counts.not_started > 0:
+        return "InProgress"
+    if group_id in inputs.scale_up_needed:
+        return "Needed"
+    return "NoActivity"
+
+
+def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: datetime,
+                 previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The status document for this poll; `previous` (parse_previous) keeps transition times."""
+    previous = previous or {}
+    prev_wide = previous.get("clusterWide") or {}
+    prev_groups = {g.get("name"): g for g in previous.get("nodeGroups") or [] if isinstance(g, dict)}
+    by_group: dict[str, list[Node]] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is not None:
+            by_group.setdefault(ref.group_id, []).append(node)
+    unneeded_by_group: dict[str, int] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is not None and node.name in inputs.unneeded:
+            unneeded_by_group[ref.group_id] = unneeded_by_group.get(ref.group_id, 0) + 1
+
+    total = _Counts()
+    groups: list[dict[str, Any]] = []
+    scale_ups: list[str] = []
+    for group in sorted(snapshot.groups, key=lambda g: g.name):
+        state = inputs.group_states.get(group.id) or GroupState(group.id)
+        counts = group_counts(group, by_group.get(group.id, []), state, now=now,
+                              max_node_provision_time=inputs.max_node_provision_time)
+        total = total.plus(counts)
+        before = prev_groups.get(group.name) or {}
+        up = _scale_up_status(group.id, counts, inputs)
+        scale_ups.append(up)
+        up_extra: dict[str, Any] = {}
+        if up == "Backoff":
+            up_extra["backoffInfo"] = {"errorCode": state.backoff_reason or "ScaleUpFailed",
+                                       "errorMessage": inputs.backoff[group.id]}
+        candidates = unneeded_by_group.get(group.id, 0)
+        groups.append({
+            "name": group.name,
+            "health": _condition(
+                "Healthy" if counts.healthy else "Unhealthy", before.get("health"), now=now,
+                nodeCounts=counts.as_doc(), cloudProviderTarget=group.target_size,
+                minSize=group.min_size, maxSize=group.max_size,
+            ),
+            "scaleUp": _condition(up, before.get("scaleUp"), now=now, **up_extra),
+            "scaleDown": _condition("CandidatesPresent" if candidates else "NoCandidates", before.get("scaleDown"),
+                                    now=now, candidates=candidates),
+        })
+
+    if "InProgress" in scale_ups:
+        wide_up = "InProgress"
+    elif inputs.scale_up_needed or ("Needed" in scale_ups):
+        wide_up = "Needed"
+    elif inputs.unschedulable_pods and "Backoff" in scale_ups:
+        wide_up = "Backoff"
+    else:
+        wide_up = "NoActivity"
+    candidates = sum(unneeded_by_group.values())
+    return {
+        "time": go_time(now),
+        "autoscalerStatus": "Running",
+        "clusterWide": {
+            "health": _condition("Healthy" if total.healthy else "Unhealthy", prev_wide.get("health"), now=now,
+                                 nodeCounts=total.as_doc()),
+            "scaleUp": _condition(wide_up, prev_wide.get("scaleUp"), now=now),
+            "scaleDown": _condition("CandidatesPresent" if candidates else "NoCandidates", prev_wide.get("scaleDown"),
+                                    now=now, candidates=candidates),
+        },
+        "nodeGroups": groups,
+    }
+
+
+def render_status(doc: Mapping[str, Any]) -> str:
+    """YAML in CA's key order (its Go structs' field order), block style like CA's output."""
+    return yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False, width=1_000_000)
+
+
+def parse_previous(text: str | None) -> dict[str, Any] | None:
+    """The document last written, or None when absent or not ours to read (e.g. CA's legacy text format)."""
+    if not text:
+        return None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def last_activity(states: Mapping[str, GroupState]) -> dict[str, datetime]:
+    """Latest scale-up, scale-down and failure across groups, for the ConfigMap's annotations."""
+    found: dict[str, datetime] = {}
+    for state in states.values():
+        for key, at in (("scale-up", state.last_scale_up), ("scale-down", state.last_scale_down),
+                        ("failure", state.last_failure)):
+            if at is not None and (key not in found or at > found[key]):
+                found[key] = at
+    return found

@@ -1,0 +1,190 @@
+"""What the autoscaler would do now, without doing any of it: the `plan` command's service.
+
+Both polls run as they do in Azure, on ports that keep every change to themselves:
+state writes land in an overlay over the real store (or over nothing), actions are
+collected instead of enqueued, events are dropped, and DRY_RUN is forced so the polls
+neither taint nodes nor write the status ConfigMap. What is read is real: the cluster,
+the scale sets, measured usage and, when there is one, the state table (which is
+what makes "unneeded for 10 minutes" answerable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.actions import ScaleAction
+from shared.domain import GroupState
+from shared.ports import ClusterEvent, LedgerEntry, Ports, StateStore
+from shared.services.pending import PendingPollResult, run_pending_poll
+from shared.services.utilization import UtilizationPollResult, run_utilization_poll
+from shared.settings import Settings
+
+
+class OverlayState:
+    """A StateStore whose writes stay in memory, over a real store's reads (or an empty one).
+
+    Compare-and-swap still holds within the overlay, so the services' retry loops behave.
+    """
+
+    def __init__(self, base: StateStore | None = None) -> None:
+        self._base = base
+        self._groups: dict[str, GroupState] = {}
+        self._unneeded: dict[str, datetime | None] | None = None  # None: not read yet; a None value: cleared
+        self._ledger: dict[str, LedgerEntry] = {}
+        self._serial = 0
+
+    def _etag(self) -> str:
+        self._serial += 1
+        return f"overlay-{self._serial}"
+
+    def get_group(self, group_id: str) -> GroupState:
+        if group_id in self._groups:
+            return self._groups[group_id]
+        return self._base.get_group(group_id) if self._base else GroupState(group_id)
+
+    def update_group(self, state: GroupState) -> bool:
+        if self.get_group(state.group_id).etag != state.etag:
+            return False
+        self._groups[state.group_id] = replace(state, etag=self._etag())
+        return True
+
+    def _unneeded_map(self) -> dict[str, datetime | None]:
+        if self._unneeded is None:
+            self._unneeded = dict(self._base.list_unneeded()) if self._base else {}
+        return self._unneeded
+
+    def list_unneeded(self) -> dict[str, datetime]:
+        return {node: since for node, since in self._unneeded_map().items() if since is not None}
+
+    def set_unneeded(self, node_name: str, since: datetime) -> None:
+        self._unneeded_map()[node_name] = since
+
+    def clear_unneeded(self, node_name: str) -> None:
+        self._unneeded_map()[node_name] = None
+
+    def get_ledger_entry(self, action_id: str) -> LedgerEntry | None:
+        if action_id in self._ledger:
+            return self._ledger[action_id]
+        return self._base.get_ledger_entry(action_id) if self._base else None
+
+    def create_ledger_entry(self, entry: LedgerEntry) -> bool:
+        if self.get_ledger_entry(entry.action_id) is not None:
+            return False
+        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
+        return True
+
+    def update_ledger_entry(self, entry: LedgerEntry) -> bool:
+        current = self.get_ledger_entry(entry.action_id)
+        if current is None or current.etag != entry.etag:
+            return False
+        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
+        return True
+
+    def list_ledger(self) -> list[LedgerEntry]:
+        base = {e.action_id: e for e in (self._base.list_ledger() if self._base else [])}
+        return list({**base, **self._ledger}.values())
+
+
+class CollectingQueue:
+    def __init__(self) -> None:
+        self.actions: list[ScaleAction] = []
+
+    def send(self, action: ScaleAction, *, delay: timedelta = timedelta(0)) -> None:
+        self.actions.append(action)
+
+    def send_poison(self, text: str) -> None:  # the polls never poison; present for the protocol
+        raise AssertionError("a poll tried to poison a message")
+
+
+class DroppedEvents:
+    def emit(self, event: ClusterEvent) -> None:
+        """Events describe decisions acted on; a plan acts on none."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanReport:
+    at: datetime
+    with_state: bool
+    pending: PendingPollResult
+    utilization: UtilizationPollResult
+    actions: tuple[ScaleAction, ...]
+    previous_unneeded: Mapping[str, datetime]
+    unneeded_time: timedelta
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data: what `plan --json` prints."""
+        up, down = self.pending.plan, self.utilization.plan
+        return {
+            "at": self.at.isoformat(),
+            "state": "read from the state table" if self.with_state else "none (unneeded times start now)",
+            "pending_pods": self.pending.pending,
+            "scale_up": [{"group": i.group_id, "from": i.current_target, "to": i.new_target, "pods": list(i.pods)}
+                         for i in up.increases],
+            "absorbed_pods": list(up.absorbed),
+            "unplaceable_pods": dict(up.unplaceable),
+            "ignored_pods": dict(up.ignored),
+            "reclaimed_nodes": {node: list(pods) for node, pods in up.reclaimed.items()},
+            "scale_down": [{"node": r.node, "group": r.group_id, "kind": r.kind, "utilization": round(r.utilization, 3),
+                            "unneeded_since": r.unneeded_since.isoformat(), "evict": list(r.move),
+                            "wait_for": list(r.wait)} for r in down.removals],
+            "unneeded": {node: {"since": since.isoformat(), "removable_from": (since + self.unneeded_time).isoformat()}
+                         for node, since in sorted(down.unneeded.items())},
+            "kept": {node: {"code": reason.code, "why": str(reason)} for node, reason in sorted(down.kept.items())},
+            "actions": [{"id": a.id, "kind": a.kind, "group": a.group, "target_size": a.target_size,
+                         "nodes": [t.node for t in a.targets], "reason": a.reason} for a in self.actions],
+        }
+
+
+def plan_now(ports: Ports, settings: Settings, *, now: datetime, state: StateStore | None) -> PlanReport:
+    """Run both polls on `ports` with `state` (read, never written; None: no state) and report.
+
+    `ports.state`, `ports.queue` and `ports.events` are replaced by the overlay, a collecting
+    queue and a sink that drops events, so nothing the polls decide leaves this call.
+    """
+    overlay = OverlayState(state)
+    queue = CollectingQueue()
+    quiet = replace(ports, state=overlay, queue=queue, events=DroppedEvents())
+    dry = replace(settings, dry_run=True)
+    previous = overlay.list_unneeded()
+    pending = run_pending_poll(quiet, dry, now=now)
+    utilization = run_utilization_poll(quiet, dry, now=now)
+    return PlanReport(at=now, with_state=state is not None, pending=pending, utilization=utilization,
+                      actions=tuple(queue.actions), previous_unneeded=previous,
+                      unneeded_time=settings.scale_down_unneeded_time)
+
+
+def render_text(report: PlanReport) -> str:
+    """The report for a terminal: decisions first, then what waits and why."""
+    data = report.as_dict()
+    lines = [f"plan at {data['at']} (state: {data['state']}); nothing below has been done", ""]
+    lines.append(f"pending pods: {data['pending_pods']}")
+    if data["scale_up"]:
+        lines.append("scale up:")
+        lines += [f"  {u['group']}: {u['from']} -> {u['to']} for {len(u['pods'])} pending pod(s)" for u in data["scale_up"]]
+    else:
+        lines.append("scale up: none")
+    for node, pods in data["reclaimed_nodes"].items():
+        lines.append(f"  take back draining node {node} for {len(pods)} pod(s)")
+    for pod, why in data["unplaceable_pods"].items():
+        lines.append(f"  no group can take {pod}: {why}")
+    if data["scale_down"]:
+        lines.append("scale down:")
+        lines += [f"  remove {r['node']} ({r['group']}, {r['kind']}, utilization {r['utilization']:.2f})"
+                  + (f", evicting {len(r['evict'])} pod(s)" if r["evict"] else "")
+                  + (f", after {len(r['wait_for'])} batch pod(s) finish" if r["wait_for"] else "")
+                  for r in data["scale_down"]]
+    else:
+        lines.append("scale down: none now")
+    removing = {r["node"] for r in data["scale_down"]}
+    waiting = {n: u for n, u in data["unneeded"].items() if n not in removing}
+    if waiting:
+        lines.append("unneeded, removable later if still unneeded:")
+        lines += [f"  {node}: unneeded since {u['since']}, removable from {u['removable_from']}"
+                  for node, u in waiting.items()]
+    if data["kept"]:
+        lines.append("kept:")
+        lines += [f"  {node}: {k['why']}" for node, k in data["kept"].items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,64 @@
+"""Write cluster-autoscaler's status ConfigMap from a poll's view (STATUS_CONFIGMAP).
+
+Both polls call `publish_status` with what they know; each writes the whole
+document, so whichever ran last is current. Writing is best effort: a status
+that cannot be written is logged and the poll goes on, since a scale decision
+must never wait on a dashboard. With DRY_RUN nothing is written, so a trial run
+beside cluster-autoscaler leaves CA's own status alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+
+from shared.domain import ClusterSnapshot, GroupState
+from shared.engine.status import (
+    StatusInputs,
+    build_status,
+    go_time,
+    last_activity,
+    parse_previous,
+    render_status,
+    rfc3339,
+)
+from shared.ports import ClusterError, Ports
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+STATUS_KEY = "status"  # CA's key in the ConfigMap
+LAST_UPDATED = "cluster-autoscaler.kubernetes.io/last-updated"  # CA's annotation
+# Ours: when the last scale-up, scale-down and failed scale-up happened, across groups.
+LAST_ACTIVITY_PREFIX = "vmss-autoscaler.io/last-"
+
+
+def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, inputs: StatusInputs, *,
+                   now: datetime) -> str | None:
+    """Write the status; returns the YAML written, or None when nothing was (disabled, dry run, failed)."""
+    if settings.status_configmap is None or settings.dry_run:
+        return None
+    namespace, name = settings.status_configmap
+    try:
+        current = ports.cluster.get_config_map(namespace, name)
+        previous = parse_previous((current or {}).get(STATUS_KEY))
+        text = render_status(build_status(snapshot, inputs, now=now, previous=previous))
+        annotations = {LAST_UPDATED: go_time(now)}
+        annotations.update({f"{LAST_ACTIVITY_PREFIX}{kind}": rfc3339(at)
+                            for kind, at in last_activity(inputs.group_states).items()})
+        ports.cluster.write_config_map(namespace, name, data={STATUS_KEY: text}, annotations=annotations)
+    except ClusterError as exc:
+        log.warning("status ConfigMap %s/%s not written: %s", namespace, name, exc)
+        return None
+    return text
+
+
+def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState], unneeded: Mapping[str, datetime],
+                  backoff: Mapping[str, str] | None = None, scale_up_needed: frozenset[str] = frozenset(),
+                  unschedulable_pods: int = 0) -> StatusInputs:
+    return StatusInputs(
+        group_states=group_states, unneeded=unneeded, backoff=dict(backoff or {}),
+        scale_up_needed=scale_up_needed, unschedulable_pods=unschedulable_pods,
+        max_node_provision_time=settings.max_node_provision_time,
+    )

@@ -1,0 +1,143 @@
+"""cluster-autoscaler's status document: counts, conditions, transitions and CA's YAML layout."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.domain import ClusterSnapshot, GroupState, Taint, TO_BE_DELETED_TAINT
+from shared.engine.status import StatusInputs, build_status, go_time, last_activity, parse_previous, render_status
+from tests.builders import T0, group, node
+
+A, B = group("pool-a", target=4, min_size=1, max_size=10), group("pool-b", target=1, max_size=3)
+
+
+def _snapshot(*nodes: Any, groups: tuple = (A, B)) -> ClusterSnapshot:
+    return ClusterSnapshot(taken_at=T0, nodes=tuple(nodes), pods=(), groups=groups)
+
+
+def _inputs(**overrides: Any) -> StatusInputs:
+    base = StatusInputs(group_states={A.id: GroupState(A.id), B.id: GroupState(B.id)}, unneeded={})
+    return replace(base, **overrides)
+
+
+def _young(name: str, **kw: Any) -> Any:
+    return replace(node(name, ready=False, **kw), created_at=T0 - timedelta(minutes=2))
+
+
+def _old_unready(name: str, **kw: Any) -> Any:
+    return replace(node(name, ready=False, **kw), created_at=T0 - timedelta(hours=2))
+
+
+def _group(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(g for g in doc["nodeGroups"] if g["name"] == name)
+
+
+def test_counts_per_group_and_cluster_wide() -> None:
+    snapshot = _snapshot(
+        node("a0", group_name="pool-a", instance=0),
+        node("a1", group_name="pool-a", instance=1, taints=(Taint(TO_BE_DELETED_TAINT, "1", "NoSchedule"),)),
+        _young("a2", group_name="pool-a", instance=2),
+        _old_unready("b0", group_name="pool-b", instance=0),
+    )
+    doc = build_status(snapshot, _inputs(), now=T0)
+    a = _group(doc, "pool-a")["health"]
+    assert a["nodeCounts"] == {
+        "registered": {"total": 3, "ready": 2, "notStarted": 1, "unready": {"total": 0, "resourceUnready": 0},
+                       "beingDeleted": 1},
+        "longUnregistered": 1,  # the fourth instance: no scale-up recorded, so it is overdue
+        "unregistered": 1,
+    }
+    assert (a["cloudProviderTarget"], a["minSize"], a["maxSize"]) == (4, 1, 10)
+    b = _group(doc, "pool-b")["health"]["nodeCounts"]["registered"]
+    assert (b["total"], b["ready"], b["unready"]["total"]) == (1, 0, 1)
+    wide = doc["clusterWide"]["health"]["nodeCounts"]
+    assert wide["registered"]["total"] == 4 and wide["registered"]["ready"] == 2 and wide["unregistered"] == 1
+
+
+def test_recent_scale_up_is_unregistered_but_not_long_unregistered() -> None:
+    states = {A.id: GroupState(A.id, last_scale_up=T0 - timedelta(minutes=3)), B.id: GroupState(B.id)}
+    doc = build_status(_snapshot(node("a0", group_name="pool-a")), _inputs(group_states=states), now=T0)
+    counts = _group(doc, "pool-a")["health"]["nodeCounts"]
+    assert (counts["unregistered"], counts["longUnregistered"]) == (3, 0)
+    assert _group(doc, "pool-a")["scaleUp"]["status"] == "InProgress"
+    assert doc["clusterWide"]["scaleUp"]["status"] == "InProgress"
+
+
+@pytest.mark.parametrize(
+    "inputs,expected_a,expected_wide",
+    [
+        ({}, "NoActivity", "NoActivity"),
+        ({"scale_up_needed": frozenset({A.id})}, "Needed", "Needed"),
+        ({"backoff": {A.id: "in backoff after QuotaExceeded"}, "unschedulable_pods": 2}, "Backoff", "Backoff"),
+    ],
+)
+def test_scale_up_condition(inputs: dict[str, Any], expected_a: str, expected_wide: str) -> None:
+    full = _snapshot(*(node(f"a{i}", group_name="pool-a", instance=i) for i in range(4)),
+                     node("b0", group_name="pool-b"))
+    states = {A.id: GroupState(A.id, backoff_reason="QuotaExceeded"), B.id: GroupState(B.id)}
+    doc = build_status(full, _inputs(group_states=states, **inputs), now=T0)
+    assert _group(doc, "pool-a")["scaleUp"]["status"] == expected_a
+    assert doc["clusterWide"]["scaleUp"]["status"] == expected_wide
+    if expected_a == "Backoff":
+        assert _group(doc, "pool-a")["scaleUp"]["backoffInfo"] == {
+            "errorCode": "QuotaExceeded", "errorMessage": "in backoff after QuotaExceeded"}
+
+
+def test_scale_down_candidates_are_the_unneeded_nodes() -> None:
+    snapshot = _snapshot(node("a0", group_name="pool-a"), node("a1", group_name="pool-a", instance=1),
+                         node("b0", group_name="pool-b"))
+    doc = build_status(snapshot, _inputs(unneeded={"a0": T0, "a1": T0, "ghost": T0}), now=T0)
+    assert _group(doc, "pool-a")["scaleDown"] | {"lastProbeTime": None, "lastTransitionTime": None} == {
+        "status": "CandidatesPresent", "candidates": 2, "lastProbeTime": None, "lastTransitionTime": None}
+    assert _group(doc, "pool-b")["scaleDown"]["status"] == "NoCandidates"
+    assert doc["clusterWide"]["scaleDown"]["candidates"] == 2
+
+
+def test_unhealthy_only_past_both_of_cas_limits() -> None:
+    four_sick = [_old_unready(f"a{i}", group_name="pool-a", instance=i) for i in range(4)]
+    assert build_status(_snapshot(*four_sick), _inputs(), now=T0)["clusterWide"]["health"]["status"] == "Unhealthy"
+    three_sick = four_sick[:3]
+    assert build_status(_snapshot(*three_sick), _inputs(), now=T0)["clusterWide"]["health"]["status"] == "Healthy"
+    healthy = [node(f"b{i}", group_name="pool-b", instance=i) for i in range(6)]
+    # 4 of 10 unready is 40%, under CA's 45%.
+    assert build_status(_snapshot(*four_sick, *healthy), _inputs(), now=T0)["clusterWide"]["health"]["status"] == "Healthy"
+
+
+def test_transition_time_moves_only_when_a_status_changes() -> None:
+    snapshot = _snapshot(node("a0", group_name="pool-a"), node("b0", group_name="pool-b"))
+    first = build_status(snapshot, _inputs(unneeded={"a0": T0}), now=T0)
+    later = T0 + timedelta(minutes=1)
+    same = build_status(snapshot, _inputs(unneeded={"a0": T0}), now=later,
+                        previous=parse_previous(render_status(first)))
+    down = _group(same, "pool-a")["scaleDown"]
+    assert down["lastTransitionTime"] == "2026-11-21T12:00:00Z" and down["lastProbeTime"] == "2026-11-21T12:01:00Z"
+    changed = build_status(snapshot, _inputs(), now=later, previous=parse_previous(render_status(first)))
+    assert _group(changed, "pool-a")["scaleDown"]["lastTransitionTime"] == "2026-11-21T12:01:00Z"
+
+
+def test_rendered_in_cluster_autoscalers_layout() -> None:
+    text = render_status(build_status(_snapshot(node("a0", group_name="pool-a")), _inputs(), now=T0))
+    assert text.startswith('time: 2026-11-21 12:00:00.000000000 +0000 UTC\nautoscalerStatus: Running\nclusterWide:\n')
+    doc = yaml.safe_load(text)
+    assert list(doc) == ["time", "autoscalerStatus", "clusterWide", "nodeGroups"]
+    assert list(doc["clusterWide"]) == ["health", "scaleUp", "scaleDown"]
+    assert list(doc["nodeGroups"][0]) == ["name", "health", "scaleUp", "scaleDown"]
+    assert list(doc["nodeGroups"][0]["health"])[:2] == ["status", "nodeCounts"]
+
+
+@pytest.mark.parametrize("text", [None, "", "Cluster-autoscaler status at 2020-11-25 ...:\nCluster-wide:\n\tHealth: x",
+                                  "[unclosed", "- a list"])
+def test_unreadable_previous_status_is_ignored(text: str | None) -> None:
+    assert parse_previous(text) is None
+
+
+def test_go_time_and_last_activity() -> None:
+    assert go_time(T0 + timedelta(microseconds=5)) == "2026-11-21 12:00:00.000005000 +0000 UTC"
+    states = {"x": GroupState("x", last_scale_up=T0), "y": GroupState("y", last_scale_up=T0 + timedelta(1),
+                                                                     last_failure=T0)}
+    assert last_activity(states) == {"scale-up": T0 + timedelta(1), "failure": T0}

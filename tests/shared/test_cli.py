@@ -1,0 +1,104 @@
+"""`python -m shared.cli plan` against the sandbox: it says what would happen and changes nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from sandbox.clock import ManualClock
+from sandbox.server import SandboxServer
+from shared.adapters.table_state import TableStateStore
+from shared.cli import main
+from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
+from tests.shared.adapters import sandbox_world
+
+_D4 = {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}
+SCENARIO: dict[str, Any] = sandbox_world.scenario(
+    name="plan",
+    node_groups=[
+        {"resource_group": "rg-it", "name": "pool-a", "vm_size": "Standard_D4s_v5", "allocatable": _D4,
+         "min": 0, "max": 5, "initial": 2},
+        {"resource_group": "rg-it", "name": "pool-idle", "vm_size": "Standard_D4s_v5", "allocatable": _D4,
+         "min": 0, "max": 3, "initial": 1,
+         # Only wide pods may use pool-a's room: the idle pool stays empty.
+         "taints": [{"key": "dedicated", "value": "idle", "effect": "NoSchedule"}]},
+    ],
+    daemonsets=[],
+    # Two fit on pool-a's two nodes, two are pending: a scale-up of pool-a by two.
+    workloads=[{"name": "wide", "kind": "ReplicaSet", "count": 4, "requests": {"cpu": "3", "memory": "1Gi"}}],
+    pdbs=[],
+)
+FLAG_SETTINGS = ("KUBECONFIG_PATH", "AZURE_SUBSCRIPTION_ID", "NODE_RESOURCE_GROUPS", "CLUSTER_NAME")
+
+
+@pytest.fixture
+def server(sandbox_factory: SandboxFactory) -> SandboxServer:
+    return sandbox_factory(SCENARIO, clock=ManualClock(SANDBOX_START))
+
+
+def _argv(server: SandboxServer, *extra: str) -> list[str]:
+    env = server.env()
+    return ["plan", "--kubeconfig", env["KUBECONFIG_PATH"], "--subscription", env["AZURE_SUBSCRIPTION_ID"],
+            "--resource-group", "rg-it", "--cluster-name", env["CLUSTER_NAME"], *extra]
+
+
+def _environ(server: SandboxServer, **more: str) -> dict[str, str]:
+    """The sandbox's endpoints and credential, as an operator's shell would export them."""
+    return {k: v for k, v in server.env().items() if k not in FLAG_SETTINGS} | more
+
+
+def _untouched(server: SandboxServer) -> None:
+    counters = server.world.counters
+    assert not any(op.startswith(("PATCH", "PUT", "POST", "DELETE")) for op in counters.arm), counters.arm
+    assert not any(op.split()[0] in ("CREATE", "UPDATE", "PATCH", "DELETE", "POST") for op in counters.k8s), counters.k8s
+
+
+def test_plan_prints_the_scale_up_and_the_idle_node_and_changes_nothing(
+        server: SandboxServer, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_argv(server), environ=_environ(server), now=SANDBOX_START) == 0
+    out = capsys.readouterr().out
+    assert "nothing below has been done" in out
+    assert "pending pods: 2" in out
+    assert "rg-it/pool-a: 2 -> 4 for 2 pending pod(s)" in out
+    assert "scale down: none now" in out
+    assert "pool-idle000000: unneeded since 2030-01-07T09:00:00+00:00, removable from 2030-01-07T09:10:00+00:00" in out
+    _untouched(server)
+
+
+def test_plan_json_with_state_removes_a_node_unneeded_long_enough(
+        server: SandboxServer, azurite: str, table_name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from shared.adapters.storage_connection import StorageConnection
+
+    with TableStateStore(StorageConnection.from_string(azurite, name="azurite"), table_name) as store:
+        store.set_unneeded("pool-idle000000", SANDBOX_START - timedelta(minutes=20))
+        environ = _environ(server, AzureWebJobsStorage=azurite, STATE_TABLE=table_name)
+        assert main(_argv(server, "--with-state", "--json"), environ=environ, now=SANDBOX_START) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["scale_up"] == [{"group": "rg-it/pool-a", "from": 2, "to": 4, "pods": report["scale_up"][0]["pods"]}]
+        assert len(report["scale_up"][0]["pods"]) == 2
+        assert [(r["node"], r["kind"]) for r in report["scale_down"]] == [("pool-idle000000", "empty")]
+        assert {a["kind"] for a in report["actions"]} == {"scale_up", "scale_down"}
+        # Read, never written: the row is as we left it, and no ledger or group rows appeared.
+        assert store.list_unneeded() == {"pool-idle000000": SANDBOX_START - timedelta(minutes=20)}
+        assert store.list_ledger() == []
+    _untouched(server)
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["plan", "--setting", "oops"], "--setting takes NAME=VALUE, got 'oops'"),
+    ],
+)
+def test_bad_flags_are_named(argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit, match=message):
+        main(argv, environ={})
+
+
+def test_missing_settings_are_named_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--kubeconfig", "/nowhere"], environ={}) == 2
+    err = capsys.readouterr().err
+    assert "CLUSTER_NAME: missing" in err and "AZURE_SUBSCRIPTION_ID: missing" in err
