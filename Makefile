@@ -4,7 +4,7 @@ PY := .venv/bin/python
 SCENARIO ?= burst
 SPEED ?= 30
 
-.PHONY: bootstrap demo test bench azurite sandbox run clean
+.PHONY: bootstrap demo test bench checkov azurite sandbox run clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -18,6 +18,10 @@ test: bootstrap
 # Figures, not assertions: trace replays of every policy, the engine at scale, cold start (docs/benchmarks.md).
 bench: bootstrap
 	$(PY) -m devtools.replay suite
+
+# Static security checks of infra/ (checkov in its own .venv-checkov: its pins clash with ours).
+checkov:
+	@scripts/checkov.sh
 
 # Building blocks for running the app by hand (docs/local-development.md).
 azurite: bootstrap
