@@ -123,7 +123,8 @@ PROTECTION_CODES = frozenset({
 class _KeptLog(logging.Handler):
     """Why the utilisation polls keep nodes, from their `node ... kept (<code>): ...` records.
 
-    Their `custom_dimensions` carry the node and the reason code. Every code is counted per
+    Their flat `node` and `kept_reason` attributes (custom dimensions in Application Insights) name
+    the node and the reason code. Every code is counted per
     distinct node; the verdicts of the latest finished poll (`_track_utilization_polls` marks
     where each begins and ends; a poll skipped because ARM throttled discovery does not count)
     say which nodes are kept now. An in-process runner only: a child process's records never come here.
@@ -145,12 +146,10 @@ class _KeptLog(logging.Handler):
             with self._guard:
                 self._skipped = self._skipped or record.thread == self._poll_thread
             return
-        dimensions = getattr(record, "custom_dimensions", None)
-        if record.name != "shared.services.utilization" or not isinstance(dimensions, dict):
+        node, code = getattr(record, "node", None), getattr(record, "kept_reason", None)
+        if record.name != "shared.services.utilization" or node is None or code is None:
             return
-        if "kept_reason" not in dimensions or "node" not in dimensions:
-            return
-        node, code = str(dimensions["node"]), str(dimensions["kept_reason"])
+        node, code = str(node), str(code)
         text = record.getMessage()
         prefix = f"node {node} kept ({code}): "
         message = text[len(prefix):] if text.startswith(prefix) else text

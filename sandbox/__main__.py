@@ -1,7 +1,9 @@
 """Command line: `python -m sandbox serve --scenario burst --speed 20 --seed 0 --port 0 --workdir out/sandbox`.
 
-`serve` prints one JSON line (url, ca_path, kubeconfig_path, env) on stdout once
-the server listens, then serves until SIGTERM or SIGINT and exits 0.
+`serve` prints one JSON line (url, ca_path, kubeconfig_path, env, and for the other ways
+to reach the cluster identity_endpoint, identity_header, aks_cluster_id and
+kubeconfig_secret_uri) on stdout once the server listens, then serves until SIGTERM or
+SIGINT and exits 0.
 `validate` checks scenario files and prints what is wrong.
 """
 
@@ -16,6 +18,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from sandbox.identity import DEFAULT_TOKEN_LIFETIME, IDENTITY_HEADER
 from sandbox.scenario import ScenarioError, load_scenario
 from sandbox.server import SandboxServer
 
@@ -33,13 +36,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    server = SandboxServer(scenario, speed=args.speed, seed=args.seed, workdir=Path(args.workdir), port=args.port)
+    server = SandboxServer(scenario, speed=args.speed, seed=args.seed, workdir=Path(args.workdir), port=args.port,
+                           token_lifetime=args.token_lifetime)
     with server:
         line = {
             "url": server.url,
             "ca_path": str(server.ca_path),
             "kubeconfig_path": str(server.kubeconfig_path),
             "env": server.env(),
+            "identity_endpoint": server.identity_endpoint,
+            "identity_header": IDENTITY_HEADER,
+            "aks_cluster_id": server.aks_cluster_id,
+            "kubeconfig_secret_uri": server.kubeconfig_secret_uri,
         }
         print(json.dumps(line), flush=True)
         while not stop.wait(0.5):
@@ -70,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--seed", type=int, default=0)
     serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
     serve.add_argument("--workdir", default="out/sandbox", help="where ca.pem and kubeconfig are written")
+    serve.add_argument("--token-lifetime", type=float, default=DEFAULT_TOKEN_LIFETIME,
+                       help="wall seconds each token from the identity endpoint lives (default 3600)")
     serve.add_argument("--log-level", default="WARNING")
     validate = commands.add_parser("validate", help="check scenario files")
     validate.add_argument("scenarios", nargs="+")
@@ -78,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
         if args.speed <= 0:
             parser.error("--speed must be positive")
+        if args.token_lifetime <= 0:
+            parser.error("--token-lifetime must be positive")
         return _serve(args)
     return _validate(args)
 

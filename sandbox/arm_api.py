@@ -21,6 +21,16 @@ Shaped after what azure-mgmt-compute 39 sends and accepts:
 - azure-mgmt-monitor's `metrics.list(<scale set id>, metricnames="Percentage CPU", ...)`
   gets the Azure Monitor metrics response shape, split per instance by `VMName`,
   with values from `World.node_cpu` (see `_metrics`).
+- azure-mgmt-containerservice's `managed_clusters.list_cluster_user_credentials(rg, name)`
+  (POST .../managedClusters/{name}/listClusterUserCredential) gets the user kubeconfig of
+  `world.managed_cluster`, the simulated cluster as an Entra ID-enabled AKS cluster; any
+  other cluster is 404 ResourceNotFound.
+
+Every request needs a bearer token from `world.identity` that is unexpired and issued for
+ARM's audience (`https://management.azure.com`, or the URL the server serves ARM at):
+otherwise 401 with ARM's code (`AuthenticationFailed`, `InvalidAuthenticationToken`,
+`ExpiredAuthenticationToken`, `InvalidAuthenticationTokenAudience`) and a
+`WWW-Authenticate` challenge.
 
 `Retry-After` values here are in SIM seconds; the server rescales them to wall
 seconds by the clock's speed (in-process callers see sim seconds).
@@ -40,18 +50,21 @@ from urllib.parse import quote
 from sandbox.compute import InstanceSim, Operation, ScaleSetSim
 from sandbox.errors import ArmError
 from sandbox.faults import Fault, default_scale_up_message
+from sandbox.identity import ARM, Verdict, quoted_list
 from sandbox.resources import Amounts
 from sandbox.units import parse_time, rfc3339, rfc3339_micro
 from sandbox.wire import Request, Response, json_response
 from sandbox.world import World
 
 LRO_RETRY_AFTER = 10  # sim seconds between polls of an async operation
-_CHALLENGE = {"WWW-Authenticate": 'Bearer authorization_uri="https://login.microsoftonline.com/common", error="invalid_token"'}
+_AUTHORITY = 'Bearer authorization_uri="https://login.microsoftonline.com/common"'
+_CHALLENGE = {"WWW-Authenticate": f'{_AUTHORITY}, error="invalid_token"'}
 _UNREADABLE = "The request content was invalid and could not be deserialized."
 _SUB = r"^/subscriptions/(?P<sub>[^/]+)"
 _COMPUTE = _SUB + r"/providers/Microsoft\.Compute"
 _VMSS_IN_RG = _SUB + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/virtualMachineScaleSets"
 _VMSS = _VMSS_IN_RG + r"/(?P<vmss>[^/]+)"
+_AKS = _SUB + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.ContainerService/managedClusters/(?P<cluster>[^/]+)"
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     (method, re.compile(pattern + "$", re.IGNORECASE), name)  # ARM paths are case-insensitive
     for method, pattern, name in [
@@ -68,6 +81,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", _VMSS + r"/virtualMachines", "list_vms"),
         ("GET", _VMSS + r"/virtualMachines/(?P<id>[^/]+)", "get_vm"),
         ("GET", _VMSS + r"/providers/Microsoft\.Insights/metrics", "metrics"),
+        ("POST", _AKS + r"/listClusterUserCredential", "list_cluster_user_credential"),
     ]
 ]
 # operation name in the report, write?, throttling bucket
@@ -87,6 +101,7 @@ OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     "get_vm": ("GET virtualMachines", False, "get"),
     # Azure Monitor has its own limits (per subscription, far above a call per scale set a minute): not modelled.
     "metrics": ("GET metrics", False, None),
+    "list_cluster_user_credential": ("POST listClusterUserCredential", False, None),
 }
 _DEFAULT_CODES = {
     400: "BadRequest", 401: "AuthenticationFailed", 403: "AuthorizationFailed", 404: "NotFound", 409: "Conflict",
@@ -114,8 +129,9 @@ def handle(world: World, request: Request) -> Response:
         if token is None:
             message = "Authentication failed. The 'Authorization' header is missing."
             return error_response(ArmError(401, "AuthenticationFailed", message), _CHALLENGE)
-        if token != world.token:
-            return error_response(ArmError(401, "InvalidAuthenticationToken", "The access token is invalid."), _CHALLENGE)
+        refused = _refused_token(world, token)
+        if refused is not None:
+            return refused
         path_known = False
         for method, pattern, name in _ROUTES:
             match = pattern.match(request.path)
@@ -130,12 +146,32 @@ def handle(world: World, request: Request) -> Response:
         return error_response(ArmError(404, "InvalidResourceType", message))
 
 
+def _refused_token(world: World, token: str) -> Response | None:
+    """ARM's answer to a token it does not take, or None when the token is good."""
+    check = world.identity.check(token, ARM)
+    if check.ok:
+        return None
+    if check.verdict is Verdict.EXPIRED:
+        assert check.issued is not None
+        message = (f"The access token expiry UTC time '{check.issued.expiry_text()}' is earlier than current UTC time "
+                   f"'{world.identity.now_text()}'.")
+        challenge = {"WWW-Authenticate": f'{_AUTHORITY}, error="invalid_token", error_description="The access token has expired."'}
+        return error_response(ArmError(401, "ExpiredAuthenticationToken", message), challenge)
+    if check.verdict is Verdict.WRONG_AUDIENCE:
+        assert check.issued is not None
+        message = (f"The access token has been obtained for wrong audience or resource '{check.issued.resource}'. "
+                   f"It should exactly match with one of the allowed audiences {quoted_list(world.identity.audiences(ARM))}.")
+        return error_response(ArmError(401, "InvalidAuthenticationTokenAudience", message), _CHALLENGE)
+    return error_response(ArmError(401, "InvalidAuthenticationToken", "The access token is invalid."), _CHALLENGE)
+
+
 def _dispatch(world: World, request: Request, name: str, params: dict[str, str], api_version: str) -> Response:
     label, write, bucket = OPERATIONS[name]
     world.count_call("arm", label, write=write)
     fault_resource = (
         "metrics" if name == "metrics"
-        else params.get("vmss") or {"operation": "operations", "skus": "skus"}.get(name, "virtualMachineScaleSets")
+        else params.get("cluster") or params.get("vmss")
+        or {"operation": "operations", "skus": "skus"}.get(name, "virtualMachineScaleSets")
     )
     fault = world.take_fault("arm", request.method, fault_resource)
     if fault is not None:
@@ -705,6 +741,22 @@ def _vm_name_filter(text: str | None) -> tuple[bool, str | None]:
     return True, None if value == "*" else value
 
 
+# ---------------------------------------------------------------------------- AKS
+
+
+def _list_cluster_user_credential(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    cluster = world.managed_cluster
+    if params["sub"].lower() != world.subscription_id.lower():
+        raise ArmError(404, "SubscriptionNotFound", f"The subscription '{params['sub']}' could not be found.")
+    if cluster is None or not cluster.matches(params["rg"], params["cluster"]):
+        raise ArmError(
+            404, "ResourceNotFound",
+            f"The Resource 'Microsoft.ContainerService/managedClusters/{params['cluster']}' under resource group "
+            f"'{params['rg']}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
+        )
+    return json_response(200, cluster.credential_results())
+
+
 _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] = {
     "operation": _operation,
     "skus": _list_skus,
@@ -719,4 +771,5 @@ _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] 
     "list_vms": _list_vms,
     "get_vm": _get_vm,
     "metrics": _metrics,
+    "list_cluster_user_credential": _list_cluster_user_credential,
 }

@@ -17,6 +17,7 @@ from typing import Any
 
 from sandbox.errors import KubeError
 from sandbox.faults import Fault
+from sandbox.identity import AKS
 from sandbox.kobjects import KUBELET_VERSION, status_object
 from sandbox.patching import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, PatchError, apply_patch
 from sandbox.selectors import SelectorError, object_filter
@@ -103,10 +104,18 @@ def _operation_name(route: Route) -> str:
     return f"{label.get(route.verb, route.verb.upper())} {route.resource}"
 
 
+def _authenticated(world: World, token: str | None) -> bool:
+    """The kubeconfig's static user token (a ServiceAccount token, in a real cluster), or, as an Entra
+    ID-enabled AKS cluster takes, an unexpired token from `world.identity` for the AKS server application."""
+    if token is None:
+        return False
+    return token == world.token or world.identity.check(token, AKS).ok
+
+
 def handle(world: World, request: Request) -> Response:
     """Serve one Kubernetes API request against the world (already advanced by the caller)."""
     with world.lock:
-        if request.bearer_token() != world.token:
+        if not _authenticated(world, request.bearer_token()):
             return status_response(KubeError(401, "Unauthorized", "Unauthorized"))
         if request.path in ("/version", "/version/"):
             return json_response(200, _version())

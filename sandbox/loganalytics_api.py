@@ -3,7 +3,8 @@
 Served under `/loganalytics`, so a client whose endpoint is `<sandbox url>/loganalytics`
 posts to `/loganalytics/v1/workspaces/{workspaceId}/query` with `{"query", "timespan"}`,
 as azure-monitor-query's `LogsQueryClient.query_workspace` does. There is one workspace,
-`world.workspace_id`, and the bearer token is the world's.
+`world.workspace_id`; the bearer token must come from `world.identity`, unexpired, for
+Log Analytics' audience (`https://api.loganalytics.io`, or the URL the server serves it at).
 
 It runs no KQL. It recognises one query, the autoscaler's node CPU query, by its
 marker comment, reads the node names from its `let nodes = dynamic([...]);` line,
@@ -22,6 +23,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 from sandbox.faults import Fault
+from sandbox.identity import LOG_ANALYTICS, Verdict
 from sandbox.units import parse_time
 from sandbox.wire import Request, Response, json_response
 from sandbox.world import World
@@ -56,8 +58,12 @@ def handle(world: World, request: Request) -> Response:
         return error_response(404, "PathNotFoundError", f"The requested path '{request.path}' does not exist.")
     if request.method != "POST":
         return error_response(405, "MethodNotAllowed", "The sandbox serves queries by POST only.")
-    token = request.bearer_token()
-    if token is None or token != world.token:
+    check = world.identity.check(request.bearer_token(), LOG_ANALYTICS)
+    if check.verdict is Verdict.WRONG_AUDIENCE:
+        return error_response(403, "InvalidTokenError", "The provided authentication is not valid for this resource.")
+    if check.verdict is Verdict.EXPIRED:
+        return error_response(401, "AuthorizationRequiredError", "Valid authentication was not provided: the token has expired.")
+    if not check.ok:
         return error_response(401, "AuthorizationRequiredError", "Valid authentication was not provided.")
     world.count_call("loganalytics", "POST query", write=False)
     fault = world.take_fault("loganalytics", request.method, "query")

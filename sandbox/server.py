@@ -1,4 +1,11 @@
-"""One HTTPS server on 127.0.0.1 serving the Kubernetes API double, the ARM double and /sandbox/ controls.
+"""One HTTPS server on 127.0.0.1 serving the API doubles and /sandbox/ controls.
+
+The doubles: Kubernetes (`/api`, `/apis`, `/version`), ARM (`/subscriptions/...`), Log Analytics
+(`/loganalytics/...`), a Key Vault holding the cluster's kubeconfig (`/secrets/...`, at the root
+like a vault's URL) and a managed identity token endpoint (`/msi/token`, as App Service's). ARM,
+Log Analytics and Key Vault take only the identity endpoint's expiring tokens; the Kubernetes API
+takes the kubeconfig's static token or an identity token for the AKS server application, and ARM
+describes the cluster as an Entra ID-enabled AKS cluster (`aks_cluster_id`).
 
 TLS material comes from `trustme` at start: a throwaway CA (written to
 `workdir/ca.pem`) and a server certificate for 127.0.0.1 and localhost, so the
@@ -9,6 +16,7 @@ time and every request does so first, under `world.lock`.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -25,10 +33,12 @@ from urllib.parse import unquote, urlsplit
 
 import trustme
 
-from sandbox import arm_api, kube_api, loganalytics_api
+from sandbox import arm_api, identity, kube_api, loganalytics_api
 from sandbox.clock import Clock, ManualClock, SimClock
 from sandbox.errors import ArmError, KubeError
 from sandbox.faults import FaultError
+from sandbox.keyvault_api import Vault
+from sandbox.managed_cluster import ManagedCluster
 from sandbox.scenario import Scenario, load_scenario
 from sandbox.wire import Request, Response, json_response
 from sandbox.world import World
@@ -36,6 +46,7 @@ from sandbox.world import World
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.1
+KUBECONFIG_SECRET = "kubeconfig"  # the Key Vault double's secret holding the kubeconfig
 
 
 def _is_kubernetes_path(path: str) -> bool:
@@ -111,13 +122,23 @@ class SandboxServer:
         port: int = 0,
         start: datetime | None = None,
         clock: Clock | None = None,
+        token_lifetime: float = identity.DEFAULT_TOKEN_LIFETIME,
+        aks_resource_group: str | None = None,
+        aks_cluster_name: str | None = None,
     ) -> None:
+        """`token_lifetime`: wall seconds each identity token lives. `aks_resource_group` and
+        `aks_cluster_name` name the cluster in ARM (default `rg-<cluster name>` and the cluster name)."""
         self.scenario = load_scenario(scenario)
         if clock is None:
             begin = start or self.scenario.start or datetime.now(UTC).replace(microsecond=0)
             clock = SimClock(begin, speed)
         self._clock = clock
-        self._world = World(self.scenario, seed=seed, start=getattr(clock, "start", None) or clock.now())
+        self._world = World(
+            self.scenario, seed=seed, start=getattr(clock, "start", None) or clock.now(), token_lifetime=token_lifetime
+        )
+        self._aks_resource_group = aks_resource_group or f"rg-{self.scenario.cluster_name}"
+        self._aks_cluster_name = aks_cluster_name or self.scenario.cluster_name
+        self._vault = Vault(self._world.identity)
         self._workdir = Path(workdir).resolve()
         self._port = port
         self._httpd: _TLSServer | None = None
@@ -138,6 +159,7 @@ class SandboxServer:
         self._httpd = _TLSServer(("127.0.0.1", self._port), context, self)
         self._port = self._httpd.server_address[1]
         self._write_kubeconfig()
+        self._register_identity(authority.cert_pem.bytes())
         self._stop.clear()
         serve = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="sandbox-http", daemon=True
@@ -169,6 +191,23 @@ class SandboxServer:
                 self._world.advance(self._clock.now())
             except Exception:  # keep the clock alive; the failure shows up in the log and in requests
                 log.exception("advancing the sandbox world failed")
+
+    def _register_identity(self, ca_pem: bytes) -> None:
+        """What needs the URL: the audiences of our own endpoints, the AKS cluster, the kubeconfig secret."""
+        issuer = self._world.identity
+        # The SDKs ask for tokens for the endpoint they are pointed at, as in a sovereign cloud.
+        issuer.alias(identity.ARM, self.url)
+        issuer.alias(identity.LOG_ANALYTICS, f"{self.url}{loganalytics_api.PREFIX}")
+        with self._world.lock:
+            self._world.managed_cluster = ManagedCluster(
+                self.subscription_id, self._aks_resource_group, self._aks_cluster_name, self.url, ca_pem
+            )
+        # What an operator would put in Key Vault: a self-contained kubeconfig (CA inline, static token).
+        config = json.loads(self.kubeconfig_path.read_text(encoding="utf-8"))
+        config["clusters"][0]["cluster"] = {
+            "server": self.url, "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+        }
+        self._vault.set_secret(KUBECONFIG_SECRET, json.dumps(config, indent=2) + "\n", content_type="application/yaml")
 
     def _write_kubeconfig(self) -> None:
         name = self.scenario.cluster_name
@@ -214,6 +253,29 @@ class SandboxServer:
     def subscription_id(self) -> str:
         return self._world.subscription_id
 
+    @property
+    def vault(self) -> Vault:
+        """The Key Vault double (its secret `kubeconfig` holds the cluster's kubeconfig)."""
+        return self._vault
+
+    @property
+    def identity_endpoint(self) -> str:
+        """The managed identity token endpoint (header `X-IDENTITY-HEADER: sandbox.identity.IDENTITY_HEADER`)."""
+        return f"{self.url}{identity.TOKEN_PATH}"
+
+    @property
+    def aks_cluster_id(self) -> str:
+        """The ARM resource id of the cluster as an AKS managed cluster: AKS_CLUSTER_ID for KUBE_AUTH=aks."""
+        return (
+            f"/subscriptions/{self.subscription_id}/resourceGroups/{self._aks_resource_group}"
+            f"/providers/Microsoft.ContainerService/managedClusters/{self._aks_cluster_name}"
+        )
+
+    @property
+    def kubeconfig_secret_uri(self) -> str:
+        """The Key Vault secret holding the kubeconfig: KUBECONFIG_SECRET_URI for KUBE_AUTH=key-vault."""
+        return f"{self.url}/secrets/{KUBECONFIG_SECRET}"
+
     def env(self) -> dict[str, str]:
         """The app settings that point the autoscaler at this sandbox."""
         return {
@@ -224,6 +286,7 @@ class SandboxServer:
             "ARM_ENDPOINT": self.url,
             "ARM_CA_BUNDLE": str(self.ca_path),
             "AZURE_CREDENTIAL": "sandbox",
+            "SANDBOX_IDENTITY_ENDPOINT": self.identity_endpoint,
             # Measured usage from the Log Analytics double (whose CA is ARM_CA_BUNDLE's).
             "USAGE_SOURCE": "log-analytics",
             "LOG_ANALYTICS_ENDPOINT": f"{self.url}{loganalytics_api.PREFIX}",
@@ -239,6 +302,11 @@ class SandboxServer:
         try:
             if request.path.startswith("/sandbox/"):
                 return self._control(request)
+            # Neither touches the world: no lock, no advance.
+            if request.path.rstrip("/").lower() == identity.TOKEN_PATH:
+                return identity.handle_token_request(self._world.identity, request)
+            if request.path.startswith("/secrets/"):
+                return self._vault.handle(request)
             with self._world.lock:
                 self._world.advance(self._clock.now())
                 if is_arm:

@@ -32,6 +32,8 @@ from sandbox.compute import InstanceSim, Operation, ScaleSetSim, computer_name
 from sandbox.disruption import budget_status, budget_violation, is_healthy, status_json
 from sandbox.errors import ArmError, KubeError, conflict, not_found
 from sandbox.faults import Fault, ScaleUpFailure, default_scale_up_message, make_fault
+from sandbox.identity import DEFAULT_TOKEN_LIFETIME, TokenIssuer
+from sandbox.managed_cluster import ManagedCluster
 from sandbox.metrics import ApiCounters, distribution, seconds
 from sandbox.podspec import PodNeeds, SpecError, parse_pod
 from sandbox.pods import PodRole, PodSim, PodTemplate, pod_outcome
@@ -44,7 +46,7 @@ from sandbox.throttling import BUCKETS, TokenBucket
 from sandbox.units import parse_cpu_milli, parse_duration, parse_time, rfc3339
 
 DEFAULT_START = datetime(2030, 1, 7, 9, 0, 0, tzinfo=UTC)  # a Monday morning; any fixed instant keeps runs comparable
-SANDBOX_TOKEN = "sandbox-token"
+SANDBOX_TOKEN = "sandbox-token"  # the kubeconfig's ServiceAccount token: only the Kubernetes API double takes it
 DURATION_ANNOTATION = "sandbox.autoscaler/duration"  # API-created pods: how long the container runs
 CPU_USAGE_ANNOTATION = "sandbox.autoscaler/cpu-usage"  # API-created pods: CPU they use, as measured
 LOG_ANALYTICS_WORKSPACE_ID = "5a4d0b0e-0000-4000-8000-00000000c0de"  # the workspace the Log Analytics double serves
@@ -115,6 +117,7 @@ class World:
         *,
         seed: int = 0,
         start: datetime | None = None,
+        token_lifetime: float = DEFAULT_TOKEN_LIFETIME,
     ) -> None:
         self.lock = threading.RLock()
         self.scenario = load_scenario(scenario)
@@ -125,6 +128,10 @@ class World:
         self.start = chosen.astimezone(UTC).replace(microsecond=0)
         self.subscription_id = self.scenario.subscription_id
         self.token = SANDBOX_TOKEN
+        # Entra ID behind a managed identity: the expiring tokens ARM, Key Vault, Log Analytics and
+        # (for an AKS cluster) the Kubernetes API take. Wall-clock lifetimes, whatever the world's speed.
+        self.identity = TokenIssuer(token_lifetime)
+        self.managed_cluster: ManagedCluster | None = None  # set by the server, which knows its URL and CA
         self.workspace_id = LOG_ANALYTICS_WORKSPACE_ID
         self.counters = ApiCounters()
         self.timeline: list[dict[str, Any]] = []

@@ -7,6 +7,7 @@ The schema is documented in docs/scale-actions.md; change both together.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -58,6 +59,11 @@ class ScaleAction:
     targets: tuple[RemovalTarget, ...] = ()  # scale_down: the nodes still to remove, in one group
     attempt: int = 0  # how many times this step has been re-enqueued to wait
     step_started_at: datetime | None = None  # when the current step first ran; bounds how long it may wait
+    removal_kind: str = ""  # scale_down: the planner's kind of removal (empty, drain, batch, unready), for telemetry
+    # The decision's W3C trace context (docs/observability.md): every step carries it forward unchanged,
+    # so the poll that decided and every step of the action are one trace. Empty when nothing traced.
+    traceparent: str = ""
+    tracestate: str = ""
 
     @property
     def is_first_step(self) -> bool:
@@ -85,7 +91,8 @@ class ScaleAction:
 
 
 def new_scale_up(
-    *, action_id: str, group: str, target_size: int, now: datetime, ttl: timedelta, reason: str = ""
+    *, action_id: str, group: str, target_size: int, now: datetime, ttl: timedelta, reason: str = "",
+    traceparent: str = "", tracestate: str = "",
 ) -> ScaleAction:
     return ScaleAction(
         id=action_id,
@@ -96,6 +103,8 @@ def new_scale_up(
         step=SCALE_UP_STEPS[0],
         reason=reason,
         target_size=target_size,
+        traceparent=traceparent,
+        tracestate=tracestate,
     )
 
 
@@ -107,6 +116,9 @@ def new_scale_down(
     now: datetime,
     ttl: timedelta,
     reason: str = "",
+    removal_kind: str = "",
+    traceparent: str = "",
+    tracestate: str = "",
 ) -> ScaleAction:
     if not targets:
         raise ValueError("a scale-down needs at least one node")
@@ -119,6 +131,9 @@ def new_scale_down(
         step=SCALE_DOWN_STEPS[0],
         reason=reason,
         targets=tuple(targets),
+        removal_kind=removal_kind,
+        traceparent=traceparent,
+        tracestate=tracestate,
     )
 
 
@@ -136,6 +151,10 @@ def encode_action(action: ScaleAction) -> str:
     }
     if action.step_started_at is not None:
         body["step_started_at"] = _iso(action.step_started_at)
+    if action.traceparent:
+        body["traceparent"] = action.traceparent
+        if action.tracestate:
+            body["tracestate"] = action.tracestate
     if action.kind == "scale_up":
         body["target_size"] = action.target_size
         if action.from_size is not None:
@@ -146,6 +165,8 @@ def encode_action(action: ScaleAction) -> str:
             body["start_instances"] = list(action.starting)
     else:
         body["nodes"] = [{"name": t.node, "provider_id": t.provider_id} for t in action.targets]
+        if action.removal_kind:
+            body["removal_kind"] = action.removal_kind
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
@@ -223,7 +244,28 @@ def decode_action(text: str | bytes) -> ScaleAction:
         targets=targets,
         attempt=attempt,
         step_started_at=step_started_at,
+        removal_kind=_informational(body, "removal_kind", _REMOVAL_KIND) if kind == "scale_down" else "",
+        **_trace_context(body),
     )
+
+
+# Informational fields (telemetry only) are never a reason to reject an action: malformed, they are dropped.
+_REMOVAL_KIND = re.compile(r"^[a-z][a-z_-]{0,31}$")
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+_MAX_TRACESTATE = 512  # W3C: at most 32 list members, 512 characters is what propagators must accept
+
+
+def _informational(body: dict[str, Any], name: str, pattern: re.Pattern[str]) -> str:
+    value = body.get(name)
+    return value if isinstance(value, str) and pattern.match(value) else ""
+
+
+def _trace_context(body: dict[str, Any]) -> dict[str, str]:
+    traceparent = _informational(body, "traceparent", _TRACEPARENT)
+    tracestate = body.get("tracestate")
+    if not traceparent or not isinstance(tracestate, str) or len(tracestate) > _MAX_TRACESTATE:
+        tracestate = ""
+    return {"traceparent": traceparent, "tracestate": tracestate}
 
 
 def _parse_targets(raw: Any) -> tuple[RemovalTarget, ...]:

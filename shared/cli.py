@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shared.settings import SettingsError, load_settings
+from shared.ports import StateStore
+from shared.settings import Settings, SettingsError, load_settings
 
 
 def _settings_env(args: argparse.Namespace, base: Mapping[str, str]) -> dict[str, str]:
@@ -46,6 +47,15 @@ def _settings_env(args: argparse.Namespace, base: Mapping[str, str]) -> dict[str
     return env
 
 
+def _state_table(settings: Settings, env: Mapping[str, str]) -> StateStore:
+    """The app's state table, opened for reading: never created, so a reader's role suffices."""
+    from shared.adapters.credentials import make_azure_credential
+    from shared.adapters.storage import TableStateStore, resolve_storage_connection
+
+    connection = resolve_storage_connection(settings, env, credential=make_azure_credential(settings))
+    return TableStateStore(connection, settings.state_table, create_table=False)
+
+
 def plan_command(args: argparse.Namespace, *, environ: Mapping[str, str], now: datetime | None = None) -> int:
     # Imported here so `--help` and settings errors answer at once, without loading the SDKs.
     from shared.context import connect
@@ -57,9 +67,9 @@ def plan_command(args: argparse.Namespace, *, environ: Mapping[str, str], now: d
     except SettingsError as exc:
         print(f"plan: {exc}", file=sys.stderr)
         return 2
-    ports = connect(settings, env, storage=args.with_state)
-    report = plan_now(ports, settings, now=now or datetime.now(timezone.utc),
-                      state=ports.state if args.with_state else None)
+    ports = connect(settings, env, storage=False)
+    state = _state_table(settings, env) if args.with_state else None
+    report = plan_now(ports, settings, now=now or datetime.now(timezone.utc), state=state)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

@@ -57,7 +57,7 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
     from shared.services.events import EventRecorder
 
     credential = make_azure_credential(settings)
-    cluster = KubernetesCluster.from_settings(settings)
+    cluster = KubernetesCluster.from_settings(settings, credential=credential)
     if storage:
         from shared.adapters.storage import StorageActionQueue, TableStateStore, resolve_storage_connection
 

@@ -175,6 +175,27 @@ def _aks_cluster_id(text: str) -> str:
     return value
 
 
+def _server_app_id(text: str) -> str:
+    value = text.strip()
+    if not _GUID.fullmatch(value):
+        raise ValueError(f"must be the application (client) id of the AKS server application, a GUID, got {text!r}")
+    return value.lower()
+
+
+_SECRET_PATH = re.compile(r"/secrets/[0-9A-Za-z-]{1,127}(/[0-9A-Za-z]+)?")
+
+
+def _secret_uri(text: str) -> str:
+    value = _https_url(text)
+    if not value:
+        return ""
+    path = re.sub(r"^https://[^/]+", "", value)
+    if not _SECRET_PATH.fullmatch(path):
+        raise ValueError("must be a Key Vault secret URI, https://<vault>.vault.azure.net/secrets/<name> (optionally "
+                         f"/<version>), got {text!r}")
+    return value
+
+
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -236,16 +257,17 @@ SPECS: tuple[Spec, ...] = (
     Spec("AKS_CLUSTER_ID", "aks_cluster_id", "", _aks_cluster_id,
          "Resource id of the AKS cluster (`/subscriptions/…/resourceGroups/…/providers/Microsoft.ContainerService/"
          "managedClusters/…`); required with `KUBE_AUTH=aks`. Its API server address and CA are read with "
-         "`listClusterUserCredential`."),
-    Spec("AKS_SERVER_APP_ID", "aks_server_app_id", "6dae42f8-4368-4678-94ff-3960e28e3630", _text,
+         "`listClusterUserCredential` (role Azure Kubernetes Service Cluster User Role)."),
+    Spec("AKS_SERVER_APP_ID", "aks_server_app_id", "6dae42f8-4368-4678-94ff-3960e28e3630", _server_app_id,
          "Application id of the AKS Entra ID server application; tokens for the cluster are asked for "
          "`<this>/.default`."),
-    Spec("KUBECONFIG_SECRET_URI", "kubeconfig_secret_uri", "", _https_url,
-         "Key Vault secret holding the kubeconfig (`https://<vault>.vault.azure.net/secrets/<name>`); required "
-         "with `KUBE_AUTH=key-vault`."),
+    Spec("KUBECONFIG_SECRET_URI", "kubeconfig_secret_uri", "", _secret_uri,
+         "Key Vault secret holding the kubeconfig (`https://<vault>.vault.azure.net/secrets/<name>`, the latest "
+         "version, or `.../<name>/<version>`); required with `KUBE_AUTH=key-vault`. The app's identity needs the "
+         "role Key Vault Secrets User on it."),
     Spec("SANDBOX_IDENTITY_ENDPOINT", "sandbox_identity_endpoint", "", _https_url,
-         "With `AZURE_CREDENTIAL=sandbox`: the sandbox's token endpoint, which issues expiring tokens as a managed "
-         "identity endpoint does. Never set in Azure."),
+         "With `AZURE_CREDENTIAL=sandbox` (required then): the sandbox's token endpoint, which issues expiring "
+         "tokens as a managed identity endpoint does. Never set in Azure."),
     Spec("STATUS_CONFIGMAP", "status_configmap", "kube-system/cluster-autoscaler-status", _configmap_ref,
          "`namespace/name` of the ConfigMap each poll writes cluster-autoscaler's status to (key `status`); empty "
          "writes none. Not written with `DRY_RUN=true`, so a trial run beside cluster-autoscaler leaves its status "
@@ -253,8 +275,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("ARM_ENDPOINT", "arm_endpoint", "https://management.azure.com", _text,
          "Azure Resource Manager endpoint (the sandbox serves its own)."),
     Spec("ARM_CA_BUNDLE", "arm_ca_bundle", "", _text,
-         "Optional CA bundle file trusted for ARM and Azure Monitor calls (the sandbox's generated CA); empty uses "
-         "the system store."),
+         "Optional CA bundle file trusted for ARM, Azure Monitor and Key Vault calls and the sandbox's token endpoint "
+         "(the sandbox's generated CA); empty uses the system store."),
     Spec("AZURE_CREDENTIAL", "azure_credential", "default", _choice("default", "managed-identity", "sandbox"),
          "`managed-identity` in Azure, `default` (DefaultAzureCredential) for a developer, `sandbox` for the sandbox."),
     Spec("AZURE_CLIENT_ID", "azure_client_id", "", _text,

@@ -56,6 +56,7 @@ from azure.mgmt.compute.models import (
 )
 from azure.mgmt.core.polling.arm_polling import ARMPolling
 
+from shared.adapters.arm_telemetry import ArmTelemetryPolicy
 from shared.domain import Instance, NodeGroup, VmSizeCapacity
 from shared.domain import group_id as make_group_id
 from shared.ports import ComputeError, Operation
@@ -379,6 +380,8 @@ def arm_client_options(settings: Settings, *, retry_total: int, retry_backoff_ma
         "retry_policy": ThrottleAwareRetryPolicy(
             retry_total=retry_total, retry_backoff_factor=0.5, retry_backoff_max=retry_backoff_max, timeout=timeout
         ),
+        # After the retry policy: every HTTP attempt (429s included) counts in cluster_autoscaler_arm_requests_total.
+        "per_retry_policies": [ArmTelemetryPolicy()],
     }
 
 

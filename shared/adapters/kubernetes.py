@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import urllib3
-from kubernetes import config as kube_config
 from kubernetes.client import (
     ApiClient,
     Configuration,
@@ -33,7 +32,6 @@ from kubernetes.client import (
     V1ObjectMeta,
 )
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from shared.domain import (
     EMPTY_MAP,
@@ -55,6 +53,9 @@ from shared.domain import (
 from shared.ports import ClusterError, EvictionOutcome
 from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
 from shared.settings import Settings
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
 
 __all__ = [
     "KubernetesApiError",
@@ -619,24 +620,21 @@ class KubernetesCluster:
         cls,
         settings: Settings,
         *,
+        credential: TokenCredential | None = None,
         request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT,
         page_size: int = DEFAULT_PAGE_SIZE,
     ) -> KubernetesCluster:
-        """Read `settings.kubeconfig_path` into a private client configuration.
+        """Connect as `settings.kube_auth` says (`shared.adapters.kube_access`), on a private client configuration.
 
-        The kubernetes package's global default configuration is left alone, so
-        several clusters (or tests) can coexist in one process.
+        `credential` is the app's Azure credential, used with KUBE_AUTH=aks or key-vault
+        (built from the settings when None). The kubernetes package's global default
+        configuration is left alone, so several clusters (or tests) can coexist in one process.
         """
+        from shared.adapters.kube_access import new_api_client
+
         configuration = Configuration()
         configuration.retries = _modest_retries()
-        try:
-            api_client = kube_config.new_client_from_config(
-                config_file=settings.kubeconfig_path,
-                persist_config=False,
-                client_configuration=configuration,
-            )
-        except (ConfigException, OSError, ValueError) as exc:
-            raise ClusterError(f"load kubeconfig {settings.kubeconfig_path!r}: {exc}") from exc
+        api_client = new_api_client(settings, configuration, credential=credential)
         return cls(api_client, request_timeout=request_timeout, page_size=page_size)
 
     def close(self) -> None:

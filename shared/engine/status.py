@@ -41,7 +41,9 @@ class StatusInputs:
     group_states: Mapping[str, GroupState]  # by group id
     unneeded: Mapping[str, datetime]  # node -> unneeded since
     backoff: Mapping[str, str] = field(default_factory=dict)  # group id -> why (groups in backoff now)
-    scale_up_needed: frozenset[str] = frozenset()  # groups a scale-up was just decided for
+    # Groups a scale-up was just decided for; None when this poll did not plan scale-ups (the
+    # utilization poll), so that a Needed written by the pending poll stands until it decides again.
+    scale_up_needed: frozenset[str] | None = frozenset()
     unschedulable_pods: int = 0
     max_node_provision_time: timedelta = timedelta(minutes=15)
 
@@ -121,14 +123,16 @@ def _condition(status: str, previous: Mapping[str, Any] | None, *, now: datetime
     return {"status": status, **extra, "lastProbeTime": rfc3339(now), "lastTransitionTime": since}
 
 
-def _scale_up_status(group_id: str, counts: _Counts, inputs: StatusInputs) -> str:
+def _scale_up_status(group_id: str, counts: _Counts, inputs: StatusInputs, before: Mapping[str, Any]) -> str:
     if group_id in inputs.backoff:
         return "Backoff"
     if counts.unregistered > 0 or counts.not_started > 0:
         return "InProgress"
-    if group_id in inputs.scale_up_needed:
-        return "Needed"
-    return "NoActivity"
+    if inputs.scale_up_needed is None:
+        needed = (before.get("scaleUp") or {}).get("status") == "Needed"
+    else:
+        needed = group_id in inputs.scale_up_needed
+    return "Needed" if needed else "NoActivity"
 
 
 def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: datetime,
@@ -157,7 +161,7 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
                               max_node_provision_time=inputs.max_node_provision_time)
         total = total.plus(counts)
         before = prev_groups.get(group.name) or {}
-        up = _scale_up_status(group.id, counts, inputs)
+        up = _scale_up_status(group.id, counts, inputs, before)
         scale_ups.append(up)
         up_extra: dict[str, Any] = {}
         if up == "Backoff":
@@ -178,7 +182,7 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
 
     if "InProgress" in scale_ups:
         wide_up = "InProgress"
-    elif inputs.scale_up_needed or ("Needed" in scale_ups):
+    elif "Needed" in scale_ups:
         wide_up = "Needed"
     elif inputs.unschedulable_pods and "Backoff" in scale_ups:
         wide_up = "Backoff"

@@ -12,6 +12,11 @@ not an instance of the group) goes to `<queue>-poison` at once, since retrying
 cannot help and an operator should see it. A well-formed message that merely
 expired before it started is dropped (logged and recorded in the ledger): a
 stale decision is normal, not an error.
+
+Telemetry (shared.telemetry, docs/observability.md): each step runs in a span whose parent is the
+deciding poll's (the message carries its trace context); every action that reaches an outcome
+(`_finish`, `_reject`, `_reject_raw`) emits a ScaleUp, ScaleDown or ScaleActionRejected event and
+its counters; evictions are counted where they are asked for.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
+from shared import telemetry
 from shared.actions import InvalidAction, RemovalTarget, ScaleAction, decode_action, encode_action
 from shared.domain import TO_BE_DELETED_TAINT, GroupState, Instance, Node, NodeGroup, Pod, Taint
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
@@ -56,17 +62,23 @@ class Executor:
     # -- entry point -------------------------------------------------------------
 
     def execute(self, raw: str | bytes, *, now: datetime) -> ExecutionResult:
-        try:
-            action = decode_action(raw)
-        except InvalidAction as exc:
-            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-            return self._reject_raw(text, str(exc), now=now)
+        with telemetry.timed("execute_scale_action"):
+            try:
+                action = decode_action(raw)
+            except InvalidAction as exc:
+                text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+                return self._reject_raw(text, str(exc), now=now)
+            # A child of the decision's span: the message carries the poll's trace context.
+            with telemetry.action_span(action):
+                return self._execute(action, now=now)
 
+    def _execute(self, action: ScaleAction, *, now: datetime) -> ExecutionResult:
         entry = self._ports.state.get_ledger_entry(action.id)
         if entry is None and not action.is_first_step:
             return self._reject(action, "a follow-up step with no ledger entry", now=now, poison=True)
         if entry is None and now > action.expires_at:
-            return self._reject(action, f"expired at {action.expires_at.isoformat()} before it started", now=now, poison=False)
+            return self._reject(action, f"expired at {action.expires_at.isoformat()} before it started", now=now,
+                                poison=False, outcome="expired")
 
         claimed = ledger.claim(self._ports.state, action, now=now, lease=self._settings.action_lease)
         if claimed is None:
@@ -119,13 +131,14 @@ class Executor:
         state = self._ports.state.get_group(group.id)
         running = group.target_size - len(state.stopped)  # deallocated instances are capacity, not nodes
         if running >= target:
-            return self._finish(action, entry, "skipped", f"group already at {running} >= {target}", now=now)
+            return self._finish(action, entry, "skipped", f"group already at {running} >= {target}", now=now,
+                                old_size=running)
         need = target - running
         start = sorted(state.stopped, key=_instance_order)[:need]
         grow = need - len(start)
         if self._settings.dry_run:
             return self._finish(action, entry, "dry-run", f"would grow {group.id} {running} -> {target} "
-                                f"(starting {len(start)} deallocated instance(s))", now=now)
+                                f"(starting {len(start)} deallocated instance(s))", now=now, old_size=running)
         log.info("growing %s %d -> %d: starting %d deallocated instance(s), adding %d (action %s)",
                  group.id, running, target, len(start), grow, action.id)
         action = replace(action, from_size=group.target_size, resized_to=group.target_size + grow if grow else None,
@@ -288,6 +301,7 @@ class Executor:
         for pod in leaving:
             outcome = self._ports.cluster.evict(pod.namespace, pod.name, grace_period_seconds=self._grace(pod))
             log.info("evicting %s from %s: %s", pod.key, name, outcome)
+            telemetry.record_eviction(outcome)
             if outcome == "evicted":
                 self._ports.events.emit(ClusterEvent(
                     pod.namespace, "Pod", pod.name, pod.uid, "ScaleDown",
@@ -437,12 +451,13 @@ class Executor:
 
     def _abort_removal(
         self, action: ScaleAction, entry: LedgerEntry, why: str, *, now: datetime, failed: bool = False,
+        error_code: str = "",
     ) -> ExecutionResult:
         """Give every node of the action back and end it."""
         for name in action.nodes:
             self._give_back(action, name, why, now=now, failed=failed)
         outcome: Outcome = "failed" if failed else "skipped"
-        return self._finish(action, entry, outcome, f"aborted: {why}", now=now)
+        return self._finish(action, entry, outcome, f"aborted: {why}", now=now, error_code=error_code)
 
     # -- common ----------------------------------------------------------------------
 
@@ -460,16 +475,16 @@ class Executor:
                 return self._finish_removal(action, entry, now=now, deallocated=kind == "deallocate")
             return self._finish(action, entry, "succeeded", f"{action.group} at {action.target_size}", now=now)
         detail = f"{operation.error_code or operation.status}: {operation.error_message}".strip(": ")
-        if action.kind == "scale_down":
-            return self._abort_removal(action, entry, detail, now=now, failed=True)
         code = operation.error_code or operation.status
+        if action.kind == "scale_down":
+            return self._abort_removal(action, entry, detail, now=now, failed=True, error_code=code)
         starting = set(action.starting) if kind == "start" else set()
         # Instances that did not start are deallocated still: they go back on the group's list.
         self._update_group(action.group, lambda s: replace(after_failure(s, now=now, code=code),
                                                             stopped=s.stopped | starting))
         self._return_capacity(action)
         log.warning("scale-up of %s failed (%s): group in backoff, pods go to the next best group", action.group, code)
-        return self._finish(action, entry, "failed", detail, now=now)
+        return self._finish(action, entry, "failed", detail, now=now, error_code=code)
 
     def _return_capacity(self, action: ScaleAction) -> None:
         """Give back capacity a failed scale-up asked for, unless someone has changed the target since."""
@@ -492,10 +507,13 @@ class Executor:
         return ExecutionResult("waiting", detail or f"next: {following.step} #{following.attempt}", following.id)
 
     def _finish(
-        self, action: ScaleAction, entry: LedgerEntry, outcome: Outcome, detail: str, *, now: datetime
+        self, action: ScaleAction, entry: LedgerEntry, outcome: Outcome, detail: str, *, now: datetime,
+        error_code: str = "", old_size: int | None = None,
     ) -> ExecutionResult:
         ledger.update(self._ports.state, entry, status="done", outcome=f"{outcome}: {detail}", operation="", updated_at=now)
         log.info("action %s %s: %s", action.id, outcome, detail)
+        telemetry.action_ended(action, outcome, detail=detail, now=now, error_code=error_code,
+                               dry_run=self._settings.dry_run, old_size=old_size)
         return ExecutionResult(outcome, detail, action.id)
 
     def _release(self, entry: LedgerEntry, *, now: datetime) -> None:
@@ -505,7 +523,8 @@ class Executor:
             log.exception("could not release action %s", entry.action_id)
 
     def _reject(
-        self, action: ScaleAction, reason: str, *, now: datetime, poison: bool, entry: LedgerEntry | None = None
+        self, action: ScaleAction, reason: str, *, now: datetime, poison: bool, entry: LedgerEntry | None = None,
+        outcome: str = "rejected",
     ) -> ExecutionResult:
         log.warning("action %s rejected: %s", action.id, reason)
         if poison:
@@ -516,6 +535,7 @@ class Executor:
             ledger.record_rejection(
                 self._ports.state, action_id=action.id, kind=action.kind, group=action.group, reason=reason, now=now
             )
+        telemetry.action_ended(action, outcome, detail=reason, now=now, poison=poison, dry_run=self._settings.dry_run)
         return ExecutionResult("rejected", reason, action.id)
 
     def _reject_raw(self, text: str, reason: str, *, now: datetime) -> ExecutionResult:
@@ -523,6 +543,7 @@ class Executor:
         log.warning("message rejected (%s): %s", action_id, reason)
         self._ports.queue.send_poison(text)
         ledger.record_rejection(self._ports.state, action_id=action_id, kind="invalid", group="", reason=reason, now=now)
+        telemetry.message_rejected(action_id, reason, dry_run=self._settings.dry_run)
         return ExecutionResult("rejected", reason, action_id)
 
     def _update_group(self, group_id: str, change: Callable[[GroupState], GroupState]) -> None:

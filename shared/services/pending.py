@@ -14,6 +14,7 @@ from datetime import datetime
 
 import yaml
 
+from shared import telemetry
 from shared.actions import new_scale_up
 from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.backoff import after_failure, backoff_reason
@@ -23,6 +24,7 @@ from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, pl
 from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services.observe import observe_or_skip, running_sizes
+from shared.services.status import publish_status, status_inputs
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -77,11 +79,16 @@ def priority_rules(ports: Ports, settings: Settings) -> Priorities:
 
 
 def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> PendingPollResult:
+    with telemetry.poll("poll_pending_pods"):  # a span (actions carry its context) and the poll's duration
+        return _pending_poll(ports, settings, now=now)
+
+
+def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> PendingPollResult:
     snapshot = observe_or_skip(ports, now=now)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
     states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
-    snapshot = running_sizes(snapshot, states)
+    observed = snapshot = running_sizes(snapshot, states)
     snapshot, backed_off = _apply_backoff(ports, snapshot, states, settings, now=now)
     options = replace(scale_up_options(settings, now=now), unavailable=backed_off,
                       reclaimable=reclaimable_nodes(states.values()))
@@ -101,6 +108,7 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
                 now=now,
                 ttl=settings.action_ttl,
                 reason=f"{len(increase.pods)} pending pod(s)",
+                **telemetry.trace_fields(),
             )
         )
         enqueued.append(action_id)
@@ -114,7 +122,14 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
         log.info("pod %s fits no node group: %s", pod, reason)
     for event in scale_up_events(snapshot, plan, now=now):
         ports.events.emit(event)
-    return PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued))
+    result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued))
+    telemetry.record_pending_poll(observed, states, backed_off, pending=result.pending, now=now,
+                                  provision_time=settings.max_node_provision_time)
+    publish_status(ports, settings, observed, status_inputs(
+        settings, group_states=states, unneeded=ports.state.list_unneeded(), backoff=backed_off,
+        scale_up_needed=frozenset(i.group_id for i in plan.increases), unschedulable_pods=result.pending,
+    ), now=now)
+    return result
 
 
 def reclaimable_nodes(states: Iterable[GroupState]) -> frozenset[str]:
@@ -171,6 +186,7 @@ def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, Gr
             failed = after_failure(state, now=now, code="ProvisionTimeout")
             if ports.state.update_group(failed):
                 state = states[group.id] = failed
+                telemetry.provision_timeout(group.id, present=present.get(group.id, 0), target=group.target_size, now=now)
         reason = backoff_reason(state, now=now)
         if reason is not None:
             log.info("group %s: %s", group.id, reason)

@@ -11,15 +11,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from shared import telemetry
 from shared.actions import RemovalTarget, new_scale_down
 from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, Taint
+from shared.engine.backoff import backoff_reason
 from shared.engine.cooldowns import ScaleDownDelays
 from shared.engine.drainability import DrainRules
 from shared.engine.scale_down import Removal, ScaleDownOptions, ScaleDownPlan, plan_scale_down
+from shared.engine.scale_up import pending_pods
 from shared.engine.utilization import UtilizationRules
 from shared.ports import Ports, UsageUnavailable
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.reconcile import release_orphaned_removals
+from shared.services.status import publish_status, status_inputs
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -72,12 +76,16 @@ def measured_cpu(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *,
     except UsageUnavailable as exc:
         # A second opinion, never a requirement: say so, in a line operators can alert on.
         log.warning("measured usage unavailable (source=%s): scale-down decides by requests alone: %s",
-                    ports.usage.name, exc, extra={"custom_dimensions": {"usage_source": ports.usage.name,
-                                                                         "usage_available": False}})
+                    ports.usage.name, exc, extra={"usage_source": ports.usage.name, "usage_available": False})
         return None
 
 
 def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
+    with telemetry.poll("poll_utilization"):  # a span (actions carry its context) and the poll's duration
+        return _utilization_poll(ports, settings, now=now)
+
+
+def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
     if not settings.scale_down_enabled:
         return UtilizationPollResult(ScaleDownPlan(), ())
     snapshot = observe_or_skip(ports, now=now, with_budgets=True)
@@ -115,6 +123,8 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
                 now=now,
                 ttl=settings.action_ttl,
                 reason=_reason(batch),
+                removal_kind=first.kind,
+                **telemetry.trace_fields(),
             )
         )
         enqueued.append(action_id)
@@ -122,8 +132,14 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
             log.info("scale-down decided: node=%s group=%s kind=%s utilization=%.2f age=%s action=%s",
                      removal.node, removal.group_id, removal.kind, removal.utilization, removal.node_age, action_id)
     for node, reason in plan.kept.items():
-        log.info("node %s kept (%s): %s", node, reason.code, reason,
-                 extra={"custom_dimensions": {"node": node, "kept_reason": reason.code}})
+        # Flat keys: they become custom dimensions in Application Insights (a dict would arrive as one string).
+        log.info("node %s kept (%s): %s", node, reason.code, reason, extra={"node": node, "kept_reason": reason.code})
+    telemetry.record_utilization_poll(len(plan.unneeded), group_states, now=now)
+    backoff = {gid: why for gid, state in group_states.items() if (why := backoff_reason(state, now=now)) is not None}
+    publish_status(ports, settings, snapshot, status_inputs(
+        settings, group_states=group_states, unneeded=plan.unneeded, backoff=backoff,
+        scale_up_needed=None, unschedulable_pods=len(pending_pods(snapshot)),
+    ), now=now)
     return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued))
 
 

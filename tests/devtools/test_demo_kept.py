@@ -27,7 +27,7 @@ def kept() -> Any:
 def keep(node: str, code: str, message: str) -> None:
     """The record run_utilization_poll writes for a kept node."""
     UTILIZATION.info("node %s kept (%s): %s", node, code, message,
-                     extra={"custom_dimensions": {"node": node, "kept_reason": code}})
+                     extra={"node": node, "kept_reason": code})
 
 
 def poll(kept: _KeptLog, *verdicts: tuple[str, str, str], completed: bool = True) -> None:

@@ -50,3 +50,13 @@ def job(name: str, count: int = 1, *, cpu: str = "1", memory: str = "1Gi", durat
         at: str = "0s", **extra: Any) -> dict[str, Any]:
     return {"name": name, "kind": "Job", "count": count, "at": at,
             "requests": {"cpu": cpu, "memory": memory}, "duration": duration, **extra}
+
+
+def grant(world: Any, resource: str, token: str, *, lifetime: float | None = None) -> dict[str, str]:
+    """Issue `token` for `resource` from the world's identity; the Authorization header carrying it.
+
+    For tests that call the doubles as functions: ARM, Log Analytics and Key Vault take only tokens
+    the identity issued (the Kubernetes API also takes the kubeconfig's static `world.token`).
+    """
+    world.identity.issue(resource, token=token, lifetime=lifetime)
+    return {"Authorization": f"Bearer {token}"}

@@ -16,6 +16,7 @@ from azure.mgmt.compute.models import (
 )
 
 from sandbox.clock import ManualClock
+from sandbox.identity import ARM_AUDIENCE, KEY_VAULT_AUDIENCE
 from sandbox.server import SandboxServer
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client
 from tests.sandbox.helpers import POOL, RG, scenario
@@ -29,6 +30,11 @@ def with_unmanaged(**overrides: Any) -> dict[str, Any]:
     doc["node_groups"].append({"resource_group": RG, "name": "system", "vm_size": "Standard_D2s_v5",
                                "allocatable": {"cpu": "2", "memory": "8Gi"}, "initial": 2, "autoscaled": False})
     return doc
+
+
+def arm_auth(server: SandboxServer) -> dict[str, str]:
+    """An Authorization header with a fresh token for ARM from the server's identity."""
+    return {"Authorization": f"Bearer {server.world.identity.issue(ARM_AUDIENCE).token}"}
 
 
 def grow(capacity: int) -> VirtualMachineScaleSetUpdate:
@@ -184,8 +190,7 @@ def test_deallocating_or_starting_an_unknown_instance_is_a_bad_request(still: Sa
 def test_deallocate_and_start_answer_202_and_spend_their_buckets(still: SandboxServer, verb: str, bucket: str) -> None:
     url = (f"{still.url}/subscriptions/{still.subscription_id}/resourceGroups/{RG}/providers/Microsoft.Compute"
            f"/virtualMachineScaleSets/{POOL}/{verb}?api-version=2024-11-01")
-    response = requests.post(url, json={"instanceIds": ["0"]}, headers={"Authorization": "Bearer sandbox-token"},
-                             verify=str(still.ca_path), timeout=10)
+    response = requests.post(url, json={"instanceIds": ["0"]}, headers=arm_auth(still), verify=str(still.ca_path), timeout=10)
     assert response.status_code == 202 and response.content == b""
     assert "/operations/" in response.headers["Azure-AsyncOperation"]
     assert response.headers["Location"].endswith("&monitor=true") and response.headers["Retry-After"] == "10"
@@ -213,20 +218,40 @@ def test_missing_resources_are_not_found(still: SandboxServer, resource_group: s
 
 
 @pytest.mark.parametrize(
-    ("query", "headers", "status", "code"),
+    ("query", "token", "status", "code", "message"),
     [
-        ("", {"Authorization": "Bearer sandbox-token"}, 400, "MissingApiVersionParameter"),
-        ("?api-version=2024-11-01", {}, 401, "AuthenticationFailed"),
-        ("?api-version=2024-11-01", {"Authorization": "Bearer someone-else"}, 401, "InvalidAuthenticationToken"),
+        ("", "arm", 400, "MissingApiVersionParameter", "api-version"),
+        ("?api-version=2024-11-01", None, 401, "AuthenticationFailed", "'Authorization' header is missing"),
+        ("?api-version=2024-11-01", "someone-else", 401, "InvalidAuthenticationToken", "The access token is invalid."),
+        # The kubeconfig's static token is the Kubernetes API's, never ARM's.
+        ("?api-version=2024-11-01", "sandbox-token", 401, "InvalidAuthenticationToken", "The access token is invalid."),
+        ("?api-version=2024-11-01", "expired", 401, "ExpiredAuthenticationToken", "is earlier than current UTC time"),
+        ("?api-version=2024-11-01", "key vault's", 401, "InvalidAuthenticationTokenAudience",
+         "obtained for wrong audience or resource 'https://vault.azure.net'. It should exactly match with one of the "
+         "allowed audiences "),
     ],
+    ids=["no api-version", "no token", "unknown token", "kubeconfig token", "expired token", "wrong audience"],
 )
-def test_requests_need_an_api_version_and_the_token(still: SandboxServer, query: str, headers: dict[str, str],
-                                                     status: int, code: str) -> None:
+def test_requests_need_an_api_version_and_an_unexpired_token_for_arm(
+    still: SandboxServer, query: str, token: str | None, status: int, code: str, message: str
+) -> None:
+    issuer = still.world.identity
+    value = {
+        "arm": lambda: issuer.issue(ARM_AUDIENCE).token,
+        "expired": lambda: issuer.issue(f"{ARM_AUDIENCE}/", lifetime=-1).token,
+        "key vault's": lambda: issuer.issue(KEY_VAULT_AUDIENCE).token,
+    }.get(token or "", lambda: token)()
+    headers = {"Authorization": f"Bearer {value}"} if value else {}
     url = f"{still.url}/subscriptions/{still.subscription_id}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets{query}"
     response = requests.get(url, headers=headers, verify=str(still.ca_path), timeout=10)
     assert response.status_code == status
-    assert response.json()["error"]["code"] == code
+    assert response.json()["error"]["code"] == code and message in response.json()["error"]["message"]
     assert response.headers["x-ms-request-id"] and response.headers["x-ms-correlation-request-id"]
+    if code == "InvalidAuthenticationTokenAudience":
+        assert "'https://management.azure.com/','https://management.azure.com'" in response.json()["error"]["message"]
+    if status == 401:
+        assert response.headers["WWW-Authenticate"].startswith('Bearer authorization_uri="https://login.microsoftonline.com/')
+        assert ('error_description="The access token has expired."' in response.headers["WWW-Authenticate"]) == (token == "expired")
 
 
 def test_the_sdk_reports_authentication_failures(still: SandboxServer) -> None:
@@ -260,7 +285,7 @@ def test_updates_are_throttled_per_scale_set(still: SandboxServer) -> None:
 
 def test_successful_calls_report_the_remaining_budget(still: SandboxServer) -> None:
     url = f"{still.url}/subscriptions/{still.subscription_id}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets/{POOL}?api-version=2024-11-01"
-    response = requests.get(url, headers={"Authorization": "Bearer sandbox-token"}, verify=str(still.ca_path), timeout=10)
+    response = requests.get(url, headers=arm_auth(still), verify=str(still.ca_path), timeout=10)
     assert response.headers["x-ms-ratelimit-remaining-resource"] == "Microsoft.Compute/GetVMScaleSet3Min;35"
 
 

@@ -8,18 +8,23 @@ from typing import Any
 import pytest
 
 from sandbox import arm_api, kube_api
+from sandbox.identity import ARM_AUDIENCE
 from sandbox.wire import Request
 from sandbox.world import World
-from tests.sandbox.helpers import POOL, RG, job, scenario
+from tests.sandbox.helpers import POOL, RG, grant, job, scenario
 
-AUTH = {"Authorization": "Bearer sandbox-token", "Host": "127.0.0.1:8443"}
+AUTH = {"Authorization": "Bearer sandbox-token", "Host": "127.0.0.1:8443"}  # the kubeconfig's static token
+ARM_TOKEN = "arm-token"  # issued for ARM by the world fixture
+ARM_AUTH = {"Authorization": f"Bearer {ARM_TOKEN}", "Host": "127.0.0.1:8443"}
 SUB = "11111111-2222-3333-4444-555555555555"
 VMSS = f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets/{POOL}"
 
 
 @pytest.fixture
 def world() -> World:
-    return World(scenario(workloads=[job("w")]), start=datetime(2030, 1, 7, 9, tzinfo=UTC))
+    world = World(scenario(workloads=[job("w")]), start=datetime(2030, 1, 7, 9, tzinfo=UTC))
+    grant(world, ARM_AUDIENCE, ARM_TOKEN)
+    return world
 
 
 @pytest.mark.parametrize(
@@ -74,14 +79,14 @@ def test_kube_deleting_a_node_answers_a_success_status(world: World) -> None:
 @pytest.mark.parametrize(
     ("method", "path", "query", "headers", "status", "code"),
     [
-        ("GET", VMSS, "", AUTH, 400, "MissingApiVersionParameter"),
+        ("GET", VMSS, "", ARM_AUTH, 400, "MissingApiVersionParameter"),
         ("GET", VMSS, "api-version=2024-11-01", {}, 401, "AuthenticationFailed"),
-        ("DELETE", VMSS, "api-version=2024-11-01", AUTH, 405, "MethodNotAllowed"),
-        ("GET", f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Network/virtualNetworks", "api-version=1", AUTH,
+        ("DELETE", VMSS, "api-version=2024-11-01", ARM_AUTH, 405, "MethodNotAllowed"),
+        ("GET", f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Network/virtualNetworks", "api-version=1", ARM_AUTH,
          404, "InvalidResourceType"),
-        ("GET", VMSS.replace(SUB, "99999999-0000-0000-0000-000000000000"), "api-version=1", AUTH, 404, "SubscriptionNotFound"),
-        ("GET", f"{VMSS}/virtualMachines/9", "api-version=1", AUTH, 404, "ResourceNotFound"),
-        ("GET", f"/subscriptions/{SUB}/providers/Microsoft.Compute/locations/westeurope/operations/nope", "api-version=1", AUTH,
+        ("GET", VMSS.replace(SUB, "99999999-0000-0000-0000-000000000000"), "api-version=1", ARM_AUTH, 404, "SubscriptionNotFound"),
+        ("GET", f"{VMSS}/virtualMachines/9", "api-version=1", ARM_AUTH, 404, "ResourceNotFound"),
+        ("GET", f"/subscriptions/{SUB}/providers/Microsoft.Compute/locations/westeurope/operations/nope", "api-version=1", ARM_AUTH,
          404, "NotFound"),
     ],
 )
@@ -92,7 +97,7 @@ def test_arm_errors(world: World, method: str, path: str, query: str, headers: d
 
 
 def _patch(world: World, body: Any) -> Any:
-    return arm_api.handle(world, Request.build("PATCH", VMSS, "api-version=2024-11-01", AUTH, body))
+    return arm_api.handle(world, Request.build("PATCH", VMSS, "api-version=2024-11-01", ARM_AUTH, body))
 
 
 @pytest.mark.parametrize(
@@ -120,7 +125,7 @@ def test_arm_update_then_poll_the_operation(world: World) -> None:
     path, _, query = async_url.removeprefix("https://127.0.0.1:8443").partition("?")
 
     def poll() -> Any:
-        return arm_api.handle(world, Request.build("GET", path, query, AUTH)).json()
+        return arm_api.handle(world, Request.build("GET", path, query, ARM_AUTH)).json()
 
     assert poll()["status"] == "InProgress"
     world.advance_by(30)
@@ -129,17 +134,17 @@ def test_arm_update_then_poll_the_operation(world: World) -> None:
 
 
 def test_arm_put_changes_capacity_and_tags(world: World) -> None:
-    response = arm_api.handle(world, Request.build("PUT", VMSS, "api-version=1", AUTH,
+    response = arm_api.handle(world, Request.build("PUT", VMSS, "api-version=1", ARM_AUTH,
                                                    {"sku": {"capacity": 3}, "tags": {"team": "x"}}))
     assert response.status == 200 and response.json()["sku"]["capacity"] == 3
     assert response.json()["tags"] == {"team": "x"}
 
 
 def test_arm_delete_monitor_location(world: World) -> None:
-    response = arm_api.handle(world, Request.build("POST", f"{VMSS}/delete", "api-version=1", AUTH, {"instanceIds": ["0"]}))
+    response = arm_api.handle(world, Request.build("POST", f"{VMSS}/delete", "api-version=1", ARM_AUTH, {"instanceIds": ["0"]}))
     assert response.status == 202 and response.body == b""
     path, _, query = response.headers["Location"].removeprefix("https://127.0.0.1:8443").partition("?")
     assert "monitor=true" in query
-    assert arm_api.handle(world, Request.build("GET", path, query, AUTH)).status == 202
+    assert arm_api.handle(world, Request.build("GET", path, query, ARM_AUTH)).status == 202
     world.advance_by(30)
-    assert arm_api.handle(world, Request.build("GET", path, query, AUTH)).status == 200
+    assert arm_api.handle(world, Request.build("GET", path, query, ARM_AUTH)).status == 200

@@ -10,14 +10,17 @@ import pytest
 from sandbox import arm_api, loganalytics_api
 from sandbox.errors import KubeError
 from sandbox.faults import FaultError, make_fault
+from sandbox.identity import ARM_AUDIENCE, LOG_ANALYTICS_AUDIENCE
 from sandbox.scenario import ScenarioError, load_scenario
 from sandbox.wire import Request, Response
 from sandbox.world import CPU_USAGE_ANNOTATION, World
-from tests.sandbox.helpers import POOL, RG, scenario
+from tests.sandbox.helpers import POOL, RG, grant, scenario
 
 START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
 SUB = "11111111-2222-3333-4444-555555555555"
-AUTH = {"Authorization": "Bearer sandbox-token"}
+AUTH = {"Authorization": "Bearer la-token"}  # busy_world issues it for Log Analytics
+ARM_AUTH = {"Authorization": "Bearer arm-token"}  # and this one for ARM
+EXPIRED = {"Authorization": "Bearer expired-token"}  # and this one for Log Analytics, already expired
 N0, N1 = "pool-a000000", "pool-a000001"
 
 
@@ -33,7 +36,11 @@ def busy_world() -> World:
          "node_selector": on(N1)},
     ])
     doc["node_groups"][0]["initial"] = 2
-    return World(doc, start=START)
+    world = World(doc, start=START)
+    grant(world, LOG_ANALYTICS_AUDIENCE, "la-token")
+    grant(world, ARM_AUDIENCE, "arm-token")
+    grant(world, LOG_ANALYTICS_AUDIENCE, "expired-token", lifetime=-1)
+    return world
 
 
 def query(names: list[str]) -> str:
@@ -126,8 +133,12 @@ def test_the_query_answers_usage_and_capacity_in_nanocores_for_the_named_ready_n
     ({"query": query([N0]), "timespan": "yesterday"}, AUTH, None, 400, "BadArgumentError"),
     ({"query": query([N0])}, {}, None, 401, "AuthorizationRequiredError"),
     ({"query": query([N0])}, {"Authorization": "Bearer nope"}, None, 401, "AuthorizationRequiredError"),
+    ({"query": query([N0])}, {"Authorization": "Bearer sandbox-token"}, None, 401, "AuthorizationRequiredError"),
+    ({"query": query([N0])}, EXPIRED, None, 401, "AuthorizationRequiredError"),
+    ({"query": query([N0])}, ARM_AUTH, None, 403, "InvalidTokenError"),
     ({"query": query([N0])}, AUTH, "00000000-0000-0000-0000-000000000000", 404, "WorkspaceNotFoundError"),
-], ids=["other query", "no node list", "no query", "bad timespan", "no token", "wrong token", "unknown workspace"])
+], ids=["other query", "no node list", "no query", "bad timespan", "no token", "wrong token", "kubeconfig token",
+        "expired token", "ARM's token", "unknown workspace"])
 def test_the_double_refuses_what_the_service_would(
     body: dict[str, Any], headers: dict[str, str], workspace: str | None, status: int, code: str
 ) -> None:
@@ -161,7 +172,7 @@ def metrics(world: World, **query: str) -> Response:
            "/providers/Microsoft.Insights/metrics"
     params = {"api-version": "2024-02-01", "metricnames": "Percentage CPU", "aggregation": "Average",
               "timespan": "2030-01-07T08:57:00Z/2030-01-07T09:00:00Z", "interval": "PT1M", **query}
-    return arm_api.handle(world, Request.build("GET", path, {k: v for k, v in params.items() if v}, AUTH))
+    return arm_api.handle(world, Request.build("GET", path, {k: v for k, v in params.items() if v}, ARM_AUTH))
 
 
 def test_percentage_cpu_is_split_per_instance_by_vm_name() -> None:

@@ -14,6 +14,7 @@ import pytest
 import requests
 from kubernetes import client as k8s
 
+from sandbox.identity import ARM_AUDIENCE
 from sandbox.server import SandboxServer
 from tests.fixtures.sandbox import kube_api_client
 
@@ -43,6 +44,7 @@ def test_env_points_the_autoscaler_at_the_sandbox(sandbox: SandboxServer) -> Non
         "ARM_ENDPOINT": sandbox.url,
         "ARM_CA_BUNDLE": str(sandbox.ca_path),
         "AZURE_CREDENTIAL": "sandbox",
+        "SANDBOX_IDENTITY_ENDPOINT": f"{sandbox.url}/msi/token",
         "USAGE_SOURCE": "log-analytics",
         "LOG_ANALYTICS_ENDPOINT": f"{sandbox.url}/loganalytics",
         "LOG_ANALYTICS_WORKSPACE_ID": sandbox.world.workspace_id,
@@ -97,7 +99,9 @@ def test_faults_can_be_injected_over_http(sandbox: SandboxServer, body: dict[str
 
 
 def _status(server: SandboxServer, url: str) -> int:
-    return requests.get(url, headers={"Authorization": "Bearer sandbox-token"}, verify=str(server.ca_path), timeout=10).status_code
+    # The kubeconfig's static token for the Kubernetes API, an identity token for ARM.
+    token = server.world.identity.issue(ARM_AUDIENCE).token if "/subscriptions/" in url else server.world.token
+    return requests.get(url, headers={"Authorization": f"Bearer {token}"}, verify=str(server.ca_path), timeout=10).status_code
 
 
 @pytest.mark.parametrize(
@@ -123,8 +127,12 @@ def test_serve_prints_one_json_line_and_stops_cleanly_on_sigterm(tmp_path: Path)
     try:
         assert process.stdout is not None
         info = json.loads(process.stdout.readline())
-        assert set(info) == {"url", "ca_path", "kubeconfig_path", "env"}
+        assert set(info) == {"url", "ca_path", "kubeconfig_path", "env", "identity_endpoint", "identity_header",
+                             "aks_cluster_id", "kubeconfig_secret_uri"}
         assert info["env"]["ARM_ENDPOINT"] == info["url"] and Path(info["kubeconfig_path"]).exists()
+        assert info["env"]["SANDBOX_IDENTITY_ENDPOINT"] == info["identity_endpoint"] == f"{info['url']}/msi/token"
+        assert info["kubeconfig_secret_uri"] == f"{info['url']}/secrets/kubeconfig"
+        assert info["aks_cluster_id"].endswith("/resourceGroups/rg-sandbox/providers/Microsoft.ContainerService/managedClusters/sandbox")
         state = requests.get(f"{info['url']}/sandbox/state", verify=info["ca_path"], timeout=10).json()
         assert state["groups"]["rg-sandbox-nodes/pool-d4"]["target"] == 1
         clock = requests.get(f"{info['url']}/sandbox/clock", verify=info["ca_path"], timeout=10).json()

@@ -85,3 +85,48 @@ def test_keeping_drops_the_nodes_given_back() -> None:
                             now=T0, ttl=timedelta(minutes=1))
     assert action.keeping(["b"]).nodes == ("b",)
     assert decode_action(encode_action(action)) == action
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_the_decisions_trace_context_travels_with_every_step() -> None:
+    action = new_scale_down(action_id="d", group="g", targets=[RemovalTarget("a", "pa"), RemovalTarget("b", "pb")],
+                            now=T0, ttl=timedelta(minutes=1), reason="2 empty nodes", removal_kind="empty",
+                            traceparent=TRACEPARENT, tracestate="congo=t61rcWkgMzE")
+    body = json.loads(encode_action(action))
+    assert (body["traceparent"], body["tracestate"], body["removal_kind"]) == (TRACEPARENT, "congo=t61rcWkgMzE", "empty")
+    following = action.keeping(["b"]).at_step("drain", now=T0).retried()
+    decoded = decode_action(encode_action(following))
+    assert decoded == following
+    assert (decoded.traceparent, decoded.tracestate, decoded.removal_kind) == (TRACEPARENT, "congo=t61rcWkgMzE", "empty")
+
+
+def test_messages_without_trace_context_still_read_and_write_none() -> None:
+    body = up()
+    assert not {"traceparent", "tracestate", "removal_kind"} & body.keys()  # nothing traced: nothing written
+    action = decode_action(json.dumps(body))
+    assert (action.traceparent, action.tracestate, action.removal_kind) == ("", "", "")
+    traced = decode_action(json.dumps({**body, "traceparent": TRACEPARENT}))
+    assert traced.traceparent == TRACEPARENT and "tracestate" not in json.loads(encode_action(traced))
+
+
+@pytest.mark.parametrize("field,value", [
+    ("traceparent", "not-a-traceparent"),
+    ("traceparent", 42),
+    ("traceparent", "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01"),  # W3C: lowercase hex only
+    ("tracestate", "x" * 600),
+])
+def test_malformed_trace_context_is_dropped_never_a_rejection(field: str, value: object) -> None:
+    body = {**up(), "traceparent": TRACEPARENT, field: value}
+    action = decode_action(json.dumps(body))
+    assert action.tracestate == ""
+    assert action.traceparent == ("" if field == "traceparent" else TRACEPARENT)
+
+
+def test_removal_kind_is_informational() -> None:
+    down = json.loads(encode_action(new_scale_down(action_id="d", group="g", targets=[RemovalTarget("a", "pa")],
+                                                   now=T0, ttl=timedelta(minutes=1), removal_kind="drain")))
+    assert decode_action(json.dumps(down)).removal_kind == "drain"
+    assert decode_action(json.dumps({**down, "removal_kind": ["drain"]})).removal_kind == ""
+    assert decode_action(json.dumps({**up(), "removal_kind": "empty"})).removal_kind == ""  # scale-ups have none

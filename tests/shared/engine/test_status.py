@@ -141,3 +141,15 @@ def test_go_time_and_last_activity() -> None:
     states = {"x": GroupState("x", last_scale_up=T0), "y": GroupState("y", last_scale_up=T0 + timedelta(1),
                                                                      last_failure=T0)}
     assert last_activity(states) == {"scale-up": T0 + timedelta(1), "failure": T0}
+
+
+def test_a_poll_that_plans_no_scale_up_keeps_the_needed_the_pending_poll_wrote() -> None:
+    full = _snapshot(*(node(f"a{i}", group_name="pool-a", instance=i) for i in range(4)), node("b0", group_name="pool-b"))
+    needed = build_status(full, _inputs(scale_up_needed=frozenset({A.id})), now=T0)
+    kept = build_status(full, _inputs(scale_up_needed=None), now=T0 + timedelta(minutes=1),
+                        previous=parse_previous(render_status(needed)))
+    assert _group(kept, "pool-a")["scaleUp"]["status"] == "Needed"
+    assert _group(kept, "pool-a")["scaleUp"]["lastTransitionTime"] == "2026-11-21T12:00:00Z"
+    assert _group(kept, "pool-b")["scaleUp"]["status"] == "NoActivity"
+    settled = build_status(full, _inputs(), now=T0 + timedelta(minutes=2), previous=parse_previous(render_status(kept)))
+    assert _group(settled, "pool-a")["scaleUp"]["status"] == "NoActivity"

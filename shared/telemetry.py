@@ -1,0 +1,390 @@
+"""Telemetry for Application Insights: metrics, custom events and traces, through the OpenTelemetry API only.
+
+Nothing here configures OpenTelemetry, and nothing else in the code base may. In Azure the Functions
+Python worker does it: host.json `"telemetryMode": "OpenTelemetry"` and the app setting
+`PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY=true` make it call `configure_azure_monitor` once, before
+our code is loaded. Tests install in-memory SDK providers. With no provider every call here is a cheap
+no-op: the API hands out proxy meters and tracers that forward to a provider set later, or to nothing.
+Telemetry never fails an invocation: recording functions swallow (and log at debug) their own errors.
+
+What is emitted (docs/observability.md; the names are a contract with alert rules and the workbook):
+
+* Metrics named as cluster-autoscaler's Prometheus metrics (`METRICS`), so an operator coming from it
+  recognises them; they land in Application Insights' `customMetrics`.
+* One custom event per action that reaches an outcome (`EVENTS`): a log record carrying
+  `microsoft.custom_event.name`, which the Azure Monitor exporter turns into a `customEvents` row; every
+  other `extra` key becomes a custom dimension, so they are flat primitives (the logging bridge would
+  turn a dict into one unreadable string).
+* One trace per decision: a poll's span context travels in the queue message (W3C `traceparent` and
+  `tracestate`), and each step of the action runs in a span whose parent is the poll's, so the poll, the
+  steps and their ARM calls (azure-core's spans, enabled by the distro) are one operation.
+
+An adapter-like module: services and adapters call it; the pure engine never does (.importlinter).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from shared.actions import ScaleAction
+from shared.domain import ClusterSnapshot, GroupState
+
+__all__ = [
+    "METRICS", "EVENTS", "LOG_DIMENSIONS", "EVENT_LOGGER", "MetricSpec", "poll", "timed", "action_span", "trace_fields",
+    "record_pending_poll", "record_utilization_poll", "provision_timeout", "record_eviction", "action_ended",
+    "message_rejected", "record_arm_request", "scale_down_reason",
+]
+
+log = logging.getLogger(__name__)
+
+METER_NAME = "vmss_autoscaler"
+TRACER_NAME = "vmss_autoscaler"
+
+# -- the registry: every metric and event the code emits ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str
+    kind: Literal["counter", "gauge", "histogram"]
+    attributes: tuple[str, ...]
+    unit: str
+    description: str
+
+
+_CA = "cluster_autoscaler_"
+METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
+    MetricSpec(_CA + "unschedulable_pods_count", "gauge", (), "{pod}",
+               "Pending pods the scheduler gave up on (PodScheduled=False, Unschedulable), as of the last pending poll."),
+    MetricSpec(_CA + "nodes_count", "gauge", ("node_group", "state"), "{node}",
+               "Registered nodes per group and state: ready, unready, or notStarted (not Ready yet and younger than "
+               "MAX_NODE_PROVISION_TIME)."),
+    MetricSpec(_CA + "node_group_target_count", "gauge", ("node_group",), "{node}",
+               "The scale set's capacity, deallocated instances left out."),
+    MetricSpec(_CA + "node_group_min_count", "gauge", ("node_group",), "{node}", "The group's `min` tag."),
+    MetricSpec(_CA + "node_group_max_count", "gauge", ("node_group",), "{node}", "The group's `max` tag."),
+    MetricSpec(_CA + "node_group_backoff_status", "gauge", ("node_group", "reason"), "1",
+               "1 while the group is in scale-up backoff for `reason` (the ARM error code, or ProvisionTimeout); 0 after."),
+    MetricSpec(_CA + "scaled_up_nodes_total", "counter", ("node_group",), "{node}",
+               "Nodes added by scale-ups that succeeded (deallocated instances started included)."),
+    MetricSpec(_CA + "scaled_down_nodes_total", "counter", ("node_group", "reason"), "{node}",
+               "Nodes removed, by why: empty, underutilized or unready."),
+    MetricSpec(_CA + "failed_scale_ups_total", "counter", ("node_group", "reason"), "{scale-up}",
+               "Scale-ups that failed, by ARM error code (QuotaExceeded, AllocationFailed, ...) or ProvisionTimeout."),
+    MetricSpec(_CA + "evicted_pods_total", "counter", ("eviction_result",), "{pod}",
+               "Evictions asked of the Eviction API while draining: succeeded, or failed (refused by a budget)."),
+    MetricSpec(_CA + "unneeded_nodes_count", "gauge", (), "{node}",
+               "Nodes unneeded (idle) as of the last utilisation poll."),
+    MetricSpec(_CA + "nodes_in_drain_count", "gauge", (), "{node}",
+               "Nodes with a removal in flight (reserved, cordoned, draining or being deleted)."),
+    MetricSpec(_CA + "function_duration_seconds", "histogram", ("function",), "s",
+               "Wall time of one invocation of poll_pending_pods, poll_utilization or execute_scale_action."),
+    MetricSpec(_CA + "last_activity", "gauge", ("activity",), "s",
+               "Unix time of the last poll that observed and decided (main), scale-up and scale-down that succeeded."),
+    MetricSpec(_CA + "arm_requests_total", "counter", ("operation", "status_code"), "{request}",
+               "HTTP requests to Azure Resource Manager (each attempt, retries included), by operation and status."),
+    MetricSpec(_CA + "arm_throttled_requests_total", "counter", ("operation",), "{request}",
+               "ARM requests answered 429 (throttled)."),
+)}
+
+# Dimensions of the ScaleUp and ScaleDown events, and of ScaleActionRejected (an undecodable message).
+ACTION_DIMENSIONS = (
+    "action_id", "kind", "step", "group", "old_size", "new_size", "node", "reason", "removal_reason", "outcome",
+    "detail", "error_code", "poison", "dry_run", "decided_at", "seconds_since_decided",
+)
+REJECTED_DIMENSIONS = ("action_id", "reason", "outcome", "detail", "error_code", "poison", "dry_run")
+EVENTS: Mapping[str, tuple[str, ...]] = {
+    "ScaleUp": ACTION_DIMENSIONS,
+    "ScaleDown": ACTION_DIMENSIONS,
+    "ScaleActionRejected": REJECTED_DIMENSIONS,
+}
+# Flat dimensions some log records carry (the `traces` table): a kept node and its reason code, the usage source.
+LOG_DIMENSIONS = ("node", "kept_reason", "usage_source", "usage_available")
+CUSTOM_EVENT_KEY = "microsoft.custom_event.name"  # the Azure Monitor exporter's marker of a custom event
+
+# The events' logger: always at INFO, so LOG_LEVEL=warning quiets the logs but never the events alerts read.
+EVENT_LOGGER = "shared.telemetry.events"
+_events = logging.getLogger(EVENT_LOGGER)
+_events.setLevel(logging.INFO)
+
+# The removal kinds of the scale-down planner (shared.engine.scale_down.Removal.kind) as cluster-autoscaler's reasons.
+_SCALE_DOWN_REASONS = {"empty": "empty", "unready": "unready", "drain": "underutilized", "batch": "underutilized"}
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _never_raises(func: F) -> F:
+    @functools.wraps(func)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except Exception:  # telemetry must never fail the work it observes
+            log.debug("telemetry: %s failed", func.__name__, exc_info=True)
+            return None
+
+    return guarded  # type: ignore[return-value]
+
+
+# -- instruments, made on first use from the global (proxy) meter ---------------------------------------------
+
+_instruments: dict[str, Any] = {}
+
+
+def _instrument(name: str) -> Any:
+    instrument = _instruments.get(name)
+    if instrument is None:
+        spec = METRICS[name]
+        meter = metrics.get_meter(METER_NAME)
+        if spec.kind == "counter":
+            instrument = meter.create_counter(name, unit=spec.unit, description=spec.description)
+        elif spec.kind == "gauge":
+            instrument = meter.create_gauge(name, unit=spec.unit, description=spec.description)
+        else:
+            instrument = meter.create_histogram(name, unit=spec.unit, description=spec.description,
+                                                explicit_bucket_boundaries_advisory=_DURATION_BUCKETS)
+        _instruments[name] = instrument
+    return instrument
+
+
+def _add(name: str, amount: float, **attributes: str) -> None:
+    _instrument(name).add(amount, attributes)
+
+
+def _set(name: str, value: float, **attributes: str) -> None:
+    _instrument(name).set(value, attributes)
+
+
+def _tracer() -> trace.Tracer:
+    return trace.get_tracer(TRACER_NAME)
+
+
+# -- invocations and traces -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def timed(function: str) -> Iterator[None]:
+    """Record the wall time of the block as `function_duration_seconds{function}`, whether it raises or not."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        _record_duration(function, time.perf_counter() - started)
+
+
+@_never_raises
+def _record_duration(function: str, seconds: float) -> None:
+    _instrument(_CA + "function_duration_seconds").record(seconds, {"function": function})
+
+
+@contextmanager
+def poll(function: str) -> Iterator[None]:
+    """One poll: a span named `function` (child of the invocation's context the worker set), timed."""
+    with timed(function), _tracer().start_as_current_span(function, kind=trace.SpanKind.INTERNAL):
+        yield
+
+
+def trace_fields() -> dict[str, str]:
+    """The current span context as a queue message's `traceparent` (and `tracestate`); {} when there is none."""
+    carrier: dict[str, str] = {}
+    try:
+        _PROPAGATOR.inject(carrier)
+    except Exception:
+        log.debug("telemetry: could not capture the trace context", exc_info=True)
+        return {}
+    return {key: carrier[key] for key in ("traceparent", "tracestate") if carrier.get(key)}
+
+
+@contextmanager
+def action_span(action: ScaleAction) -> Iterator[trace.Span]:
+    """The span of one step of an action, `execute_scale_action <kind>/<step>`, a child of the decision's span.
+
+    The parent comes from the message's `traceparent`/`tracestate` (every step carries the poll's), so
+    the poll, each step and its ARM calls share one trace. The invocation's own context (the host's
+    queue-trigger request) is linked. A message without a traceparent runs under the invocation's context.
+    """
+    current = trace.get_current_span().get_span_context()
+    parent = None
+    links: list[trace.Link] = []
+    if action.traceparent:
+        carrier = {"traceparent": action.traceparent}
+        if action.tracestate:
+            carrier["tracestate"] = action.tracestate
+        parent = _PROPAGATOR.extract(carrier)
+        if current.is_valid:
+            links.append(trace.Link(current))
+    attributes = {
+        "autoscaler.action_id": action.id, "autoscaler.kind": action.kind, "autoscaler.step": action.step,
+        "autoscaler.group": action.group, "autoscaler.attempt": action.attempt,
+    }
+    with _tracer().start_as_current_span(f"execute_scale_action {action.kind}/{action.step}", context=parent,
+                                         kind=trace.SpanKind.CONSUMER, links=links, attributes=attributes) as span:
+        yield span
+
+
+# -- what the polls saw -------------------------------------------------------------------------------------------
+
+
+@_never_raises
+def record_pending_poll(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], backed_off: Iterable[str], *,
+                        pending: int, now: datetime, provision_time: timedelta) -> None:
+    """Gauges at the end of a pending poll that observed and decided: pods, nodes, groups, backoff; `main` activity.
+
+    `snapshot` is as observed with deallocated instances left out of the sizes (before backoff adjusts
+    what the planner sees); `backed_off` names the groups in backoff now.
+    """
+    _set(_CA + "unschedulable_pods_count", pending)
+    counts: dict[str, dict[str, int]] = {g.id: {"ready": 0, "unready": 0, "notStarted": 0} for g in snapshot.groups}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is None or ref.group_id not in counts:
+            continue
+        state = "ready" if node.ready else "notStarted" if now - node.created_at < provision_time else "unready"
+        counts[ref.group_id][state] += 1
+    in_backoff = set(backed_off)
+    for group in snapshot.groups:
+        for state, count in counts[group.id].items():
+            _set(_CA + "nodes_count", count, node_group=group.id, state=state)
+        _set(_CA + "node_group_target_count", group.target_size, node_group=group.id)
+        _set(_CA + "node_group_min_count", group.min_size, node_group=group.id)
+        _set(_CA + "node_group_max_count", group.max_size, node_group=group.id)
+        group_state = states.get(group.id)
+        reason = (group_state.backoff_reason if group_state is not None else "") or "unknown"
+        _set_backoff(group.id, reason if group.id in in_backoff else None, last_reason=reason)
+    _set(_CA + "last_activity", now.timestamp(), activity="main")
+
+
+# Per group, the backoff reasons this process has reported, so a reason no longer current is set back to 0.
+_backoff_reported: dict[str, set[str]] = {}
+
+
+def _set_backoff(group: str, reason: str | None, *, last_reason: str) -> None:
+    reported = _backoff_reported.setdefault(group, set())
+    for old in reported - {reason}:
+        _set(_CA + "node_group_backoff_status", 0, node_group=group, reason=old)
+    if reason is not None:
+        _set(_CA + "node_group_backoff_status", 1, node_group=group, reason=reason)
+        reported.add(reason)
+    elif not reported:
+        _set(_CA + "node_group_backoff_status", 0, node_group=group, reason=last_reason)
+
+
+@_never_raises
+def record_utilization_poll(unneeded: int, states: Mapping[str, GroupState], *, now: datetime) -> None:
+    """Gauges at the end of a utilisation poll that observed and decided; `main` activity."""
+    _set(_CA + "unneeded_nodes_count", unneeded)
+    _set(_CA + "nodes_in_drain_count", sum(len(state.deleting) for state in states.values()))
+    _set(_CA + "last_activity", now.timestamp(), activity="main")
+
+
+@_never_raises
+def provision_timeout(group: str, *, present: int, target: int, now: datetime) -> None:
+    """A group's requested nodes did not become Ready within MAX_NODE_PROVISION_TIME: a failed scale-up."""
+    _add(_CA + "failed_scale_ups_total", 1, node_group=group, reason="ProvisionTimeout")
+    _event("ScaleUp", f"ScaleUp {group}: {target - present} node(s) not Ready in time: failed (ProvisionTimeout)", {
+        "action_id": "", "kind": "scale_up", "step": "", "group": group, "old_size": present, "new_size": target,
+        "node": "", "reason": "nodes not Ready within MAX_NODE_PROVISION_TIME", "removal_reason": "", "outcome": "failed",
+        "detail": f"{target - present} of {target} node(s) missing", "error_code": "ProvisionTimeout",
+        "poison": "false", "dry_run": "false", "decided_at": "", "seconds_since_decided": "",
+    })
+
+
+# -- what the executor did ------------------------------------------------------------------------------------------
+
+
+@_never_raises
+def record_eviction(outcome: str) -> None:
+    """One Eviction API call's outcome: evicted counts as succeeded, blocked (a budget refused) as failed."""
+    result = {"evicted": "succeeded", "blocked": "failed"}.get(outcome)
+    if result is not None:
+        _add(_CA + "evicted_pods_total", 1, eviction_result=result)
+
+
+def scale_down_reason(action: ScaleAction) -> str:
+    """cluster-autoscaler's scale-down reason (empty, underutilized, unready) of a scale-down action."""
+    if action.removal_kind in _SCALE_DOWN_REASONS:
+        return _SCALE_DOWN_REASONS[action.removal_kind]
+    # Messages from before removal_kind: the planner's reason text says it.
+    text = action.reason.lower()
+    if text.startswith("unready"):
+        return "unready"
+    if text.startswith("empty") or " empty nodes" in text:
+        return "empty"
+    return "underutilized"
+
+
+def _nodes_added(action: ScaleAction) -> int:
+    grown = action.resized_to - action.from_size if action.resized_to is not None and action.from_size is not None else 0
+    return max(0, grown) + len(action.starting)
+
+
+@_never_raises
+def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetime, error_code: str = "",
+                 poison: bool = False, dry_run: bool = False, old_size: int | None = None) -> None:
+    """An action reached an outcome (succeeded, failed, skipped, dry-run, rejected, expired): its event and counters."""
+    scale_up = action.kind == "scale_up"
+    if old_size is None:
+        old_size = action.from_size
+    dimensions: dict[str, Any] = {
+        "action_id": action.id, "kind": action.kind, "step": action.step, "group": action.group,
+        "old_size": old_size if old_size is not None else "",
+        "new_size": action.target_size if scale_up and action.target_size is not None else "",
+        "node": ",".join(action.nodes), "reason": action.reason,
+        "removal_reason": "" if scale_up else scale_down_reason(action),
+        "outcome": outcome, "detail": detail[:1000], "error_code": error_code,
+        "poison": "true" if poison else "false", "dry_run": "true" if dry_run else "false",
+        "decided_at": action.created_at.isoformat(),
+        "seconds_since_decided": round((now - action.created_at).total_seconds(), 3),
+    }
+    name = "ScaleUp" if scale_up else "ScaleDown"
+    target = f"{action.group} {dimensions['old_size']} -> {dimensions['new_size']}" if scale_up else (
+        f"{action.group} node(s) {dimensions['node']}")
+    _event(name, f"{name} {target}: {outcome}{f' ({error_code})' if error_code else ''}", dimensions)
+    trace.get_current_span().set_attribute("autoscaler.outcome", outcome)
+    if scale_up and outcome == "succeeded":
+        added = _nodes_added(action)
+        if added:
+            _add(_CA + "scaled_up_nodes_total", added, node_group=action.group)
+        _set(_CA + "last_activity", now.timestamp(), activity="scaleUp")
+    elif scale_up and outcome == "failed":
+        _add(_CA + "failed_scale_ups_total", 1, node_group=action.group, reason=error_code or "Failed")
+    elif outcome == "succeeded":
+        _add(_CA + "scaled_down_nodes_total", len(action.nodes), node_group=action.group,
+             reason=scale_down_reason(action))
+        _set(_CA + "last_activity", now.timestamp(), activity="scaleDown")
+
+
+@_never_raises
+def message_rejected(action_id: str, reason: str, *, dry_run: bool = False) -> None:
+    """A message that could not be decoded went to the poison queue."""
+    _event("ScaleActionRejected", f"ScaleActionRejected {action_id}: {reason}", {
+        "action_id": action_id, "reason": reason[:1000], "outcome": "rejected", "detail": reason[:1000],
+        "error_code": "InvalidMessage", "poison": "true", "dry_run": "true" if dry_run else "false",
+    })
+
+
+def _event(name: str, message: str, dimensions: Mapping[str, Any]) -> None:
+    _events.info(message, extra={CUSTOM_EVENT_KEY: name, **dimensions})
+
+
+# -- ARM --------------------------------------------------------------------------------------------------------------
+
+
+@_never_raises
+def record_arm_request(operation: str, status_code: int | str) -> None:
+    """One HTTP attempt at Azure Resource Manager (shared.adapters.arm_telemetry's pipeline policy)."""
+    _add(_CA + "arm_requests_total", 1, operation=operation, status_code=str(status_code))
+    if str(status_code) == "429":
+        _add(_CA + "arm_throttled_requests_total", 1, operation=operation)
