@@ -219,7 +219,7 @@ def test_scale_down_never_goes_below_min_counting_removals_in_flight(
     assert node is not None and not node.unschedulable
 
 
-def _walk(app: App, text: str, *, step_seconds: float, limit: int = 200) -> list[str]:
+def walk(app: App, text: str, *, step_seconds: float, limit: int = 200) -> list[str]:
     """Run an action and every continuation it enqueues, moving the clock between them; the outcomes."""
     outcomes = []
     for _ in range(limit):
@@ -247,7 +247,7 @@ def test_a_drain_waits_for_batch_pods_and_evicts_only_the_movable_ones(
 ) -> None:
     app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("20m"),))
     node = _node_of(app, "render")
-    outcomes = _walk(app, scale_down(app, node), step_seconds=60)
+    outcomes = walk(app, scale_down(app, node), step_seconds=60)
     assert outcomes[-1] == "succeeded", outcomes
     assert "waiting for 1 batch pod(s)" in outcomes
     report = app.server.world.report()
@@ -261,7 +261,7 @@ def test_batch_drain_timeout_evicts_what_is_left(
     app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("2h"),),
                    settings={"BATCH_DRAIN_TIMEOUT": "5m"})
     node = _node_of(app, "render")
-    outcomes = _walk(app, scale_down(app, node), step_seconds=60)
+    outcomes = walk(app, scale_down(app, node), step_seconds=60)
     assert outcomes[-1] == "succeeded", outcomes
     assert len([o for o in outcomes if "batch" in o]) <= 6  # about 5 minutes of one-minute looks
     assert app.server.world.report()["running_pods_evicted"] == 1
@@ -273,7 +273,7 @@ def test_batch_protection_off_evicts_job_pods_at_once(
     app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("2h"),),
                    settings={"BATCH_PROTECTION": "false"})
     node = _node_of(app, "render")
-    outcomes = _walk(app, scale_down(app, node), step_seconds=30)
+    outcomes = walk(app, scale_down(app, node), step_seconds=30)
     assert outcomes[-1] == "succeeded", outcomes
     assert not [o for o in outcomes if "batch" in o]
 
@@ -494,7 +494,7 @@ def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_agai
     _, idle = app.busy_and_idle()
     target = idle[0]
     instance = app.provider_id(target).rsplit("/", 1)[-1]
-    outcomes = _walk(app, scale_down(app, target), step_seconds=30)
+    outcomes = walk(app, scale_down(app, target), step_seconds=30)
     assert outcomes[-1] == "succeeded", outcomes
     arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
     assert arm["instances_deallocated"] == {f"pool/{instance}": 1} and "POST delete" not in arm
@@ -505,7 +505,7 @@ def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_agai
     assert target not in app.node_names()
 
     # The group now runs 2: asking for 3 starts the deallocated instance instead of adding one.
-    outcomes = _walk(app, scale_up(app, 3), step_seconds=30)
+    outcomes = walk(app, scale_up(app, 3), step_seconds=30)
     assert outcomes[-1] == "succeeded", outcomes
     arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
     assert arm["instances_started"] == {f"pool/{instance}": 1} and arm.get("PATCH virtualMachineScaleSets", 0) == 0
@@ -521,6 +521,6 @@ def test_deallocated_instances_do_not_count_toward_the_running_size(
     app = make_app(sandbox_factory, azurite, table_name, queue_name, settings={"SCALE_DOWN_MODE": "deallocate"},
                    min=2)
     _, idle = app.busy_and_idle()
-    assert _walk(app, scale_down(app, idle[0]), step_seconds=30)[-1] == "succeeded"
+    assert walk(app, scale_down(app, idle[0]), step_seconds=30)[-1] == "succeeded"
     second = app.run(scale_down(app, idle[1]))  # 2 running, min 2: refused although capacity is 3
     assert second.outcome == "skipped" and "below its minimum 2" in second.detail

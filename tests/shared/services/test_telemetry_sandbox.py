@@ -13,7 +13,7 @@ from shared.services.pending import run_pending_poll
 from shared.services.utilization import run_utilization_poll
 from shared.telemetry import ACTION_DIMENSIONS, REJECTED_DIMENSIONS
 from tests.shared.services.telemetry_capture import Telemetry, telemetry  # noqa: F401  (the fixture)
-from tests.shared.services.test_executor import GROUP, TTL, App, make_app, scale_up
+from tests.shared.services.test_executor import GROUP, TTL, App, make_app, scale_up, walk
 
 CA = "cluster_autoscaler_"
 # Pods that need new nodes, arriving early enough for their nodes to boot within the scenario's hour.
@@ -24,19 +24,6 @@ WAVE = {"name": "wave", "kind": "Job", "count": 4, "at": "2m", "duration": "10m"
 def app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str) -> App:
     return make_app(sandbox_factory, azurite, table_name, queue_name,
                     settings={"SCALE_DOWN_UNNEEDED_TIME": "0s", "SCALE_DOWN_DELAY_AFTER_ADD": "0s"})
-
-
-def _walk(app: App, text: str, *, step_seconds: float = 300, limit: int = 20) -> list[str]:
-    """Run a message and every step it enqueues (the clock moved between them); the outcomes."""
-    outcomes = []
-    for _ in range(limit):
-        outcomes.append(app.run(text).outcome)
-        if outcomes[-1] != "waiting":
-            break
-        [text] = [json.dumps(m) for m in app.queued()]
-        app.context.ports.queue.clear()  # type: ignore[attr-defined]
-        app.clock.advance(step_seconds)
-    return outcomes
 
 
 def _take_one(app: App) -> dict[str, Any]:
@@ -74,8 +61,8 @@ def test_a_scale_up_is_measured_evented_and_one_trace_from_poll_to_arm(
     version, trace_id, parent_id, flags = message["traceparent"].split("-")
     assert (int(trace_id, 16), int(parent_id, 16)) == (poll.context.trace_id, poll.context.span_id)
 
-    outcomes = _walk(app, json.dumps(message))
-    assert outcomes == ["waiting", "succeeded"]
+    outcomes = walk(app, json.dumps(message), step_seconds=300, limit=20)
+    assert len(outcomes) == 2 and outcomes[-1] == "succeeded", outcomes
 
     # Counters and the ScaleUp event.
     assert telemetry.total(CA + "scaled_up_nodes_total", node_group=GROUP) == added
@@ -124,7 +111,7 @@ def test_a_scale_down_is_evented_with_cluster_autoscalers_reason(app: App, telem
 
     message = _take_one(app)
     assert message["removal_kind"] == "empty"
-    outcomes = _walk(app, json.dumps(message), step_seconds=30)
+    outcomes = walk(app, json.dumps(message), step_seconds=30)
     assert outcomes[-1] == "succeeded", outcomes
 
     assert telemetry.total(CA + "scaled_down_nodes_total", node_group=GROUP, reason="empty") == 2
@@ -161,7 +148,7 @@ def test_evictions_are_counted_and_a_scale_down_without_a_kind_is_underutilized(
     app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("2h"),),
                    settings={"BATCH_PROTECTION": "false"})
     node = _node_of(app, "render")
-    outcomes = _walk(app, scale_down(app, node), step_seconds=30)
+    outcomes = walk(app, scale_down(app, node), step_seconds=30)
     assert outcomes[-1] == "succeeded", outcomes
     assert telemetry.total(CA + "evicted_pods_total", eviction_result="succeeded") == 1
     assert telemetry.total(CA + "evicted_pods_total", eviction_result="failed") == 0
@@ -174,7 +161,7 @@ def test_evictions_are_counted_and_a_scale_down_without_a_kind_is_underutilized(
 
 def test_a_failed_scale_up_counts_its_arm_error_code_and_backs_the_group_off(app: App, telemetry: Telemetry) -> None:
     app.server.world.fail_next_scale_up("pool", code="QuotaExceeded")
-    outcomes = _walk(app, scale_up(app, 5), step_seconds=30)
+    outcomes = walk(app, scale_up(app, 5), step_seconds=30)
     assert outcomes[-1] == "failed"
     assert telemetry.total(CA + "failed_scale_ups_total", node_group=GROUP, reason="QuotaExceeded") == 1
     assert telemetry.total(CA + "scaled_up_nodes_total") == 0
