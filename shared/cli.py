@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shared.ports import StateStore
+from shared.ports import ClusterError, ComputeError, StateStore
 from shared.settings import Settings, SettingsError, load_settings
 
 
@@ -67,9 +67,16 @@ def plan_command(args: argparse.Namespace, *, environ: Mapping[str, str], now: d
     except SettingsError as exc:
         print(f"plan: {exc}", file=sys.stderr)
         return 2
-    ports = connect(settings, env, storage=False)
-    state = _state_table(settings, env) if args.with_state else None
-    report = plan_now(ports, settings, now=now or datetime.now(timezone.utc), state=state)
+    from shared.adapters.storage_connection import StorageError
+
+    try:
+        ports = connect(settings, env, storage=False)
+        state = _state_table(settings, env) if args.with_state else None
+        report = plan_now(ports, settings, now=now or datetime.now(timezone.utc), state=state)
+    except (ClusterError, ComputeError, StorageError, SettingsError) as exc:
+        # What could not be reached or read, by name; a traceback would bury it.
+        print(f"plan: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

@@ -102,3 +102,11 @@ def test_missing_settings_are_named_and_exit_2(capsys: pytest.CaptureFixture[str
     assert main(["plan", "--kubeconfig", "/nowhere"], environ={}) == 2
     err = capsys.readouterr().err
     assert "CLUSTER_NAME: missing" in err and "AZURE_SUBSCRIPTION_ID: missing" in err
+
+
+def test_an_unreachable_cluster_is_named_without_a_traceback(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-kubeconfig"
+    argv = ["plan", "--kubeconfig", str(missing), "--subscription", "s", "--resource-group", "rg", "--cluster-name", "c"]
+    assert main(argv, environ={}) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("plan: load kubeconfig") and str(missing) in err and "Traceback" not in err
