@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
 from shared.engine.expanders import EXPANDERS, parse_expander_chain, parse_priorities
 from shared.engine.limits import ClusterLimits, parse_min_max
@@ -162,16 +163,25 @@ def _https_url(text: str) -> str:
 
 
 _AKS_ID = re.compile(
-    r"/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.ContainerService/managedClusters/[^/]+",
+    r"/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)"
+    r"/providers/Microsoft\.ContainerService/managedClusters/(?P<name>[^/]+)/?",
     re.IGNORECASE,
 )
 
 
+def parse_aks_cluster_id(cluster_id: str) -> tuple[str, str, str]:
+    """(subscription, resource group, cluster name) of an AKS resource id."""
+    match = _AKS_ID.fullmatch(cluster_id.strip())
+    if match is None:
+        raise ValueError("must be an AKS resource id, /subscriptions/<id>/resourceGroups/<rg>/providers/"
+                         f"Microsoft.ContainerService/managedClusters/<name>, got {cluster_id!r}")
+    return match["sub"], match["rg"], match["name"]
+
+
 def _aks_cluster_id(text: str) -> str:
     value = text.strip().rstrip("/")
-    if value and not _AKS_ID.fullmatch(value):
-        raise ValueError("must be an AKS resource id, /subscriptions/<id>/resourceGroups/<rg>/providers/"
-                         f"Microsoft.ContainerService/managedClusters/<name>, got {text!r}")
+    if value:
+        parse_aks_cluster_id(value)
     return value
 
 
@@ -182,17 +192,23 @@ def _server_app_id(text: str) -> str:
     return value.lower()
 
 
-_SECRET_PATH = re.compile(r"/secrets/[0-9A-Za-z-]{1,127}(/[0-9A-Za-z]+)?")
+_SECRET_PATH = re.compile(r"/secrets/(?P<name>[0-9A-Za-z-]{1,127})(?:/(?P<version>[0-9A-Za-z]+))?/?")
+
+
+def parse_secret_uri(uri: str) -> tuple[str, str, str | None]:
+    """(vault URL, secret name, version or None) of `https://<vault>/secrets/<name>[/<version>]`."""
+    parts = urlsplit(uri.strip())
+    match = _SECRET_PATH.fullmatch(parts.path)
+    if parts.scheme != "https" or not parts.netloc or match is None or parts.query or parts.fragment:
+        raise ValueError("must be a Key Vault secret URI, https://<vault>.vault.azure.net/secrets/<name> (optionally "
+                         f"/<version>), got {uri!r}")
+    return f"https://{parts.netloc}", match["name"], match["version"]
 
 
 def _secret_uri(text: str) -> str:
     value = _https_url(text)
-    if not value:
-        return ""
-    path = re.sub(r"^https://[^/]+", "", value)
-    if not _SECRET_PATH.fullmatch(path):
-        raise ValueError("must be a Key Vault secret URI, https://<vault>.vault.azure.net/secrets/<name> (optionally "
-                         f"/<version>), got {text!r}")
+    if value:
+        parse_secret_uri(value)
     return value
 
 

@@ -21,12 +21,10 @@ sandbox's doubles can stand in for both.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit
 
 import yaml
 from kubernetes import config as kube_config
@@ -34,7 +32,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 
 from shared.ports import ClusterError
-from shared.settings import Settings
+from shared.settings import Settings, parse_aks_cluster_id, parse_secret_uri
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -46,12 +44,6 @@ log = logging.getLogger(__name__)
 # Renew the cluster token when less than this is left (Entra tokens live 60-90 minutes; a
 # managed identity's up to 24 hours): the same margin azure-core's policies keep.
 REFRESH_MARGIN: Final = 300.0
-_AKS_ID: Final = re.compile(
-    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)"
-    r"/providers/Microsoft\.ContainerService/managedClusters/(?P<name>[^/]+)/?$",
-    re.IGNORECASE,
-)
-_SECRET_PATH: Final = re.compile(r"^/secrets/(?P<name>[0-9A-Za-z-]{1,127})(?:/(?P<version>[0-9A-Za-z]+))?/?$")
 _ENTRA_USER: Final = "entra-id"  # the user entry that replaces kubelogin's: no credentials, the hook adds them
 
 
@@ -88,14 +80,6 @@ def new_api_client(
 
 
 # --- aks -------------------------------------------------------------------------------
-
-
-def parse_aks_cluster_id(cluster_id: str) -> tuple[str, str, str]:
-    """(subscription, resource group, cluster name) of an AKS resource id."""
-    match = _AKS_ID.match(cluster_id.strip())
-    if match is None:
-        raise ValueError(f"not an AKS resource id: {cluster_id!r}")
-    return match["sub"], match["rg"], match["name"]
 
 
 class BearerTokenRefresher:
@@ -221,15 +205,6 @@ def _without_user_credentials(config: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- key-vault ---------------------------------------------------------------------------
-
-
-def parse_secret_uri(uri: str) -> tuple[str, str, str | None]:
-    """(vault URL, secret name, version or None) of `https://<vault>/secrets/<name>[/<version>]`."""
-    parts = urlsplit(uri.strip())
-    match = _SECRET_PATH.match(parts.path)
-    if parts.scheme != "https" or not parts.netloc or match is None or parts.query or parts.fragment:
-        raise ValueError(f"not a Key Vault secret URI (https://<vault>.vault.azure.net/secrets/<name>[/<version>]): {uri!r}")
-    return f"https://{parts.netloc}", match["name"], match["version"]
 
 
 def read_kubeconfig_secret(settings: Settings, credential: TokenCredential) -> str:
