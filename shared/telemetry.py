@@ -38,6 +38,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from shared.actions import ScaleAction
 from shared.domain import ClusterSnapshot, GroupState
+from shared.engine.status import group_counts, nodes_by_group
 
 __all__ = [
     "METRICS", "EVENTS", "LOG_DIMENSIONS", "EVENT_LOGGER", "MetricSpec", "poll", "timed", "action_span", "trace_fields",
@@ -246,22 +247,18 @@ def record_pending_poll(snapshot: ClusterSnapshot, states: Mapping[str, GroupSta
     what the planner sees); `backed_off` names the groups in backoff now.
     """
     _set(_CA + "unschedulable_pods_count", pending)
-    counts: dict[str, dict[str, int]] = {g.id: {"ready": 0, "unready": 0, "notStarted": 0} for g in snapshot.groups}
-    for node in snapshot.nodes:
-        ref = node.instance
-        if ref is None or ref.group_id not in counts:
-            continue
-        state = "ready" if node.ready else "notStarted" if now - node.created_at < provision_time else "unready"
-        counts[ref.group_id][state] += 1
+    by_group = nodes_by_group(snapshot)
     in_backoff = set(backed_off)
     for group in snapshot.groups:
-        for state, count in counts[group.id].items():
+        group_state = states.get(group.id) or GroupState(group.id)
+        # The status ConfigMap's classification, so both say the same about a node.
+        counts = group_counts(group, by_group.get(group.id, []), group_state, now=now, max_node_provision_time=provision_time)
+        for state, count in (("ready", counts.ready), ("unready", counts.unready), ("notStarted", counts.not_started)):
             _set(_CA + "nodes_count", count, node_group=group.id, state=state)
         _set(_CA + "node_group_target_count", group.target_size, node_group=group.id)
         _set(_CA + "node_group_min_count", group.min_size, node_group=group.id)
         _set(_CA + "node_group_max_count", group.max_size, node_group=group.id)
-        group_state = states.get(group.id)
-        reason = (group_state.backoff_reason if group_state is not None else "") or "unknown"
+        reason = group_state.backoff_reason or "unknown"
         _set_backoff(group.id, reason if group.id in in_backoff else None, last_reason=reason)
     _set(_CA + "last_activity", now.timestamp(), activity="main")
 

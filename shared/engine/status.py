@@ -39,7 +39,9 @@ class StatusInputs:
     """What a poll knows beyond the snapshot."""
 
     group_states: Mapping[str, GroupState]  # by group id
-    unneeded: Mapping[str, datetime]  # node -> unneeded since
+    # node -> unneeded since; None when this poll did not plan scale-down (the pending poll), so the
+    # utilization poll's scale-down conditions stand as it last wrote them.
+    unneeded: Mapping[str, datetime] | None
     backoff: Mapping[str, str] = field(default_factory=dict)  # group id -> why (groups in backoff now)
     # Groups a scale-up was just decided for; None when this poll did not plan scale-ups (the
     # utilization poll), so that a Needed written by the pending poll stands until it decides again.
@@ -49,7 +51,7 @@ class StatusInputs:
 
 
 @dataclass(frozen=True, slots=True)
-class _Counts:
+class NodeCounts:
     total: int = 0
     ready: int = 0
     unready: int = 0
@@ -58,8 +60,8 @@ class _Counts:
     unregistered: int = 0
     long_unregistered: int = 0
 
-    def plus(self, other: _Counts) -> _Counts:
-        return _Counts(*(a + b for a, b in zip(_astuple(self), _astuple(other), strict=True)))
+    def plus(self, other: NodeCounts) -> NodeCounts:
+        return NodeCounts(*(a + b for a, b in zip(_astuple(self), _astuple(other), strict=True)))
 
     def as_doc(self) -> dict[str, Any]:
         return {
@@ -82,7 +84,7 @@ class _Counts:
         return self.total == 0 or 100.0 * self.unready / self.total <= MAX_TOTAL_UNREADY_PERCENTAGE
 
 
-def _astuple(counts: _Counts) -> tuple[int, ...]:
+def _astuple(counts: NodeCounts) -> tuple[int, ...]:
     return (counts.total, counts.ready, counts.unready, counts.not_started, counts.being_deleted,
             counts.unregistered, counts.long_unregistered)
 
@@ -99,8 +101,18 @@ def rfc3339(at: datetime | None) -> str:
     return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def nodes_by_group(snapshot: ClusterSnapshot) -> dict[str, list[Node]]:
+    """The snapshot's nodes by the id of the group their providerID names (other nodes left out)."""
+    grouped: dict[str, list[Node]] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is not None:
+            grouped.setdefault(ref.group_id, []).append(node)
+    return grouped
+
+
 def group_counts(group: NodeGroup, nodes: list[Node], state: GroupState, *, now: datetime,
-                 max_node_provision_time: timedelta) -> _Counts:
+                 max_node_provision_time: timedelta) -> NodeCounts:
     ready = sum(1 for n in nodes if n.ready)
     young = sum(1 for n in nodes if not n.ready and now - n.created_at < max_node_provision_time)
     unready = len(nodes) - ready - young
@@ -108,7 +120,7 @@ def group_counts(group: NodeGroup, nodes: list[Node], state: GroupState, *, now:
     expected = max(0, group.target_size - len(state.stopped))
     unregistered = max(0, expected - len(nodes))
     overdue = state.last_scale_up is None or now - state.last_scale_up > max_node_provision_time
-    return _Counts(
+    return NodeCounts(
         total=len(nodes), ready=ready, unready=unready, not_started=young,
         being_deleted=sum(1 for n in nodes if n.is_being_deleted),
         unregistered=unregistered, long_unregistered=unregistered if overdue else 0,
@@ -123,7 +135,7 @@ def _condition(status: str, previous: Mapping[str, Any] | None, *, now: datetime
     return {"status": status, **extra, "lastProbeTime": rfc3339(now), "lastTransitionTime": since}
 
 
-def _scale_up_status(group_id: str, counts: _Counts, inputs: StatusInputs, before: Mapping[str, Any]) -> str:
+def _scale_up_status(group_id: str, counts: NodeCounts, inputs: StatusInputs, before: Mapping[str, Any]) -> str:
     if group_id in inputs.backoff:
         return "Backoff"
     if counts.unregistered > 0 or counts.not_started > 0:
@@ -141,18 +153,12 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
     previous = previous or {}
     prev_wide = previous.get("clusterWide") or {}
     prev_groups = {g.get("name"): g for g in previous.get("nodeGroups") or [] if isinstance(g, dict)}
-    by_group: dict[str, list[Node]] = {}
-    for node in snapshot.nodes:
-        ref = node.instance
-        if ref is not None:
-            by_group.setdefault(ref.group_id, []).append(node)
-    unneeded_by_group: dict[str, int] = {}
-    for node in snapshot.nodes:
-        ref = node.instance
-        if ref is not None and node.name in inputs.unneeded:
-            unneeded_by_group[ref.group_id] = unneeded_by_group.get(ref.group_id, 0) + 1
+    by_group = nodes_by_group(snapshot)
+    unneeded_by_group: dict[str, int] | None = None
+    if inputs.unneeded is not None:
+        unneeded_by_group = {gid: sum(1 for n in nodes if n.name in inputs.unneeded) for gid, nodes in by_group.items()}
 
-    total = _Counts()
+    total = NodeCounts()
     groups: list[dict[str, Any]] = []
     scale_ups: list[str] = []
     for group in sorted(snapshot.groups, key=lambda g: g.name):
@@ -167,7 +173,6 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
         if up == "Backoff":
             up_extra["backoffInfo"] = {"errorCode": state.backoff_reason or "ScaleUpFailed",
                                        "errorMessage": inputs.backoff[group.id]}
-        candidates = unneeded_by_group.get(group.id, 0)
         groups.append({
             "name": group.name,
             "health": _condition(
@@ -176,8 +181,7 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
                 minSize=group.min_size, maxSize=group.max_size,
             ),
             "scaleUp": _condition(up, before.get("scaleUp"), now=now, **up_extra),
-            "scaleDown": _condition("CandidatesPresent" if candidates else "NoCandidates", before.get("scaleDown"),
-                                    now=now, candidates=candidates),
+            "scaleDown": _scale_down(unneeded_by_group, group.id, before.get("scaleDown"), now=now),
         })
 
     if "InProgress" in scale_ups:
@@ -188,7 +192,6 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
         wide_up = "Backoff"
     else:
         wide_up = "NoActivity"
-    candidates = sum(unneeded_by_group.values())
     return {
         "time": go_time(now),
         "autoscalerStatus": "Running",
@@ -196,11 +199,21 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
             "health": _condition("Healthy" if total.healthy else "Unhealthy", prev_wide.get("health"), now=now,
                                  nodeCounts=total.as_doc()),
             "scaleUp": _condition(wide_up, prev_wide.get("scaleUp"), now=now),
-            "scaleDown": _condition("CandidatesPresent" if candidates else "NoCandidates", prev_wide.get("scaleDown"),
-                                    now=now, candidates=candidates),
+            "scaleDown": _scale_down(unneeded_by_group, None, prev_wide.get("scaleDown"), now=now),
         },
         "nodeGroups": groups,
     }
+
+
+def _scale_down(unneeded_by_group: Mapping[str, int] | None, group_id: str | None, previous: Mapping[str, Any] | None,
+                *, now: datetime) -> dict[str, Any]:
+    """The scale-down condition of a group (or, for None, the cluster); kept as written when not known this poll."""
+    if unneeded_by_group is None:
+        if previous and previous.get("status"):
+            return dict(previous)
+        return _condition("NoCandidates", None, now=now, candidates=0)
+    candidates = sum(unneeded_by_group.values()) if group_id is None else unneeded_by_group.get(group_id, 0)
+    return _condition("CandidatesPresent" if candidates else "NoCandidates", previous, now=now, candidates=candidates)
 
 
 def render_status(doc: Mapping[str, Any]) -> str:

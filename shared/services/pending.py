@@ -126,7 +126,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     telemetry.record_pending_poll(observed, states, backed_off, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
     publish_status(ports, settings, observed, status_inputs(
-        settings, group_states=states, unneeded=ports.state.list_unneeded(), backoff=backed_off,
+        settings, group_states=states, unneeded=None, backoff=backed_off,
         scale_up_needed=frozenset(i.group_id for i in plan.increases), unschedulable_pods=result.pending,
     ), now=now)
     return result

@@ -1,7 +1,8 @@
 """Write cluster-autoscaler's status ConfigMap from a poll's view (STATUS_CONFIGMAP).
 
-Both polls call `publish_status` with what they know; each writes the whole
-document, so whichever ran last is current. Writing is best effort: a status
+Both polls call `publish_status` with what they decided: the pending poll the scale-up
+conditions, the utilization poll the scale-down ones. Each writes the whole document and
+keeps the other's conditions as last written, so neither reads what it does not decide. Writing is best effort: a status
 that cannot be written is logged and the poll goes on, since a scale decision
 must never wait on a dashboard. With DRY_RUN nothing is written, so a trial run
 beside cluster-autoscaler leaves CA's own status alone.
@@ -54,7 +55,8 @@ def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, 
     return text
 
 
-def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState], unneeded: Mapping[str, datetime],
+def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],
+                  unneeded: Mapping[str, datetime] | None,
                   backoff: Mapping[str, str] | None = None, scale_up_needed: frozenset[str] = frozenset(),
                   unschedulable_pods: int = 0) -> StatusInputs:
     return StatusInputs(

@@ -153,3 +153,14 @@ def test_a_poll_that_plans_no_scale_up_keeps_the_needed_the_pending_poll_wrote()
     assert _group(kept, "pool-b")["scaleUp"]["status"] == "NoActivity"
     settled = build_status(full, _inputs(), now=T0 + timedelta(minutes=2), previous=parse_previous(render_status(kept)))
     assert _group(settled, "pool-a")["scaleUp"]["status"] == "NoActivity"
+
+
+def test_a_poll_that_plans_no_scale_down_keeps_the_conditions_the_utilization_poll_wrote() -> None:
+    snapshot = _snapshot(node("a0", group_name="pool-a"), node("b0", group_name="pool-b"))
+    written = build_status(snapshot, _inputs(unneeded={"a0": T0}), now=T0)
+    kept = build_status(snapshot, _inputs(unneeded=None), now=T0 + timedelta(minutes=1),
+                        previous=parse_previous(render_status(written)))
+    assert _group(kept, "pool-a")["scaleDown"] == _group(written, "pool-a")["scaleDown"]
+    assert kept["clusterWide"]["scaleDown"] == written["clusterWide"]["scaleDown"]
+    first = build_status(snapshot, _inputs(unneeded=None), now=T0)
+    assert first["clusterWide"]["scaleDown"]["status"] == "NoCandidates"
