@@ -1,4 +1,4 @@
-"""In-memory StateStore and ActionQueue for the replay.
+"""In-memory StateStore (shared.services.memory_state's, also the `plan` command's) and ActionQueue for the replay.
 
 The replay measures decisions, not storage (the Azurite-backed adapters have their own tests), so
 state lives in dicts. Both keep the contracts the services rely on: etag compare-and-swap on group
@@ -14,57 +14,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from shared.actions import ScaleAction, encode_action
-from shared.domain import GroupState
-from shared.ports import LedgerEntry
+from shared.services.memory_state import MemoryStateStore
 
-
-class MemoryStateStore:
-    def __init__(self) -> None:
-        self._groups: dict[str, GroupState] = {}
-        self._unneeded: dict[str, datetime] = {}
-        self._ledger: dict[str, LedgerEntry] = {}
-        self._etags = itertools.count(1)
-
-    def _etag(self) -> str:
-        return f'W/"{next(self._etags)}"'
-
-    def get_group(self, group_id: str) -> GroupState:
-        return self._groups.get(group_id) or GroupState(group_id=group_id)
-
-    def update_group(self, state: GroupState) -> bool:
-        current = self._groups.get(state.group_id)
-        if (current.etag if current else None) != state.etag:
-            return False
-        self._groups[state.group_id] = replace(state, etag=self._etag())
-        return True
-
-    def list_unneeded(self) -> dict[str, datetime]:
-        return dict(self._unneeded)
-
-    def set_unneeded(self, node_name: str, since: datetime) -> None:
-        self._unneeded[node_name] = since
-
-    def clear_unneeded(self, node_name: str) -> None:
-        self._unneeded.pop(node_name, None)
-
-    def get_ledger_entry(self, action_id: str) -> LedgerEntry | None:
-        return self._ledger.get(action_id)
-
-    def create_ledger_entry(self, entry: LedgerEntry) -> bool:
-        if entry.action_id in self._ledger:
-            return False
-        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
-        return True
-
-    def update_ledger_entry(self, entry: LedgerEntry) -> bool:
-        current = self._ledger.get(entry.action_id)
-        if current is None or entry.etag is None or current.etag != entry.etag:
-            return False
-        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
-        return True
-
-    def list_ledger(self) -> list[LedgerEntry]:
-        return list(self._ledger.values())
+__all__ = ["MemoryQueue", "MemoryStateStore", "Message"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """What the autoscaler would do now, without doing any of it: the `plan` command's service.
 
 Both polls run as they do in Azure, on ports that keep every change to themselves:
-state writes land in an overlay over the real store (or over nothing), actions are
+state writes land in memory over the real store's reads (or over nothing), actions are
 collected instead of enqueued, events are dropped, and DRY_RUN is forced so the polls
 neither taint nodes nor write the status ConfigMap. What is read is real: the cluster,
 the scale sets, measured usage and, when there is one, the state table (which is
@@ -16,76 +16,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.actions import ScaleAction
-from shared.domain import GroupState
-from shared.ports import ClusterEvent, LedgerEntry, Ports, StateStore
+from shared.ports import ClusterEvent, Ports, StateStore
+from shared.services.memory_state import MemoryStateStore
 from shared.services.pending import PendingPollResult, run_pending_poll
 from shared.services.utilization import UtilizationPollResult, run_utilization_poll
 from shared.settings import Settings
-
-
-class OverlayState:
-    """A StateStore whose writes stay in memory, over a real store's reads (or an empty one).
-
-    Compare-and-swap still holds within the overlay, so the services' retry loops behave.
-    """
-
-    def __init__(self, base: StateStore | None = None) -> None:
-        self._base = base
-        self._groups: dict[str, GroupState] = {}
-        self._unneeded: dict[str, datetime | None] | None = None  # None: not read yet; a None value: cleared
-        self._ledger: dict[str, LedgerEntry] = {}
-        self._serial = 0
-
-    def _etag(self) -> str:
-        self._serial += 1
-        return f"overlay-{self._serial}"
-
-    def get_group(self, group_id: str) -> GroupState:
-        if group_id in self._groups:
-            return self._groups[group_id]
-        return self._base.get_group(group_id) if self._base else GroupState(group_id)
-
-    def update_group(self, state: GroupState) -> bool:
-        if self.get_group(state.group_id).etag != state.etag:
-            return False
-        self._groups[state.group_id] = replace(state, etag=self._etag())
-        return True
-
-    def _unneeded_map(self) -> dict[str, datetime | None]:
-        if self._unneeded is None:
-            self._unneeded = dict(self._base.list_unneeded()) if self._base else {}
-        return self._unneeded
-
-    def list_unneeded(self) -> dict[str, datetime]:
-        return {node: since for node, since in self._unneeded_map().items() if since is not None}
-
-    def set_unneeded(self, node_name: str, since: datetime) -> None:
-        self._unneeded_map()[node_name] = since
-
-    def clear_unneeded(self, node_name: str) -> None:
-        self._unneeded_map()[node_name] = None
-
-    def get_ledger_entry(self, action_id: str) -> LedgerEntry | None:
-        if action_id in self._ledger:
-            return self._ledger[action_id]
-        return self._base.get_ledger_entry(action_id) if self._base else None
-
-    def create_ledger_entry(self, entry: LedgerEntry) -> bool:
-        if self.get_ledger_entry(entry.action_id) is not None:
-            return False
-        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
-        return True
-
-    def update_ledger_entry(self, entry: LedgerEntry) -> bool:
-        current = self.get_ledger_entry(entry.action_id)
-        if current is None or current.etag != entry.etag:
-            return False
-        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
-        return True
-
-    def list_ledger(self) -> list[LedgerEntry]:
-        base = {e.action_id: e for e in (self._base.list_ledger() if self._base else [])}
-        return list({**base, **self._ledger}.values())
 
 
 class CollectingQueue:
@@ -144,7 +79,7 @@ def plan_now(ports: Ports, settings: Settings, *, now: datetime, state: StateSto
     `ports.state`, `ports.queue` and `ports.events` are replaced by the overlay, a collecting
     queue and a sink that drops events, so nothing the polls decide leaves this call.
     """
-    overlay = OverlayState(state)
+    overlay = MemoryStateStore(base=state)
     queue = CollectingQueue()
     quiet = replace(ports, state=overlay, queue=queue, events=DroppedEvents())
     dry = replace(settings, dry_run=True)

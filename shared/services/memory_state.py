@@ -1,0 +1,82 @@
+"""A StateStore in memory: the `plan` command's read-only overlay and the replay's whole state.
+
+Service-level module with no I/O of its own; with a `base` store it reads through to it
+and never writes to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from shared.domain import GroupState
+from shared.ports import LedgerEntry, StateStore
+
+
+class MemoryStateStore:
+    """A StateStore in memory; with `base`, an overlay whose writes stay here over that store's reads.
+
+    Compare-and-swap holds as in Table storage (etags on group rows and ledger entries,
+    first writer wins a ledger row), so the services' retry loops behave the same.
+    """
+
+    def __init__(self, base: StateStore | None = None) -> None:
+        self._base = base
+        self._groups: dict[str, GroupState] = {}
+        self._unneeded: dict[str, datetime | None] | None = None  # None: not read yet; a None value: cleared
+        self._ledger: dict[str, LedgerEntry] = {}
+        self._serial = 0
+
+    def _etag(self) -> str:
+        self._serial += 1
+        return f'W/"{self._serial}"'
+
+    def get_group(self, group_id: str) -> GroupState:
+        if group_id in self._groups:
+            return self._groups[group_id]
+        return self._base.get_group(group_id) if self._base else GroupState(group_id)
+
+    def update_group(self, state: GroupState) -> bool:
+        if self.get_group(state.group_id).etag != state.etag:
+            return False
+        self._groups[state.group_id] = replace(state, etag=self._etag())
+        return True
+
+    def _unneeded_map(self) -> dict[str, datetime | None]:
+        if self._unneeded is None:
+            self._unneeded = dict(self._base.list_unneeded()) if self._base else {}
+        return self._unneeded
+
+    def list_unneeded(self) -> dict[str, datetime]:
+        return {node: since for node, since in self._unneeded_map().items() if since is not None}
+
+    def set_unneeded(self, node_name: str, since: datetime) -> None:
+        self._unneeded_map()[node_name] = since
+
+    def clear_unneeded(self, node_name: str) -> None:
+        if self._base is None:
+            self._unneeded_map().pop(node_name, None)
+        else:
+            self._unneeded_map()[node_name] = None  # hides the base's row
+
+    def get_ledger_entry(self, action_id: str) -> LedgerEntry | None:
+        if action_id in self._ledger:
+            return self._ledger[action_id]
+        return self._base.get_ledger_entry(action_id) if self._base else None
+
+    def create_ledger_entry(self, entry: LedgerEntry) -> bool:
+        if self.get_ledger_entry(entry.action_id) is not None:
+            return False
+        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
+        return True
+
+    def update_ledger_entry(self, entry: LedgerEntry) -> bool:
+        current = self.get_ledger_entry(entry.action_id)
+        if current is None or current.etag != entry.etag:
+            return False
+        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
+        return True
+
+    def list_ledger(self) -> list[LedgerEntry]:
+        base = {e.action_id: e for e in (self._base.list_ledger() if self._base else [])}
+        return list({**base, **self._ledger}.values())
