@@ -20,13 +20,9 @@ from shared.adapters.log_analytics import QUERY_MARKER, LogAnalyticsUsage, node_
 from shared.context import build_context
 from shared.domain import Node, Resources
 from shared.ports import UsageUnavailable
-from shared.settings import Settings, load_settings
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
+from tests.shared.adapters.sandbox_world import settings_for
 from tests.shared.adapters.usage_world import B0, EXPECTED, N0, N1, WINDOW, usage_nodes, usage_scenario
-
-def settings_for(server: SandboxServer, **env: str) -> Settings:
-    return load_settings({**server.env(), **env})
-
 
 @pytest.fixture
 def server(sandbox_factory: SandboxFactory) -> SandboxServer:
