@@ -559,6 +559,9 @@ class GroupState:
     # Instances we deallocated (SCALE_DOWN_MODE=deallocate): still in the scale set's capacity, started
     # again before new ones are added. The group's size as the planners see it leaves them out.
     stopped: frozenset[str] = frozenset()
+    # When we deallocated each of them: the cap (SCALE_DOWN_DEALLOCATED_MAX) deletes the oldest first.
+    # Entries for instances no longer in `stopped` mean nothing; rows written before it have none.
+    stopped_at: Mapping[str, datetime] = field(default_factory=dict)
     backoff_until: datetime | None = None  # no scale-up is planned onto the group before this
     backoff_failures: int = 0  # consecutive failed scale-ups; sets the next backoff's length
     backoff_reason: str = ""  # the last failure's error code, for operators

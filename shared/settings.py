@@ -309,6 +309,11 @@ SPECS: tuple[Spec, ...] = (
     Spec("SCALE_DOWN_MODE", "scale_down_mode", "delete", _choice("delete", "deallocate"),
          "`delete` removes a drained node's instance; `deallocate` stops it (no compute billed, disk kept) "
          "and the next scale-up of its group starts it again before adding new instances."),
+    Spec("SCALE_DOWN_DEALLOCATED_MAX", "scale_down_deallocated_max", "10", _int_at_least(0),
+         "With `SCALE_DOWN_MODE=deallocate`: at most this many instances per group stay deallocated (their disks "
+         "are still billed); after each deallocation the ones deallocated longest ago beyond it are deleted. `0` "
+         "makes the group's scale-down delete. The scale-set tag "
+         "`k8s.io_cluster-autoscaler_node-template_autoscaling-options_scaledowndeallocatedmax` overrides it per group."),
     Spec("SCALE_DOWN_UNNEEDED_TIME", "scale_down_unneeded_time", "10m", _nonnegative_duration,
          "How long a node must be unneeded before it is removed."),
     Spec("SCALE_DOWN_UNREADY_TIME", "scale_down_unready_time", "20m", _nonnegative_duration,
@@ -427,6 +432,7 @@ class Settings:
     utilization_poll_schedule: str
     scale_down_enabled: bool
     scale_down_mode: str  # delete | deallocate
+    scale_down_deallocated_max: int  # per group, with deallocate
     scale_down_unneeded_time: timedelta
     scale_down_unready_time: timedelta
     scale_down_utilization_threshold: float

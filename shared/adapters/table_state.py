@@ -127,6 +127,7 @@ class TableStateStore:
             deleting=dict(json.loads(entity.get("Deleting") or "{}")),
             committed=frozenset(json.loads(entity.get("Committed") or "[]")),
             stopped=frozenset(json.loads(entity.get("Stopped") or "[]")),
+            stopped_at={i: _parse_iso(at) for i, at in json.loads(entity.get("StoppedAt") or "{}").items()},
             reclaim={node: _parse_iso(at) for node, at in json.loads(entity.get("Reclaim") or "{}").items()},
             backoff_until=_time_or_none(entity.get("BackoffUntil")),
             backoff_failures=int(entity.get("BackoffFailures") or 0),
@@ -142,6 +143,8 @@ class TableStateStore:
             "Deleting": json.dumps(dict(state.deleting), sort_keys=True),
             "Committed": json.dumps(sorted(state.committed)),
             "Stopped": json.dumps(sorted(state.stopped)),
+            "StoppedAt": json.dumps({i: _utc(at, "StoppedAt").isoformat() for i, at in state.stopped_at.items()
+                                     if i in state.stopped}, sort_keys=True),
             "Reclaim": json.dumps({node: _utc(at, "Reclaim").isoformat() for node, at in state.reclaim.items()},
                                   sort_keys=True),
             "BackoffFailures": state.backoff_failures,

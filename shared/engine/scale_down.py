@@ -51,7 +51,7 @@ from shared.engine.predicates import (
     unsupported_construct,
 )
 from shared.engine.reasons import KeptReason
-from shared.engine.scale_up import pending_pods
+from shared.engine.scale_up import existing_placements, pending_pods, simulate_scale_up
 from shared.engine.utilization import Utilization, UtilizationRules, node_utilization
 from shared.quantities import parse_duration
 
@@ -69,6 +69,7 @@ class ScaleDownOptions:
     drain: DrainRules = DrainRules()
     measured_cpu_threshold: float = 0.5  # SCALE_DOWN_MEASURED_CPU_THRESHOLD
     limits: ClusterLimits = ClusterLimits()
+    deallocated_max: int = 10  # SCALE_DOWN_DEALLOCATED_MAX, with SCALE_DOWN_MODE=deallocate
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ class GroupRules:
     gpu_threshold: float
     unneeded_time: timedelta
     unready_time: timedelta
+    deallocated_max: int = 10
 
 
 def group_rules(group: NodeGroup, options: ScaleDownOptions) -> GroupRules:
@@ -109,13 +111,14 @@ def group_rules(group: NodeGroup, options: ScaleDownOptions) -> GroupRules:
     rather than scale a group down by a rule its operator did not write.
     """
     rules = GroupRules(options.utilization.threshold, options.utilization.gpu_threshold,
-                       options.unneeded_time, options.unready_time)
+                       options.unneeded_time, options.unready_time, options.deallocated_max)
     tags = {k.lower(): v for k, v in group.tags.items() if k.lower().startswith(OPTIONS_TAG)}
     parsers = {
         "scaledownutilizationthreshold": ("threshold", _fraction),
         "scaledowngpuutilizationthreshold": ("gpu_threshold", _fraction),
         "scaledownunneededtime": ("unneeded_time", parse_duration),
         "scaledownunreadytime": ("unready_time", parse_duration),
+        "scaledowndeallocatedmax": ("deallocated_max", _count),  # ours: CA has no deallocate mode
     }
     for key, value in tags.items():
         option = key[len(OPTIONS_TAG):]
@@ -127,6 +130,16 @@ def group_rules(group: NodeGroup, options: ScaleDownOptions) -> GroupRules:
         except ValueError as exc:
             raise ValueError(f"scale set {group.id}: tag {key}: {exc}") from exc
     return rules
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise ValueError(f"{text!r} is negative")
+    return value
 
 
 def _fraction(text: str) -> float:
@@ -164,8 +177,15 @@ def plan_scale_down(
     now: datetime,
     options: ScaleDownOptions = ScaleDownOptions(),
     measured_cpu: Mapping[str, float] | None = None,
+    pending_placements: Mapping[str, Sequence[str]] | None = None,
 ) -> ScaleDownPlan:
-    """`measured_cpu`: node -> measured CPU usage (0..1) from Azure Monitor; None when no source answered."""
+    """`measured_cpu`: node -> measured CPU usage (0..1) from Azure Monitor; None when no source answered.
+
+    `pending_placements`: node -> the pending pods the scale-up simulation placed in its free
+    room (`scale_up.existing_placements`); only those nodes are kept for pending pods. Callers
+    that ran the simulation pass its result (one simulation, with their scale-up options); None
+    runs it here with the default options.
+    """
     groups = {g.id: g for g in snapshot.groups}
     rules = {g.id: group_rules(g, options) for g in snapshot.groups}
     utilization_rules = {
@@ -174,7 +194,8 @@ def plan_scale_down(
     }
     state = PlacementState.from_cluster((NodeView.of(n) for n in snapshot.nodes), snapshot.pods)
     in_flight = {node for state in group_states.values() for node in state.deleting}
-    waiting = pending_pods(snapshot)
+    if pending_placements is None:
+        pending_placements = existing_placements(simulate_scale_up(snapshot)) if pending_pods(snapshot) else {}
 
     kept: dict[str, KeptReason] = {}
     candidates: list[_Candidate] = []
@@ -208,8 +229,14 @@ def plan_scale_down(
         if drain.pinned_by is not None:
             kept[node.name] = drain.pinned_by
             continue
-        if not unready and any(_could_run(p, node) for p in waiting):
-            kept[node.name] = KeptReason(reasons.PENDING_PODS_COULD_USE, "pending pods could use it")
+        # Only pods the scale-up simulation would put here, with every filter and the room other
+        # pending pods take, keep a node: a pod no node or group can hold keeps none (it stays
+        # reported as unplaceable by the pending poll).
+        held = pending_placements.get(node.name, ())
+        if not unready and held:
+            kept[node.name] = KeptReason(reasons.PENDING_PODS_COULD_USE,
+                                         f"pending pods would run here: {', '.join(list(held)[:3])}"
+                                         + (f" and {len(held) - 3} more" if len(held) > 3 else ""))
             continue
         candidates.append(_Candidate(node, group, drain, used, unready))
 
@@ -439,6 +466,3 @@ def _choose(
         budget -= 1
     return removals
 
-
-def _could_run(pod: Pod, node: Node) -> bool:
-    return static_mismatch(pod, node.labels, node.taints) is None and pod_requests(pod).fits_in(node.allocatable)

@@ -149,6 +149,20 @@ class _Option:
     steps: tuple[SimulationStep, ...] = ()
 
 
+def existing_placements(simulation: ScaleUpSimulation) -> dict[str, tuple[str, ...]]:
+    """Ready node -> the pending pods the simulation placed in its free room, in placement order.
+
+    What scale-down must leave alone for pending pods: only a node the scale-up plan itself
+    would use. A pod placed on no existing node (one that needs a new node, or one no group
+    can hold) keeps no node.
+    """
+    placed: dict[str, list[str]] = {}
+    for step in simulation.steps:
+        if step.kind == "existing" and step.pod is not None:
+            placed.setdefault(step.node.name, []).append(step.pod.key)
+    return {node: tuple(pods) for node, pods in placed.items()}
+
+
 def pending_pods(snapshot: ClusterSnapshot) -> list[Pod]:
     """Pods the scheduler gave up on: PodScheduled=False with reason Unschedulable."""
     return [p for p in snapshot.pods if p.unschedulable and p.node_name is None and not p.deleting]

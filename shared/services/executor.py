@@ -36,6 +36,7 @@ from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
 from shared.ports import ClusterEvent, ComputeError, LedgerEntry, Operation, Ports
 from shared.services import ledger
+from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.utilization import drain_rules, scale_down_options
 from shared.settings import Settings
 
@@ -338,7 +339,7 @@ class Executor:
     def _remove_instances(self, action: ScaleAction, entry: LedgerEntry, group: NodeGroup, ids: list[str], *,
                           now: datetime) -> ExecutionResult:
         """Delete the instances, or deallocate them with SCALE_DOWN_MODE=deallocate (idempotent, so repeatable)."""
-        verb = self._settings.scale_down_mode
+        verb = removal_verb(self._settings, group)  # deallocate, unless the group may keep no instance stopped
         log.info("%s instance(s) %s of %s (node(s) %s, action %s)", "deleting" if verb == "delete" else "deallocating",
                  ", ".join(ids), group.id, ", ".join(action.nodes), action.id)
         if verb == "deallocate":
@@ -355,7 +356,7 @@ class Executor:
             return self._follow(action, entry, check(token), next_step="confirm", now=now, kind=kind)
         group = self._ports.compute.get_node_group(action.group)
         instances = self._instances(group, action) if group is not None else {}
-        if self._settings.scale_down_mode == "deallocate" and group is not None:
+        if group is not None and removal_verb(self._settings, group) == "deallocate":
             # No operation recorded (a crash right after the call): deallocating again is harmless.
             ids = [t.instance_id for t in action.targets if instances[t.instance_id]]
             if ids:
@@ -376,10 +377,15 @@ class Executor:
             for name in action.nodes:
                 state = state.without_removal(name)
             if deallocated:
-                state = replace(state, stopped=state.stopped | {t.instance_id for t in action.targets})
+                ids = {t.instance_id for t in action.targets}
+                state = replace(state, stopped=state.stopped | ids,
+                                # A redelivery keeps the first time; an instance stopped again gets a new one.
+                                stopped_at={**state.stopped_at, **{i: now for i in ids - state.stopped}})
             return replace(state, last_scale_down=now)
 
         self._update_group(action.group, release)
+        if deallocated:
+            enforce_deallocated_max(self._ports, self._settings, action.group)  # SCALE_DOWN_DEALLOCATED_MAX
         return self._finish(action, entry, "succeeded", f"removed node(s) {', '.join(action.nodes)}", now=now)
 
     def _reserve_removal(self, group: NodeGroup, node: str, action_id: str, *, now: datetime) -> str | None:

@@ -20,7 +20,14 @@ from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.backoff import after_failure, backoff_reason
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
 from shared.engine.pod_rules import PodRules
-from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, pending_pods, plan_scale_up
+from shared.engine.scale_up import (
+    ScaleUpOptions,
+    ScaleUpPlan,
+    existing_placements,
+    pending_pods,
+    plan_scale_up,
+    simulate_scale_up,
+)
 from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services.observe import observe_or_skip, running_sizes
@@ -132,6 +139,23 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     return result
 
 
+def pending_placements(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], settings: Settings, *,
+                       now: datetime) -> dict[str, tuple[str, ...]]:
+    """Existing node -> the pending pods this poll's scale-up simulation would place in its free room.
+
+    The utilisation poll keeps exactly these nodes for pending pods: the same simulation with the
+    same options (backoff, reclaimable nodes) as here, read-only (this poll records provision
+    timeouts; a group not yet marked only changes which new nodes would be asked for, never
+    which existing node a pod takes). The expander is left out: it picks among new nodes only.
+    """
+    if not pending_pods(snapshot):
+        return {}
+    snapshot, backed_off = backoff_view(snapshot, states, now=now)
+    options = replace(scale_up_options(settings, now=now), unavailable=backed_off,
+                      reclaimable=reclaimable_nodes(states.values()))
+    return existing_placements(simulate_scale_up(snapshot, options=options))
+
+
 def reclaimable_nodes(states: Iterable[GroupState]) -> frozenset[str]:
     """Nodes whose removal is in flight but not yet past the delete: pending pods may take them back."""
     return frozenset(node for state in states for node in state.deleting if node not in state.committed)
@@ -169,13 +193,7 @@ def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, Gr
     its scale-up (ProvisionTimeout): it goes into backoff, and while it is there its missing
     nodes no longer count as capacity on the way, so their pods are planned onto another group.
     """
-    present: dict[str, int] = {}
-    for node in snapshot.nodes:
-        ref = node.instance
-        if ref is not None and (node.ready or node.is_being_deleted):
-            present[ref.group_id] = present.get(ref.group_id, 0) + 1
-    groups = []
-    backed_off: dict[str, str] = {}
+    present = _present(snapshot)
     for group in snapshot.groups:
         state = states[group.id]
         missing = group.target_size - present.get(group.id, 0)
@@ -185,13 +203,36 @@ def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, Gr
                         settings.max_node_provision_time)
             failed = after_failure(state, now=now, code="ProvisionTimeout")
             if ports.state.update_group(failed):
-                state = states[group.id] = failed
+                states[group.id] = failed
                 telemetry.provision_timeout(group.id, present=present.get(group.id, 0), target=group.target_size, now=now)
+    snapshot, backed_off = backoff_view(snapshot, states, now=now)
+    for group_id, reason in backed_off.items():
+        log.info("group %s: %s", group_id, reason)
+    return snapshot, backed_off
+
+
+def backoff_view(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], *,
+                 now: datetime) -> tuple[ClusterSnapshot, dict[str, str]]:
+    """The groups in backoff (with why), and the snapshot as the planner should see it; reads only."""
+    present = _present(snapshot)
+    groups = []
+    backed_off: dict[str, str] = {}
+    for group in snapshot.groups:
+        state = states[group.id]
         reason = backoff_reason(state, now=now)
         if reason is not None:
-            log.info("group %s: %s", group.id, reason)
             backed_off[group.id] = reason
             if state.backoff_reason == "ProvisionTimeout":
                 group = replace(group, target_size=min(group.target_size, present.get(group.id, 0)))
         groups.append(group)
     return replace(snapshot, groups=tuple(groups)), backed_off
+
+
+def _present(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """Per group, the nodes that registered (Ready, or on their way out)."""
+    present: dict[str, int] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is not None and (node.ready or node.is_being_deleted):
+            present[ref.group_id] = present.get(ref.group_id, 0) + 1
+    return present

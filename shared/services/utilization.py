@@ -22,6 +22,7 @@ from shared.engine.scale_up import pending_pods
 from shared.engine.utilization import UtilizationRules
 from shared.ports import Ports, UsageUnavailable
 from shared.services.observe import observe_or_skip, running_sizes
+from shared.services.pending import pending_placements
 from shared.services.reconcile import release_orphaned_removals
 from shared.services.status import publish_status, status_inputs
 from shared.settings import Settings
@@ -54,6 +55,7 @@ def scale_down_options(settings: Settings) -> ScaleDownOptions:
         drain=drain_rules(settings),
         measured_cpu_threshold=settings.scale_down_measured_cpu_threshold,
         limits=settings.cluster_limits,
+        deallocated_max=settings.scale_down_deallocated_max,
     )
 
 
@@ -99,6 +101,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     plan = plan_scale_down(
         snapshot, unneeded_since=previous, group_states=group_states, now=now, options=scale_down_options(settings),
         measured_cpu=measured_cpu(ports, settings, snapshot, now=now),
+        pending_placements=pending_placements(snapshot, group_states, settings, now=now),
     )
     for node, since in plan.unneeded.items():
         if previous.get(node) != since:

@@ -82,6 +82,7 @@ def test_group_round_trip(state_store: TableStateStore) -> None:
         committed=frozenset({"node/2"}),
         reclaim={"node-1": T0 + timedelta(minutes=3)},
         stopped=frozenset({"4", "7"}),
+        stopped_at={"4": T0 - timedelta(hours=2), "7": (T0 - timedelta(minutes=1)).astimezone(CET)},
         backoff_until=T0 + timedelta(minutes=12),
         backoff_failures=2,
         backoff_reason="QuotaExceeded",
@@ -93,6 +94,12 @@ def test_group_round_trip(state_store: TableStateStore) -> None:
     for moment in (read.last_scale_up, read.last_scale_down, read.last_failure, read.backoff_until):
         assert type(moment) is datetime
         assert moment is not None and moment.tzinfo == timezone.utc
+
+
+def test_deallocation_times_are_kept_only_for_stopped_instances(state_store: TableStateStore) -> None:
+    """A started instance's time is not carried on: stopped again later, it is not mistaken for an old one."""
+    assert state_store.update_group(GroupState(GROUP, stopped=frozenset({"4"}), stopped_at={"4": T0, "9": T0}))
+    assert state_store.get_group(GROUP).stopped_at == {"4": T0}
 
 
 def test_update_replaces_the_whole_row(state_store: TableStateStore) -> None:

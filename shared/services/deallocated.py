@@ -1,0 +1,76 @@
+"""The cap on deallocated instances (SCALE_DOWN_MODE=deallocate), applied by the executor.
+
+Where and why here: right after a deallocation's state update (the group row lists the new
+stopped instances), in the same step. The step's message is only completed once this is done,
+so a crash anywhere is repeated by its redelivery, and each part is safe to repeat:
+
+1. the group row already lists the new instances (an idempotent union);
+2. a fresh ARM list says which stopped instances still exist and are not being deleted;
+3. the ones beyond the cap, deallocated longest ago first, are deleted (one call);
+4. the row forgets them (compare-and-swap), with any listed instance that is gone or deleting.
+
+A crash between 3 and 4 leaves them listed; the redelivery sees them deleting and only forgets
+them, so nothing is deleted twice. A delete ARM refuses is logged and tried again after the
+group's next deallocation; the removal that triggered it has succeeded either way.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from shared.domain import NodeGroup
+from shared.engine.deallocated import trim_deallocated
+from shared.engine.scale_down import group_rules
+from shared.ports import ComputeError, Ports
+from shared.services.utilization import scale_down_options
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def deallocated_max(settings: Settings, group: NodeGroup) -> int | None:
+    """The group's cap: SCALE_DOWN_DEALLOCATED_MAX or its scale-set tag; None when the tag is malformed."""
+    try:
+        return group_rules(group, scale_down_options(settings)).deallocated_max
+    except ValueError as exc:
+        # The poll refuses to plan on such a tag; a removal already under way deallocates and trims nothing.
+        log.warning("%s: keeping deallocated instances as they are", exc)
+        return None
+
+
+def removal_verb(settings: Settings, group: NodeGroup) -> str:
+    """`delete`, or `deallocate` with SCALE_DOWN_MODE=deallocate unless the group may keep none stopped (cap 0)."""
+    if settings.scale_down_mode != "deallocate":
+        return "delete"
+    return "delete" if deallocated_max(settings, group) == 0 else "deallocate"
+
+
+def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str) -> tuple[str, ...]:
+    """Delete the group's stopped instances beyond its cap, oldest first; the ids asked to be deleted."""
+    group = ports.compute.get_node_group(group_id)
+    if group is None:
+        return ()
+    cap = deallocated_max(settings, group)
+    state = ports.state.get_group(group_id)
+    if cap is None or len(state.stopped) <= cap:
+        return ()  # the usual case: no ARM list needed
+    present = {i.instance_id for i in ports.compute.list_instances(group) if not i.deleting}
+    trim = trim_deallocated(state, cap=cap, present=present)
+    if trim.delete:
+        log.info("group %s keeps at most %d deallocated instance(s): deleting %s, deallocated longest ago",
+                 group_id, cap, ", ".join(trim.delete))
+        try:
+            ports.compute.begin_delete_instances(group, list(trim.delete))
+        except ComputeError as exc:
+            log.warning("group %s: deleting deallocated instance(s) %s failed (%s); tried again after its next "
+                        "deallocation", group_id, ", ".join(trim.delete), exc)
+            trim = type(trim)(delete=(), forget=trim.forget)
+    if not (trim.delete or trim.forget):
+        return ()
+    for _ in range(5):
+        fresh = ports.state.get_group(group_id)
+        if ports.state.update_group(trim.apply(fresh)):
+            break
+    else:
+        log.warning("group %s: lost the race for its state; the next trim forgets the deleted instances", group_id)
+    return trim.delete
