@@ -326,8 +326,14 @@ def _converged(
     scale-down-disabled annotation) stays on purpose: it is not one of those.
     """
     state = view.last_state
-    # A pod no pool could hold even empty stays pending for good; the autoscaler rightly leaves it.
-    if not state or not state.get("done") or state.get("pending", 0) - state.get("pending_unplaceable", 0):
+    if not state or not state.get("done"):
+        return False
+    expected = state.get("expect_unschedulable")
+    if expected is not None:
+        if not expected_unschedulable_met(expected, pending=state.get("pending", 0)):
+            return False
+    elif state.get("pending", 0) - state.get("pending_unplaceable", 0):
+        # A pod no pool could hold even empty stays pending for good; the autoscaler rightly leaves it.
         return False
     protected = kept.protected_nodes() if kept is not None else set()
     for group_id, group in state.get("groups", {}).items():
@@ -338,6 +344,17 @@ def _converged(
             if group["idle"] > len(staying):
                 return False
     return runner.queue_is_idle()
+
+
+def expected_unschedulable_met(expected: dict[str, Any], *, pending: int) -> bool:
+    """The scenario's `expect_unschedulable`, met: the pods still Pending are exactly the expected ones (no other
+    pod waits, each named workload has its count waiting), and the autoscaler reported each as unplaceable."""
+    waiting = [pod for workload in expected.values() for pod in workload["pending"]]
+    return (
+        pending == len(waiting)
+        and all(len(workload["pending"]) == workload["expected"] for workload in expected.values())
+        and all(pod["reason"] for pod in waiting)
+    )
 
 
 def build_summary(
@@ -357,6 +374,11 @@ def build_summary(
         "pods_total": report["pods_total"],
         "pods_completed": report["pods_completed"],
         "pods_unschedulable_at_end": report["pods_unschedulable"],
+        # The scenario's expect_unschedulable: pods left Pending on purpose, each with the autoscaler's reason.
+        "expected_unschedulable": [
+            {"workload": workload, **pod}
+            for workload, entry in report.get("expect_unschedulable", {}).items() for pod in entry["pending"]
+        ],
         "pending_wait_s": {"p50": _percentile(waits, 50), "p95": _percentile(waits, 95), "max": waits[-1] if waits else 0},
         "running_pods_evicted": report["running_pods_evicted"],
         "running_pods_evicted_by_workload": _evicted_by_workload(report["pods"]),

@@ -15,7 +15,7 @@ import math
 import random
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -175,6 +175,14 @@ class PdbSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ExpectedUnschedulable:
+    """Pods of one workload the scenario expects to stay Pending for good: no node and no group can hold them."""
+
+    workload: str  # "<namespace>/<name>", as the report names pods' workloads
+    count: int | None = None  # how many of its pods stay Pending; None: all of them
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
     source: str
@@ -201,6 +209,8 @@ class Scenario:
     scale_up_failures: tuple[ScaleUpFailureSpec, ...] = ()
     # VM sizes the subscription may not deploy (resource SKUs restriction NotAvailableForSubscription).
     restricted_vm_sizes: tuple[str, ...] = ()
+    # Pods that must end Pending, each reported unplaceable by the autoscaler (`expect_unschedulable`).
+    expect_unschedulable: tuple[ExpectedUnschedulable, ...] = ()
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -446,7 +456,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "name", "description", "cluster_name", "subscription_id", "location", "start", "duration",
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "deallocate_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
-            "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes",
+            "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes", "expect_unschedulable",
         },
         {"node_groups"},
     )
@@ -517,6 +527,8 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         scale_up_failures=_items(top, "scale_up_failures", "$", _scale_up_failure),
         restricted_vm_sizes=_items(top, "restricted_vm_sizes", "$", lambda item, path: _str(item, path)),
     )
+    scenario = replace(scenario, expect_unschedulable=_items(
+        top, "expect_unschedulable", "$", lambda item, path: _expected_unschedulable(item, path, scenario.workloads)))
     for i, failure in enumerate(scenario.scale_up_failures):
         matches = [
             g for g in groups
@@ -530,6 +542,27 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     _unique([(d.namespace, d.name) for d in scenario.daemonsets], "$.daemonsets", "daemonset")
     _unique([(p.namespace, p.name) for p in scenario.pdbs], "$.pdbs", "PodDisruptionBudget")
     return scenario
+
+
+def _expected_unschedulable(value: Any, path: str, workloads: tuple[WorkloadSpec, ...]) -> ExpectedUnschedulable:
+    """`"<name>"`, `"<namespace>/<name>"` or `{"workload": either, "count": n}`: a declared workload's pods."""
+    count: int | None = None
+    if isinstance(value, dict):
+        obj = _obj(value, path, {"workload", "count"}, {"workload"})
+        name, where = _str(obj["workload"], f"{path}.workload"), f"{path}.workload"
+        if "count" in obj:
+            count = _int(obj["count"], f"{path}.count", 1)
+    else:
+        name, where = _str(value, path), path
+    namespace, _, short = name.rpartition("/")
+    matches = [w for w in workloads if w.name == short and w.namespace == (namespace or "default")]
+    if not matches:
+        raise _Invalid(where, f"{name!r} names no workload of workloads")
+    (workload,) = matches
+    if count is not None and count > workload.count * workload.repeat_times:
+        raise _Invalid(f"{path}.count", f"{count} is more than the {workload.count * workload.repeat_times} pod(s) "
+                                        f"{name!r} creates")
+    return ExpectedUnschedulable(f"{workload.namespace}/{workload.name}", count)
 
 
 def _unique(keys: list[tuple[str, str]], path: str, what: str) -> None:

@@ -170,6 +170,7 @@ class World:
         self._placed_ports: dict[str, PodSim] = {}
         self._allocatable_cache: dict[tuple[str, str], Amounts] = {}
         self._events_by_reason: Counter[str] = Counter()  # Events created through the API
+        self._not_triggered: dict[tuple[str, str], str] = {}  # pod -> the latest NotTriggerScaleUp message about it
         self._removal_starts: dict[str, RemovalStart] = {}  # by node: the latest unmarked -> marked change
         self._owners: dict[str, str] = {}  # owner uid of each workload given pods by add_arrival
         self._init_namespaces()
@@ -1073,6 +1074,10 @@ class World:
                 return copy.deepcopy(self._pod_obj(self._create_api_pod(obj)))
             if resource == "events":
                 self._events_by_reason[str(obj.get("reason") or "")] += 1
+                involved = obj.get("involvedObject") or {}
+                if obj.get("reason") == "NotTriggerScaleUp" and involved.get("kind") == "Pod":
+                    key = (str(involved.get("namespace") or namespace), str(involved.get("name") or ""))
+                    self._not_triggered[key] = str(obj.get("message") or "")
                 if len(self._store.table("events")) >= MAX_EVENTS:
                     self._store.drop_oldest("events")
             obj.setdefault("apiVersion", "v1")
@@ -1629,13 +1634,34 @@ class World:
                 return True, "duration-reached"
             if self._arrivals_due or not (self.scenario.workloads or self._owners):
                 return False, None
+            expected = {e.workload for e in self.scenario.expect_unschedulable}
             for pod in self._live.values():
                 if pod.role != "workload":
                     continue
                 phase = self._pod_obj(pod)["status"].get("phase")
-                if (phase == "Pending" and not self._unplaceable(pod)) or (pod.duration is not None and phase == "Running"):
+                if (phase == "Pending" and not self._unplaceable(pod) and pod.workload not in expected) or (
+                    pod.duration is not None and phase == "Running"
+                ):
                     return False, None
             return True, "workload-complete"
+
+    def _expected_unschedulable(self) -> dict[str, Any]:
+        """Per workload of the scenario's `expect_unschedulable`: how many pods should stay Pending, and those that do,
+        each with the autoscaler's latest NotTriggerScaleUp message about it (None if it has written none)."""
+        report: dict[str, Any] = {}
+        for expected in self.scenario.expect_unschedulable:
+            pending = [
+                {"pod": f"{pod.namespace}/{pod.name}",
+                 "reason": self._not_triggered.get((pod.namespace, pod.name))}
+                for pod in self._live.values()
+                if pod.workload == expected.workload and not pod.node_bound
+                and self._pod_obj(pod)["status"].get("phase") == "Pending"
+                and not self._pod_obj(pod)["metadata"].get("deletionTimestamp")
+            ]
+            spec = next(w for w in self.scenario.workloads if f"{w.namespace}/{w.name}" == expected.workload)
+            count = expected.count if expected.count is not None else spec.count * spec.repeat_times
+            report[expected.workload] = {"expected": count, "pending": sorted(pending, key=lambda p: p["pod"])}
+        return report
 
     def _pending_unplaceable(self) -> int:
         return sum(
@@ -1660,6 +1686,7 @@ class World:
                 "done": done,
                 "done_reason": why,
                 "idle_nodes": self._idle_nodes(),
+                **({"expect_unschedulable": self._expected_unschedulable()} if self.scenario.expect_unschedulable else {}),
             }
 
     def _idle_nodes(self) -> dict[str, list[str]]:
@@ -1753,6 +1780,7 @@ class World:
                 "api_calls": self.counters.as_json(),
                 "events_by_reason": dict(sorted(self._events_by_reason.items())),
                 "scale_down_order": self.scale_down_order(),
+                "expect_unschedulable": self._expected_unschedulable(),
                 "timeline": copy.deepcopy(self.timeline),
                 "pods": summaries,
             }
