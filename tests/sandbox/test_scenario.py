@@ -136,6 +136,11 @@ _DELETE = object()
         (["scale_up_failures"], [{"scale_set": "pool-a", "count": 0}], "$.scale_up_failures[0].count", "at least 1"),
         (["restricted_vm_sizes"], "Standard_D4s_v5", "$.restricted_vm_sizes", "must be a list"),
         (["restricted_vm_sizes"], [4], "$.restricted_vm_sizes[0]", "non-empty string"),
+        (["expect_unschedulable"], ["nope"], "$.expect_unschedulable[0]", "names no workload"),
+        (["expect_unschedulable"], ["other/w"], "$.expect_unschedulable[0]", "names no workload"),
+        (["expect_unschedulable"], [{"count": 1}], "$.expect_unschedulable[0].workload", "required field is missing"),
+        (["expect_unschedulable"], [{"workload": "w", "count": 2}], "$.expect_unschedulable[0].count", "more than the 1"),
+        (["expect_unschedulable"], [{"workload": "w", "count": 0}], "$.expect_unschedulable[0].count", "at least 1"),
     ],
 )
 def test_invalid_scenarios_name_the_json_path_and_the_problem(
