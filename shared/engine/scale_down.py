@@ -465,4 +465,3 @@ def _choose(
         totals = totals.plus(-1, node.allocatable)
         budget -= 1
     return removals
-
