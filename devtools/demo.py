@@ -5,7 +5,9 @@ server to our adapters), runs a scenario through the local functions runner
 with a live terminal view, then writes out/<scenario>/summary.json and
 timeline.png, stops everything it started, and exits 0 when the run
 converged: every pod finished and every group back at its minimum (or above
-it only by idle nodes kept on purpose, such as scale-down-disabled ones).
+it only by idle nodes kept on purpose, such as scale-down-disabled ones). A
+scenario's `expect_unschedulable` names pods meant to stay Pending: the run then
+converges only with exactly those waiting, each reported unplaceable.
 """
 
 from __future__ import annotations
@@ -323,7 +325,9 @@ def _converged(
     Settled means: no scale action queued or in flight, no node booting or being deleted, and no
     autoscaled group holding an idle node above its minimum (one the autoscaler should still remove).
     An idle node the latest utilisation poll kept for a protection (PROTECTION_CODES, e.g. the
-    scale-down-disabled annotation) stays on purpose: it is not one of those.
+    scale-down-disabled annotation) stays on purpose: it is not one of those. Pods left Pending: those the
+    scenario's `expect_unschedulable` names (`expected_unschedulable_met`), or without that field, those no pool
+    could hold even empty.
     """
     state = view.last_state
     if not state or not state.get("done"):

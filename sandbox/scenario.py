@@ -529,6 +529,11 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     )
     scenario = replace(scenario, expect_unschedulable=_items(
         top, "expect_unschedulable", "$", lambda item, path: _expected_unschedulable(item, path, scenario.workloads)))
+    named: set[str] = set()
+    for i, expected in enumerate(scenario.expect_unschedulable):
+        if expected.workload in named:
+            raise _Invalid(f"$.expect_unschedulable[{i}]", f"{expected.workload} is named twice")
+        named.add(expected.workload)
     for i, failure in enumerate(scenario.scale_up_failures):
         matches = [
             g for g in groups

@@ -46,15 +46,24 @@ def removal_verb(settings: Settings, group: NodeGroup) -> str:
 
 
 def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str) -> tuple[str, ...]:
-    """Delete the group's stopped instances beyond its cap, oldest first; the ids asked to be deleted."""
-    group = ports.compute.get_node_group(group_id)
-    if group is None:
-        return ()
-    cap = deallocated_max(settings, group)
+    """Delete the group's stopped instances beyond its cap, oldest first; the ids asked to be deleted.
+
+    Never fails the removal that called it: an ARM error is logged, and the next deallocation of the
+    group trims again.
+    """
     state = ports.state.get_group(group_id)
-    if cap is None or len(state.stopped) <= cap:
-        return ()  # the usual case: no ARM list needed
-    present = {i.instance_id for i in ports.compute.list_instances(group) if not i.deleting}
+    if not state.stopped:
+        return ()
+    try:
+        group = ports.compute.get_node_group(group_id)
+        cap = deallocated_max(settings, group) if group is not None else None
+        if group is None or cap is None or len(state.stopped) <= cap:
+            return ()  # the usual case: no ARM list needed
+        present = {i.instance_id for i in ports.compute.list_instances(group) if not i.deleting}
+    except ComputeError as exc:
+        log.warning("group %s: could not read its instances to apply SCALE_DOWN_DEALLOCATED_MAX (%s); tried again "
+                    "after its next deallocation", group_id, exc)
+        return ()
     trim = trim_deallocated(state, cap=cap, present=present)
     if trim.delete:
         log.info("group %s keeps at most %d deallocated instance(s): deleting %s, deallocated longest ago",

@@ -141,6 +141,7 @@ _DELETE = object()
         (["expect_unschedulable"], [{"count": 1}], "$.expect_unschedulable[0].workload", "required field is missing"),
         (["expect_unschedulable"], [{"workload": "w", "count": 2}], "$.expect_unschedulable[0].count", "more than the 1"),
         (["expect_unschedulable"], [{"workload": "w", "count": 0}], "$.expect_unschedulable[0].count", "at least 1"),
+        (["expect_unschedulable"], ["w", {"workload": "default/w"}], "$.expect_unschedulable[1]", "named twice"),
     ],
 )
 def test_invalid_scenarios_name_the_json_path_and_the_problem(

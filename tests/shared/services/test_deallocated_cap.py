@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
+from shared.ports import ComputeError
 from shared.services.deallocated import enforce_deallocated_max
 from tests.shared.services.test_executor import GROUP, App, make_app, scale_down, walk
 
@@ -82,3 +85,27 @@ def test_a_crash_after_the_delete_call_is_repaired_without_a_second_delete(
         assert enforce_deallocated_max(ports, capped, GROUP) == ()
     assert ports.state.get_group(GROUP).stopped == frozenset({new})
     assert _arm(app)["instances_deleted"] == {f"pool/{old}": 1}
+
+
+def test_a_delete_arm_refuses_leaves_the_removal_succeeded_and_the_list_as_it_was(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = make_app(sandbox_factory, azurite, table_name, queue_name,
+                   settings={"SCALE_DOWN_MODE": "deallocate", "SCALE_DOWN_DEALLOCATED_MAX": "1"})
+    _, (first, second) = app.busy_and_idle()
+    old, new = _instance(app, first), _instance(app, second)
+    assert walk(app, scale_down(app, first), step_seconds=30)[-1] == "succeeded"
+    app.clock.advance(600)
+    compute = app.context.ports.compute
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ComputeError("conflict", code="Conflict")
+
+    monkeypatch.setattr(compute, "begin_delete_instances", refuse)
+    assert walk(app, scale_down(app, second), step_seconds=30)[-1] == "succeeded"
+    assert app.context.ports.state.get_group(GROUP).stopped == frozenset({old, new})  # nothing forgotten
+    monkeypatch.undo()
+
+    # The next trim (after the group's next deallocation) deletes it.
+    assert enforce_deallocated_max(app.context.ports, app.context.settings, GROUP) == (old,)
+    assert app.context.ports.state.get_group(GROUP).stopped == frozenset({new})
