@@ -170,6 +170,8 @@ class World:
         self._placed_ports: dict[str, PodSim] = {}
         self._allocatable_cache: dict[tuple[str, str], Amounts] = {}
         self._events_by_reason: Counter[str] = Counter()  # Events created through the API
+        self._events_by_object: dict[str, Counter[str]] = {}  # "namespace/name" of the involved object -> reasons
+        self._created_by_group: Counter[str] = Counter()  # instances added by scale-ups (initial ones left out)
         self._removal_starts: dict[str, RemovalStart] = {}  # by node: the latest unmarked -> marked change
         self._owners: dict[str, str] = {}  # owner uid of each workload given pods by add_arrival
         self._init_namespaces()
@@ -367,6 +369,8 @@ class World:
             ip_index=next(self._ip_counter),
         )
         group.instances[instance_id] = inst
+        if not already_running:
+            self._created_by_group[group.key] += 1
         self._alive += 1
         self._nodes_max = max(self._nodes_max, self._alive)
         if not already_running:
@@ -1104,6 +1108,9 @@ class World:
                 return copy.deepcopy(self._pod_obj(self._create_api_pod(obj)))
             if resource == "events":
                 self._events_by_reason[str(obj.get("reason") or "")] += 1
+                involved = obj.get("involvedObject") or {}
+                about = f"{involved.get('namespace') or ''}/{involved.get('name') or ''}"
+                self._events_by_object.setdefault(about, Counter())[str(obj.get("reason") or "")] += 1
                 if len(self._store.table("events")) >= MAX_EVENTS:
                     self._store.drop_oldest("events")
             obj.setdefault("apiVersion", "v1")
@@ -1783,6 +1790,8 @@ class World:
                 "nodes_by_group": self._group_counts(),
                 "api_calls": self.counters.as_json(),
                 "events_by_reason": dict(sorted(self._events_by_reason.items())),
+                "events_by_object": {k: dict(sorted(v.items())) for k, v in sorted(self._events_by_object.items())},
+                "instances_created_by_group": {k: self._created_by_group.get(k, 0) for k in self._groups},
                 "scale_down_order": self.scale_down_order(),
                 "timeline": copy.deepcopy(self.timeline),
                 "pods": summaries,
