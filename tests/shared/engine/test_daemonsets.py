@@ -107,6 +107,27 @@ def test_observed_pods_stand_for_daemonsets_not_listed_and_cross_check_listed_on
     assert unpredicted_daemonsets([agent], BIG, (), seen) == []
 
 
+def test_without_a_listing_the_observed_daemonset_pods_decide() -> None:
+    pods = [
+        daemon_pod("n0", cpu=0.1, mem=0.125, ds="kube-proxy"),
+        daemon_pod("n1", cpu=0.1, mem=0.125, ds="kube-proxy"),  # the same DaemonSet, counted once
+        pod("gpu-plugin", cpu=0.2, mem=0.25, node_name="n0", owner="DaemonSet", owner_name="nvidia",
+            selector={"kubernetes.azure.com/accelerator": "nvidia"},
+            tolerations=(Toleration("nvidia.com/gpu", "Exists"),)),
+        pod("exporter", cpu=0.05, mem=0.0625, node_name="n0", owner="DaemonSet", owner_name="exporter",
+            ports=(HostPort(9100),)),
+        pod("web", cpu=2, node_name="n0"),  # not a DaemonSet
+    ]
+    plain = {"kubernetes.io/os": "linux"}
+    gpu = {**plain, "kubernetes.azure.com/accelerator": "nvidia"}
+    gpu_taint = (Taint("nvidia.com/gpu", "true"),)
+    assert overhead(template_daemonsets([], pods, plain, ())) == res(0.15, 0.1875, 2)
+    assert overhead(template_daemonsets([], pods, gpu, ())) == res(0.35, 0.4375, 3)
+    # The taint keeps out every DaemonSet that does not tolerate it.
+    assert overhead(template_daemonsets([], pods, gpu, gpu_taint)) == res(0.2, 0.25, 1)
+    assert host_ports(template_daemonsets([], pods, plain, ())) == (HostPort(9100),)
+
+
 def test_daemonsets_seen_by_group_come_from_the_pods_on_each_groups_nodes() -> None:
     nodes = [node("a-0", group_name="a"), node("b-0", group_name="b")]
     pods = [daemon_pod("a-0", ds="x"), daemon_pod("b-0", ds="y"), pod("w", node_name="a-0")]
