@@ -23,8 +23,9 @@ def summary(tmp_path_factory: pytest.TempPathFactory, azurite: str) -> dict[str,
 
 def test_the_pod_that_fits_after_the_exact_overhead_runs_on_a_node_from_zero(summary: dict[str, Any]) -> None:
     wait = summary["pod_wait_s_by_workload"]["default/fits"]
-    # One poll, the scale-up action's queue steps (at most another poll's worth), the boot.
-    assert wait is not None and wait <= 2 * POLL_S + BOOT_S, summary
+    # One poll, then the boot; the scale-up action's queue steps and the runner's wall-time jitter (one wall
+    # second is 40 sandbox seconds here) get up to two more polls' worth. Seen: 137-173 s on a loaded machine.
+    assert wait is not None and wait <= 3 * POLL_S + BOOT_S, summary
     events = summary["events_by_workload"]["default/fits"]
     assert events.get("TriggeredScaleUp", 0) >= 1 and "NotTriggerScaleUp" not in events
     assert summary["placements"] == {BIG: 1}
