@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, PolicyV1Api, rest
+from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, PolicyV1Api, rest
 
 from devtools.bench import GIB, NOW, ROOT, DrainCase, drainable_cluster, measure, plan_drainable
 from sandbox.kobjects import KUBELET_VERSION, node_object, owner_reference, pod_object
@@ -68,6 +68,7 @@ from shared.adapters.kubernetes import (
     _UNFINISHED,
     DEFAULT_PAGE_SIZE,
     KubernetesCluster,
+    daemonset_from_json,
     disruption_budget_from_json,
     gc_paused,
     node_from_json,
@@ -75,6 +76,7 @@ from shared.adapters.kubernetes import (
 )
 from shared.domain import (
     ClusterSnapshot,
+    DaemonSet,
     DisruptionBudget,
     Instance,
     LabelSelector,
@@ -97,6 +99,7 @@ RESULTS_PATH = ROOT / "out" / "bench" / "results.json"
 NODES_PATH = "/api/v1/nodes"
 PODS_PATH = "/api/v1/pods"
 BUDGETS_PATH = "/apis/policy/v1/poddisruptionbudgets"
+DAEMONSETS_PATH = "/apis/apps/v1/daemonsets"
 HIGHMEM_POOL = "pool-highmem"
 # Per cluster size: (tick seconds, MiB). A size without a goal is measured for information.
 GOALS: Mapping[int, tuple[float, float]] = {1000: (1.0, 300.0), 5000: (5.0, 1024.0)}
@@ -553,6 +556,8 @@ def raw_cluster(snapshot: ClusterSnapshot, *, page_size: int = DEFAULT_PAGE_SIZE
             BUDGETS_PATH: _paginate(BUDGETS_PATH, "PodDisruptionBudgetList", "policy/v1",
                                     (budget_json(b) for b in snapshot.disruption_budgets), len(snapshot.disruption_budgets),
                                     **common),
+            # The recorded clusters carry no DaemonSet objects (their DaemonSet pods stand for them): one empty page.
+            DAEMONSETS_PATH: _paginate(DAEMONSETS_PATH, "DaemonSetList", "apps/v1", iter(()), 0, **common),
         }
     raw = RawCluster(pages, snapshot.groups, page_size)
     if directory is not None:
@@ -621,6 +626,7 @@ class ClientModelCluster:
         self._client = api_client
         self._core = CoreV1Api(api_client)
         self._policy = PolicyV1Api(api_client)
+        self._apps = AppsV1Api(api_client)
         self._page_size = page_size
 
     def _items(self, method: Callable[..., Any], **kwargs: Any) -> Iterator[Any]:
@@ -645,6 +651,10 @@ class ClientModelCluster:
     def list_disruption_budgets(self) -> list[DisruptionBudget]:
         items = self._items(self._policy.list_pod_disruption_budget_for_all_namespaces)
         return [disruption_budget_from_json(self._json(item)) for item in items]
+
+    def list_daemonsets(self) -> list[DaemonSet]:
+        items = self._items(self._apps.list_daemon_set_for_all_namespaces)
+        return [daemonset_from_json(self._json(item)) for item in items]
 
 
 @dataclass(frozen=True)

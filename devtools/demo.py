@@ -359,6 +359,28 @@ def expected_unschedulable_met(expected: dict[str, Any], *, pending: int) -> boo
         and all(len(workload["pending"]) == workload["expected"] for workload in expected.values())
         and all(pod["reason"] for pod in waiting)
     )
+def _events_by_workload(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Event reasons per workload (pods' events summed over the workload's pods), other objects by their key."""
+    workload_of = {f"{p['namespace']}/{p['name']}": p["workload"] for p in report["pods"]}
+    result: dict[str, dict[str, int]] = {}
+    for about, reasons in report.get("events_by_object", {}).items():
+        into = result.setdefault(workload_of.get(about, about), {})
+        for reason, count in reasons.items():
+            into[reason] = into.get(reason, 0) + count
+    return dict(sorted(result.items()))
+
+
+def _waits_by_workload(pods: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Per workload, the longest a pod waited from creation to binding; None when one of its pods never ran."""
+    result: dict[str, float | None] = {}
+    for pod in pods:
+        wait = None if pod.get("bound") is None else pod["bound"] - pod["created"]
+        key = pod["workload"]
+        if key in result and (result[key] is None or wait is None):
+            result[key] = None
+        else:
+            result[key] = wait if key not in result else max(result[key] or 0.0, wait or 0.0)
+    return dict(sorted(result.items()))
 
 
 def build_summary(
@@ -392,6 +414,9 @@ def build_summary(
         "nodes_by_group_at_end": {group: counts["ready"] for group, counts in report["nodes_by_group"].items()},
         "placements": _placements(report["pods"]),
         "events": dict(sorted(report.get("events_by_reason", {}).items())),
+        "events_by_workload": _events_by_workload(report),
+        "pod_wait_s_by_workload": _waits_by_workload(report["pods"]),
+        "instances_created_by_group": report.get("instances_created_by_group", {}),
         # Nodes removed, in the order their removal started (cordoned), with their age and utilisation then.
         "scale_down_order": report.get("scale_down_order", []),
         # Reason code -> distinct nodes kept for it during the run; node -> its reason in the latest poll.

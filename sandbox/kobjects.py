@@ -41,6 +41,41 @@ def toleration_json(toleration: Toleration) -> dict[str, Any]:
     return obj
 
 
+# What the DaemonSet controller adds to every pod it makes (kubernetes pkg/controller/daemon/util,
+# AddOrUpdateDaemonPodTolerations); network-unavailable only with hostNetwork, which the sandbox has not.
+DAEMON_POD_TOLERATIONS: tuple[Toleration, ...] = (
+    Toleration("node.kubernetes.io/not-ready", "Exists", "", "NoExecute"),
+    Toleration("node.kubernetes.io/unreachable", "Exists", "", "NoExecute"),
+    Toleration("node.kubernetes.io/disk-pressure", "Exists", "", "NoSchedule"),
+    Toleration("node.kubernetes.io/memory-pressure", "Exists", "", "NoSchedule"),
+    Toleration("node.kubernetes.io/pid-pressure", "Exists", "", "NoSchedule"),
+    Toleration("node.kubernetes.io/unschedulable", "Exists", "", "NoSchedule"),
+)
+
+
+def daemonset_object(namespace: str, name: str, uid: str, created: str, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A DaemonSet (apps/v1) whose template is `pod`'s labels and spec, less what the controller adds to its pods."""
+    spec = copy.deepcopy(dict(pod["spec"]))
+    added = [toleration_json(t) for t in DAEMON_POD_TOLERATIONS]
+    tolerations = [t for t in spec.pop("tolerations", []) if t not in added]
+    if tolerations:
+        spec["tolerations"] = tolerations
+    labels = dict(pod["metadata"].get("labels") or {})
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": 1, "creationTimestamp": created},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+            "revisionHistoryLimit": 10,
+        },
+        "status": {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
+                   "numberReady": 0, "observedGeneration": 1},
+    }
+
+
 def parse_taints(node: Mapping[str, Any]) -> tuple[Taint, ...]:
     raw = (node.get("spec") or {}).get("taints") or []
     return tuple(Taint(t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in raw if isinstance(t, Mapping))

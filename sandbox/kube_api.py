@@ -31,6 +31,7 @@ _KINDS = {
     "configmaps": ("ConfigMap", "v1", True),
     "namespaces": ("Namespace", "v1", False),
     "poddisruptionbudgets": ("PodDisruptionBudget", "policy/v1", True),
+    "daemonsets": ("DaemonSet", "apps/v1", True),
 }
 # (resource, verb) pairs the double serves; anything else is 405 like an unsupported verb.
 _VERBS = {
@@ -40,6 +41,7 @@ _VERBS = {
     "configmaps": {"list", "get", "create", "update", "patch", "delete"},
     "namespaces": {"list", "get"},
     "poddisruptionbudgets": {"list", "get"},
+    "daemonsets": {"list", "get"},
 }
 _WRITE_VERBS = {"create", "update", "patch", "delete", "evict"}
 _REASONS = {
@@ -119,7 +121,7 @@ def handle(world: World, request: Request) -> Response:
             return status_response(KubeError(401, "Unauthorized", "Unauthorized"))
         if request.path in ("/version", "/version/"):
             return json_response(200, _version())
-        if request.path.rstrip("/") in ("/api", "/apis", "/api/v1", "/apis/policy/v1"):
+        if request.path.rstrip("/") in ("/api", "/apis", "/api/v1", "/apis/policy/v1", "/apis/apps/v1"):
             return json_response(200, _discovery(request.path.rstrip("/"), request.header("host", "127.0.0.1")))
         route = _parse_path(request.path, request.method)
         if route is None:
@@ -321,11 +323,17 @@ def _discovery(path: str, host: str) -> dict[str, Any]:
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
         }
     if path == "/apis":
-        version = {"groupVersion": "policy/v1", "version": "v1"}
+        groups = []
+        for name in ("apps", "policy"):
+            version = {"groupVersion": f"{name}/v1", "version": "v1"}
+            groups.append({"name": name, "versions": [version], "preferredVersion": version})
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+    if path == "/apis/apps/v1":
         return {
-            "kind": "APIGroupList",
+            "kind": "APIResourceList",
             "apiVersion": "v1",
-            "groups": [{"name": "policy", "versions": [version], "preferredVersion": version}],
+            "groupVersion": "apps/v1",
+            "resources": [_resource("daemonsets", "DaemonSet", True, ["get", "list"])],
         }
     if path == "/apis/policy/v1":
         return {

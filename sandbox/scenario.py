@@ -121,6 +121,9 @@ class DaemonSetSpec:
     node_selector: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     cpu_usage_milli: int | None = None  # CPU each pod uses, as measured; None: its request
+    # The pod template's tolerations; the default tolerates every taint, as node agents commonly do.
+    tolerations: tuple[Toleration, ...] = (Toleration(operator="Exists"),)
+    affinity: Mapping[str, Any] | None = None  # the pod template's spec.affinity as Kubernetes JSON (validated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -660,16 +663,27 @@ def _mirror_pod(value: Any, path: str) -> MirrorPodSpec:
 
 def _daemonset(value: Any, path: str) -> DaemonSetSpec:
     obj = _obj(
-        value, path, {"name", "namespace", "requests", "node_selector", "labels", "cpu_usage"}, {"name", "requests"}
+        value, path, {"name", "namespace", "requests", "node_selector", "labels", "cpu_usage", "tolerations", "affinity"},
+        {"name", "requests"},
     )
     name = _str(obj["name"], f"{path}.name", _NAME, "DaemonSet name")
+    labels = _string_map(obj.get("labels", {"app": name}), f"{path}.labels")
+    affinity = obj.get("affinity")
+    try:  # the scheduler's own parser, as for workloads
+        parse_affinity(affinity, f"{path}.affinity", labels)
+    except SpecError as exc:
+        raise _Invalid(exc.path, exc.problem) from None
     return DaemonSetSpec(
         name=name,
         namespace=_str(obj.get("namespace", "kube-system"), f"{path}.namespace", _NAME, "namespace"),
         requests=_resources(obj["requests"], f"{path}.requests", need_pods=False),
         node_selector=_string_map(obj.get("node_selector", {}), f"{path}.node_selector"),
-        labels=_string_map(obj.get("labels", {"app": name}), f"{path}.labels"),
+        labels=labels,
         cpu_usage_milli=_cpu_usage(obj["cpu_usage"], f"{path}.cpu_usage") if "cpu_usage" in obj else None,
+        tolerations=(
+            _items(obj, "tolerations", path, _toleration) if "tolerations" in obj else (Toleration(operator="Exists"),)
+        ),
+        affinity=copy.deepcopy(affinity) if affinity is not None else None,
     )
 
 

@@ -39,7 +39,7 @@ from sandbox.podspec import PodNeeds, SpecError, parse_pod
 from sandbox.pods import PodRole, PodSim, PodTemplate, pod_outcome
 from sandbox.resources import EPHEMERAL_STORAGE, Amounts, parse_resource_list
 from sandbox.scenario import DaemonSetSpec, MirrorPodSpec, NodeGroupSpec, Scenario, WorkloadSpec, load_scenario
-from sandbox.scheduling import ClusterView, NodeSlot, static_reasons, unschedulable_message
+from sandbox.scheduling import ClusterView, NodeSlot, static_reasons, unschedulable_message, untolerated_taint
 from sandbox.selectors import labels_match, parse_label_selector
 from sandbox.store import ObjectStore
 from sandbox.throttling import BUCKETS, TokenBucket
@@ -53,7 +53,7 @@ LOG_ANALYTICS_WORKSPACE_ID = "5a4d0b0e-0000-4000-8000-00000000c0de"  # the works
 MAX_CAPACITY = 1000  # a Uniform scale set without single placement group
 SCALE_UP_FAILURE_DELAY = 5.0  # sim seconds before an injected allocation failure surfaces
 MAX_EVENTS = 10_000  # core/v1 events kept (the real API expires them after an hour)
-RESOURCES = ("nodes", "pods", "events", "configmaps", "poddisruptionbudgets", "namespaces")
+RESOURCES = ("nodes", "pods", "events", "configmaps", "poddisruptionbudgets", "namespaces", "daemonsets")
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery rand.String: no vowels, no confusables
 _INITIAL_NODE_AGE = timedelta(hours=1)  # initial nodes registered before the scenario starts
 # cluster-autoscaler's taint on a node it is removing (with spec.unschedulable: the removal has started)
@@ -171,10 +171,13 @@ class World:
         self._allocatable_cache: dict[tuple[str, str], Amounts] = {}
         self._events_by_reason: Counter[str] = Counter()  # Events created through the API
         self._not_triggered: dict[tuple[str, str], str] = {}  # pod -> the latest NotTriggerScaleUp message about it
+        self._events_by_object: dict[str, Counter[str]] = {}  # "namespace/name" of the involved object -> reasons
+        self._created_by_group: Counter[str] = Counter()  # instances added by scale-ups (initial ones left out)
         self._removal_starts: dict[str, RemovalStart] = {}  # by node: the latest unmarked -> marked change
         self._owners: dict[str, str] = {}  # owner uid of each workload given pods by add_arrival
         self._init_namespaces()
         self._init_pdbs()
+        self._init_daemonsets()
         self._init_scale_sets()
         self._schedule_workloads()
         self._advance_to(0.0)  # arrivals at t=0 exist from the first look
@@ -302,6 +305,22 @@ class World:
                 },
             )
 
+    def _init_daemonsets(self) -> None:
+        """The DaemonSet objects (apps/v1), and each one's pod as the controller makes it (for placement)."""
+        self._daemon_needs: dict[tuple[str, str], PodNeeds] = {}
+        for ds in self.scenario.daemonsets:
+            uid = str(uuid.UUID(int=self._rng("daemonset", ds.namespace, ds.name).getrandbits(128), version=4))
+            template = self._daemon_pod_object(ds, uid)
+            self._daemon_needs[(ds.namespace, ds.name)] = parse_pod(template)
+            self._store.put("daemonsets", kobjects.daemonset_object(ds.namespace, ds.name, uid,
+                                                                    rfc3339(self.start - _INITIAL_NODE_AGE), template))
+
+    def _daemon_runs_on(self, ds: DaemonSetSpec, name: str, labels: Mapping[str, str], taints: Iterable[Taint]) -> bool:
+        """The DaemonSet controller's test: nodeSelector, required node affinity, and NoSchedule/NoExecute taints
+        against the template's tolerations plus the ones it adds to every pod (not-ready, unreachable, ...)."""
+        needs = self._daemon_needs[(ds.namespace, ds.name)]
+        return needs.matches_node_affinity(name, labels) and untolerated_taint(taints, needs.tolerations) is None
+
     # ------------------------------------------------------------------ scale sets and instances
 
     def _init_scale_sets(self) -> None:
@@ -351,6 +370,8 @@ class World:
             ip_index=next(self._ip_counter),
         )
         group.instances[instance_id] = inst
+        if not already_running:
+            self._created_by_group[group.key] += 1
         self._alive += 1
         self._nodes_max = max(self._nodes_max, self._alive)
         if not already_running:
@@ -740,8 +761,9 @@ class World:
             if node is None or inst.state == "Deleting" or not kobjects.is_ready(node):
                 continue
             labels = node["metadata"].get("labels") or {}
+            taints = kobjects.parse_taints(node)
             for ds in self.scenario.daemonsets:
-                if all(labels.get(k) == v for k, v in ds.node_selector.items()):
+                if self._daemon_runs_on(ds, name, labels, taints):
                     self._ensure_node_pod(f"ds/{ds.namespace}/{ds.name}", name, lambda ds=ds: self._daemon_pod(ds, name))
             for mirror in self._groups[inst.group_key].spec.mirror_pods:
                 self._ensure_node_pod(
@@ -758,23 +780,36 @@ class World:
         self._node_pods[(pod_id, node)] = pod.uid
         self._bind(pod, node)
 
-    def _daemon_pod(self, ds: DaemonSetSpec, node: str) -> PodSim:
-        requests = ds.requests + Amounts(pods=1)
-        ds_uid = str(uuid.UUID(int=self._rng("daemonset", ds.namespace, ds.name).getrandbits(128), version=4))
-        obj = kobjects.pod_object(
+    def _daemon_pod_object(self, ds: DaemonSetSpec, ds_uid: str, name: str = "", uid: str = "") -> dict[str, Any]:
+        """A pod of the DaemonSet as its controller makes it: the template's selector, affinity and tolerations,
+        plus the tolerations the controller adds to every DaemonSet pod."""
+        return kobjects.pod_object(
             namespace=ds.namespace,
-            name=self._pod_name(ds.namespace, ds.name, kind="DaemonSet"),
-            uid=self._uid(),
+            name=name,
+            uid=uid,
             created=self._ts(),
-            requests=requests,
+            requests=ds.requests + Amounts(pods=1),
             labels=ds.labels,
             annotations={},
-            node_selector={},
-            tolerations=(Toleration(operator="Exists"),),  # DaemonSets here tolerate every taint
+            node_selector=ds.node_selector,
+            affinity=ds.affinity,
+            tolerations=ds.tolerations + kobjects.DAEMON_POD_TOLERATIONS,
             owner=kobjects.owner_reference("DaemonSet", ds.name, ds_uid),
             restart_policy="Always",
             priority_class="system-node-critical",
         )
+
+    def _daemon_pod(self, ds: DaemonSetSpec, node: str) -> PodSim:
+        ds_uid = str(uuid.UUID(int=self._rng("daemonset", ds.namespace, ds.name).getrandbits(128), version=4))
+        obj = self._daemon_pod_object(
+            ds, ds_uid, self._pod_name(ds.namespace, ds.name, kind="DaemonSet"), self._uid()
+        )
+        # The controller pins each pod to its node (matchFields metadata.name) in place of the template's affinity.
+        obj["spec"].setdefault("affinity", {})["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            }
+        }
         obj["spec"]["nodeName"] = node
         return self._add_pod(
             obj, role="daemonset", workload=f"{ds.namespace}/{ds.name}", owner_kind="DaemonSet", duration=None,
@@ -865,7 +900,7 @@ class World:
             labels = self._node_labels(spec, f"{spec.computer_name_prefix}-template", zone)
             used = Amounts()
             for daemonset in self.scenario.daemonsets:
-                if all(labels.get(k) == v for k, v in daemonset.node_selector.items()):
+                if self._daemon_runs_on(daemonset, labels["kubernetes.io/hostname"], labels, spec.taints):
                     used += daemonset.requests + Amounts(pods=1)
             for mirror in spec.mirror_pods:
                 used += mirror.requests + Amounts(pods=1)
@@ -1078,6 +1113,8 @@ class World:
                 if obj.get("reason") == "NotTriggerScaleUp" and involved.get("kind") == "Pod":
                     key = (str(involved.get("namespace") or namespace), str(involved.get("name") or ""))
                     self._not_triggered[key] = str(obj.get("message") or "")
+                about = f"{involved.get('namespace') or ''}/{involved.get('name') or ''}"
+                self._events_by_object.setdefault(about, Counter())[str(obj.get("reason") or "")] += 1
                 if len(self._store.table("events")) >= MAX_EVENTS:
                     self._store.drop_oldest("events")
             obj.setdefault("apiVersion", "v1")
@@ -1779,6 +1816,8 @@ class World:
                 "nodes_by_group": self._group_counts(),
                 "api_calls": self.counters.as_json(),
                 "events_by_reason": dict(sorted(self._events_by_reason.items())),
+                "events_by_object": {k: dict(sorted(v.items())) for k, v in sorted(self._events_by_object.items())},
+                "instances_created_by_group": {k: self._created_by_group.get(k, 0) for k in self._groups},
                 "scale_down_order": self.scale_down_order(),
                 "expect_unschedulable": self._expected_unschedulable(),
                 "timeline": copy.deepcopy(self.timeline),

@@ -396,6 +396,29 @@ class Pod:
 
 
 @dataclass(frozen=True, slots=True)
+class DaemonSet:
+    """A DaemonSet (apps/v1) as its pod template asks of every node it runs on.
+
+    `requests` are computed from the template as for a Pod (init containers, overhead);
+    `tolerations` are the template's own: the DaemonSet controller adds its automatic ones
+    (engine.daemonsets) when it makes each pod. `host_network` decides one of those.
+    """
+
+    namespace: str
+    name: str
+    requests: Resources
+    node_selector: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    node_affinity: tuple[NodeSelectorTerm, ...] = ()  # required terms, ORed
+    tolerations: tuple[Toleration, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    host_network: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class DisruptionBudget:
     """A PodDisruptionBudget as the Eviction API enforces it: how many more of its pods may go now."""
 
@@ -534,6 +557,8 @@ class ClusterSnapshot:
     disruption_budgets: tuple[DisruptionBudget, ...] = ()
     # Capacities from the resource SKUs API by lower-cased size name; only read for scale-from-zero templates.
     vm_sizes: Mapping[str, VmSizeCapacity] = field(default_factory=dict)
+    # DaemonSet objects as listed: what each new node of a group gives away (engine.daemonsets).
+    daemonsets: tuple[DaemonSet, ...] = ()
 
     def group(self, group_id_: str) -> NodeGroup | None:
         return next((g for g in self.groups if g.id == group_id_), None)

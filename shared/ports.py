@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from shared.actions import ScaleAction
-from shared.domain import DisruptionBudget, GroupState, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
+from shared.domain import DaemonSet, DisruptionBudget, GroupState, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
 
 
 class Clock(Protocol):
@@ -47,6 +47,10 @@ class Cluster(Protocol):
 
     def list_disruption_budgets(self) -> list[DisruptionBudget]:
         """Every PodDisruptionBudget (policy/v1) of every namespace, as the Eviction API enforces it now."""
+        ...
+
+    def list_daemonsets(self) -> list[DaemonSet]:
+        """Every DaemonSet (apps/v1) of every namespace: what each new node of a group gives away."""
         ...
 
     def write_config_map(self, namespace: str, name: str, *, data: Mapping[str, str],

@@ -22,13 +22,14 @@ from sandbox.world import World
 from shared.adapters.kubernetes import (
     add_taint_patch,
     cordon_patch,
+    daemonset_from_json,
     disruption_budget_from_json,
     node_from_json,
     pod_from_json,
     remove_taint_patch,
     uncordon_patch,
 )
-from shared.domain import DisruptionBudget, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
+from shared.domain import DaemonSet, DisruptionBudget, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
 from shared.domain import group_id as make_group_id
 from shared.ports import ComputeError, EvictionOutcome, Operation
 
@@ -125,6 +126,10 @@ class WorldCluster:
     def list_disruption_budgets(self) -> list[DisruptionBudget]:
         self._world.count_call("k8s", "LIST poddisruptionbudgets", write=False)
         return [disruption_budget_from_json(obj) for obj in self._world.k8s_list("poddisruptionbudgets")]
+
+    def list_daemonsets(self) -> list[DaemonSet]:
+        self._world.count_call("k8s", "LIST daemonsets", write=False)
+        return [daemonset_from_json(obj) for obj in self._world.k8s_list("daemonsets")]
 
     def _change_node(self, name: str, change: Any, *, missing_ok: bool) -> None:
         try:

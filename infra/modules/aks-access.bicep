@@ -42,6 +42,8 @@ var kubernetesDataActions = [
   'Microsoft.ContainerService/managedClusters/configmaps/write'
   // list PodDisruptionBudgets (policy/v1) across all namespaces before evicting
   'Microsoft.ContainerService/managedClusters/policy/poddisruptionbudgets/read'
+  // list DaemonSets (apps/v1) across all namespaces: what each new node of a group gives away to them
+  'Microsoft.ContainerService/managedClusters/apps/daemonsets/read'
 ]
 
 resource cluster 'Microsoft.ContainerService/managedClusters@2024-05-01' existing = {

@@ -24,6 +24,7 @@ import urllib3
 from kubernetes.client import (
     ApiClient,
     Configuration,
+    AppsV1Api,
     CoreV1Api,
     PolicyV1Api,
     V1ConfigMap,
@@ -35,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 
 from shared.domain import (
     EMPTY_MAP,
+    DaemonSet,
     DisruptionBudget,
     HostPort,
     LabelSelector,
@@ -452,6 +454,35 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
     )
 
 
+def daemonset_from_json(obj: Mapping[str, Any]) -> DaemonSet:
+    """A DaemonSet (apps/v1) in the API's JSON shape: what its pod template asks of each node.
+
+    The template is read as a Pod is (requests with init containers and overhead, host
+    ports). A required node affinity the engine cannot evaluate is left out, with a
+    warning: the DaemonSet then counts on every node its selector and tolerations allow,
+    which can only under-promise a new node's room, never over-promise it.
+    """
+    metadata = obj.get("metadata") or {}
+    template = (obj.get("spec") or {}).get("template") or {}
+    spec = template.get("spec") or {}
+    unsupported: list[str] = []
+    node_affinity = _node_affinity((spec.get("affinity") or {}).get("nodeAffinity"), unsupported)
+    if unsupported:
+        log.warning("daemonset %s/%s: %s; its pods are counted on every node they tolerate",
+                    metadata.get("namespace", ""), metadata.get("name", ""), unsupported[0])
+        node_affinity = ()
+    return DaemonSet(
+        namespace=metadata.get("namespace", ""),
+        name=metadata.get("name", ""),
+        requests=pod_requests(spec),
+        node_selector=_frozen(spec.get("nodeSelector")),
+        node_affinity=node_affinity,
+        tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or ()),
+        host_ports=_host_ports(spec),
+        host_network=bool(spec.get("hostNetwork")),
+    )
+
+
 def disruption_budget_from_json(obj: Mapping[str, Any]) -> DisruptionBudget:
     """A PodDisruptionBudget (policy/v1) in the API's JSON shape as the Eviction API enforces it.
 
@@ -611,6 +642,7 @@ class KubernetesCluster:
         self._api_client = api_client
         self._core = CoreV1Api(api_client)
         self._policy = PolicyV1Api(api_client)
+        self._apps = AppsV1Api(api_client)
         self._timeout = request_timeout
         self._page_size = page_size
         self._conflict_retries = conflict_retries
@@ -747,6 +779,12 @@ class KubernetesCluster:
         what = "list poddisruptionbudgets"
         items = self._pages(what, self._policy.list_pod_disruption_budget_for_all_namespaces)
         return [self._converted(what, disruption_budget_from_json, o) for o in items]
+
+    def list_daemonsets(self) -> list[DaemonSet]:
+        """Every DaemonSet (apps/v1) of every namespace."""
+        what = "list daemonsets"
+        items = self._pages(what, self._apps.list_daemon_set_for_all_namespaces)
+        return [self._converted(what, daemonset_from_json, o) for o in items]
 
     # -- writes -----------------------------------------------------------------
 

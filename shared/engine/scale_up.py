@@ -69,10 +69,10 @@ from shared.engine.predicates import (
     spread_violation,
     unsupported_construct,
 )
+from shared.engine.daemonsets import daemonsets_seen_by_group, template_daemonsets
+from shared.engine.daemonsets import host_ports as daemonset_host_ports
+from shared.engine.daemonsets import overhead as daemonset_overhead
 from shared.engine.templates import (
-    daemonset_host_ports,
-    daemonset_overhead,
-    daemonset_pods,
     next_zone,
     planned_node_labels,
 )
@@ -338,16 +338,19 @@ def _group_plans(snapshot: ClusterSnapshot) -> dict[str, _GroupPlan]:
         if ref is not None and zone is not None and (node.ready or node.is_being_deleted):
             counts = per_zone.setdefault(ref.group_id, {})
             counts[zone] = counts.get(zone, 0) + 1
-    daemons = daemonset_pods(snapshot.pods)
+    seen = daemonsets_seen_by_group(snapshot.nodes, snapshot.pods)
     plans = {}
     for group in snapshot.groups:
         template = snapshot.templates.get(group.id)
         if template is None:
             continue
-        overhead = daemonset_overhead(daemons, template.labels, template.taints)
-        ports = daemonset_host_ports(daemons, template.labels, template.taints)
+        daemons = template_daemonsets(
+            snapshot.daemonsets, snapshot.pods, template.labels, template.taints,
+            seen_on_group=seen.get(group.id, frozenset()),
+        )
         plans[group.id] = _GroupPlan(
-            group, template, template.allocatable - overhead, ports, dict(per_zone.get(group.id, {}))
+            group, template, template.allocatable - daemonset_overhead(daemons), daemonset_host_ports(daemons),
+            dict(per_zone.get(group.id, {})),
         )
     return plans
 

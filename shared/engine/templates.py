@@ -47,17 +47,13 @@ from shared.domain import (
     LABEL_REGION_LEGACY,
     LABEL_ZONE,
     LABEL_ZONE_LEGACY,
-    HostPort,
     Node,
     NodeGroup,
     NodeTemplate,
-    Pod,
     Resources,
     Taint,
     VmSizeCapacity,
 )
-from shared.engine.placement import matches_node_affinity, tolerates_all
-from shared.engine.predicates import pod_requests
 from shared.engine.vm_sizes import NO_SIZES, allocatable_for_capacity, nvidia_gpus, vm_size_capacity
 from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
 
@@ -213,52 +209,6 @@ def planned_node_labels(template: NodeTemplate, group: NodeGroup, name: str, zon
     if zone is not None:
         labels.update(zone_labels(group, zone))
     return labels
-
-
-def daemonset_pods(pods: Iterable[Pod]) -> list[Pod]:
-    """One observed pod per DaemonSet: what each DaemonSet asks of every node it runs on."""
-    chosen: dict[tuple[str, str], Pod] = {}
-    for pod in pods:
-        owner = pod.owner
-        if owner is not None and owner.kind == "DaemonSet":
-            chosen.setdefault((pod.namespace, owner.name), pod)
-    return list(chosen.values())
-
-
-def _daemon_pods(pods: Iterable[Pod], labels: Mapping[str, str] | None, taints: Iterable[Taint]) -> list[Pod]:
-    """One pod per DaemonSet that would run on a node with these labels and taints (all DaemonSets when labels is None).
-
-    The DaemonSet controller rewrites each pod's required node affinity to pin it to its
-    node (matchFields metadata.name), so the DaemonSet's own affinity is not observable
-    here; its nodeSelector and tolerations are, and decide.
-    """
-    taints = tuple(taints)
-    return [
-        pod
-        for pod in daemonset_pods(pods)
-        if labels is None
-        or (matches_node_affinity(pod.node_selector, (), labels, "") and tolerates_all(pod.tolerations, taints))
-    ]
-
-
-def daemonset_overhead(
-    pods: Iterable[Pod], labels: Mapping[str, str] | None = None, taints: Iterable[Taint] = ()
-) -> Resources:
-    """Requests of one pod per DaemonSet that would land on the node: what it gives away before any workload.
-
-    Without `labels`, every DaemonSet counts (the first slice's behaviour).
-    """
-    total = Resources()
-    for pod in _daemon_pods(pods, labels, taints):
-        total = total + pod_requests(pod)
-    return total
-
-
-def daemonset_host_ports(
-    pods: Iterable[Pod], labels: Mapping[str, str], taints: Iterable[Taint] = ()
-) -> tuple[HostPort, ...]:
-    """Host ports the DaemonSets of such a node bind (node exporters and the like), unavailable to workloads."""
-    return tuple(port for pod in _daemon_pods(pods, labels, taints) for port in pod.host_ports)
 
 
 def apply_resource_tags(base: Resources, tags: Mapping[str, str]) -> Resources:

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, VmSizeCapacity
+from shared.domain import ClusterSnapshot, DaemonSet, GroupState, Node, NodeGroup, NodeTemplate, Pod, VmSizeCapacity
+from shared.engine.daemonsets import daemonsets_seen_by_group, unpredicted_daemonsets
 from shared.engine.templates import build_templates, groups_needing_vm_size
 from shared.ports import Compute, ComputeError, Ports
 
@@ -23,16 +24,36 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False) -> Clust
     nodes = ports.cluster.list_nodes()
     pods = ports.cluster.list_pods()
     budgets = ports.cluster.list_disruption_budgets() if with_budgets else []
+    daemonsets = ports.cluster.list_daemonsets()
     vm_sizes = scale_from_zero_sizes(ports.compute, groups, nodes)
+    templates = build_templates(groups, nodes, vm_sizes=vm_sizes)
+    _cross_check_daemonsets(daemonsets, nodes, pods, templates)
     return ClusterSnapshot(
         taken_at=now,
         nodes=tuple(nodes),
         pods=tuple(pods),
         groups=tuple(groups),
-        templates=build_templates(groups, nodes, vm_sizes=vm_sizes),
+        templates=templates,
         vm_sizes=vm_sizes,
         disruption_budgets=tuple(budgets),
+        daemonsets=tuple(daemonsets),
     )
+
+
+def _cross_check_daemonsets(
+    daemonsets: Sequence[DaemonSet], nodes: Sequence[Node], pods: Sequence[Pod], templates: Mapping[str, NodeTemplate]
+) -> None:
+    """Warn where a group's nodes run a DaemonSet pod its template says they would not: the engine counts it anyway."""
+    seen = daemonsets_seen_by_group(nodes, pods)
+    for group_id, keys in seen.items():
+        template = templates.get(group_id)
+        if template is None:
+            continue
+        for key in unpredicted_daemonsets(daemonsets, template.labels, template.taints, keys):
+            log.warning(
+                "scale set %s: its nodes run DaemonSet %s, which by its selector, affinity and tolerations would not "
+                "run on its template; counted as overhead all the same", group_id, key,
+            )
 
 
 def scale_from_zero_sizes(

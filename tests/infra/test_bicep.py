@@ -66,7 +66,8 @@ EXPECTED_ASSIGNMENTS = {
 }
 
 # The Kubernetes calls of shared/adapters (nodes get/list/patch/delete, pods list, pods/eviction create,
-# events create, configmaps get/create/update/patch, poddisruptionbudgets list) as Azure RBAC data actions.
+# events create, configmaps get/create/update/patch, poddisruptionbudgets list, daemonsets list) as Azure RBAC
+# data actions.
 AKS_DATA_ACTIONS = {
     "Microsoft.ContainerService/managedClusters/nodes/read",
     "Microsoft.ContainerService/managedClusters/nodes/write",
@@ -77,6 +78,7 @@ AKS_DATA_ACTIONS = {
     "Microsoft.ContainerService/managedClusters/configmaps/read",
     "Microsoft.ContainerService/managedClusters/configmaps/write",
     "Microsoft.ContainerService/managedClusters/policy/poddisruptionbudgets/read",
+    "Microsoft.ContainerService/managedClusters/apps/daemonsets/read",
 }
 
 # Settings the Functions host and its Python worker read (not in shared/settings.py).

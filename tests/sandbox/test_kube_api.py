@@ -44,7 +44,23 @@ def test_version_and_discovery(server: SandboxServer) -> None:
     assert k8s.VersionApi(api_client).get_code().git_version.startswith("v1.")
     assert k8s.CoreApi(api_client).get_api_versions().versions == ["v1"]
     groups = k8s.ApisApi(api_client).get_api_versions().groups
-    assert [g.name for g in groups] == ["policy"]
+    assert [g.name for g in groups] == ["apps", "policy"]
+
+
+def test_daemonsets_are_listed_at_apps_v1_page_by_page(sandbox_factory: SandboxFactory) -> None:
+    doc = scenario(daemonsets=[{"name": f"agent-{i}", "requests": {"cpu": "10m", "memory": "16Mi"}} for i in range(5)])
+    apps = k8s.AppsV1Api(kube_api_client(sandbox_factory(doc, clock=ManualClock(SANDBOX_START))))
+    first = apps.list_daemon_set_for_all_namespaces(limit=2)
+    assert first.kind == "DaemonSetList" and len(first.items) == 2 and first.metadata._continue
+    names = [d.metadata.name for d in first.items]
+    token = first.metadata._continue
+    while token:
+        page = apps.list_daemon_set_for_all_namespaces(limit=2, _continue=token)
+        names += [d.metadata.name for d in page.items]
+        token = page.metadata._continue
+    assert names == [f"agent-{i}" for i in range(5)]
+    one = apps.read_namespaced_daemon_set("agent-0", "kube-system")
+    assert one.spec.template.spec.containers[0].resources.requests == {"cpu": "10m", "memory": "16Mi"}
 
 
 def test_nodes_list_and_get(core: k8s.CoreV1Api) -> None:

@@ -398,3 +398,42 @@ def test_the_mixed_scenario_needs_its_tainted_batch_pool() -> None:
     report = world.report()
     assert report["pods_completed"] == 70 and report["pods_pending"] == 0
     assert report["nodes_by_group"]["rg-sandbox-nodes/system"]["target"] == 2
+
+
+_GPU_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+_BIG_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["big"]}]}]}}}
+
+
+@pytest.mark.parametrize(
+    "daemonset,expected_pools",
+    [
+        ({}, {"a", "big"}),  # the default tolerates every taint
+        ({"tolerations": []}, {"a"}),  # the big pool's taint keeps it off
+        ({"node_selector": {"pool": "big"}}, {"big"}),
+        ({"affinity": _BIG_AFFINITY, "tolerations": [{"key": "gpu", "operator": "Exists"}]}, {"big"}),
+        ({"affinity": _BIG_AFFINITY, "tolerations": []}, set()),  # selected but not tolerated
+        ({"node_selector": {"pool": "none"}}, set()),
+    ],
+)
+def test_daemonset_pods_run_only_on_the_nodes_their_daemonset_selects_and_tolerates(
+    daemonset: dict[str, Any], expected_pools: set[str]
+) -> None:
+    doc = scenario()
+    doc["node_groups"].append({"resource_group": RG, "name": "pool-big", "vm_size": "Standard_D16s_v5",
+                               "allocatable": {"cpu": "16", "memory": "64Gi", "pods": 110}, "min": 0, "max": 3,
+                               "initial": 1, "labels": {"pool": "big"}, "taints": [_GPU_TAINT]})
+    doc["daemonsets"] = [{"name": "agent", "requests": {"cpu": "1", "memory": "1Gi"}, **daemonset}]
+    world = make(doc)
+    pool_of = {n["metadata"]["name"]: n["metadata"]["labels"]["pool"] for n in world.k8s_list("nodes")}
+    ds_pods = [p for p in world.k8s_list("pods") if p["metadata"]["namespace"] == "kube-system"]
+    assert {pool_of[p["spec"]["nodeName"]] for p in ds_pods} == expected_pools
+    assert len(ds_pods) == len(expected_pools)  # one per matching node
+    for pod in ds_pods:  # the pods carry the DaemonSet's constraints, and the controller's own tolerations
+        assert pod["spec"].get("nodeSelector", {}) == daemonset.get("node_selector", {})
+        keys = {t.get("key") for t in pod["spec"]["tolerations"]}
+        assert {"node.kubernetes.io/not-ready", "node.kubernetes.io/unschedulable"} <= keys
+    (listed,) = world.k8s_list("daemonsets")
+    template = listed["spec"]["template"]["spec"]
+    assert template.get("affinity") == daemonset.get("affinity")
+    assert "node.kubernetes.io/not-ready" not in {t.get("key") for t in template.get("tolerations", [])}

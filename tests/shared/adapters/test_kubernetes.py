@@ -19,12 +19,14 @@ from shared import ports
 from shared.adapters.kubernetes import (
     KubernetesApiError,
     KubernetesCluster,
+    daemonset_from_json,
     disruption_budget_from_json,
     node_from_json,
     pod_from_json,
     pod_requests,
 )
 from shared.domain import (
+    DaemonSet,
     DisruptionBudget,
     HostPort,
     LabelSelector,
@@ -848,6 +850,7 @@ SERVER_ERROR_CASES: list[tuple[str, tuple[str, str, str], Callable[[KubernetesCl
     ("delete node", ("k8s", "DELETE", "nodes"), lambda c: c.delete_node("pool-a000000"), "delete node pool-a000000"),
     ("list disruption budgets", ("k8s", "GET", "poddisruptionbudgets"), lambda c: c.list_disruption_budgets(),
      "list poddisruptionbudgets"),
+    ("list daemonsets", ("k8s", "GET", "daemonsets"), lambda c: c.list_daemonsets(), "list daemonsets"),
 ]
 
 
@@ -991,3 +994,56 @@ def test_write_config_map_creates_then_merges(world: SandboxServer, cluster: Kub
 def test_write_config_map_in_a_missing_namespace_is_a_cluster_error(cluster: KubernetesCluster) -> None:
     with pytest.raises(ClusterError, match="write configmap nowhere/status"):
         cluster.write_config_map("nowhere", "status", data={"status": "x"}, annotations={})
+
+
+_BIG_ONLY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["big"]}]}]}}}
+
+
+def test_list_daemonsets_reads_every_page_and_each_template(sandbox_factory: SandboxFactory) -> None:
+    daemonsets = [
+        {"name": "kube-proxy", "requests": {"cpu": "100m", "memory": "128Mi"}},
+        {"name": "gpu-agent", "requests": {"cpu": "2", "memory": "4Gi"}, "affinity": _BIG_ONLY,
+         "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        {"name": "logs", "namespace": "monitoring", "requests": {"cpu": "50m", "memory": "64Mi"},
+         "node_selector": {"pool": "a"}, "tolerations": []},
+    ]
+    server = sandbox_factory(sandbox_world.scenario(daemonsets=daemonsets), clock=ManualClock(SANDBOX_START))
+    adapter = KubernetesCluster.from_settings(sandbox_world.settings_for(server), page_size=2)
+    try:
+        listed = {d.key: d for d in adapter.list_daemonsets()}
+    finally:
+        adapter.close()
+    assert server.world.counters.k8s["LIST daemonsets"] == 2  # three DaemonSets, two pages
+    assert listed == {
+        "kube-system/kube-proxy": DaemonSet("kube-system", "kube-proxy", Resources(100, 128 * 2**20, 1),
+                                            tolerations=(Toleration(operator="Exists"),)),
+        "kube-system/gpu-agent": DaemonSet(
+            "kube-system", "gpu-agent", Resources(2000, 4 * 2**30, 1),
+            node_affinity=(NodeSelectorTerm((SelectorRequirement("pool", "In", ("big",)),)),),
+            tolerations=(Toleration("gpu", "Exists", "", "NoSchedule"),),
+        ),
+        "monitoring/logs": DaemonSet("monitoring", "logs", Resources(50, 64 * 2**20, 1), node_selector={"pool": "a"}),
+    }
+
+
+def test_a_daemonset_is_read_as_its_pods_would_be() -> None:
+    template = {
+        "initContainers": [container(cpu="1", memory="1Gi")],
+        "containers": [dict(container(cpu="200m", memory="100Mi"), ports=[{"containerPort": 9100}])],
+        "overhead": {"cpu": "50m"},
+        "hostNetwork": True,
+    }
+    daemonset = daemonset_from_json(
+        {"metadata": {"namespace": "ns", "name": "exporter"}, "spec": {"template": {"spec": template}}}
+    )
+    assert daemonset.requests == pod_requests(template)  # init containers and overhead, as for a Pod
+    assert daemonset.host_ports == (HostPort(9100),) and daemonset.host_network
+
+
+def test_a_daemonset_affinity_we_cannot_evaluate_counts_it_everywhere_it_tolerates() -> None:
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "spec.unknown", "operator": "In", "values": ["x"]}]}]}}}
+    daemonset = daemonset_from_json({"metadata": {"namespace": "ns", "name": "odd"},
+                                     "spec": {"template": {"spec": {"containers": [], "affinity": affinity}}}})
+    assert daemonset.node_affinity == ()

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain import HostPort, NodeGroup, Resources, Taint, Toleration, VmSizeCapacity
+from shared.domain import NodeGroup, Resources, Taint, VmSizeCapacity
 from shared.engine.templates import (
     PLANNED_HOSTNAME,
     apply_resource_tags,
     build_templates,
-    daemonset_host_ports,
-    daemonset_overhead,
     decode_tag_key,
     groups_needing_vm_size,
     next_zone,
@@ -19,7 +17,7 @@ from shared.engine.templates import (
     template_from_tags,
 )
 from shared.engine.vm_sizes import DEFAULT_EPHEMERAL_STORAGE, allocatable_for_capacity
-from tests.builders import GIB, daemon_pod, group, node, pod, res
+from tests.builders import GIB, group, node, res
 
 PREFIX = "k8s.io_cluster-autoscaler_node-template_"
 ZONE = "topology.kubernetes.io/zone"
@@ -226,23 +224,3 @@ def test_planned_node_labels_give_each_node_its_hostname_and_zone() -> None:
     assert labels["failure-domain.beta.kubernetes.io/zone"] == "westeurope-2"
 
 
-def test_daemonset_overhead_counts_the_daemonsets_that_would_run_on_the_node() -> None:
-    pods = [
-        daemon_pod("n0", cpu=0.1, mem=0.125, ds="kube-proxy"),
-        daemon_pod("n1", cpu=0.1, mem=0.125, ds="kube-proxy"),  # the same DaemonSet, counted once
-        pod("gpu-plugin", cpu=0.2, mem=0.25, node_name="n0", owner="DaemonSet", owner_name="nvidia",
-            selector={"kubernetes.azure.com/accelerator": "nvidia"},
-            tolerations=(Toleration("nvidia.com/gpu", "Exists"),)),
-        pod("exporter", cpu=0.05, mem=0.0625, node_name="n0", owner="DaemonSet", owner_name="exporter",
-            ports=(HostPort(9100),)),
-        pod("web", cpu=2, node_name="n0"),  # not a DaemonSet
-    ]
-    plain = {"kubernetes.io/os": "linux"}
-    gpu = {**plain, "kubernetes.azure.com/accelerator": "nvidia"}
-    gpu_taint = (Taint("nvidia.com/gpu", "true"),)
-    assert daemonset_overhead(pods) == res(0.35, 0.4375, 3)
-    assert daemonset_overhead(pods, plain) == res(0.15, 0.1875, 2)
-    assert daemonset_overhead(pods, gpu) == res(0.35, 0.4375, 3)
-    # The taint keeps out every DaemonSet that does not tolerate it.
-    assert daemonset_overhead(pods, gpu, gpu_taint) == res(0.2, 0.25, 1)
-    assert daemonset_host_ports(pods, plain) == (HostPort(9100),)

@@ -101,3 +101,14 @@ def test_a_restricted_size_is_reported(observer_for: Any, caplog: pytest.LogCapt
     assert snapshot.templates[EMPTY].source == "vm-size:skus-api"
     assert f"scale set {EMPTY}: VM size Standard_D2s_v5 is not available" in caplog.text
     assert "NotAvailableForSubscription" in caplog.text
+
+
+def test_the_snapshot_carries_the_daemonset_objects(observer_for: Any) -> None:
+    doc = _world(daemonsets=[
+        {"name": "kube-proxy", "requests": {"cpu": "100m", "memory": "128Mi"}},
+        {"name": "b-agent", "requests": {"cpu": "1", "memory": "1Gi"}, "node_selector": {"agentpool": "pool-b"}},
+    ])
+    snapshot = observer_for(doc).observe()
+    assert {d.key: dict(d.node_selector) for d in snapshot.daemonsets} == {
+        "kube-system/kube-proxy": {}, "kube-system/b-agent": {"agentpool": "pool-b"},
+    }
