@@ -593,6 +593,9 @@ class Executor:
     def _reject_raw(self, text: str, reason: str, *, now: datetime) -> ExecutionResult:
         action_id = "invalid-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
         log.warning("message rejected (%s): %s", action_id, reason)
+        if len(text) > MAX_POISON_CHARS:
+            # It never came off a queue whole (a queue message is smaller): keep what fits, say it is cut.
+            text = text[:MAX_POISON_CHARS] + f"... [cut: {len(text)} characters in all, {action_id}]"
         self._ports.queue.send_poison(text)
         ledger.record_rejection(self._ports.state, action_id=action_id, kind="invalid", group="", reason=reason, now=now)
         telemetry.message_rejected(action_id, reason, dry_run=self._settings.dry_run)
@@ -642,10 +645,13 @@ class Executor:
             # are caught by MAX_NODE_PROVISION_TIME, never by scaling in arbitrary instances.
             self._update_group(action.group, lambda s: after_failure(s, now=now, code=code))
             return self._finish(action, entry, "failed", why, now=now, error_code=code)
-        if action.step in ("cordon", "drain"):
-            return self._abort_removal(action, entry, why, now=now, failed=True, error_code=code)
-        # The delete may have been accepted: the nodes stay reserved, and the utilisation poll's
-        # reconcile removes their Node objects once the instances are gone, or gives them back.
+        # A node whose delete was committed may be on its way out: it stays reserved, and the utilisation
+        # poll's reconcile removes its Node object once the instance is gone, or gives it back. The rest
+        # are given back now, uncordoned.
+        committed = self._ports.state.get_group(action.group).committed
+        for name in action.nodes:
+            if name not in committed:
+                self._give_back(action, name, why, now=now, failed=True)
         self._update_group(action.group, lambda s: replace(s, last_failure=now))
         return self._finish(action, entry, "failed", why, now=now, error_code=code)
 
@@ -674,6 +680,8 @@ MAX_THROTTLED_DELAY = timedelta(minutes=5)
 TRANSIENT_FAULT_DEADLINE = timedelta(minutes=10)
 # host.json's extensions.queues.maxDequeueCount (a test holds them equal).
 HOST_MAX_DEQUEUE_COUNT = 5
+# What of a rejected text goes to the poison queue: base64 makes 48 KiB the most a message can carry.
+MAX_POISON_CHARS = 32 * 1024
 # Tolerated difference between the deciding poll's clock and ours.
 CLOCK_SKEW = timedelta(minutes=5)
 
