@@ -35,4 +35,6 @@ def execute_scale_action(message: func.QueueMessage) -> None:
     from shared.services.executor import Executor
 
     context = get_context()
-    Executor(context.ports, context.settings).execute(message.get_body(), now=context.ports.clock.now())
+    Executor(context.ports, context.settings).execute(
+        message.get_body(), now=context.ports.clock.now(), dequeue_count=message.dequeue_count or 1
+    )

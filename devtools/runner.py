@@ -34,6 +34,7 @@ from shared.adapters.storage_connection import StorageError
 from shared.settings import SPECS
 
 log = logging.getLogger("devtools.runner")
+MAX_STORAGE_BACKOFF = 30.0  # seconds between queue polls while storage keeps failing
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -194,15 +195,25 @@ class LocalRunner:
         return len(messages)
 
     def _deliver(self, message: Any) -> None:
-        import azure.functions as func
+        import azure.functions.queue as queue_binding
 
         def invoke() -> bool:
+            if not message.well_encoded:
+                # The host cannot bind a message that is not base64 (host.json messageEncoding): the
+                # invocation fails before our code runs, and after maxDequeueCount it is poisoned.
+                with self._stats_lock:
+                    self.stats.failures += 1
+                log.error("message %s is not base64 text; the host cannot bind it (dequeue %d)",
+                          message.id, message.dequeue_count)
+                return False
             with self._stats_lock:
                 self.stats.queue_invocations += 1
             try:
                 self.queue_function.call(**{
-                    self.queue_function.arg_name: func.QueueMessage(
+                    # The worker hands functions this subclass, which carries the host's metadata.
+                    self.queue_function.arg_name: queue_binding.QueueMessage(
                         id=message.id, body=message.body_text.encode(), pop_receipt=message.pop_receipt,
+                        dequeue_count=message.dequeue_count,
                     )
                 })
                 return True
@@ -258,10 +269,19 @@ class LocalRunner:
         timer_thread = threading.Thread(target=timers, name="runner-timers", daemon=True)
         timer_thread.start()
         deadline = time.monotonic() + wall_timeout
+        backoff = 0.0
         try:
             while time.monotonic() < deadline:
-                while self.process_queue():
-                    pass
+                try:
+                    while self.process_queue():
+                        pass
+                    backoff = 0.0
+                except StorageError as exc:
+                    # The host's queue listener logs a storage outage and polls again, backing off; so do we.
+                    backoff = min(max(backoff * 2, 0.5), MAX_STORAGE_BACKOFF)
+                    log.warning("queue storage failed (%s); polling again in %.1fs", exc, backoff)
+                    time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+                    continue
                 if on_tick is not None:
                     on_tick()
                 if until():

@@ -18,6 +18,19 @@ from typing import Any, Literal
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 MAX_NODES_PER_ACTION = 100  # within what one deleteInstances call is given in practice
+# Azure Storage's limit on a queue message: anything longer never came from our own send.
+MAX_MESSAGE_CHARS = 64 * 1024
+# Upper bounds on what our own polls ever write. Ids and names become Table keys and columns
+# (1 KiB keys; 32 K characters a column) and log lines, so a longer value is refused, not truncated.
+MAX_LENGTHS = {
+    "id": 256,  # scale-down:<node>+<n>:<time>, a node name being at most 253
+    "group": 256,  # <resource group (90)>/<scale set (64)>, escaped
+    "step": 16,
+    "reason": 1024,
+    "node": 253,  # a Kubernetes node name is a DNS subdomain
+    "provider_id": 512,  # azure:///subscriptions/<id>/resourceGroups/<90>/providers/.../<64>/virtualMachines/<id>
+    "instance": 64,
+}
 
 # Steps of each action kind, in order. A message names the step to run next;
 # a step that must wait re-enqueues the same action at the same or next step.
@@ -176,10 +189,15 @@ def decode_action(text: str | bytes) -> ScaleAction:
     Expiry is not checked here: whether an expired message may still run depends
     on whether the action already started (see the executor).
     """
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise InvalidAction(f"message is {len(text)} characters long; a queue message holds at most {MAX_MESSAGE_CHARS}")
     try:
         body = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidAction(f"message is not JSON: {exc}") from exc
+    except RecursionError:
+        # json.loads recurses per level: a deeply nested document is no action of ours.
+        raise InvalidAction("message is nested too deeply to be an action") from None
     if not isinstance(body, dict):
         raise InvalidAction("message is not a JSON object")
     version = body.get("version")
@@ -201,6 +219,8 @@ def decode_action(text: str | bytes) -> ScaleAction:
     for name in ("id", "group", "step", "reason", "node", "provider_id"):
         if name in body and not isinstance(body[name], str):
             raise InvalidAction(f"field {name!r} must be a string")
+        if name in body:
+            _check_length(name, body[name], MAX_LENGTHS[name])
     targets: tuple[RemovalTarget, ...] = ()
     if kind == "scale_down":
         targets = ((RemovalTarget(body["node"], body["provider_id"]),) if version == 1
@@ -229,6 +249,10 @@ def decode_action(text: str | bytes) -> ScaleAction:
     starting = body.get("start_instances", [])
     if not isinstance(starting, list) or not all(isinstance(i, str) and i for i in starting):
         raise InvalidAction("start_instances must be a list of instance ids (strings)")
+    if len(starting) > MAX_NODES_PER_ACTION:
+        raise InvalidAction(f"start_instances names {len(starting)} instances; at most {MAX_NODES_PER_ACTION}")
+    for index, instance in enumerate(starting):
+        _check_length(f"start_instances[{index}]", instance, MAX_LENGTHS["instance"])
     return ScaleAction(
         id=body["id"],
         kind=kind,
@@ -279,11 +303,18 @@ def _parse_targets(raw: Any) -> tuple[RemovalTarget, ...]:
             raise InvalidAction(f"nodes[{index}] must be an object with exactly 'name' and 'provider_id'")
         if not all(isinstance(item[k], str) and item[k] for k in ("name", "provider_id")):
             raise InvalidAction(f"nodes[{index}]: 'name' and 'provider_id' must be non-empty strings")
+        _check_length(f"nodes[{index}].name", item["name"], MAX_LENGTHS["node"])
+        _check_length(f"nodes[{index}].provider_id", item["provider_id"], MAX_LENGTHS["provider_id"])
         targets.append(RemovalTarget(item["name"], item["provider_id"]))
     names = [t.node for t in targets]
     if len(set(names)) != len(names):
         raise InvalidAction("field 'nodes' names a node twice")
     return tuple(targets)
+
+
+def _check_length(name: str, value: str, limit: int) -> None:
+    if len(value) > limit:
+        raise InvalidAction(f"field {name!r} is {len(value)} characters long; at most {limit}")
 
 
 def _iso(moment: datetime) -> str:

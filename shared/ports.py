@@ -107,12 +107,18 @@ class EventSink(Protocol):
 
 
 class ComputeError(RuntimeError):
-    """An ARM call failed; `code` carries ARM's error code when there is one."""
+    """An ARM call failed; `code` carries ARM's error code when there is one.
 
-    def __init__(self, message: str, *, code: str = "", retry_after: float | None = None) -> None:
+    `transient`: a server-side or network fault (HTTP 5xx or 408, a timeout, a dropped connection)
+    that the same call may well survive later; throttling (429) has its own code, `TooManyRequests`.
+    """
+
+    def __init__(self, message: str, *, code: str = "", retry_after: float | None = None,
+                 transient: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.retry_after = retry_after  # seconds, when ARM throttled us (429)
+        self.transient = transient
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +205,11 @@ class LedgerEntry:
     operation: str = ""  # a long-running operation's continuation token, while one is in flight
     node: str = ""
     duplicates: int = 0  # deliveries suppressed because this progress was already taken
+    # What we decided, as `ledger.record_of` writes it: the nodes and instances of a removal, the sizes of a
+    # scale-up. Written by our own first claim and by the step that decides the sizes; a later message that
+    # contradicts it is refused (a message is a request, never an order). Empty on rows of older versions.
+    record: str = ""
+    faulted_since: datetime | None = None  # the first transient ARM fault of the current step, while they last
     etag: str | None = None
 
 

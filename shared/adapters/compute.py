@@ -137,8 +137,11 @@ def compute_error(what: str, exc: AzureError) -> ComputeError:
         if status == 429:
             delay = retry_after if retry_after else DEFAULT_RETRY_AFTER
             return ComputeError(f"{what}: throttled by ARM, retry after {delay:g}s", code="TooManyRequests", retry_after=delay)
-        return ComputeError(f"{what}: HTTP {status} {code}: {message}", code=code, retry_after=retry_after)
-    return ComputeError(f"{what}: {type(exc).__name__}: {exc}")
+        return ComputeError(f"{what}: HTTP {status} {code}: {message}", code=code, retry_after=retry_after,
+                            transient=status >= 500 or status == 408)
+    # No response at all: the request or the response was lost (connection reset, read timeout).
+    return ComputeError(f"{what}: {type(exc).__name__}: {exc}",
+                        transient=isinstance(exc, (ServiceRequestError, ServiceResponseError)))
 
 
 # --- Pipeline policies -----------------------------------------------------------

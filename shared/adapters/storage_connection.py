@@ -135,6 +135,10 @@ def queue_client(
     With base64 (the default) messages are written and read as base64 text, which is
     what the Functions host's queue trigger expects (host.json messageEncoding base64).
     """
+    # A queue call moves a few KiB: a stalled endpoint must surface as an error within seconds (and be
+    # retried by the caller), not after azure-core's default of minutes per attempt.
+    client_options.setdefault("connection_timeout", 10)
+    client_options.setdefault("read_timeout", 30)
     if base64:
         client_options.setdefault("message_encode_policy", TextBase64EncodePolicy())
         client_options.setdefault("message_decode_policy", TextBase64DecodePolicy())

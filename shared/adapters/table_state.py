@@ -265,6 +265,8 @@ def _ledger_to_entity(entry: LedgerEntry) -> dict[str, Any]:
         "Operation": entry.operation,
         "Node": entry.node,
         "Duplicates": entry.duplicates,
+        "Record": entry.record,
+        **({"FaultedSince": _utc(entry.faulted_since, "faulted_since")} if entry.faulted_since else {}),
     }
 
 
@@ -281,6 +283,8 @@ def _ledger_from_entity(entity: TableEntity) -> LedgerEntry:
             operation=entity.get("Operation", ""),
             node=entity.get("Node", ""),
             duplicates=int(entity.get("Duplicates", 0)),
+            record=entity.get("Record", ""),
+            faulted_since=_time(entity["FaultedSince"]) if entity.get("FaultedSince") else None,
             etag=entity.metadata["etag"],
         )
     except KeyError as exc:

@@ -158,6 +158,24 @@ def removal_blocked(node: Resources, *, totals: ClusterTotals, limits: ClusterLi
     return None
 
 
+def allowed_target(snapshot: ClusterSnapshot, group_id: str, target: int, *, limits: ClusterLimits = ClusterLimits(),
+                   max_nodes_per_scale_up: int = 1000, exclude: Collection[str] = ()) -> tuple[int, str | None]:
+    """The largest size up to `target` the group may be grown to now, and the limit that capped it.
+
+    What the executor asks before it resizes: a decision is only a request, and the cluster (other
+    groups grown meanwhile, limits changed) may have moved since it was made. `exclude` as for
+    `cluster_totals`. A group not in the snapshot is allowed nothing.
+    """
+    group = next((g for g in snapshot.groups if g.id == group_id), None)
+    if group is None:
+        return 0, "the group is not in the snapshot"
+    template = snapshot.templates.get(group_id) or NodeTemplate(allocatable=Resources())
+    allowance = allowed_increase(target - group.target_size, group=group, template=template,
+                                 totals=cluster_totals(snapshot, exclude=exclude), limits=limits,
+                                 max_nodes_per_scale_up=max_nodes_per_scale_up)
+    return group.target_size + allowance.count, allowance.reason
+
+
 # --- Balancing similar node groups -------------------------------------------------------------
 
 # CA's basic ignored labels: the host, the zone and the region (stable and beta), and two of its own.

@@ -34,9 +34,12 @@ from shared.domain import TO_BE_DELETED_TAINT, GroupState, Instance, Node, NodeG
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
+from shared.engine.limits import allowed_target
+from shared.engine.pod_rules import is_virtual_node
 from shared.ports import ClusterEvent, ComputeError, LedgerEntry, Operation, Ports
 from shared.services import ledger
 from shared.services.deallocated import enforce_deallocated_max, removal_verb
+from shared.services.observe import observe, running_sizes
 from shared.services.utilization import drain_rules, scale_down_options
 from shared.settings import Settings
 
@@ -62,7 +65,10 @@ class Executor:
 
     # -- entry point -------------------------------------------------------------
 
-    def execute(self, raw: str | bytes, *, now: datetime) -> ExecutionResult:
+    def execute(self, raw: str | bytes, *, now: datetime, dequeue_count: int = 1) -> ExecutionResult:
+        """Run one delivery. `dequeue_count`: the host's count for this message; on its last delivery
+        (HOST_MAX_DEQUEUE_COUNT, host.json's maxDequeueCount) a step that fails unexpectedly ends the
+        action with a recorded failure before the host moves the message to the poison queue."""
         with telemetry.timed("execute_scale_action"):
             try:
                 action = decode_action(raw)
@@ -71,15 +77,30 @@ class Executor:
                 return self._reject_raw(text, str(exc), now=now)
             # A child of the decision's span: the message carries the poll's trace context.
             with telemetry.action_span(action):
-                return self._execute(action, now=now)
+                try:
+                    return self._execute(action, now=now)
+                except Exception as exc:
+                    if dequeue_count >= HOST_MAX_DEQUEUE_COUNT:
+                        self._fail_last_delivery(action, exc, now=now)
+                    raise
 
     def _execute(self, action: ScaleAction, *, now: datetime) -> ExecutionResult:
         entry = self._ports.state.get_ledger_entry(action.id)
         if entry is None and not action.is_first_step:
             return self._reject(action, "a follow-up step with no ledger entry", now=now, poison=True)
-        if entry is None and now > action.expires_at:
-            return self._reject(action, f"expired at {action.expires_at.isoformat()} before it started", now=now,
-                                poison=False, outcome="expired")
+        if entry is None:
+            if action.created_at - now > CLOCK_SKEW:
+                return self._reject(action, f"created at {action.created_at.isoformat()}, in the future", now=now,
+                                    poison=True)
+            # ACTION_TTL bounds a decision's life whatever the message says: a message cannot extend itself.
+            expires = min(action.expires_at, action.created_at + self._settings.action_ttl)
+            if now > expires:
+                return self._reject(action, f"expired at {expires.isoformat()} before it started", now=now,
+                                    poison=False, outcome="expired")
+        elif ledger.decide_claim(entry, action.progress, now=now, lease=self._settings.action_lease) == "claim":
+            why = ledger.contradiction(entry, action)
+            if why is not None:
+                return self._refuse_contradiction(action, why, now=now)
 
         claimed = ledger.claim(self._ports.state, action, now=now, lease=self._settings.action_lease)
         if claimed is None:
@@ -99,6 +120,8 @@ class Executor:
                 # each take the one token that came back and starve one another (a livelock, seen in replays).
                 delay = throttled_delay(exc.retry_after, self._settings.step_retry_delay, attempt=action.attempt)
                 return self._continue(action.retried(), claimed, delay=delay, now=now, detail=f"throttled by ARM: {exc}")
+            if exc.transient:
+                return self._after_transient_fault(action, claimed, exc, now=now)
             self._release(claimed, now=now)
             raise
         except Exception:
@@ -134,6 +157,14 @@ class Executor:
         if running >= target:
             return self._finish(action, entry, "skipped", f"group already at {running} >= {target}", now=now,
                                 old_size=running)
+        allowed, limit = self._allowed_target(group, target, now=now)
+        if allowed <= running:
+            return self._finish(action, entry, "skipped", f"{limit} at execution: {group.id} stays at {running}",
+                                now=now, old_size=running)
+        if allowed < target:
+            log.info("scale-up of %s shrunk at execution: %d instead of %d (%s)", group.id, allowed, target, limit)
+            target = allowed
+            action = replace(action, target_size=target)
         need = target - running
         start = sorted(state.stopped, key=_instance_order)[:need]
         grow = need - len(start)
@@ -164,6 +195,16 @@ class Executor:
         # With both, the capacity PATCH is followed; instances that fail to start show up as nodes that
         # never become Ready, which MAX_NODE_PROVISION_TIME turns into a backoff.
         return self._follow(action, entry, operation, next_step="confirm", now=now, kind=kind)
+
+    def _allowed_target(self, group: NodeGroup, target: int, *, now: datetime) -> tuple[int, str | None]:
+        """How far the group may grow now: the cluster-wide limits and MAX_NODES_PER_SCALE_UP, re-checked
+        against the world as it is at execution, not as it was when the poll decided."""
+        snapshot = observe(self._ports, now=now)
+        states = {g.id: self._ports.state.get_group(g.id) for g in snapshot.groups}
+        snapshot = running_sizes(snapshot, states)
+        return allowed_target(snapshot, group.id, target, limits=self._settings.cluster_limits,
+                              max_nodes_per_scale_up=self._settings.max_nodes_per_scale_up,
+                              exclude={n.name for n in snapshot.nodes if is_virtual_node(n)})
 
     def _confirm_resize(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
         kind, token = _untag(entry.operation, default="resize")
@@ -218,7 +259,8 @@ class Executor:
         if skipped:
             log.info("action %s goes on without %s", action.id, "; ".join(skipped))
         following = action.keeping(kept).at_step("drain", now=now)
-        return self._continue(following, entry, delay=timedelta(0), now=now)
+        # From here on the ledger names exactly the nodes checked against the world above.
+        return self._continue(following, entry, delay=timedelta(0), now=now, record=ledger.record_of(following))
 
     def _instances(self, group: NodeGroup, action: ScaleAction) -> dict[str, Instance | None]:
         """The instances of the action's targets by instance id (None: gone), in as few ARM reads as can be.
@@ -473,7 +515,9 @@ class Executor:
     ) -> ExecutionResult:
         """Finish, fail, or come back later for a long-running ARM operation of this `kind` (resize, start, ...)."""
         if operation.status == "InProgress":
-            entry = ledger.update(self._ports.state, entry, operation=f"{kind}:{operation.token}")
+            # The record is what the next step's message is held to (the sizes a failure returns to).
+            entry = ledger.update(self._ports.state, entry, operation=f"{kind}:{operation.token}",
+                                  record=ledger.record_of(action))
             following = action.retried() if action.step == next_step else action.at_step(next_step, now=now)
             return self._continue(following, entry, delay=self._settings.step_retry_delay, now=now)
         if operation.status == "Succeeded":
@@ -505,11 +549,13 @@ class Executor:
             self._ports.compute.begin_resize(group, action.from_size)
 
     def _continue(
-        self, following: ScaleAction, entry: LedgerEntry, *, delay: timedelta, now: datetime, detail: str = ""
+        self, following: ScaleAction, entry: LedgerEntry, *, delay: timedelta, now: datetime, detail: str = "",
+        record: str | None = None, faulted_since: datetime | None = None,
     ) -> ExecutionResult:
         # Enqueue first, then mark done: a crash in between only repeats this (idempotent) step.
         self._ports.queue.send(following, delay=delay)
-        ledger.update(self._ports.state, entry, status="done", updated_at=now)
+        ledger.update(self._ports.state, entry, status="done", updated_at=now, faulted_since=faulted_since,
+                      record=entry.record if record is None else record)
         return ExecutionResult("waiting", detail or f"next: {following.step} #{following.attempt}", following.id)
 
     def _finish(
@@ -547,10 +593,78 @@ class Executor:
     def _reject_raw(self, text: str, reason: str, *, now: datetime) -> ExecutionResult:
         action_id = "invalid-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
         log.warning("message rejected (%s): %s", action_id, reason)
+        if len(text) > MAX_POISON_CHARS:
+            # It never came off a queue whole (a queue message is smaller): keep what fits, say it is cut.
+            text = text[:MAX_POISON_CHARS] + f"... [cut: {len(text)} characters in all, {action_id}]"
         self._ports.queue.send_poison(text)
         ledger.record_rejection(self._ports.state, action_id=action_id, kind="invalid", group="", reason=reason, now=now)
         telemetry.message_rejected(action_id, reason, dry_run=self._settings.dry_run)
         return ExecutionResult("rejected", reason, action_id)
+
+    def _refuse_contradiction(self, action: ScaleAction, why: str, *, now: datetime) -> ExecutionResult:
+        """A delivery that contradicts the ledger's record (forged, corrupted or stale): do nothing it asks.
+
+        The action it names is left as it is: if the message really was its next step, the action stops
+        here and the utilisation poll gives its nodes back once it sees the action idle (`reconcile`).
+        The refusal gets a ledger row of its own, the message goes to the poison queue for an operator.
+        """
+        reason = f"refused: {why}"
+        log.error("action %s step %s refused; nothing done: %s", action.id, action.step, why)
+        self._ports.queue.send_poison(encode_action(action))
+        digest = hashlib.sha256(encode_action(action).encode()).hexdigest()[:12]
+        ledger.record_rejection(self._ports.state, action_id=f"{action.id}#refused-{digest}", kind=action.kind,
+                                group=action.group, reason=reason, now=now)
+        if action.kind == "scale_down":
+            for name in action.nodes:
+                self._ports.events.emit(ClusterEvent("default", "Node", name, "", "ScaleDownFailed",
+                                                     f"a scale-down step was refused: {why}", now, "Warning"))
+        telemetry.action_ended(action, "rejected", detail=reason, now=now, poison=True, dry_run=self._settings.dry_run)
+        return ExecutionResult("rejected", reason, action.id)
+
+    def _after_transient_fault(self, action: ScaleAction, entry: LedgerEntry, exc: ComputeError, *,
+                               now: datetime) -> ExecutionResult:
+        """ARM failed in a way that passes (5xx, a timeout): come back later, until TRANSIENT_FAULT_DEADLINE.
+
+        Never left to the host's retries, which are seconds apart and end in the poison queue with the
+        action half done; past the deadline the action ends as a recorded failure.
+        """
+        since = entry.faulted_since or now
+        if now - since < TRANSIENT_FAULT_DEADLINE:
+            delay = throttled_delay(exc.retry_after, self._settings.step_retry_delay, attempt=action.attempt)
+            log.warning("action %s step %s: ARM fault, again in %ss: %s", action.id, action.step,
+                        int(delay.total_seconds()), exc)
+            return self._continue(action.retried(), entry, delay=delay, now=now, faulted_since=since,
+                                  detail=f"ARM fault, retrying: {exc}")
+        why = f"ARM kept failing for {now - since} (TRANSIENT_FAULT_DEADLINE {TRANSIENT_FAULT_DEADLINE}): {exc}"
+        return self._fail(action, entry, why, code=exc.code or "TransientFault", now=now)
+
+    def _fail(self, action: ScaleAction, entry: LedgerEntry, why: str, *, code: str, now: datetime) -> ExecutionResult:
+        """End the action as failed: release what it holds, back the group off, record why."""
+        if action.kind == "scale_up":
+            # No capacity is returned: the resize may well have gone through; nodes that never come
+            # are caught by MAX_NODE_PROVISION_TIME, never by scaling in arbitrary instances.
+            self._update_group(action.group, lambda s: after_failure(s, now=now, code=code))
+            return self._finish(action, entry, "failed", why, now=now, error_code=code)
+        # A node whose delete was committed may be on its way out: it stays reserved, and the utilisation
+        # poll's reconcile removes its Node object once the instance is gone, or gives it back. The rest
+        # are given back now, uncordoned.
+        committed = self._ports.state.get_group(action.group).committed
+        for name in action.nodes:
+            if name not in committed:
+                self._give_back(action, name, why, now=now, failed=True)
+        self._update_group(action.group, lambda s: replace(s, last_failure=now))
+        return self._finish(action, entry, "failed", why, now=now, error_code=code)
+
+    def _fail_last_delivery(self, action: ScaleAction, exc: Exception, *, now: datetime) -> None:
+        """The host's last delivery failed too: end the action with a recorded outcome before it is poisoned."""
+        entry = self._ports.state.get_ledger_entry(action.id)
+        if entry is None or entry.outcome:
+            return
+        try:
+            self._fail(action, entry, f"failed on the last delivery: {type(exc).__name__}: {exc}",
+                       code=type(exc).__name__, now=now)
+        except Exception:  # the original error is what the host logs; this one only adds to it
+            log.exception("action %s: could not record the failure of its last delivery", action.id)
 
     def _update_group(self, group_id: str, change: Callable[[GroupState], GroupState]) -> None:
         for _ in range(_CAS_ATTEMPTS):
@@ -561,6 +675,15 @@ class Executor:
 
 
 MAX_THROTTLED_DELAY = timedelta(minutes=5)
+# How long a step keeps retrying ARM faults (5xx, timeouts) before its action fails: ARM incidents
+# of a few minutes are common and pass; one that lasts longer is better surfaced than waited out.
+TRANSIENT_FAULT_DEADLINE = timedelta(minutes=10)
+# host.json's extensions.queues.maxDequeueCount (a test holds them equal).
+HOST_MAX_DEQUEUE_COUNT = 5
+# What of a rejected text goes to the poison queue: base64 makes 48 KiB the most a message can carry.
+MAX_POISON_CHARS = 32 * 1024
+# Tolerated difference between the deciding poll's clock and ours.
+CLOCK_SKEW = timedelta(minutes=5)
 
 
 def throttled_delay(retry_after: float | None, step_retry_delay: timedelta, *, attempt: int) -> timedelta:

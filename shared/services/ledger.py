@@ -9,6 +9,7 @@ progress is a duplicate, unless the delivery that claimed it gave it back
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -46,16 +47,20 @@ def claim(state: StateStore, action: ScaleAction, *, now: datetime, lease: timed
             assert entry is not None
             state.update_ledger_entry(replace(entry, duplicates=entry.duplicates + 1))  # lost race: the count is best effort
             return None
+        same_step = entry is not None and entry.progress[0] == action.progress[0]
         claimed = LedgerEntry(
             action_id=action.id,
-            kind=action.kind,
-            group=action.group,
+            # Kind, group and record are ours from the first claim on; a message never rewrites them.
+            kind=entry.kind if entry else action.kind,
+            group=entry.group if entry else action.group,
             progress=action.progress,
             status="started",
             updated_at=now,
             operation=entry.operation if entry else "",
             node=",".join(action.nodes),
             duplicates=entry.duplicates if entry else 0,
+            record=entry.record if entry else record_of(action),
+            faulted_since=entry.faulted_since if entry is not None and same_step else None,
             etag=entry.etag if entry else None,
         )
         won = state.create_ledger_entry(claimed) if entry is None else state.update_ledger_entry(claimed)
@@ -88,3 +93,55 @@ def record_rejection(state: StateStore, *, action_id: str, kind: str, group: str
         )
     elif not entry.outcome:
         update(state, entry, status="done", outcome=outcome, updated_at=now)
+
+
+def record_of(action: ScaleAction) -> str:
+    """What the ledger keeps of a decision, so that later messages of the action can be held to it.
+
+    A removal's nodes with the providerIDs its first step checked against the world; a scale-up's
+    target, and once its first step has run, the sizes it asked ARM for (which a failure returns to).
+    """
+    if action.kind == "scale_down":
+        body: dict[str, object] = {"nodes": {t.node: t.provider_id.lower() for t in action.targets}}
+    else:
+        body = {"target_size": action.target_size}
+        if action.from_size is not None:
+            body.update(from_size=action.from_size, resized_to=action.resized_to, starting=sorted(action.starting))
+    body["created_at"] = action.created_at.isoformat()
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def contradiction(entry: LedgerEntry, action: ScaleAction) -> str | None:
+    """Why this delivery contradicts what the ledger recorded of its action, or None if it agrees.
+
+    A follow-up step may only name fewer nodes than were decided (the others were given back), never
+    another node or instance, group or kind. Rows of older versions hold no record: nothing to hold to.
+    """
+    if entry.kind != action.kind or entry.group != action.group:
+        return f"it names {action.kind} of {action.group!r}, but the action recorded is {entry.kind} of {entry.group!r}"
+    if not entry.record:
+        return None
+    recorded = json.loads(entry.record)
+    if recorded.get("created_at") != action.created_at.isoformat():
+        return "its creation time differs from the one recorded"
+    if action.kind == "scale_down":
+        nodes: dict[str, str] = recorded.get("nodes", {})
+        for target in action.targets:
+            decided = nodes.get(target.node)
+            if decided is None:
+                return f"node {target.node} is not one this removal decided on ({', '.join(sorted(nodes)) or 'none'})"
+            if decided != target.provider_id.lower():
+                return (f"node {target.node} is named with providerID {target.provider_id!r}, but the removal "
+                        f"decided on {decided!r}")
+        return None
+    if recorded.get("target_size") != action.target_size:
+        return f"target size {action.target_size} differs from the {recorded.get('target_size')} recorded"
+    if action.is_first_step:
+        return None  # the sizes are decided by this step
+    if "from_size" not in recorded:
+        return "it carries sizes this scale-up never recorded"
+    carried = {"from_size": action.from_size, "resized_to": action.resized_to, "starting": sorted(action.starting)}
+    for name, value in carried.items():
+        if recorded[name] != value:
+            return f"{name} {value!r} differs from the {recorded[name]!r} recorded"
+    return None
