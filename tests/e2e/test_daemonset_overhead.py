@@ -42,8 +42,6 @@ def test_the_pod_that_fits_nowhere_with_the_overhead_triggers_nothing(summary: d
     assert summary["pods_unschedulable_at_end"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="the unplaceable pod holds the idle big node until item 2 of issue 14 "
-                                       "(pending pods that scale-up cannot place hold no node) is merged")
 def test_the_big_pool_returns_to_zero_once_the_job_is_done(summary: dict[str, Any]) -> None:
     assert summary["converged"], summary
     assert summary["nodes_by_group_at_end"] == {SMALL: 1, BIG: 0}
