@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from devtools.ncrontab import Schedule, parse_ncrontab
+from shared.schedules import Schedule, parse_ncrontab
 from shared.ports import Clock
 from shared.adapters.storage_connection import StorageError
 from shared.settings import SPECS

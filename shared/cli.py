@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from shared.ports import ClusterError, ComputeError, StateStore
-from shared.settings import Settings, SettingsError, load_settings
+from shared.settings import Settings, SettingsError, misspelt_settings
 
 
 def _settings_env(args: argparse.Namespace, base: Mapping[str, str]) -> dict[str, str]:
@@ -58,12 +58,15 @@ def _state_table(settings: Settings, env: Mapping[str, str]) -> StateStore:
 
 def plan_command(args: argparse.Namespace, *, environ: Mapping[str, str], now: datetime | None = None) -> int:
     # Imported here so `--help` and settings errors answer at once, without loading the SDKs.
-    from shared.context import connect
+    from shared.context import connect, validated_settings
     from shared.services.plan import plan_now, render_text
 
     env = _settings_env(args, environ)
+    for warning in misspelt_settings(env):
+        print(f"plan: warning: app setting {warning}", file=sys.stderr)
     try:
-        settings = load_settings(env)
+        # Storage is checked only when it will be read (--with-state): plan runs from a laptop without it.
+        settings = validated_settings(env, storage=args.with_state, warn=False)
     except SettingsError as exc:
         print(f"plan: {exc}", file=sys.stderr)
         return 2

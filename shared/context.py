@@ -16,10 +16,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from shared.ports import ActionQueue, Clock, NodeUsageSource, Ports, StateStore
-from shared.settings import Settings, load_settings
+from shared.settings import Settings, load_settings, misspelt_settings
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
+
+log = logging.getLogger(__name__)
 
 
 class SystemClock:
@@ -38,9 +40,19 @@ _current: AppContext | None = None
 
 def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppContext:
     """Validate settings (raises SettingsError naming every problem) and connect the adapters."""
-    settings = load_settings(env)
+    settings = validated_settings(env)
     logging.getLogger("shared").setLevel(settings.log_level.upper())
     return AppContext(settings=settings, ports=connect(settings, env, clock=clock))
+
+
+def validated_settings(env: Mapping[str, str], *, storage: bool = True, warn: bool = True) -> Settings:
+    """Every setting checked at once: parsed, file settings that name no file, and (with `storage`) the host's
+    storage connection; one SettingsError names every problem. Settings that look misspelt are logged."""
+    from shared.adapters.storage_connection import storage_problems
+
+    for warning in misspelt_settings(env) if warn else ():
+        log.warning("app setting %s", warning)
+    return load_settings(env, file_exists=os.path.isfile, extra_problems=storage_problems if storage else None)
 
 
 def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None = None,

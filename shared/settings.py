@@ -1,12 +1,16 @@
 """Every app setting the autoscaler reads, parsed and validated in one place.
 
 Pure module: `load_settings` takes a mapping (normally os.environ) and returns a
-frozen `Settings` or raises `SettingsError` listing every problem by name.
+frozen `Settings` or raises `SettingsError` listing every problem by name. Whether a
+file setting names an existing file is asked of the caller's `file_exists` (the
+composition root passes os.path.isfile), so nothing here touches the disk.
+`misspelt_settings` names app settings that look like ours but are not.
 The README's settings table is checked against `SPECS` by a test.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +24,7 @@ from shared.engine.limits import ClusterLimits, parse_min_max
 from shared.domain import LabelSelector
 from shared.engine.selectors import parse_label_selector
 from shared.quantities import parse_duration
+from shared.schedules import parse_ncrontab
 
 
 class SettingsError(ValueError):
@@ -49,18 +54,58 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+# Azure Storage keeps a queue message invisible for at most 7 days: a longer delay or action life is refused
+# at once rather than failing at the first send.
+QUEUE_MAX_DELAY = timedelta(days=7)
+# host.json's functionTimeout (5 minutes on Flex Consumption's default): what one invocation may wait in-process.
+FUNCTION_TIMEOUT = timedelta(minutes=5)
+# No setting means more than a year; past it, a duration is a typo (and past ~10^9 days, an OverflowError).
+LONGEST_DURATION = timedelta(days=365)
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        value = parse_duration(text)
+    except OverflowError:
+        raise ValueError(f"is far too long: {text!r}") from None
+    if value > LONGEST_DURATION:
+        raise ValueError(f"must be at most {_say(LONGEST_DURATION)}, got {text!r}")
+    return value
+
+
+def _say(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def _nonnegative_duration(text: str) -> timedelta:
-    value = parse_duration(text)
+    value = _duration(text)
     if value < timedelta(0):
         raise ValueError("must not be negative")
     return value
 
 
 def _positive_duration(text: str) -> timedelta:
-    value = parse_duration(text)
+    value = _duration(text)
     if value <= timedelta(0):
         raise ValueError(f"must be longer than zero, got {text!r}")
     return value
+
+
+def _at_most(parse: Callable[[str], timedelta], limit: timedelta, why: str) -> Callable[[str], timedelta]:
+    def bounded(text: str) -> timedelta:
+        value = parse(text)
+        if value > limit:
+            raise ValueError(f"must be at most {_say(limit)} ({why}), got {text!r}")
+        return value
+
+    return bounded
+
+
+_QUEUE_BOUND = "a queue message stays invisible for at most 7 days"
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -83,10 +128,7 @@ def _label_selector(text: str) -> LabelSelector | None:
 
 
 def _ncrontab(text: str) -> str:
-    fields = text.split()
-    if len(fields) != 6:
-        raise ValueError(f"must be a six-field NCRONTAB expression (second minute hour day month weekday), got {text!r}")
-    return text.strip()
+    return parse_ncrontab(text).expression
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
@@ -137,7 +179,7 @@ def _fraction(text: str) -> float:
 
 def _usage_window(text: str) -> timedelta:
     # Both sources sample once a minute: a shorter window would often hold no sample at all.
-    value = parse_duration(text)
+    value = _duration(text)
     if value < timedelta(minutes=1):
         raise ValueError(f"must be at least 1m (usage is sampled once a minute), got {text!r}")
     return value
@@ -281,6 +323,12 @@ SPECS: tuple[Spec, ...] = (
          "Key Vault secret holding the kubeconfig (`https://<vault>.vault.azure.net/secrets/<name>`, the latest "
          "version, or `.../<name>/<version>`); required with `KUBE_AUTH=key-vault`. The app's identity needs the "
          "role Key Vault Secrets User on it."),
+    Spec("KUBECONFIG_ALLOW_EXEC", "kubeconfig_allow_exec", "false", _bool,
+         "With `KUBE_AUTH=key-vault`: accept a kubeconfig whose users run a command (`exec`, `auth-provider`) on the "
+         "function host. Off, such a kubeconfig is refused: whoever can write the secret could run code in the app."),
+    Spec("KUBECONFIG_ALLOW_INSECURE_TLS", "kubeconfig_allow_insecure_tls", "false", _bool,
+         "With `KUBE_AUTH=key-vault`: accept a kubeconfig with `insecure-skip-tls-verify: true`. Off, it is refused: "
+         "the API server's certificate would not be checked."),
     Spec("SANDBOX_IDENTITY_ENDPOINT", "sandbox_identity_endpoint", "", _https_url,
          "With `AZURE_CREDENTIAL=sandbox` (required then): the sandbox's token endpoint, which issues expiring "
          "tokens as a managed identity endpoint does. Never set in Azure."),
@@ -288,8 +336,8 @@ SPECS: tuple[Spec, ...] = (
          "`namespace/name` of the ConfigMap each poll writes cluster-autoscaler's status to (key `status`); empty "
          "writes none. Not written with `DRY_RUN=true`, so a trial run beside cluster-autoscaler leaves its status "
          "alone."),
-    Spec("ARM_ENDPOINT", "arm_endpoint", "https://management.azure.com", _text,
-         "Azure Resource Manager endpoint (the sandbox serves its own)."),
+    Spec("ARM_ENDPOINT", "arm_endpoint", "https://management.azure.com", _https_url,
+         "Azure Resource Manager endpoint (the sandbox serves its own); must be `https://`."),
     Spec("ARM_CA_BUNDLE", "arm_ca_bundle", "", _text,
          "Optional CA bundle file trusted for ARM, Azure Monitor and Key Vault calls and the sandbox's token endpoint "
          "(the sandbox's generated CA); empty uses the system store."),
@@ -340,7 +388,7 @@ SPECS: tuple[Spec, ...] = (
          "Label selector (as in `kubectl -l`) of more pods to treat as batch work, e.g. `workload=render`."),
     Spec("BATCH_DRAIN_TIMEOUT", "batch_drain_timeout", "0s", _nonnegative_duration,
          "Longest a node waits for its batch pods before they are evicted; `0s` waits for as long as they run."),
-    Spec("BATCH_CHECK_INTERVAL", "batch_check_interval", "1m", _nonnegative_duration,
+    Spec("BATCH_CHECK_INTERVAL", "batch_check_interval", "1m", _at_most(_nonnegative_duration, QUEUE_MAX_DELAY, _QUEUE_BOUND),
          "How often a node waiting for its batch pods looks again (each look is a pod list and a ledger write)."),
     Spec("MAX_GRACEFUL_TERMINATION_SEC", "max_graceful_termination_sec", "600", _int_at_least(0),
          "Most seconds an evicted pod is given to terminate (its own grace period if shorter)."),
@@ -396,13 +444,15 @@ SPECS: tuple[Spec, ...] = (
          "A scale-up whose nodes are not Ready within this long has failed; its group backs off."),
     Spec("MAX_POD_EVICTION_TIME", "max_pod_eviction_time", "2m", _positive_duration,
          "How long a drain keeps evicting before it gives up and uncordons the node."),
-    Spec("ACTION_TTL", "action_ttl", "5m", _positive_duration,
+    Spec("ACTION_TTL", "action_ttl", "5m", _at_most(_positive_duration, QUEUE_MAX_DELAY, _QUEUE_BOUND),
          "A scale action not started within this long after it was decided is dropped as stale."),
-    Spec("ACTION_LEASE", "action_lease", "5m", _positive_duration,
+    Spec("ACTION_LEASE", "action_lease", "5m", _at_most(_positive_duration, QUEUE_MAX_DELAY, _QUEUE_BOUND),
          "A started step not finished within this long may be taken over by another delivery."),
-    Spec("STEP_RETRY_DELAY", "step_retry_delay", "10s", _nonnegative_duration,
+    Spec("STEP_RETRY_DELAY", "step_retry_delay", "10s", _at_most(_nonnegative_duration, QUEUE_MAX_DELAY, _QUEUE_BOUND),
          "Visibility delay of a step that re-enqueues itself to wait (evictions, ARM operations)."),
-    Spec("ARM_OPERATION_WAIT", "arm_operation_wait", "5s", _nonnegative_duration,
+    Spec("ARM_OPERATION_WAIT", "arm_operation_wait", "5s",
+         _at_most(_nonnegative_duration, FUNCTION_TIMEOUT - timedelta(minutes=1), "an invocation ends at host.json's "
+                  "functionTimeout of 5m, and the step must finish after its wait"),
          "How long one invocation waits on an ARM long-running operation before re-enqueueing a check."),
     Spec("DRY_RUN", "dry_run", "false", _bool,
          "Log and record every action without changing the cluster or Azure."),
@@ -420,6 +470,8 @@ class Settings:
     aks_cluster_id: str
     aks_server_app_id: str
     kubeconfig_secret_uri: str
+    kubeconfig_allow_exec: bool
+    kubeconfig_allow_insecure_tls: bool
     sandbox_identity_endpoint: str
     status_configmap: tuple[str, str] | None  # (namespace, name); None writes no status
     arm_endpoint: str
@@ -480,8 +532,18 @@ class Settings:
         return ClusterLimits(self.max_nodes_total, self.cores_total, self.memory_total)
 
 
-def load_settings(env: Mapping[str, str]) -> Settings:
-    """Parse every setting; raise SettingsError naming each missing or malformed one."""
+# Settings that name a file: with `file_exists`, one that names no file is reported with the rest.
+FILE_SETTINGS = (("KUBECONFIG_PATH", "kubeconfig_path"), ("ARM_CA_BUNDLE", "arm_ca_bundle"))
+
+
+def load_settings(env: Mapping[str, str], *, file_exists: Callable[[str], bool] | None = None,
+                  extra_problems: Callable[[Mapping[str, str]], list[str]] | None = None) -> Settings:
+    """Parse every setting; raise SettingsError naming each missing or malformed one.
+
+    `file_exists` checks the file settings (KUBECONFIG_PATH, ARM_CA_BUNDLE); `extra_problems` adds
+    problems found by code outside this module (the storage connection's adapter), so every problem
+    is reported in one error.
+    """
     values: dict[str, Any] = {}
     problems: list[str] = []
     for spec in SPECS:
@@ -507,6 +569,35 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     # == "": a malformed workspace id is already reported above.
     if values.get("usage_source") == "log-analytics" and values.get("log_analytics_workspace_id") == "":
         problems.append("LOG_ANALYTICS_WORKSPACE_ID: required when USAGE_SOURCE=log-analytics")
+    if file_exists is not None:
+        for name, attr in FILE_SETTINGS:
+            path = values.get(attr)
+            if path and not file_exists(path):
+                problems.append(f"{name}: no such file: {path!r}")
+    if extra_problems is not None:
+        problems.extend(extra_problems(env))
     if problems:
         raise SettingsError(problems)
     return Settings(**values)
+
+
+# App settings the platform or the host reads, never ours: never reported as misspelt.
+_PLATFORM_PREFIXES = ("FUNCTIONS_", "AZURE_FUNCTIONS_", "WEBSITE", "APPLICATIONINSIGHTS_", "APPSETTING_", "OTEL_",
+                      "PYTHON", "SCM_", "AzureWebJobs", "AzureFunctionsJobHost", "MSI_", "IDENTITY_")
+
+
+def misspelt_settings(env: Mapping[str, str]) -> list[str]:
+    """Warnings for app settings that look like one of ours but are not (e.g. SCALE_DOWN_UNEEDED_TIME).
+
+    A misspelt setting is silently ignored otherwise, and its default applies: the operator believes
+    they changed a behaviour they did not. Only close matches are named, so unrelated settings pass.
+    """
+    known = [spec.name for spec in SPECS]
+    warnings = []
+    for name in sorted(env):
+        if name in known or name.startswith(_PLATFORM_PREFIXES) or not re.fullmatch(r"[A-Z][A-Z0-9_]{3,}", name):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if close:
+            warnings.append(f"{name}: not a setting of ours; did you mean {close[0]}? (it is ignored)")
+    return warnings

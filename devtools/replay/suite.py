@@ -37,7 +37,7 @@ def config_for(trace: str, *, seed: int = 0, **changes: Any) -> ReplayConfig:
 
 def pending_poll_interval_s(config: ReplayConfig) -> float:
     """Seconds between our pending polls under this configuration's settings (for the wait target)."""
-    from devtools.ncrontab import parse_ncrontab
+    from shared.schedules import parse_ncrontab
     from shared.settings import SPECS
 
     expression = config.settings.get("PENDING_POLL_SCHEDULE") or next(

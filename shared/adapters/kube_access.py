@@ -64,8 +64,9 @@ def new_api_client(
             return kube_config.new_client_from_config(
                 config_file=settings.kubeconfig_path, persist_config=False, client_configuration=configuration
             )
-        except (ConfigException, OSError, ValueError) as exc:
-            raise ClusterError(f"load kubeconfig {settings.kubeconfig_path!r}: {exc}") from exc
+        except (ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            # The client fails on a file that is YAML but no kubeconfig with a TypeError or KeyError.
+            raise ClusterError(f"load kubeconfig {settings.kubeconfig_path!r}: {type(exc).__name__}: {exc}") from exc
     if credential is None:
         from shared.adapters.credentials import make_azure_credential
 
@@ -75,7 +76,10 @@ def new_api_client(
     if settings.kube_auth == "key-vault":
         text = read_kubeconfig_secret(settings, credential)
         source = f"Key Vault secret {settings.kubeconfig_secret_uri}"
-        return _client_from_text(text, source, configuration)
+        config = _kubeconfig_dict(text, source)
+        refuse_risky_kubeconfig(config, source, allow_exec=settings.kubeconfig_allow_exec,
+                                allow_insecure_tls=settings.kubeconfig_allow_insecure_tls)
+        return _client_from_dict(config, source, configuration)
     raise ValueError(f"KUBE_AUTH: unknown mode {settings.kube_auth!r} (use kubeconfig, aks or key-vault)")
 
 
@@ -237,6 +241,32 @@ def read_kubeconfig_secret(settings: Settings, credential: TokenCredential) -> s
     if not secret.value:
         raise ClusterError(f"{what} is empty, not a kubeconfig")
     return secret.value
+
+
+def refuse_risky_kubeconfig(config: dict[str, Any], source: str, *, allow_exec: bool, allow_insecure_tls: bool) -> None:
+    """Refuse a kubeconfig that would run commands on the function host or talk to the cluster without TLS checks.
+
+    Whoever can write the secret must not gain code execution in the app (an `exec` user, or an
+    `auth-provider` whose plugin may run a `cmd-path`) or a way to impersonate the API server
+    (`insecure-skip-tls-verify`), unless the operator said so with the setting named for that risk.
+    Every entry of the file is checked, not only the current context's.
+    """
+    problems = []
+    if not allow_exec:
+        for user in config.get("users") or []:
+            details = (user or {}).get("user") or {}
+            for key in ("exec", "auth-provider"):
+                if details.get(key):
+                    problems.append(f"user {user.get('name')!r} has {key!r}, which runs a command on the function "
+                                    "host (set KUBECONFIG_ALLOW_EXEC=true to allow it)")
+    if not allow_insecure_tls:
+        for cluster in config.get("clusters") or []:
+            details = (cluster or {}).get("cluster") or {}
+            if details.get("insecure-skip-tls-verify") is True or str(details.get("insecure-skip-tls-verify")).lower() == "true":
+                problems.append(f"cluster {cluster.get('name')!r} has insecure-skip-tls-verify: true, so the API "
+                                "server's certificate is not checked (set KUBECONFIG_ALLOW_INSECURE_TLS=true to allow it)")
+    if problems:
+        raise ClusterError(f"{source} is refused: " + "; ".join(problems))
 
 
 # --- shared ----------------------------------------------------------------------------

@@ -106,6 +106,25 @@ def resolve_storage(
     )
 
 
+class _CheckOnly:
+    """Stands in for the credential while settings are only checked: nothing is ever asked of it."""
+
+
+def storage_problems(env: Mapping[str, str]) -> list[str]:
+    """What is wrong with the host's storage connection settings, found without connecting.
+
+    The same rules `resolve_storage` and the SDK's connection-string parser apply when the app
+    connects, run at start so that they are reported together with every other setting.
+    """
+    try:
+        connection = resolve_storage(env, connection=HOST_CONNECTION, credential=_CheckOnly())  # type: ignore[arg-type]
+        if not connection.uses_identity:
+            queue_client(connection, "settings-check").close()  # parses the string; the SDK connects on first call
+    except SettingsError as exc:
+        return list(exc.problems)
+    return []
+
+
 def resolve_storage_connection(
     settings: Settings, env: Mapping[str, str], *, credential: TokenCredential | None = None
 ) -> StorageConnection:

@@ -104,9 +104,28 @@ def test_missing_settings_are_named_and_exit_2(capsys: pytest.CaptureFixture[str
     assert "CLUSTER_NAME: missing" in err and "AZURE_SUBSCRIPTION_ID: missing" in err
 
 
-def test_an_unreachable_cluster_is_named_without_a_traceback(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_kubeconfig_that_is_not_there_is_a_settings_problem_named_at_once(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "no-kubeconfig"
     argv = ["plan", "--kubeconfig", str(missing), "--subscription", "s", "--resource-group", "rg", "--cluster-name", "c"]
+    assert main(argv, environ={}) == 2
+    err = capsys.readouterr().err
+    assert f"KUBECONFIG_PATH: no such file: '{missing}'" in err and "Traceback" not in err
+
+
+def test_an_unreadable_kubeconfig_is_named_without_a_traceback(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("this is not a kubeconfig")
+    argv = ["plan", "--kubeconfig", str(broken), "--subscription", "s", "--resource-group", "rg", "--cluster-name", "c"]
     assert main(argv, environ={}) == 1
     err = capsys.readouterr().err
-    assert err.startswith("plan: load kubeconfig") and str(missing) in err and "Traceback" not in err
+    assert err.startswith("plan: load kubeconfig") and str(broken) in err and "Traceback" not in err
+
+
+def test_plan_warns_of_a_setting_that_looks_misspelt(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--kubeconfig", str(tmp_path / "none"), "--subscription", "s", "--resource-group", "rg",
+            "--cluster-name", "c"]
+    main(argv, environ={"SCALE_DOWN_UNEEDED_TIME": "5m"})
+    err = capsys.readouterr().err
+    assert "SCALE_DOWN_UNEEDED_TIME: not a setting of ours; did you mean SCALE_DOWN_UNNEEDED_TIME?" in err

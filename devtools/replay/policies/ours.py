@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from devtools.ncrontab import Schedule, parse_ncrontab
+from shared.schedules import Schedule, parse_ncrontab
 from devtools.replay.harness import CLUSTER_NAME, RESOURCE_GROUP, Replay, clock_of
 from devtools.replay.memory import MemoryQueue, MemoryStateStore
 from devtools.runner import HostQueueConfig

@@ -303,3 +303,69 @@ def test_cluster_access_settings_are_checked(env: dict[str, str], problem: str) 
 )
 def test_cluster_access_settings_parse(env: dict[str, str], attr: str, value: str) -> None:
     assert getattr(load_settings({**REQUIRED, **env}), attr) == value
+
+
+# --- a kubeconfig from Key Vault may not run commands or skip TLS (issue 14, item 13) ---------------------------
+
+def _risky(server: SandboxServer, *, user: dict[str, Any] | None = None, insecure: bool = False) -> str:
+    """The sandbox's own kubeconfig with one risky entry added to it, as YAML text."""
+    import yaml
+
+    original = server.vault.secret("kubeconfig")
+    assert original is not None
+    config = yaml.safe_load(original.value)
+    if user is not None:
+        config["users"][0]["user"] = {**config["users"][0]["user"], **user}
+    if insecure:
+        config["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    return yaml.safe_dump(config)
+
+
+RISKY = [
+    # Commands that would do nothing here if they ever ran: the test must never run anything itself.
+    ("exec user", {"user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/true"}}},
+     "KUBECONFIG_ALLOW_EXEC", "'exec'"),
+    ("auth-provider user", {"user": {"auth-provider": {"name": "oidc", "config": {"cmd-path": "/bin/true"}}}},
+     "KUBECONFIG_ALLOW_EXEC", "'auth-provider'"),
+    ("insecure TLS", {"insecure": True}, "KUBECONFIG_ALLOW_INSECURE_TLS", "insecure-skip-tls-verify"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "setting", "named"), RISKY, ids=[r[0] for r in RISKY])
+def test_a_risky_kubeconfig_from_key_vault_is_refused_naming_the_setting_that_allows_it(
+    server: SandboxServer, case: str, change: dict[str, Any], setting: str, named: str
+) -> None:
+    server.vault.set_secret("risky", _risky(server, **change))
+    with pytest.raises(ClusterError) as caught:
+        KubernetesCluster.from_settings(key_vault(server, f"{server.url}/secrets/risky"))
+    assert "is refused" in str(caught.value) and named in str(caught.value) and setting in str(caught.value)
+
+
+def test_insecure_tls_allowed_by_its_setting_reaches_the_cluster(server: SandboxServer) -> None:
+    server.vault.set_secret("insecure", _risky(server, insecure=True))
+    allowed = settings_for(server, KUBE_AUTH="key-vault", KUBECONFIG_SECRET_URI=f"{server.url}/secrets/insecure",
+                           KUBECONFIG_ALLOW_INSECURE_TLS="true")
+    assert len(KubernetesCluster.from_settings(allowed).list_nodes()) == 1
+
+
+@pytest.mark.parametrize(("user", "cluster", "allow_exec", "allow_insecure", "refused"), [
+    ({"token": "t"}, {"server": "https://x"}, False, False, False),
+    ({"exec": {"command": "x"}}, {"server": "https://x"}, False, False, True),
+    ({"exec": {"command": "x"}}, {"server": "https://x"}, True, False, False),
+    ({"auth-provider": {"name": "oidc"}}, {"server": "https://x"}, False, True, True),
+    ({"auth-provider": {"name": "oidc"}}, {"server": "https://x"}, True, False, False),
+    ({"token": "t"}, {"server": "https://x", "insecure-skip-tls-verify": True}, True, False, True),
+    ({"token": "t"}, {"server": "https://x", "insecure-skip-tls-verify": "true"}, False, False, True),
+    ({"token": "t"}, {"server": "https://x", "insecure-skip-tls-verify": False}, False, False, False),
+    ({"token": "t"}, {"server": "https://x", "insecure-skip-tls-verify": True}, False, True, False),
+])
+def test_which_kubeconfigs_are_risky(user: dict[str, Any], cluster: dict[str, Any], allow_exec: bool,
+                                     allow_insecure: bool, refused: bool) -> None:
+    from shared.adapters.kube_access import refuse_risky_kubeconfig
+
+    config = {"users": [{"name": "u", "user": user}], "clusters": [{"name": "c", "cluster": cluster}]}
+    if refused:
+        with pytest.raises(ClusterError, match="is refused"):
+            refuse_risky_kubeconfig(config, "the secret", allow_exec=allow_exec, allow_insecure_tls=allow_insecure)
+    else:
+        refuse_risky_kubeconfig(config, "the secret", allow_exec=allow_exec, allow_insecure_tls=allow_insecure)

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from devtools.ncrontab import parse_ncrontab
+from shared.schedules import parse_ncrontab
 
 T = datetime(2026, 11, 21, 12, 0, 7, tzinfo=timezone.utc)  # a Saturday
 
@@ -18,13 +18,22 @@ T = datetime(2026, 11, 21, 12, 0, 7, tzinfo=timezone.utc)  # a Saturday
         ("15,45 * * * * *", datetime(2026, 11, 21, 12, 0, 15, tzinfo=timezone.utc)),
         ("0 0 9-17 * * 1-5", datetime(2026, 11, 23, 9, 0, 0, tzinfo=timezone.utc)),
         ("0 30 2 1 * *", datetime(2026, 12, 1, 2, 30, 0, tzinfo=timezone.utc)),
+        ("0 0 9 * * Mon-Fri", datetime(2026, 11, 23, 9, 0, 0, tzinfo=timezone.utc)),  # names, as NCRONTAB takes them
+        ("0 0 0 1 Jul *", datetime(2027, 7, 1, 0, 0, 0, tzinfo=timezone.utc)),
+        ("0 0 12 * * Wed", datetime(2026, 11, 25, 12, 0, 0, tzinfo=timezone.utc)),
     ],
 )
 def test_next_after(expression: str, expected: datetime) -> None:
     assert parse_ncrontab(expression).next_after(T) == expected
 
 
-@pytest.mark.parametrize("expression", ["* * * * *", "61 * * * * *", "*/0 * * * * *", "a * * * * *"])
+@pytest.mark.parametrize("expression", [
+    "* * * * *",  # five fields: cron's, not NCRONTAB's
+    "0 * * * * * 2026",  # seven
+    "61 * * * * *", "0 60 * * * *", "0 0 24 * * *", "0 0 0 32 * *", "0 0 0 * 13 *", "0 0 0 * * 8",
+    "*/0 * * * * *", "a * * * * *", "0 0 0 L * *", "0 0 0 15W * *", "0 0 0 * * 5#2", "0 0 0 ? * *",
+    "", "every 5 minutes",
+])
 def test_rejects(expression: str) -> None:
     with pytest.raises(ValueError):
         parse_ncrontab(expression)
