@@ -29,6 +29,15 @@ def poll_utilization(timer: func.TimerRequest) -> None:
     run_utilization_poll(context.ports, context.settings, now=context.ports.clock.now())
 
 
+@app.timer_trigger(arg_name="timer", schedule="%STATE_SWEEP_SCHEDULE%", run_on_startup=False, use_monitor=True)
+def sweep_state(timer: func.TimerRequest) -> None:
+    """Ledger and unneeded-since rows older than STATE_RETENTION -> removed, a bounded number per run."""
+    from shared.services.retention import run_state_sweep
+
+    context = get_context()
+    run_state_sweep(context.ports, context.settings, now=context.ports.clock.now())
+
+
 @app.queue_trigger(arg_name="message", queue_name="%SCALE_ACTIONS_QUEUE%", connection="AzureWebJobsStorage")
 def execute_scale_action(message: func.QueueMessage) -> None:
     """One step of one scale action; raising hands the message back to the host for a retry."""

@@ -90,6 +90,9 @@ param pendingPollSchedule string = '*/30 * * * * *'
 @description('UTILIZATION_POLL_SCHEDULE: six-field NCRONTAB.')
 param utilizationPollSchedule string = '0 * * * * *'
 
+@description('STATE_SWEEP_SCHEDULE: six-field NCRONTAB of the state retention sweep (the host resolves it from app settings).')
+param stateSweepSchedule string = '0 7 * * * *'
+
 @description('Any other setting of shared/settings.py (name: string value), e.g. {"SCALE_DOWN_UNNEEDED_TIME": "15m"}.')
 param extraAppSettings object = {}
 
@@ -241,6 +244,7 @@ var autoscalerSettings = {
   STATE_TABLE: stateTable
   PENDING_POLL_SCHEDULE: pendingPollSchedule
   UTILIZATION_POLL_SCHEDULE: utilizationPollSchedule
+  STATE_SWEEP_SCHEDULE: stateSweepSchedule
   DRY_RUN: dryRun ? 'true' : 'false'
 }
 

@@ -236,6 +236,12 @@ class StateStore(Protocol):
 
     def list_ledger(self) -> list[LedgerEntry]: ...
 
+    # Retention: finished entries (with an outcome) last updated before `updated_before`, at most
+    # `limit` of them; delete_ledger_entry returns False when the entry changed since it was read.
+    def list_finished_ledger(self, *, updated_before: datetime, limit: int) -> list[LedgerEntry]: ...
+
+    def delete_ledger_entry(self, entry: LedgerEntry) -> bool: ...
+
 
 # --- Measured usage (Azure Monitor) ---------------------------------------------
 

@@ -353,6 +353,11 @@ SPECS: tuple[Spec, ...] = (
          "NCRONTAB schedule of `poll_pending_pods`."),
     Spec("UTILIZATION_POLL_SCHEDULE", "utilization_poll_schedule", "0 * * * * *", _ncrontab,
          "NCRONTAB schedule of `poll_utilization`."),
+    Spec("STATE_SWEEP_SCHEDULE", "state_sweep_schedule", "0 7 * * * *", _ncrontab,
+         "NCRONTAB schedule of `sweep_state`, which removes state older than `STATE_RETENTION`."),
+    Spec("STATE_RETENTION", "state_retention", "336h", _positive_duration,
+         "Ledger rows of finished actions, and unneeded-since rows of nodes no longer in the cluster, are removed "
+         "this long after their last change (14 days); rows of actions still in flight and group rows never are."),
     Spec("SCALE_DOWN_ENABLED", "scale_down_enabled", "true", _bool, "Whether idle nodes are removed at all."),
     Spec("SCALE_DOWN_MODE", "scale_down_mode", "delete", _choice("delete", "deallocate"),
          "`delete` removes a drained node's instance; `deallocate` stops it (no compute billed, disk kept) "
@@ -482,6 +487,8 @@ class Settings:
     state_table: str
     pending_poll_schedule: str
     utilization_poll_schedule: str
+    state_sweep_schedule: str
+    state_retention: timedelta
     scale_down_enabled: bool
     scale_down_mode: str  # delete | deallocate
     scale_down_deallocated_max: int  # per group, with deallocate

@@ -10,11 +10,12 @@ def bindings() -> dict[str, dict]:
     return {f.get_function_name(): f.get_trigger().get_dict_repr() for f in app_functions(function_app.app)}
 
 
-def test_exactly_three_functions_with_their_triggers() -> None:
+def test_exactly_four_functions_with_their_triggers() -> None:
     found = {name: (b["type"], b.get("schedule") or b.get("queueName")) for name, b in bindings().items()}
     assert found == {
         "poll_pending_pods": ("timerTrigger", "%PENDING_POLL_SCHEDULE%"),
         "poll_utilization": ("timerTrigger", "%UTILIZATION_POLL_SCHEDULE%"),
+        "sweep_state": ("timerTrigger", "%STATE_SWEEP_SCHEDULE%"),
         "execute_scale_action": ("queueTrigger", "%SCALE_ACTIONS_QUEUE%"),
     }
 
@@ -23,6 +24,7 @@ def test_timers_do_not_run_on_startup_and_queue_uses_host_storage() -> None:
     b = bindings()
     assert b["poll_pending_pods"]["runOnStartup"] is False
     assert b["poll_utilization"]["runOnStartup"] is False
+    assert b["sweep_state"]["runOnStartup"] is False
     assert b["execute_scale_action"]["connection"] == "AzureWebJobsStorage"
 
 
@@ -31,6 +33,7 @@ def test_schedules_resolve_to_documented_defaults_and_overrides() -> None:
     assert {t.name: t.expression for t in timers} == {
         "poll_pending_pods": "*/30 * * * * *",
         "poll_utilization": "0 * * * * *",
+        "sweep_state": "0 7 * * * *",
     }
     assert [q.queue_name for q in queues] == ["scale-actions"]
     timers, queues = index_app(function_app.app, {"PENDING_POLL_SCHEDULE": "*/10 * * * * *", "SCALE_ACTIONS_QUEUE": "q2"})

@@ -22,6 +22,7 @@ is an expected outcome and returns False. Any other failure raises StorageError.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
@@ -200,6 +201,29 @@ class TableStateStore:
 
     def list_ledger(self) -> list[LedgerEntry]:
         return [_ledger_from_entity(entity) for entity in self._query_partition(LEDGER_PARTITION, what="list ledger")]
+
+    def list_finished_ledger(self, *, updated_before: datetime, limit: int) -> list[LedgerEntry]:
+        self._ensure_table()
+        with storage_errors("list finished ledger entries", endpoint=self._endpoint):
+            # Filtered by the service, paged, and read no further than `limit`: a sweep stays bounded.
+            entities = self._table.query_entities(
+                "PartitionKey eq @partition and UpdatedAt lt @before and Outcome ne ''",
+                parameters={"partition": LEDGER_PARTITION, "before": _utc(updated_before, "updated_before")},
+                results_per_page=min(max(limit, 1), 1000),
+            )
+            return [_ledger_from_entity(entity) for entity in itertools.islice(entities, limit)]
+
+    def delete_ledger_entry(self, entry: LedgerEntry) -> bool:
+        if entry.etag is None:
+            raise ValueError(f"delete_ledger_entry({entry.action_id!r}) needs the etag of the entry it read")
+        self._ensure_table()
+        with storage_errors(f"delete ledger entry {entry.action_id!r}", endpoint=self._endpoint):
+            try:
+                self._table.delete_entity(LEDGER_PARTITION, encode_key(entry.action_id), etag=entry.etag,
+                                          match_condition=MatchConditions.IfNotModified)
+            except (ResourceModifiedError, ResourceNotFoundError):
+                return False  # changed or gone since it was read: leave it to the next sweep
+        return True
 
     # --- plumbing -------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ class MemoryStateStore:
         self._groups: dict[str, GroupState] = {}
         self._unneeded: dict[str, datetime | None] | None = None  # None: not read yet; a None value: cleared
         self._ledger: dict[str, LedgerEntry] = {}
+        self._deleted: set[str] = set()  # ledger entries deleted here (over the base's)
         self._serial = 0
 
     def _etag(self) -> str:
@@ -60,6 +61,8 @@ class MemoryStateStore:
             self._unneeded_map()[node_name] = None  # hides the base's row
 
     def get_ledger_entry(self, action_id: str) -> LedgerEntry | None:
+        if action_id in self._deleted:
+            return None
         if action_id in self._ledger:
             return self._ledger[action_id]
         return self._base.get_ledger_entry(action_id) if self._base else None
@@ -67,6 +70,7 @@ class MemoryStateStore:
     def create_ledger_entry(self, entry: LedgerEntry) -> bool:
         if self.get_ledger_entry(entry.action_id) is not None:
             return False
+        self._deleted.discard(entry.action_id)
         self._ledger[entry.action_id] = replace(entry, etag=self._etag())
         return True
 
@@ -79,4 +83,16 @@ class MemoryStateStore:
 
     def list_ledger(self) -> list[LedgerEntry]:
         base = {e.action_id: e for e in (self._base.list_ledger() if self._base else [])}
-        return list({**base, **self._ledger}.values())
+        return [e for e in {**base, **self._ledger}.values() if e.action_id not in self._deleted]
+
+    def list_finished_ledger(self, *, updated_before: datetime, limit: int) -> list[LedgerEntry]:
+        finished = [e for e in self.list_ledger() if e.outcome and e.updated_at < updated_before]
+        return sorted(finished, key=lambda e: e.updated_at)[:limit]
+
+    def delete_ledger_entry(self, entry: LedgerEntry) -> bool:
+        current = self.get_ledger_entry(entry.action_id)
+        if current is None or current.etag != entry.etag:
+            return False
+        self._ledger.pop(entry.action_id, None)
+        self._deleted.add(entry.action_id)  # hides the base's row too
+        return True

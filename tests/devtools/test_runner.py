@@ -35,6 +35,7 @@ def test_example_settings_file_names_every_required_setting() -> None:
     required = {spec.name for spec in SPECS if spec.default is None}
     assert required <= values.keys()
     assert {"FUNCTIONS_WORKER_RUNTIME", "AzureWebJobsStorage", "PENDING_POLL_SCHEDULE", "UTILIZATION_POLL_SCHEDULE",
+            "STATE_SWEEP_SCHEDULE",
             "SCALE_ACTIONS_QUEUE"} <= values.keys()  # the host resolves %NAME% bindings from these
 
 

@@ -275,6 +275,7 @@ def test_queue_and_table_created_are_the_ones_the_app_uses() -> None:
     assert main["parameters"]["stateTable"]["default"] == SPEC_DEFAULTS["STATE_TABLE"] == "autoscalerstate"
     assert main["parameters"]["pendingPollSchedule"]["default"] == SPEC_DEFAULTS["PENDING_POLL_SCHEDULE"]
     assert main["parameters"]["utilizationPollSchedule"]["default"] == SPEC_DEFAULTS["UTILIZATION_POLL_SCHEDULE"]
+    assert main["parameters"]["stateSweepSchedule"]["default"] == SPEC_DEFAULTS["STATE_SWEEP_SCHEDULE"]
     storage_params = main["modules"]["storage"]["config"]["params"]
     assert storage_params["queueName"] == "scaleActionsQueue" and storage_params["tableName"] == "stateTable"
 
@@ -408,7 +409,7 @@ def test_deployed_settings_load_for_every_mode(kube_auth: str, usage_source: str
     if usage_source == "log-analytics":
         assert settings.log_analytics_workspace_id == WORKSPACE_GUID
     # The trigger bindings' %NAME% expressions resolve only from app settings, never from code defaults.
-    for name in ("SCALE_ACTIONS_QUEUE", "PENDING_POLL_SCHEDULE", "UTILIZATION_POLL_SCHEDULE"):
+    for name in ("SCALE_ACTIONS_QUEUE", "PENDING_POLL_SCHEDULE", "UTILIZATION_POLL_SCHEDULE", "STATE_SWEEP_SCHEDULE"):
         assert env[name] == SPEC_DEFAULTS[name]
 
 
@@ -580,7 +581,8 @@ def test_funcignore_ships_the_app_and_nothing_else() -> None:
         assert not funcignored(str(path.relative_to(ROOT))), path
     for name in ("tests/test_function_app.py", "sandbox/__main__.py", "devtools/__init__.py", "docs/architecture.md",
                  "infra/main.bicep", "scripts/bootstrap.sh", "requirements-dev.txt", "local.settings.json",
-                 "local.settings.example.json", "README.md", ".venv", "out", "node_modules", ".azure/prod/.env"):
+                 "local.settings.example.json", "README.md", ".venv/bin/python", "out/burst/summary.json",
+                 "node_modules/.bin/azurite", ".azure/prod/.env"):  # files inside: the directories may not exist yet
         assert funcignored(name), name
     shipped = {entry.name for entry in ROOT.iterdir() if not funcignored(entry.name)}
     assert shipped == deployed, shipped - deployed
