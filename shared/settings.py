@@ -298,6 +298,7 @@ class Spec:
     default: str | None  # None: required
     parse: Callable[[str], Any]
     help: str
+    blank_is_a_value: bool = False  # an empty value is parsed (it means something), not taken as unset
 
 
 SPECS: tuple[Spec, ...] = (
@@ -335,7 +336,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("STATUS_CONFIGMAP", "status_configmap", "kube-system/cluster-autoscaler-status", _configmap_ref,
          "`namespace/name` of the ConfigMap each poll writes cluster-autoscaler's status to (key `status`); empty "
          "writes none. Not written with `DRY_RUN=true`, so a trial run beside cluster-autoscaler leaves its status "
-         "alone."),
+         "alone.", blank_is_a_value=True),
     Spec("ARM_ENDPOINT", "arm_endpoint", "https://management.azure.com", _https_url,
          "Azure Resource Manager endpoint (the sandbox serves its own); must be `https://`."),
     Spec("ARM_CA_BUNDLE", "arm_ca_bundle", "", _text,
@@ -555,7 +556,7 @@ def load_settings(env: Mapping[str, str], *, file_exists: Callable[[str], bool] 
     problems: list[str] = []
     for spec in SPECS:
         raw = env.get(spec.name)
-        if raw is None or raw.strip() == "":
+        if raw is None or (raw.strip() == "" and not spec.blank_is_a_value):
             if spec.default is None:
                 problems.append(f"{spec.name}: missing (required): {spec.help}")
                 continue

@@ -64,9 +64,19 @@ class MetricSpec:
 
 
 _CA = "cluster_autoscaler_"
+# Metrics cluster-autoscaler has no counterpart for, or where ours differ from CA's in meaning or label
+# values, live under our own prefix: a dashboard built for CA must never read a look-alike.
+_OURS = "vmss_autoscaler_"
+# CA's FailedScaleUpReason values: every ARM refusal or failed operation is a cloud provider error, nodes
+# that never became Ready a timeout. The ARM error code itself is in our own failed_scale_ups_by_code_total.
+CA_CLOUD_PROVIDER_ERROR = "cloudProviderError"
+CA_TIMEOUT = "timeout"
 METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
-    MetricSpec(_CA + "unschedulable_pods_count", "gauge", (), "{pod}",
-               "Pending pods the scheduler gave up on (PodScheduled=False, Unschedulable), as of the last pending poll."),
+    # -- cluster-autoscaler's names: CA's meaning, type and label values. Where we add a `node_group`
+    # dimension, summing it away gives CA's series.
+    MetricSpec(_CA + "unschedulable_pods_count", "gauge", ("type",), "{pod}",
+               "Pending pods the scheduler gave up on (PodScheduled=False, Unschedulable), as of the last pending poll; "
+               "`type` is always `unschedulable` (we do not see pods the scheduler has not processed)."),
     MetricSpec(_CA + "nodes_count", "gauge", ("node_group", "state"), "{node}",
                "Registered nodes per group and state: ready, unready, or notStarted (not Ready yet and younger than "
                "MAX_NODE_PROVISION_TIME)."),
@@ -81,20 +91,27 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
     MetricSpec(_CA + "scaled_down_nodes_total", "counter", ("node_group", "reason"), "{node}",
                "Nodes removed, by why: empty, underutilized or unready."),
     MetricSpec(_CA + "failed_scale_ups_total", "counter", ("node_group", "reason"), "{scale-up}",
-               "Scale-ups that failed, by ARM error code (QuotaExceeded, AllocationFailed, ...) or ProvisionTimeout."),
+               "Scale-ups that failed, by CA's reason: cloudProviderError (ARM refused or failed the change) or timeout "
+               "(nodes not Ready within MAX_NODE_PROVISION_TIME)."),
     MetricSpec(_CA + "evicted_pods_total", "counter", ("eviction_result",), "{pod}",
                "Evictions asked of the Eviction API while draining: succeeded, or failed (refused by a budget)."),
     MetricSpec(_CA + "unneeded_nodes_count", "gauge", (), "{node}",
                "Nodes unneeded (idle) as of the last utilisation poll."),
-    MetricSpec(_CA + "nodes_in_drain_count", "gauge", (), "{node}",
-               "Nodes with a removal in flight (reserved, cordoned, draining or being deleted)."),
-    MetricSpec(_CA + "function_duration_seconds", "histogram", ("function",), "s",
-               "Wall time of one invocation of poll_pending_pods, poll_utilization or execute_scale_action."),
     MetricSpec(_CA + "last_activity", "gauge", ("activity",), "s",
-               "Unix time of the last poll that observed and decided (main), scale-up and scale-down that succeeded."),
-    MetricSpec(_CA + "arm_requests_total", "counter", ("operation", "status_code"), "{request}",
+               "Unix time a part of the logic last ran, as CA's: main (a poll observed and decided), scaleUp (the "
+               "pending poll planned scale-ups), scaleDown (the utilisation poll planned removals)."),
+    # -- ours.
+    MetricSpec(_OURS + "failed_scale_ups_by_code_total", "counter", ("node_group", "error_code"), "{scale-up}",
+               "Scale-ups that failed, by ARM error code (QuotaExceeded, AllocationFailed, ...) or ProvisionTimeout."),
+    MetricSpec(_OURS + "nodes_in_drain_count", "gauge", (), "{node}",
+               "Nodes with a removal in flight (reserved, cordoned, draining or being deleted)."),
+    MetricSpec(_OURS + "last_success", "gauge", ("activity",), "s",
+               "Unix time of the last scale-up (scaleUp) and scale-down (scaleDown) action that succeeded."),
+    MetricSpec(_OURS + "function_duration_seconds", "histogram", ("function",), "s",
+               "Wall time of one invocation of poll_pending_pods, poll_utilization, execute_scale_action or sweep_state."),
+    MetricSpec(_OURS + "arm_requests_total", "counter", ("operation", "status_code"), "{request}",
                "HTTP requests to Azure Resource Manager (each attempt, retries included), by operation and status."),
-    MetricSpec(_CA + "arm_throttled_requests_total", "counter", ("operation",), "{request}",
+    MetricSpec(_OURS + "arm_throttled_requests_total", "counter", ("operation",), "{request}",
                "ARM requests answered 429 (throttled)."),
 )}
 
@@ -187,7 +204,7 @@ def timed(function: str) -> Iterator[None]:
 
 @_never_raises
 def _record_duration(function: str, seconds: float) -> None:
-    _instrument(_CA + "function_duration_seconds").record(seconds, {"function": function})
+    _instrument(_OURS + "function_duration_seconds").record(seconds, {"function": function})
 
 
 @contextmanager
@@ -246,7 +263,7 @@ def record_pending_poll(snapshot: ClusterSnapshot, states: Mapping[str, GroupSta
     `snapshot` is as observed with deallocated instances left out of the sizes (before backoff adjusts
     what the planner sees); `backed_off` names the groups in backoff now.
     """
-    _set(_CA + "unschedulable_pods_count", pending)
+    _set(_CA + "unschedulable_pods_count", pending, type="unschedulable")
     by_group = nodes_by_group(snapshot)
     in_backoff = set(backed_off)
     for group in snapshot.groups:
@@ -261,6 +278,7 @@ def record_pending_poll(snapshot: ClusterSnapshot, states: Mapping[str, GroupSta
         reason = group_state.backoff_reason or "unknown"
         _set_backoff(group.id, reason if group.id in in_backoff else None, last_reason=reason)
     _set(_CA + "last_activity", now.timestamp(), activity="main")
+    _set(_CA + "last_activity", now.timestamp(), activity="scaleUp")
 
 
 # Per group, the backoff reasons this process has reported, so a reason no longer current is set back to 0.
@@ -282,14 +300,16 @@ def _set_backoff(group: str, reason: str | None, *, last_reason: str) -> None:
 def record_utilization_poll(unneeded: int, states: Mapping[str, GroupState], *, now: datetime) -> None:
     """Gauges at the end of a utilisation poll that observed and decided; `main` activity."""
     _set(_CA + "unneeded_nodes_count", unneeded)
-    _set(_CA + "nodes_in_drain_count", sum(len(state.deleting) for state in states.values()))
+    _set(_OURS + "nodes_in_drain_count", sum(len(state.deleting) for state in states.values()))
     _set(_CA + "last_activity", now.timestamp(), activity="main")
+    _set(_CA + "last_activity", now.timestamp(), activity="scaleDown")
 
 
 @_never_raises
 def provision_timeout(group: str, *, present: int, target: int, now: datetime) -> None:
     """A group's requested nodes did not become Ready within MAX_NODE_PROVISION_TIME: a failed scale-up."""
-    _add(_CA + "failed_scale_ups_total", 1, node_group=group, reason="ProvisionTimeout")
+    _add(_CA + "failed_scale_ups_total", 1, node_group=group, reason=CA_TIMEOUT)
+    _add(_OURS + "failed_scale_ups_by_code_total", 1, node_group=group, error_code="ProvisionTimeout")
     _event("ScaleUp", f"ScaleUp {group}: {target - present} node(s) not Ready in time: failed (ProvisionTimeout)", {
         "action_id": "", "kind": "scale_up", "step": "", "group": group, "old_size": present, "new_size": target,
         "node": "", "reason": "nodes not Ready within MAX_NODE_PROVISION_TIME", "removal_reason": "", "outcome": "failed",
@@ -354,13 +374,14 @@ def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetim
         added = _nodes_added(action)
         if added:
             _add(_CA + "scaled_up_nodes_total", added, node_group=action.group)
-        _set(_CA + "last_activity", now.timestamp(), activity="scaleUp")
+        _set(_OURS + "last_success", now.timestamp(), activity="scaleUp")
     elif scale_up and outcome == "failed":
-        _add(_CA + "failed_scale_ups_total", 1, node_group=action.group, reason=error_code or "Failed")
+        _add(_CA + "failed_scale_ups_total", 1, node_group=action.group, reason=CA_CLOUD_PROVIDER_ERROR)
+        _add(_OURS + "failed_scale_ups_by_code_total", 1, node_group=action.group, error_code=error_code or "Failed")
     elif outcome == "succeeded":
         _add(_CA + "scaled_down_nodes_total", len(action.nodes), node_group=action.group,
              reason=scale_down_reason(action))
-        _set(_CA + "last_activity", now.timestamp(), activity="scaleDown")
+        _set(_OURS + "last_success", now.timestamp(), activity="scaleDown")
 
 
 @_never_raises
@@ -382,6 +403,6 @@ def _event(name: str, message: str, dimensions: Mapping[str, Any]) -> None:
 @_never_raises
 def record_arm_request(operation: str, status_code: int | str) -> None:
     """One HTTP attempt at Azure Resource Manager (shared.adapters.arm_telemetry's pipeline policy)."""
-    _add(_CA + "arm_requests_total", 1, operation=operation, status_code=str(status_code))
+    _add(_OURS + "arm_requests_total", 1, operation=operation, status_code=str(status_code))
     if str(status_code) == "429":
-        _add(_CA + "arm_throttled_requests_total", 1, operation=operation)
+        _add(_OURS + "arm_throttled_requests_total", 1, operation=operation)

@@ -44,6 +44,11 @@ var appSettings = union(extraAppSettings, autoscalerSettings, {
   APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
   // The Python worker configures azure-monitor-opentelemetry itself (host.json telemetryMode OpenTelemetry).
   PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY: 'true'
+  // Keep every trace (docs/observability.md, "Sampling"): unset, the distro samples at 5 traces a second, which a
+  // burst of actions exceeds, and a sampled-out step breaks the trace from the poll to ARM. Our volume is a few
+  // traces a minute; metrics and custom events are never sampled.
+  OTEL_TRACES_SAMPLER: 'microsoft.fixed_percentage'
+  OTEL_TRACES_SAMPLER_ARG: '1.0'
   AZURE_CREDENTIAL: 'managed-identity'
   AZURE_CLIENT_ID: identityClientId
 })

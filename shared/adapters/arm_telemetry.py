@@ -2,8 +2,8 @@
 
 Adapter module. Added to the ARM clients (Compute, Azure Monitor metrics) as a per-retry policy, so
 every HTTP attempt counts: a call retried after a 503 is two requests, and each 429 is seen. It records
-`cluster_autoscaler_arm_requests_total{operation, status_code}` and, for 429s,
-`cluster_autoscaler_arm_throttled_requests_total{operation}` (shared.telemetry). The operation is the
+`vmss_autoscaler_arm_requests_total{operation, status_code}` and, for 429s,
+`vmss_autoscaler_arm_throttled_requests_total{operation}` (shared.telemetry). The operation is the
 method and the resource types of the URL, never an id or a name: `PATCH virtualMachineScaleSets`,
 `POST virtualMachineScaleSets/delete`, `GET virtualMachineScaleSets/virtualMachines`, `GET locations/operations`.
 """

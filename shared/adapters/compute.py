@@ -383,7 +383,7 @@ def arm_client_options(settings: Settings, *, retry_total: int, retry_backoff_ma
         "retry_policy": ThrottleAwareRetryPolicy(
             retry_total=retry_total, retry_backoff_factor=0.5, retry_backoff_max=retry_backoff_max, timeout=timeout
         ),
-        # After the retry policy: every HTTP attempt (429s included) counts in cluster_autoscaler_arm_requests_total.
+        # After the retry policy: every HTTP attempt (429s included) counts in vmss_autoscaler_arm_requests_total.
         "per_retry_policies": [ArmTelemetryPolicy()],
     }
 

@@ -3,17 +3,20 @@
 cluster-autoscaler's conventions: `TriggeredScaleUp` on each pod a scale-up is for, naming the
 group and its new size; `NotTriggerScaleUp` on pods no group can take, with the reason per group.
 The same event about the same pod is written at most once per interval (5 minutes), remembered
-for the life of the function instance (a cold start may repeat one, as CA's restarts do).
+for the life of the function instance (a cold start may repeat one, as CA's restarts do). Scale-ups
+and removals of empty nodes are also recorded on the status ConfigMap (`status_event`), as CA does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Literal
 
 from shared.domain import ClusterSnapshot, NodeGroup
 from shared.engine.scale_up import ScaleUpPlan
 from shared.ports import ClusterEvent, EventSink
+from shared.settings import Settings
 
 REPEAT_INTERVAL = timedelta(minutes=5)
 
@@ -54,3 +57,14 @@ def scale_up_events(snapshot: ClusterSnapshot, plan: ScaleUpPlan, *, now: dateti
         events.append(ClusterEvent(pod.namespace, "Pod", pod.name, pod.uid, "NotTriggerScaleUp",
                                    f"pod didn't trigger scale-up: {reason}", now))
     return events
+
+
+def status_event(settings: Settings, reason: str, message: str, *, now: datetime,
+                 type: Literal["Normal", "Warning"] = "Normal") -> ClusterEvent | None:
+    """An event about the status ConfigMap, as cluster-autoscaler's LogRecorder writes them (ScaledUpGroup,
+    FailedToScaleUpGroup, ScaleDownEmpty), so tools that watch CA's events read ours. None where no status
+    is written (STATUS_CONFIGMAP empty, or DRY_RUN: a trial beside CA must not add to CA's record)."""
+    if settings.status_configmap is None or settings.dry_run:
+        return None
+    namespace, name = settings.status_configmap
+    return ClusterEvent(namespace, "ConfigMap", name, "", reason, message, now, type)

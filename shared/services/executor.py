@@ -39,6 +39,7 @@ from shared.engine.pod_rules import is_virtual_node
 from shared.ports import ClusterEvent, ComputeError, LedgerEntry, Operation, Ports
 from shared.services import ledger
 from shared.services.deallocated import enforce_deallocated_max, removal_verb
+from shared.services.events import status_event
 from shared.services.observe import observe, running_sizes
 from shared.services.utilization import drain_rules, scale_down_options
 from shared.settings import Settings
@@ -173,6 +174,8 @@ class Executor:
                                 f"(starting {len(start)} deallocated instance(s))", now=now, old_size=running)
         log.info("growing %s %d -> %d: starting %d deallocated instance(s), adding %d (action %s)",
                  group.id, running, target, len(start), grow, action.id)
+        self._status_event("ScaledUpGroup", f"Scale-up: setting group {group.id} size to {target} instead of "
+                           f"{running} (max: {group.max_size})", now=now)
         action = replace(action, from_size=group.target_size, resized_to=group.target_size + grow if grow else None,
                          starting=tuple(start))
         # Recorded before the ARM calls: a crash after them leaves a redelivery that finds the group at its
@@ -253,6 +256,8 @@ class Executor:
             return self._finish(action, entry, "dry-run", f"would remove node(s) {', '.join(kept)}", now=now)
         for name in kept:
             log.info("cordoning %s for removal (action %s)", name, action.id)
+            if action.removal_kind == "empty":
+                self._status_event("ScaleDownEmpty", f'Scale-down: removing empty node "{name}"', now=now)
             self._ports.cluster.cordon(name, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
             self._ports.events.emit(ClusterEvent("default", "Node", name, "", "ScaleDown",
                                                  f"marked the node as toBeDeleted/unschedulable: {action.reason}", now))
@@ -534,6 +539,8 @@ class Executor:
                                                             stopped=s.stopped | starting))
         self._return_capacity(action)
         log.warning("scale-up of %s failed (%s): group in backoff, pods go to the next best group", action.group, code)
+        self._status_event("FailedToScaleUpGroup", f"Scale-up failed for group {action.group}: {detail}", now=now,
+                           type="Warning")
         return self._finish(action, entry, "failed", detail, now=now, error_code=code)
 
     def _return_capacity(self, action: ScaleAction) -> None:
@@ -665,6 +672,12 @@ class Executor:
                        code=type(exc).__name__, now=now)
         except Exception:  # the original error is what the host logs; this one only adds to it
             log.exception("action %s: could not record the failure of its last delivery", action.id)
+
+    def _status_event(self, reason: str, message: str, *, now: datetime,
+                      type: Literal["Normal", "Warning"] = "Normal") -> None:
+        event = status_event(self._settings, reason, message, now=now, type=type)
+        if event is not None:
+            self._ports.events.emit(event)
 
     def _update_group(self, group_id: str, change: Callable[[GroupState], GroupState]) -> None:
         for _ in range(_CAS_ATTEMPTS):

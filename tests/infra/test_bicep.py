@@ -91,6 +91,8 @@ HOST_SETTINGS = {
     "APPLICATIONINSIGHTS_CONNECTION_STRING",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
     "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
 }
 SPEC_NAMES = {spec.name for spec in SPECS}
 SPEC_DEFAULTS = {spec.name: spec.default for spec in SPECS}
@@ -434,6 +436,8 @@ def test_every_setting_is_a_real_setting_and_none_holds_a_key() -> None:
     assert env["AzureWebJobsStorage__clientId"] == env["AZURE_CLIENT_ID"] == CLIENT_ID
     assert env["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == f"ClientId={CLIENT_ID};Authorization=AAD"
     assert env["PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"] == "true"
+    # Every trace kept, on purpose (docs/observability.md, "Sampling"): the distro's default would rate-limit them.
+    assert (env["OTEL_TRACES_SAMPLER"], env["OTEL_TRACES_SAMPLER_ARG"]) == ("microsoft.fixed_percentage", "1.0")
     for name, value in env.items():
         if name != "APPLICATIONINSIGHTS_CONNECTION_STRING":
             assert "AccountKey=" not in value and "InstrumentationKey=" not in value, name

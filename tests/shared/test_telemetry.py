@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # The contract other parts of the project rely on (alert rules, the workbook, docs): renaming one breaks them.
 CONTRACT = {
-    "cluster_autoscaler_unschedulable_pods_count": ("gauge", ()),
+    "cluster_autoscaler_unschedulable_pods_count": ("gauge", ("type",)),
     "cluster_autoscaler_nodes_count": ("gauge", ("node_group", "state")),
     "cluster_autoscaler_node_group_target_count": ("gauge", ("node_group",)),
     "cluster_autoscaler_node_group_min_count": ("gauge", ("node_group",)),
@@ -33,12 +33,38 @@ CONTRACT = {
     "cluster_autoscaler_failed_scale_ups_total": ("counter", ("node_group", "reason")),
     "cluster_autoscaler_evicted_pods_total": ("counter", ("eviction_result",)),
     "cluster_autoscaler_unneeded_nodes_count": ("gauge", ()),
-    "cluster_autoscaler_nodes_in_drain_count": ("gauge", ()),
-    "cluster_autoscaler_function_duration_seconds": ("histogram", ("function",)),
+    "vmss_autoscaler_nodes_in_drain_count": ("gauge", ()),
+    "vmss_autoscaler_function_duration_seconds": ("histogram", ("function",)),
     "cluster_autoscaler_last_activity": ("gauge", ("activity",)),
-    "cluster_autoscaler_arm_requests_total": ("counter", ("operation", "status_code")),
-    "cluster_autoscaler_arm_throttled_requests_total": ("counter", ("operation",)),
+    "vmss_autoscaler_arm_requests_total": ("counter", ("operation", "status_code")),
+    "vmss_autoscaler_arm_throttled_requests_total": ("counter", ("operation",)),
+    "vmss_autoscaler_failed_scale_ups_by_code_total": ("counter", ("node_group", "error_code")),
+    "vmss_autoscaler_last_success": ("gauge", ("activity",)),
 }
+
+# cluster-autoscaler's metrics as its metrics.go declares them (name: label names); ours under its prefix
+# must be among these, with these labels (a `node_group` dimension may be added: summing it away gives CA's).
+CA_METRICS = {
+    "unschedulable_pods_count": {"type"}, "nodes_count": {"state"}, "node_group_target_count": {"node_group"},
+    "node_group_min_count": {"node_group"}, "node_group_max_count": {"node_group"},
+    "node_group_backoff_status": {"node_group", "reason"}, "scaled_up_nodes_total": {"gpu_resource_name", "gpu_name"},
+    "scaled_down_nodes_total": {"reason", "gpu_resource_name", "gpu_name"},
+    "failed_scale_ups_total": {"reason", "gpu_resource_name", "gpu_name"}, "evicted_pods_total": {"eviction_result"},
+    "unneeded_nodes_count": set(), "last_activity": {"activity"}, "function_duration_seconds": {"function"},
+    "pending_node_deletions": set(), "errors_total": {"type"},
+}
+
+
+def test_no_metric_of_ours_sits_under_a_name_cluster_autoscaler_does_not_have_or_with_other_labels() -> None:
+    for name, spec in METRICS.items():
+        if not name.startswith("cluster_autoscaler_"):
+            assert name.startswith("vmss_autoscaler_"), name
+            continue
+        short = name.removeprefix("cluster_autoscaler_")
+        assert short in CA_METRICS, f"{name} is not cluster-autoscaler's"
+        assert set(spec.attributes) - {"node_group"} <= CA_METRICS[short], name
+    # function_duration_seconds' `function` values are CA's loop phases (main, scaleUp...), not our functions.
+    assert "cluster_autoscaler_function_duration_seconds" not in METRICS
 
 
 def test_the_metric_contract_holds() -> None:
@@ -57,7 +83,7 @@ def test_events_carry_the_documented_dimensions() -> None:
 
 _FENCE = re.compile(r"```kusto\n(.*?)```", re.DOTALL)
 _INLINE = re.compile(r"`([^`\n]*\b(?:customEvents|customMetrics|traces)\b[^`\n]*)`")
-_METRIC = re.compile(r"\bcluster_autoscaler_\w+")
+_METRIC = re.compile(r"\b(?:cluster|vmss)_autoscaler_\w+")
 _NAME_IS = re.compile(r"\bname\s*==\s*\"([^\"]+)\"")
 _NAME_IN = re.compile(r"\bname\s+in\s*\(([^)]*)\)")
 _DIMENSION = re.compile(r"customDimensions(?:\.(\w+)|\[\"(\w+)\"\])")
@@ -98,7 +124,7 @@ def test_queries_reference_only_emitted_metrics_events_and_dimensions(source: st
 def test_the_queries_cover_what_operators_ask() -> None:
     text = "\n".join(_doc_queries() + _workbook_queries())
     for wanted in ('"ScaleUp"', "cluster_autoscaler_unschedulable_pods_count", "error_code", "seconds_since_decided",
-                   "cluster_autoscaler_nodes_count", "cluster_autoscaler_arm_throttled_requests_total",
+                   "cluster_autoscaler_nodes_count", "vmss_autoscaler_arm_throttled_requests_total",
                    "MaxDequeueCount", 'activity) == "main"'):
         assert wanted in text, wanted
 

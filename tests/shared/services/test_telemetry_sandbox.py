@@ -16,6 +16,7 @@ from tests.shared.services.telemetry_capture import Telemetry, telemetry  # noqa
 from tests.shared.services.test_executor import GROUP, TTL, App, make_app, scale_up, walk
 
 CA = "cluster_autoscaler_"
+OURS = "vmss_autoscaler_"
 # Pods that need new nodes, arriving early enough for their nodes to boot within the scenario's hour.
 WAVE = {"name": "wave", "kind": "Job", "count": 4, "at": "2m", "duration": "10m", "requests": {"cpu": "2", "memory": "1Gi"}}
 
@@ -44,7 +45,7 @@ def test_a_scale_up_is_measured_evented_and_one_trace_from_poll_to_arm(
 
     # The poll's gauges, named and labelled as cluster-autoscaler's.
     assert result.pending > 0
-    assert telemetry.last(CA + "unschedulable_pods_count") == result.pending
+    assert telemetry.last(CA + "unschedulable_pods_count", type="unschedulable") == result.pending
     assert telemetry.last(CA + "nodes_count", node_group=GROUP, state="ready") == 3
     assert telemetry.last(CA + "nodes_count", node_group=GROUP, state="unready") == 0
     assert telemetry.last(CA + "nodes_count", node_group=GROUP, state="notStarted") == 0
@@ -54,6 +55,7 @@ def test_a_scale_up_is_measured_evented_and_one_trace_from_poll_to_arm(
     backoff = telemetry.points(CA + "node_group_backoff_status", node_group=GROUP)
     assert backoff and all(p.value == 0 for p in backoff)  # a reason this process reported before is set back to 0
     assert telemetry.last(CA + "last_activity", activity="main") == decided_at.timestamp()
+    assert telemetry.last(CA + "last_activity", activity="scaleUp") == decided_at.timestamp()  # planned, as CA's
 
     # The message carries the poll's span context.
     [poll] = telemetry.spans_named("poll_pending_pods")
@@ -66,7 +68,7 @@ def test_a_scale_up_is_measured_evented_and_one_trace_from_poll_to_arm(
 
     # Counters and the ScaleUp event.
     assert telemetry.total(CA + "scaled_up_nodes_total", node_group=GROUP) == added
-    assert telemetry.last(CA + "last_activity", activity="scaleUp") == app.clock.now().timestamp()
+    assert telemetry.last(OURS + "last_success", activity="scaleUp") == app.clock.now().timestamp()
     assert telemetry.total(CA + "failed_scale_ups_total") == 0
     [event] = telemetry.events("ScaleUp")
     assert set(event.dimensions) == set(ACTION_DIMENSIONS)
@@ -79,15 +81,15 @@ def test_a_scale_up_is_measured_evented_and_one_trace_from_poll_to_arm(
     assert event.dimensions["reason"].endswith("pending pod(s)")
 
     # Durations of both triggers' work.
-    assert telemetry.total(CA + "function_duration_seconds", function="poll_pending_pods") == 1
-    assert telemetry.total(CA + "function_duration_seconds", function="execute_scale_action") == 2
+    assert telemetry.total(OURS + "function_duration_seconds", function="poll_pending_pods") == 1
+    assert telemetry.total(OURS + "function_duration_seconds", function="execute_scale_action") == 2
 
     # ARM requests by operation: the resize, polls of its operation, never an id in a name.
-    assert telemetry.total(CA + "arm_requests_total", operation="PATCH virtualMachineScaleSets", status_code="200") == 1
-    assert telemetry.total(CA + "arm_requests_total", operation="GET locations/operations") >= 1
-    operations = {p.attributes["operation"] for p in telemetry.points(CA + "arm_requests_total")}
+    assert telemetry.total(OURS + "arm_requests_total", operation="PATCH virtualMachineScaleSets", status_code="200") == 1
+    assert telemetry.total(OURS + "arm_requests_total", operation="GET locations/operations") >= 1
+    operations = {p.attributes["operation"] for p in telemetry.points(OURS + "arm_requests_total")}
     assert all("pool" not in op and "rg-exec" not in op for op in operations), operations
-    assert telemetry.total(CA + "arm_throttled_requests_total") == 0
+    assert telemetry.total(OURS + "arm_throttled_requests_total") == 0
 
     # One trace: each step's span is a child of the poll's span, the ARM calls children of the step's.
     resize, confirm = (telemetry.spans_named(f"execute_scale_action scale_up/{step}") for step in ("resize", "confirm"))
@@ -106,8 +108,9 @@ def test_a_scale_down_is_evented_with_cluster_autoscalers_reason(app: App, telem
     removed = sorted(r.node for r in result.plan.removals)
     assert len(removed) == 2
     assert telemetry.last(CA + "unneeded_nodes_count") == len(result.plan.unneeded) >= 2
-    assert telemetry.last(CA + "nodes_in_drain_count") == 0
+    assert telemetry.last(OURS + "nodes_in_drain_count") == 0
     assert telemetry.last(CA + "last_activity", activity="main") == decided_at.timestamp()
+    assert telemetry.last(CA + "last_activity", activity="scaleDown") == decided_at.timestamp()
 
     message = _take_one(app)
     assert message["removal_kind"] == "empty"
@@ -115,7 +118,7 @@ def test_a_scale_down_is_evented_with_cluster_autoscalers_reason(app: App, telem
     assert outcomes[-1] == "succeeded", outcomes
 
     assert telemetry.total(CA + "scaled_down_nodes_total", node_group=GROUP, reason="empty") == 2
-    assert telemetry.last(CA + "last_activity", activity="scaleDown") == app.clock.now().timestamp()
+    assert telemetry.last(OURS + "last_success", activity="scaleDown") == app.clock.now().timestamp()
     [event] = telemetry.events("ScaleDown")
     assert {k: event.dimensions[k] for k in ("action_id", "group", "outcome", "removal_reason", "poison", "new_size")} == {
         "action_id": action_id, "group": GROUP, "outcome": "succeeded", "removal_reason": "empty", "poison": "false",
@@ -163,7 +166,8 @@ def test_a_failed_scale_up_counts_its_arm_error_code_and_backs_the_group_off(app
     app.server.world.fail_next_scale_up("pool", code="QuotaExceeded")
     outcomes = walk(app, scale_up(app, 5), step_seconds=30)
     assert outcomes[-1] == "failed"
-    assert telemetry.total(CA + "failed_scale_ups_total", node_group=GROUP, reason="QuotaExceeded") == 1
+    assert telemetry.total(CA + "failed_scale_ups_total", node_group=GROUP, reason="cloudProviderError") == 1
+    assert telemetry.total(OURS + "failed_scale_ups_by_code_total", node_group=GROUP, error_code="QuotaExceeded") == 1
     assert telemetry.total(CA + "scaled_up_nodes_total") == 0
     [event] = telemetry.events("ScaleUp")
     assert (event.dimensions["outcome"], event.dimensions["error_code"], event.dimensions["poison"]) == (
@@ -183,7 +187,8 @@ def test_nodes_that_never_become_ready_are_a_failed_scale_up(app: App, telemetry
     assert group is not None
     app.context.ports.compute.begin_resize(group, 5)  # the manual clock stands still: the new instances never boot
     run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
-    assert telemetry.total(CA + "failed_scale_ups_total", node_group=GROUP, reason="ProvisionTimeout") == 1
+    assert telemetry.total(CA + "failed_scale_ups_total", node_group=GROUP, reason="timeout") == 1
+    assert telemetry.total(OURS + "failed_scale_ups_by_code_total", node_group=GROUP, error_code="ProvisionTimeout") == 1
     [event] = telemetry.events("ScaleUp")
     assert (event.dimensions["outcome"], event.dimensions["error_code"]) == ("failed", "ProvisionTimeout")
     assert (event.dimensions["old_size"], event.dimensions["new_size"]) == (3, 5)
@@ -213,7 +218,7 @@ def test_arm_throttling_is_counted_per_operation(app: App, telemetry: Telemetry)
     app.server.world.inject_fault(("arm", "PATCH", "pool"), status=429, retry_after=5)
     result = app.run(scale_up(app, 4))
     assert result.outcome == "waiting" and "throttled" in result.detail
-    assert telemetry.total(CA + "arm_throttled_requests_total", operation="PATCH virtualMachineScaleSets") == 1
-    assert telemetry.total(CA + "arm_requests_total", operation="PATCH virtualMachineScaleSets", status_code="429") == 1
-    assert telemetry.total(CA + "arm_requests_total", operation="GET virtualMachineScaleSets", status_code="200") >= 1
+    assert telemetry.total(OURS + "arm_throttled_requests_total", operation="PATCH virtualMachineScaleSets") == 1
+    assert telemetry.total(OURS + "arm_requests_total", operation="PATCH virtualMachineScaleSets", status_code="429") == 1
+    assert telemetry.total(OURS + "arm_requests_total", operation="GET virtualMachineScaleSets", status_code="200") >= 1
     assert telemetry.events("ScaleUp") == []  # throttling is no outcome: the step waits and goes again
