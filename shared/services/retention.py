@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+from shared import telemetry
 from shared.ports import Ports
 from shared.settings import Settings
 
@@ -38,6 +39,11 @@ class SweepResult:
 
 
 def run_state_sweep(ports: Ports, settings: Settings, *, now: datetime, limit: int = MAX_SWEPT_PER_RUN) -> SweepResult:
+    with telemetry.poll("sweep_state"):
+        return _sweep(ports, settings, now=now, limit=limit)
+
+
+def _sweep(ports: Ports, settings: Settings, *, now: datetime, limit: int) -> SweepResult:
     cutoff = now - settings.state_retention
     finished = ports.state.list_finished_ledger(updated_before=cutoff, limit=limit)
     ledger_deleted = sum(1 for entry in finished if ports.state.delete_ledger_entry(entry))
