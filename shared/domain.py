@@ -17,6 +17,8 @@ EMPTY_MAP: Mapping[str, str] = MappingProxyType({})
 # The taint cluster-autoscaler puts on a node it is about to delete; we use the
 # same key so that tooling written for CA recognises our drains.
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+# cluster-autoscaler's annotation marking a pod as a DaemonSet pod whatever owns it.
+DAEMONSET_POD_ANNOTATION = "cluster-autoscaler.kubernetes.io/daemonset-pod"
 DELETION_CANDIDATE_TAINT = "DeletionCandidateOfClusterAutoscaler"
 
 
@@ -383,7 +385,11 @@ class Pod:
 
     @property
     def is_daemonset(self) -> bool:
-        return self.owner is not None and self.owner.kind == "DaemonSet"
+        """Owned by a DaemonSet, or marked as one by cluster-autoscaler's annotation (a custom controller's
+        per-node pods, e.g. an operator's agents): such pods go with their node, as CA's IsDaemonSetPod."""
+        if self.owner is not None and self.owner.kind == "DaemonSet":
+            return True
+        return self.annotations.get(DAEMONSET_POD_ANNOTATION) == "true"
 
     @property
     def is_finished(self) -> bool:

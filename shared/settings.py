@@ -177,6 +177,17 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _threshold(text: str) -> float:
+    """A utilisation threshold, 0 to 1 as cluster-autoscaler's: 0 makes no node a scale-down candidate."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"not a number: {text!r} (use a fraction such as 0.5 for 50%)") from None
+    if not 0 <= value <= 1:
+        raise ValueError(f"must be a fraction from 0 to 1 (0.5 for 50%), got {text!r}")
+    return value
+
+
 def _usage_window(text: str) -> timedelta:
     # Both sources sample once a minute: a shorter window would often hold no sample at all.
     value = _duration(text)
@@ -372,12 +383,15 @@ SPECS: tuple[Spec, ...] = (
          "How long a node must be unneeded before it is removed."),
     Spec("SCALE_DOWN_UNREADY_TIME", "scale_down_unready_time", "20m", _nonnegative_duration,
          "How long a NotReady node must be unneeded before it is removed."),
-    Spec("SCALE_DOWN_UTILIZATION_THRESHOLD", "scale_down_utilization_threshold", "0.5", _fraction,
-         "A node whose CPU and memory requests are both below this share of allocatable is a scale-down candidate; "
+    Spec("SCALE_DOWN_UTILIZATION_THRESHOLD", "scale_down_utilization_threshold", "0.5", _threshold,
+         "A node whose CPU and memory requests are both below this share of allocatable (DaemonSet and mirror pods "
+         "taken off both) is a scale-down candidate; at it, it is kept, and `0` makes no node a candidate, as in "
+         "cluster-autoscaler; "
          "a scale set's `k8s.io_cluster-autoscaler_node-template_autoscaling-options_*` tags override this and the "
          "unneeded, unready and GPU settings per group."),
-    Spec("SCALE_DOWN_GPU_UTILIZATION_THRESHOLD", "scale_down_gpu_utilization_threshold", "0.5", _fraction,
-         "The same for nodes with GPUs, judged by their GPU requests alone."),
+    Spec("SCALE_DOWN_GPU_UTILIZATION_THRESHOLD", "scale_down_gpu_utilization_threshold", "0.5", _threshold,
+         "The same for nodes with GPUs, judged by their GPU requests alone (a GPU node whose GPUs are not "
+         "allocatable yet is at 0)."),
     Spec("SCALE_DOWN_IGNORE_DAEMONSETS_UTILIZATION", "scale_down_ignore_daemonsets_utilization", "true", _bool,
          "Leave DaemonSet pods out of a node's utilisation."),
     Spec("SCALE_DOWN_IGNORE_MIRROR_PODS_UTILIZATION", "scale_down_ignore_mirror_pods_utilization", "true", _bool,

@@ -3,9 +3,12 @@
 Pure module, no side effects. cluster-autoscaler's drainability rules, in its
 order, plus two of ours:
 
-- mirror, DaemonSet, finished and terminating pods are ignored: they go with the node;
+- mirror, DaemonSet (owned by one, or annotated `cluster-autoscaler.kubernetes.io/daemonset-pod: "true"`),
+  finished and terminating pods are ignored: they go with the node;
 - `cluster-autoscaler.kubernetes.io/safe-to-evict: "true"` makes any other pod movable;
 - `safe-to-evict: "false"` and Karpenter's `karpenter.sh/do-not-disrupt: "true"` pin the node;
+- `safe-to-evict: "on-completion"` (cluster-autoscaler 1.36+) is never evicted: the node waits for the
+  pod to finish, as for batch work, whatever BATCH_PROTECTION says (the pod asked for it);
 - batch work (ours): a running pod owned by a Job, or matching BATCH_POD_SELECTOR, is
   never evicted; the node waits for it to finish;
 - local storage (hostPath, emptyDir not in memory) pins the node unless every such
@@ -32,6 +35,7 @@ from shared.engine.reasons import KeptReason
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+ON_COMPLETION = "on-completion"  # safe-to-evict's value for "let it finish, then remove the node"
 KUBE_SYSTEM = "kube-system"
 
 
@@ -76,6 +80,8 @@ def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = 
     if safe == "false":
         return PodVerdict(pod, Disposition.PIN, KeptReason(
             reasons.NOT_SAFE_TO_EVICT, f"pod {pod.key} has annotation {SAFE_TO_EVICT}=false"))
+    if safe == ON_COMPLETION:
+        return PodVerdict(pod, Disposition.WAIT, f"pod {pod.key} has annotation {SAFE_TO_EVICT}={ON_COMPLETION}")
     if pod.annotations.get(DO_NOT_DISRUPT) == "true":
         return PodVerdict(pod, Disposition.PIN, KeptReason(
             reasons.DO_NOT_DISRUPT, f"pod {pod.key} has annotation {DO_NOT_DISRUPT}=true"))

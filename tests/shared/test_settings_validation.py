@@ -46,6 +46,8 @@ def _problems(env: Mapping[str, str], **options: object) -> list[str]:
     ("ARM_OPERATION_WAIT", "10m", "at most 4m"),
     ("ARM_ENDPOINT", "http://management.azure.com", "must be an https:// URL"),
     ("ARM_ENDPOINT", "management.azure.com", "must be an https:// URL"),
+    ("SCALE_DOWN_UTILIZATION_THRESHOLD", "50", "must be a fraction from 0 to 1"),
+    ("SCALE_DOWN_UTILIZATION_THRESHOLD", "-0.1", "must be a fraction from 0 to 1"),
 ])
 def test_a_bad_value_is_named_with_what_is_wrong(name: str, value: str, says: str) -> None:
     problems = _problems({name: value})
@@ -59,6 +61,8 @@ def test_a_bad_value_is_named_with_what_is_wrong(name: str, value: str, says: st
     ("ARM_OPERATION_WAIT", "4m"),
     ("SCALE_DOWN_UNNEEDED_TIME", "8760h"),
     ("ARM_ENDPOINT", "https://management.usgovcloudapi.net/"),
+    ("SCALE_DOWN_UTILIZATION_THRESHOLD", "0"),  # as cluster-autoscaler's: no node is a candidate
+    ("SCALE_DOWN_GPU_UTILIZATION_THRESHOLD", "1"),
 ])
 def test_values_at_the_limits_are_accepted(name: str, value: str) -> None:
     load_settings({**REQUIRED, name: value})
