@@ -240,11 +240,49 @@ def plan_scale_down(
             continue
         candidates.append(_Candidate(node, group, drain, used, unready))
 
+    slots_held = _slots_held(group_states, state, snapshot, options)  # before the simulation moves pods around
     candidates.sort(key=_removal_order)
     unneeded_order = _simulate_removal(snapshot, state, candidates, kept)
     unneeded = {c.node.name: unneeded_since.get(c.node.name, now) for c in unneeded_order}
-    removals = _choose(unneeded_order, unneeded, group_states, rules, snapshot, kept, now=now, options=options)
+    removals = _choose(_round_robin(unneeded_order), unneeded, group_states, rules, snapshot, kept, now=now,
+                       options=options, slots_held=slots_held)
     return ScaleDownPlan(unneeded=unneeded, removals=tuple(removals), kept=kept)
+
+
+def _slots_held(group_states: Mapping[str, GroupState], state: PlacementState, snapshot: ClusterSnapshot,
+                options: ScaleDownOptions) -> int:
+    """Removals in flight that hold a MAX_SCALE_DOWN_PARALLELISM slot.
+
+    Not a removal whose delete is committed: only ARM is left to do, and its write budget is the
+    executor's business, not a drain's. Not one that only waits for batch pods to finish: nothing
+    is evicted there, and a node that is removable at once must never wait for a slot behind a
+    node that waits for a 40-minute render (item 3 of issue 14). What is left drains pods now.
+    """
+    held = 0
+    for group_state in group_states.values():
+        for node in group_state.deleting:
+            if node in group_state.committed:
+                continue
+            drain = drain_of(state.pods_on(node), options.drain, snapshot.disruption_budgets)
+            if drain.wait and not drain.move:
+                continue
+            held += 1
+    return held
+
+
+def _round_robin(order: Sequence[_Candidate]) -> list[_Candidate]:
+    """The removal order with pools taking turns within each tier, each pool's own order kept.
+
+    Sorted oldest first across pools, one pool with older nodes would take every slot for poll
+    after poll while the others wait; in turns, every pool progresses every round.
+    """
+    turns: dict[tuple[object, str], int] = {}
+    keyed = []
+    for index, candidate in enumerate(order):
+        tier = _removal_order(candidate)[0]
+        turn = turns[(tier, candidate.group.id)] = turns.get((tier, candidate.group.id), -1) + 1
+        keyed.append(((tier, turn, index), candidate))
+    return [candidate for _, candidate in sorted(keyed, key=lambda item: item[0])]
 
 
 def _removal_order(candidate: _Candidate) -> tuple[object, ...]:
@@ -421,10 +459,14 @@ def _choose(
     *,
     now: datetime,
     options: ScaleDownOptions,
+    slots_held: int,
 ) -> list[Removal]:
-    """The unneeded nodes due for removal now, in removal order, within every guard rail."""
-    in_flight = sum(len(s.deleting) for s in group_states.values())
-    budget = options.max_parallelism - in_flight
+    """The unneeded nodes due for removal now, in removal order, within every guard rail.
+
+    `slots_held`: removals in flight that count against MAX_SCALE_DOWN_PARALLELISM (`_slots_held`).
+    """
+    budget = options.max_parallelism - slots_held
+    refused_for_slots = False  # a node removable at once was turned away for want of a slot
     planned: dict[str, int] = {}
     totals = cluster_totals(snapshot)
     removals: list[Removal] = []
@@ -452,9 +494,16 @@ def _choose(
         if limit:
             kept[name] = KeptReason(reasons.MINIMAL_RESOURCE_LIMIT_EXCEEDED, limit)
             continue
-        if budget <= 0:
+        if budget <= 0 and candidate.kind != "batch":
+            refused_for_slots = True
             kept[name] = KeptReason(reasons.MAX_PARALLELISM_REACHED,
                                     f"MAX_SCALE_DOWN_PARALLELISM ({options.max_parallelism}) nodes already being removed")
+            continue
+        if budget <= 0 or (candidate.kind == "batch" and refused_for_slots):
+            # A node that would only wait for batch pods takes a slot only when no node removable at
+            # once was turned away for want of one; it stays unneeded (soft-tainted) meanwhile.
+            kept[name] = KeptReason(reasons.MAX_PARALLELISM_REACHED, "waits for batch pods; the slots go to nodes "
+                                    "removable at once")
             continue
         removals.append(Removal(
             node=name, group_id=group.id, provider_id=node.provider_id, unneeded_since=since, kind=candidate.kind,
