@@ -419,7 +419,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("SCALE_DOWN_DELAY_AFTER_FAILURE", "scale_down_delay_after_failure", "3m", _nonnegative_duration,
          "No scale-down in a group for this long after a failed action."),
     Spec("MAX_SCALE_DOWN_PARALLELISM", "max_scale_down_parallelism", "10", _int_at_least(1),
-         "Most nodes being removed at once, cluster-wide."),
+         "Most nodes being drained at once, cluster-wide, shared by the groups in turn; a node whose delete is "
+         "committed, or that only waits for its batch pods to finish, holds no slot."),
     Spec("USAGE_SOURCE", "usage_source", "none", _choice("none", "log-analytics", "vmss-metric"),
          "Where measured node CPU usage comes from, as a second opinion on nodes idle by requests: `none`, "
          "`log-analytics` (Container Insights `Perf` in `LOG_ANALYTICS_WORKSPACE_ID`) or `vmss-metric` (the scale "
