@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain import HostPort, Pod, Resources, Taint, Toleration
+from shared.domain import HostPort, LabelSelector, Pod, Resources, Taint, Toleration
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.predicates import (
     AFFINITY_RULES,
@@ -362,3 +362,79 @@ def test_check_runs_every_filter_in_the_schedulers_order() -> None:
     assert check(pod("e", cpu=1, tolerations=tolerant, anti_affinity=(affinity(HOST, sel(app="web")),)), node,
                  state) == ANTI_AFFINITY_RULES
     assert check(pod("f", cpu=1, tolerations=tolerant), node, state) is None
+
+
+# --- Required pod affinity with several terms: kube-scheduler's semantics ----------------
+# Rows from kubernetes pkg/scheduler/framework/plugins/interpodaffinity/filtering_test.go
+# (TestRequiredAffinitySingleNode, TestRequiredAffinityMultipleNodes): one node "machine1"
+# in region r1 / zone z11; the incoming pod carries {security: S1} unless the row says.
+# An existing pod counts only when it matches *every* term of the incoming pod.
+
+def _sel(*requirements: object) -> LabelSelector:
+    return LabelSelector((), tuple(requirements))  # type: ignore[arg-type]
+
+
+SCAN = {"service": "securityscan"}
+S1 = {"security": "S1"}
+R1 = {"region": "r1", "zone": "z11"}
+
+MULTI_TERM = [
+    ("one term, In matches the existing pod",
+     S1, [affinity("region", _sel(req("service", "In", "securityscan", "value2")))], [SCAN], None),
+    ("one term, NotIn matches the existing pod",
+     S1, [affinity("region", _sel(req("service", "NotIn", "securityscan3", "value3")))], [SCAN], None),
+    ("two terms, both matched by the same pod (different operators)",
+     S1, [affinity("region", _sel(req("service", "Exists"), req("wrongkey", "DoesNotExist"))),
+          affinity("region", _sel(req("service", "In", "securityscan"), req("service", "NotIn", "WrongValue")))],
+     [SCAN], None),
+    ("two terms, the existing pod fails one requirement of the second",
+     S1, [affinity("region", _sel(req("service", "Exists"), req("wrongkey", "DoesNotExist"))),
+          affinity("region", _sel(req("service", "In", "securityscan2"), req("service", "NotIn", "WrongValue")))],
+     [SCAN], AFFINITY_RULES),
+    ("two terms, each matched by a different pod: not satisfied",
+     SCAN, [affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists")))],
+     [SCAN, S1], AFFINITY_RULES),
+    ("two terms, one pod matching both",
+     SCAN, [affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists")))],
+     [{**SCAN, **S1}], None),
+    ("no pod matches all terms, but the pod matches its own terms: the first of its group may go",
+     {**SCAN, **S1},
+     [affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists")))],
+     [SCAN], None),
+    ("no pod anywhere, the pod matches only one of its own two terms",
+     SCAN, [affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists")))],
+     [], AFFINITY_RULES),
+    ("terms on two topology keys, one pod matching both",
+     S1, [affinity("region", _sel(req("service", "In", "securityscan"))),
+          affinity("zone", _sel(req("service", "Exists")))], [SCAN], None),
+    ("a term on a key the node lacks is never satisfied",
+     S1, [affinity("region", _sel(req("service", "Exists"))), affinity("rack", _sel(req("service", "Exists")))],
+     [SCAN], AFFINITY_RULES),
+]
+
+
+@pytest.mark.parametrize(("case", "labels", "terms", "existing", "expected"), MULTI_TERM,
+                         ids=[row[0] for row in MULTI_TERM])
+def test_pod_affinity_terms_must_all_be_matched_by_one_pod(
+    case: str, labels: dict[str, str], terms: list, existing: list[dict[str, str]], expected: str | None
+) -> None:
+    node = NodeView("machine1", {HOST: "machine1", **R1}, (), res(4, 16, 110))
+    placed = [(running(f"e{i}", pod_labels), "machine1") for i, pod_labels in enumerate(existing)]
+    state = state_of([node], placed)
+    candidate = pod("p", labels=labels, pod_affinity=tuple(terms))
+    assert pod_affinity_mismatch(candidate, node, state) == expected
+
+
+def test_pod_affinity_index_follows_placements_and_rollback() -> None:
+    """The all-terms index is kept as the estimator places and undoes pods."""
+    node = NodeView("machine1", {HOST: "machine1", **R1}, (), res(4, 16, 110))
+    state = state_of([node])
+    terms = (affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists"))))
+    candidate = pod("p", labels={"app": "x"}, pod_affinity=terms)
+    assert pod_affinity_mismatch(candidate, node, state) == AFFINITY_RULES
+    mark = state.checkpoint()
+    both = running("both", {**SCAN, **S1})
+    state.place(both, "machine1", pod_requests(both))
+    assert pod_affinity_mismatch(candidate, node, state) is None
+    state.rollback(mark)
+    assert pod_affinity_mismatch(candidate, node, state) == AFFINITY_RULES
