@@ -57,6 +57,7 @@ def running(name: str, labels: dict[str, str], namespace: str = "default", **kw:
 
 # --- NodeResourcesFit -----------------------------------------------------------------
 
+MIB = 1024 * 1024
 INSUFFICIENT = [
     ("fits exactly", res(4, 16, 1), res(4, 16, 1), None),
     ("a zero request fits an over-committed node", Resources(0, 0, 1), Resources(-500, -GIB, 5), None),
@@ -68,6 +69,13 @@ INSUFFICIENT = [
     ("more GPUs than the node has", res(1, 1, 1, gpu=2), res(4, 16, 10, gpu=1), "Insufficient nvidia.com/gpu"),
     ("GPUs that fit", res(1, 1, 1, gpu=2), res(4, 16, 10, gpu=4), None),
     ("any vendor resource", res(1, 1, 1, ext={"example.com/fpga": 1}), res(4, 16, 10, gpu=1), "Insufficient example.com/fpga"),
+    # hugepages rows after noderesources/fit_test.go (TestEnoughRequests, "hugepages resource
+    # capacity enforced" / "allocatable enforced"): allocatable 5, 2 already used, so 3 free.
+    ("hugepages over what is free", res(0, 0, 1, ext={"hugepages-2Mi": 10 * MIB}), res(4, 16, 10, ext={"hugepages-2Mi": 3 * MIB}),
+     "Insufficient hugepages-2Mi"),
+    ("hugepages that fit", res(0, 0, 1, ext={"hugepages-2Mi": 3 * MIB}), res(4, 16, 10, ext={"hugepages-2Mi": 3 * MIB}), None),
+    ("1Gi hugepages on a node with only 2Mi pages", res(0, 0, 1, ext={"hugepages-1Gi": GIB}),
+     res(4, 16, 10, ext={"hugepages-2Mi": 4 * GIB}), "Insufficient hugepages-1Gi"),
 ]
 
 
