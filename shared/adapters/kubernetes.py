@@ -431,6 +431,12 @@ def _scheduling(spec: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str,
         "topology_spread": _spread_constraints(spec.get("topologySpreadConstraints"), labels, unsupported),
         "host_ports": _host_ports(spec),
     }
+    for toleration in spec.get("tolerations") or ():
+        # The API accepts only Equal and Exists; Gt/Lt exist only behind the alpha
+        # TaintTolerationComparisonOperators gate, whose numeric comparison we do not model.
+        operator = toleration.get("operator") or "Equal"
+        if operator not in ("Equal", "Exists"):
+            unsupported.append(f"toleration operator {operator}")
     _volume_constraints(spec, unsupported)
     fields["unsupported"] = tuple(dict.fromkeys(unsupported))  # each construct once, in order
     return fields

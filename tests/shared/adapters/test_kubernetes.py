@@ -354,6 +354,18 @@ UNSUPPORTED_CASES = [
      {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
          {"matchExpressions": [{"key": "k", "operator": "Near", "values": ["x"]}]}]}}}},
      ("nodeAffinity operator Near",)),
+    # The alpha comparison operators of KEP-5471 (TaintTolerationComparisonOperators), as in
+    # kubernetes pkg/apis/core/validation tests: rejected by a server without the gate.
+    ("a Gt toleration (alpha)",
+     {"tolerations": [{"key": "node.example.com/sla", "operator": "Gt", "value": "950", "effect": "NoSchedule"}]},
+     ("toleration operator Gt",)),
+    ("an Lt toleration (alpha)",
+     {"tolerations": [{"key": "node.example.com/sla", "operator": "Lt", "value": "100", "effect": "NoSchedule"}]},
+     ("toleration operator Lt",)),
+    ("Equal, Exists and the defaulted operator are supported",
+     {"tolerations": [{"key": "a", "value": "b"}, {"key": "c", "operator": "Exists"},
+                      {"key": "d", "operator": "Equal", "value": "e"}]},
+     ()),
     ("a whenUnsatisfiable we do not know",
      {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "z", "whenUnsatisfiable": "Sometimes",
                                      "labelSelector": {}}]},

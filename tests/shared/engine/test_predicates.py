@@ -107,6 +107,8 @@ TAINTS = [
     ("Equal with another value does not", (Taint("gpu", "true"),), (Toleration("gpu", "Equal", "false"),),
      "node(s) had untolerated taint {gpu: true}"),
     ("Exists on the key tolerates any value", (Taint("gpu", "x"),), (Toleration("gpu", "Exists"),), None),
+    ("an alpha Gt toleration is never taken to tolerate", (Taint("sla", "950"),), (Toleration("sla", "Gt", "950"),),
+     "node(s) had untolerated taint {sla: 950}"),
     ("Exists without a key tolerates everything", (Taint("a"), Taint("b", "", "NoExecute")), (Toleration("", "Exists"),),
      None),
     ("a toleration for another effect does not", (Taint("gpu", "true"),),
@@ -147,6 +149,28 @@ NODE_AFFINITY_CASES = [
     ("matchFields on metadata.name", {}, (term(fields=(req("metadata.name", "In", "n1"),)),), True),
     ("matchFields on another node's name", {}, (term(fields=(req("metadata.name", "In", "n2"),)),), False),
     ("nodeSelector and affinity must both hold", {"pool": "cpu"}, (term(req("gen", "In", "5")),), False),
+    # Requirements the scheduler cannot parse make their term match no node (and never every
+    # node). Rows after kubernetes pkg/scheduler/framework/plugins/nodeaffinity/node_affinity_test.go
+    # ("Pod with an invalid value in Affinity term won't be scheduled onto the node") and
+    # component-helpers scheduling/corev1/nodeaffinity/nodeaffinity_test.go (invalid key, empty
+    # values, Gt/Lt needing one integer).
+    ("an invalid value in a NotIn term matches nothing", {},
+     (term(req("pool", "NotIn", "invalid value: ___@#$%^")),), False),
+    ("an invalid label key matches nothing", {}, (term(req("invalid key", "DoesNotExist")),), False),
+    ("NotIn with no values matches nothing", {}, (term(req("pool", "NotIn")),), False),
+    ("In with no values matches nothing", {}, (term(req("pool", "In")),), False),
+    ("Exists with values matches nothing", {}, (term(req("pool", "Exists", "gpu")),), False),
+    ("DoesNotExist with values matches nothing", {}, (term(req("disk", "DoesNotExist", "ssd")),), False),
+    ("Gt with a value that is not an integer matches nothing", {}, (term(req("gen", "Gt", "4a")),), False),
+    ("Lt with two values matches nothing", {}, (term(req("gen", "Lt", "6", "7")),), False),
+    ("Gt with an underscore in the number matches nothing (Go's ParseInt)", {}, (term(req("gen", "Gt", "1_0")),), False),
+    ("Gt with a leading zero label value, as upstream's kernel-version row", {}, (term(req("gen", "Gt", "0004")),), True),
+    ("an unknown operator matches nothing", {}, (term(req("pool", "Like", "gpu")),), False),
+    ("matchFields with two values matches nothing", {}, (term(fields=(req("metadata.name", "In", "n1", "n2"),)),),
+     False),
+    ("an invalid term does not stop a valid one from matching", {},
+     (term(req("pool", "NotIn")), term(req("pool", "In", "gpu"))), True),
+    ("a prefixed key is valid", {}, (term(req("example.com/pool", "DoesNotExist")),), True),
 ]
 
 
