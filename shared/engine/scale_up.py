@@ -47,6 +47,8 @@ from shared.domain import (
 )
 from shared.engine.expanders import ExpansionOption, Priorities, choose
 from shared.engine.limits import (
+    MAX_CLUSTER_CORES_REACHED,
+    MAX_CLUSTER_MEMORY_REACHED,
     ClusterLimits,
     ClusterTotals,
     allowed_increase,
@@ -114,6 +116,10 @@ class ScaleUpPlan:
     unplaceable: Mapping[str, str] = field(default_factory=dict)  # pod -> why no group can take it
     ignored: Mapping[str, str] = field(default_factory=dict)  # pending pods that are not demand (expendable, delayed)
     reclaimed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # draining node -> pods that need it back
+    # Unplaceable pods a group grown by this plan would have taken but for CORES_TOTAL or MEMORY_TOTAL
+    # (pod -> group id). cluster-autoscaler estimates with node-count limits only and caps the count by
+    # cores and memory afterwards, so it names these pods among those that triggered the scale-up.
+    limited: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,8 +534,10 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         pod.key: _why_not(pod, classes[id(pod)], snapshot, plans, room, added, options, state, room_reason)
         for pod in remaining
     }
+    limited = _limited(remaining, classes, plans, room, room_reason, added, state)
     plan = ScaleUpPlan(increases=increases, absorbed=tuple(absorbed), unplaceable=unplaceable,
-                       ignored=dict(split.ignored), reclaimed={n: tuple(p) for n, p in reclaimed.items()})
+                       ignored=dict(split.ignored), reclaimed={n: tuple(p) for n, p in reclaimed.items()},
+                       limited=limited)
     return ScaleUpSimulation(plan, tuple(steps))
 
 
@@ -719,6 +727,43 @@ def _expand(options: Sequence[_Option], plans: Mapping[str, _GroupPlan], setting
     chosen = choose(candidates, chain=settings.expander, priorities=settings.priorities, rng=settings.seed)
     assert chosen is not None  # options is never empty here
     return by_group[chosen.group.id]
+
+
+def _limited(
+    remaining: Sequence[Pod],
+    classes: Mapping[int, _PodClass],
+    plans: Mapping[str, _GroupPlan],
+    room: Mapping[str, int],
+    room_reason: Mapping[str, str],
+    added: Mapping[str, tuple[int, list[str]]],
+    state: PlacementState,
+) -> dict[str, str]:
+    """Pods left over only because a grown group hit the cluster's cores or memory max (see ScaleUpPlan.limited)."""
+    capped = [
+        group_id for group_id in sorted(added)
+        if room.get(group_id, 0) <= 0 and room_reason.get(group_id) in (MAX_CLUSTER_CORES_REACHED, MAX_CLUSTER_MEMORY_REACHED)
+    ]
+    if not capped:
+        return {}
+    fits: dict[tuple[int, str], bool] = {}
+    limited: dict[str, str] = {}
+    for pod in remaining:
+        cls = classes[id(pod)]
+        if cls.unsupported:
+            continue
+        for group_id in capped:
+            known = fits.get((cls.index, group_id))
+            if known is None:
+                plan = plans[group_id]
+                checkpoint = state.checkpoint()
+                view = plan.view(plan.planned_name(0), next_zone(plan.group, plan.per_zone))
+                state.add_node(view)
+                known = fits[(cls.index, group_id)] = check(pod, view, state, cls.requests) is None
+                state.rollback(checkpoint)
+            if known:
+                limited[pod.key] = group_id
+                break
+    return limited
 
 
 def _why_not(
