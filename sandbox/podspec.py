@@ -491,8 +491,8 @@ def _max(left: Mapping[str, int], right: Mapping[str, int]) -> dict[str, int]:
 
 
 def pod_requests(spec: Mapping[str, Any], path: str = "spec") -> Amounts:
-    """kube's PodRequests: max(sum of containers + sidecars, each init container on top of earlier sidecars)
-    plus spec.overhead, plus one pod slot."""
+    """kube's PodRequests: max(sum of containers + sidecars, each init container on top of earlier sidecars),
+    pod-level requests replacing that for cpu, memory and hugepages, plus spec.overhead, plus one pod slot."""
     total: dict[str, int] = {}
     for i, container in enumerate(_list(spec.get("containers"), f"{path}.containers")):
         if not isinstance(container, dict):
@@ -510,6 +510,18 @@ def pod_requests(spec: Mapping[str, Any], path: str = "spec") -> Amounts:
         else:
             init_peak = _max(init_peak, _add(sidecars, requests))
     total = _max(_add(total, sidecars), init_peak)
+    # Pod-level requests (cpu, memory, hugepages-*; a limit standing in for a missing request) replace the aggregate.
+    pod_level = spec.get("resources") or {}
+    if pod_level:
+        if not isinstance(pod_level, dict):
+            raise SpecError(f"{path}.resources", "must be an object")
+        supported: dict[str, dict[str, Any]] = {}
+        for kind in ("limits", "requests"):
+            listed = pod_level.get(kind) or {}
+            if not isinstance(listed, dict):
+                raise SpecError(f"{path}.resources.{kind}", "must be an object of quantities")
+            supported[kind] = {k: v for k, v in listed.items() if k in ("cpu", "memory") or k.startswith("hugepages-")}
+        total.update(_container_requests({"resources": supported}, f"{path}.resources"))
     overhead = spec.get("overhead") or {}
     if overhead:
         total = _add(total, _container_requests({"resources": {"requests": overhead}}, f"{path}.overhead"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from datetime import datetime
 from types import MappingProxyType
 
@@ -157,6 +158,8 @@ class Toleration:
             return False
         if self.operator == "Exists":
             return not self.key or self.key == taint.key
+        if self.operator != "Equal":  # alpha Gt/Lt (or anything else): never assume it tolerates
+            return False
         return self.key == taint.key and self.value == taint.value
 
 
@@ -175,11 +178,59 @@ class OwnerRef:
 SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 
 
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
+
 def _as_int(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
+    """The value as Go's strconv.ParseInt(text, 10, 64) reads it: no spaces, no underscores, 64-bit."""
+    if not _INT64.fullmatch(text):
         return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _valid_label_key(key: str) -> bool:
+    """A qualified name: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (0 < len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return 0 < len(name) <= 63 and _LABEL_NAME.fullmatch(name) is not None
+
+
+def _valid_label_value(value: str) -> bool:
+    return value == "" or (len(value) <= 63 and _LABEL_NAME.fullmatch(value) is not None)
+
+
+def valid_node_requirement(requirement: SelectorRequirement) -> bool:
+    """Whether the scheduler can parse a node selector requirement (labels.NewRequirement).
+
+    The scheduler's node affinity (component-helpers nodeaffinity) turns a parse error
+    into a term that matches no node, rather than failing the pod or matching every node:
+    an invalid key or value, In/NotIn without values, Exists/DoesNotExist with values,
+    Gt/Lt without exactly one integer value, or an unknown operator.
+    """
+    return _valid_node_requirement(requirement.key, requirement.operator, requirement.values)
+
+
+def _valid_node_requirement(key: str, operator: str, values: tuple[str, ...]) -> bool:
+    if not _valid_label_key(key):
+        return False
+    if operator in ("In", "NotIn"):
+        return bool(values) and all(_valid_label_value(v) for v in values)
+    if operator in ("Exists", "DoesNotExist"):
+        return not values
+    if operator in ("Gt", "Lt"):
+        return len(values) == 1 and _as_int(values[0]) is not None
+    return False
+
+
+def _valid_field_requirement(requirement: SelectorRequirement) -> bool:
+    """matchFields: only In/NotIn with exactly one value (nodeSelectorRequirementsAsFieldSelector)."""
+    return requirement.operator in ("In", "NotIn") and len(requirement.values) == 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +288,8 @@ class NodeSelectorTerm:
     def matches(self, labels: Mapping[str, str], node_name: str) -> bool:
         if not self.match_expressions and not self.match_fields:
             return False
+        if not self.valid:  # as the scheduler: a term it cannot parse matches no node
+            return False
         for requirement in self.match_expressions:
             if not requirement.matches(labels):
                 return False
@@ -246,6 +299,19 @@ class NodeSelectorTerm:
                 if not requirement.matches(fields):
                     return False
         return True
+
+    @property
+    def valid(self) -> bool:
+        """Whether every requirement parses as the scheduler would parse it (see valid_node_requirement)."""
+        return _term_valid(self)
+
+
+@lru_cache(maxsize=4096)
+def _term_valid(term: NodeSelectorTerm) -> bool:
+    # Terms are few and shared by many pods; the regexes run once per distinct term.
+    return all(valid_node_requirement(r) for r in term.match_expressions) and all(
+        _valid_field_requirement(r) for r in term.match_fields
+    )
 
 
 @dataclass(frozen=True, slots=True)

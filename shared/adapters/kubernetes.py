@@ -187,14 +187,31 @@ def _max(a: dict[str, int], b: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
+def _is_pod_level_resource(name: str) -> bool:
+    # component-helpers IsSupportedPodLevelResource (KEP-2837): cpu, memory and hugepages-*.
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
+def _pod_level_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Pod-level requests of the resources that support them, a limit standing in for a missing request.
+
+    The API server defaults a pod-level request to its pod-level limit, as it does for
+    containers; hugepages are usually given as a limit only.
+    """
+    raw = spec.get("resources") or {}
+    requests = {k: v for k, v in (raw.get("limits") or {}).items() if _is_pod_level_resource(k)}
+    requests.update({k: v for k, v in (raw.get("requests") or {}).items() if _is_pod_level_resource(k)})
+    return _quantities(requests)
+
+
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
     """What the scheduler reserves for a pod (k8s.io/component-helpers resource.PodRequests).
 
     Regular containers add up. Init containers run one at a time, so each is
     max'ed against the total; sidecars (init containers with restartPolicy
     Always) keep running, so they add to the total and to every later init
-    container. Pod-level requests, where set, replace the container aggregate;
-    the RuntimeClass overhead comes on top. Every resource (cpu, memory,
+    container. Pod-level requests (cpu, memory, hugepages-*), where set, replace
+    the container aggregate; the RuntimeClass overhead comes on top. Every resource (cpu, memory,
     ephemeral-storage, extended ones such as nvidia.com/gpu) follows the same
     rule. A pod always takes one pod slot.
     """
@@ -212,9 +229,7 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
         else:
             init_peak = _max(init_peak, _add(requests, sidecars))
     amounts = _max(total, init_peak)
-    pod_level = (spec.get("resources") or {}).get("requests") or {}
-    # Pod-level resources cover cpu and memory only (KEP-2837); other resources stay per container.
-    amounts.update({k: v for k, v in _quantities(pod_level).items() if k in ("cpu", "memory")})
+    amounts.update(_pod_level_requests(spec))
     amounts = _add(amounts, _quantities(spec.get("overhead")))
     return _as_resources(amounts, pods=1)
 
@@ -416,6 +431,12 @@ def _scheduling(spec: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str,
         "topology_spread": _spread_constraints(spec.get("topologySpreadConstraints"), labels, unsupported),
         "host_ports": _host_ports(spec),
     }
+    for toleration in spec.get("tolerations") or ():
+        # The API accepts only Equal and Exists; Gt/Lt exist only behind the alpha
+        # TaintTolerationComparisonOperators gate, whose numeric comparison we do not model.
+        operator = toleration.get("operator") or "Equal"
+        if operator not in ("Equal", "Exists"):
+            unsupported.append(f"toleration operator {operator}")
     _volume_constraints(spec, unsupported)
     fields["unsupported"] = tuple(dict.fromkeys(unsupported))  # each construct once, in order
     return fields

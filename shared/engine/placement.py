@@ -137,6 +137,36 @@ class _TermCounts:
 
 
 @dataclass(slots=True)
+class _AllTermsCounts:
+    """Pods matching every one of a pod's affinity terms, per (topology key, value) of each term.
+
+    As the scheduler's InterPodAffinity PreFilter: an existing pod counts only when it
+    matches all the incoming pod's required affinity terms, and then counts once for each
+    term's topology pair on its node (a node without a term's key adds nothing for it).
+    So two terms cannot be satisfied by two different pods.
+    """
+
+    terms: tuple[TermKey, ...]
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def record(self, pod: Pod, node_name: str, node_labels: Mapping[str, str], delta: int) -> None:
+        for _, selector, namespaces in self.terms:
+            if not (_in_namespaces(namespaces, pod.namespace) and selector.matches(pod.labels)):
+                return
+        counts = self.counts
+        for topology_key, _, _ in self.terms:
+            value = node_labels.get(topology_key)
+            if value is None:
+                continue
+            pair = (topology_key, value)
+            count = counts.get(pair, 0) + delta
+            if count:
+                counts[pair] = count
+            else:
+                del counts[pair]
+
+
+@dataclass(slots=True)
 class SpreadIndex:
     """One topology spread constraint of one kind of pod: matching pods per eligible domain, and the minimum."""
 
@@ -224,6 +254,7 @@ class PlacementState:
         self._ports: dict[str, list[HostPort]] = {}
         self._by_namespace: dict[str, list[tuple[Pod, str]]] = {}
         self._terms: dict[TermKey, _TermCounts] = {}
+        self._all_terms: dict[tuple[TermKey, ...], _AllTermsCounts] = {}
         # Required anti-affinity terms of placed pods: key -> topology value -> count.
         self._anti: dict[TermKey, dict[str, int]] = {}
         self._spread: dict[SpreadKey, SpreadIndex] = {}
@@ -231,7 +262,7 @@ class PlacementState:
         # one of its selector's matchLabels pairs (a pod without that pair cannot match it),
         # or under None when the selector has none. A placement then visits the few indexes
         # that can concern it, not all of them.
-        self._watchers: dict[tuple[str, str] | None, list[_TermCounts | SpreadIndex]] = {}
+        self._watchers: dict[tuple[str, str] | None, list[_TermCounts | _AllTermsCounts | SpreadIndex]] = {}
         # Placed pods by label pair, built the first time an index is: building an index
         # for `app=web` then visits the web pods, not the whole cluster.
         self._by_pair: dict[tuple[str, str], list[tuple[Pod, str]]] | None = None
@@ -375,6 +406,24 @@ class PlacementState:
             self._watch(key[1], index)
         return index.counts, index.total
 
+    def all_terms_counts(self, keys: tuple[TermKey, ...]) -> Mapping[tuple[str, str], int]:
+        """Pods matching every term of `keys`, per (topology key, value) of each term; built on first use.
+
+        Only pairs with a count above zero are present, so an empty mapping means no such pod
+        runs on any node carrying one of the terms' topology keys.
+        """
+        index = self._all_terms.get(keys)
+        if index is None:
+            index = _AllTermsCounts(keys)
+            # A pod matching all terms matches the first: its candidates are a superset.
+            _, selector, namespaces = keys[0]
+            nodes = self._nodes
+            for pod, node_name in self._candidates(selector, namespaces):
+                index.record(pod, node_name, nodes[node_name].labels, 1)
+            self._all_terms[keys] = index
+            self._watch(selector, index)
+        return index.counts
+
     @property
     def has_anti_affinity(self) -> bool:
         return bool(self._anti)
@@ -496,7 +545,7 @@ class PlacementState:
                 else:
                     extended.pop(name, None)
 
-    def _watch(self, selector: LabelSelector, index: _TermCounts | SpreadIndex) -> None:
+    def _watch(self, selector: LabelSelector, index: _TermCounts | _AllTermsCounts | SpreadIndex) -> None:
         pair = selector.match_labels[0] if selector.match_labels else None
         self._watchers.setdefault(pair, []).append(index)
 

@@ -33,6 +33,7 @@ from shared.engine.placement import (
     NodeView,
     PlacementState,
     SpreadIndex,
+    TermKey,
     matches_node_affinity,
     term_key,
     tolerates_all,
@@ -184,34 +185,29 @@ def host_port_conflict(pod: Pod, node: NodeView, state: PlacementState) -> str |
 
 
 def pod_affinity_mismatch(pod: Pod, node: NodeView, state: PlacementState) -> str | None:
-    """Every required affinity term needs a matching pod in the node's domain of its topology key.
+    """Required pod affinity as kube-scheduler's InterPodAffinity filter (satisfyPodAffinity).
 
-    As the scheduler: the node must carry every term's topology key; and a pod whose
-    terms match no pod anywhere may still go where it matches its own terms, so the
-    first replica of a self-affine group is not pending forever.
+    The node must carry every term's topology key. Only pods matching *all* the terms
+    count (one pod must satisfy every term; two pods each matching one term do not), and
+    the node's value of each term's key must hold at least one of them. When no pod
+    anywhere matches all the terms, the pod may still go where it matches its own terms,
+    so the first replica of a self-affine group is not pending forever.
     """
     if not pod.pod_affinity:
         return None
     labels = node.labels
-    satisfied = True
-    any_match_anywhere = False
-    matches_itself = True
+    keys: list[TermKey] = []
     for term in pod.pod_affinity:
-        value = labels.get(term.topology_key)
-        if value is None:
+        if term.topology_key not in labels:
             return AFFINITY_RULES
         key = term_key(term, pod.namespace)
-        if key is None:  # an absent selector selects no pod
-            satisfied = False
-            matches_itself = False
-            continue
-        counts, total = state.term_counts(key)
-        any_match_anywhere = any_match_anywhere or total > 0
-        if counts.get(value, 0) <= 0:
-            satisfied = False
-        if not term.selects(pod, pod.namespace):
-            matches_itself = False
-    if satisfied or (not any_match_anywhere and matches_itself):
+        if key is None:  # an absent selector selects no pod, not even the pod itself
+            return AFFINITY_RULES
+        keys.append(key)
+    counts = state.all_terms_counts(tuple(keys))
+    if all(counts.get((term.topology_key, labels[term.topology_key]), 0) > 0 for term in pod.pod_affinity):
+        return None
+    if not counts and all(term.selects(pod, pod.namespace) for term in pod.pod_affinity):
         return None
     return AFFINITY_RULES
 

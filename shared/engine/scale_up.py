@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from shared.domain import (
     DELETION_CANDIDATE_TAINT,
+    LABEL_HOSTNAME,
     LABEL_ZONE,
     TO_BE_DELETED_TAINT,
     ClusterSnapshot,
@@ -46,6 +47,8 @@ from shared.domain import (
 )
 from shared.engine.expanders import ExpansionOption, Priorities, choose
 from shared.engine.limits import (
+    MAX_CLUSTER_CORES_REACHED,
+    MAX_CLUSTER_MEMORY_REACHED,
     ClusterLimits,
     ClusterTotals,
     allowed_increase,
@@ -113,6 +116,10 @@ class ScaleUpPlan:
     unplaceable: Mapping[str, str] = field(default_factory=dict)  # pod -> why no group can take it
     ignored: Mapping[str, str] = field(default_factory=dict)  # pending pods that are not demand (expendable, delayed)
     reclaimed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # draining node -> pods that need it back
+    # Unplaceable pods a group grown by this plan would have taken but for CORES_TOTAL or MEMORY_TOTAL
+    # (pod -> group id). cluster-autoscaler estimates with node-count limits only and caps the count by
+    # cores and memory afterwards, so it names these pods among those that triggered the scale-up.
+    limited: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,6 +459,13 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         if kinds[index] == "reclaimed":
             reclaimed.setdefault(candidates[index].name, []).append(pod.key)
 
+    # Existing and booting nodes a hostname-spread pod may go back to once new nodes raise the
+    # spread's minimum (cluster-autoscaler's estimator does so for such pods; see _estimate).
+    retry_on = _RetryNodes(
+        [view for view, kind in zip(candidates, kinds, strict=True) if kind != "reclaimed"],
+        [kind for kind in kinds if kind != "reclaimed"],
+    )
+
     # 2. New nodes: estimate every group, let the expander pick one, commit it, repeat for the rest.
     totals = cluster_totals(snapshot, exclude=virtual)
     room: dict[str, int] = {}
@@ -486,7 +500,8 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
             if reuse and group.id in estimates and estimated_room.get(group.id) == room[group.id]:
                 option = estimates[group.id]
             else:
-                option = estimates[group.id] = _estimate(plans.get(group.id), remaining, room[group.id], state, classes)
+                option = estimates[group.id] = _estimate(
+                    plans.get(group.id), remaining, room[group.id], state, classes, retry_on)
                 estimated_room[group.id] = room[group.id]
             if option is not None:
                 options_.append(option)
@@ -519,9 +534,24 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         pod.key: _why_not(pod, classes[id(pod)], snapshot, plans, room, added, options, state, room_reason)
         for pod in remaining
     }
+    limited = _limited(remaining, classes, plans, room, room_reason, added, state)
     plan = ScaleUpPlan(increases=increases, absorbed=tuple(absorbed), unplaceable=unplaceable,
-                       ignored=dict(split.ignored), reclaimed={n: tuple(p) for n, p in reclaimed.items()})
+                       ignored=dict(split.ignored), reclaimed={n: tuple(p) for n, p in reclaimed.items()},
+                       limited=limited)
     return ScaleUpSimulation(plan, tuple(steps))
+
+
+@dataclass(frozen=True, slots=True)
+class _RetryNodes:
+    """Nodes outside the estimate (existing, upcoming) that hostname-spread pods may be placed on again."""
+
+    views: Sequence[NodeView]
+    kinds: Sequence[str]
+
+
+def _uses_hostname_spread(pod: Pod) -> bool:
+    # cluster-autoscaler's isPodUsingHostNameTopologyKey.
+    return any(c.topology_key == LABEL_HOSTNAME for c in pod.topology_spread)
 
 
 def _estimate(
@@ -530,8 +560,17 @@ def _estimate(
     room: int,
     state: PlacementState,
     classes: Mapping[int, _PodClass],
+    retry_on: _RetryNodes = _RetryNodes((), ()),
 ) -> _Option | None:
-    """Bin-pack `pods` onto at most `room` new nodes of the group, first-fit decreasing; the state is left as found."""
+    """Bin-pack `pods` onto at most `room` new nodes of the group, first-fit decreasing; the state is left as found.
+
+    As cluster-autoscaler's binpacking estimator, a pod with a hostname topology spread
+    that fits none of the new nodes first tries every other node (existing and booting
+    ones too) before a node is added for it: each new node raises the spread's global
+    minimum, so an existing node that had to be skipped before may take the pod now.
+    Without this, every new node would hold maxSkew pods more than the emptiest existing
+    node, and a large scale-up would ask for about twice the nodes CA does.
+    """
     if plan is None or room <= 0:
         return None
     group = plan.group
@@ -544,6 +583,7 @@ def _estimate(
         per_zone = dict(plan.per_zone)
         given_up: set[int] = set()  # classes that failed on a fresh node of this group
         live: dict[int, tuple[list[int], int]] = {}  # class -> (opened nodes worth trying, opened nodes seen)
+        retry_live: dict[int, list[int]] = {}  # class -> retry_on nodes worth trying
         for pod in pods:
             cls = classes[id(pod)]
             if cls.unsupported or cls.index in given_up:
@@ -558,6 +598,17 @@ def _estimate(
                 steps.append(SimulationStep("new", opened[index], pod, group.id))
                 placed.append(pod)
                 continue
+            if retry_on.views and _uses_hostname_spread(pod):
+                retry = retry_live.get(cls.index)
+                if retry is None:
+                    retry = list(range(len(retry_on.views)))
+                view_names = [v.name for v in retry_on.views]
+                index, retry_live[cls.index] = _first_fit(pod, cls, retry_on.views, view_names, retry, state)
+                if index >= 0:
+                    state.place(pod, retry_on.views[index].name, cls.requests)
+                    steps.append(SimulationStep(retry_on.kinds[index], retry_on.views[index], pod))
+                    placed.append(pod)
+                    continue
             if len(opened) >= room:
                 continue  # no more nodes in this group; a smaller pod may still fit an open one
             zone = next_zone(group, per_zone)
@@ -676,6 +727,43 @@ def _expand(options: Sequence[_Option], plans: Mapping[str, _GroupPlan], setting
     chosen = choose(candidates, chain=settings.expander, priorities=settings.priorities, rng=settings.seed)
     assert chosen is not None  # options is never empty here
     return by_group[chosen.group.id]
+
+
+def _limited(
+    remaining: Sequence[Pod],
+    classes: Mapping[int, _PodClass],
+    plans: Mapping[str, _GroupPlan],
+    room: Mapping[str, int],
+    room_reason: Mapping[str, str],
+    added: Mapping[str, tuple[int, list[str]]],
+    state: PlacementState,
+) -> dict[str, str]:
+    """Pods left over only because a grown group hit the cluster's cores or memory max (see ScaleUpPlan.limited)."""
+    capped = [
+        group_id for group_id in sorted(added)
+        if room.get(group_id, 0) <= 0 and room_reason.get(group_id) in (MAX_CLUSTER_CORES_REACHED, MAX_CLUSTER_MEMORY_REACHED)
+    ]
+    if not capped:
+        return {}
+    fits: dict[tuple[int, str], bool] = {}
+    limited: dict[str, str] = {}
+    for pod in remaining:
+        cls = classes[id(pod)]
+        if cls.unsupported:
+            continue
+        for group_id in capped:
+            known = fits.get((cls.index, group_id))
+            if known is None:
+                plan = plans[group_id]
+                checkpoint = state.checkpoint()
+                view = plan.view(plan.planned_name(0), next_zone(plan.group, plan.per_zone))
+                state.add_node(view)
+                known = fits[(cls.index, group_id)] = check(pod, view, state, cls.requests) is None
+                state.rollback(checkpoint)
+            if known:
+                limited[pod.key] = group_id
+                break
+    return limited
 
 
 def _why_not(

@@ -42,6 +42,13 @@ class EventRecorder:
 
 
 def scale_up_events(snapshot: ClusterSnapshot, plan: ScaleUpPlan, *, now: datetime) -> list[ClusterEvent]:
+    """cluster-autoscaler's pod events for one scale-up decision (its EventingScaleUpStatusProcessor).
+
+    `TriggeredScaleUp` goes to every pod the scale-up was estimated for, those a CORES_TOTAL or
+    MEMORY_TOTAL cap left without room included (CA caps the node count after estimating).
+    `NotTriggerScaleUp` is written only in a poll that grows nothing: while a scale-up is under way
+    the pods it could not take are reported on a later poll, as CA skips them in a loop with a scale-up.
+    """
     pods = {pod.key: pod for pod in snapshot.pods}
     groups: Mapping[str, NodeGroup] = {group.id: group for group in snapshot.groups}
     events = []
@@ -49,9 +56,12 @@ def scale_up_events(snapshot: ClusterSnapshot, plan: ScaleUpPlan, *, now: dateti
         group = groups[increase.group_id]
         message = (f"pod triggered scale-up: [{{{increase.group_id} {increase.current_target}->{increase.new_target} "
                    f"(max: {group.max_size})}}]")
-        for key in increase.pods:
+        limited = [key for key, group_id in plan.limited.items() if group_id == increase.group_id]
+        for key in (*increase.pods, *limited):
             pod = pods[key]
             events.append(ClusterEvent(pod.namespace, "Pod", pod.name, pod.uid, "TriggeredScaleUp", message, now))
+    if plan.increases:
+        return events
     for key, reason in plan.unplaceable.items():
         pod = pods[key]
         events.append(ClusterEvent(pod.namespace, "Pod", pod.name, pod.uid, "NotTriggerScaleUp",

@@ -210,6 +210,11 @@ def test_the_pod_count_is_a_resource_too() -> None:
          Amounts.of(2000, 0, 1, {"nvidia.com/gpu": 1})),
         ({"containers": [{"resources": {"requests": {"ephemeral-storage": "2Gi", "hugepages-2Mi": "4Mi"}}}]},
          Amounts.of(0, 0, 1, {"ephemeral-storage": 2 * GI, "hugepages-2Mi": 4 << 20})),
+        # pod-level cpu, memory and hugepages (a limit standing in for the request) replace the aggregate;
+        # an extended resource at pod level is ignored
+        ({"containers": [{"resources": {"requests": {"cpu": "100m", "hugepages-2Mi": "4Mi", "nvidia.com/gpu": "1"}}}],
+          "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "4"}, "limits": {"hugepages-2Mi": "1Gi"}}},
+         Amounts.of(1000, 0, 1, {"hugepages-2Mi": GI, "nvidia.com/gpu": 1})),
     ],
 )
 def test_pod_requests_are_computed_as_kube_does(spec: dict[str, Any], expected: Amounts) -> None:

@@ -112,14 +112,35 @@ REQUEST_CASES: list[tuple[str, dict[str, Any], Resources]] = [
         },
         Resources(0, 0, 1, 3 * Gi, (("nvidia.com/gpu", 3),)),
     ),
+    # Pod-level rows after component-helpers resource/helpers_test.go (TestPodRequests,
+    # "pod-level resources" and hugepages cases): cpu, memory and hugepages-* are
+    # pod-level resources; anything else stays per container.
     (
-        "overhead adds to every resource; pod-level requests replace only cpu and memory",
+        "overhead adds to every resource; pod-level hugepages replace the containers' too",
         {
             "containers": [container("100m", "128Mi", resources={"requests": {"cpu": "100m", "hugepages-2Mi": "4Mi"}})],
             "resources": {"requests": {"cpu": "1", "hugepages-2Mi": "1Gi"}},
             "overhead": {"ephemeral-storage": "1Gi"},
         },
-        Resources(1000, 0, 1, Gi, (("hugepages-2Mi", 4 * Mi),)),
+        Resources(1000, 0, 1, Gi, (("hugepages-2Mi", Gi),)),
+    ),
+    (
+        "pod-level hugepages given as a limit only count as the request (API server defaulting)",
+        {"containers": [container("100m", "128Mi")], "resources": {"limits": {"memory": "1Gi", "hugepages-1Gi": "2Gi"}}},
+        Resources(100, Gi, 1, 0, (("hugepages-1Gi", 2 * Gi),)),
+    ),
+    (
+        "pod-level hugepages with containers requesting none",
+        {"containers": [container("1", "1Gi")], "resources": {"requests": {"hugepages-2Mi": "100Mi"}}},
+        Resources(1000, Gi, 1, 0, (("hugepages-2Mi", 100 * Mi),)),
+    ),
+    (
+        "an extended resource at pod level is not a pod-level resource: the containers' count",
+        {
+            "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+            "resources": {"requests": {"nvidia.com/gpu": "4"}},
+        },
+        Resources(0, 0, 1, 0, (("nvidia.com/gpu", 1),)),
     ),
     (
         "an explicit request beats the limit",
@@ -333,6 +354,18 @@ UNSUPPORTED_CASES = [
      {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
          {"matchExpressions": [{"key": "k", "operator": "Near", "values": ["x"]}]}]}}}},
      ("nodeAffinity operator Near",)),
+    # The alpha comparison operators of KEP-5471 (TaintTolerationComparisonOperators), as in
+    # kubernetes pkg/apis/core/validation tests: rejected by a server without the gate.
+    ("a Gt toleration (alpha)",
+     {"tolerations": [{"key": "node.example.com/sla", "operator": "Gt", "value": "950", "effect": "NoSchedule"}]},
+     ("toleration operator Gt",)),
+    ("an Lt toleration (alpha)",
+     {"tolerations": [{"key": "node.example.com/sla", "operator": "Lt", "value": "100", "effect": "NoSchedule"}]},
+     ("toleration operator Lt",)),
+    ("Equal, Exists and the defaulted operator are supported",
+     {"tolerations": [{"key": "a", "value": "b"}, {"key": "c", "operator": "Exists"},
+                      {"key": "d", "operator": "Equal", "value": "e"}]},
+     ()),
     ("a whenUnsatisfiable we do not know",
      {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "z", "whenUnsatisfiable": "Sometimes",
                                      "labelSelector": {}}]},

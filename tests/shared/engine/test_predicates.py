@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain import HostPort, Pod, Resources, Taint, Toleration
+from shared.domain import HostPort, LabelSelector, Pod, Resources, Taint, Toleration
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.predicates import (
     AFFINITY_RULES,
@@ -57,6 +57,7 @@ def running(name: str, labels: dict[str, str], namespace: str = "default", **kw:
 
 # --- NodeResourcesFit -----------------------------------------------------------------
 
+MIB = 1024 * 1024
 INSUFFICIENT = [
     ("fits exactly", res(4, 16, 1), res(4, 16, 1), None),
     ("a zero request fits an over-committed node", Resources(0, 0, 1), Resources(-500, -GIB, 5), None),
@@ -68,6 +69,13 @@ INSUFFICIENT = [
     ("more GPUs than the node has", res(1, 1, 1, gpu=2), res(4, 16, 10, gpu=1), "Insufficient nvidia.com/gpu"),
     ("GPUs that fit", res(1, 1, 1, gpu=2), res(4, 16, 10, gpu=4), None),
     ("any vendor resource", res(1, 1, 1, ext={"example.com/fpga": 1}), res(4, 16, 10, gpu=1), "Insufficient example.com/fpga"),
+    # hugepages rows after noderesources/fit_test.go (TestEnoughRequests, "hugepages resource
+    # capacity enforced" / "allocatable enforced"): allocatable 5, 2 already used, so 3 free.
+    ("hugepages over what is free", res(0, 0, 1, ext={"hugepages-2Mi": 10 * MIB}), res(4, 16, 10, ext={"hugepages-2Mi": 3 * MIB}),
+     "Insufficient hugepages-2Mi"),
+    ("hugepages that fit", res(0, 0, 1, ext={"hugepages-2Mi": 3 * MIB}), res(4, 16, 10, ext={"hugepages-2Mi": 3 * MIB}), None),
+    ("1Gi hugepages on a node with only 2Mi pages", res(0, 0, 1, ext={"hugepages-1Gi": GIB}),
+     res(4, 16, 10, ext={"hugepages-2Mi": 4 * GIB}), "Insufficient hugepages-1Gi"),
 ]
 
 
@@ -99,6 +107,8 @@ TAINTS = [
     ("Equal with another value does not", (Taint("gpu", "true"),), (Toleration("gpu", "Equal", "false"),),
      "node(s) had untolerated taint {gpu: true}"),
     ("Exists on the key tolerates any value", (Taint("gpu", "x"),), (Toleration("gpu", "Exists"),), None),
+    ("an alpha Gt toleration is never taken to tolerate", (Taint("sla", "950"),), (Toleration("sla", "Gt", "950"),),
+     "node(s) had untolerated taint {sla: 950}"),
     ("Exists without a key tolerates everything", (Taint("a"), Taint("b", "", "NoExecute")), (Toleration("", "Exists"),),
      None),
     ("a toleration for another effect does not", (Taint("gpu", "true"),),
@@ -139,6 +149,28 @@ NODE_AFFINITY_CASES = [
     ("matchFields on metadata.name", {}, (term(fields=(req("metadata.name", "In", "n1"),)),), True),
     ("matchFields on another node's name", {}, (term(fields=(req("metadata.name", "In", "n2"),)),), False),
     ("nodeSelector and affinity must both hold", {"pool": "cpu"}, (term(req("gen", "In", "5")),), False),
+    # Requirements the scheduler cannot parse make their term match no node (and never every
+    # node). Rows after kubernetes pkg/scheduler/framework/plugins/nodeaffinity/node_affinity_test.go
+    # ("Pod with an invalid value in Affinity term won't be scheduled onto the node") and
+    # component-helpers scheduling/corev1/nodeaffinity/nodeaffinity_test.go (invalid key, empty
+    # values, Gt/Lt needing one integer).
+    ("an invalid value in a NotIn term matches nothing", {},
+     (term(req("pool", "NotIn", "invalid value: ___@#$%^")),), False),
+    ("an invalid label key matches nothing", {}, (term(req("invalid key", "DoesNotExist")),), False),
+    ("NotIn with no values matches nothing", {}, (term(req("pool", "NotIn")),), False),
+    ("In with no values matches nothing", {}, (term(req("pool", "In")),), False),
+    ("Exists with values matches nothing", {}, (term(req("pool", "Exists", "gpu")),), False),
+    ("DoesNotExist with values matches nothing", {}, (term(req("disk", "DoesNotExist", "ssd")),), False),
+    ("Gt with a value that is not an integer matches nothing", {}, (term(req("gen", "Gt", "4a")),), False),
+    ("Lt with two values matches nothing", {}, (term(req("gen", "Lt", "6", "7")),), False),
+    ("Gt with an underscore in the number matches nothing (Go's ParseInt)", {}, (term(req("gen", "Gt", "1_0")),), False),
+    ("Gt with a leading zero label value, as upstream's kernel-version row", {}, (term(req("gen", "Gt", "0004")),), True),
+    ("an unknown operator matches nothing", {}, (term(req("pool", "Like", "gpu")),), False),
+    ("matchFields with two values matches nothing", {}, (term(fields=(req("metadata.name", "In", "n1", "n2"),)),),
+     False),
+    ("an invalid term does not stop a valid one from matching", {},
+     (term(req("pool", "NotIn")), term(req("pool", "In", "gpu"))), True),
+    ("a prefixed key is valid", {}, (term(req("example.com/pool", "DoesNotExist")),), True),
 ]
 
 
@@ -362,3 +394,79 @@ def test_check_runs_every_filter_in_the_schedulers_order() -> None:
     assert check(pod("e", cpu=1, tolerations=tolerant, anti_affinity=(affinity(HOST, sel(app="web")),)), node,
                  state) == ANTI_AFFINITY_RULES
     assert check(pod("f", cpu=1, tolerations=tolerant), node, state) is None
+
+
+# --- Required pod affinity with several terms: kube-scheduler's semantics ----------------
+# Rows from kubernetes pkg/scheduler/framework/plugins/interpodaffinity/filtering_test.go
+# (TestRequiredAffinitySingleNode, TestRequiredAffinityMultipleNodes): one node "machine1"
+# in region r1 / zone z11; the incoming pod carries {security: S1} unless the row says.
+# An existing pod counts only when it matches *every* term of the incoming pod.
+
+def _sel(*requirements: object) -> LabelSelector:
+    return LabelSelector((), tuple(requirements))  # type: ignore[arg-type]
+
+
+SCAN = {"service": "securityscan"}
+S1 = {"security": "S1"}
+R1 = {"region": "r1", "zone": "z11"}
+
+MULTI_TERM = [
+    ("one term, In matches the existing pod",
+     S1, [affinity("region", _sel(req("service", "In", "securityscan", "value2")))], [SCAN], None),
+    ("one term, NotIn matches the existing pod",
+     S1, [affinity("region", _sel(req("service", "NotIn", "securityscan3", "value3")))], [SCAN], None),
+    ("two terms, both matched by the same pod (different operators)",
+     S1, [affinity("region", _sel(req("service", "Exists"), req("wrongkey", "DoesNotExist"))),
+          affinity("region", _sel(req("service", "In", "securityscan"), req("service", "NotIn", "WrongValue")))],
+     [SCAN], None),
+    ("two terms, the existing pod fails one requirement of the second",
+     S1, [affinity("region", _sel(req("service", "Exists"), req("wrongkey", "DoesNotExist"))),
+          affinity("region", _sel(req("service", "In", "securityscan2"), req("service", "NotIn", "WrongValue")))],
+     [SCAN], AFFINITY_RULES),
+    ("two terms, each matched by a different pod: not satisfied",
+     SCAN, [affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists")))],
+     [SCAN, S1], AFFINITY_RULES),
+    ("two terms, one pod matching both",
+     SCAN, [affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists")))],
+     [{**SCAN, **S1}], None),
+    ("no pod matches all terms, but the pod matches its own terms: the first of its group may go",
+     {**SCAN, **S1},
+     [affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists")))],
+     [SCAN], None),
+    ("no pod anywhere, the pod matches only one of its own two terms",
+     SCAN, [affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists")))],
+     [], AFFINITY_RULES),
+    ("terms on two topology keys, one pod matching both",
+     S1, [affinity("region", _sel(req("service", "In", "securityscan"))),
+          affinity("zone", _sel(req("service", "Exists")))], [SCAN], None),
+    ("a term on a key the node lacks is never satisfied",
+     S1, [affinity("region", _sel(req("service", "Exists"))), affinity("rack", _sel(req("service", "Exists")))],
+     [SCAN], AFFINITY_RULES),
+]
+
+
+@pytest.mark.parametrize(("case", "labels", "terms", "existing", "expected"), MULTI_TERM,
+                         ids=[row[0] for row in MULTI_TERM])
+def test_pod_affinity_terms_must_all_be_matched_by_one_pod(
+    case: str, labels: dict[str, str], terms: list, existing: list[dict[str, str]], expected: str | None
+) -> None:
+    node = NodeView("machine1", {HOST: "machine1", **R1}, (), res(4, 16, 110))
+    placed = [(running(f"e{i}", pod_labels), "machine1") for i, pod_labels in enumerate(existing)]
+    state = state_of([node], placed)
+    candidate = pod("p", labels=labels, pod_affinity=tuple(terms))
+    assert pod_affinity_mismatch(candidate, node, state) == expected
+
+
+def test_pod_affinity_index_follows_placements_and_rollback() -> None:
+    """The all-terms index is kept as the estimator places and undoes pods."""
+    node = NodeView("machine1", {HOST: "machine1", **R1}, (), res(4, 16, 110))
+    state = state_of([node])
+    terms = (affinity("region", _sel(req("service", "Exists"))), affinity("region", _sel(req("security", "Exists"))))
+    candidate = pod("p", labels={"app": "x"}, pod_affinity=terms)
+    assert pod_affinity_mismatch(candidate, node, state) == AFFINITY_RULES
+    mark = state.checkpoint()
+    both = running("both", {**SCAN, **S1})
+    state.place(both, "machine1", pod_requests(both))
+    assert pod_affinity_mismatch(candidate, node, state) is None
+    state.rollback(mark)
+    assert pod_affinity_mismatch(candidate, node, state) == AFFINITY_RULES
