@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.domain import Taint, Toleration
+from shared.engine import daemonsets
 from sandbox.errors import KubeError
 from sandbox.podspec import HostPort
 from sandbox.resources import Amounts, resource_list
@@ -41,16 +42,9 @@ def toleration_json(toleration: Toleration) -> dict[str, Any]:
     return obj
 
 
-# What the DaemonSet controller adds to every pod it makes (kubernetes pkg/controller/daemon/util,
-# AddOrUpdateDaemonPodTolerations); network-unavailable only with hostNetwork, which the sandbox has not.
-DAEMON_POD_TOLERATIONS: tuple[Toleration, ...] = (
-    Toleration("node.kubernetes.io/not-ready", "Exists", "", "NoExecute"),
-    Toleration("node.kubernetes.io/unreachable", "Exists", "", "NoExecute"),
-    Toleration("node.kubernetes.io/disk-pressure", "Exists", "", "NoSchedule"),
-    Toleration("node.kubernetes.io/memory-pressure", "Exists", "", "NoSchedule"),
-    Toleration("node.kubernetes.io/pid-pressure", "Exists", "", "NoSchedule"),
-    Toleration("node.kubernetes.io/unschedulable", "Exists", "", "NoSchedule"),
-)
+# What the DaemonSet controller adds to every pod it makes: the engine's list (the sandbox has no
+# host-network pods, so network-unavailable is never added here).
+DAEMON_POD_TOLERATIONS = daemonsets.DAEMON_POD_TOLERATIONS
 
 
 def daemonset_object(namespace: str, name: str, uid: str, created: str, pod: Mapping[str, Any]) -> dict[str, Any]:
