@@ -48,6 +48,9 @@ class StatusInputs:
     scale_up_needed: frozenset[str] | None = frozenset()
     unschedulable_pods: int = 0
     max_node_provision_time: timedelta = timedelta(minutes=15)
+    # Group id -> nodes due for removal but kept for want of a MAX_SCALE_DOWN_PARALLELISM slot; None (the
+    # pending poll) keeps what the utilisation poll wrote.
+    waiting_for_slots: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +184,8 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
                 minSize=group.min_size, maxSize=group.max_size,
             ),
             "scaleUp": _condition(up, before.get("scaleUp"), now=now, **up_extra),
-            "scaleDown": _scale_down(unneeded_by_group, group.id, before.get("scaleDown"), now=now),
+            "scaleDown": _scale_down(unneeded_by_group, group.id, before.get("scaleDown"), now=now,
+                                     waiting=inputs.waiting_for_slots),
         })
 
     if "InProgress" in scale_ups:
@@ -199,21 +203,33 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
             "health": _condition("Healthy" if total.healthy else "Unhealthy", prev_wide.get("health"), now=now,
                                  nodeCounts=total.as_doc()),
             "scaleUp": _condition(wide_up, prev_wide.get("scaleUp"), now=now),
-            "scaleDown": _scale_down(unneeded_by_group, None, prev_wide.get("scaleDown"), now=now),
+            "scaleDown": _scale_down(unneeded_by_group, None, prev_wide.get("scaleDown"), now=now,
+                                     waiting=inputs.waiting_for_slots),
         },
         "nodeGroups": groups,
     }
 
 
 def _scale_down(unneeded_by_group: Mapping[str, int] | None, group_id: str | None, previous: Mapping[str, Any] | None,
-                *, now: datetime) -> dict[str, Any]:
-    """The scale-down condition of a group (or, for None, the cluster); kept as written when not known this poll."""
+                *, now: datetime, waiting: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The scale-down condition of a group (or, for None, the cluster); kept as written when not known this poll.
+
+    CA's condition says only whether there are candidates. Ours also says, in `maxParallelismReached`, how
+    many candidates are due but wait for a MAX_SCALE_DOWN_PARALLELISM slot (present only when some do), so
+    a scale-down that lags behind a large cluster is visible where operators look first. A reader of CA's
+    layout ignores the extra field.
+    """
     if unneeded_by_group is None:
         if previous and previous.get("status"):
             return dict(previous)
         return _condition("NoCandidates", None, now=now, candidates=0)
     candidates = sum(unneeded_by_group.values()) if group_id is None else unneeded_by_group.get(group_id, 0)
-    return _condition("CandidatesPresent" if candidates else "NoCandidates", previous, now=now, candidates=candidates)
+    extra: dict[str, Any] = {}
+    blocked = sum((waiting or {}).values()) if group_id is None else (waiting or {}).get(group_id, 0)
+    if blocked:
+        extra["maxParallelismReached"] = blocked
+    return _condition("CandidatesPresent" if candidates else "NoCandidates", previous, now=now, candidates=candidates,
+                      **extra)
 
 
 def render_status(doc: Mapping[str, Any]) -> str:

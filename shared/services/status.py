@@ -58,9 +58,9 @@ def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, 
 def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],
                   unneeded: Mapping[str, datetime] | None,
                   backoff: Mapping[str, str] | None = None, scale_up_needed: frozenset[str] = frozenset(),
-                  unschedulable_pods: int = 0) -> StatusInputs:
+                  unschedulable_pods: int = 0, waiting_for_slots: Mapping[str, int] | None = None) -> StatusInputs:
     return StatusInputs(
         group_states=group_states, unneeded=unneeded, backoff=dict(backoff or {}),
         scale_up_needed=scale_up_needed, unschedulable_pods=unschedulable_pods,
-        max_node_provision_time=settings.max_node_provision_time,
+        max_node_provision_time=settings.max_node_provision_time, waiting_for_slots=waiting_for_slots,
     )

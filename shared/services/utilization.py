@@ -14,6 +14,7 @@ from datetime import datetime
 from shared import telemetry
 from shared.actions import RemovalTarget, new_scale_down
 from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, Taint
+from shared.engine import reasons
 from shared.engine.backoff import backoff_reason
 from shared.engine.cooldowns import ScaleDownDelays
 from shared.engine.drainability import DrainRules
@@ -142,6 +143,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     publish_status(ports, settings, snapshot, status_inputs(
         settings, group_states=group_states, unneeded=plan.unneeded, backoff=backoff,
         scale_up_needed=None, unschedulable_pods=len(pending_pods(snapshot)),
+        waiting_for_slots=waiting_for_slots(snapshot, plan),
     ), now=now)
     return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued))
 
@@ -186,3 +188,13 @@ def _soft_taints(ports: Ports, snapshot: ClusterSnapshot, plan: ScaleDownPlan, *
             ports.cluster.add_taint(node.name, taint=taint)
         elif marked and node.name not in plan.unneeded and not node.is_being_deleted:
             ports.cluster.remove_taint(node.name, taint_key=DELETION_CANDIDATE_TAINT)
+
+
+def waiting_for_slots(snapshot: ClusterSnapshot, plan: ScaleDownPlan) -> dict[str, int]:
+    """Per group, the nodes the plan kept only for want of a MAX_SCALE_DOWN_PARALLELISM slot."""
+    groups = {node.name: ref.group_id for node in snapshot.nodes if (ref := node.instance) is not None}
+    waiting: dict[str, int] = {}
+    for node, reason in plan.kept.items():
+        if reason.code == reasons.MAX_PARALLELISM_REACHED and node in groups:
+            waiting[groups[node]] = waiting.get(groups[node], 0) + 1
+    return waiting

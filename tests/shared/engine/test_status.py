@@ -164,3 +164,15 @@ def test_a_poll_that_plans_no_scale_down_keeps_the_conditions_the_utilization_po
     assert kept["clusterWide"]["scaleDown"] == written["clusterWide"]["scaleDown"]
     first = build_status(snapshot, _inputs(unneeded=None), now=T0)
     assert first["clusterWide"]["scaleDown"]["status"] == "NoCandidates"
+
+
+def test_candidates_waiting_for_a_parallelism_slot_are_visible() -> None:
+    snapshot = _snapshot(node("a0", group_name="pool-a"), node("a1", group_name="pool-a", instance=1),
+                         node("b0", group_name="pool-b"))
+    doc = build_status(snapshot, _inputs(unneeded={"a0": T0, "a1": T0, "b0": T0}, waiting_for_slots={A.id: 2}),
+                       now=T0)
+    assert _group(doc, "pool-a")["scaleDown"]["maxParallelismReached"] == 2
+    assert "maxParallelismReached" not in _group(doc, "pool-b")["scaleDown"]  # only where some wait
+    assert doc["clusterWide"]["scaleDown"]["maxParallelismReached"] == 2
+    assert "maxParallelismReached: 2" in render_status(doc)
+

@@ -56,3 +56,21 @@ def test_status_configmap_can_be_moved_or_turned_off(sandbox_factory: Any, azuri
     run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
     assert app.context.ports.cluster.get_config_map(*STATUS) is None
     assert "status" in (app.context.ports.cluster.get_config_map("default", "autoscaler-status") or {})
+
+
+def test_the_utilisation_poll_counts_the_nodes_kept_for_want_of_a_slot() -> None:
+    from shared.engine.reasons import KeptReason
+    from shared.engine.scale_down import ScaleDownPlan
+    from shared.services.utilization import waiting_for_slots
+
+    from shared.domain import ClusterSnapshot
+    from tests.builders import T0, group, node
+
+    a, b = group("pool-a", target=2), group("pool-b", target=1)
+    snapshot = ClusterSnapshot(taken_at=T0, nodes=(node("a0", group_name="pool-a"),
+                                                   node("a1", group_name="pool-a", instance=1),
+                                                   node("b0", group_name="pool-b")), pods=(), groups=(a, b))
+    plan = ScaleDownPlan(unneeded={}, removals=(), kept={
+        "a0": KeptReason("MaxParallelismReached", "slots"), "a1": KeptReason("NotUnneededLongEnough", "young"),
+        "b0": KeptReason("MaxParallelismReached", "slots")})
+    assert waiting_for_slots(snapshot, plan) == {a.id: 1, b.id: 1}
