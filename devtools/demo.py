@@ -275,7 +275,8 @@ def run_scenario(
             ledger = context.ports.state.list_ledger()
             summary = build_summary(scenario, report, ledger,
                                     converged=converged, wall_seconds=time.monotonic() - started, runner=runner,
-                                    kept=kept)
+                                    kept=kept,
+                                    unneeded_time_s=context.settings.scale_down_unneeded_time.total_seconds())
             summary["state"] = _state_rows(context, report["nodes_by_group"])
             if isinstance(runner, RestartingRunner):
                 summary["runner_restarts"] = runner.restart_report(ledger)
@@ -383,9 +384,31 @@ def _waits_by_workload(pods: list[dict[str, Any]]) -> dict[str, float | None]:
     return dict(sorted(result.items()))
 
 
+def removal_lag(report: dict[str, Any], *, unneeded_time_s: float) -> dict[str, float | int]:
+    """How late removals started: for each node removed while empty, the time from when it became removable
+    (its last pod gone, or its creation, plus SCALE_DOWN_UNNEEDED_TIME) to its delete starting; p50, p95, max.
+
+    Nodes removed with pods still on them (drained, or waited for) are left out: when those became
+    removable depends on the autoscaler's utilisation rules, which the sandbox does not judge."""
+    stopped: dict[str, list[float]] = {}
+    for pod in report["pods"]:
+        if pod.get("node") and pod.get("stopped") is not None:
+            stopped.setdefault(pod["node"], []).append(pod["stopped"])
+    lags = []
+    for entry in report.get("scale_down_order", []):
+        if entry["pods"] or entry.get("delete_started_at") is None:
+            continue
+        created = entry["cordoned_at"] - entry["age_seconds"]
+        last = max([created, *(t for t in stopped.get(entry["node"], []) if t <= entry["cordoned_at"])])
+        lags.append(max(0.0, entry["delete_started_at"] - (last + unneeded_time_s)))
+    lags.sort()
+    return {"nodes": len(lags), "p50": _percentile(lags, 50), "p95": _percentile(lags, 95),
+            "max": round(lags[-1], 1) if lags else 0}
+
+
 def build_summary(
     scenario: str, report: dict[str, Any], ledger: list[Any], *, converged: bool, wall_seconds: float,
-    runner: LocalRunner | RestartingRunner, kept: _KeptLog | None = None,
+    runner: LocalRunner | RestartingRunner, kept: _KeptLog | None = None, unneeded_time_s: float = 600.0,
 ) -> dict[str, Any]:
     waits = sorted(p["bound"] - p["created"] for p in report["pods"] if p.get("bound") is not None)
 
@@ -419,6 +442,8 @@ def build_summary(
         "instances_created_by_group": report.get("instances_created_by_group", {}),
         # Nodes removed, in the order their removal started (cordoned), with their age and utilisation then.
         "scale_down_order": report.get("scale_down_order", []),
+        # How long after becoming removable each node removed while empty started to be deleted (seconds).
+        "removal_lag_s": removal_lag(report, unneeded_time_s=unneeded_time_s),
         # Reason code -> distinct nodes kept for it during the run; node -> its reason in the latest poll.
         "kept_reasons": kept.reason_counts() if kept is not None else {},
         "kept_nodes": kept.kept_nodes() if kept is not None else {},
