@@ -14,6 +14,7 @@ import json
 import math
 import random
 import re
+from datetime import timedelta
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -111,6 +112,7 @@ class NodeGroupSpec:
     boot_delay: Dist | None = None  # None: the scenario's default
     mirror_pods: tuple[MirrorPodSpec, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)  # on every node of the pool
+    initial_age: timedelta = timedelta(hours=1)  # how long before the start the initial nodes registered
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,7 +590,7 @@ def _node_group(value: Any, path: str, location: str) -> NodeGroupSpec:
         {
             "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
             "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
-            "annotations",
+            "annotations", "initial_age",
         },
         {"resource_group", "name", "vm_size", "allocatable"},
     )
@@ -631,7 +633,18 @@ def _node_group(value: Any, path: str, location: str) -> NodeGroupSpec:
         boot_delay=_dist(obj["boot_delay"], f"{path}.boot_delay", parse_duration) if "boot_delay" in obj else None,
         mirror_pods=_items(obj, "mirror_pods", path, _mirror_pod),
         annotations=_annotations(obj.get("annotations", {}), f"{path}.annotations"),
+        initial_age=_initial_age(obj.get("initial_age", "1h"), f"{path}.initial_age"),
     )
+
+
+def _initial_age(value: Any, path: str) -> timedelta:
+    try:
+        age = timedelta(seconds=parse_duration(_str(value, path)))
+    except ValueError as exc:
+        raise _Invalid(path, str(exc)) from None
+    if age < timedelta(0):
+        raise _Invalid(path, f"must not be negative, got {value!r}")
+    return age
 
 
 # A qualified name as the API server wants for annotation keys: an optional DNS-subdomain prefix and `/`,

@@ -338,7 +338,7 @@ class World:
             self._groups[key] = group
             for _ in range(spec.initial):
                 inst = self._new_instance(group, already_running=True)
-                self._register_node(inst, created=self.start - _INITIAL_NODE_AGE)
+                self._register_node(inst, created=self.start - spec.initial_age)
             group.capacity = spec.initial
         for failure in self.scenario.scale_up_failures:
             self.fail_next_scale_up(
