@@ -38,10 +38,17 @@ def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: Cluste
     nodes = {n.name: n for n in snapshot.nodes}
     for group in snapshot.groups:
         state = states.get(group.id, GroupState(group.id))
+        fresh: GroupState | None = None
         for node, action_id in sorted(state.deleting.items()):
             entry = ports.state.get_ledger_entry(action_id)
             if entry is not None and not entry.outcome and now - entry.updated_at < orphan_after(settings):
                 continue  # alive
+            # The poll read the group row before this ledger row: an action that finished in between has
+            # released its nodes already. Only a reservation that still stands is an orphan.
+            fresh = fresh or ports.state.get_group(group.id)
+            if fresh.deleting.get(node) != action_id:
+                continue
+            state = fresh
             why = (f"action {action_id} ended ({entry.outcome})" if entry is not None and entry.outcome
                    else f"action {action_id} made no progress for {orphan_after(settings)}")
             current = nodes.get(node)

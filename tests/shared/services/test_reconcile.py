@@ -1,0 +1,67 @@
+"""The lost-removal reconcile reads the group row again before it acts (issue 14, item 4): an action that
+finished between the poll's read of the row and its read of the ledger is no lost action."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+
+from shared.domain import GroupState
+from shared.ports import LedgerEntry
+from shared.services.memory_state import MemoryStateStore
+from shared.services.reconcile import release_orphaned_removals
+from shared.settings import load_settings
+from tests.builders import T0, group, node, snapshot
+
+SETTINGS = load_settings({"CLUSTER_NAME": "c", "AZURE_SUBSCRIPTION_ID": "s", "NODE_RESOURCE_GROUPS": "rg",
+                          "KUBECONFIG_PATH": "/k"})
+
+
+class _Refuse:
+    """Any call is a bug here: the reconcile must not touch the cluster or ARM for a finished action."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"unexpected call {name}")
+
+
+def test_a_removal_that_finished_after_the_poll_read_its_group_is_not_called_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from shared.ports import Ports
+
+    store = MemoryStateStore()
+    pool = group(target=2)
+    read_by_the_poll = GroupState(pool.id, deleting={"n0": "down-n0"}, committed=frozenset({"n0"}))
+    # Meanwhile the action finished: it released the node, then recorded its outcome.
+    store.create_ledger_entry(LedgerEntry("down-n0", "scale_down", pool.id, (3, 0), "done", T0,
+                                          outcome="succeeded: removed node(s) n0"))
+    ports = Ports(cluster=_Refuse(), compute=_Refuse(), state=store, queue=_Refuse(), clock=_Refuse(),  # type: ignore[arg-type]
+                  events=_Refuse())  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING):
+        released = release_orphaned_removals(ports, SETTINGS, snapshot(groups=[pool], nodes=[node("n1", instance=1)]),
+                                              {pool.id: read_by_the_poll}, now=T0)
+    assert released == []
+    assert not [r for r in caplog.records if "lost action" in r.getMessage()]
+
+
+def test_a_reservation_still_standing_for_an_ended_action_is_released() -> None:
+    from shared.ports import Ports
+
+    store = MemoryStateStore()
+    pool = group(target=2)
+    standing = GroupState(pool.id, deleting={"n0": "down-n0"})
+    assert store.update_group(replace(store.get_group(pool.id), deleting=dict(standing.deleting)))
+    store.create_ledger_entry(LedgerEntry("down-n0", "scale_down", pool.id, (1, 0), "done", T0,
+                                          outcome="failed: something"))
+
+    class _Cluster:
+        def get_node(self, name: str) -> None:
+            return None
+
+    ports = Ports(cluster=_Cluster(), compute=_Refuse(), state=store, queue=_Refuse(), clock=_Refuse(),  # type: ignore[arg-type]
+                  events=_Refuse())  # type: ignore[arg-type]
+    released = release_orphaned_removals(ports, SETTINGS, snapshot(groups=[pool], nodes=[]), {pool.id: standing},
+                                         now=T0)
+    assert released == ["n0"] and store.get_group(pool.id).deleting == {}
