@@ -392,8 +392,10 @@ def removal_lag(report: dict[str, Any], *, unneeded_time_s: float) -> dict[str, 
     removable depends on the autoscaler's utilisation rules, which the sandbox does not judge."""
     stopped: dict[str, list[float]] = {}
     for pod in report["pods"]:
-        if pod.get("node") and pod.get("stopped") is not None:
-            stopped.setdefault(pod["node"], []).append(pod["stopped"])
+        # A pod leaves its node when it finishes, or when it stops otherwise (evicted, deleted, killed).
+        ends = [t for t in (pod.get("finished"), pod.get("stopped")) if t is not None]
+        if pod.get("node") and ends:
+            stopped.setdefault(pod["node"], []).append(min(ends))
     lags = []
     for entry in report.get("scale_down_order", []):
         if entry["pods"] or entry.get("delete_started_at") is None:

@@ -12,9 +12,9 @@ def _removed(node: str, *, cordoned: float, age: float, delete: float | None, po
 def test_lag_counts_from_the_last_pod_gone_plus_the_unneeded_time() -> None:
     report = {
         "pods": [
-            {"node": "a", "stopped": 100.0}, {"node": "a", "stopped": 300.0},  # a empty from 300: removable at 900
+            {"node": "a", "finished": 100.0}, {"node": "a", "finished": 300.0},  # a empty from 300: removable at 900
             {"node": "b", "stopped": 200.0},  # b removable at 800
-            {"node": "c", "stopped": 950.0},  # stopped by the drain, after c was cordoned: not when c became idle
+            {"node": "c", "finished": None, "stopped": 950.0},  # evicted by the drain, after c was cordoned
             {"node": "d", "stopped": None},
         ],
         "scale_down_order": [
