@@ -401,6 +401,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("SKIP_NODES_WITH_LOCAL_STORAGE", "skip_nodes_with_local_storage", "true", _bool,
          "Keep nodes running pods with hostPath or disk-backed emptyDir volumes not listed in "
          "`cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes`."),
+    Spec("SKIP_NODES_WITH_CUSTOM_CONTROLLER_PODS", "skip_nodes_with_custom_controller_pods", "true", _bool,
+         "Keep nodes running pods owned by a controller other than ReplicationController, ReplicaSet, StatefulSet "
+         "or Job (a workflow engine's, an operator's), which may never recreate them elsewhere; cluster-autoscaler's "
+         "`--skip-nodes-with-custom-controller-pods`."),
     Spec("BATCH_PROTECTION", "batch_protection", "true", _bool,
          "Never evict running batch pods (owned by a Job, or matching `BATCH_POD_SELECTOR`): their node is "
          "cordoned and removed when they finish. `false` evicts them like any other pod, as cluster-autoscaler does."),
@@ -516,6 +520,7 @@ class Settings:
     scale_down_ignore_mirror_pods_utilization: bool
     skip_nodes_with_system_pods: bool
     skip_nodes_with_local_storage: bool
+    skip_nodes_with_custom_controller_pods: bool
     batch_protection: bool
     batch_pod_selector: LabelSelector | None
     batch_drain_timeout: timedelta

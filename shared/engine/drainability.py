@@ -13,7 +13,10 @@ order, plus two of ours:
   never evicted; the node waits for it to finish;
 - local storage (hostPath, emptyDir not in memory) pins the node unless every such
   volume is listed in `cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes`;
-- a pod with no controller pins the node (its replacement would never be created);
+- a pod with no controller pins the node (its replacement would never be created), and so does, by
+  default, one owned by a controller cluster-autoscaler does not know (a workflow engine's, an
+  operator's): only ReplicationController, ReplicaSet, StatefulSet and Job owners are known to
+  recreate a pod elsewhere (CA's `--skip-nodes-with-custom-controller-pods`, default true);
 - a kube-system pod with no PodDisruptionBudget pins the node;
 - a pod whose PodDisruptionBudget has no disruption left pins the node (the budgets
   are counted across all nodes of one plan: `Budgets`).
@@ -37,6 +40,9 @@ SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-lo
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 ON_COMPLETION = "on-completion"  # safe-to-evict's value for "let it finish, then remove the node"
 KUBE_SYSTEM = "kube-system"
+# The owners cluster-autoscaler counts as replicating their pods (rules/replicated); DaemonSet pods go with
+# their node and never get this far.
+REPLICATED_KINDS = frozenset({"ReplicationController", "ReplicaSet", "StatefulSet", "Job"})
 
 
 class Disposition(Enum):
@@ -52,6 +58,7 @@ class DrainRules:
     batch_selector: LabelSelector | None = None  # BATCH_POD_SELECTOR; Job pods are batch regardless
     skip_system_pods: bool = True  # CA's --skip-nodes-with-system-pods
     skip_local_storage: bool = True  # CA's --skip-nodes-with-local-storage
+    skip_custom_controllers: bool = True  # CA's --skip-nodes-with-custom-controller-pods
     expendable_priority_cutoff: int = -10
 
 
@@ -95,6 +102,10 @@ def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = 
                 reasons.LOCAL_STORAGE, f"pod {pod.key} has local storage ({', '.join(unlisted)})"))
     if pod.owner is None:
         return PodVerdict(pod, Disposition.PIN, KeptReason(reasons.NOT_REPLICATED, f"pod {pod.key} has no controller"))
+    if rules.skip_custom_controllers and pod.owner.kind not in REPLICATED_KINDS:
+        return PodVerdict(pod, Disposition.PIN, KeptReason(
+            reasons.NOT_REPLICATED, f"pod {pod.key} is owned by {pod.owner.kind} {pod.owner.name}, a controller not "
+                                    "known to recreate it (SKIP_NODES_WITH_CUSTOM_CONTROLLER_PODS)"))
     if rules.skip_system_pods and pod.namespace == KUBE_SYSTEM and not any(b.covers(pod) for b in budgets):
         return PodVerdict(pod, Disposition.PIN, KeptReason(
             reasons.UNMOVABLE_KUBE_SYSTEM_POD, f"kube-system pod {pod.key} has no PodDisruptionBudget"))

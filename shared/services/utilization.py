@@ -66,6 +66,7 @@ def drain_rules(settings: Settings) -> DrainRules:
         batch_selector=settings.batch_pod_selector,
         skip_system_pods=settings.skip_nodes_with_system_pods,
         skip_local_storage=settings.skip_nodes_with_local_storage,
+        skip_custom_controllers=settings.skip_nodes_with_custom_controller_pods,
         expendable_priority_cutoff=settings.expendable_pods_priority_cutoff,
     )
 

@@ -47,3 +47,22 @@ SYSTEM_PDB = DisruptionBudget("kube-system", "ms", LabelSelector((("app", "ms"),
 def test_drain_rules_as_cluster_autoscaler(case_id: str, the_pod: Pod, rules: DrainRules,
                                            budgets: tuple[DisruptionBudget, ...], disposition: Disposition) -> None:
     assert classify(the_pod, rules, budgets).disposition is disposition
+
+
+# rules/replicated with --skip-nodes-with-custom-controller-pods (CA's default true): only these owners replicate.
+@pytest.mark.parametrize("kind,skip,disposition", [
+    ("ReplicaSet", True, Disposition.MOVE),
+    ("StatefulSet", True, Disposition.MOVE),
+    ("ReplicationController", True, Disposition.MOVE),
+    ("Workflow", True, Disposition.PIN),  # an Argo Workflow's pod: nothing recreates it elsewhere
+    ("SparkApplication", True, Disposition.PIN),
+    ("Workflow", False, Disposition.MOVE),  # the flag off: any controller counts, as CA then does
+])
+def test_pods_of_controllers_cluster_autoscaler_does_not_know_pin_their_node(
+    kind: str, skip: bool, disposition: Disposition
+) -> None:
+    the_pod = replace(REPLICATED, owner=OwnerRef(kind, "owner"))
+    verdict = classify(the_pod, DrainRules(skip_custom_controllers=skip))
+    assert verdict.disposition is disposition
+    if disposition is Disposition.PIN:
+        assert verdict.reason.code == "NotReplicated" and kind in str(verdict.reason)
