@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 
 EMPTY_MAP: Mapping[str, str] = MappingProxyType({})
@@ -18,6 +18,8 @@ EMPTY_MAP: Mapping[str, str] = MappingProxyType({})
 # The taint cluster-autoscaler puts on a node it is about to delete; we use the
 # same key so that tooling written for CA recognises our drains.
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+DEFAULT_GRACE_SECONDS = 30  # the API's default terminationGracePeriodSeconds
+LONG_TERMINATING_EXTRA_SECONDS = 30  # cluster-autoscaler's PodLongTerminatingExtraThreshold
 # cluster-autoscaler's annotation marking a pod as a DaemonSet pod whatever owns it.
 DAEMONSET_POD_ANNOTATION = "cluster-autoscaler.kubernetes.io/daemonset-pod"
 DELETION_CANDIDATE_TAINT = "DeletionCandidateOfClusterAutoscaler"
@@ -428,6 +430,7 @@ class Pod:
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     is_mirror: bool = False
     deleting: bool = False  # metadata.deletionTimestamp is set
+    deleted_at: datetime | None = None  # metadata.deletionTimestamp: when the pod was asked to terminate
     priority: int = 0  # spec.priority, resolved from the PriorityClass by the API server
     # Required node affinity: the terms are ORed. Empty means none (the API requires a term when set).
     node_affinity: tuple[NodeSelectorTerm, ...] = ()
@@ -456,6 +459,14 @@ class Pod:
         if self.owner is not None and self.owner.kind == "DaemonSet":
             return True
         return self.annotations.get(DAEMONSET_POD_ANNOTATION) == "true"
+
+    def long_terminating(self, now: datetime) -> bool:
+        """Asked to terminate longer ago than its grace period and 30 s more: cluster-autoscaler's
+        IsPodLongTerminating. Such a pod will not leave by itself; scale-down ignores it."""
+        if self.deleted_at is None:
+            return False
+        grace = self.termination_grace_seconds if self.termination_grace_seconds is not None else DEFAULT_GRACE_SECONDS
+        return now > self.deleted_at + timedelta(seconds=grace + LONG_TERMINATING_EXTRA_SECONDS)
 
     @property
     def is_finished(self) -> bool:

@@ -465,6 +465,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         annotations=_frozen(annotations),
         is_mirror=_MIRROR_ANNOTATION in annotations,
         deleting=bool(metadata.get("deletionTimestamp")),
+        deleted_at=_optional_timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp"),
         priority=int(spec.get("priority") or 0),
         local_volumes=_local_volumes(spec),
         started_at=_optional_timestamp(status.get("startTime"), "status.startTime"),

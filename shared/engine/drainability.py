@@ -4,7 +4,9 @@ Pure module, no side effects. cluster-autoscaler's drainability rules, in its
 order, plus two of ours:
 
 - mirror, DaemonSet (owned by one, or annotated `cluster-autoscaler.kubernetes.io/daemonset-pod: "true"`),
-  finished and terminating pods are ignored: they go with the node;
+  finished and long-terminating pods (asked to terminate more than their grace period and 30 s ago,
+  CA's IsPodLongTerminating) are ignored: they go with the node. A pod still within its grace period
+  goes through the rules like any other: it may pin the node, or it must still leave it;
 - `cluster-autoscaler.kubernetes.io/safe-to-evict: "true"` makes any other pod movable;
 - `safe-to-evict: "false"` and Karpenter's `karpenter.sh/do-not-disrupt: "true"` pin the node;
 - `safe-to-evict: "on-completion"` (cluster-autoscaler 1.36+) is never evicted: the node waits for the
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 
 from shared.domain import DisruptionBudget, LabelSelector, Pod
@@ -75,9 +78,16 @@ def is_batch(pod: Pod, rules: DrainRules) -> bool:
     return rules.batch_selector is not None and rules.batch_selector.matches(pod.labels)
 
 
-def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = ()) -> PodVerdict:
-    """One pod's verdict, PodDisruptionBudgets aside from their existence (see `Budgets` for counting)."""
-    if pod.is_node_bound_system_pod or pod.is_finished or pod.deleting:
+def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = (), *,
+             now: datetime | None = None) -> PodVerdict:
+    """One pod's verdict, PodDisruptionBudgets aside from their existence (see `Budgets` for counting).
+
+    `now` tells a long-terminating pod from one still within its grace period; without it (or without
+    the pod's deletion time) a terminating pod is ignored, as it soon will be gone.
+    """
+    if pod.is_node_bound_system_pod or pod.is_finished:
+        return PodVerdict(pod, Disposition.IGNORE)
+    if pod.deleting and (now is None or pod.deleted_at is None or pod.long_terminating(now)):
         return PodVerdict(pod, Disposition.IGNORE)
     if pod.priority < rules.expendable_priority_cutoff:
         return PodVerdict(pod, Disposition.MOVE)
@@ -162,11 +172,12 @@ class NodeDrain:
         return not self.move and not self.wait and self.pinned_by is None
 
 
-def drain_of(pods: Iterable[Pod], rules: DrainRules, budgets: Sequence[DisruptionBudget] = ()) -> NodeDrain:
+def drain_of(pods: Iterable[Pod], rules: DrainRules, budgets: Sequence[DisruptionBudget] = (), *,
+             now: datetime | None = None) -> NodeDrain:
     move: list[Pod] = []
     wait: list[Pod] = []
     for pod in sorted(pods, key=lambda p: p.key):
-        verdict = classify(pod, rules, budgets)
+        verdict = classify(pod, rules, budgets, now=now)
         if verdict.disposition is Disposition.PIN:
             assert isinstance(verdict.reason, KeptReason)  # every PIN verdict carries its code
             return NodeDrain(pinned_by=verdict.reason)

@@ -205,7 +205,7 @@ def plan_scale_down(
             continue  # never touch a node we cannot map to an instance of a discovered group
         group = groups[ref.group_id]
         pods = state.pods_on(node.name)
-        used = node_utilization(node, pods, rules=utilization_rules[group.id])
+        used = node_utilization(node, pods, rules=utilization_rules[group.id], now=now)
         if node.name in in_flight or node.is_being_deleted:
             continue  # its removal is under way; the executor owns it
         if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
@@ -225,7 +225,7 @@ def plan_scale_down(
                                              f"measured CPU {measured:.2f} above {options.measured_cpu_threshold:.2f} "
                                              f"({used.describe()} by requests)")
                 continue
-        drain = drain_of(pods, options.drain, snapshot.disruption_budgets)
+        drain = drain_of(pods, options.drain, snapshot.disruption_budgets, now=now)
         if drain.pinned_by is not None:
             kept[node.name] = drain.pinned_by
             continue
@@ -240,7 +240,7 @@ def plan_scale_down(
             continue
         candidates.append(_Candidate(node, group, drain, used, unready))
 
-    slots_held = _slots_held(group_states, state, snapshot, options)  # before the simulation moves pods around
+    slots_held = _slots_held(group_states, state, snapshot, options, now=now)  # before the simulation moves pods
     candidates.sort(key=_removal_order)
     unneeded_order = _simulate_removal(snapshot, state, candidates, kept)
     unneeded = {c.node.name: unneeded_since.get(c.node.name, now) for c in unneeded_order}
@@ -250,7 +250,7 @@ def plan_scale_down(
 
 
 def _slots_held(group_states: Mapping[str, GroupState], state: PlacementState, snapshot: ClusterSnapshot,
-                options: ScaleDownOptions) -> int:
+                options: ScaleDownOptions, *, now: datetime) -> int:
     """Removals in flight that hold a MAX_SCALE_DOWN_PARALLELISM slot.
 
     Not a removal whose delete is committed: only ARM is left to do, and its write budget is the
@@ -263,7 +263,7 @@ def _slots_held(group_states: Mapping[str, GroupState], state: PlacementState, s
         for node in group_state.deleting:
             if node in group_state.committed:
                 continue
-            drain = drain_of(state.pods_on(node), options.drain, snapshot.disruption_budgets)
+            drain = drain_of(state.pods_on(node), options.drain, snapshot.disruption_budgets, now=now)
             if drain.wait and not drain.move:
                 continue
             held += 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from shared.domain import Node, Pod, Resources
 from shared.engine.predicates import pod_requests
@@ -67,14 +68,18 @@ def _left_out(pod: Pod, rules: UtilizationRules) -> bool:
     return (pod.is_daemonset and rules.ignore_daemonsets) or (pod.is_mirror and rules.ignore_mirror_pods)
 
 
-def node_utilization(node: Node, pods: Iterable[Pod], *, rules: UtilizationRules = UtilizationRules()) -> Utilization:
-    """`pods` are the pods bound to the node; finished pods count for nothing."""
+def node_utilization(node: Node, pods: Iterable[Pod], *, rules: UtilizationRules = UtilizationRules(),
+                     now: datetime | None = None) -> Utilization:
+    """`pods` are the pods bound to the node; finished pods count for nothing, nor (with `now`) long-terminating ones."""
     counted: list[Resources] = []
     left_out: list[Resources] = []
     for pod in pods:
         if pod.is_finished:
             continue
-        (left_out if _left_out(pod, rules) else counted).append(pod_requests(pod))
+        if _left_out(pod, rules):
+            left_out.append(pod_requests(pod))
+        elif now is None or not pod.long_terminating(now):
+            counted.append(pod_requests(pod))
     gpu = _gpus(node)
     if gpu is not None:
         name, total = gpu

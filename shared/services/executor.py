@@ -30,7 +30,16 @@ from typing import Literal
 
 from shared import telemetry
 from shared.actions import InvalidAction, RemovalTarget, ScaleAction, decode_action, encode_action
-from shared.domain import TO_BE_DELETED_TAINT, GroupState, Instance, Node, NodeGroup, Pod, Taint
+from shared.domain import (
+    DEFAULT_GRACE_SECONDS,
+    TO_BE_DELETED_TAINT,
+    GroupState,
+    Instance,
+    Node,
+    NodeGroup,
+    Pod,
+    Taint,
+)
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
@@ -49,7 +58,6 @@ log = logging.getLogger(__name__)
 Outcome = Literal["succeeded", "waiting", "skipped", "rejected", "duplicate", "failed", "dry-run"]
 
 _CAS_ATTEMPTS = 5
-DEFAULT_GRACE_SECONDS = 30  # the API's default terminationGracePeriodSeconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,15 +294,15 @@ class Executor:
             return "node no longer exists"
         if instances[target.instance_id] is None:
             return f"instance {target.instance_id} is not in {group.id}"
-        pinned = self._drain_of(node.name).pinned_by
+        pinned = self._drain_of(node.name, now=now).pinned_by
         if pinned:
             return f"no longer removable: {pinned}"
         return self._reserve_removal(group, node.name, action_id, now=now)
 
-    def _drain_of(self, node_name: str) -> NodeDrain:
+    def _drain_of(self, node_name: str, *, now: datetime) -> NodeDrain:
         pods = self._ports.cluster.list_pods_on_node(node_name)
         budgets = self._ports.cluster.list_disruption_budgets() if any(p.namespace == KUBE_SYSTEM for p in pods) else []
-        return drain_of(pods, drain_rules(self._settings), budgets)
+        return drain_of(pods, drain_rules(self._settings), budgets, now=now)
 
     def _drain(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
         """Evict the pods that may move, wait for batch pods to finish, then go on to delete.
@@ -330,7 +338,7 @@ class Executor:
 
     def _drain_node(self, action: ScaleAction, name: str, *, now: datetime) -> tuple[int, int] | str:
         """One node's drain pass: (pods still to leave, batch pods waited for), or why it was given back."""
-        drain = self._drain_of(name)
+        drain = self._drain_of(name, now=now)
         if drain.pinned_by is not None:
             # A pod that must not be disrupted landed before the taint did: keep the node.
             return self._give_back(action, name, f"no longer removable: {drain.pinned_by}", now=now)

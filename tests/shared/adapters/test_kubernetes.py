@@ -226,6 +226,7 @@ def test_a_full_pod() -> None:
     assert dict(pod.node_selector) == {"agentpool": "gpu"}
     assert pod.is_mirror is True
     assert pod.deleting is True
+    assert pod.deleted_at == datetime(2024, 5, 1, 12, 5, tzinfo=UTC)  # to tell long-terminating pods apart
     assert pod.tolerations == (
         Toleration(key="gpu", operator="Exists", effect="NoSchedule"),
         Toleration(key="team", operator="Equal", value="a"),
@@ -239,7 +240,7 @@ def test_a_full_pod() -> None:
 )
 def test_plain_pods_are_neither_mirror_nor_deleting(metadata: dict[str, Any], mirror: bool, deleting: bool) -> None:
     pod = pod_from_json(pod_json(metadata=metadata))
-    assert (pod.is_mirror, pod.deleting, pod.node_name) == (mirror, deleting, None)
+    assert (pod.is_mirror, pod.deleting, pod.node_name, pod.deleted_at) == (mirror, deleting, None, None)
 
 
 def test_a_malformed_quantity_names_the_text() -> None:

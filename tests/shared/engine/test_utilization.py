@@ -87,3 +87,15 @@ def test_a_candidate_is_strictly_below_its_threshold(threshold: float, value: fl
     from shared.engine.utilization import Utilization
 
     assert Utilization(value, "cpu", threshold).low is candidate
+
+
+def test_a_long_terminating_pod_counts_for_nothing_as_in_cluster_autoscaler() -> None:
+    from datetime import timedelta
+
+    from tests.builders import T0
+
+    # info_test.go: a pod deleted ten minutes ago (default grace) is left out: 0.2, as without it.
+    terminated = _p("podTerminated", deleting=True, deleted_at=T0 - timedelta(minutes=10))
+    assert node_utilization(CA_NODE, [P1, P1, P2, terminated], rules=ALL, now=T0).value == pytest.approx(0.2, rel=0.01)
+    recent = _p("podTerminating", deleting=True, deleted_at=T0 - timedelta(seconds=5))
+    assert node_utilization(CA_NODE, [P1, P1, P2, recent], rules=ALL, now=T0).value == pytest.approx(0.3, rel=0.01)
