@@ -341,6 +341,7 @@ def test_a_risky_kubeconfig_from_key_vault_is_refused_naming_the_setting_that_al
     assert "is refused" in str(caught.value) and named in str(caught.value) and setting in str(caught.value)
 
 
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # the point of this test
 def test_insecure_tls_allowed_by_its_setting_reaches_the_cluster(server: SandboxServer) -> None:
     server.vault.set_secret("insecure", _risky(server, insecure=True))
     allowed = settings_for(server, KUBE_AUTH="key-vault", KUBECONFIG_SECRET_URI=f"{server.url}/secrets/insecure",
