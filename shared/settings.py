@@ -166,26 +166,22 @@ def _integer(text: str) -> int:
         raise ValueError(f"not a whole number: {text!r}") from None
 
 
-def _fraction(text: str) -> float:
+def _fraction(text: str, *, zero_ok: bool = False) -> float:
     """A share of a node's CPU: 0.5 is half. A percentage is refused rather than guessed at."""
     try:
         value = float(text.strip())
     except ValueError:
         raise ValueError(f"not a number: {text!r} (use a fraction such as 0.5 for 50%)") from None
-    if not 0 < value <= 1:
+    if zero_ok and not 0 <= value <= 1:
+        raise ValueError(f"must be a fraction from 0 to 1 (0.5 for 50%), got {text!r}")
+    if not zero_ok and not 0 < value <= 1:
         raise ValueError(f"must be a fraction above 0 and at most 1 (0.5 for 50%), got {text!r}")
     return value
 
 
 def _threshold(text: str) -> float:
     """A utilisation threshold, 0 to 1 as cluster-autoscaler's: 0 makes no node a scale-down candidate."""
-    try:
-        value = float(text.strip())
-    except ValueError:
-        raise ValueError(f"not a number: {text!r} (use a fraction such as 0.5 for 50%)") from None
-    if not 0 <= value <= 1:
-        raise ValueError(f"must be a fraction from 0 to 1 (0.5 for 50%), got {text!r}")
-    return value
+    return _fraction(text, zero_ok=True)
 
 
 def _usage_window(text: str) -> timedelta:
