@@ -27,7 +27,15 @@ EvictionOutcome = Literal["evicted", "blocked", "not_found"]
 
 
 class ClusterError(RuntimeError):
-    """The Kubernetes API could not be read or written; the message names the call."""
+    """The Kubernetes API could not be read or written; the message names the call.
+
+    `transient`: the API server answered 5xx or 429 (API priority and fairness), or not at all: the
+    same call may well succeed later.
+    """
+
+    def __init__(self, message: str = "", *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class Cluster(Protocol):

@@ -85,7 +85,7 @@ class KubernetesApiError(ClusterError):
     """A Kubernetes API call failed; `status` is the HTTP status, 0 when no response came back."""
 
     def __init__(self, message: str, *, status: int = 0) -> None:
-        super().__init__(message)
+        super().__init__(message, transient=status == 0 or status == 429 or status >= 500)
         self.status = status
 
 

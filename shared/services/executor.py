@@ -45,7 +45,7 @@ from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
 from shared.engine.limits import allowed_target
 from shared.engine.pod_rules import is_virtual_node
-from shared.ports import ClusterEvent, ComputeError, LedgerEntry, Operation, Ports
+from shared.ports import ClusterError, ClusterEvent, ComputeError, LedgerEntry, Operation, Ports
 from shared.services import ledger
 from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.events import status_event
@@ -130,7 +130,12 @@ class Executor:
                 delay = throttled_delay(exc.retry_after, self._settings.step_retry_delay, attempt=action.attempt)
                 return self._continue(action.retried(), claimed, delay=delay, now=now, detail=f"throttled by ARM: {exc}")
             if exc.transient:
-                return self._after_transient_fault(action, claimed, exc, now=now)
+                return self._after_transient_fault(action, claimed, exc, now=now, source="ARM")
+            self._release(claimed, now=now)
+            raise
+        except ClusterError as exc:
+            if exc.transient:
+                return self._after_transient_fault(action, claimed, exc, now=now, source="Kubernetes API")
             self._release(claimed, now=now)
             raise
         except Exception:
@@ -636,22 +641,25 @@ class Executor:
         telemetry.action_ended(action, "rejected", detail=reason, now=now, poison=True, dry_run=self._settings.dry_run)
         return ExecutionResult("rejected", reason, action.id)
 
-    def _after_transient_fault(self, action: ScaleAction, entry: LedgerEntry, exc: ComputeError, *,
-                               now: datetime) -> ExecutionResult:
-        """ARM failed in a way that passes (5xx, a timeout): come back later, until TRANSIENT_FAULT_DEADLINE.
+    def _after_transient_fault(self, action: ScaleAction, entry: LedgerEntry, exc: ComputeError | ClusterError, *,
+                               now: datetime, source: str) -> ExecutionResult:
+        """ARM or the Kubernetes API failed in a way that passes (5xx, a timeout): come back later, until
+        TRANSIENT_FAULT_DEADLINE.
 
         Never left to the host's retries, which are seconds apart and end in the poison queue with the
         action half done; past the deadline the action ends as a recorded failure.
         """
         since = entry.faulted_since or now
         if now - since < TRANSIENT_FAULT_DEADLINE:
-            delay = throttled_delay(exc.retry_after, self._settings.step_retry_delay, attempt=action.attempt)
-            log.warning("action %s step %s: ARM fault, again in %ss: %s", action.id, action.step,
+            retry_after = exc.retry_after if isinstance(exc, ComputeError) else None
+            delay = throttled_delay(retry_after, self._settings.step_retry_delay, attempt=action.attempt)
+            log.warning("action %s step %s: %s fault, again in %ss: %s", action.id, action.step, source,
                         int(delay.total_seconds()), exc)
             return self._continue(action.retried(), entry, delay=delay, now=now, faulted_since=since,
-                                  detail=f"ARM fault, retrying: {exc}")
-        why = f"ARM kept failing for {now - since} (TRANSIENT_FAULT_DEADLINE {TRANSIENT_FAULT_DEADLINE}): {exc}"
-        return self._fail(action, entry, why, code=exc.code or "TransientFault", now=now)
+                                  detail=f"{source} fault, retrying: {exc}")
+        why = f"{source} kept failing for {now - since} (TRANSIENT_FAULT_DEADLINE {TRANSIENT_FAULT_DEADLINE}): {exc}"
+        code = (exc.code if isinstance(exc, ComputeError) else "") or "TransientFault"
+        return self._fail(action, entry, why, code=code, now=now)
 
     def _fail(self, action: ScaleAction, entry: LedgerEntry, why: str, *, code: str, now: datetime) -> ExecutionResult:
         """End the action as failed: release what it holds, back the group off, record why."""

@@ -282,3 +282,21 @@ def test_malformed_messages_are_one_rejection_each_never_a_traceback(
     assert all(len(e.action_id) <= 256 for e in entries)
     assert not any(r.exc_info for r in caplog.records)
     assert app.arm_calls("PATCH virtualMachineScaleSets") == 0
+
+
+def test_a_kubernetes_api_outage_during_a_drain_is_waited_out_not_poisoned(app: App) -> None:
+    node, _, drain = _cordoned_drain(app)
+    executor, queue = _walker(app)
+    fault = app.server.world.inject_fault(("k8s", "*", "pods"), status=503, count=10_000)
+    result = executor.execute(json.dumps(drain), now=app.clock.now())
+    assert result.outcome == "waiting" and "Kubernetes API fault" in result.detail, result
+    app.clock.advance(30)
+    result = executor.execute(encode_action(queue.sent[-1]), now=app.clock.now())
+    assert result.outcome == "waiting" and "Kubernetes API fault" in result.detail, result
+    fault.remaining = 0  # the API server is back
+    while result.outcome == "waiting":
+        app.clock.advance(30)
+        result = executor.execute(encode_action(queue.sent[-1]), now=app.clock.now())
+    assert result.outcome == "succeeded", result
+    assert app.poison() == []
+    assert node not in app.node_names()
