@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from croniter import croniter
-
 _FIELDS = "second minute hour day month day-of-week"
 # croniter's extensions that NCRONTAB lacks: `#` (nth weekday), `?`, and L/W standing alone or after a
 # number (last day, nearest weekday); a month or day name such as JUL or WED is fine.
@@ -27,6 +25,8 @@ class Schedule:
 
     def next_after(self, moment: datetime) -> datetime:
         """The first time the schedule fires strictly after `moment` (same time zone as `moment`)."""
+        from croniter import croniter  # imported on first use: it and dateutil are a tenth of function_app's import
+
         result: datetime = croniter(self.expression, moment, second_at_beginning=True).get_next(datetime)
         return result
 
@@ -40,6 +40,8 @@ def parse_ncrontab(expression: str) -> Schedule:
     extension = _NOT_NCRONTAB.search(text)
     if extension:
         raise ValueError(f"{extension.group(0)!r} is not NCRONTAB (fields: {_FIELDS}), got {expression!r}")
+    from croniter import croniter
+
     if not croniter.is_valid(text, second_at_beginning=True):
         raise ValueError(f"not a valid NCRONTAB expression ({_FIELDS}): {expression!r}")
     return Schedule(text)
