@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 SCENARIO ?= burst
-SPEED ?= 30
+SPEED ?=
 
 .PHONY: bootstrap demo test bench checkov azurite sandbox run clean
 
@@ -10,7 +10,7 @@ bootstrap:
 	@scripts/bootstrap.sh
 
 demo: bootstrap
-	$(PY) -m devtools.demo --scenario $(SCENARIO) --speed $(SPEED)
+	$(PY) -m devtools.demo --scenario $(SCENARIO) $(if $(SPEED),--speed $(SPEED))
 
 test: bootstrap
 	$(PY) -m pytest

@@ -273,8 +273,15 @@ class LocalRunner:
         try:
             while time.monotonic() < deadline:
                 try:
-                    while self.process_queue():
-                        pass
+                    # A queue that never runs dry must not keep us past the deadline or `until`.
+                    checked = time.monotonic()
+                    while self.process_queue() and time.monotonic() < deadline:
+                        if time.monotonic() - checked >= 1.0:
+                            checked = time.monotonic()
+                            if on_tick is not None:
+                                on_tick()
+                            if until():
+                                return True
                     backoff = 0.0
                 except StorageError as exc:
                     # The host's queue listener logs a storage outage and polls again, backing off; so do we.

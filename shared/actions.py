@@ -38,6 +38,8 @@ SCALE_UP_STEPS = ("resize", "confirm")
 SCALE_DOWN_STEPS = ("cordon", "drain", "delete", "confirm")
 
 Kind = Literal["scale_up", "scale_down"]
+# Not an action: a request to plan the scale-down again soon (`ScaleDownRound`).
+ROUND_KIND = "scale_down_round"
 
 
 class InvalidAction(ValueError):
@@ -121,6 +123,23 @@ def new_scale_up(
     )
 
 
+_ID_TIME = "%Y%m%dT%H%M%SZ"
+
+
+def scale_down_id(nodes: Sequence[str], *, now: datetime) -> str:
+    """`scale-down:<node>:<time>`, or `scale-down:<first node>+<n more>:<time>` for a bulk removal."""
+    more = f"+{len(nodes) - 1}" if len(nodes) > 1 else ""
+    return f"scale-down:{nodes[0]}{more}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}"
+
+
+def decided_at(action_id: str) -> datetime | None:
+    """When the poll decided a scale-down, from its id (our own: read from our state, never a message)."""
+    try:
+        return datetime.strptime(action_id.rsplit(":", 1)[-1], _ID_TIME).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
 def new_scale_down(
     *,
     action_id: str,
@@ -148,6 +167,53 @@ def new_scale_down(
         traceparent=traceparent,
         tracestate=tracestate,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDownRound:
+    """A request to run the utilisation poll again before its next scheduled time.
+
+    The poll sends one while nodes wait for a MAX_SCALE_DOWN_PARALLELISM slot, so a slot freed
+    by a committed delete is handed out within SCALE_DOWN_ROUND_INTERVAL, not at the next tick.
+    It carries no decision: the round re-reads everything, and only the one our state names as
+    pending runs (`shared.services.rounds`), so a forged or repeated one is dropped.
+    """
+
+    id: str
+    created_at: datetime
+    expires_at: datetime
+
+
+def new_scale_down_round(*, now: datetime, ttl: timedelta) -> ScaleDownRound:
+    return ScaleDownRound(id=f"{ROUND_KIND}:{now:%Y%m%dT%H%M%S.%fZ}", created_at=now, expires_at=now + ttl)
+
+
+def encode_message(message: ScaleAction | ScaleDownRound) -> str:
+    if isinstance(message, ScaleAction):
+        return encode_action(message)
+    body = {"version": SCHEMA_VERSION, "kind": ROUND_KIND, "id": message.id,
+            "created_at": _iso(message.created_at), "expires_at": _iso(message.expires_at)}
+    return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+def decode_message(text: str | bytes) -> ScaleAction | ScaleDownRound:
+    """A scale action or a scale-down round; raises InvalidAction naming what is wrong."""
+    body = _load(text)
+    if body.get("kind") != ROUND_KIND:
+        return _action_of(body)
+    if body.get("version") != SCHEMA_VERSION or isinstance(body.get("version"), bool):
+        raise InvalidAction(f"unknown schema version {body.get('version')!r} for a {ROUND_KIND} "
+                            f"(this executor reads {SCHEMA_VERSION})")
+    extra = sorted(set(body) - {"version", "kind", "id", "created_at", "expires_at"})
+    if extra:
+        raise InvalidAction(f"a {ROUND_KIND} has no field(s) {', '.join(extra)}")
+    if not isinstance(body.get("id"), str) or not body["id"]:
+        raise InvalidAction("missing field(s): id")
+    _check_length("id", body["id"], MAX_LENGTHS["id"])
+    created_at, expires_at = _parse_time(body, "created_at"), _parse_time(body, "expires_at")
+    if expires_at < created_at:
+        raise InvalidAction("expires_at is before created_at")
+    return ScaleDownRound(id=body["id"], created_at=created_at, expires_at=expires_at)
 
 
 def encode_action(action: ScaleAction) -> str:
@@ -189,6 +255,10 @@ def decode_action(text: str | bytes) -> ScaleAction:
     Expiry is not checked here: whether an expired message may still run depends
     on whether the action already started (see the executor).
     """
+    return _action_of(_load(text))
+
+
+def _load(text: str | bytes) -> dict[str, Any]:
     if len(text) > MAX_MESSAGE_CHARS:
         raise InvalidAction(f"message is {len(text)} characters long; a queue message holds at most {MAX_MESSAGE_CHARS}")
     try:
@@ -200,6 +270,10 @@ def decode_action(text: str | bytes) -> ScaleAction:
         raise InvalidAction("message is nested too deeply to be an action") from None
     if not isinstance(body, dict):
         raise InvalidAction("message is not a JSON object")
+    return body
+
+
+def _action_of(body: dict[str, Any]) -> ScaleAction:
     version = body.get("version")
     if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise InvalidAction(f"unknown schema version {version!r} (this executor reads "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
-from shared.actions import ScaleAction
+from shared.actions import ScaleAction, ScaleDownRound
 from shared.domain import DaemonSet, DisruptionBudget, GroupState, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
 
 
@@ -284,7 +284,7 @@ class NodeUsageSource(Protocol):
 
 
 class ActionQueue(Protocol):
-    def send(self, action: ScaleAction, *, delay: timedelta = timedelta(0)) -> None:
+    def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> None:
         """Enqueue, invisible for `delay` (a step that must wait re-enqueues itself this way)."""
         ...
 

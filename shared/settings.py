@@ -421,6 +421,11 @@ SPECS: tuple[Spec, ...] = (
     Spec("MAX_SCALE_DOWN_PARALLELISM", "max_scale_down_parallelism", "10", _int_at_least(1),
          "Most nodes being drained at once, cluster-wide, shared by the groups in turn; a node whose delete is "
          "committed, or that only waits for its batch pods to finish, holds no slot."),
+    Spec("SCALE_DOWN_ROUND_INTERVAL", "scale_down_round_interval", "15s",
+         _at_most(_nonnegative_duration, QUEUE_MAX_DELAY, _QUEUE_BOUND),
+         "While due nodes wait for a MAX_SCALE_DOWN_PARALLELISM slot, the scale-down is planned again this long "
+         "after each poll (a round sent on the queue), so freed slots are not left until the next "
+         "UTILIZATION_POLL_SCHEDULE tick; 0s turns rounds off."),
     Spec("USAGE_SOURCE", "usage_source", "none", _choice("none", "log-analytics", "vmss-metric"),
          "Where measured node CPU usage comes from, as a second opinion on nodes idle by requests: `none`, "
          "`log-analytics` (Container Insights `Perf` in `LOG_ANALYTICS_WORKSPACE_ID`) or `vmss-metric` (the scale "
@@ -526,6 +531,7 @@ class Settings:
     scale_down_delay_after_delete: timedelta
     scale_down_delay_after_failure: timedelta
     max_scale_down_parallelism: int
+    scale_down_round_interval: timedelta
     usage_source: str  # none | log-analytics | vmss-metric
     scale_down_measured_cpu_threshold: float  # fraction of a node's CPU capacity
     usage_window: timedelta

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from shared.actions import ScaleAction, encode_action
+from shared.actions import ScaleAction, ScaleDownRound, encode_message
 from shared.services.memory_state import MemoryStateStore
 
 __all__ = ["MemoryQueue", "MemoryStateStore", "Message"]
@@ -37,9 +37,9 @@ class MemoryQueue:
         self.poison: list[str] = []
         self.sent = 0
 
-    def send(self, action: ScaleAction, *, delay: timedelta = timedelta(0)) -> None:
+    def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> None:
         self.sent += 1
-        self._push(self._clock.now() + delay, Message(encode_action(action)))  # type: ignore[attr-defined]
+        self._push(self._clock.now() + delay, Message(encode_message(action)))  # type: ignore[attr-defined]
 
     def send_poison(self, text: str) -> None:
         self.poison.append(text)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.queue import QueueClient, QueueMessage
 
-from shared.actions import encode_action
+from shared.actions import ScaleAction, ScaleDownRound, encode_message
 from shared.adapters.storage_connection import (
     StorageConnection,
     queue_client,
@@ -98,9 +98,10 @@ class StorageActionQueue:
 
     # --- the port --------------------------------------------------------------------
 
-    def send(self, action: ScaleAction, *, delay: timedelta = timedelta(0)) -> None:
+    def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> None:
         """Enqueue the action's JSON, invisible for `delay` (rounded up to whole seconds, at most 7 days)."""
-        self._send(encode_action(action), delay=delay, what=f"send action {action.id!r} ({action.step})")
+        step = f" ({action.step})" if isinstance(action, ScaleAction) else ""
+        self._send(encode_message(action), delay=delay, what=f"send {action.id!r}{step}")
 
     def send_poison(self, text: str) -> None:
         """Put `text` on `<queue>-poison`, base64-encoded as the host writes poison messages."""

@@ -327,6 +327,25 @@ class PlacementState:
         self._place(pod, node_name, requests)
         self._journal.append(("pod", pod, node_name, requests))
 
+    def drop_node(self, name: str) -> None:
+        """The node and its pods leave for good (a scale-down candidate that passed): they count nowhere now.
+
+        Not journaled, so not undone by a rollback: call it only when no checkpoint taken before
+        it will be rolled back, and on a node no journaled placement went to.
+        """
+        if any(entry[0] == "pod" and entry[2] == name for entry in self._journal):
+            raise ValueError(f"node {name} received planned pods; it cannot be dropped")
+        leaving = self._pods.get(name, ())
+        for pod in leaving:
+            self._count(pod, name, -1)
+        for namespace in {pod.namespace for pod in leaving}:
+            self._by_namespace[namespace] = [e for e in self._by_namespace[namespace] if e[1] != name]
+        if self._by_pair is not None:
+            for pair in {pair for pod in leaving for pair in pod.labels.items()}:
+                if pair in self._by_pair:
+                    self._by_pair[pair] = [e for e in self._by_pair[pair] if e[1] != name]
+        self._remove_node(name)
+
     def checkpoint(self) -> int:
         return len(self._journal)
 

@@ -26,7 +26,8 @@ and so do we, so a node's reason is the one the scheduler would give.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from shared.domain import Pod, Resources, Taint, TopologySpreadConstraint
 from shared.engine.placement import (
@@ -61,6 +62,8 @@ __all__ = [
     "pod_anti_affinity_conflict",
     "pod_requests",
     "selector_mismatch",
+    "SpreadDeparture",
+    "spread_departures",
     "spread_plan",
     "spread_violation",
     "static_mismatch",
@@ -312,39 +315,90 @@ def spread_plan(pod: Pod, state: PlacementState) -> SpreadPlan:
     ]
 
 
-def spread_violation(plan: SpreadPlan, labels: Mapping[str, str]) -> str | None:
+@dataclass(frozen=True, slots=True)
+class SpreadDeparture:
+    """One spread constraint's domains as the scheduler sees them once a node and its pods are gone.
+
+    Scale-down moves a node's pods while the node is still in the placement state: its pods
+    would keep counting in its domain, and a domain with no other eligible node would stay a
+    domain. The scheduler sees neither, which matters when the departing domain held the
+    minimum or was needed for minDomains.
+    """
+
+    domain: str  # the departing node's domain
+    count: int | None  # matching pods left there; None when the domain goes with the node
+    minimum: int | None  # over the domains that remain
+    domains: int
+
+
+def spread_departures(pod: Pod, state: PlacementState, leaving: str) -> list[SpreadDeparture | None] | None:
+    """Per constraint of the pod's `spread_plan`, how it looks with `leaving` gone (None: unchanged).
+
+    O(domains) per constraint: computed once per pod that moves, not per node tried.
+    """
+    if not pod.topology_spread or not state.has_node(leaving):
+        return None
+    labels = state.node(leaving).labels
+    departures: list[SpreadDeparture | None] = []
+    for constraint, index, _ in state.memo("spread", pod, lambda p: spread_plan(p, state)):
+        domain = labels.get(constraint.topology_key)
+        if domain is None or leaving not in index.eligible_nodes:
+            departures.append(None)
+            continue
+        rest = [count for other, count in index.counts.items() if other != domain]
+        if index.nodes_per_domain.get(domain, 0) <= 1:
+            departures.append(SpreadDeparture(domain, None, min(rest, default=None), len(rest)))
+            continue
+        left = index.counts.get(domain, 0) - sum(1 for p in state.pods_on(leaving) if index.counts_pod(p))
+        departures.append(SpreadDeparture(domain, left, min([*rest, left]), len(rest) + 1))
+    return departures
+
+
+def spread_violation(plan: SpreadPlan, labels: Mapping[str, str],
+                     departures: Sequence[SpreadDeparture | None] | None = None) -> str | None:
     """`topology_spread_mismatch` for a node with these labels, given the pod's `spread_plan`."""
     for constraint, _, _ in plan:
         if constraint.topology_key not in labels:
             return SPREAD_MISSING_LABEL
-    for constraint, index, self_match in plan:
-        minimum = index.global_min()
+    for i, (constraint, index, self_match) in enumerate(plan):
+        domain = labels[constraint.topology_key]
+        departure = departures[i] if departures is not None else None
+        if departure is None:
+            minimum, domains, count = index.global_min(), len(index.counts), index.counts.get(domain, 0)
+        else:
+            minimum, domains = departure.minimum, departure.domains
+            same = domain == departure.domain and departure.count is not None
+            count = departure.count if same else index.counts.get(domain, 0)
         if minimum is None:
             continue  # no eligible domain at all: the scheduler's minimum is "infinite", nothing to skew against
-        if constraint.min_domains is not None and len(index.counts) < constraint.min_domains:
+        if constraint.min_domains is not None and domains < constraint.min_domains:
             minimum = 0
-        if index.counts.get(labels[constraint.topology_key], 0) + self_match - minimum > constraint.max_skew:
+        if count + self_match - minimum > constraint.max_skew:
             return SPREAD
     return None
 
 
-def topology_spread_mismatch(pod: Pod, node: NodeView, state: PlacementState) -> str | None:
+def topology_spread_mismatch(pod: Pod, node: NodeView, state: PlacementState, *,
+                             departures: Sequence[SpreadDeparture | None] | None = None) -> str | None:
     """PodTopologySpread with whenUnsatisfiable DoNotSchedule (ScheduleAnyway only scores).
 
     For each constraint: matching pods in the node's domain, plus one if the pod
     matches its own selector, minus the minimum over the eligible domains, must not
     exceed maxSkew. With fewer eligible domains than minDomains the minimum is 0.
     Only pods in the pod's namespace that are not terminating count, as in the scheduler.
+    `departures` (`spread_departures`): the counts as they will be once a node being
+    removed has gone.
     """
     if not pod.topology_spread:
         return None
-    return spread_violation(state.memo("spread", pod, lambda p: spread_plan(p, state)), node.labels)
+    return spread_violation(state.memo("spread", pod, lambda p: spread_plan(p, state)), node.labels, departures)
 
 
 # --- Everything ---------------------------------------------------------------------------
 
 
-def check(pod: Pod, node: NodeView, state: PlacementState, requests: Resources | None = None) -> str | None:
+def check(pod: Pod, node: NodeView, state: PlacementState, requests: Resources | None = None, *,
+          departures: Sequence[SpreadDeparture | None] | None = None) -> str | None:
     """Every filter, in the scheduler's order (cheap and static first); the first failure's reason, or None.
 
     `node` must be in `state` for the stateful filters to see its pods; `requests`
@@ -357,6 +411,6 @@ def check(pod: Pod, node: NodeView, state: PlacementState, requests: Resources |
         or node_affinity_mismatch(pod, node.labels, node.name)
         or host_port_conflict(pod, node, state)
         or insufficient_resources(requests if requests is not None else pod_requests(pod), node, state)
-        or topology_spread_mismatch(pod, node, state)
+        or topology_spread_mismatch(pod, node, state, departures=departures)
         or inter_pod_affinity_mismatch(pod, node, state)
     )

@@ -12,7 +12,9 @@ protected:
 3. Removing candidates is simulated together, in removal order, on one placement
    state: each candidate's movable pods must pass every scheduler filter on a node
    that stays, taking the room earlier candidates' pods took (shared free capacity
-   counts once). PodDisruptionBudgets are counted across the candidates too.
+   counts once). PodDisruptionBudgets are counted across the candidates too. A
+   candidate that passes leaves the state (`PlacementState.drop_node`), so later
+   candidates see its topology domains as the scheduler will: gone with their last node.
    Each pod goes to the first node, in a fixed order, that passes; nodes known to
    be full, removed or refused by their labels and taints for pods of its shape
    are not read again (`_Destinations`), which keeps a thousand-node evaluation
@@ -46,6 +48,7 @@ from shared.engine.predicates import (
     node_unschedulable,
     pod_affinity_mismatch,
     pod_requests,
+    spread_departures,
     static_mismatch,
     topology_spread_mismatch,
     unsupported_construct,
@@ -336,8 +339,9 @@ def _simulate_removal(
         blocked: KeptReason | None = None
         for pod in sorted(candidate.drain.move, key=lambda p: (-pod_requests(p).cpu_milli, p.key)):
             requests = pod_requests(pod)
-            # The pod's copy on the candidate still counts in the state: conservative for spread
-            # and anti-affinity (the scheduler would see it gone), never optimistic.
+            # The pod's copy on the candidate still counts in the state: conservative for
+            # anti-affinity, never optimistic. Topology spread reads the candidate as gone
+            # (`spread_departures`): its domain may be the minimum, or needed for minDomains.
             moving = replace(pod, node_name=None)
             target = destinations.first_fit(moving, requests, leaving=name)
             if target is None:
@@ -353,6 +357,9 @@ def _simulate_removal(
             received.setdefault(placed, name)
         budgets.take(candidate.drain.move)
         destinations.remove(name)
+        # Gone for the later candidates as for the scheduler: its pods' copies no longer count for
+        # spread or anti-affinity, and a domain with no other node is no domain any more.
+        state.drop_node(name)
         passed.append(candidate)
     return passed
 
@@ -392,10 +399,15 @@ class _Destinations:
         # Spread and pod affinity read only the node's values of their topology keys, and
         # nothing is placed during one scan: a domain that fails them once fails for all its nodes.
         topology_keys = _topology_keys(pod)
+        departures = spread_departures(pod, state, leaving)  # as the scheduler will see it: `leaving` gone
         failed_domains: set[tuple[str | None, ...]] = set()
         full_so_far = True  # no node up to here can take a pod of this shape and size
         for i in range(first_room.get(kind, 0), len(self.names)):
             name = self.names[i]
+            if name in removed:
+                if full_so_far:
+                    first_room[kind] = i + 1
+                continue
             view = state.node(name)
             # Lasting verdicts first: while every node so far failed one, the next pod of this
             # shape and size may start after them.
@@ -403,7 +415,7 @@ class _Destinations:
             if passes is None:
                 passes = static[name] = not (unsupported_construct(pod) or node_unschedulable(pod, view)
                                              or static_mismatch(pod, view.labels, view.taints, name))
-            if not passes or name in removed or not state.fits(requests, view):
+            if not passes or not state.fits(requests, view):
                 if full_so_far:
                     first_room[kind] = i + 1
                 continue
@@ -414,11 +426,12 @@ class _Destinations:
                 domain = tuple([view.labels.get(key) for key in topology_keys])
                 if domain in failed_domains:
                     continue
-                if topology_spread_mismatch(pod, view, state) or pod_affinity_mismatch(pod, view, state):
+                if (topology_spread_mismatch(pod, view, state, departures=departures)
+                        or pod_affinity_mismatch(pod, view, state)):
                     failed_domains.add(domain)
                     continue
             # Every filter, in the scheduler's order (ports and anti-affinity are not checked above).
-            if check(pod, view, state, requests) is None:
+            if check(pod, view, state, requests, departures=departures) is None:
                 return name
         return None
 

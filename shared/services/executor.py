@@ -1,4 +1,4 @@
-"""The executor: runs one scale action message, one step at a time.
+"""The executor: runs one scale action message, one step at a time (and hands scale-down rounds to the poll).
 
 Each step re-checks the world, does its external effect idempotently, then
 either finishes the action or enqueues the next step (possibly delayed) before
@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from shared import telemetry
-from shared.actions import InvalidAction, RemovalTarget, ScaleAction, decode_action, encode_action
+from shared.actions import InvalidAction, RemovalTarget, ScaleAction, ScaleDownRound, decode_message, encode_action
 from shared.domain import (
     DEFAULT_GRACE_SECONDS,
     TO_BE_DELETED_TAINT,
@@ -50,6 +50,7 @@ from shared.services import ledger
 from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.events import status_event
 from shared.services.observe import observe, running_sizes
+from shared.services.rounds import take_round
 from shared.services.utilization import drain_rules, scale_down_options
 from shared.settings import Settings
 
@@ -80,10 +81,12 @@ class Executor:
         action with a recorded failure before the host moves the message to the poison queue."""
         with telemetry.timed("execute_scale_action"):
             try:
-                action = decode_action(raw)
+                action = decode_message(raw)
             except InvalidAction as exc:
                 text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
                 return self._reject_raw(text, str(exc), now=now)
+            if isinstance(action, ScaleDownRound):
+                return self._round(action, now=now)
             # A child of the decision's span: the message carries the poll's trace context.
             with telemetry.action_span(action):
                 try:
@@ -92,6 +95,15 @@ class Executor:
                     if dequeue_count >= HOST_MAX_DEQUEUE_COUNT:
                         self._fail_last_delivery(action, exc, now=now)
                     raise
+
+    def _round(self, round_: ScaleDownRound, *, now: datetime) -> ExecutionResult:
+        """A scale-down round (`shared.services.rounds`): the utilisation poll, if it is the pending round."""
+        from shared.services.utilization import run_utilization_poll  # it imports this module's neighbours
+
+        if not take_round(self._ports, self._settings, round_, now=now):
+            return ExecutionResult("skipped", "not the pending scale-down round", round_.id)
+        result = run_utilization_poll(self._ports, self._settings, now=now)
+        return ExecutionResult("succeeded", f"scale-down round: {len(result.enqueued)} removal(s) sent", round_.id)
 
     def _execute(self, action: ScaleAction, *, now: datetime) -> ExecutionResult:
         entry = self._ports.state.get_ledger_entry(action.id)
@@ -278,7 +290,15 @@ class Executor:
             log.info("action %s goes on without %s", action.id, "; ".join(skipped))
         following = action.keeping(kept).at_step("drain", now=now)
         # From here on the ledger names exactly the nodes checked against the world above.
-        return self._continue(following, entry, delay=timedelta(0), now=now, record=ledger.record_of(following))
+        record = ledger.record_of(following)
+        if action.removal_kind == "empty" and all(self._drain_of(name, now=now).empty for name in kept):
+            # Still empty now that no pod can land (cluster-autoscaler's empty-node path): the delete
+            # goes out at once, two queue hops sooner, so the node's parallelism slot is free sooner.
+            # A pod bound just before the taint makes the drain step run as for any node. The delete
+            # step is idempotent, so a redelivery of this step after a crash repeats nothing.
+            entry = ledger.update(self._ports.state, entry, record=record)
+            return self._delete(following.at_step("delete", now=now), entry, now)
+        return self._continue(following, entry, delay=timedelta(0), now=now, record=record)
 
     def _instances(self, group: NodeGroup, action: ScaleAction) -> dict[str, Instance | None]:
         """The instances of the action's targets by instance id (None: gone), in as few ARM reads as can be.
@@ -449,20 +469,25 @@ class Executor:
         return self._finish(action, entry, "succeeded", f"removed node(s) {', '.join(action.nodes)}", now=now)
 
     def _reserve_removal(self, group: NodeGroup, node: str, action_id: str, *, now: datetime) -> str | None:
-        """Add the node to the group's in-flight removals, unless a rule forbids it (compare-and-swap)."""
+        """Hold the node in the group's in-flight removals, unless a rule forbids it (compare-and-swap).
+
+        The deciding poll reserved it already (`reconcile.reserve_decided`); the rules are checked
+        again here, against the group as it is now.
+        """
         delays = scale_down_options(self._settings).delays
         for _ in range(_CAS_ATTEMPTS):
             state = self._ports.state.get_group(group.id)
             holder = state.deleting.get(node)
-            if holder == action_id:
-                return None  # our own earlier, interrupted delivery reserved it
-            if holder:
+            if holder and holder != action_id:
                 return f"removal already in progress by action {holder}"
             blocked = scale_down_blocked(state, now=now, delays=delays)
             if blocked:
                 return blocked
-            if group.target_size - len(state.stopped) - len(state.deleting) - 1 < group.min_size:
+            others = len(state.deleting) - (holder == action_id)
+            if group.target_size - len(state.stopped) - others - 1 < group.min_size:
                 return f"group {group.id} would go below its minimum {group.min_size}"
+            if holder == action_id:
+                return None  # reserved by the poll that decided it, or by an earlier delivery of this step
             if self._ports.state.update_group(replace(state, deleting={**state.deleting, node: action_id})):
                 return None
         return "lost the race for the group's state too often; will be decided again"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.actions import ScaleAction
+from shared.actions import ScaleAction, ScaleDownRound
 from shared.ports import ClusterEvent, Ports, StateStore
 from shared.services.memory_state import MemoryStateStore
 from shared.services.pending import PendingPollResult, run_pending_poll
@@ -27,8 +27,9 @@ class CollectingQueue:
     def __init__(self) -> None:
         self.actions: list[ScaleAction] = []
 
-    def send(self, action: ScaleAction, *, delay: timedelta = timedelta(0)) -> None:
-        self.actions.append(action)
+    def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> None:
+        if isinstance(action, ScaleAction):  # a plan is one pass: a round asked for is not part of it
+            self.actions.append(action)
 
     def send_poison(self, text: str) -> None:  # the polls never poison; present for the protocol
         raise AssertionError("a poll tried to poison a message")

@@ -5,7 +5,9 @@ or deleted by hand, or it finished without releasing its reservation (a crash be
 writes). The group row then still names the node in `Deleting`, the node stays cordoned and
 tainted, and the group's minimum and MAX_SCALE_DOWN_PARALLELISM count it forever.
 
-Each utilisation poll looks at every reservation. One whose ledger row has an outcome, or has
+The poll reserves the nodes it decides to remove (`reserve_decided`), so the next round neither
+decides them again nor hands out their slots. Each utilisation poll looks at every reservation.
+One whose action never started within ACTION_TTL, whose ledger row has an outcome, or has
 not moved for `orphan_after` (several times the longest a live action ever waits between two
 steps), is an orphan: if its delete was committed and the instance is gone or going, the removal
 is finished (Node object removed); otherwise the node is uncordoned and the reservation released.
@@ -15,15 +17,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
+from shared.actions import decided_at
+
 from shared.domain import TO_BE_DELETED_TAINT, ClusterSnapshot, GroupState, Node
-from shared.ports import ClusterEvent, Ports
+from shared.ports import ClusterEvent, LedgerEntry, Ports
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
 _CAS_ATTEMPTS = 5
+# A decided action's message may be delivered a little after ACTION_TTL (queue latency, clock skew);
+# it is then dropped as expired, with a ledger row. Without a row past this, it never will be.
+_START_MARGIN = timedelta(minutes=1)
 
 
 def orphan_after(settings: Settings) -> timedelta:
@@ -41,8 +49,8 @@ def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: Cluste
         fresh: GroupState | None = None
         for node, action_id in sorted(state.deleting.items()):
             entry = ports.state.get_ledger_entry(action_id)
-            if entry is not None and not entry.outcome and now - entry.updated_at < orphan_after(settings):
-                continue  # alive
+            if _alive(entry, action_id, settings, now=now):
+                continue
             # The poll read the group row before this ledger row: an action that finished in between has
             # released its nodes already. Only a reservation that still stands is an orphan.
             fresh = fresh or ports.state.get_group(group.id)
@@ -50,6 +58,7 @@ def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: Cluste
                 continue
             state = fresh
             why = (f"action {action_id} ended ({entry.outcome})" if entry is not None and entry.outcome
+                   else f"action {action_id} never started" if entry is None
                    else f"action {action_id} made no progress for {orphan_after(settings)}")
             current = nodes.get(node)
             finished = node in state.committed and (current is None or current.instance is None
@@ -63,10 +72,36 @@ def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: Cluste
                     ports.events.emit(ClusterEvent("default", "Node", node, "", "ScaleDownFailed",
                                                    f"scale-down of the node abandoned: {why}", now, "Warning"))
                 log.warning("node %s: removal abandoned and the node given back: %s", node, why)
-            ports.state.clear_unneeded(node)
+            if entry is not None:
+                ports.state.clear_unneeded(node)  # touched by an action: its unneeded clock starts over
             if _release(ports, group.id, node, action_id):
                 released.append(node)
     return released
+
+
+def reserve_decided(ports: Ports, group_id: str, nodes: list[str], action_id: str) -> set[str]:
+    """Reserve the nodes the poll just decided to remove for `action_id`; those it got (compare-and-swap).
+
+    A node another action holds meanwhile is left out. The action's first step finds its own
+    reservation; if the message never arrives, the reservation is released as an orphan once
+    the action could no longer start (`_alive`).
+    """
+    for _ in range(_CAS_ATTEMPTS):
+        state = ports.state.get_group(group_id)
+        free = [n for n in nodes if n not in state.deleting]
+        if not free or ports.state.update_group(replace(state, deleting={**state.deleting,
+                                                                         **{n: action_id for n in free}})):
+            return set(free)
+    return set()
+
+
+def _alive(entry: LedgerEntry | None, action_id: str, settings: Settings, *, now: datetime) -> bool:
+    """Whether the action holding a reservation may still move: it has not ended and has moved lately,
+    or it has not started yet but still may (the poll reserved it; it starts within ACTION_TTL)."""
+    if entry is None:
+        decided = decided_at(action_id)
+        return decided is not None and now - decided < settings.action_ttl + _START_MARGIN
+    return not entry.outcome and now - entry.updated_at < orphan_after(settings)
 
 
 def _instance_alive(ports: Ports, group_id: str, node: Node) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared import telemetry
-from shared.actions import RemovalTarget, new_scale_down
+from shared.actions import RemovalTarget, new_scale_down, scale_down_id
 from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, Taint
 from shared.engine import reasons
 from shared.engine.backoff import backoff_reason
@@ -23,8 +23,9 @@ from shared.engine.scale_up import pending_pods
 from shared.engine.utilization import UtilizationRules
 from shared.ports import Ports, UsageUnavailable
 from shared.services.observe import observe_or_skip, running_sizes
+from shared.services.rounds import request_round
 from shared.services.pending import pending_placements
-from shared.services.reconcile import release_orphaned_removals
+from shared.services.reconcile import release_orphaned_removals, reserve_decided
 from shared.services.status import publish_status, status_inputs
 from shared.settings import Settings
 
@@ -108,7 +109,10 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     for node, since in plan.unneeded.items():
         if previous.get(node) != since:
             ports.state.set_unneeded(node, since)
-    for node in previous.keys() - plan.unneeded.keys():
+    # A node being removed keeps its row: the executor clears it when the removal ends or is given
+    # back, and a decision that never started is decided again on the same clock.
+    in_flight = {node for state in group_states.values() for node in state.deleting}
+    for node in previous.keys() - plan.unneeded.keys() - in_flight:
         ports.state.clear_unneeded(node)
     if not settings.dry_run:
         _soft_taints(ports, snapshot, plan, now=now)
@@ -118,8 +122,15 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         # One id per decision: a decision the executor skipped (a race with the minimum, a cooldown)
         # must not block the next one. Two live actions for one node are kept apart by the group's
         # reservation, which names the action holding the node.
+        action_id = scale_down_id([r.node for r in batch], now=now)
+        if not settings.dry_run:
+            # Reserved now, not at the cordon step: the next round must not hand out these nodes (or their
+            # slots) again while the message waits in the queue. The cordon step finds its own reservation.
+            held = reserve_decided(ports, batch[0].group_id, [r.node for r in batch], action_id)
+            batch = [r for r in batch if r.node in held]
+            if not batch:
+                continue
         first = batch[0]
-        action_id = f"scale-down:{first.node}{f'+{len(batch) - 1}' if len(batch) > 1 else ''}:{now:%Y%m%dT%H%M%SZ}"
         ports.queue.send(
             new_scale_down(
                 action_id=action_id,
@@ -140,11 +151,14 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         # Flat keys: they become custom dimensions in Application Insights (a dict would arrive as one string).
         log.info("node %s kept (%s): %s", node, reason.code, reason, extra={"node": node, "kept_reason": reason.code})
     telemetry.record_utilization_poll(len(plan.unneeded), group_states, now=now)
+    waiting = waiting_for_slots(snapshot, plan)
+    if waiting and not settings.dry_run:
+        request_round(ports, settings, now=now)  # freed slots are handed out before the next tick
     backoff = {gid: why for gid, state in group_states.items() if (why := backoff_reason(state, now=now)) is not None}
     publish_status(ports, settings, snapshot, status_inputs(
         settings, group_states=group_states, unneeded=plan.unneeded, backoff=backoff,
         scale_up_needed=None, unschedulable_pods=len(pending_pods(snapshot)),
-        waiting_for_slots=waiting_for_slots(snapshot, plan),
+        waiting_for_slots=waiting,
     ), now=now)
     return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued))
 

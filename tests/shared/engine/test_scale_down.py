@@ -11,7 +11,7 @@ from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
 from shared.engine.drainability import DO_NOT_DISRUPT, SAFE_TO_EVICT, SAFE_TO_EVICT_LOCAL_VOLUMES, DrainRules
 from shared.engine.limits import ClusterLimits
 from shared.engine.scale_down import ScaleDownOptions, plan_scale_down
-from tests.builders import T0, daemon_pod, group, node, pod, res, sel, snapshot
+from tests.builders import T0, daemon_pod, group, node, pod, res, sel, snapshot, spread
 
 OLD = T0 - timedelta(minutes=11)
 OPTS = ScaleDownOptions(unneeded_time=timedelta(minutes=10), max_parallelism=10)
@@ -318,3 +318,37 @@ def test_room_given_back_by_a_failed_candidate_is_used_again() -> None:
     result = plan(snapshot(groups=groups, nodes=nodes, pods=pods), since={n.name: OLD for n in nodes})
     assert result.kept["c1"].code == reasons.NO_PLACE_TO_MOVE_PODS
     assert set(result.unneeded) == {"c2", "c3"}
+
+
+# -- topology spread as the scheduler sees it once the node is gone (issue 14, item 6h) ------------------
+
+ZONE_KEY = "topology.kubernetes.io/zone"
+
+
+def _zoned(pods_per_zone: dict[str, int], **constraint: object) -> object:
+    """One node per zone (na, nb, nc), each with its web replicas spread across zones (maxSkew 1)."""
+    nodes = [node(f"n{z}", instance=i, zone=z) for i, z in enumerate(pods_per_zone)]
+    pods = [pod(f"web-{z}{k}", cpu=0.2, node_name=f"n{z}", labels={"app": "web"}, owner_name="web",
+                spread=(spread(ZONE_KEY, sel(app="web"), **constraint),))
+            for z, count in pods_per_zone.items() for k in range(count)]
+    return snapshot(groups=[group(target=len(nodes))], nodes=nodes, pods=pods)
+
+
+@pytest.mark.parametrize("case_id,pods_per_zone,constraint,unneeded", [
+    # The departing zone's domain goes with its only node: the replica fits the two left (1/1 -> 2/1);
+    # then nb's, with one zone left (no skew against nothing), as the scheduler would place them.
+    ("one replica a zone", {"a": 1, "b": 1, "c": 1}, {}, {"na", "nb"}),
+    # minDomains 3: with a zone gone, the scheduler's minimum is 0, so the replica could only go to a
+    # zone with no nodes; no node is removable.
+    ("minDomains needs the departing zone", {"a": 1, "b": 1, "c": 1}, {"min_domains": 3}, set()),
+    # Three zones are left after na goes; after nb too, two: below minDomains, so nb stays.
+    ("minDomains met without it", {"a": 1, "b": 1, "c": 1, "d": 1}, {"min_domains": 3}, {"na"}),
+    # The zone with the fewest replicas goes first: its replica leaves, so it no longer holds the
+    # minimum (2/2 left, the moved one makes 3/2). Counted as still there, it would keep every node.
+    ("the departing zone held the minimum", {"a": 2, "b": 2, "c": 1}, {}, {"nc", "na"}),
+])
+def test_spread_counts_the_departing_node_as_gone(case_id, pods_per_zone, constraint, unneeded) -> None:  # type: ignore[no-untyped-def]
+    result = plan(_zoned(pods_per_zone, **constraint), options=replace(OPTS, max_parallelism=1))
+    assert set(result.unneeded) == unneeded, (case_id, {k: str(v) for k, v in result.kept.items()})
+    for name in {f"n{z}" for z in pods_per_zone} - unneeded:
+        assert result.kept[name].code in (reasons.NO_PLACE_TO_MOVE_PODS, reasons.RECEIVES_MOVED_PODS), case_id

@@ -11,12 +11,13 @@ import pytest
 
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
-from shared.actions import RemovalTarget, encode_action, new_scale_down, new_scale_up
+from shared.actions import RemovalTarget, ScaleDownRound, encode_action, encode_message, new_scale_down, new_scale_up
 from shared.context import AppContext, build_context
 from shared.ports import ClusterError, LedgerEntry
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from shared.services.reconcile import orphan_after
+from shared.services.rounds import ROUND_ROW
 from shared.services.utilization import run_utilization_poll
 from tests.fixtures.sandbox import SANDBOX_START
 
@@ -296,6 +297,33 @@ def test_kubernetes_500_means_no_scale_down_in_that_tick(app: App) -> None:
     assert result.enqueued
 
 
+def test_a_slot_freed_by_a_committed_delete_goes_out_in_a_round_before_the_next_tick(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    app = make_app(sandbox_factory, azurite, table_name, queue_name,
+                   settings={"MAX_SCALE_DOWN_PARALLELISM": "1", "SCALE_DOWN_ROUND_INTERVAL": "15s"})
+    settings, ports = app.context.settings, app.context.ports
+    _, idle = app.busy_and_idle()
+    assert len(idle) == 2
+    run_utilization_poll(ports, settings, now=app.clock.now())
+    app.clock.advance(settings.scale_down_unneeded_time.total_seconds() + 60)
+    [first] = run_utilization_poll(ports, settings, now=app.clock.now()).enqueued  # one slot, one node
+    [removal] = app.queued()  # the round is sent with its delay: not visible yet
+    ports.queue.clear()  # type: ignore[attr-defined]
+    pending = ports.state.get_ledger_entry(ROUND_ROW)
+    assert pending is not None and pending.operation
+    round_text = encode_message(ScaleDownRound(pending.operation, app.clock.now(), app.clock.now() + TTL))
+
+    outcomes = walk(app, json.dumps(removal), step_seconds=5)
+    assert outcomes[-1] == "succeeded", outcomes
+    app.clock.advance(15)  # the round is due: well before the next minute's tick
+    assert app.run(round_text).outcome == "succeeded"
+    [second] = app.queued()
+    assert second["kind"] == "scale_down" and [n["name"] for n in second["nodes"]] == [
+        n for n in idle if n not in {t["name"] for t in removal["nodes"]}]
+    assert app.run(round_text).outcome == "skipped"  # its duplicate delivery runs nothing
+
+
 def test_pending_poll_enqueues_one_scale_up(app: App) -> None:
     app.clock.advance(3600)  # the burst workload arrives
     result = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
@@ -335,8 +363,11 @@ def test_a_skipped_decision_does_not_block_the_next_one(app: App) -> None:
     app.clock.advance(settings.scale_down_unneeded_time.total_seconds() + 60)
     first = run_utilization_poll(app.context.ports, settings, now=app.clock.now()).enqueued
     app.clock.advance(60)
+    # Reserved for the first decision while its message may still start: not decided twice.
+    assert first and not run_utilization_poll(app.context.ports, settings, now=app.clock.now()).enqueued
+    app.clock.advance(settings.action_ttl.total_seconds() + 60)  # it never started: the reservation lapses
     second = run_utilization_poll(app.context.ports, settings, now=app.clock.now()).enqueued
-    assert first and second and not set(first) & set(second)
+    assert second and not set(first) & set(second)
 
 
 # -- failures and backoff ----------------------------------------------------------------------------------
@@ -470,7 +501,8 @@ def test_a_removal_whose_action_was_lost_is_given_back_by_the_next_poll(app: App
 
     app.clock.advance(orphan_after(settings).total_seconds() + 1)
     run_utilization_poll(app.context.ports, settings, now=app.clock.now())
-    assert app.context.ports.state.get_group(GROUP).deleting == {}
+    # Released (other idle nodes may be reserved by this poll's own decisions, never the lost action's).
+    assert f"down-{idle[0]}" not in app.context.ports.state.get_group(GROUP).deleting.values()
     node = app.context.ports.cluster.get_node(idle[0])
     assert node is not None and not node.unschedulable and not node.is_being_deleted
 
