@@ -58,7 +58,7 @@ DEMO_SETTINGS = {
 # cluster would see. A big scenario runs slower so that what it measures is the autoscaler's design.
 SCENARIO_OPTIONS: dict[str, dict[str, Any]] = {
     "crash-resume": {"kill_runner_during": "drain"},
-    "many-idle": {"speed": 10.0},
+    "many-idle": {"speed": 5.0},
 }
 DEFAULT_SPEED = 30.0
 
@@ -396,12 +396,13 @@ def _waits_by_workload(pods: list[dict[str, Any]]) -> dict[str, float | None]:
     return dict(sorted(result.items()))
 
 
-def removal_lag(report: dict[str, Any], *, unneeded_time_s: float) -> dict[str, float | int]:
+def removal_lag(report: dict[str, Any], *, unneeded_time_s: float, group: str | None = None) -> dict[str, float | int]:
     """How late removals started: for each node removed while empty, the time from when it became removable
     (its last pod gone, or its creation, plus SCALE_DOWN_UNNEEDED_TIME) to its delete starting; p50, p95, max.
 
     Nodes removed with pods still on them (drained, or waited for) are left out: when those became
-    removable depends on the autoscaler's utilisation rules, which the sandbox does not judge."""
+    removable depends on the autoscaler's utilisation rules, which the sandbox does not judge.
+    `group`: only that group's nodes."""
     stopped: dict[str, list[float]] = {}
     for pod in report["pods"]:
         # A pod leaves its node when it finishes, or when it stops otherwise (evicted, deleted, killed).
@@ -410,7 +411,7 @@ def removal_lag(report: dict[str, Any], *, unneeded_time_s: float) -> dict[str, 
             stopped.setdefault(pod["node"], []).append(min(ends))
     lags = []
     for entry in report.get("scale_down_order", []):
-        if entry["pods"] or entry.get("delete_started_at") is None:
+        if entry["pods"] or entry.get("delete_started_at") is None or (group is not None and entry["group"] != group):
             continue
         created = entry["cordoned_at"] - entry["age_seconds"]
         last = max([created, *(t for t in stopped.get(entry["node"], []) if t <= entry["cordoned_at"])])
@@ -458,6 +459,8 @@ def build_summary(
         "scale_down_order": report.get("scale_down_order", []),
         # How long after becoming removable each node removed while empty started to be deleted (seconds).
         "removal_lag_s": removal_lag(report, unneeded_time_s=unneeded_time_s),
+        "removal_lag_s_by_group": {g: removal_lag(report, unneeded_time_s=unneeded_time_s, group=g)
+                                   for g in sorted({e["group"] for e in report.get("scale_down_order", [])})},
         # Reason code -> distinct nodes kept for it during the run; node -> its reason in the latest poll.
         "kept_reasons": kept.reason_counts() if kept is not None else {},
         "kept_nodes": kept.kept_nodes() if kept is not None else {},
