@@ -51,7 +51,7 @@ from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.events import status_event
 from shared.services.observe import observe, running_sizes
 from shared.services.rounds import take_round
-from shared.services.utilization import drain_rules, scale_down_options
+from shared.services.utilization import drain_rules, run_utilization_poll, scale_down_options
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,6 @@ class Executor:
 
     def _round(self, round_: ScaleDownRound, *, now: datetime) -> ExecutionResult:
         """A scale-down round (`shared.services.rounds`): the utilisation poll, if it is the pending round."""
-        from shared.services.utilization import run_utilization_poll  # it imports this module's neighbours
-
         if not take_round(self._ports, self._settings, round_, now=now):
             return ExecutionResult("skipped", "not the pending scale-down round", round_.id)
         result = run_utilization_poll(self._ports, self._settings, now=now)

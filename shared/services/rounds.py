@@ -62,12 +62,11 @@ def take_round(ports: Ports, settings: Settings, round_: ScaleDownRound, *, now:
     if entry is None or entry.operation != round_.id:
         log.info("scale-down round %s dropped: not the pending round", round_.id)
         return False
-    if now - entry.updated_at > settings.scale_down_round_interval + settings.action_ttl:
-        log.info("scale-down round %s dropped: asked for at %s, too long ago", round_.id, entry.updated_at.isoformat())
-    elif ports.state.update_ledger_entry(replace(entry, operation="", updated_at=now)):
-        return True
-    else:
+    stale = now - entry.updated_at > settings.scale_down_round_interval + settings.action_ttl
+    # Either way it is no longer pending; of two deliveries racing for it, one wins the swap.
+    if not ports.state.update_ledger_entry(replace(entry, operation="", updated_at=now)):
         log.info("scale-down round %s dropped: another delivery took it", round_.id)
         return False
-    ports.state.update_ledger_entry(replace(entry, operation="", updated_at=now))
-    return False
+    if stale:
+        log.info("scale-down round %s dropped: asked for at %s, too long ago", round_.id, entry.updated_at.isoformat())
+    return not stale
