@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -63,6 +63,8 @@ class HostQueueConfig:
     max_dequeue_count: int = 5
     visibility_timeout: timedelta = timedelta(0)
     batch_size: int = 16
+    # The host fetches the next batch once this few of its messages are still running (default batchSize / 2).
+    new_batch_threshold: int = 8
 
     @classmethod
     def from_host_json(cls, path: Path = ROOT / "host.json") -> HostQueueConfig:
@@ -72,6 +74,7 @@ class HostQueueConfig:
             max_dequeue_count=int(queues.get("maxDequeueCount", 5)),
             visibility_timeout=timedelta(hours=hours, minutes=minutes, seconds=seconds),
             batch_size=int(queues.get("batchSize", 16)),
+            new_batch_threshold=int(queues.get("newBatchThreshold", int(queues.get("batchSize", 16)) // 2)),
         )
 
 
@@ -162,8 +165,10 @@ class LocalRunner:
         self._next_fire = {t.name: t.schedule.next_after(start) for t in self.timers}
         self.stats = RunnerStats()
         self._stats_lock = threading.Lock()
-        # The Python worker runs a batch's invocations on a thread pool; so do we.
-        self._pool = ThreadPoolExecutor(max_workers=max(1, self._host.batch_size // 2), thread_name_prefix="runner-queue")
+        # The Python worker runs synchronous invocations on a thread pool of PYTHON_THREADPOOL_THREAD_COUNT
+        # threads (Python 3.9+: unset means the standard library's default size); so do we.
+        threads = int(env.get("PYTHON_THREADPOOL_THREAD_COUNT") or 0) or min(32, (os.cpu_count() or 1) + 4)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="runner-queue")
         self._pool_dup = ThreadPoolExecutor(max_workers=max(2, self._host.batch_size), thread_name_prefix="runner-dup")
 
     def fire_due_timers(self) -> None:
@@ -187,11 +192,23 @@ class LocalRunner:
             log.exception("timer function %s failed", timer.name)
 
     def process_queue(self) -> int:
-        """Run every visible message once (twice with duplicate delivery), concurrently as the host does."""
+        """Run one batch to its end (twice per message with duplicate delivery): run-once mode and tests.
+        `run` feeds the queue continuously instead (`pump`)."""
         lease = max(self._host.visibility_timeout, timedelta(seconds=30))
         messages = self._queue.receive(self._host.batch_size, visibility_timeout=lease)
         if messages:
             list(self._pool.map(self._deliver, messages))
+        return len(messages)
+
+    def pump(self, in_flight: set[Future[None]]) -> int:
+        """The host's queue listener: fetch a batch whenever no more than newBatchThreshold of the messages
+        it fetched are still running, without waiting for the slowest of them (so a long invocation never
+        holds back the queue). Started invocations join `in_flight`; returns how many were fetched."""
+        if len(in_flight) > self._host.new_batch_threshold:
+            return 0
+        lease = max(self._host.visibility_timeout, timedelta(seconds=30))
+        messages = self._queue.receive(self._host.batch_size, visibility_timeout=lease)
+        in_flight.update(self._pool.submit(self._deliver, message) for message in messages)
         return len(messages)
 
     def _deliver(self, message: Any) -> None:
@@ -270,34 +287,48 @@ class LocalRunner:
         timer_thread.start()
         deadline = time.monotonic() + wall_timeout
         backoff = 0.0
+        in_flight: set[Future[None]] = set()
+        checked = 0.0
         try:
             while time.monotonic() < deadline:
                 try:
-                    # A queue that never runs dry must not keep us past the deadline or `until`.
-                    checked = time.monotonic()
-                    while self.process_queue() and time.monotonic() < deadline:
-                        if time.monotonic() - checked >= 1.0:
-                            checked = time.monotonic()
-                            if on_tick is not None:
-                                on_tick()
-                            if until():
-                                return True
+                    fetched = self.pump(in_flight)
                     backoff = 0.0
                 except StorageError as exc:
                     # The host's queue listener logs a storage outage and polls again, backing off; so do we.
                     backoff = min(max(backoff * 2, 0.5), MAX_STORAGE_BACKOFF)
                     log.warning("queue storage failed (%s); polling again in %.1fs", exc, backoff)
-                    time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
-                    continue
-                if on_tick is not None:
-                    on_tick()
-                if until():
-                    return True
-                time.sleep(tick_seconds)
+                    fetched = 0
+                # An empty queue is polled again after a tick (the backoff while storage fails); a busy one as
+                # soon as an invocation ends. A queue that never runs dry must not keep us past the deadline.
+                pause = 0.0 if fetched else (backoff or tick_seconds)
+                done, in_flight = wait(in_flight, timeout=min(pause, max(0.0, deadline - time.monotonic())),
+                                       return_when=FIRST_COMPLETED) if in_flight else (set(), in_flight)
+                if not in_flight and not fetched:
+                    time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                for future in done:
+                    self._settle(future)
+                if time.monotonic() - checked >= (1.0 if fetched or in_flight else 0.0):
+                    checked = time.monotonic()
+                    if on_tick is not None:
+                        on_tick()
+                    if until():
+                        return True
             return False
         finally:
             stop.set()
+            # As the host drains before it stops: the invocations in hand finish, none is abandoned mid-step.
+            for future in in_flight:
+                self._settle(future, timeout=60)
             timer_thread.join(timeout=60)
+
+    def _settle(self, future: Future[None], *, timeout: float | None = None) -> None:
+        """An invocation's end: a storage failure while deleting or poisoning its message is logged (the
+        message reappears after its lease and is delivered again), never the end of the runner."""
+        try:
+            future.result(timeout=timeout)
+        except StorageError as exc:
+            log.warning("queue storage failed after an invocation (%s); the message will be delivered again", exc)
 
     def run_once(self, *, settle_seconds: float = 0.0) -> None:
         """Run-once mode: fire every timer now, then drain the queue (waiting `settle_seconds` for delayed steps)."""

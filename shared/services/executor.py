@@ -294,8 +294,9 @@ class Executor:
             # goes out at once, two queue hops sooner, so the node's parallelism slot is free sooner.
             # A pod bound just before the taint makes the drain step run as for any node. The delete
             # step is idempotent, so a redelivery of this step after a crash repeats nothing.
+            # The group and instances read above are milliseconds old: the delete reuses them (two ARM reads fewer).
             entry = ledger.update(self._ports.state, entry, record=record)
-            return self._delete(following.at_step("delete", now=now), entry, now)
+            return self._delete_from(following.at_step("delete", now=now), entry, group, instances, now=now)
         return self._continue(following, entry, delay=timedelta(0), now=now, record=record)
 
     def _instances(self, group: NodeGroup, action: ScaleAction) -> dict[str, Instance | None]:
@@ -397,9 +398,14 @@ class Executor:
         group = self._ports.compute.get_node_group(action.group)
         if group is None:
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
-        instances = self._instances(group, action)
-        live = [t for t in action.targets if instances[t.instance_id] is not None]
-        if not live or any(instance.deleting for instance in instances.values() if instance is not None):
+        return self._delete_from(action, entry, group, self._instances(group, action), now=now)
+
+    def _delete_from(self, action: ScaleAction, entry: LedgerEntry, group: NodeGroup,
+                     instances: Mapping[str, Instance | None], *, now: datetime) -> ExecutionResult:
+        """The delete step, given the group and the targets' instances as just read."""
+        found = [(t, instance) for t in action.targets if (instance := instances[t.instance_id]) is not None]
+        live = [t for t, _ in found]
+        if not live or any(instance.deleting for _, instance in found):
             # Already gone or going (a crash after the delete call): never delete twice.
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
         committed = self._commit_removals(group.id, [t.node for t in live], action.id)

@@ -6,6 +6,7 @@ reaches the function; a storage outage is logged and waited out, never the end o
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -88,3 +89,30 @@ def test_a_storage_outage_is_waited_out_not_the_end_of_the_runner() -> None:
 
     assert finished
     assert queue.receives == queue.failures + 1
+
+
+def test_a_long_invocation_does_not_hold_back_the_queue(action_queue: StorageActionQueue) -> None:
+    """The host fetches again once newBatchThreshold or fewer of its messages run: a message sent while a long
+    invocation runs is executed before that invocation ends (one batch at a time would wait for it)."""
+    seen: list[str] = []
+    fast_ran = threading.Event()
+    app = func.FunctionApp()
+
+    @app.queue_trigger(arg_name="message", queue_name="%SCALE_ACTIONS_QUEUE%", connection="AzureWebJobsStorage")
+    def on_message(message: func.QueueMessage) -> None:
+        body = message.get_body().decode()
+        seen.append(body)
+        if body == "slow":
+            action_queue.send_raw("fast")
+            seen.append(f"slow saw fast: {fast_ran.wait(timeout=15)}")
+        else:
+            fast_ran.set()
+
+    runner = _runner(app, action_queue)
+    action_queue.send_raw("slow")
+
+    finished = runner.run(until=lambda: len(seen) == 3, wall_timeout=30, tick_seconds=0.01)
+
+    assert finished
+    assert seen == ["slow", "fast", "slow saw fast: True"]
+    assert action_queue.count() == 0

@@ -556,3 +556,19 @@ def test_deallocated_instances_do_not_count_toward_the_running_size(
     assert walk(app, scale_down(app, idle[0]), step_seconds=30)[-1] == "succeeded"
     second = app.run(scale_down(app, idle[1]))  # 2 running, min 2: refused although capacity is 3
     assert second.outcome == "skipped" and "below its minimum 2" in second.detail
+
+
+def test_an_empty_node_is_cordoned_and_deleted_in_one_step_reading_the_scale_set_once(app: App) -> None:
+    """The empty-node path deletes in the cordon step itself, reusing that step's reads (ARM budgets GETs)."""
+    _, idle = app.busy_and_idle()
+    target = idle[0]
+    instance = app.provider_id(target).rsplit("/", 1)[-1]
+    before = dict(app.server.world.report()["api_calls"]["breakdown"]["arm"])
+
+    result = app.run(scale_down(app, target, removal_kind="empty"))
+
+    arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
+    reads = {op: arm.get(op, 0) - before.get(op, 0) for op in arm if op.startswith(("GET", "LIST")) and op != "GET operations"}
+    assert result.outcome == "waiting", result
+    assert arm["instances_deleted"] == {f"pool/{instance}": 1}
+    assert reads == {"GET virtualMachineScaleSets": 1, "GET virtualMachines": 1}, reads
