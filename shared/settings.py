@@ -421,7 +421,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("MAX_SCALE_DOWN_PARALLELISM", "max_scale_down_parallelism", "10", _int_at_least(1),
          "Most nodes being drained at once, cluster-wide, shared by the groups in turn; a node whose delete is "
          "committed, or that only waits for its batch pods to finish, holds no slot."),
-    Spec("SCALE_DOWN_ROUND_INTERVAL", "scale_down_round_interval", "15s",
+    # 10s: cluster-autoscaler's --scan-interval, the pace its users know; rounds run only while nodes wait.
+    Spec("SCALE_DOWN_ROUND_INTERVAL", "scale_down_round_interval", "10s",
          _at_most(_nonnegative_duration, QUEUE_MAX_DELAY, _QUEUE_BOUND),
          "While due nodes wait for a MAX_SCALE_DOWN_PARALLELISM slot, the scale-down is planned again this long "
          "after each poll (a round sent on the queue), so freed slots are not left until the next "

@@ -325,7 +325,10 @@ class Executor:
 
     def _drain_of(self, node_name: str, *, now: datetime) -> NodeDrain:
         pods = self._ports.cluster.list_pods_on_node(node_name)
-        budgets = self._ports.cluster.list_disruption_budgets() if any(p.namespace == KUBE_SYSTEM for p in pods) else []
+        # Budgets decide only whether a kube-system pod may move; DaemonSet and mirror pods (kube-proxy and
+        # the like, on every node) never move, so they cost no list call.
+        system = any(p.namespace == KUBE_SYSTEM and not p.is_node_bound_system_pod for p in pods)
+        budgets = self._ports.cluster.list_disruption_budgets() if system else []
         return drain_of(pods, drain_rules(self._settings), budgets, now=now)
 
     def _drain(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
@@ -534,7 +537,9 @@ class Executor:
             self._ports.events.emit(ClusterEvent("default", "Node", node, "", "ScaleDownFailed",
                                                  f"scale-down of the node cancelled: {why}", now,
                                                  "Normal" if reclaimed else "Warning"))
-        self._ports.state.clear_unneeded(node)  # its unneeded clock starts over, if it ever is again
+            self._ports.state.clear_unneeded(node)  # it was cordoned: its unneeded clock starts over
+        # A node turned down before its cordon (the group at its minimum, a cooldown) is as unneeded as it
+        # was: its clock runs on, or the next round would wait SCALE_DOWN_UNNEEDED_TIME again for it.
 
         def release(state: GroupState) -> GroupState:
             if state.deleting.get(node) == action.id:

@@ -44,11 +44,14 @@ def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: Cluste
     """Release every orphaned reservation among the groups' `states` (as just read); the nodes released."""
     released = []
     nodes = {n.name: n for n in snapshot.nodes}
+    entries: dict[str, LedgerEntry | None] = {}  # an action removing several nodes is read once
     for group in snapshot.groups:
         state = states.get(group.id, GroupState(group.id))
         fresh: GroupState | None = None
         for node, action_id in sorted(state.deleting.items()):
-            entry = ports.state.get_ledger_entry(action_id)
+            if action_id not in entries:
+                entries[action_id] = ports.state.get_ledger_entry(action_id)
+            entry = entries[action_id]
             if _alive(entry, action_id, settings, now=now):
                 continue
             # The poll read the group row before this ledger row: an action that finished in between has

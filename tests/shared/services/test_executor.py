@@ -16,7 +16,7 @@ from shared.context import AppContext, build_context
 from shared.ports import ClusterError, LedgerEntry
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
-from shared.services.reconcile import orphan_after
+from shared.services.reconcile import orphan_after, reserve_decided
 from shared.services.rounds import ROUND_ROW
 from shared.services.utilization import run_utilization_poll
 from tests.fixtures.sandbox import SANDBOX_START
@@ -218,6 +218,27 @@ def test_scale_down_never_goes_below_min_counting_removals_in_flight(
     assert app.context.ports.state.get_group(GROUP).deleting == {idle[0]: f"down-{idle[0]}"}
     node = app.context.ports.cluster.get_node(idle[1])
     assert node is not None and not node.unschedulable
+
+
+def test_a_node_turned_down_before_its_cordon_keeps_its_unneeded_clock(
+    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
+) -> None:
+    """Refused for a group rule, never cordoned: the node is as unneeded as before, so the next round may take
+    it as soon as the rule allows, not SCALE_DOWN_UNNEEDED_TIME later."""
+    app = make_app(sandbox_factory, azurite, table_name, queue_name, min=2)
+    state = app.context.ports.state
+    _, idle = app.busy_and_idle()
+    since = app.clock.now() - timedelta(minutes=20)
+    for name in idle[:2]:
+        state.set_unneeded(name, since)
+    assert app.run(scale_down(app, idle[0])).outcome == "waiting"
+    assert reserve_decided(app.context.ports, GROUP, [idle[1]], f"down-{idle[1]}") == {idle[1]}  # as the poll does
+
+    second = app.run(scale_down(app, idle[1]))
+
+    assert second.outcome == "skipped" and "below its minimum 2" in second.detail
+    assert idle[1] not in state.get_group(GROUP).deleting
+    assert state.list_unneeded().get(idle[1]) == since
 
 
 def walk(app: App, text: str, *, step_seconds: float, limit: int = 200) -> list[str]:
@@ -558,7 +579,7 @@ def test_deallocated_instances_do_not_count_toward_the_running_size(
     assert second.outcome == "skipped" and "below its minimum 2" in second.detail
 
 
-def test_an_empty_node_is_cordoned_and_deleted_in_one_step_reading_the_scale_set_once(app: App) -> None:
+def test_an_empty_node_is_cordoned_and_deleted_in_one_step_with_the_fewest_reads(app: App) -> None:
     """The empty-node path deletes in the cordon step itself, reusing that step's reads (ARM budgets GETs)."""
     _, idle = app.busy_and_idle()
     target = idle[0]
@@ -572,3 +593,8 @@ def test_an_empty_node_is_cordoned_and_deleted_in_one_step_reading_the_scale_set
     assert result.outcome == "waiting", result
     assert arm["instances_deleted"] == {f"pool/{instance}": 1}
     assert reads == {"GET virtualMachineScaleSets": 1, "GET virtualMachines": 1}, reads
+    # Its only kube-system pod is kube-proxy's, a DaemonSet pod: no PodDisruptionBudget is worth listing.
+    pods = app.context.ports.cluster.list_pods()
+    assert any(p.node_name == target and p.namespace == "kube-system" and p.is_daemonset for p in pods)
+    k8s = app.server.world.report()["api_calls"]["breakdown"]["k8s"]
+    assert not any("poddisruptionbudgets" in op for op in k8s), k8s
