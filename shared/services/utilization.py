@@ -23,6 +23,7 @@ from shared.engine.scale_up import pending_pods
 from shared.engine.utilization import UtilizationRules
 from shared.ports import Ports, UsageUnavailable
 from shared.services.observe import observe_or_skip, running_sizes
+from shared.services.plan_lease import plan_lease
 from shared.services.rounds import request_round
 from shared.services.pending import pending_placements
 from shared.services.reconcile import release_orphaned_removals, reserve_decided
@@ -87,7 +88,12 @@ def measured_cpu(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *,
 
 def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
     with telemetry.poll("poll_utilization"):  # a span (actions carry its context) and the poll's duration
-        return _utilization_poll(ports, settings, now=now)
+        if settings.dry_run or not settings.scale_down_enabled:
+            return _utilization_poll(ports, settings, now=now)  # reserves nothing, hands out no slot
+        with plan_lease(ports, now=now) as held:
+            if not held:  # a round or the timer's poll is planning now: two would share out the same slots
+                return UtilizationPollResult(ScaleDownPlan(), ())
+            return _utilization_poll(ports, settings, now=now)
 
 
 def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
