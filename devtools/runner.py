@@ -194,11 +194,11 @@ class LocalRunner:
     def process_queue(self) -> int:
         """Run one batch to its end (twice per message with duplicate delivery): run-once mode and tests.
         `run` feeds the queue continuously instead (`pump`)."""
-        lease = max(self._host.visibility_timeout, timedelta(seconds=30))
-        messages = self._queue.receive(self._host.batch_size, visibility_timeout=lease)
-        if messages:
-            list(self._pool.map(self._deliver, messages))
-        return len(messages)
+        in_flight: set[Future[None]] = set()
+        fetched = self.pump(in_flight)
+        for future in in_flight:
+            future.result()
+        return fetched
 
     def pump(self, in_flight: set[Future[None]]) -> int:
         """The host's queue listener: fetch a batch whenever no more than newBatchThreshold of the messages
