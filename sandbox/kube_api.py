@@ -160,7 +160,7 @@ def _list(world: World, route: Route, request: Request) -> Response:
         accept = object_filter(request.query.get("labelSelector"), request.query.get("fieldSelector"), route.resource)
     except SelectorError as exc:
         raise KubeError(400, "BadRequest", str(exc)) from None
-    items = [obj for obj in world.k8s_list(route.resource, route.namespace) if accept(obj)]
+    items = world.k8s_list(route.resource, route.namespace, accept=accept)
     list_rv = world.resource_version
     token = request.query.get("continue")
     if token:

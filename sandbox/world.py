@@ -1046,10 +1046,17 @@ class World:
         with self.lock:
             return str(self._store.revision)
 
-    def k8s_list(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Deep copies, sorted by namespace/name like the API server's storage order."""
+    def k8s_list(self, resource: str, namespace: str | None = None, *,
+                 accept: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """Deep copies, sorted by namespace/name like the API server's storage order.
+
+        `accept` (a label/field selector) sees the stored object and is applied before copying: a
+        `spec.nodeName=` list of a cluster with thousands of finished pods copied them all (140 ms a call
+        in many-idle, measured), where the API server answers it from an index.
+        """
         with self.lock:
-            return [self._render(resource, obj) for obj in self._store.listed(resource, namespace)]
+            return [self._render(resource, obj) for obj in self._store.listed(resource, namespace)
+                    if accept is None or accept(obj)]
 
     def k8s_view(self, resource: str) -> list[dict[str, Any]]:
         """The stored objects themselves in storage order, not copies: for in-process readers that never

@@ -132,20 +132,10 @@ class Executor:
             action = replace(action, step_started_at=action.step_started_at + (now - entry.updated_at))
         try:
             return self._run_step(action, claimed, now=now)
-        except ComputeError as exc:
-            if exc.code == "TooManyRequests":
-                # Throttling is not the action's fault: wait outside this invocation, at least as long as ARM
-                # asks and longer each time in a row, so that actions sharing a scale set's budget do not
-                # each take the one token that came back and starve one another (a livelock, seen in replays).
-                delay = throttled_delay(exc.retry_after, self._settings.step_retry_delay, attempt=action.attempt)
-                return self._continue(action.retried(), claimed, delay=delay, now=now, detail=f"throttled by ARM: {exc}")
-            if exc.transient:
-                return self._after_transient_fault(action, claimed, exc, now=now, source="ARM")
-            self._release(claimed, now=now)
-            raise
-        except ClusterError as exc:
-            if exc.transient:
-                return self._after_transient_fault(action, claimed, exc, now=now, source="Kubernetes API")
+        except (ComputeError, ClusterError) as exc:
+            result = self._after_fault(action, claimed, exc, now=now)
+            if result is not None:
+                return result
             self._release(claimed, now=now)
             raise
         except Exception:
@@ -296,7 +286,16 @@ class Executor:
             # step is idempotent, so a redelivery of this step after a crash repeats nothing.
             # The group and instances read above are milliseconds old: the delete reuses them (two ARM reads fewer).
             entry = ledger.update(self._ports.state, entry, record=record)
-            return self._delete_from(following.at_step("delete", now=now), entry, group, instances, now=now)
+            delete = following.at_step("delete", now=now)
+            try:
+                return self._delete_from(delete, entry, group, instances, now=now)
+            except (ComputeError, ClusterError) as exc:
+                # The nodes are cordoned and recorded: throttling or a passing fault retries the delete
+                # step, never this one (which would cordon again and emit its events a second time).
+                result = self._after_fault(delete, entry, exc, now=now)
+                if result is None:
+                    raise
+                return result
         return self._continue(following, entry, delay=timedelta(0), now=now, record=record)
 
     def _instances(self, group: NodeGroup, action: ScaleAction) -> dict[str, Instance | None]:
@@ -674,6 +673,20 @@ class Executor:
                                                      f"a scale-down step was refused: {why}", now, "Warning"))
         telemetry.action_ended(action, "rejected", detail=reason, now=now, poison=True, dry_run=self._settings.dry_run)
         return ExecutionResult("rejected", reason, action.id)
+
+    def _after_fault(self, action: ScaleAction, entry: LedgerEntry, exc: ComputeError | ClusterError, *,
+                     now: datetime) -> ExecutionResult | None:
+        """Throttling or a fault that passes: this step (`action`) again later. None: neither (the caller raises)."""
+        if isinstance(exc, ComputeError) and exc.code == "TooManyRequests":
+            # Throttling is not the action's fault: wait outside this invocation, at least as long as ARM
+            # asks and longer each time in a row, so that actions sharing a scale set's budget do not
+            # each take the one token that came back and starve one another (a livelock, seen in replays).
+            delay = throttled_delay(exc.retry_after, self._settings.step_retry_delay, attempt=action.attempt)
+            return self._continue(action.retried(), entry, delay=delay, now=now, detail=f"throttled by ARM: {exc}")
+        if exc.transient:
+            source = "ARM" if isinstance(exc, ComputeError) else "Kubernetes API"
+            return self._after_transient_fault(action, entry, exc, now=now, source=source)
+        return None
 
     def _after_transient_fault(self, action: ScaleAction, entry: LedgerEntry, exc: ComputeError | ClusterError, *,
                                now: datetime, source: str) -> ExecutionResult:

@@ -598,3 +598,30 @@ def test_an_empty_node_is_cordoned_and_deleted_in_one_step_with_the_fewest_reads
     assert any(p.node_name == target and p.namespace == "kube-system" and p.is_daemonset for p in pods)
     k8s = app.server.world.report()["api_calls"]["breakdown"]["k8s"]
     assert not any("poddisruptionbudgets" in op for op in k8s), k8s
+
+
+def test_a_throttled_delete_of_an_empty_node_retries_the_delete_not_the_cordon(
+    app: App, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ARM's per-scale-set delete budget answers 429: the nodes are cordoned once, their events written
+    once, and the next message is the delete step (the cordon step again re-cordoned and re-announced)."""
+    _, idle = app.busy_and_idle()
+    target = idle[0]
+    app.server.world.inject_fault(("arm", "POST", "pool"), status=429, code="TooManyRequests", retry_after=20)
+    sent: list[tuple[Any, timedelta]] = []
+    queue = app.context.ports.queue
+    monkeypatch.setattr(queue, "send", lambda action, *, delay=timedelta(0): sent.append((action, delay)))
+
+    result = app.run(scale_down(app, target, removal_kind="empty"))
+
+    assert result.outcome == "waiting" and "throttled by ARM" in result.detail, result
+    [(retry, delay)] = sent
+    assert retry.step == "delete" and retry.nodes == (target,) and delay >= timedelta(seconds=20)
+    assert app.server.world.report()["api_calls"]["breakdown"]["arm"].get("instances_deleted", {}) == {}
+    app.clock.advance(30)
+    assert app.run(encode_action(retry)).outcome == "waiting"  # the delete went out; confirm follows
+    assert app.server.world.report()["api_calls"]["breakdown"]["arm"]["instances_deleted"] == {
+        f"pool/{app.provider_id(target).rsplit('/', 1)[-1]}": 1}
+    events = [e for e in app.server.world.k8s_list("events", "default")
+              if e["involvedObject"]["name"] == target and e["reason"] == "ScaleDown"]
+    assert len(events) == 1, events
