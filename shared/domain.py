@@ -673,6 +673,9 @@ class GroupState:
     backoff_until: datetime | None = None  # no scale-up is planned onto the group before this
     backoff_failures: int = 0  # consecutive failed scale-ups; sets the next backoff's length
     backoff_reason: str = ""  # the last failure's error code, for operators
+    # ARM throttled a removal of the group's instances (429) until then: its budget of writes per scale set
+    # is spent, so the scale-down planner gives the slots to other groups meanwhile.
+    throttled_until: datetime | None = None
     etag: str | None = None  # None: the row does not exist yet
 
     def without_removal(self, node: str) -> GroupState:

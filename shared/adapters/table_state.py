@@ -133,6 +133,7 @@ class TableStateStore:
             backoff_until=_time_or_none(entity.get("BackoffUntil")),
             backoff_failures=int(entity.get("BackoffFailures") or 0),
             backoff_reason=str(entity.get("BackoffReason") or ""),
+            throttled_until=_time_or_none(entity.get("ThrottledUntil")),
             etag=entity.metadata["etag"],
         )
 
@@ -156,6 +157,7 @@ class TableStateStore:
             ("LastScaleDown", state.last_scale_down),
             ("LastFailure", state.last_failure),
             ("BackoffUntil", state.backoff_until),
+            ("ThrottledUntil", state.throttled_until),
         ):
             # Tables stores no nulls: an absent column is None, and REPLACE drops columns not sent.
             if moment is not None:

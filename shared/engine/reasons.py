@@ -27,6 +27,7 @@ PENDING_PODS_COULD_USE = "PendingPodsCouldUse"
 RECEIVES_MOVED_PODS = "ReceivesMovedPods"
 SCALE_DOWN_COOLDOWN = "ScaleDownCooldown"
 MAX_PARALLELISM_REACHED = "MaxParallelismReached"
+ARM_THROTTLED = "ArmThrottled"
 
 
 class KeptReason(str):

@@ -503,6 +503,12 @@ def _choose(
             kept[name] = KeptReason(reasons.NODE_GROUP_MIN_SIZE_REACHED,
                                     f"group {group.id} at its minimum size {group.min_size}")
             continue
+        if state.throttled_until is not None and now < state.throttled_until:
+            # A slot given to this group now would end in a throttled delete (one call more against the spent
+            # budget): it goes to another group, and this group's nodes go in a bigger batch once ARM allows.
+            kept[name] = KeptReason(reasons.ARM_THROTTLED, f"ARM throttles removals from {group.id} until "
+                                    f"{state.throttled_until.isoformat()}")
+            continue
         limit = removal_blocked(node.allocatable, totals=totals, limits=options.limits)
         if limit:
             kept[name] = KeptReason(reasons.MINIMAL_RESOURCE_LIMIT_EXCEEDED, limit)

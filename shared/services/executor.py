@@ -682,6 +682,12 @@ class Executor:
             # asks and longer each time in a row, so that actions sharing a scale set's budget do not
             # each take the one token that came back and starve one another (a livelock, seen in replays).
             delay = throttled_delay(exc.retry_after, self._settings.step_retry_delay, attempt=action.attempt)
+            if action.kind == "scale_down" and action.step == "delete":
+                # Until this delete goes out, a removal the planner adds to the group would only wait behind it
+                # for the same budget: the planner gives those slots to other groups (`GroupState.throttled_until`).
+                until = now + delay
+                self._update_group(action.group, lambda s: replace(
+                    s, throttled_until=max(until, s.throttled_until or until)))
             return self._continue(action.retried(), entry, delay=delay, now=now, detail=f"throttled by ARM: {exc}")
         if exc.transient:
             source = "ARM" if isinstance(exc, ComputeError) else "Kubernetes API"

@@ -158,8 +158,9 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         log.info("node %s kept (%s): %s", node, reason.code, reason, extra={"node": node, "kept_reason": reason.code})
     telemetry.record_utilization_poll(len(plan.unneeded), group_states, now=now)
     waiting = waiting_for_slots(snapshot, plan)
-    if waiting and not settings.dry_run:
-        request_round(ports, settings, now=now)  # freed slots are handed out before the next tick
+    throttled = any(reason.code == reasons.ARM_THROTTLED for reason in plan.kept.values())
+    if (waiting or throttled) and not settings.dry_run:
+        request_round(ports, settings, now=now)  # freed slots (and budgets) are used before the next tick
     backoff = {gid: why for gid, state in group_states.items() if (why := backoff_reason(state, now=now)) is not None}
     publish_status(ports, settings, snapshot, status_inputs(
         settings, group_states=group_states, unneeded=plan.unneeded, backoff=backoff,

@@ -86,12 +86,14 @@ def test_group_round_trip(state_store: TableStateStore) -> None:
         backoff_until=T0 + timedelta(minutes=12),
         backoff_failures=2,
         backoff_reason="QuotaExceeded",
+        throttled_until=T0 + timedelta(seconds=75),
     )
     assert state_store.update_group(state)
     read = state_store.get_group(GROUP)
     assert read.etag
     assert read == replace(state, etag=read.etag)
-    for moment in (read.last_scale_up, read.last_scale_down, read.last_failure, read.backoff_until):
+    for moment in (read.last_scale_up, read.last_scale_down, read.last_failure, read.backoff_until,
+                   read.throttled_until):
         assert type(moment) is datetime
         assert moment is not None and moment.tzinfo == timezone.utc
 

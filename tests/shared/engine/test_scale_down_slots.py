@@ -69,3 +69,15 @@ def test_pools_take_turns_for_the_slots() -> None:
     assert by_pool.count("rg/old") == 2 and by_pool.count("rg/new") == 2
     assert by_pool[:2] in (["rg/old", "rg/new"], ["rg/new", "rg/old"])  # alternating, not one pool first
 
+
+
+def test_a_pool_whose_removals_arm_throttles_gives_its_slots_to_the_others_until_then() -> None:
+    old = [node(f"old-{i}", group_name="old", instance=i) for i in range(4)]
+    new = [node(f"new-{i}", group_name="new", instance=i) for i in range(4)]
+    snap = snapshot(groups=[group("old", target=4), group("new", target=4)], nodes=old + new)
+    throttled = {"rg/old": GroupState("rg/old", throttled_until=T0 + timedelta(seconds=15))}
+    during = _plan(snap, throttled, parallelism=4)
+    assert [r.group_id for r in during.removals] == ["rg/new"] * 4  # all four slots
+    assert {during.kept[n.name].code for n in old} == {reasons.ARM_THROTTLED}
+    expired = {"rg/old": GroupState("rg/old", throttled_until=T0)}  # until is exclusive: the budget is back
+    assert sorted({r.group_id for r in _plan(snap, expired, parallelism=4).removals}) == ["rg/new", "rg/old"]

@@ -617,6 +617,8 @@ def test_a_throttled_delete_of_an_empty_node_retries_the_delete_not_the_cordon(
     assert result.outcome == "waiting" and "throttled by ARM" in result.detail, result
     [(retry, delay)] = sent
     assert retry.step == "delete" and retry.nodes == (target,) and delay >= timedelta(seconds=20)
+    # Until then the planner gives the group's slots to other groups.
+    assert app.context.ports.state.get_group(GROUP).throttled_until == app.clock.now() + delay
     assert app.server.world.report()["api_calls"]["breakdown"]["arm"].get("instances_deleted", {}) == {}
     app.clock.advance(30)
     assert app.run(encode_action(retry)).outcome == "waiting"  # the delete went out; confirm follows
