@@ -290,6 +290,9 @@ def run_scenario(
                                     kept=kept,
                                     unneeded_time_s=context.settings.scale_down_unneeded_time.total_seconds())
             summary["state"] = _state_rows(context, report["nodes_by_group"])
+            from sandbox.scenario import load_scenario
+
+            summary["expectations"] = check_expectations(summary, load_scenario(scenario).expect_at_most)
             if isinstance(runner, RestartingRunner):
                 summary["runner_restarts"] = runner.restart_report(ledger)
                 summary["runner_processes"] = runner.process_report()
@@ -394,6 +397,23 @@ def _waits_by_workload(pods: list[dict[str, Any]]) -> dict[str, float | None]:
         else:
             result[key] = wait if key not in result else max(result[key] or 0.0, wait or 0.0)
     return dict(sorted(result.items()))
+
+
+def check_expectations(summary: dict[str, Any], bounds: Iterable[tuple[str, float]]) -> list[dict[str, Any]]:
+    """The scenario's `expect_at_most` bounds against the summary: one row per bound, `met` or a `problem`."""
+    rows = []
+    for path, bound in bounds:
+        value: Any = summary
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            rows.append({"path": path, "at_most": bound, "value": value, "met": False,
+                         "problem": f"summary.json has no number at {path}"})
+            continue
+        met = value <= bound
+        rows.append({"path": path, "at_most": bound, "value": value, "met": met,
+                     **({} if met else {"problem": f"{path} is {value:g}, more than {bound:g}"})})
+    return rows
 
 
 def removal_lag(report: dict[str, Any], *, unneeded_time_s: float, group: str | None = None) -> dict[str, float | int]:
@@ -608,8 +628,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: summary[k] for k in ("wall_seconds", "runner_restarts", "deletes_by_instance",
                                                   "running_pods_evicted_by_workload")}, indent=2))
     print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'timeline.png'}")
+    for row in summary["expectations"]:
+        print(f"expected {row['path']} <= {row['at_most']:g}: {row['value']}", "(met)" if row["met"] else "(NOT MET)")
     if not summary["converged"]:
         print("the scenario did not converge before its duration or the timeout (see summary.json)", file=sys.stderr)
+        return 1
+    unmet = [row["problem"] for row in summary["expectations"] if not row["met"]]
+    if unmet:
+        print(f"the scenario's expect_at_most is not met: {'; '.join(unmet)}", file=sys.stderr)
         return 1
     if kill:
         problems = summary["crash_check"]["problems"]

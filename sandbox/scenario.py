@@ -216,6 +216,8 @@ class Scenario:
     restricted_vm_sizes: tuple[str, ...] = ()
     # Pods that must end Pending, each reported unplaceable by the autoscaler (`expect_unschedulable`).
     expect_unschedulable: tuple[ExpectedUnschedulable, ...] = ()
+    # Bounds on summary.json figures that `make demo` checks: (dotted path, the most it may be).
+    expect_at_most: tuple[tuple[str, float], ...] = ()
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -462,6 +464,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "deallocate_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes", "expect_unschedulable",
+            "expect_at_most",
         },
         {"node_groups"},
     )
@@ -534,6 +537,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     )
     scenario = replace(scenario, expect_unschedulable=_items(
         top, "expect_unschedulable", "$", lambda item, path: _expected_unschedulable(item, path, scenario.workloads)))
+    scenario = replace(scenario, expect_at_most=_bounds(top.get("expect_at_most", {}), "$.expect_at_most"))
     named: set[str] = set()
     for i, expected in enumerate(scenario.expect_unschedulable):
         if expected.workload in named:
@@ -552,6 +556,22 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     _unique([(d.namespace, d.name) for d in scenario.daemonsets], "$.daemonsets", "daemonset")
     _unique([(p.namespace, p.name) for p in scenario.pdbs], "$.pdbs", "PodDisruptionBudget")
     return scenario
+
+
+_SUMMARY_PATH = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_/-]+)*$")
+
+
+def _bounds(value: Any, path: str) -> tuple[tuple[str, float], ...]:
+    """`{"removal_lag_s.max": 900, ...}`: summary.json figures (a dotted path) and the most each may be."""
+    if not isinstance(value, dict):
+        raise _Invalid(path, f"must be an object of numbers, got {_typename(value)}")
+    bounds = []
+    for key, bound in value.items():
+        _str(key, f"{path}.{key}", _SUMMARY_PATH, "summary.json path (dotted, e.g. removal_lag_s.max)")
+        if isinstance(bound, bool) or not isinstance(bound, int | float) or bound < 0:
+            raise _Invalid(f"{path}.{key}", f"must be a number at least 0, got {bound!r}")
+        bounds.append((key, float(bound)))
+    return tuple(bounds)
 
 
 def _expected_unschedulable(value: Any, path: str, workloads: tuple[WorkloadSpec, ...]) -> ExpectedUnschedulable:

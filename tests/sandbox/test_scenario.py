@@ -142,6 +142,11 @@ _DELETE = object()
         (["expect_unschedulable"], [{"workload": "w", "count": 2}], "$.expect_unschedulable[0].count", "more than the 1"),
         (["expect_unschedulable"], [{"workload": "w", "count": 0}], "$.expect_unschedulable[0].count", "at least 1"),
         (["expect_unschedulable"], ["w", {"workload": "default/w"}], "$.expect_unschedulable[1]", "named twice"),
+        (["expect_at_most"], [900], "$.expect_at_most", "must be an object of numbers"),
+        (["expect_at_most"], {"removal_lag_s.max": "15m"}, "$.expect_at_most.removal_lag_s.max", "a number at least 0"),
+        (["expect_at_most"], {"pods_killed": -1}, "$.expect_at_most.pods_killed", "a number at least 0"),
+        (["expect_at_most"], {"pods_killed": True}, "$.expect_at_most.pods_killed", "a number at least 0"),
+        (["expect_at_most"], {"Removal lag": 1}, "$.expect_at_most.Removal lag", "not a valid summary.json path"),
     ],
 )
 def test_invalid_scenarios_name_the_json_path_and_the_problem(
