@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-import yaml
 from kubernetes import config as kube_config
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 
+from shared import yaml_text
 from shared.ports import ClusterError
 from shared.settings import Settings, parse_aks_cluster_id, parse_secret_uri
 
@@ -274,8 +274,8 @@ def refuse_risky_kubeconfig(config: dict[str, Any], source: str, *, allow_exec: 
 
 def _kubeconfig_dict(text: str, source: str) -> dict[str, Any]:
     try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        config = yaml_text.safe_load(text)
+    except yaml_text.YAMLError as exc:
         raise ClusterError(f"{source} is not a kubeconfig: not YAML: {exc}") from exc
     if not isinstance(config, dict) or not config.get("clusters") or not config.get("contexts"):
         raise ClusterError(f"{source} is not a kubeconfig: it has no clusters and contexts")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import yaml
+from shared import yaml_text
 
 from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup
 
@@ -234,7 +234,7 @@ def _scale_down(unneeded_by_group: Mapping[str, int] | None, group_id: str | Non
 
 def render_status(doc: Mapping[str, Any]) -> str:
     """YAML in CA's key order (its Go structs' field order), block style like CA's output."""
-    return yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False, width=1_000_000)
+    return yaml_text.safe_dump(dict(doc), sort_keys=False, default_flow_style=False, width=1_000_000)
 
 
 def parse_previous(text: str | None) -> dict[str, Any] | None:
@@ -242,8 +242,8 @@ def parse_previous(text: str | None) -> dict[str, Any] | None:
     if not text:
         return None
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError:
+        doc = yaml_text.safe_load(text)
+    except yaml_text.YAMLError:
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-import yaml
+from shared import yaml_text
 
 from shared import telemetry
 from shared.actions import new_scale_up
@@ -78,8 +78,8 @@ def priority_rules(ports: Ports, settings: Settings) -> Priorities:
         log.error("ConfigMap %s/%s has no key 'priorities'; using PRIORITY_EXPANDER_CONFIG", namespace, name)
         return fallback
     try:
-        return parse_priorities(yaml.safe_load(text) or {})
-    except (yaml.YAMLError, ExpanderError) as exc:
+        return parse_priorities(yaml_text.safe_load(text) or {})
+    except (yaml_text.YAMLError, ExpanderError) as exc:
         log.error("ConfigMap %s/%s key 'priorities' is invalid (%s); using PRIORITY_EXPANDER_CONFIG",
                   namespace, name, exc)
         return fallback
