@@ -22,7 +22,7 @@ from shared.domain import NodeGroup
 from shared.engine.deallocated import trim_deallocated
 from shared.engine.scale_down import group_rules
 from shared.ports import ComputeError, Ports
-from shared.services.utilization import scale_down_options
+from shared.options import scale_down_options
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,8 @@ from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.events import status_event
 from shared.services.observe import observe, running_sizes
 from shared.services.rounds import take_round
-from shared.services.utilization import drain_rules, run_utilization_poll, scale_down_options
+from shared.options import drain_rules, scale_down_options
+from shared.services.utilization import run_utilization_poll
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -19,15 +19,14 @@ from shared.actions import new_scale_up
 from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.backoff import after_failure, backoff_reason
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
-from shared.engine.pod_rules import PodRules
 from shared.engine.scale_up import (
-    ScaleUpOptions,
     ScaleUpPlan,
     existing_placements,
     pending_pods,
     plan_scale_up,
     simulate_scale_up,
 )
+from shared.options import scale_up_options
 from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services.observe import observe_or_skip, running_sizes
@@ -46,19 +45,6 @@ class PendingPollResult:
     pending: int
     plan: ScaleUpPlan
     enqueued: tuple[str, ...]  # action ids
-
-
-def scale_up_options(settings: Settings, *, now: datetime) -> ScaleUpOptions:
-    return ScaleUpOptions(
-        max_nodes_per_scale_up=settings.max_nodes_per_scale_up,
-        expander=settings.expander,
-        priorities=parse_priorities(dict(settings.priority_expander_config)),
-        seed=int(now.timestamp()),  # the random expander spreads choices over polls, as CA's does
-        limits=settings.cluster_limits,
-        pod_rules=PodRules(settings.expendable_pods_priority_cutoff, settings.new_pod_scale_up_delay),
-        balance_similar=settings.balance_similar_node_groups,
-        balancing_ignored_labels=settings.balancing_ignore_labels,
-    )
 
 
 def priority_rules(ports: Ports, settings: Settings) -> Priorities:

@@ -16,11 +16,9 @@ from shared.actions import RemovalTarget, new_scale_down, scale_down_id
 from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, Taint
 from shared.engine import reasons
 from shared.engine.backoff import backoff_reason
-from shared.engine.cooldowns import ScaleDownDelays
-from shared.engine.drainability import DrainRules
-from shared.engine.scale_down import Removal, ScaleDownOptions, ScaleDownPlan, plan_scale_down
+from shared.engine.scale_down import Removal, ScaleDownPlan, plan_scale_down
 from shared.engine.scale_up import pending_pods
-from shared.engine.utilization import UtilizationRules
+from shared.options import scale_down_options
 from shared.ports import Ports, UsageUnavailable
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.plan_lease import plan_lease
@@ -37,40 +35,6 @@ log = logging.getLogger(__name__)
 class UtilizationPollResult:
     plan: ScaleDownPlan
     enqueued: tuple[str, ...]
-
-
-def scale_down_options(settings: Settings) -> ScaleDownOptions:
-    return ScaleDownOptions(
-        unneeded_time=settings.scale_down_unneeded_time,
-        unready_time=settings.scale_down_unready_time,
-        max_parallelism=settings.max_scale_down_parallelism,
-        delays=ScaleDownDelays(
-            after_add=settings.scale_down_delay_after_add,
-            after_delete=settings.scale_down_delay_after_delete,
-            after_failure=settings.scale_down_delay_after_failure,
-        ),
-        utilization=UtilizationRules(
-            threshold=settings.scale_down_utilization_threshold,
-            gpu_threshold=settings.scale_down_gpu_utilization_threshold,
-            ignore_daemonsets=settings.scale_down_ignore_daemonsets_utilization,
-            ignore_mirror_pods=settings.scale_down_ignore_mirror_pods_utilization,
-        ),
-        drain=drain_rules(settings),
-        measured_cpu_threshold=settings.scale_down_measured_cpu_threshold,
-        limits=settings.cluster_limits,
-        deallocated_max=settings.scale_down_deallocated_max,
-    )
-
-
-def drain_rules(settings: Settings) -> DrainRules:
-    return DrainRules(
-        protect_batch=settings.batch_protection,
-        batch_selector=settings.batch_pod_selector,
-        skip_system_pods=settings.skip_nodes_with_system_pods,
-        skip_local_storage=settings.skip_nodes_with_local_storage,
-        skip_custom_controllers=settings.skip_nodes_with_custom_controller_pods,
-        expendable_priority_cutoff=settings.expendable_pods_priority_cutoff,
-    )
 
 
 def measured_cpu(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *, now: datetime) -> dict[str, float] | None:

@@ -35,8 +35,7 @@ from shared.engine.scale_down import plan_scale_down
 from shared.engine.scale_up import pending_pods, plan_scale_up
 from shared.engine.templates import build_templates
 from shared.ports import ComputeError
-from shared.services.pending import scale_up_options
-from shared.services.utilization import scale_down_options
+from shared.options import scale_down_options, scale_up_options
 
 log = logging.getLogger(__name__)
 
