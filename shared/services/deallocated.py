@@ -21,8 +21,9 @@ import logging
 from shared.domain import NodeGroup
 from shared.engine.deallocated import trim_deallocated
 from shared.engine.scale_down import group_rules
-from shared.ports import ComputeError, Ports
 from shared.options import scale_down_options
+from shared.ports import ComputeError, Ports
+from shared.services.swap import StateConflict, update_group
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -76,10 +77,8 @@ def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str) -> 
             trim = type(trim)(delete=(), forget=trim.forget)
     if not (trim.delete or trim.forget):
         return ()
-    for _ in range(5):
-        fresh = ports.state.get_group(group_id)
-        if ports.state.update_group(trim.apply(fresh)):
-            break
-    else:
-        log.warning("group %s: lost the race for its state; the next trim forgets the deleted instances", group_id)
+    try:
+        update_group(ports.state, group_id, trim.apply, what="forget trimmed instances")
+    except StateConflict as exc:
+        log.warning("%s; the next trim forgets the deleted instances", exc)
     return trim.delete

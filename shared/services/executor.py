@@ -51,6 +51,7 @@ from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.events import status_event
 from shared.services.observe import observe, running_sizes
 from shared.services.rounds import take_round
+from shared.services.swap import StateConflict, swap_group, update_group
 from shared.options import drain_rules, scale_down_options
 from shared.services.utilization import run_utilization_poll
 from shared.settings import Settings
@@ -59,7 +60,6 @@ log = logging.getLogger(__name__)
 
 Outcome = Literal["succeeded", "waiting", "skipped", "rejected", "duplicate", "failed", "dry-run"]
 
-_CAS_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,22 +482,25 @@ class Executor:
         again here, against the group as it is now.
         """
         delays = scale_down_options(self._settings).delays
-        for _ in range(_CAS_ATTEMPTS):
-            state = self._ports.state.get_group(group.id)
+
+        def reserve(state: GroupState) -> tuple[GroupState | None, str | None]:
             holder = state.deleting.get(node)
             if holder and holder != action_id:
-                return f"removal already in progress by action {holder}"
+                return None, f"removal already in progress by action {holder}"
             blocked = scale_down_blocked(state, now=now, delays=delays)
             if blocked:
-                return blocked
+                return None, blocked
             others = len(state.deleting) - (holder == action_id)
             if group.target_size - len(state.stopped) - others - 1 < group.min_size:
-                return f"group {group.id} would go below its minimum {group.min_size}"
+                return None, f"group {group.id} would go below its minimum {group.min_size}"
             if holder == action_id:
-                return None  # reserved by the poll that decided it, or by an earlier delivery of this step
-            if self._ports.state.update_group(replace(state, deleting={**state.deleting, node: action_id})):
-                return None
-        return "lost the race for the group's state too often; will be decided again"
+                return None, None  # reserved by the poll that decided it, or by an earlier delivery of this step
+            return replace(state, deleting={**state.deleting, node: action_id}), None
+
+        try:
+            return swap_group(self._ports.state, group.id, reserve, what=f"reserve node {node}")
+        except StateConflict:
+            return "lost the race for the group's state too often; will be decided again"
 
     def _commit_removals(self, group_id: str, nodes: list[str], action_id: str) -> set[str]:
         """Mark the removals past the point of no return, except of nodes pending pods asked back first.
@@ -506,14 +509,13 @@ class Executor:
         exactly one of them wins. A node no longer reserved for this action (given back before a
         crash) is not committed either.
         """
-        for _ in range(_CAS_ATTEMPTS):
-            state = self._ports.state.get_group(group_id)
+        def commit(state: GroupState) -> tuple[GroupState | None, set[str]]:
             ours = {n for n in nodes if state.deleting.get(n) == action_id and n not in state.reclaim}
-            if ours <= state.committed:
-                return ours  # nothing new: our own earlier, interrupted delivery committed them
-            if self._ports.state.update_group(replace(state, committed=state.committed | ours)):
-                return ours
-        raise RuntimeError(f"lost the race for group {group_id}'s state {_CAS_ATTEMPTS} times; the step is retried")
+            # Nothing new (ours <= committed): our own earlier, interrupted delivery committed them.
+            return (None if ours <= state.committed else replace(state, committed=state.committed | ours)), ours
+
+        # Losing every race raises StateConflict: the step is retried by the queue, nothing committed half-way.
+        return swap_group(self._ports.state, group_id, commit, what=f"commit the removal of {', '.join(nodes)}")
 
     def _give_back(self, action: ScaleAction, node: str, why: str, *, now: datetime, failed: bool = False,
                    reclaimed: bool = False, quiet: bool = False) -> str:
@@ -750,11 +752,12 @@ class Executor:
             self._ports.events.emit(event)
 
     def _update_group(self, group_id: str, change: Callable[[GroupState], GroupState]) -> None:
-        for _ in range(_CAS_ATTEMPTS):
-            state = self._ports.state.get_group(group_id)
-            if self._ports.state.update_group(change(state)):
-                return
-        log.warning("group %s: state update lost %d races; cooldown may be off by one action", group_id, _CAS_ATTEMPTS)
+        try:
+            update_group(self._ports.state, group_id, change, what="update")
+        except StateConflict as exc:
+            # Bookkeeping after the fact (a cooldown, a released reservation the orphan sweep also finds):
+            # the action's outcome stands.
+            log.warning("%s; cooldown may be off by one action", exc)
 
 
 MAX_THROTTLED_DELAY = timedelta(minutes=5)

@@ -17,11 +17,9 @@ from typing import Literal
 
 from shared.actions import ScaleAction
 from shared.ports import LedgerEntry, StateStore
+from shared.services.swap import StateConflict, read_modify_write
 
 log = logging.getLogger(__name__)
-
-_CAS_ATTEMPTS = 5
-
 
 def decide_claim(
     entry: LedgerEntry | None, progress: tuple[int, int], *, now: datetime, lease: timedelta
@@ -41,14 +39,12 @@ def decide_claim(
 
 def claim(state: StateStore, action: ScaleAction, *, now: datetime, lease: timedelta) -> LedgerEntry | None:
     """The claimed entry, or None when this delivery is a duplicate (counted on the entry)."""
-    for _ in range(_CAS_ATTEMPTS):
-        entry = state.get_ledger_entry(action.id)
+
+    def take(entry: LedgerEntry | None) -> tuple[LedgerEntry | None, LedgerEntry | None]:
         if decide_claim(entry, action.progress, now=now, lease=lease) == "duplicate":
-            assert entry is not None
-            state.update_ledger_entry(replace(entry, duplicates=entry.duplicates + 1))  # lost race: the count is best effort
-            return None
+            return None, entry
         same_step = entry is not None and entry.progress[0] == action.progress[0]
-        claimed = LedgerEntry(
+        return LedgerEntry(
             action_id=action.id,
             # Kind, group and record are ours from the first claim on; a message never rewrites them.
             kind=entry.kind if entry else action.kind,
@@ -62,26 +58,45 @@ def claim(state: StateStore, action: ScaleAction, *, now: datetime, lease: timed
             record=entry.record if entry else record_of(action),
             faulted_since=entry.faulted_since if entry is not None and same_step else None,
             etag=entry.etag if entry else None,
-        )
-        won = state.create_ledger_entry(claimed) if entry is None else state.update_ledger_entry(claimed)
-        if won:
-            fresh = state.get_ledger_entry(action.id)
-            if fresh is not None and fresh.progress == action.progress and fresh.status == "started":
-                return fresh
-    log.warning("action %s: gave up claiming step %s after %d races", action.id, action.step, _CAS_ATTEMPTS)
+        ), None
+
+    def write(entry: LedgerEntry | None) -> bool:
+        assert entry is not None
+        # No ETag: nobody had a row when we read, and the first writer wins the create.
+        return state.create_ledger_entry(entry) if entry.etag is None else state.update_ledger_entry(entry)
+
+    try:
+        duplicate = read_modify_write(lambda: state.get_ledger_entry(action.id), write, take,
+                                      what=f"claim step {action.step} of action {action.id}")
+    except StateConflict as exc:
+        log.warning("%s; the delivery is treated as a duplicate and the step runs on a later one", exc)
+        return None
+    if duplicate is not None:
+        state.update_ledger_entry(replace(duplicate, duplicates=duplicate.duplicates + 1))  # best effort
+        return None
+    fresh = state.get_ledger_entry(action.id)
+    # Another delivery may have taken the step over between our write and this read: then theirs stands.
+    if fresh is not None and fresh.progress == action.progress and fresh.status == "started":
+        return fresh
     return None
 
 
 def update(state: StateStore, entry: LedgerEntry, **changes: object) -> LedgerEntry:
     """Change our claimed entry; if someone else moved it on meanwhile, theirs stands."""
-    for _ in range(_CAS_ATTEMPTS):
-        if state.update_ledger_entry(replace(entry, **changes)):  # type: ignore[arg-type]
-            return state.get_ledger_entry(entry.action_id) or entry
-        current = state.get_ledger_entry(entry.action_id)
+
+    def change(current: LedgerEntry | None) -> tuple[LedgerEntry | None, LedgerEntry | None]:
         if current is None or current.progress != entry.progress:
-            return current or entry
-        entry = current
-    return entry
+            return None, current or entry
+        return replace(current, **changes), None  # type: ignore[arg-type]
+
+    try:
+        theirs = read_modify_write(lambda: state.get_ledger_entry(entry.action_id),
+                                   lambda new: new is not None and state.update_ledger_entry(new), change,
+                                   what=f"update action {entry.action_id}", known=entry)
+    except StateConflict as exc:
+        log.warning("%s; the ledger row keeps its last state", exc)
+        return entry
+    return theirs or state.get_ledger_entry(entry.action_id) or entry
 
 
 def record_rejection(state: StateStore, *, action_id: str, kind: str, group: str, reason: str, now: datetime) -> None:

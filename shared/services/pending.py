@@ -12,9 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from shared import yaml_text
-
-from shared import telemetry
+from shared import telemetry, yaml_text
 from shared.actions import new_scale_up
 from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.backoff import after_failure, backoff_reason
@@ -31,13 +29,13 @@ from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.status import publish_status, status_inputs
+from shared.services.swap import StateConflict, swap_group
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
 # cluster-autoscaler's priority expander reads this ConfigMap in its own namespace, key `priorities`.
 PRIORITY_CONFIG_MAP = ("kube-system", "cluster-autoscaler-priority-expander")
-_CAS_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,18 +155,22 @@ def _request_reclaim(ports: Ports, states: Mapping[str, GroupState], node: str, 
     group_id = next((gid for gid, state in states.items() if node in state.deleting), None)
     if group_id is None:
         return
-    for _ in range(_CAS_ATTEMPTS):
-        state = ports.state.get_group(group_id)
+    def ask(state: GroupState) -> tuple[GroupState | None, str]:
         if node not in state.deleting or node in state.committed:
-            log.info("node %s: too late to take back, its delete is under way; pods wait for new capacity", node)
-            return
+            return None, "late"
         if node in state.reclaim:
-            return  # asked already; the executor acts on its next step
-        if ports.state.update_group(replace(state, reclaim={**state.reclaim, node: now})):
-            log.info("node %s: removal to be cancelled, %d pending pod(s) can use it: %s",
-                     node, len(pods), ", ".join(pods[:3]))
-            return
-    log.warning("node %s: lost the race for group %s's state too often; will ask again next poll", node, group_id)
+            return None, "asked"  # asked already; the executor acts on its next step
+        return replace(state, reclaim={**state.reclaim, node: now}), "now"
+
+    try:
+        asked = swap_group(ports.state, group_id, ask, what=f"take back node {node}")
+    except StateConflict as exc:
+        log.warning("%s; will ask again next poll", exc)
+        return
+    if asked == "late":
+        log.info("node %s: too late to take back, its delete is under way; pods wait for new capacity", node)
+    elif asked == "now":
+        log.info("node %s: removal to be cancelled, %d pending pod(s) can use it: %s", node, len(pods), ", ".join(pods[:3]))
 
 
 def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, GroupState], settings: Settings, *,

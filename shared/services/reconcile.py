@@ -24,11 +24,11 @@ from shared.actions import decided_at
 
 from shared.domain import TO_BE_DELETED_TAINT, ClusterSnapshot, GroupState, Node
 from shared.ports import ClusterEvent, LedgerEntry, Ports
+from shared.services.swap import StateConflict, swap_group
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_CAS_ATTEMPTS = 5
 # A decided action's message may be delivered a little after ACTION_TTL (queue latency, clock skew);
 # it is then dropped as expired, with a ledger row. Without a row past this, it never will be.
 _START_MARGIN = timedelta(minutes=1)
@@ -89,13 +89,15 @@ def reserve_decided(ports: Ports, group_id: str, nodes: list[str], action_id: st
     reservation; if the message never arrives, the reservation is released as an orphan once
     the action could no longer start (`_alive`).
     """
-    for _ in range(_CAS_ATTEMPTS):
-        state = ports.state.get_group(group_id)
+    def reserve(state: GroupState) -> tuple[GroupState | None, set[str]]:
         free = [n for n in nodes if n not in state.deleting]
-        if not free or ports.state.update_group(replace(state, deleting={**state.deleting,
-                                                                         **{n: action_id for n in free}})):
-            return set(free)
-    return set()
+        return replace(state, deleting={**state.deleting, **{n: action_id for n in free}}) if free else None, set(free)
+
+    try:
+        return swap_group(ports.state, group_id, reserve, what=f"reserve {', '.join(nodes)} for {action_id}")
+    except StateConflict as exc:
+        log.warning("%s: the nodes are decided again by the next round", exc)
+        return set()
 
 
 def _alive(entry: LedgerEntry | None, action_id: str, settings: Settings, *, now: datetime) -> bool:
@@ -117,10 +119,13 @@ def _instance_alive(ports: Ports, group_id: str, node: Node) -> bool:
 
 
 def _release(ports: Ports, group_id: str, node: str, action_id: str) -> bool:
-    for _ in range(_CAS_ATTEMPTS):
-        state = ports.state.get_group(group_id)
+    def release(state: GroupState) -> tuple[GroupState | None, bool]:
         if state.deleting.get(node) != action_id:
-            return False  # someone else moved it on meanwhile
-        if ports.state.update_group(state.without_removal(node)):
-            return True
-    return False
+            return None, False  # someone else moved it on meanwhile
+        return state.without_removal(node), True
+
+    try:
+        return swap_group(ports.state, group_id, release, what=f"release node {node} from {action_id}")
+    except StateConflict as exc:
+        log.warning("%s: released by a later poll", exc)
+        return False
