@@ -67,6 +67,7 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
     from shared.adapters.kube_events import KubernetesEventSink
     from shared.adapters.kubernetes import KubernetesCluster
     from shared.services.events import EventRecorder
+    from shared.services.providers import ProviderRouter
 
     credential = make_azure_credential(settings)
     cluster = KubernetesCluster.from_settings(settings, credential=credential)
@@ -80,7 +81,8 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
         state, queue = _NoStorage(), _NoStorage()
     return Ports(
         cluster=cluster,
-        compute=VmssCompute.from_settings(settings, credential=credential),
+        # One backend today; each later one is one more provider in this list (discovery decides per group).
+        provider=ProviderRouter([VmssCompute.from_settings(settings, credential=credential)]),
         state=state,
         queue=queue,
         clock=clock or SystemClock(),

@@ -26,6 +26,8 @@ DELETION_CANDIDATE_TAINT = "DeletionCandidateOfClusterAutoscaler"
 
 
 # Well-known node labels the engine reasons about (kubelet and cloud-provider conventions).
+# NodeGroupProvider.kind of today's backend: VM Scale Sets in Uniform orchestration.
+UNIFORM_SCALE_SET = "vmss-uniform"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_ZONE_LEGACY = "failure-domain.beta.kubernetes.io/zone"
@@ -610,7 +612,7 @@ class Instance:
 
 @dataclass(frozen=True, slots=True)
 class NodeGroup:
-    """One VM Scale Set that the autoscaler may resize."""
+    """One node group the autoscaler may resize: today a Uniform VM Scale Set."""
 
     resource_group: str
     name: str
@@ -622,6 +624,8 @@ class NodeGroup:
     instances: tuple[Instance, ...] = ()
     zones: tuple[str, ...] = ()
     location: str = ""
+    # The backend that discovered the group (NodeGroupProvider.kind): where its calls are routed.
+    provider: str = UNIFORM_SCALE_SET
 
     @property
     def id(self) -> str:

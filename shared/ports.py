@@ -111,7 +111,7 @@ class EventSink(Protocol):
         ...
 
 
-# --- Azure Compute ----------------------------------------------------------
+# --- Node groups (Azure Compute and other backends) ---------------------------
 
 
 class ComputeError(RuntimeError):
@@ -143,7 +143,22 @@ class Operation:
         return self.status != "InProgress"
 
 
-class Compute(Protocol):
+class NodeGroupProvider(Protocol):
+    """One backend of node groups, in the spirit of cluster-autoscaler's CloudProvider/NodeGroup.
+
+    Everything the engine knows about groups and their instances comes from here, as domain data
+    (NodeGroup, Instance, VmSizeCapacity): discover groups, list a group's instances with the keys
+    that map them to nodes (instance id, computer name), grow a group, delete, deallocate or start
+    specific instances, and what a node template needs (the VM sizes of a location). `kind` names the
+    backend; discovery stamps it on every group it returns (NodeGroup.provider), and
+    `shared.services.providers.ProviderRouter` sends each call for a group to the provider of its kind.
+    A new backend (Flexible scale sets, AKS node pools, virtual nodes) is one new class with these methods.
+
+    Long-running operations come back as `Operation`s whose token a later invocation resumes.
+    """
+
+    kind: str
+
     # Reads are frugal because ARM budgets them per scale set (listing instances is
     # high-cost, 10 a minute): groups come without instances; nodes name theirs.
     def list_node_groups(self) -> list[NodeGroup]:
@@ -298,7 +313,7 @@ class Ports:
     """Everything a service needs from the outside world, assembled by shared.context."""
 
     cluster: Cluster
-    compute: Compute
+    provider: NodeGroupProvider  # every backend behind one router (shared.services.providers)
     state: StateStore
     queue: ActionQueue
     clock: Clock

@@ -1,4 +1,4 @@
-"""The Cluster and Compute ports served straight from an in-process sandbox World (no HTTP).
+"""The Cluster and NodeGroupProvider ports served straight from an in-process sandbox World (no HTTP).
 
 The replay measures decisions, so the services talk to the world through the same ports
 the functions use, without sockets or SDK pipelines in between. ARM calls are counted and
@@ -29,7 +29,7 @@ from shared.adapters.kubernetes import (
     remove_taint_patch,
     uncordon_patch,
 )
-from shared.domain import DaemonSet, DisruptionBudget, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
+from shared.domain import UNIFORM_SCALE_SET, DaemonSet, DisruptionBudget, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
 from shared.domain import group_id as make_group_id
 from shared.ports import ComputeError, EvictionOutcome, Operation
 
@@ -182,15 +182,19 @@ def _operation(op: SimOperation) -> Operation:
 
 
 class WorldCompute:
-    """The Compute port over the world's scale sets, counting and throttling calls as the ARM double does.
+    """A NodeGroupProvider over the world's scale sets, counting and throttling calls as the ARM double does.
 
     `failure_rate` makes that share of capacity increases fail with QuotaExceeded (seeded), the
-    way allocation failures surface in Azure: as a failed long-running operation.
+    way allocation failures surface in Azure: as a failed long-running operation. `kind` is the
+    provider kind its groups carry: `vmss-uniform` for the replays; tests give another (`fake`) to
+    show that the engine and executor run any backend that implements the interface.
     """
 
     def __init__(
-        self, world: World, *, cluster_name: str, resource_groups: tuple[str, ...], failure_rate: float = 0.0, seed: int = 0
+        self, world: World, *, cluster_name: str, resource_groups: tuple[str, ...], failure_rate: float = 0.0, seed: int = 0,
+        kind: str = UNIFORM_SCALE_SET,
     ) -> None:
+        self.kind = kind
         self._world = world
         self._cluster_name = cluster_name
         self._resource_groups = resource_groups
@@ -219,7 +223,7 @@ class WorldCompute:
         return NodeGroup(
             resource_group=sim.resource_group, name=sim.name, min_size=int(tags["min"]), max_size=int(tags["max"]),
             target_size=sim.capacity, vm_size=sim.spec.vm_size, tags=dict(tags), zones=sim.spec.zones,
-            location=sim.spec.location,
+            location=sim.spec.location, provider=self.kind,
         )
 
     def _changed(self, run: Any) -> Operation:

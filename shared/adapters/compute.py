@@ -1,4 +1,4 @@
-"""The `Compute` port over Azure VM Scale Sets, with azure-mgmt-compute.
+"""The first NodeGroupProvider: Azure VM Scale Sets in Uniform orchestration, with azure-mgmt-compute.
 
 Adapter module: every `VmssCompute` method calls Azure Resource Manager.
 
@@ -57,7 +57,7 @@ from azure.mgmt.compute.models import (
 from azure.mgmt.core.polling.arm_polling import ARMPolling
 
 from shared.adapters.arm_telemetry import ArmTelemetryPolicy
-from shared.domain import Instance, NodeGroup, VmSizeCapacity
+from shared.domain import UNIFORM_SCALE_SET, Instance, NodeGroup, VmSizeCapacity
 from shared.domain import group_id as make_group_id
 from shared.ports import ComputeError, Operation
 from shared.settings import Settings
@@ -389,13 +389,15 @@ def arm_client_options(settings: Settings, *, retry_total: int, retry_backoff_ma
 
 
 class VmssCompute:
-    """`shared.ports.Compute` over the scale sets of some resource groups. Every method calls ARM
+    """`shared.ports.NodeGroupProvider` of kind `vmss-uniform` over the scale sets of some resource groups. Every method calls ARM
     (`list_vm_sizes` only when its cache for the location is stale).
 
     Discovery follows cluster-autoscaler: a scale set is a node group when tagged
     `cluster-autoscaler-enabled=true` and `cluster-autoscaler-name=<cluster>`,
     with integer `min` and `max` tags. Uniform orchestration only.
     """
+
+    kind = UNIFORM_SCALE_SET
 
     def __init__(
         self,
@@ -520,6 +522,7 @@ class VmssCompute:
             tags=tags,
             zones=tuple(vmss.zones or ()),
             location=_text(vmss.location),
+            provider=self.kind,
         )
 
     def list_instances(self, group: NodeGroup) -> list[Instance]:

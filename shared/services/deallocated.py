@@ -56,11 +56,11 @@ def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str) -> 
     if not state.stopped:
         return ()
     try:
-        group = ports.compute.get_node_group(group_id)
+        group = ports.provider.get_node_group(group_id)
         cap = deallocated_max(settings, group) if group is not None else None
         if group is None or cap is None or len(state.stopped) <= cap:
             return ()  # the usual case: no ARM list needed
-        present = {i.instance_id for i in ports.compute.list_instances(group) if not i.deleting}
+        present = {i.instance_id for i in ports.provider.list_instances(group) if not i.deleting}
     except ComputeError as exc:
         log.warning("group %s: could not read its instances to apply SCALE_DOWN_DEALLOCATED_MAX (%s); tried again "
                     "after its next deallocation", group_id, exc)
@@ -70,7 +70,7 @@ def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str) -> 
         log.info("group %s keeps at most %d deallocated instance(s): deleting %s, deallocated longest ago",
                  group_id, cap, ", ".join(trim.delete))
         try:
-            ports.compute.begin_delete_instances(group, list(trim.delete))
+            ports.provider.begin_delete_instances(group, list(trim.delete))
         except ComputeError as exc:
             log.warning("group %s: deleting deallocated instance(s) %s failed (%s); tried again after its next "
                         "deallocation", group_id, ", ".join(trim.delete), exc)

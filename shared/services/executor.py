@@ -158,7 +158,7 @@ class Executor:
     # -- scale up ------------------------------------------------------------------
 
     def _resize(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
-        group = self._ports.compute.get_node_group(action.group)
+        group = self._ports.provider.get_node_group(action.group)
         if group is None:
             return self._reject(action, f"group {action.group!r} is not a discovered node group", now=now, poison=True, entry=entry)
         target = action.target_size or 0
@@ -198,11 +198,11 @@ class Executor:
         operation, kind = None, "resize"
         if start:
             # Starting is idempotent: a crash before the state update below repeats it harmlessly.
-            operation, kind = self._ports.compute.begin_start_instances(group, start), "start"
+            operation, kind = self._ports.provider.begin_start_instances(group, start), "start"
             self._update_group(group.id, lambda s: replace(s, stopped=s.stopped - set(start)))
         if grow:
             try:
-                operation, kind = self._ports.compute.begin_resize(group, group.target_size + grow), "resize"
+                operation, kind = self._ports.provider.begin_resize(group, group.target_size + grow), "resize"
             except ComputeError as exc:
                 if exc.code not in ALLOCATION_FAILURES:
                     raise
@@ -225,7 +225,7 @@ class Executor:
 
     def _confirm_resize(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
         kind, token = _untag(entry.operation, default="resize")
-        check = self._ports.compute.get_start_operation if kind == "start" else self._ports.compute.get_resize_operation
+        check = self._ports.provider.get_start_operation if kind == "start" else self._ports.provider.get_resize_operation
         return self._follow(action, entry, check(token), next_step="confirm", now=now, kind=kind)
 
     # -- scale down ----------------------------------------------------------------
@@ -234,7 +234,7 @@ class Executor:
     # action carries on with the others; the message of each next step names only those left.
 
     def _cordon(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
-        group = self._ports.compute.get_node_group(action.group)
+        group = self._ports.provider.get_node_group(action.group)
         if group is None:
             return self._reject(action, f"group {action.group!r} is not a discovered node group", now=now, poison=True, entry=entry)
         # Validate every node before touching any: a providerID that contradicts the world rejects the action.
@@ -307,8 +307,8 @@ class Executor:
         """
         if len(action.targets) == 1:
             (target,) = action.targets
-            return {target.instance_id: self._ports.compute.get_instance(group, target.instance_id)}
-        listed = {i.instance_id: i for i in self._ports.compute.list_instances(group)}
+            return {target.instance_id: self._ports.provider.get_instance(group, target.instance_id)}
+        listed = {i.instance_id: i for i in self._ports.provider.list_instances(group)}
         return {t.instance_id: listed.get(t.instance_id) for t in action.targets}
 
     def _removable(self, group: NodeGroup, node: Node | None, target: RemovalTarget,
@@ -398,7 +398,7 @@ class Executor:
         return cap if own > cap else None
 
     def _delete(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
-        group = self._ports.compute.get_node_group(action.group)
+        group = self._ports.provider.get_node_group(action.group)
         if group is None:
             return self._continue(action.at_step("confirm", now=now), entry, delay=timedelta(0), now=now)
         return self._delete_from(action, entry, group, self._instances(group, action), now=now)
@@ -430,18 +430,18 @@ class Executor:
         log.info("%s instance(s) %s of %s (node(s) %s, action %s)", "deleting" if verb == "delete" else "deallocating",
                  ", ".join(ids), group.id, ", ".join(action.nodes), action.id)
         if verb == "deallocate":
-            operation = self._ports.compute.begin_deallocate_instances(group, ids)
+            operation = self._ports.provider.begin_deallocate_instances(group, ids)
         else:
-            operation = self._ports.compute.begin_delete_instances(group, ids)
+            operation = self._ports.provider.begin_delete_instances(group, ids)
         return self._follow(action, entry, operation, next_step="confirm", now=now, kind=verb)
 
     def _confirm_delete(self, action: ScaleAction, entry: LedgerEntry, now: datetime) -> ExecutionResult:
         if entry.operation:
             kind, token = _untag(entry.operation, default="delete")
-            check = (self._ports.compute.get_deallocate_operation if kind == "deallocate"
-                     else self._ports.compute.get_delete_operation)
+            check = (self._ports.provider.get_deallocate_operation if kind == "deallocate"
+                     else self._ports.provider.get_delete_operation)
             return self._follow(action, entry, check(token), next_step="confirm", now=now, kind=kind)
-        group = self._ports.compute.get_node_group(action.group)
+        group = self._ports.provider.get_node_group(action.group)
         instances = self._instances(group, action) if group is not None else {}
         if group is not None and removal_verb(self._settings, group) == "deallocate":
             # No operation recorded (a crash right after the call): deallocating again is harmless.
@@ -596,13 +596,13 @@ class Executor:
         """Give back capacity a failed scale-up asked for, unless someone has changed the target since."""
         if action.from_size is None:
             return
-        group = self._ports.compute.get_node_group(action.group)
+        group = self._ports.provider.get_node_group(action.group)
         asked = action.resized_to if action.resized_to is not None else action.target_size
         if action.resized_to is None and action.starting:
             return  # only started instances: no capacity was added
         if group is not None and group.target_size == asked and action.from_size < group.target_size:
             log.info("returning %s to %d after the failed scale-up", group.id, action.from_size)
-            self._ports.compute.begin_resize(group, action.from_size)
+            self._ports.provider.begin_resize(group, action.from_size)
 
     def _continue(
         self, following: ScaleAction, entry: LedgerEntry, *, delay: timedelta, now: datetime, detail: str = "",

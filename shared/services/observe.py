@@ -10,7 +10,7 @@ from datetime import datetime
 from shared.domain import ClusterSnapshot, DaemonSet, GroupState, Node, NodeGroup, NodeTemplate, Pod, VmSizeCapacity
 from shared.engine.daemonsets import daemonsets_seen_by_group, unpredicted_daemonsets
 from shared.engine.templates import build_templates, groups_needing_vm_size
-from shared.ports import Compute, ComputeError, Ports
+from shared.ports import ComputeError, NodeGroupProvider, Ports
 
 log = logging.getLogger(__name__)
 
@@ -20,12 +20,12 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False) -> Clust
 
     `with_budgets` also lists PodDisruptionBudgets, which only scale-down needs.
     """
-    groups = ports.compute.list_node_groups()
+    groups = ports.provider.list_node_groups()
     nodes = ports.cluster.list_nodes()
     pods = ports.cluster.list_pods()
     budgets = ports.cluster.list_disruption_budgets() if with_budgets else []
     daemonsets = ports.cluster.list_daemonsets()
-    vm_sizes = scale_from_zero_sizes(ports.compute, groups, nodes)
+    vm_sizes = scale_from_zero_sizes(ports.provider, groups, nodes)
     templates = build_templates(groups, nodes, vm_sizes=vm_sizes)
     _cross_check_daemonsets(daemonsets, nodes, pods, templates)
     return ClusterSnapshot(
@@ -57,7 +57,7 @@ def _cross_check_daemonsets(
 
 
 def scale_from_zero_sizes(
-    compute: Compute, groups: Sequence[NodeGroup], nodes: Sequence[Node]
+    compute: NodeGroupProvider, groups: Sequence[NodeGroup], nodes: Sequence[Node]
 ) -> dict[str, VmSizeCapacity]:
     """SKU capacities of the sizes of groups that need a VM-size template, by lower-cased name.
 

@@ -110,11 +110,11 @@ def _alive(entry: LedgerEntry | None, action_id: str, settings: Settings, *, now
 
 
 def _instance_alive(ports: Ports, group_id: str, node: Node) -> bool:
-    group = ports.compute.get_node_group(group_id)
+    group = ports.provider.get_node_group(group_id)
     ref = node.instance
     if group is None or ref is None:
         return False
-    instance = ports.compute.get_instance(group, ref.instance_id)
+    instance = ports.provider.get_instance(group, ref.instance_id)
     return instance is not None and not instance.deleting
 
 

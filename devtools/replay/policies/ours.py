@@ -58,7 +58,7 @@ class Ours:
         self.state = MemoryStateStore()
         self.queue = MemoryQueue(clock, max_dequeue_count=host.max_dequeue_count, visibility_timeout=host.visibility_timeout)
         self.ports = Ports(
-            cluster=replay.cluster, compute=replay.compute, state=self.state, queue=self.queue, clock=clock,
+            cluster=replay.cluster, provider=replay.compute, state=self.state, queue=self.queue, clock=clock,
             events=EventRecorder(_CountingSink()),
         )
         self.executor = Executor(self.ports, self.settings)

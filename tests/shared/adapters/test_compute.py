@@ -367,9 +367,9 @@ def _port_methods(protocol: type) -> list[str]:
     return [name for name in vars(protocol) if not name.startswith("_") and callable(vars(protocol)[name])]
 
 
-@pytest.mark.parametrize("method", _port_methods(ports.Compute))
-def test_implements_the_compute_port(method: str) -> None:
-    expected = inspect.signature(getattr(ports.Compute, method))
+@pytest.mark.parametrize("method", _port_methods(ports.NodeGroupProvider))
+def test_implements_the_node_group_provider_port(method: str) -> None:
+    expected = inspect.signature(getattr(ports.NodeGroupProvider, method))
     actual = inspect.signature(getattr(VmssCompute, method))
     assert [(p.name, p.kind, p.default) for p in actual.parameters.values()] == [
         (p.name, p.kind, p.default) for p in expected.parameters.values()

@@ -43,7 +43,7 @@ def test_beyond_the_cap_the_instance_deallocated_longest_ago_is_deleted(
     state = app.context.ports.state.get_group(GROUP)
     assert state.stopped == frozenset({new}) and set(state.stopped_at) == {new}
     app.clock.advance(60)  # the delete completes: the group holds the busy node and one stopped instance
-    group = app.context.ports.compute.get_node_group(GROUP)
+    group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.target_size == 2
 
     # A redelivery of the finished step changes nothing: no second delete, the row as it was.
@@ -75,10 +75,10 @@ def test_a_crash_after_the_delete_call_is_repaired_without_a_second_delete(
     assert walk(app, scale_down(app, first), step_seconds=30)[-1] == "succeeded"
     app.clock.advance(600)
     assert walk(app, scale_down(app, second), step_seconds=30)[-1] == "succeeded"
-    ports, group = app.context.ports, app.context.ports.compute.get_node_group(GROUP)
+    ports, group = app.context.ports, app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and ports.state.get_group(GROUP).stopped == frozenset({old, new})
     capped = replace(app.context.settings, scale_down_deallocated_max=1)
-    ports.compute.begin_delete_instances(group, [old])  # what the trim asked for before the crash
+    ports.provider.begin_delete_instances(group, [old])  # what the trim asked for before the crash
 
     # The redelivered step trims again: it forgets the instance being deleted and deletes nothing.
     for _ in range(2):
@@ -96,7 +96,7 @@ def test_a_delete_arm_refuses_leaves_the_removal_succeeded_and_the_list_as_it_wa
     old, new = _instance(app, first), _instance(app, second)
     assert walk(app, scale_down(app, first), step_seconds=30)[-1] == "succeeded"
     app.clock.advance(600)
-    compute = app.context.ports.compute
+    compute = app.context.ports.provider
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise ComputeError("conflict", code="Conflict")

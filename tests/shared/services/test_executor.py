@@ -405,7 +405,7 @@ def test_failed_scale_up_backs_the_group_off_and_returns_capacity(app: App) -> N
     state = app.context.ports.state.get_group(GROUP)
     assert state.backoff_reason == "QuotaExceeded" and state.backoff_failures == 1
     assert state.backoff_until is not None and state.backoff_until > app.clock.now()
-    group = app.context.ports.compute.get_node_group(GROUP)
+    group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.target_size == 3  # the un-provisioned capacity is not kept
     assert app.poison() == []  # a quota error is an outcome, not a poison message
 
@@ -438,9 +438,9 @@ def test_nodes_that_never_become_ready_back_the_group_off(app: App) -> None:
     # The group was asked for 5 nodes 20 minutes ago and 3 exist (the manual clock stands still, so the
     # two new instances never boot):
     assert app.context.ports.state.update_group(replace_state(state, last_scale_up=app.clock.now() - timedelta(minutes=20)))
-    group = app.context.ports.compute.get_node_group(GROUP)
+    group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None
-    app.context.ports.compute.begin_resize(group, 5)  # target 5, only 3 nodes ever arrive
+    app.context.ports.provider.begin_resize(group, 5)  # target 5, only 3 nodes ever arrive
     result = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
     assert app.context.ports.state.get_group(GROUP).backoff_reason == "ProvisionTimeout"
     assert result.enqueued == ()  # the only group is backed off: nothing is asked of it
@@ -551,7 +551,7 @@ def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_agai
     assert outcomes[-1] == "succeeded", outcomes
     arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
     assert arm["instances_deallocated"] == {f"pool/{instance}": 1} and "POST delete" not in arm
-    group = app.context.ports.compute.get_node_group(GROUP)
+    group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.target_size == 3  # capacity keeps the deallocated instance
     state = app.context.ports.state.get_group(GROUP)
     assert state.stopped == frozenset({instance}) and state.deleting == {}

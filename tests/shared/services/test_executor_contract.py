@@ -110,7 +110,7 @@ def test_a_forged_scale_up_confirm_cannot_change_what_a_failure_returns_to(app: 
     result = app.run(json.dumps(forged))
 
     assert result.outcome == "rejected" and "from_size" in result.detail
-    group = app.context.ports.compute.get_node_group(GROUP)
+    group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.target_size == 5
     assert app.arm_calls("PATCH virtualMachineScaleSets") == 1
 
@@ -132,7 +132,7 @@ def test_a_scale_up_is_shrunk_or_refused_by_limits_as_they_are_when_it_runs(
     result = app.run(scale_up(app, 5))
 
     assert result.outcome == outcome, result.detail
-    group = app.context.ports.compute.get_node_group(GROUP)
+    group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.target_size == expected
     if outcome == "skipped":
         assert app.arm_calls("PATCH virtualMachineScaleSets") == 0
@@ -188,7 +188,7 @@ def test_fifty_seconds_of_arm_5xx_are_waited_out_and_the_scale_up_completes(app:
     assert app.poison() == []
     [entry] = app.context.ports.state.list_ledger()
     assert entry.outcome.startswith("succeeded") and entry.faulted_since is None
-    group = app.context.ports.compute.get_node_group(GROUP)
+    group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.target_size == 4
 
 

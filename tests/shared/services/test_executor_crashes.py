@@ -1,7 +1,7 @@
 """Crash recovery of the executor, proved by brute force against Azurite and the sandbox.
 
 Each scale action below is first driven to its end without faults, counting N, its calls with an
-external effect: every method of the Cluster, Compute, StateStore and ActionQueue ports that is not
+external effect: every method of the Cluster, NodeGroupProvider, StateStore and ActionQueue ports that is not
 a `get_`/`list_` read (derived from the protocols, so a method added to a port later is covered
 too). Then, for every k in 1..N and for a crash both just BEFORE and just AFTER the k-th such call
 really happens, the same action runs on a fresh world: the k-th call raises `Crash`, the message
@@ -41,7 +41,7 @@ Events (`EventSink.emit`) are not crash points: they are best effort by contract
 before or after one leaves the world as a crash after the effect before it or before the effect
 after it does.
 
-Known bugs are listed in KNOWN_BUGS by crash point ("compute.begin_resize#1": the run's first
+Known bugs are listed in KNOWN_BUGS by crash point ("provider.begin_resize#1": the run's first
 begin_resize), not by k, and their case is marked strict xfail when it runs: they stay attached to
 the right case when the executor's step list changes, and a fix turns them into failures to remove.
 """
@@ -69,7 +69,7 @@ from sandbox.server import SandboxServer
 from shared.actions import encode_action
 from shared.adapters.action_queue import POISON_SUFFIX, StorageActionQueue
 from shared.context import AppContext, build_context
-from shared.ports import ActionQueue, Clock, Cluster, Compute, Ports, StateStore
+from shared.ports import ActionQueue, Clock, Cluster, NodeGroupProvider, Ports, StateStore
 from shared.services.executor import ExecutionResult, Executor
 from tests.fixtures.sandbox import SANDBOX_START
 
@@ -107,7 +107,7 @@ class Death(BaseException):
     """The process dying mid-call: nothing runs after it, not even the executor's `except Exception`."""
 
 
-PORT_PROTOCOLS: dict[str, type] = {"cluster": Cluster, "compute": Compute, "state": StateStore, "queue": ActionQueue}
+PORT_PROTOCOLS: dict[str, type] = {"cluster": Cluster, "provider": NodeGroupProvider, "state": StateStore, "queue": ActionQueue}
 
 
 def side_effecting_methods(protocol: type) -> frozenset[str]:
@@ -370,13 +370,13 @@ def assert_batch_pod_never_evicted(s: Situation, run: Run) -> None:
     assert not run.injector.happened("cluster", "evict")
     [render] = [p for p in report["pods"] if p["name"].startswith("render")]
     assert render["outcome"] == "succeeded"
-    [delete] = run.injector.happened("compute", "begin_delete_instances")
+    [delete] = run.injector.happened("provider", "begin_delete_instances")
     assert delete.at >= s.h.clock.start + timedelta(seconds=render["finished"]), (delete.at, render)
 
 
 def assert_scaled_up_once(s: Situation, run: Run) -> None:
     assert s.h.arm_calls("PATCH virtualMachineScaleSets") == 1
-    group = s.h.context.ports.compute.get_node_group(GROUP)
+    group = s.h.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.target_size == SCALE_UP_TARGET
     entry = s.h.context.ports.state.get_ledger_entry(s.action_id)
     assert entry is not None, "no ledger entry"
@@ -477,7 +477,7 @@ def test_the_injector_sees_every_side_effecting_port_method() -> None:
     """At least the effects these tests were written for; a method added to a port since is covered too."""
     written_for = {
         "cluster": {"cordon", "uncordon", "add_taint", "remove_taint", "evict", "delete_node"},
-        "compute": {"begin_resize", "begin_delete_instances"},
+        "provider": {"begin_resize", "begin_delete_instances"},
         "state": {"update_group", "create_ledger_entry", "update_ledger_entry", "set_unneeded", "clear_unneeded"},
         "queue": {"send", "send_poison"},
     }
@@ -501,7 +501,7 @@ def test_the_injector_crashes_once_just_before_or_just_after_the_kth_effect(when
     cluster = _FakeCluster()
     injector = FaultInjector(ManualClock(SANDBOX_START), at=2, when=when)
     fakes: Any = None  # the other ports are never called here
-    ports = injected(Ports(cluster=cluster, compute=fakes, state=fakes, queue=fakes, clock=fakes, events=fakes),
+    ports = injected(Ports(cluster=cluster, provider=fakes, state=fakes, queue=fakes, clock=fakes, events=fakes),
                      injector)
     ports.cluster.get_node("n0")  # a read: not counted
     ports.cluster.cordon("n1", taint=None)
@@ -581,9 +581,9 @@ def test_a_crash_after_sending_the_next_step_is_recovered_when_that_step_runs_fi
 DEATHS = [
     ("idle", "state.create_ledger_entry#1"),  # inside the claim, before the step ran
     ("idle", "cluster.cordon#1"),
-    ("idle", "compute.begin_delete_instances#1"),
+    ("idle", "provider.begin_delete_instances#1"),
     ("movable", "cluster.evict#1"),
-    ("scale-up", "compute.begin_resize#1"),
+    ("scale-up", "provider.begin_resize#1"),
 ]
 
 

@@ -36,7 +36,7 @@ class Observer:
         self.server = server
         self.compute = VmssCompute.from_settings(settings)
         self.cluster = KubernetesCluster.from_settings(settings)
-        self.ports: Any = SimpleNamespace(compute=self.compute, cluster=self.cluster)
+        self.ports: Any = SimpleNamespace(provider=self.compute, cluster=self.cluster)
 
     def observe(self) -> ClusterSnapshot:
         return observe(self.ports, now=self.server.clock.now())

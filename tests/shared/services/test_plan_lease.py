@@ -27,7 +27,7 @@ def store(request: pytest.FixtureRequest) -> StateStore:
 
 
 def _ports(store: StateStore) -> Ports:
-    return Ports(cluster=None, compute=None, state=store, queue=None, clock=None, events=None)  # type: ignore[arg-type]
+    return Ports(cluster=None, provider=None, state=store, queue=None, clock=None, events=None)  # type: ignore[arg-type]
 
 
 def test_the_lease_is_held_by_one_plan_at_a_time(store: StateStore) -> None:

@@ -37,7 +37,7 @@ def test_a_removal_that_finished_after_the_poll_read_its_group_is_not_called_los
     # Meanwhile the action finished: it released the node, then recorded its outcome.
     store.create_ledger_entry(LedgerEntry("down-n0", "scale_down", pool.id, (3, 0), "done", T0,
                                           outcome="succeeded: removed node(s) n0"))
-    ports = Ports(cluster=_Refuse(), compute=_Refuse(), state=store, queue=_Refuse(), clock=_Refuse(),  # type: ignore[arg-type]
+    ports = Ports(cluster=_Refuse(), provider=_Refuse(), state=store, queue=_Refuse(), clock=_Refuse(),  # type: ignore[arg-type]
                   events=_Refuse())  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING):
         released = release_orphaned_removals(ports, SETTINGS, snapshot(groups=[pool], nodes=[node("n1", instance=1)]),
@@ -60,7 +60,7 @@ def test_a_reservation_still_standing_for_an_ended_action_is_released() -> None:
         def get_node(self, name: str) -> None:
             return None
 
-    ports = Ports(cluster=_Cluster(), compute=_Refuse(), state=store, queue=_Refuse(), clock=_Refuse(),  # type: ignore[arg-type]
+    ports = Ports(cluster=_Cluster(), provider=_Refuse(), state=store, queue=_Refuse(), clock=_Refuse(),  # type: ignore[arg-type]
                   events=_Refuse())  # type: ignore[arg-type]
     released = release_orphaned_removals(ports, SETTINGS, snapshot(groups=[pool], nodes=[]), {pool.id: standing},
                                          now=T0)

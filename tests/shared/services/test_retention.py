@@ -34,7 +34,7 @@ class _Cluster:
 
 
 def _ports(state: StateStore, nodes: list[str]) -> Ports:
-    return Ports(cluster=_Cluster(nodes), compute=None, state=state, queue=None, clock=None,  # type: ignore[arg-type]
+    return Ports(cluster=_Cluster(nodes), provider=None, state=state, queue=None, clock=None,  # type: ignore[arg-type]
                  events=None)
 
 

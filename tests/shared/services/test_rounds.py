@@ -43,7 +43,7 @@ def store(request: pytest.FixtureRequest) -> StateStore:
 
 def _ports(store: StateStore) -> tuple[Ports, _Queue]:
     queue = _Queue()
-    return Ports(cluster=None, compute=None, state=store, queue=queue, clock=None, events=None), queue  # type: ignore[arg-type]
+    return Ports(cluster=None, provider=None, state=store, queue=queue, clock=None, events=None), queue  # type: ignore[arg-type]
 
 
 def test_one_round_is_pending_at_a_time_and_only_it_runs(store: StateStore) -> None:

@@ -184,9 +184,9 @@ def test_nodes_that_never_become_ready_are_a_failed_scale_up(app: App, telemetry
     app.clock.advance(3600)
     state = app.context.ports.state.get_group(GROUP)
     assert app.context.ports.state.update_group(replace(state, last_scale_up=app.clock.now() - timedelta(minutes=20)))
-    group = app.context.ports.compute.get_node_group(GROUP)
+    group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None
-    app.context.ports.compute.begin_resize(group, 5)  # the manual clock stands still: the new instances never boot
+    app.context.ports.provider.begin_resize(group, 5)  # the manual clock stands still: the new instances never boot
     run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
     assert telemetry.total(CA + "failed_scale_ups_total", node_group=GROUP, reason="timeout") == 1
     assert telemetry.total(OURS + "failed_scale_ups_by_code_total", node_group=GROUP, error_code="ProvisionTimeout") == 1

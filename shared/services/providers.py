@@ -1,0 +1,126 @@
+"""Several node-group backends behind one NodeGroupProvider: each call goes to the provider of its group.
+
+Discovery asks every provider and stamps nothing itself: each provider marks its groups with its own
+`kind` (NodeGroup.provider), and a call about a group goes to the provider of that kind. Calls that name
+only a group id (`get_node_group`) go to the provider that last listed the group, else to each in turn;
+calls that carry only an operation token go to the provider whose kind prefixes the token.
+
+Tokens of the first provider (the default, today's Uniform scale sets) travel unprefixed, so ledger rows
+and queue messages written before providers existed resume as they are; any other provider's tokens are
+`<kind>|<token>` (ARM's continuation tokens are base64: no `|`).
+
+No I/O of its own: it only dispatches to the providers it was given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from shared.domain import Instance, NodeGroup, VmSizeCapacity
+from shared.ports import NodeGroupProvider, Operation
+
+_SEPARATOR = "|"
+
+
+class ProviderRouter:
+    """A NodeGroupProvider over several, one per kind; the first is the default."""
+
+    def __init__(self, providers: Sequence[NodeGroupProvider]) -> None:
+        if not providers:
+            raise ValueError("ProviderRouter needs at least one provider")
+        kinds = [p.kind for p in providers]
+        if len(set(kinds)) != len(kinds) or any(_SEPARATOR in k or not k for k in kinds):
+            raise ValueError(f"provider kinds must be distinct, non-empty and without {_SEPARATOR!r}: {kinds}")
+        self._by_kind = {p.kind: p for p in providers}
+        self._default = providers[0]
+        self.kind = self._default.kind
+        self._owner: dict[str, NodeGroupProvider] = {}  # group id -> provider that listed it last
+
+    @property
+    def providers(self) -> tuple[NodeGroupProvider, ...]:
+        return tuple(self._by_kind.values())
+
+    def _of(self, group: NodeGroup) -> NodeGroupProvider:
+        try:
+            return self._by_kind[group.provider]
+        except KeyError:
+            raise ValueError(f"group {group.id} comes from provider {group.provider!r}, which is not configured "
+                             f"(configured: {', '.join(self._by_kind)})") from None
+
+    # Tokens: the default provider's unprefixed, others' `<kind>|<token>`.
+    def _tagged(self, provider: NodeGroupProvider, operation: Operation) -> Operation:
+        if provider is self._default:
+            return operation
+        return Operation(f"{provider.kind}{_SEPARATOR}{operation.token}", operation.status,
+                         operation.error_code, operation.error_message)
+
+    def _resume(self, token: str, get: Callable[[NodeGroupProvider, str], Operation]) -> Operation:
+        kind, separator, rest = token.partition(_SEPARATOR)
+        provider = self._by_kind.get(kind) if separator else None
+        if provider is None or provider is self._default:
+            return get(self._default, token)
+        return self._tagged(provider, get(provider, rest))
+
+    # -- discovery and reads ------------------------------------------------------------
+    def list_node_groups(self) -> list[NodeGroup]:
+        groups: list[NodeGroup] = []
+        owner: dict[str, NodeGroupProvider] = {}
+        for provider in self._by_kind.values():
+            for group in provider.list_node_groups():
+                if group.id in owner:
+                    raise ValueError(f"group {group.id} is discovered by both {owner[group.id].kind} "
+                                     f"and {provider.kind}")
+                owner[group.id] = provider
+                groups.append(group)
+        self._owner = owner
+        return groups
+
+    def get_node_group(self, group_id: str) -> NodeGroup | None:
+        known = self._owner.get(group_id)
+        if known is not None:
+            return known.get_node_group(group_id)
+        for provider in self._by_kind.values():
+            group = provider.get_node_group(group_id)
+            if group is not None:
+                self._owner[group_id] = provider
+                return group
+        return None
+
+    def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
+        return self._of(group).get_instance(group, instance_id)
+
+    def list_instances(self, group: NodeGroup) -> list[Instance]:
+        return self._of(group).list_instances(group)
+
+    def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
+        # VM sizes are a property of the location, not of a backend: the default provider's answer.
+        return self._default.list_vm_sizes(location)
+
+    # -- changes ------------------------------------------------------------------------
+    def begin_resize(self, group: NodeGroup, target_size: int) -> Operation:
+        provider = self._of(group)
+        return self._tagged(provider, provider.begin_resize(group, target_size))
+
+    def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        provider = self._of(group)
+        return self._tagged(provider, provider.begin_delete_instances(group, instance_ids))
+
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        provider = self._of(group)
+        return self._tagged(provider, provider.begin_deallocate_instances(group, instance_ids))
+
+    def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        provider = self._of(group)
+        return self._tagged(provider, provider.begin_start_instances(group, instance_ids))
+
+    def get_resize_operation(self, token: str) -> Operation:
+        return self._resume(token, lambda p, t: p.get_resize_operation(t))
+
+    def get_delete_operation(self, token: str) -> Operation:
+        return self._resume(token, lambda p, t: p.get_delete_operation(t))
+
+    def get_deallocate_operation(self, token: str) -> Operation:
+        return self._resume(token, lambda p, t: p.get_deallocate_operation(t))
+
+    def get_start_operation(self, token: str) -> Operation:
+        return self._resume(token, lambda p, t: p.get_start_operation(t))
