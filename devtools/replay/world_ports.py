@@ -31,7 +31,7 @@ from shared.adapters.kubernetes import (
 )
 from shared.domain import UNIFORM_SCALE_SET, DaemonSet, DisruptionBudget, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
 from shared.domain import group_id as make_group_id
-from shared.ports import ComputeError, EvictionOutcome, Operation
+from shared.ports import ClusterError, ComputeError, EvictionOutcome, Operation
 
 _GPU = "nvidia.com/gpu"
 _FINISHED = ("Succeeded", "Failed")
@@ -137,7 +137,8 @@ class WorldCluster:
         except KubeError as exc:
             if exc.code == 404 and missing_ok:
                 return
-            raise
+            # As the real adapter does: the port's error, transient when the API server would say so.
+            raise ClusterError(f"GET node {name}: {exc}", transient=exc.code == 429 or exc.code >= 500) from exc
         patch = change(current.get("spec") or {})
         if patch is None:
             return
@@ -214,7 +215,17 @@ class WorldCompute:
             raise ComputeError(f"{label}: throttled ({spent[3]})", code="TooManyRequests", retry_after=spent[2])
 
     def _sim(self, group: NodeGroup) -> ScaleSetSim:
-        return self._world.scale_set(self._world.subscription_id, group.resource_group, group.name)
+        try:
+            return self._world.scale_set(self._world.subscription_id, group.resource_group, group.name)
+        except ArmError as exc:  # e.g. ResourceNotFound: the port's error, as the real adapter raises it
+            raise ComputeError(f"{exc.code}: {exc.message}", code=exc.code) from exc
+
+    @staticmethod
+    def _some(verb: str, group: NodeGroup, instance_ids: list[str]) -> list[str]:
+        # The ARM call without instance ids means "all of them"; the port means "these", so none is a bug.
+        if not instance_ids:
+            raise ValueError(f"{verb} instances of scale set {group.resource_group}/{group.name}: no instance ids given")
+        return list(instance_ids)
 
     def _as_group(self, sim: ScaleSetSim) -> NodeGroup | None:
         tags = sim.tags
@@ -276,19 +287,22 @@ class WorldCompute:
         return self._changed(lambda: self._world.set_capacity(sim, target_size))
 
     def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        ids = self._some("delete", group, instance_ids)
         sim = self._sim(group)
         self._arm("delete_instances", group=sim)
-        return self._changed(lambda: self._world.delete_instances(sim, list(instance_ids)))
+        return self._changed(lambda: self._world.delete_instances(sim, ids))
 
     def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        ids = self._some("deallocate", group, instance_ids)
         sim = self._sim(group)
         self._arm("deallocate_instances", group=sim)
-        return self._changed(lambda: self._world.deallocate_instances(sim, list(instance_ids)))
+        return self._changed(lambda: self._world.deallocate_instances(sim, ids))
 
     def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        ids = self._some("start", group, instance_ids)
         sim = self._sim(group)
         self._arm("start_instances", group=sim)
-        return self._changed(lambda: self._world.start_instances(sim, list(instance_ids)))
+        return self._changed(lambda: self._world.start_instances(sim, ids))
 
     def _get_operation(self, token: str) -> Operation:
         self._arm("operation")

@@ -153,9 +153,10 @@ class Budgets:
 
     def take(self, pods: Iterable[Pod]) -> None:
         for pod in pods:
-            for budget in self.budgets:
-                if budget.covers(pod):
-                    self.left[(budget.namespace, budget.name)] -= 1
+            keys = [(b.namespace, b.name) for b in self.budgets if b.covers(pod)]
+            if all(self.left[key] > 0 for key in keys):
+                for key in keys:
+                    self.left[key] -= 1
 
 
 @dataclass(frozen=True, slots=True)

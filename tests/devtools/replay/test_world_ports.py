@@ -331,9 +331,6 @@ def test_without_throttling_calls_are_never_refused(compute: WorldCompute) -> No
 # --- Divergences from the contract ------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="WorldCompute passes [] to World.deallocate_instances, which (as ARM with no "
-                                       "instanceIds) deallocates every instance; the port says 'these instances' "
-                                       "and the real adapter raises ValueError on an empty list")
 def test_deallocating_no_instances_stops_none(world: World, compute: WorldCompute) -> None:
     group = pool(compute)
     try:
@@ -343,8 +340,6 @@ def test_deallocating_no_instances_stops_none(world: World, compute: WorldComput
     assert states(compute, group) == {"0": "Succeeded", "1": "Succeeded"}
 
 
-@pytest.mark.xfail(strict=True, reason="sandbox KubeError/ArmError leak through WorldCluster/WorldCompute instead of "
-                                       "the ports' ClusterError/ComputeError (the real adapters translate them)")
 @pytest.mark.parametrize("call,error", [
     ("cordon a missing node", ClusterError),
     ("resize a scale set that no longer exists", ComputeError),

@@ -255,9 +255,6 @@ def test_a_pod_under_two_budgets_needs_both() -> None:
     assert short is not None and "default/a-tight" in short and "b-roomy" not in short
 
 
-@pytest.mark.xfail(strict=True, reason="Budgets.take documents consuming no disruption when any covering budget "
-                                       "would go below zero, but it always subtracts (left goes negative); the only "
-                                       "caller (scale_down) checks short() first, so it is latent")
 def test_take_consumes_nothing_when_a_budget_would_go_below_zero() -> None:
     budgets = Budgets([DisruptionBudget("default", "roomy", sel(app="web"), 5),
                        DisruptionBudget("default", "tight", sel(app="web"), 1)])
