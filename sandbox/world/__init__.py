@@ -1,0 +1,163 @@
+"""The simulated cluster: Kubernetes objects, VM Scale Sets and the controllers between them.
+
+A discrete-event simulation in sim time, usable in-process without HTTP: call
+`advance(to)` (or `advance_by(seconds)`) and read or change state through the
+public methods, which all hold `world.lock` (one re-entrant lock, so the HTTP
+server's threads and its clock ticker never interleave inside the world).
+
+Determinism: everything random is drawn from generators seeded by `seed` and a
+purpose (the workload of each scenario entry, the boot delay of each instance
+id), so the same seed gives the same workload and the same boot delays whatever
+order an autoscaler calls in. Internally times are float seconds since `start`.
+
+`World` is composed of parts, each a class in its own module holding its own state:
+
+- `core`: sim time, the event queue, seeded randomness and ids, the object store (`WorldCore`, under every part)
+- `scheduler`: the scheduling queue, binding pods to nodes, what each node holds
+- `pod_lifecycle`: arrivals, running, completion, eviction, deletion, DaemonSet and mirror pods
+- `nodes`: Node objects, registered, lost and collected, and the removal marks on them
+- `scale_sets`: scale sets and instances, capacity, delete, deallocate and start, operations, throttling
+- `fault_injection`: injected API faults and scale-up failures, call counting
+- `kube_resources`: the Kubernetes API calls (list, get, create, replace, delete)
+- `reports`: the timeline, measured node CPU, `done`, `state` and `report`
+
+This module runs the event loop that drives them: `advance` pops the timed events in order, hands
+each to its part, and reconciles after each instant (system pods, a scheduling pass, operations).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sandbox.identity import DEFAULT_TOKEN_LIFETIME
+from sandbox.scenario import Scenario
+from sandbox.world.core import (
+    DEFAULT_START,
+    LOG_ANALYTICS_WORKSPACE_ID,
+    RESOURCES,
+    SANDBOX_TOKEN,
+)
+from sandbox.world.fault_injection import FaultInjectionPart
+from sandbox.world.kube_resources import MAX_EVENTS, KubeResourcesPart
+from sandbox.world.nodes import TO_BE_DELETED_TAINT, NodesPart, RemovalStart
+from sandbox.world.pod_lifecycle import CPU_USAGE_ANNOTATION, DURATION_ANNOTATION, PodLifecyclePart
+from sandbox.world.reports import NodeCpu, ReportsPart
+from sandbox.world.scale_sets import (
+    MAX_CAPACITY,
+    PREEMPTED_MESSAGE,
+    SCALE_UP_FAILURE_DELAY,
+    SHUTDOWN_TAINT,
+    ScaleSetsPart,
+)
+from sandbox.world.scheduler import SchedulerPart
+
+__all__ = [
+    "CPU_USAGE_ANNOTATION",
+    "DEFAULT_START",
+    "DURATION_ANNOTATION",
+    "LOG_ANALYTICS_WORKSPACE_ID",
+    "MAX_CAPACITY",
+    "MAX_EVENTS",
+    "PREEMPTED_MESSAGE",
+    "RESOURCES",
+    "SANDBOX_TOKEN",
+    "SCALE_UP_FAILURE_DELAY",
+    "SHUTDOWN_TAINT",
+    "TO_BE_DELETED_TAINT",
+    "NodeCpu",
+    "RemovalStart",
+    "World",
+]
+
+
+class World(
+    ReportsPart,
+    KubeResourcesPart,
+    FaultInjectionPart,
+    ScaleSetsPart,
+    NodesPart,
+    PodLifecyclePart,
+    SchedulerPart,
+):
+    """One simulated cluster world. See the module docstring; every public method holds `lock`."""
+
+    def __init__(
+        self,
+        scenario: Scenario | str | Path | Mapping[str, Any],
+        *,
+        seed: int = 0,
+        start: datetime | None = None,
+        token_lifetime: float = DEFAULT_TOKEN_LIFETIME,
+    ) -> None:
+        self._init_core(scenario, seed=seed, start=start, token_lifetime=token_lifetime)
+        # Each part's own state, then the scenario's objects: in this order, which the ids drawn follow.
+        self._init_reports_state()
+        self._init_pod_state()
+        self._init_scale_set_state()
+        self._init_node_state()
+        self._init_fault_state()
+        self._init_scheduler_state()
+        self._init_kube_state()
+        self._init_namespaces()
+        self._init_pdbs()
+        self._init_daemonsets()
+        self._init_scale_sets()
+        self._schedule_workloads()
+        self._advance_to(0.0)  # arrivals at t=0 exist from the first look
+
+    # ------------------------------------------------------------------ the event loop
+
+    def advance(self, to: datetime) -> None:
+        """Run the world up to `to` (never past the scenario's duration; never backwards)."""
+        with self.lock:
+            self._advance_to((to - self.start).total_seconds())
+
+    def advance_by(self, seconds_: float) -> None:
+        with self.lock:
+            self._advance_to(self._t + seconds_)
+
+    def _advance_to(self, target: float) -> None:
+        target = min(target, self._end)
+        while self._events and self._events[0][0] <= target:
+            when = self._events[0][0]
+            self._sample_before(when)
+            self._t = max(self._t, when)
+            while self._events and self._events[0][0] <= when:
+                _, _, kind, payload = heapq.heappop(self._events)
+                self._handle(kind, payload)
+            self._reconcile()
+        self._sample_before(target)
+        self._t = max(self._t, target)
+        self._reconcile()
+        self._sample_through(self._t)
+
+    def _handle(self, kind: str, payload: Any) -> None:
+        handlers = {
+            "arrival": self._on_arrival,
+            "provisioned": self._on_provisioned,
+            "registered": self._on_registered,
+            "complete": self._on_complete,
+            "terminated": self._on_terminated,
+            "vanish": self._on_vanish,
+            "node_gc": self._on_node_gc,
+            "op_fail": self._on_op_fail,
+            "power_done": self._on_power_done,
+            "rebooted": self._on_rebooted,
+            "ttl_expired": self._on_ttl_expired,
+        }
+        handlers[kind](payload)
+        self._dirty = True
+
+    def _reconcile(self) -> None:
+        if not self._dirty:
+            return
+        if self._retry_all_pending:  # set by every node or pod change that system pods could care about
+            self._ensure_node_pods()
+        self._schedule()
+        self._finish_operations()
+        self._dirty = False
+

@@ -1,0 +1,303 @@
+"""What the world reports: its timeline, measured node CPU, whether it is done, its state and its final report.
+
+`ReportsPart` owns the timeline (pending and running pods and each group's node counts, sampled
+every `timeline_interval` sim seconds as time passes) and reads every other part to answer
+`node_cpu` (the Azure Monitor doubles), `done`, `state` and `report`. It changes nothing else.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sandbox import kobjects
+from sandbox.metrics import distribution, seconds
+from sandbox.pods import pod_outcome
+from sandbox.units import parse_time, rfc3339
+from sandbox.world.core import WorldCore
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCpu:
+    """One node's CPU as the monitoring doubles report it."""
+
+    used_milli: int
+    capacity_milli: int
+    since: datetime  # when the node came up: a monitoring agent has samples from here on
+
+    @property
+    def fraction(self) -> float:
+        return self.used_milli / self.capacity_milli if self.capacity_milli else 0.0
+
+
+class ReportsPart(WorldCore):
+    """Sampling and reports. See the module docstring."""
+
+    def _init_reports_state(self) -> None:
+        self.timeline: list[dict[str, Any]] = []
+        self._next_sample = 0.0
+
+    def _sample_before(self, t: float) -> None:
+        while self._next_sample < t and self._next_sample <= self._end:
+            self._sample(self._next_sample)
+
+    def _sample_through(self, t: float) -> None:
+        while self._next_sample <= t and self._next_sample <= self._end:
+            self._sample(self._next_sample)
+
+    def _sample(self, at: float) -> None:
+        pending, running = self._pod_counts()
+        self.timeline.append(
+            {"t": round(at, 3), "groups": self._group_counts(), "pending": pending, "running": running}
+        )
+        self._next_sample = at + self.scenario.timeline_interval
+
+    def _group_counts(self) -> dict[str, dict[str, int]]:
+        counts = {}
+        busy = self._busy_nodes()
+        for key, group in self._groups.items():
+            ready = booting = deleting = deallocated = idle = 0
+            for inst in group.instances.values():
+                node = self._store.get("nodes", "", inst.computer_name) if inst.node_registered else None
+                if inst.state == "Deleting":
+                    deleting += 1
+                elif inst.power in ("deallocating", "deallocated"):
+                    deallocated += 1
+                elif node is not None and kobjects.is_ready(node):
+                    ready += 1
+                    idle += inst.computer_name not in busy
+                else:
+                    booting += 1
+            counts[key] = {
+                "ready": ready,
+                "booting": booting,
+                "deleting": deleting,
+                "deallocated": deallocated,  # deallocating or deallocated: in capacity, not billed once deallocated
+                "target": group.capacity,
+                "min": group.spec.min_size,
+                "max": group.spec.max_size,
+                "idle": idle,  # Ready nodes running nothing but DaemonSet and mirror pods
+                "autoscaled": group.spec.autoscaled,
+            }
+        return counts
+
+    def _busy_nodes(self) -> set[str]:
+        busy = set()
+        for pod in self._live.values():
+            if pod.role in ("daemonset", "mirror"):
+                continue
+            obj = self._pod_obj(pod)
+            if obj["status"].get("phase") not in ("Succeeded", "Failed") and obj["spec"].get("nodeName"):
+                busy.add(obj["spec"]["nodeName"])
+        return busy
+
+    def _pod_counts(self) -> tuple[int, int]:
+        """(pending, running) among pods that are not DaemonSet or mirror pods."""
+        pending = running = 0
+        for pod in self._live.values():
+            if pod.node_bound:
+                continue
+            obj = self._pod_obj(pod)
+            phase = obj["status"].get("phase")
+            if phase == "Pending" and not obj["metadata"].get("deletionTimestamp"):
+                pending += 1
+            elif phase == "Running":
+                running += 1
+        return pending, running
+
+    def _finished_count(self) -> int:
+        return sum(1 for p in self._pods.values() if p.finished is not None and not p.node_bound)
+
+
+    # ------------------------------------------------------------------ measured usage (Azure Monitor doubles)
+
+    def node_cpu(self, names: Iterable[str] | None = None) -> dict[str, NodeCpu]:
+        """What a monitoring agent would measure now on each Ready node (all, or those named).
+
+        A pod uses its CPU request while it holds its node's resources (running or terminating),
+        unless its workload's `cpu_usage`, its DaemonSet's, or its `sandbox.autoscaler/cpu-usage`
+        annotation says otherwise. No history is kept: a window of any length reads as now.
+        A NotReady node (booting, or its VM going away) has no agent reporting, so no entry.
+        """
+        with self.lock:
+            wanted = None if names is None else set(names)
+            used: dict[str, int] = {}
+            for pod in self._placed.values():
+                if pod.node is not None:
+                    used[pod.node] = used.get(pod.node, 0) + pod.cpu_used_milli
+            result: dict[str, NodeCpu] = {}
+            for name, inst in self._by_node.items():
+                if wanted is not None and name not in wanted:
+                    continue
+                node = self._store.get("nodes", "", name)
+                if node is None or inst.state == "Deleting" or not kobjects.is_ready(node):
+                    continue
+                capacity = self._groups[inst.group_key].spec.capacity.cpu_milli
+                # A node cannot use more than it has, whatever the pods on it ask for.
+                since = parse_time(node["metadata"]["creationTimestamp"])
+                result[name] = NodeCpu(min(used.get(name, 0), capacity), capacity, since)
+            return result
+
+
+    # ------------------------------------------------------------------ reports
+
+    def done(self) -> tuple[bool, str | None]:
+        """(done, why): the duration ran out, or no arrivals are due, every pod with a duration has
+        finished and every pod without one (a service) is running, apart from pods no node group could
+        ever hold (they stay Pending; see `_unplaceable`)."""
+        with self.lock:
+            if self._t >= self._end:
+                return True, "duration-reached"
+            if self._arrivals_due or not (self.scenario.workloads or self._owners):
+                return False, None
+            expected = {e.workload for e in self.scenario.expect_unschedulable}
+            for pod in self._live.values():
+                if pod.role != "workload":
+                    continue
+                phase = self._pod_obj(pod)["status"].get("phase")
+                if (phase == "Pending" and not self._unplaceable(pod) and pod.workload not in expected) or (
+                    pod.duration is not None and phase == "Running"
+                ):
+                    return False, None
+            return True, "workload-complete"
+
+    def _expected_unschedulable(self) -> dict[str, Any]:
+        """Per workload of the scenario's `expect_unschedulable`: how many pods should stay Pending, and those that do,
+        each with the autoscaler's latest NotTriggerScaleUp message about it (None if it has written none)."""
+        report: dict[str, Any] = {}
+        for expected in self.scenario.expect_unschedulable:
+            pending = [
+                {"pod": f"{pod.namespace}/{pod.name}",
+                 "reason": self._not_triggered.get((pod.namespace, pod.name))}
+                for pod in self._live.values()
+                if pod.workload == expected.workload and not pod.node_bound
+                and self._pod_obj(pod)["status"].get("phase") == "Pending"
+                and not self._pod_obj(pod)["metadata"].get("deletionTimestamp")
+            ]
+            spec = next(w for w in self.scenario.workloads if f"{w.namespace}/{w.name}" == expected.workload)
+            count = expected.count if expected.count is not None else spec.count * spec.repeat_times
+            report[expected.workload] = {"expected": count, "pending": sorted(pending, key=lambda p: p["pod"])}
+        return report
+
+    def _pending_unplaceable(self) -> int:
+        return sum(
+            1 for pod in self._live.values()
+            if not pod.node_bound and pod.node is None and not pod.terminating
+            and self._pod_obj(pod)["status"].get("phase") == "Pending" and self._unplaceable(pod)
+        )
+
+    def state(self) -> dict[str, Any]:
+        with self.lock:
+            pending, running = self._pod_counts()
+            done, why = self.done()
+            return {
+                "now": rfc3339(self._at(self._t)),
+                "sim_seconds": round(self._t, 3),
+                "groups": self._group_counts(),
+                "pending": pending,
+                "pending_unplaceable": self._pending_unplaceable(),
+                "running": running,
+                "finished": self._finished_count(),
+                "arrivals_due": self._arrivals_due,
+                "done": done,
+                "done_reason": why,
+                "idle_nodes": self._idle_nodes(),
+                **({"expect_unschedulable": self._expected_unschedulable()} if self.scenario.expect_unschedulable else {}),
+            }
+
+    def _idle_nodes(self) -> dict[str, list[str]]:
+        """Per group, the names of the Ready nodes counted `idle` in `groups` (nothing but DaemonSet and mirror pods)."""
+        busy = self._busy_nodes()
+        idle: dict[str, list[str]] = {}
+        for key, group in self._groups.items():
+            names = []
+            for inst in group.instances.values():
+                node = self._store.get("nodes", "", inst.computer_name) if inst.node_registered else None
+                if inst.state != "Deleting" and node is not None and kobjects.is_ready(node) and inst.computer_name not in busy:
+                    names.append(inst.computer_name)
+            idle[key] = sorted(names)
+        return idle
+
+    def report(self) -> dict[str, Any]:
+        with self.lock:
+            node_seconds: dict[str, float] = {key: 0.0 for key in self._groups}
+            for inst in self._iter_instances():
+                until = inst.vanished_at if inst.vanished_at is not None else self._t
+                unbilled = inst.unbilled_seconds
+                if inst.unbilled_since is not None:  # deallocated now (or when it vanished)
+                    unbilled += until - inst.unbilled_since
+                node_seconds[inst.group_key] += max(0.0, until - inst.created_at - unbilled)
+            pods = [p for p in sorted(self._pods.values(), key=lambda p: p.seq) if not p.node_bound]
+            summaries = []
+            for pod in pods:
+                obj = self._store.get("pods", *pod.key) if self._live.get(pod.key) is pod else None
+                phase = obj["status"].get("phase") if obj else None
+                summaries.append(
+                    {
+                        "namespace": pod.namespace,
+                        "name": pod.name,
+                        "workload": pod.workload,
+                        "node": pod.node,
+                        "group": pod.group,
+                        "phase": phase or "Deleted",
+                        "outcome": pod_outcome(pod, phase),
+                        "cpu_milli": pod.requests.cpu_milli,
+                        "memory_bytes": pod.requests.memory_bytes,
+                        "extended": dict(pod.requests.scalars),
+                        "created": seconds(pod.created),
+                        "bound": seconds(pod.bound),
+                        "started": seconds(pod.started),
+                        "finished": seconds(pod.finished),
+                        "stopped": seconds(pod.stopped),
+                        "evicted_while_running": pod.evicted_while_running,
+                        "killed": pod.killed,
+                    }
+                )
+            unschedulable = sum(
+                1
+                for p in pods
+                if self._live.get(p.key) is p
+                and any(
+                    c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                    for c in self._pod_obj(p)["status"].get("conditions") or []
+                )
+                and self._pod_obj(p)["status"].get("phase") == "Pending"
+            )
+            pending, running = self._pod_counts()
+            done, why = self.done()
+            waits = [p.bound - p.created for p in pods if p.bound is not None]
+            return {
+                "scenario": self.scenario.name,
+                "seed": self.seed,
+                "start": rfc3339(self.start),
+                "now": rfc3339(self._at(self._t)),
+                "sim_seconds": round(self._t, 3),
+                "duration_seconds": self._end,
+                "done": done,
+                "done_reason": why,
+                "pods_total": len(pods),
+                "pods_completed": sum(1 for p in pods if p.finished is not None),
+                "pods_pending": pending,
+                "pods_running": running,
+                "pods_unschedulable": unschedulable,
+                "pods_unplaceable": self._pending_unplaceable(),
+                "running_pods_evicted": sum(1 for p in pods if p.evicted_while_running),
+                "pods_killed": sum(1 for p in pods if p.killed),
+                "pod_wait_seconds": distribution(waits),
+                "node_seconds": round(sum(node_seconds.values()), 3),
+                "node_seconds_by_group": {k: round(v, 3) for k, v in node_seconds.items()},
+                "nodes_max": self._nodes_max,
+                "nodes_by_group": self._group_counts(),
+                "api_calls": self.counters.as_json(),
+                "events_by_reason": dict(sorted(self._events_by_reason.items())),
+                "events_by_object": {k: dict(sorted(v.items())) for k, v in sorted(self._events_by_object.items())},
+                "instances_created_by_group": {k: self._created_by_group.get(k, 0) for k in self._groups},
+                "scale_down_order": self.scale_down_order(),
+                "expect_unschedulable": self._expected_unschedulable(),
+                "timeline": copy.deepcopy(self.timeline),
+                "pods": summaries,
+            }
+

@@ -1,0 +1,453 @@
+"""VM Scale Sets in the world: capacity, instances booting, deleted, deallocated and started, ARM operations.
+
+`ScaleSetsPart` owns the scale sets (`ScaleSetSim`, by key) and their instances (`InstanceSim`),
+instances already gone (for the report's node-seconds), the long-running operations ARM callers
+poll (`Operation`, by id), the throttling token buckets, and the counts of instances alive, their
+peak, and those created by scale-ups. It answers the ARM surface's scale set calls: PATCH capacity
+(grow, shrink, or an injected allocation failure), delete, deallocate and start instances, and
+finishes each operation when its instances get where it sent them. Node objects are
+`sandbox.world.nodes`; injected failures come from `sandbox.world.fault_injection`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Literal
+
+from shared.domain import Taint, group_id
+from sandbox import kobjects
+from sandbox.compute import InstanceSim, Operation, ScaleSetSim, computer_name
+from sandbox.errors import ArmError
+from sandbox.throttling import BUCKETS, TokenBucket
+from sandbox.world.core import WorldCore
+
+MAX_CAPACITY = 1000  # a Uniform scale set without single placement group
+SCALE_UP_FAILURE_DELAY = 5.0  # sim seconds before an injected allocation failure surfaces
+# the cloud node lifecycle controller's taint on a node whose instance the provider reports shut down (deallocated)
+SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
+PREEMPTED_MESSAGE = "Operation execution has been preempted by a more recent operation."
+
+
+class ScaleSetsPart(WorldCore):
+    """Scale sets, their instances and operations. See the module docstring."""
+
+    def _init_scale_set_state(self) -> None:
+        self._groups: dict[str, ScaleSetSim] = {}
+        self._gone: list[InstanceSim] = []
+        self._operations: dict[str, Operation] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}  # (scale set key or "rg:<name>", bucket)
+        self._alive = 0
+        self._nodes_max = 0
+        self._ip_counter = itertools.count(1)
+        self._created_by_group: Counter[str] = Counter()  # instances added by scale-ups (initial ones left out)
+
+    def _init_scale_sets(self) -> None:
+        for spec in self.scenario.node_groups:
+            key = group_id(spec.resource_group, spec.name)
+            tags = dict(spec.tags)
+            if spec.autoscaled:
+                tags |= {
+                    "cluster-autoscaler-enabled": "true",
+                    "cluster-autoscaler-name": self.scenario.cluster_name,
+                    "min": str(spec.min_size),
+                    "max": str(spec.max_size),
+                }
+            group = ScaleSetSim(spec=spec, key=key, capacity=0, tags=tags, unique_id=self._uid(), created_at=0.0)
+            self._groups[key] = group
+            for _ in range(spec.initial):
+                inst = self._new_instance(group, already_running=True)
+                self._register_node(inst, created=self.start - spec.initial_age)
+            group.capacity = spec.initial
+        for failure in self.scenario.scale_up_failures:
+            self.fail_next_scale_up(
+                failure.scale_set, code=failure.code, message=failure.message, count=failure.count,
+                resource_group=failure.resource_group,
+            )
+
+    def _boot_delay(self, group: ScaleSetSim, instance_id: int) -> float:
+        dist = group.spec.boot_delay or self.scenario.boot_delay
+        return dist.sample(self._rng("boot", group.key, instance_id))
+
+    def _new_instance(self, group: ScaleSetSim, *, already_running: bool = False) -> InstanceSim:
+        instance_id = group.next_instance_id
+        group.next_instance_id += 1
+        boot = 0.0 if already_running else self._boot_delay(group, instance_id)
+        zones = group.spec.zones
+        inst = InstanceSim(
+            group_key=group.key,
+            instance_id=instance_id,
+            computer_name=computer_name(group.spec.computer_name_prefix, instance_id),
+            vm_id=self._uid(),
+            zone=zones[instance_id % len(zones)] if zones else "",
+            created_at=self._t,
+            boot_delay=boot,
+            provision_at=self._t + boot * self.scenario.provisioning_fraction,
+            ready_at=self._t + boot,
+            state="Succeeded" if already_running else "Creating",
+            power="running" if already_running else "starting",
+            ip_index=next(self._ip_counter),
+        )
+        group.instances[instance_id] = inst
+        if not already_running:
+            self._created_by_group[group.key] += 1
+        self._alive += 1
+        self._nodes_max = max(self._nodes_max, self._alive)
+        if not already_running:
+            self._push(inst.provision_at, "provisioned", inst)
+            self._push(inst.ready_at, "registered", inst)
+        return inst
+
+    def _on_provisioned(self, inst: InstanceSim) -> None:
+        if inst.state == "Creating":
+            inst.state = "Succeeded"
+            inst.power = "running"
+            self._groups[inst.group_key].generation += 1
+
+    def _start_instance_delete(self, inst: InstanceSim) -> None:
+        if inst.state == "Deleting":
+            return
+        group = self._groups[inst.group_key]
+        inst.state = "Deleting"
+        inst.delete_started_at = self._t
+        inst.power_seq += 1  # a deallocation or start under way is preempted
+        group.generation += 1
+        delay = self.scenario.delete_delay.sample(self._rng("delete", group.key, inst.instance_id))
+        self._push(self._t + delay, "vanish", inst)
+        node = self._store.get("nodes", "", inst.computer_name)
+        if node is not None and not inst.node_deleted_by_api:
+            self._node_lost(node)
+            self._kill_pods_on(inst.computer_name)
+
+    def _on_vanish(self, inst: InstanceSim) -> None:
+        group = self._groups[inst.group_key]
+        inst.vanished_at = self._t
+        group.instances.pop(inst.instance_id, None)
+        group.generation += 1
+        self._gone.append(inst)
+        if inst.unbilled_since is None:  # a deallocated instance stopped counting when it was deallocated
+            self._alive -= 1
+        if inst.node_registered and not inst.node_deleted_by_api:
+            self._push(self._t + self.scenario.node_removal_delay, "node_gc", inst)
+
+    def _iter_instances(self) -> Iterator[InstanceSim]:
+        for group in self._groups.values():
+            yield from group.instances.values()
+        yield from self._gone
+
+
+    # ------------------------------------------------------------------ ARM surface
+
+    def scale_sets(self, subscription_id: str, resource_group: str) -> list[ScaleSetSim]:
+        with self.lock:
+            self._check_resource_group(subscription_id, resource_group)
+            return sorted(
+                (g for g in self._groups.values() if g.resource_group.lower() == resource_group.lower()),
+                key=lambda g: g.name.lower(),
+            )
+
+    def scale_set(self, subscription_id: str, resource_group: str, name: str) -> ScaleSetSim:
+        with self.lock:
+            self._check_resource_group(subscription_id, resource_group)
+            group = self._groups.get(group_id(resource_group, name))
+            if group is None:
+                raise ArmError(
+                    404,
+                    "ResourceNotFound",
+                    f"The Resource 'Microsoft.Compute/virtualMachineScaleSets/{name}' under resource group "
+                    f"'{resource_group}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
+                )
+            return group
+
+    def _check_resource_group(self, subscription_id: str, resource_group: str) -> None:
+        if subscription_id.lower() != self.subscription_id.lower():
+            raise ArmError(404, "SubscriptionNotFound", f"The subscription '{subscription_id}' could not be found.")
+        if resource_group.lower() not in {rg.lower() for rg in self.scenario.resource_groups}:
+            raise ArmError(404, "ResourceGroupNotFound", f"Resource group '{resource_group}' could not be found.")
+
+    def instances(self, group: ScaleSetSim) -> list[InstanceSim]:
+        with self.lock:
+            return sorted(group.instances.values(), key=lambda i: i.instance_id)
+
+    def provisioning_state(self, group: ScaleSetSim) -> str:
+        with self.lock:
+            busy = any(op.status == "InProgress" and op.group_key == group.key for op in self._operations.values())
+            return "Updating" if busy else "Succeeded"
+
+    def set_capacity(self, group: ScaleSetSim, capacity: int, tags: Mapping[str, str] | None = None) -> Operation:
+        """PATCH sku.capacity: grow creates instances, shrink deletes the highest ids (Azure's default scale-in)."""
+        with self.lock:
+            if capacity < 0 or capacity > MAX_CAPACITY:
+                raise ArmError(
+                    400, "InvalidParameter", f"The value {capacity} of parameter 'sku.capacity' is out of range. "
+                    f"The value must be between 0 and {MAX_CAPACITY}, inclusive.", "sku.capacity",
+                )
+            if tags is not None:
+                group.tags = dict(tags)
+            op = Operation(op_id=self._uid(), kind="scale", group_key=group.key, started_at=self._t)
+            self._operations[op.op_id] = op
+            active = group.active()
+            current = len(active)  # capacity can run ahead of instances while an injected failure is pending
+            group.generation += 1
+            if capacity > current and group.scale_up_failures:
+                failure = group.scale_up_failures[0]
+                failure.remaining -= 1
+                if failure.remaining <= 0:
+                    group.scale_up_failures.pop(0)
+                op.error_code, op.error_message = failure.code, failure.message
+                op.revert_capacity_from, op.revert_capacity_to = capacity, current
+                group.capacity = capacity
+                self._push(self._t + SCALE_UP_FAILURE_DELAY, "op_fail", op)
+                return op
+            if capacity > current:
+                created = [self._new_instance(group) for _ in range(capacity - current)]
+                op.instance_ids = frozenset(i.instance_id for i in created)
+            elif capacity < current:
+                victims = active[capacity:]
+                for inst in victims:
+                    self._start_instance_delete(inst)
+                op.kind = "delete"
+                op.instance_ids = frozenset(i.instance_id for i in victims)
+            group.capacity = capacity
+            self._dirty = True
+            self._finish_operations()
+            return op
+
+    def delete_instances(self, group: ScaleSetSim, instance_ids: list[str]) -> Operation:
+        """POST .../delete: the named instances go; capacity drops by the number that were active."""
+        with self.lock:
+            if not instance_ids:
+                raise ArmError(400, "InvalidParameter", "The value of parameter instanceIds is invalid.", "instanceIds")
+            targets: list[InstanceSim] = []
+            for raw in instance_ids:
+                inst = group.instances.get(int(raw)) if str(raw).isdigit() else None
+                if inst is None:
+                    # ARM refuses the whole request; count every instance it named (one gone already: a second delete).
+                    for named in instance_ids:
+                        self.counters.instance_deletes_refused[f"{group.name}/{named}"] += 1
+                    raise ArmError(
+                        400,
+                        "InvalidParameter",
+                        f"The provided instanceId {raw} is not an active Virtual Machine Scale Set VM instanceId.",
+                        "instanceIds",
+                    )
+                if inst not in targets:
+                    targets.append(inst)
+            op = Operation(
+                op_id=self._uid(), kind="delete", group_key=group.key, started_at=self._t,
+                instance_ids=frozenset(i.instance_id for i in targets),
+            )
+            self._operations[op.op_id] = op
+            for inst in targets:
+                self.counters.instances_deleted[f"{group.name}/{inst.instance_id}"] += 1
+                if inst.state != "Deleting":
+                    group.capacity -= 1
+                    self._start_instance_delete(inst)
+            group.generation += 1
+            self._dirty = True
+            return op
+
+
+    # ------------------------------------------------------------------ deallocate and start instances
+
+    def deallocate_instances(self, group: ScaleSetSim, instance_ids: list[str] | None) -> Operation:
+        """POST .../deallocate: the instances (every one when none are named, as ARM does) shut down and release
+        their hardware; they stay in the scale set and in sku.capacity. Already deallocating or deallocated
+        ones are left as they are. Not billed once deallocated."""
+        with self.lock:
+            targets = self._power_targets(group, instance_ids, "deallocate")
+            for inst in targets:
+                self.counters.instances_deallocated[f"{group.name}/{inst.instance_id}"] += 1
+                if inst.power not in ("deallocating", "deallocated"):
+                    self._start_deallocation(inst)
+            return self._power_operation(group, "deallocate", targets)
+
+    def start_instances(self, group: ScaleSetSim, instance_ids: list[str] | None) -> Operation:
+        """POST .../start: deallocating or deallocated instances boot again (the group's boot delay); their node
+        registers Ready under the same name. Starting or running ones are left as they are (a no-op success)."""
+        with self.lock:
+            targets = self._power_targets(group, instance_ids, "start")
+            for inst in targets:
+                self.counters.instances_started[f"{group.name}/{inst.instance_id}"] += 1
+                if inst.power in ("deallocating", "deallocated"):
+                    self._start_boot(inst)
+            return self._power_operation(group, "start", targets)
+
+    def _power_targets(self, group: ScaleSetSim, instance_ids: list[str] | None, verb: str) -> list[InstanceSim]:
+        """The instances a deallocate or start names, all checked before anything changes (ARM refuses the whole
+        request). None or [] means every instance of the scale set (those being deleted left out)."""
+        if not instance_ids:
+            return group.active()
+        targets: list[InstanceSim] = []
+        for raw in instance_ids:
+            inst = group.instances.get(int(raw)) if str(raw).isdigit() else None
+            if inst is None:
+                raise ArmError(
+                    400,
+                    "InvalidParameter",
+                    f"The provided instanceId {raw} is not an active Virtual Machine Scale Set VM instanceId.",
+                    "instanceIds",
+                )
+            if inst.state == "Deleting":
+                raise ArmError(
+                    409,
+                    "OperationNotAllowed",
+                    f"Operation '{verb}' is not allowed on VM '{group.name}_{inst.instance_id}' "
+                    "since it is being deleted.",
+                )
+            if inst not in targets:
+                targets.append(inst)
+        return targets
+
+    def _power_operation(
+        self, group: ScaleSetSim, kind: Literal["deallocate", "start"], targets: list[InstanceSim]
+    ) -> Operation:
+        op = Operation(
+            op_id=self._uid(), kind=kind, group_key=group.key, started_at=self._t,
+            instance_ids=frozenset(i.instance_id for i in targets),
+            power_seqs=tuple((i.instance_id, i.power_seq) for i in targets),
+        )
+        self._operations[op.op_id] = op
+        group.generation += 1
+        self._dirty = True
+        self._finish_operations()  # nothing to do (already there): succeeded at once
+        return op
+
+    def _start_deallocation(self, inst: InstanceSim) -> None:
+        """Provisioning Updating, power deallocating: the VM shuts down now, so kubelet stops (the node goes
+        NotReady as when its VM is deleted, its workload pods die); deallocated after `deallocate_delay`."""
+        group = self._groups[inst.group_key]
+        inst.power_seq += 1
+        inst.state, inst.power = "Updating", "deallocating"
+        group.generation += 1
+        dist = self.scenario.deallocate_delay or self.scenario.delete_delay
+        delay = dist.sample(self._rng("deallocate", group.key, inst.instance_id, inst.power_seq))
+        self._push(self._t + delay, "power_done", (inst, inst.power_seq))
+        node = self._store.get("nodes", "", inst.computer_name)
+        if node is not None and self._by_node.get(inst.computer_name) is inst:
+            self._node_lost(node)
+            self._kill_pods_on(inst.computer_name)
+        self._dirty = True
+
+    def _start_boot(self, inst: InstanceSim) -> None:
+        """Provisioning Updating, power starting: billed again from now; running (the operation done) after
+        `provisioning_fraction` of a fresh boot delay, the node Ready after all of it."""
+        group = self._groups[inst.group_key]
+        inst.power_seq += 1
+        inst.starts += 1
+        if inst.unbilled_since is not None:
+            inst.unbilled_seconds += self._t - inst.unbilled_since
+            inst.unbilled_since = None
+            self._alive += 1
+            self._nodes_max = max(self._nodes_max, self._alive)
+        inst.state, inst.power = "Updating", "starting"
+        group.generation += 1
+        dist = group.spec.boot_delay or self.scenario.boot_delay
+        inst.boot_delay = dist.sample(self._rng("start", group.key, inst.instance_id, inst.starts))
+        inst.provision_at = self._t + inst.boot_delay * self.scenario.provisioning_fraction
+        inst.ready_at = self._t + inst.boot_delay
+        self._push(inst.provision_at, "power_done", (inst, inst.power_seq))
+        self._push(inst.ready_at, "rebooted", (inst, inst.power_seq))
+        self._dirty = True
+
+    def _on_power_done(self, payload: tuple[InstanceSim, int]) -> None:
+        inst, seq = payload
+        if not inst.alive or inst.power_seq != seq or inst.state == "Deleting":
+            return  # preempted by a later deallocate, start or delete
+        self._groups[inst.group_key].generation += 1
+        if inst.power == "starting":
+            inst.state, inst.power = "Succeeded", "running"
+        elif inst.power == "deallocating":
+            inst.state, inst.power = "Succeeded", "deallocated"
+            inst.unbilled_since = self._t
+            self._alive -= 1
+            node = self._store.get("nodes", "", inst.computer_name)
+            if node is not None and self._by_node.get(inst.computer_name) is inst:
+                # The cloud node lifecycle controller: the provider reports the instance shut down.
+                taints = node.setdefault("spec", {}).setdefault("taints", [])
+                if not any(t.get("key") == SHUTDOWN_TAINT for t in taints):
+                    taints.append(kobjects.taint_json(Taint(SHUTDOWN_TAINT, "", "NoSchedule"), self._ts()))
+                self._store.touch(node)
+
+    def _on_rebooted(self, payload: tuple[InstanceSim, int]) -> None:
+        """A started instance has booted: kubelet registers its node again under the same name (the hostname
+        is the computer name). A Node object left from before the deallocation is made Ready again (the
+        lifecycle controllers lift their taints); a deleted one is created afresh."""
+        inst, seq = payload
+        if not inst.alive or inst.power_seq != seq or inst.power != "running":
+            return
+        node = self._store.get("nodes", "", inst.computer_name)
+        if node is None or self._by_node.get(inst.computer_name) is not inst:
+            inst.node_deleted_by_api = False
+            self._register_node(inst)
+            return
+        now = self._ts()
+        kobjects.set_condition(
+            node,
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            },
+        )
+        spec = node.setdefault("spec", {})
+        lifted = ("node.kubernetes.io/unreachable", SHUTDOWN_TAINT)
+        spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") not in lifted]
+        if not spec["taints"]:
+            del spec["taints"]
+        node.setdefault("status", {}).setdefault("nodeInfo", {})["bootID"] = self._uid()
+        self._store.touch(node)
+        self._retry_all_pending = True
+
+
+    # ------------------------------------------------------------------ long-running operations and throttling
+
+    def operation(self, op_id: str) -> Operation | None:
+        with self.lock:
+            return self._operations.get(op_id)
+
+    def _on_op_fail(self, op: Operation) -> None:
+        group = self._groups[op.group_key]
+        if group.capacity == op.revert_capacity_from and op.revert_capacity_to is not None:
+            group.capacity = op.revert_capacity_to
+            group.generation += 1
+        op.status, op.ended_at = "Failed", self._t
+
+    def _finish_operations(self) -> None:
+        for op in self._operations.values():
+            if op.status != "InProgress" or op.error_code is not None:
+                continue
+            group = self._groups[op.group_key]
+            if op.kind == "scale":
+                done = all(group.instances.get(i) is None or group.instances[i].state != "Creating" for i in op.instance_ids)
+            elif op.kind in ("deallocate", "start"):
+                # Done when every instance got there; failed when a later deallocate, start or delete took one over.
+                goal = "deallocated" if op.kind == "deallocate" else "running"
+                current = [(group.instances.get(i), seq) for i, seq in op.power_seqs]
+                if any(inst is None or inst.power_seq != seq for inst, seq in current):
+                    op.status, op.ended_at = "Failed", self._t
+                    op.error_code, op.error_message = "OperationPreempted", PREEMPTED_MESSAGE
+                    continue
+                done = all(inst is not None and inst.power == goal for inst, _ in current)
+            else:
+                done = all(i not in group.instances for i in op.instance_ids)
+            if done:
+                op.status, op.ended_at = "Succeeded", self._t
+
+    def take_token(self, key: str, bucket: str) -> tuple[bool, int, float, str] | None:
+        """Spend one token of a throttling bucket; None when the scenario turns throttling off."""
+        with self.lock:
+            if not self.scenario.arm_throttling:
+                return None
+            token_bucket = self._buckets.get((key, bucket))
+            if token_bucket is None:
+                token_bucket = self._buckets[(key, bucket)] = TokenBucket.full(BUCKETS[bucket], self._t)
+            allowed, remaining, retry = token_bucket.take(self._t)
+            if not allowed:
+                self.counters.arm_throttled += 1
+            return allowed, remaining, retry, token_bucket.header(remaining)
+
