@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Self
 
 # Version 2 names the nodes of a scale-down as a list (empty nodes are removed in bulk);
 # version 1 messages, with one `node` and `provider_id`, are still read.
@@ -58,45 +58,66 @@ class RemovalTarget:
         return self.provider_id.rsplit("/", 1)[-1]
 
 
-@dataclass(frozen=True, slots=True)
-class ScaleAction:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Action:
+    """What every action kind carries: identity, life, the step to run next and how often it waited."""
+
     id: str
-    kind: Kind
     group: str
     created_at: datetime
     expires_at: datetime
     step: str
     reason: str = ""
-    target_size: int | None = None  # scale_up: the capacity to reach
-    from_size: int | None = None  # scale_up: the capacity before, returned to if the scale-up fails
-    resized_to: int | None = None  # scale_up: the capacity its PATCH asked for (deallocated instances included)
-    starting: tuple[str, ...] = ()  # scale_up: deallocated instances it started, stopped again if that fails
-    targets: tuple[RemovalTarget, ...] = ()  # scale_down: the nodes still to remove, in one group
     attempt: int = 0  # how many times this step has been re-enqueued to wait
     step_started_at: datetime | None = None  # when the current step first ran; bounds how long it may wait
-    removal_kind: str = ""  # scale_down: the planner's kind of removal (empty, drain, batch, unready), for telemetry
     # The decision's W3C trace context (docs/observability.md): every step carries it forward unchanged,
     # so the poll that decided and every step of the action are one trace. Empty when nothing traced.
     traceparent: str = ""
     tracestate: str = ""
 
+    STEPS: ClassVar[tuple[str, ...]] = ()
+
     @property
     def is_first_step(self) -> bool:
-        return self.step == (SCALE_UP_STEPS if self.kind == "scale_up" else SCALE_DOWN_STEPS)[0]
+        return self.step == self.STEPS[0]
 
     @property
     def progress(self) -> tuple[int, int]:
         """(step index, attempt): strictly increases along an action's life, so stale deliveries are recognisable."""
-        steps = SCALE_UP_STEPS if self.kind == "scale_up" else SCALE_DOWN_STEPS
-        return (steps.index(self.step), self.attempt)
+        return (self.STEPS.index(self.step), self.attempt)
 
-    def at_step(self, step: str, *, now: datetime) -> ScaleAction:
+    def at_step(self, step: str, *, now: datetime) -> Self:
         return replace(self, step=step, attempt=0, step_started_at=now)
 
-    def retried(self) -> ScaleAction:
+    def retried(self) -> Self:
         return replace(self, attempt=self.attempt + 1)
 
-    def keeping(self, nodes: Sequence[str]) -> ScaleAction:
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScaleUp(_Action):
+    """Grow one group to `target_size` running instances (starting deallocated ones first)."""
+
+    kind: ClassVar[Literal["scale_up"]] = "scale_up"
+    STEPS: ClassVar[tuple[str, ...]] = SCALE_UP_STEPS
+
+    target_size: int  # the running size to reach
+    # Set by the resize step, carried by the confirm step: what a failure returns to.
+    from_size: int | None = None  # the capacity before
+    resized_to: int | None = None  # the capacity its PATCH asked for (deallocated instances included)
+    starting: tuple[str, ...] = ()  # deallocated instances it started, stopped again if that fails
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScaleDown(_Action):
+    """Remove these nodes of one group: one drained node, or several empty ones in bulk."""
+
+    kind: ClassVar[Literal["scale_down"]] = "scale_down"
+    STEPS: ClassVar[tuple[str, ...]] = SCALE_DOWN_STEPS
+
+    targets: tuple[RemovalTarget, ...]  # the nodes still to remove
+    removal_kind: str = ""  # the planner's kind of removal (empty, drain, batch, unready), for telemetry
+
+    def keeping(self, nodes: Sequence[str]) -> ScaleDown:
         """The same action with only these of its nodes left (the others were given back)."""
         return replace(self, targets=tuple(t for t in self.targets if t.node in nodes))
 
@@ -105,13 +126,16 @@ class ScaleAction:
         return tuple(t.node for t in self.targets)
 
 
+# A scale action is one of the kinds, told apart by type (and by `kind` on the wire).
+ScaleAction = ScaleUp | ScaleDown
+
+
 def new_scale_up(
     *, action_id: str, group: str, target_size: int, now: datetime, ttl: timedelta, reason: str = "",
     traceparent: str = "", tracestate: str = "",
 ) -> ScaleAction:
-    return ScaleAction(
+    return ScaleUp(
         id=action_id,
-        kind="scale_up",
         group=group,
         created_at=now,
         expires_at=now + ttl,
@@ -154,9 +178,8 @@ def new_scale_down(
 ) -> ScaleAction:
     if not targets:
         raise ValueError("a scale-down needs at least one node")
-    return ScaleAction(
+    return ScaleDown(
         id=action_id,
-        kind="scale_down",
         group=group,
         created_at=now,
         expires_at=now + ttl,
@@ -189,7 +212,7 @@ def new_scale_down_round(*, now: datetime, ttl: timedelta) -> ScaleDownRound:
 
 
 def encode_message(message: ScaleAction | ScaleDownRound) -> str:
-    if isinstance(message, ScaleAction):
+    if isinstance(message, (ScaleUp, ScaleDown)):
         return encode_action(message)
     body = {"version": SCHEMA_VERSION, "kind": ROUND_KIND, "id": message.id,
             "created_at": _iso(message.created_at), "expires_at": _iso(message.expires_at)}
@@ -234,7 +257,7 @@ def encode_action(action: ScaleAction) -> str:
         body["traceparent"] = action.traceparent
         if action.tracestate:
             body["tracestate"] = action.tracestate
-    if action.kind == "scale_up":
+    if isinstance(action, ScaleUp):
         body["target_size"] = action.target_size
         if action.from_size is not None:
             body["from_size"] = action.from_size
@@ -327,24 +350,15 @@ def _action_of(body: dict[str, Any]) -> ScaleAction:
         raise InvalidAction(f"start_instances names {len(starting)} instances; at most {MAX_NODES_PER_ACTION}")
     for index, instance in enumerate(starting):
         _check_length(f"start_instances[{index}]", instance, MAX_LENGTHS["instance"])
-    return ScaleAction(
-        id=body["id"],
-        kind=kind,
-        group=body["group"],
-        created_at=created_at,
-        expires_at=expires_at,
-        step=body["step"],
-        reason=body.get("reason", ""),
-        target_size=target_size,
-        from_size=from_size,
-        resized_to=resized_to,
-        starting=tuple(starting),
-        targets=targets,
-        attempt=attempt,
-        step_started_at=step_started_at,
-        removal_kind=_informational(body, "removal_kind", _REMOVAL_KIND) if kind == "scale_down" else "",
-        **_trace_context(body),
+    common: dict[str, Any] = dict(
+        id=body["id"], group=body["group"], created_at=created_at, expires_at=expires_at, step=body["step"],
+        reason=body.get("reason", ""), attempt=attempt, step_started_at=step_started_at, **_trace_context(body),
     )
+    if kind == "scale_down":
+        return ScaleDown(targets=targets, removal_kind=_informational(body, "removal_kind", _REMOVAL_KIND), **common)
+    assert target_size is not None
+    return ScaleUp(target_size=target_size, from_size=from_size, resized_to=resized_to, starting=tuple(starting),
+                   **common)
 
 
 # Informational fields (telemetry only) are never a reason to reject an action: malformed, they are dropped.

@@ -36,7 +36,7 @@ from typing import Any, Literal, TypeVar
 from opentelemetry import metrics, trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from shared.actions import ScaleAction
+from shared.actions import ScaleAction, ScaleDown, ScaleUp
 from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.status import group_counts, nodes_by_group
 
@@ -329,7 +329,7 @@ def record_eviction(outcome: str) -> None:
         _add(_CA + "evicted_pods_total", 1, eviction_result=result)
 
 
-def scale_down_reason(action: ScaleAction) -> str:
+def scale_down_reason(action: ScaleDown) -> str:
     """cluster-autoscaler's scale-down reason (empty, underutilized, unready) of a scale-down action."""
     if action.removal_kind in _SCALE_DOWN_REASONS:
         return _SCALE_DOWN_REASONS[action.removal_kind]
@@ -342,7 +342,7 @@ def scale_down_reason(action: ScaleAction) -> str:
     return "underutilized"
 
 
-def _nodes_added(action: ScaleAction) -> int:
+def _nodes_added(action: ScaleUp) -> int:
     grown = action.resized_to - action.from_size if action.resized_to is not None and action.from_size is not None else 0
     return max(0, grown) + len(action.starting)
 
@@ -351,15 +351,15 @@ def _nodes_added(action: ScaleAction) -> int:
 def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetime, error_code: str = "",
                  poison: bool = False, dry_run: bool = False, old_size: int | None = None) -> None:
     """An action reached an outcome (succeeded, failed, skipped, dry-run, rejected, expired): its event and counters."""
-    scale_up = action.kind == "scale_up"
-    if old_size is None:
+    scale_up = isinstance(action, ScaleUp)
+    if old_size is None and isinstance(action, ScaleUp):
         old_size = action.from_size
     dimensions: dict[str, Any] = {
         "action_id": action.id, "kind": action.kind, "step": action.step, "group": action.group,
         "old_size": old_size if old_size is not None else "",
-        "new_size": action.target_size if scale_up and action.target_size is not None else "",
-        "node": ",".join(action.nodes), "reason": action.reason,
-        "removal_reason": "" if scale_up else scale_down_reason(action),
+        "new_size": action.target_size if isinstance(action, ScaleUp) else "",
+        "node": ",".join(action.nodes) if isinstance(action, ScaleDown) else "", "reason": action.reason,
+        "removal_reason": scale_down_reason(action) if isinstance(action, ScaleDown) else "",
         "outcome": outcome, "detail": detail[:1000], "error_code": error_code,
         "poison": "true" if poison else "false", "dry_run": "true" if dry_run else "false",
         "decided_at": action.created_at.isoformat(),
@@ -370,7 +370,7 @@ def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetim
         f"{action.group} node(s) {dimensions['node']}")
     _event(name, f"{name} {target}: {outcome}{f' ({error_code})' if error_code else ''}", dimensions)
     trace.get_current_span().set_attribute("autoscaler.outcome", outcome)
-    if scale_up and outcome == "succeeded":
+    if isinstance(action, ScaleUp) and outcome == "succeeded":
         added = _nodes_added(action)
         if added:
             _add(_CA + "scaled_up_nodes_total", added, node_group=action.group)
@@ -378,7 +378,7 @@ def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetim
     elif scale_up and outcome == "failed":
         _add(_CA + "failed_scale_ups_total", 1, node_group=action.group, reason=CA_CLOUD_PROVIDER_ERROR)
         _add(_OURS + "failed_scale_ups_by_code_total", 1, node_group=action.group, error_code=error_code or "Failed")
-    elif outcome == "succeeded":
+    elif isinstance(action, ScaleDown) and outcome == "succeeded":
         _add(_CA + "scaled_down_nodes_total", len(action.nodes), node_group=action.group,
              reason=scale_down_reason(action))
         _set(_OURS + "last_success", now.timestamp(), activity="scaleDown")

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from shared.actions import ScaleAction
+from shared.actions import ScaleAction, ScaleDown
 from shared.ports import LedgerEntry, StateStore
 from shared.services.swap import StateConflict, read_modify_write
 
@@ -53,7 +53,7 @@ def claim(state: StateStore, action: ScaleAction, *, now: datetime, lease: timed
             status="started",
             updated_at=now,
             operation=entry.operation if entry else "",
-            node=",".join(action.nodes),
+            node=",".join(action.nodes) if isinstance(action, ScaleDown) else "",
             duplicates=entry.duplicates if entry else 0,
             record=entry.record if entry else record_of(action),
             faulted_since=entry.faulted_since if entry is not None and same_step else None,
@@ -116,7 +116,7 @@ def record_of(action: ScaleAction) -> str:
     A removal's nodes with the providerIDs its first step checked against the world; a scale-up's
     target, and once its first step has run, the sizes it asked ARM for (which a failure returns to).
     """
-    if action.kind == "scale_down":
+    if isinstance(action, ScaleDown):
         body: dict[str, object] = {"nodes": {t.node: t.provider_id.lower() for t in action.targets}}
     else:
         body = {"target_size": action.target_size}
@@ -139,7 +139,7 @@ def contradiction(entry: LedgerEntry, action: ScaleAction) -> str | None:
     recorded = json.loads(entry.record)
     if recorded.get("created_at") != action.created_at.isoformat():
         return "its creation time differs from the one recorded"
-    if action.kind == "scale_down":
+    if isinstance(action, ScaleDown):
         nodes: dict[str, str] = recorded.get("nodes", {})
         for target in action.targets:
             decided = nodes.get(target.node)

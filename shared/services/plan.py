@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.actions import ScaleAction, ScaleDownRound
+from shared.actions import ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
 from shared.ports import ClusterEvent, Ports, StateStore
 from shared.services.memory_state import MemoryStateStore
 from shared.services.pending import PendingPollResult, run_pending_poll
@@ -69,8 +69,10 @@ class PlanReport:
             "unneeded": {node: {"since": since.isoformat(), "removable_from": (since + self.unneeded_time).isoformat()}
                          for node, since in sorted(down.unneeded.items())},
             "kept": {node: {"code": reason.code, "why": str(reason)} for node, reason in sorted(down.kept.items())},
-            "actions": [{"id": a.id, "kind": a.kind, "group": a.group, "target_size": a.target_size,
-                         "nodes": [t.node for t in a.targets], "reason": a.reason} for a in self.actions],
+            "actions": [{"id": a.id, "kind": a.kind, "group": a.group,
+                         "target_size": a.target_size if isinstance(a, ScaleUp) else None,
+                         "nodes": [t.node for t in a.targets] if isinstance(a, ScaleDown) else [], "reason": a.reason}
+                        for a in self.actions],
         }
 
 

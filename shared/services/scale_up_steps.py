@@ -1,0 +1,154 @@
+"""The scale-up action's steps: `resize` grows one group (starting deallocated instances first), `confirm`
+follows the ARM operation until the capacity is there or the attempt failed.
+
+resize ──> confirm ──> (succeeded | failed: group backed off, capacity asked for given back)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+
+from shared.actions import ScaleUp
+from shared.domain import NodeGroup
+from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
+from shared.engine.limits import allowed_target
+from shared.engine.pod_rules import is_virtual_node
+from shared.ports import ComputeError, LedgerEntry, Operation
+from shared.services.execution import ExecutionResult, Run, Step, StepTable, untag
+from shared.services.observe import observe, running_sizes
+
+log = logging.getLogger(__name__)
+
+
+def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime) -> ExecutionResult:
+    group = run.ports.provider.get_node_group(action.group)
+    if group is None:
+        return run.reject(action, f"group {action.group!r} is not a discovered node group", now=now, poison=True,
+                          entry=entry)
+    target = action.target_size
+    if not group.min_size <= target <= group.max_size:
+        return run.reject(
+            action, f"target size {target} is outside the group's limits {group.min_size}..{group.max_size}",
+            now=now, poison=True, entry=entry,
+        )
+    state = run.ports.state.get_group(group.id)
+    running = group.target_size - len(state.stopped)  # deallocated instances are capacity, not nodes
+    if running >= target:
+        return run.finish(action, entry, "skipped", f"group already at {running} >= {target}", now=now,
+                          old_size=running)
+    allowed, limit = _allowed_target(run, group, target, now=now)
+    if allowed <= running:
+        return run.finish(action, entry, "skipped", f"{limit} at execution: {group.id} stays at {running}",
+                          now=now, old_size=running)
+    if allowed < target:
+        log.info("scale-up of %s shrunk at execution: %d instead of %d (%s)", group.id, allowed, target, limit)
+        target = allowed
+        action = replace(action, target_size=target)
+    need = target - running
+    start = sorted(state.stopped, key=_instance_order)[:need]
+    grow = need - len(start)
+    if run.settings.dry_run:
+        return run.finish(action, entry, "dry-run", f"would grow {group.id} {running} -> {target} "
+                          f"(starting {len(start)} deallocated instance(s))", now=now, old_size=running)
+    log.info("growing %s %d -> %d: starting %d deallocated instance(s), adding %d (action %s)",
+             group.id, running, target, len(start), grow, action.id)
+    run.status_event("ScaledUpGroup", f"Scale-up: setting group {group.id} size to {target} instead of "
+                     f"{running} (max: {group.max_size})", now=now)
+    action = replace(action, from_size=group.target_size, resized_to=group.target_size + grow if grow else None,
+                     starting=tuple(start))
+    # Recorded before the ARM calls: a crash after them leaves a redelivery that finds the group at its
+    # target and skips, and the scale-down delay and the provision timeout must still count from now.
+    run.update_group(group.id, lambda s: replace(s, last_scale_up=now))
+    operation, kind = None, "resize"
+    if start:
+        # Starting is idempotent: a crash before the state update below repeats it harmlessly.
+        operation, kind = run.ports.provider.begin_start_instances(group, start), "start"
+        run.update_group(group.id, lambda s: replace(s, stopped=s.stopped - set(start)))
+    if grow:
+        try:
+            operation, kind = run.ports.provider.begin_resize(group, group.target_size + grow), "resize"
+        except ComputeError as exc:
+            if exc.code not in ALLOCATION_FAILURES:
+                raise
+            # ARM refused at once (quota, SKU, policy): the same outcome as a failed operation.
+            operation = Operation(token="", status="Failed", error_code=exc.code, error_message=str(exc))
+    assert operation is not None
+    # With both, the capacity PATCH is followed; instances that fail to start show up as nodes that
+    # never become Ready, which MAX_NODE_PROVISION_TIME turns into a backoff.
+    return run.follow(action, entry, operation, next_step="confirm", now=now, kind=kind)
+
+
+def _allowed_target(run: Run[ScaleUp], group: NodeGroup, target: int, *, now: datetime) -> tuple[int, str | None]:
+    """How far the group may grow now: the cluster-wide limits and MAX_NODES_PER_SCALE_UP, re-checked
+    against the world as it is at execution, not as it was when the poll decided."""
+    snapshot = observe(run.ports, now=now)
+    states = {g.id: run.ports.state.get_group(g.id) for g in snapshot.groups}
+    snapshot = running_sizes(snapshot, states)
+    return allowed_target(snapshot, group.id, target, limits=run.settings.cluster_limits,
+                          max_nodes_per_scale_up=run.settings.max_nodes_per_scale_up,
+                          exclude={n.name for n in snapshot.nodes if is_virtual_node(n)})
+
+
+def confirm(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime) -> ExecutionResult:
+    kind, token = untag(entry.operation, default="resize")
+    provider = run.ports.provider
+    check = provider.get_start_operation if kind == "start" else provider.get_resize_operation
+    return run.follow(action, entry, check(token), next_step="confirm", now=now, kind=kind)
+
+
+def succeeded(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, kind: str, now: datetime) -> ExecutionResult:
+    return run.finish(action, entry, "succeeded", f"{action.group} at {action.target_size}", now=now)
+
+
+def failed(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, detail: str, code: str, kind: str,
+           now: datetime) -> ExecutionResult:
+    starting = set(action.starting) if kind == "start" else set()
+    # Instances that did not start are deallocated still: they go back on the group's list.
+    run.update_group(action.group, lambda s: replace(after_failure(s, now=now, code=code),
+                                                      stopped=s.stopped | starting))
+    _return_capacity(run, action)
+    log.warning("scale-up of %s failed (%s): group in backoff, pods go to the next best group", action.group, code)
+    run.status_event("FailedToScaleUpGroup", f"Scale-up failed for group {action.group}: {detail}", now=now,
+                     type="Warning")
+    return run.finish(action, entry, "failed", detail, now=now, error_code=code)
+
+
+def _return_capacity(run: Run[ScaleUp], action: ScaleUp) -> None:
+    """Give back capacity a failed scale-up asked for, unless someone has changed the target since."""
+    if action.from_size is None:
+        return
+    group = run.ports.provider.get_node_group(action.group)
+    asked = action.resized_to if action.resized_to is not None else action.target_size
+    if action.resized_to is None and action.starting:
+        return  # only started instances: no capacity was added
+    if group is not None and group.target_size == asked and action.from_size < group.target_size:
+        log.info("returning %s to %d after the failed scale-up", group.id, action.from_size)
+        run.ports.provider.begin_resize(group, action.from_size)
+
+
+def fail(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, why: str, code: str, now: datetime) -> ExecutionResult:
+    """End the scale-up as failed from outside its steps: back the group off, record why.
+
+    No capacity is returned: the resize may well have gone through; nodes that never come are caught
+    by MAX_NODE_PROVISION_TIME, never by scaling in arbitrary instances.
+    """
+    run.update_group(action.group, lambda s: after_failure(s, now=now, code=code))
+    return run.finish(action, entry, "failed", why, now=now, error_code=code)
+
+
+def _instance_order(instance_id: str) -> tuple[int, str]:
+    return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)
+
+
+TABLE = StepTable(
+    action=ScaleUp,
+    steps={
+        "resize": Step(resize, next=("resize", "confirm")),  # itself: throttled or a passing fault
+        "confirm": Step(confirm, next=("confirm",)),
+    },
+    succeeded=succeeded,
+    failed=failed,
+    fail=fail,
+)
