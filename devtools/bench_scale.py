@@ -485,7 +485,7 @@ class RawCluster:
 
 def _group_to_json(group: NodeGroup) -> dict[str, Any]:
     return {"resource_group": group.resource_group, "name": group.name, "min_size": group.min_size,
-            "max_size": group.max_size, "target_size": group.target_size, "vm_size": group.vm_size,
+            "max_size": group.max_size, "target_size": group.capacity, "vm_size": group.vm_size,
             "tags": dict(group.tags), "instances": [i.instance_id for i in group.instances], "zones": list(group.zones),
             "location": group.location}
 
@@ -675,7 +675,7 @@ class _ObservePorts:
     """The two ports observe reads."""
 
     cluster: Any
-    compute: _RecordedCompute
+    provider: _RecordedCompute
 
 
 def _observer(raw: RawCluster, *, naive: bool = False) -> Callable[[], ClusterSnapshot]:

@@ -618,7 +618,9 @@ class NodeGroup:
     name: str
     min_size: int
     max_size: int
-    target_size: int  # sku.capacity
+    # The backend's size (a scale set's sku.capacity): the instances it holds, deallocated ones included;
+    # what `NodeGroupProvider.begin_resize` sets.
+    capacity: int
     vm_size: str
     tags: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     instances: tuple[Instance, ...] = ()
@@ -626,6 +628,18 @@ class NodeGroup:
     location: str = ""
     # The backend that discovered the group (NodeGroupProvider.kind): where its calls are routed.
     provider: str = UNIFORM_SCALE_SET
+    # Filled in by the services from the group's state, never by a provider:
+    stopped: int = 0  # of the capacity, instances we deallocated (SCALE_DOWN_MODE=deallocate): no node, none coming
+    written_off: int = 0  # nodes asked for that the planner no longer counts on (a ProvisionTimeout backoff)
+
+    @property
+    def running_target(self) -> int:
+        """The nodes the group is to have running, as the planners count them: min and max apply to it.
+
+        The capacity less the instances we deallocated and the nodes written off; a planned scale-up
+        adds to the capacity.
+        """
+        return self.capacity - self.stopped - self.written_off
 
     @property
     def id(self) -> str:

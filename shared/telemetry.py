@@ -272,7 +272,7 @@ def record_pending_poll(snapshot: ClusterSnapshot, states: Mapping[str, GroupSta
         counts = group_counts(group, by_group.get(group.id, []), group_state, now=now, max_node_provision_time=provision_time)
         for state, count in (("ready", counts.ready), ("unready", counts.unready), ("notStarted", counts.not_started)):
             _set(_CA + "nodes_count", count, node_group=group.id, state=state)
-        _set(_CA + "node_group_target_count", group.target_size, node_group=group.id)
+        _set(_CA + "node_group_target_count", group.capacity, node_group=group.id)
         _set(_CA + "node_group_min_count", group.min_size, node_group=group.id)
         _set(_CA + "node_group_max_count", group.max_size, node_group=group.id)
         reason = group_state.backoff_reason or "unknown"

@@ -233,7 +233,7 @@ class WorldCompute:
             return None
         return NodeGroup(
             resource_group=sim.resource_group, name=sim.name, min_size=int(tags["min"]), max_size=int(tags["max"]),
-            target_size=sim.capacity, vm_size=sim.spec.vm_size, tags=dict(tags), zones=sim.spec.zones,
+            capacity=sim.capacity, vm_size=sim.spec.vm_size, tags=dict(tags), zones=sim.spec.zones,
             location=sim.spec.location, provider=self.kind,
         )
 
@@ -279,12 +279,12 @@ class WorldCompute:
             for name, capacity in vm_size_catalogue(self._world).values()
         ]
 
-    def begin_resize(self, group: NodeGroup, target_size: int) -> Operation:
+    def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         sim = self._sim(group)
         self._arm("update", group=sim)
-        if target_size > sim.capacity and self._failure_rate and self._rng.random() < self._failure_rate:
+        if capacity > sim.capacity and self._failure_rate and self._rng.random() < self._failure_rate:
             self._world.fail_next_scale_up(sim.name, resource_group=sim.resource_group)
-        return self._changed(lambda: self._world.set_capacity(sim, target_size))
+        return self._changed(lambda: self._world.set_capacity(sim, capacity))
 
     def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
         ids = self._some("delete", group, instance_ids)

@@ -517,7 +517,7 @@ class VmssCompute:
             name=_text(vmss.name),
             min_size=limits[0],
             max_size=limits[1],
-            target_size=int(sku.capacity or 0),
+            capacity=int(sku.capacity or 0),
             vm_size=_text(sku.name),
             tags=tags,
             zones=tuple(vmss.zones or ()),
@@ -604,11 +604,11 @@ class VmssCompute:
 
     # -- changes ----------------------------------------------------------------------
 
-    def begin_resize(self, group: NodeGroup, target_size: int) -> Operation:
+    def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         """PATCH sku.capacity; ARM adds or removes instances of its choosing to match."""
-        what = f"resize scale set {group.resource_group}/{group.name} to {target_size}"
+        what = f"resize scale set {group.resource_group}/{group.name} to {capacity}"
         # Only the SKU's name and capacity are sent: a PATCH leaves everything else (tier included) as it is.
-        update = VirtualMachineScaleSetUpdate(sku=Sku(name=group.vm_size, capacity=target_size))
+        update = VirtualMachineScaleSetUpdate(sku=Sku(name=group.vm_size, capacity=capacity))
         polling = self._polling(poll_first=False)
         poller = self._arm(
             what,

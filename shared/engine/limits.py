@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 
 from shared.domain import ClusterSnapshot, NodeGroup, NodeTemplate, Resources, Taint
+from shared.engine.node_counts import registered_by_group
 
 GIB = 1024**3
 
@@ -92,16 +93,12 @@ def cluster_totals(snapshot: ClusterSnapshot, *, exclude: Collection[str] = ()) 
     `exclude` names nodes not to count: virtual nodes (`pod_rules.is_virtual_node`), which CA ignores.
     """
     totals = ClusterTotals()
-    registered: dict[str, int] = {}
     for node in snapshot.nodes:
-        if node.name in exclude:
-            continue
-        totals = totals.plus(1, node.allocatable)
-        ref = node.instance
-        if ref is not None:
-            registered[ref.group_id] = registered.get(ref.group_id, 0) + 1
+        if node.name not in exclude:
+            totals = totals.plus(1, node.allocatable)
+    registered = registered_by_group(snapshot.nodes, exclude=exclude)
     for group in snapshot.groups:
-        upcoming = group.target_size - registered.get(group.id, 0)
+        upcoming = group.running_target - registered.get(group.id, 0)
         template = snapshot.templates.get(group.id)
         if upcoming > 0:
             totals = totals.plus(upcoming, template.allocatable if template else Resources())
@@ -132,7 +129,7 @@ def allowed_increase(
     desired = max(0, desired)
     node = template.allocatable  # counted as `cluster_totals` counts nodes, DaemonSets included
     caps: list[tuple[int, str]] = [
-        (group.max_size - group.target_size, MAX_SIZE_REACHED),
+        (group.max_size - group.running_target, MAX_SIZE_REACHED),
         (max_nodes_per_scale_up, MAX_NODES_PER_SCALE_UP_REACHED),
     ]
     if limits.max_nodes_total > 0:
@@ -158,6 +155,15 @@ def removal_blocked(node: Resources, *, totals: ClusterTotals, limits: ClusterLi
     return None
 
 
+def at_min_size(group: NodeGroup, *, running: int, removing: int) -> bool:
+    """Whether removing one more node would take the group below its minimum size.
+
+    `running`: the nodes the group is to have running (its running target); `removing`: those of them
+    already on their way out (reserved by removals in flight, or planned in this pass).
+    """
+    return running - removing - 1 < group.min_size
+
+
 def allowed_target(snapshot: ClusterSnapshot, group_id: str, target: int, *, limits: ClusterLimits = ClusterLimits(),
                    max_nodes_per_scale_up: int = 1000, exclude: Collection[str] = ()) -> tuple[int, str | None]:
     """The largest size up to `target` the group may be grown to now, and the limit that capped it.
@@ -170,10 +176,10 @@ def allowed_target(snapshot: ClusterSnapshot, group_id: str, target: int, *, lim
     if group is None:
         return 0, "the group is not in the snapshot"
     template = snapshot.templates.get(group_id) or NodeTemplate(allocatable=Resources())
-    allowance = allowed_increase(target - group.target_size, group=group, template=template,
+    allowance = allowed_increase(target - group.running_target, group=group, template=template,
                                  totals=cluster_totals(snapshot, exclude=exclude), limits=limits,
                                  max_nodes_per_scale_up=max_nodes_per_scale_up)
-    return group.target_size + allowance.count, allowance.reason
+    return group.running_target + allowance.count, allowance.reason
 
 
 # --- Balancing similar node groups -------------------------------------------------------------
@@ -300,11 +306,11 @@ def balance(node_count: int, groups: Sequence[NodeGroup], *, room: Mapping[str, 
     heap: list[tuple[int, str]] = []
     left: dict[str, int] = {}
     for group in groups:
-        space = group.max_size - group.target_size if room is None else room.get(group.id, 0)
-        space = min(space, group.max_size - group.target_size)
+        space = group.max_size - group.running_target if room is None else room.get(group.id, 0)
+        space = min(space, group.max_size - group.running_target)
         if space > 0 and group.id not in left:
             left[group.id] = space
-            heap.append((group.target_size, group.id))
+            heap.append((group.running_target, group.id))
     heapq.heapify(heap)
     added: dict[str, int] = {}
     remaining = max(0, node_count)
@@ -344,12 +350,12 @@ def balance_within_limits(
     reason: str | None = None
     for _ in range(max(0, node_count)):
         chosen: NodeGroup | None = None
-        for group_id in sorted(open_groups, key=lambda i: (open_groups[i].target_size + added.get(i, 0), i)):
+        for group_id in sorted(open_groups, key=lambda i: (open_groups[i].running_target + added.get(i, 0), i)):
             group = open_groups[group_id]
             grown = added.get(group_id, 0)
             allowance = allowed_increase(
                 1,
-                group=replace(group, target_size=group.target_size + grown),
+                group=replace(group, capacity=group.capacity + grown),
                 template=templates[group_id],
                 totals=totals,
                 limits=limits,

@@ -40,7 +40,7 @@ from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, Pod, Res
 from shared.engine import reasons
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
 from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of
-from shared.engine.limits import ClusterLimits, cluster_totals, removal_blocked
+from shared.engine.limits import ClusterLimits, at_min_size, cluster_totals, removal_blocked
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.pod_rules import is_virtual_node
 from shared.engine.predicates import (
@@ -499,7 +499,7 @@ def _choose(
         if blocked:
             kept[name] = KeptReason(reasons.SCALE_DOWN_COOLDOWN, blocked)
             continue
-        if group.target_size - len(state.deleting) - planned.get(group.id, 0) <= group.min_size:
+        if at_min_size(group, running=group.running_target, removing=len(state.deleting) + planned.get(group.id, 0)):
             kept[name] = KeptReason(reasons.NODE_GROUP_MIN_SIZE_REACHED,
                                     f"group {group.id} at its minimum size {group.min_size}")
             continue

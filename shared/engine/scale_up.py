@@ -45,6 +45,7 @@ from shared.domain import (
     Pod,
     Resources,
 )
+from shared.engine.node_counts import present_by_group
 from shared.engine.expanders import ExpansionOption, Priorities, choose
 from shared.engine.limits import (
     MAX_CLUSTER_CORES_REACHED,
@@ -366,17 +367,13 @@ def _add_upcoming(
     snapshot: ClusterSnapshot, plans: Mapping[str, _GroupPlan], state: PlacementState, steps: list[SimulationStep]
 ) -> list[NodeView]:
     """Nodes a group has been asked for but that are not Ready yet count as free template nodes."""
-    present: dict[str, int] = {}
-    for node in snapshot.nodes:
-        ref = node.instance
-        if ref is not None and (node.ready or node.is_being_deleted):
-            present[ref.group_id] = present.get(ref.group_id, 0) + 1
+    present = present_by_group(snapshot.nodes)
     views: list[NodeView] = []
     for group in snapshot.groups:
         plan = plans.get(group.id)
         if plan is None:
             continue
-        for _ in range(max(0, group.target_size - present.get(group.id, 0))):
+        for _ in range(max(0, group.running_target - present.get(group.id, 0))):
             zone = next_zone(group, plan.per_zone)
             view = plan.view(f"upcoming/{group.id}/{plan.upcoming}", zone)
             plan.upcoming += 1
@@ -485,7 +482,7 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
                     room_reason[group.id] = options.unavailable[group.id]
                 continue
             allowance = allowed_increase(
-                len(remaining), group=replace(group, target_size=group.target_size + taken), template=plan_of.template,
+                len(remaining), group=replace(group, capacity=group.capacity + taken), template=plan_of.template,
                 totals=totals, limits=options.limits, max_nodes_per_scale_up=options.max_nodes_per_scale_up - taken,
             )
             room[group.id] = allowance.count
@@ -526,7 +523,7 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
                 del estimates[group_id]
 
     increases = tuple(
-        GroupIncrease(group.id, group.target_size, group.target_size + added[group.id][0], tuple(added[group.id][1]))
+        GroupIncrease(group.id, group.running_target, group.running_target + added[group.id][0], tuple(added[group.id][1]))
         for group in snapshot.groups
         if group.id in added
     )
@@ -663,7 +660,7 @@ def _balanced(
     grown = {g.id: added.get(g.id, (0, []))[0] for g in [best.group, *similar]}
     split = balance_within_limits(
         best.nodes,
-        [replace(g, target_size=g.target_size + grown[g.id]) for g in [best.group, *similar]],
+        [replace(g, capacity=g.capacity + grown[g.id]) for g in [best.group, *similar]],
         templates,
         totals=totals,
         limits=settings.limits,
@@ -796,7 +793,7 @@ def _why_not(
         reason = check(pod, view, state, cls.requests)
         state.rollback(checkpoint)
         if reason is None:
-            if group.target_size + added.get(group.id, (0, []))[0] >= group.max_size:
+            if group.running_target + added.get(group.id, (0, []))[0] >= group.max_size:
                 reason = "max size reached"
             elif room.get(group.id, 0) <= 0:
                 reason = (room_reason or {}).get(group.id) or f"max nodes per scale-up ({options.max_nodes_per_scale_up}) reached"

@@ -119,8 +119,9 @@ def group_counts(group: NodeGroup, nodes: list[Node], state: GroupState, *, now:
     ready = sum(1 for n in nodes if n.ready)
     young = sum(1 for n in nodes if not n.ready and now - n.created_at < max_node_provision_time)
     unready = len(nodes) - ready - young
-    # Deallocated instances stay in the scale set's capacity but are not meant to have nodes.
-    expected = max(0, group.target_size - len(state.stopped))
+    # Deallocated instances stay in the scale set's capacity but are not meant to have nodes (the state says
+    # which: the snapshot's `stopped` count may or may not have been filled in).
+    expected = max(0, group.capacity - len(state.stopped))
     unregistered = max(0, expected - len(nodes))
     overdue = state.last_scale_up is None or now - state.last_scale_up > max_node_provision_time
     return NodeCounts(
@@ -180,7 +181,7 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
             "name": group.name,
             "health": _condition(
                 "Healthy" if counts.healthy else "Unhealthy", before.get("health"), now=now,
-                nodeCounts=counts.as_doc(), cloudProviderTarget=group.target_size,
+                nodeCounts=counts.as_doc(), cloudProviderTarget=group.capacity,
                 minSize=group.min_size, maxSize=group.max_size,
             ),
             "scaleUp": _condition(up, before.get("scaleUp"), now=now, **up_extra),

@@ -82,14 +82,13 @@ def scale_from_zero_sizes(
 
 
 def running_sizes(snapshot: ClusterSnapshot, states: Mapping[str, GroupState]) -> ClusterSnapshot:
-    """The snapshot with each group's size as its running instances: the ones we deallocated left out.
+    """The snapshot with each group's deallocated instances counted (`NodeGroup.stopped`), from its state.
 
     A deallocated instance stays in the scale set's capacity, but it is no node and no node on its
-    way; min and max apply to running instances, and the next scale-up starts it again.
+    way; min and max apply to running instances (`running_target`), and the next scale-up starts it again.
     """
     groups = tuple(
-        replace(g, target_size=g.target_size - len(states[g.id].stopped)) if g.id in states and states[g.id].stopped
-        else g
+        replace(g, stopped=len(states[g.id].stopped)) if g.id in states else g
         for g in snapshot.groups
     )
     return replace(snapshot, groups=groups)

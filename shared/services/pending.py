@@ -14,8 +14,9 @@ from datetime import datetime
 
 from shared import telemetry, yaml_text
 from shared.actions import new_scale_up
-from shared.domain import ClusterSnapshot, GroupState
-from shared.engine.backoff import after_failure, backoff_reason
+from shared.domain import ClusterSnapshot, GroupState, NodeGroup
+from shared.engine.backoff import after_failure, backoff_view, provision_timed_out
+from shared.engine.node_counts import present_by_group
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
 from shared.engine.scale_up import (
     ScaleUpPlan,
@@ -175,52 +176,32 @@ def _request_reclaim(ports: Ports, states: Mapping[str, GroupState], node: str, 
 
 def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, GroupState], settings: Settings, *,
                    now: datetime) -> tuple[ClusterSnapshot, dict[str, str]]:
-    """The groups in backoff (with why), and the snapshot as the planner should see it.
-
-    A group whose requested nodes have not registered within MAX_NODE_PROVISION_TIME has failed
-    its scale-up (ProvisionTimeout): it goes into backoff, and while it is there its missing
-    nodes no longer count as capacity on the way, so their pods are planned onto another group.
-    """
-    present = _present(snapshot)
+    """Record the groups whose scale-up timed out (the engine's `provision_timed_out`: a backoff), then the
+    groups in backoff (with why) and the snapshot as the planner should see it (`backoff_view`)."""
+    present = present_by_group(snapshot.nodes)
     for group in snapshot.groups:
         state = states[group.id]
-        missing = group.target_size - present.get(group.id, 0)
-        overdue = state.last_scale_up is not None and now - state.last_scale_up > settings.max_node_provision_time
-        if missing > 0 and overdue and backoff_reason(state, now=now) is None and state.backoff_reason != "ProvisionTimeout":
-            log.warning("group %s: %d node(s) not Ready %s after the scale-up: backing off", group.id, missing,
-                        settings.max_node_provision_time)
-            failed = after_failure(state, now=now, code="ProvisionTimeout")
-            if ports.state.update_group(failed):
-                states[group.id] = failed
-                telemetry.provision_timeout(group.id, present=present.get(group.id, 0), target=group.target_size, now=now)
+        there = present.get(group.id, 0)
+        if provision_timed_out(group, state, present=there, now=now,
+                               max_node_provision_time=settings.max_node_provision_time):
+            log.warning("group %s: %d node(s) not Ready %s after the scale-up: backing off", group.id,
+                        group.running_target - there, settings.max_node_provision_time)
+            def back_off(fresh: GroupState, group: NodeGroup = group, there: int = there) -> tuple[GroupState | None, GroupState]:
+                # Against the row as it is now: another poll may have recorded it meanwhile.
+                if not provision_timed_out(group, fresh, present=there, now=now,
+                                           max_node_provision_time=settings.max_node_provision_time):
+                    return None, fresh
+                failed = after_failure(fresh, now=now, code="ProvisionTimeout")
+                return failed, failed
+
+            try:
+                states[group.id] = swap_group(ports.state, group.id, back_off, what="record a provision timeout")
+            except StateConflict as exc:
+                log.warning("%s; the next poll records it", exc)
+                continue
+            if states[group.id].backoff_reason == "ProvisionTimeout" and states[group.id].last_failure == now:
+                telemetry.provision_timeout(group.id, present=there, target=group.running_target, now=now)
     snapshot, backed_off = backoff_view(snapshot, states, now=now)
     for group_id, reason in backed_off.items():
         log.info("group %s: %s", group_id, reason)
     return snapshot, backed_off
-
-
-def backoff_view(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], *,
-                 now: datetime) -> tuple[ClusterSnapshot, dict[str, str]]:
-    """The groups in backoff (with why), and the snapshot as the planner should see it; reads only."""
-    present = _present(snapshot)
-    groups = []
-    backed_off: dict[str, str] = {}
-    for group in snapshot.groups:
-        state = states[group.id]
-        reason = backoff_reason(state, now=now)
-        if reason is not None:
-            backed_off[group.id] = reason
-            if state.backoff_reason == "ProvisionTimeout":
-                group = replace(group, target_size=min(group.target_size, present.get(group.id, 0)))
-        groups.append(group)
-    return replace(snapshot, groups=tuple(groups)), backed_off
-
-
-def _present(snapshot: ClusterSnapshot) -> dict[str, int]:
-    """Per group, the nodes that registered (Ready, or on their way out)."""
-    present: dict[str, int] = {}
-    for node in snapshot.nodes:
-        ref = node.instance
-        if ref is not None and (node.ready or node.is_being_deleted):
-            present[ref.group_id] = present.get(ref.group_id, 0) + 1
-    return present

@@ -97,9 +97,9 @@ class ProviderRouter:
         return self._default.list_vm_sizes(location)
 
     # -- changes ------------------------------------------------------------------------
-    def begin_resize(self, group: NodeGroup, target_size: int) -> Operation:
+    def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         provider = self._of(group)
-        return self._tagged(provider, provider.begin_resize(group, target_size))
+        return self._tagged(provider, provider.begin_resize(group, capacity))
 
     def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
         provider = self._of(group)

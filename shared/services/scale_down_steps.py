@@ -22,6 +22,7 @@ from shared.actions import RemovalTarget, ScaleDown
 from shared.domain import DEFAULT_GRACE_SECONDS, TO_BE_DELETED_TAINT, GroupState, Instance, Node, NodeGroup, Pod, Taint
 from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
+from shared.engine.limits import at_min_size
 from shared.options import drain_rules, scale_down_options
 from shared.ports import ClusterError, ClusterEvent, ComputeError, LedgerEntry
 from shared.services import ledger
@@ -146,7 +147,7 @@ def _reserve_removal(run: Runs, group: NodeGroup, node: str, action_id: str, *, 
         if blocked:
             return None, blocked
         others = len(state.deleting) - (holder == action_id)
-        if group.target_size - len(state.stopped) - others - 1 < group.min_size:
+        if at_min_size(group, running=group.capacity - len(state.stopped), removing=others):
             return None, f"group {group.id} would go below its minimum {group.min_size}"
         if holder == action_id:
             return None, None  # reserved by the poll that decided it, or by an earlier delivery of this step

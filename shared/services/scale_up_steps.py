@@ -34,7 +34,7 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
             now=now, poison=True, entry=entry,
         )
     state = run.ports.state.get_group(group.id)
-    running = group.target_size - len(state.stopped)  # deallocated instances are capacity, not nodes
+    running = group.capacity - len(state.stopped)  # deallocated instances are capacity, not nodes
     if running >= target:
         return run.finish(action, entry, "skipped", f"group already at {running} >= {target}", now=now,
                           old_size=running)
@@ -56,7 +56,7 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
              group.id, running, target, len(start), grow, action.id)
     run.status_event("ScaledUpGroup", f"Scale-up: setting group {group.id} size to {target} instead of "
                      f"{running} (max: {group.max_size})", now=now)
-    action = replace(action, from_size=group.target_size, resized_to=group.target_size + grow if grow else None,
+    action = replace(action, from_size=group.capacity, resized_to=group.capacity + grow if grow else None,
                      starting=tuple(start))
     # Recorded before the ARM calls: a crash after them leaves a redelivery that finds the group at its
     # target and skips, and the scale-down delay and the provision timeout must still count from now.
@@ -68,7 +68,7 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
         run.update_group(group.id, lambda s: replace(s, stopped=s.stopped - set(start)))
     if grow:
         try:
-            operation, kind = run.ports.provider.begin_resize(group, group.target_size + grow), "resize"
+            operation, kind = run.ports.provider.begin_resize(group, group.capacity + grow), "resize"
         except ComputeError as exc:
             if exc.code not in ALLOCATION_FAILURES:
                 raise
@@ -123,7 +123,7 @@ def _return_capacity(run: Run[ScaleUp], action: ScaleUp) -> None:
     asked = action.resized_to if action.resized_to is not None else action.target_size
     if action.resized_to is None and action.starting:
         return  # only started instances: no capacity was added
-    if group is not None and group.target_size == asked and action.from_size < group.target_size:
+    if group is not None and group.capacity == asked and action.from_size < group.capacity:
         log.info("returning %s to %d after the failed scale-up", group.id, action.from_size)
         run.ports.provider.begin_resize(group, action.from_size)
 

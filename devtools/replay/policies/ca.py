@@ -119,7 +119,7 @@ class ClusterAutoscaler:
                 known = self._groups.get(gid)
                 # An increase still in flight keeps CA's own target, as its cache does.
                 if known is not None and any(i.group_id == gid for i in self._increases):
-                    group = replace(group, target_size=max(group.target_size, known.target_size))
+                    group = replace(group, capacity=max(group.capacity, known.capacity))
                 listed[gid] = group
             self._groups, self._groups_at = listed, now
         for gid, group in self._groups.items():
@@ -146,7 +146,7 @@ class ClusterAutoscaler:
 
     def _set_target(self, gid: str, target: int) -> None:
         if gid in self._groups:
-            self._groups[gid] = replace(self._groups[gid], target_size=target)
+            self._groups[gid] = replace(self._groups[gid], capacity=target)
 
     # -- provisioning ---------------------------------------------------------------------
 
@@ -276,4 +276,4 @@ class ClusterAutoscaler:
             self._last_failure = now
             return
         self._actions += 1
-        self._set_target(gid, max(0, group.target_size - len(instance_ids)))
+        self._set_target(gid, max(0, group.capacity - len(instance_ids)))

@@ -64,8 +64,8 @@ class VmssCpuAutoscale:
         try:
             if len(instance_ids) < floor:
                 compute.begin_resize(group, floor)  # the profile's minimum
-            elif samples and sum(v for _, v in samples) / len(samples) > SCALE_OUT_ABOVE and group.target_size < group.max_size:
-                compute.begin_resize(group, group.target_size + 1)
+            elif samples and sum(v for _, v in samples) / len(samples) > SCALE_OUT_ABOVE and group.capacity < group.max_size:
+                compute.begin_resize(group, group.capacity + 1)
             elif samples and sum(v for _, v in samples) / len(samples) < SCALE_IN_BELOW and len(instance_ids) > floor:
                 compute.begin_delete_instances(group, [str(max(instance_ids))])
             else:

@@ -196,7 +196,7 @@ def test_a_pod_no_budget_covers_is_evicted(cluster: WorldCluster) -> None:
 
 def test_only_scale_sets_tagged_for_this_cluster_are_groups(world: World, compute: WorldCompute) -> None:
     (group,) = compute.list_node_groups()  # the untagged "system" scale set is not one
-    assert (group.name, group.min_size, group.max_size, group.target_size) == (POOL, 0, 10, 2)
+    assert (group.name, group.min_size, group.max_size, group.capacity) == (POOL, 0, 10, 2)
     assert group.tags["cluster-autoscaler-name"] == CLUSTER
     assert compute_of(world, cluster_name="another-cluster").list_node_groups() == []
 
@@ -231,7 +231,7 @@ def test_growing_a_group_shows_in_its_size_then_in_ready_nodes(world: World, com
     group = pool(compute)
     op = compute.begin_resize(group, 4)
     assert not op.done
-    assert compute.get_node_group(group.id).target_size == 4  # type: ignore[union-attr]
+    assert compute.get_node_group(group.id).capacity == 4  # type: ignore[union-attr]
     assert states(compute, group) == {"0": "Succeeded", "1": "Succeeded", "2": "Creating", "3": "Creating"}
     world.advance_by(120)
     assert compute.get_resize_operation(op.token).status == "Succeeded"
@@ -243,7 +243,7 @@ def test_growing_a_group_shows_in_its_size_then_in_ready_nodes(world: World, com
 def test_shrinking_a_group_deletes_instances_until_they_are_gone(world: World, compute: WorldCompute) -> None:
     group = pool(compute)
     op = compute.begin_resize(group, 1)
-    assert compute.get_node_group(group.id).target_size == 1  # type: ignore[union-attr]
+    assert compute.get_node_group(group.id).capacity == 1  # type: ignore[union-attr]
     assert list(states(compute, group).values()).count("Deleting") == 1
     world.advance_by(60)
     assert compute.get_resize_operation(op.token).status == "Succeeded"
@@ -256,7 +256,7 @@ def test_deleting_an_instance_lowers_the_size_and_removes_it_and_its_node(world:
     victim = compute.get_instance(group, "1")
     assert victim is not None
     op = compute.begin_delete_instances(group, ["1"])
-    assert compute.get_node_group(group.id).target_size == 1  # type: ignore[union-attr]
+    assert compute.get_node_group(group.id).capacity == 1  # type: ignore[union-attr]
     assert compute.get_instance(group, "1").deleting  # type: ignore[union-attr]
     world.advance_by(60)
     assert compute.get_delete_operation(op.token).status == "Succeeded"
@@ -270,7 +270,7 @@ def test_deleting_an_unknown_instance_fails_and_changes_nothing(compute: WorldCo
     with pytest.raises(ComputeError) as caught:
         compute.begin_delete_instances(group, ["1", "99"])
     assert caught.value.code == "InvalidParameter"
-    assert compute.get_node_group(group.id).target_size == 2  # type: ignore[union-attr]
+    assert compute.get_node_group(group.id).capacity == 2  # type: ignore[union-attr]
     assert states(compute, group) == {"0": "Succeeded", "1": "Succeeded"}
 
 
@@ -281,7 +281,7 @@ def test_deallocating_keeps_capacity_and_starting_brings_the_instance_back(world
     assert states(compute, group) == {"0": "Succeeded", "1": "Updating"}  # the other one is left alone
     world.advance_by(60)
     assert compute.get_deallocate_operation(op.token).status == "Succeeded"
-    assert compute.get_node_group(group.id).target_size == 2  # type: ignore[union-attr]
+    assert compute.get_node_group(group.id).capacity == 2  # type: ignore[union-attr]
     assert [i.instance_id for i in compute.list_instances(group)] == ["0", "1"]
     op = compute.begin_start_instances(group, ["1"])
     world.advance_by(120)
@@ -304,7 +304,7 @@ def test_failure_rate_fails_capacity_increases_as_failed_operations(world: World
     world.advance_by(30)
     done = compute.get_resize_operation(op.token)
     assert (done.status, done.error_code) == ("Failed", "QuotaExceeded")
-    assert compute.get_node_group(group.id).target_size == 2  # type: ignore[union-attr]
+    assert compute.get_node_group(group.id).capacity == 2  # type: ignore[union-attr]
     assert [i.instance_id for i in compute.list_instances(group)] == ["0", "1"]
     shrink = compute.begin_resize(group, 1)  # a decrease is never failed
     world.advance_by(60)

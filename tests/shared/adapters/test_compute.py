@@ -94,7 +94,7 @@ def test_discovery_rules(
             name="pool1",
             min_size=limits[0],
             max_size=limits[1],
-            target_size=3,
+            capacity=3,
             vm_size="Standard_D4s_v5",
             tags=tags,
             zones=("1", "2"),
@@ -199,7 +199,7 @@ def test_discovery_keeps_only_scale_sets_tagged_for_this_cluster(
         groups = {g.id: g for g in compute.list_node_groups()}
     assert sorted(groups) == ["rg-it/pool-a", "rg-two/pool-b"]
     pool_a = groups["rg-it/pool-a"]
-    assert (pool_a.min_size, pool_a.max_size, pool_a.target_size, pool_a.vm_size) == (1, 5, 2, "Standard_D4s_v5")
+    assert (pool_a.min_size, pool_a.max_size, pool_a.capacity, pool_a.vm_size) == (1, 5, 2, "Standard_D4s_v5")
     assert pool_a.location == "westeurope"
     assert pool_a.instances == ()  # listing instances is high-cost: discovery does not
     assert [(i.instance_id, i.provisioning_state, i.computer_name) for i in compute.list_instances(pool_a)] == [
@@ -207,7 +207,7 @@ def test_discovery_keeps_only_scale_sets_tagged_for_this_cluster(
         ("1", "Succeeded", "pool-a000001"),
     ]
     pool_b = groups["rg-two/pool-b"]
-    assert (pool_b.resource_group, pool_b.target_size, pool_b.zones) == ("RG-Two", 0, ("1", "2"))
+    assert (pool_b.resource_group, pool_b.capacity, pool_b.zones) == ("RG-Two", 0, ("1", "2"))
     assert compute.list_instances(pool_b) == []
     warnings = [r.getMessage() for r in caplog.records]
     assert warnings == ["scale set rg-it/pool-bad skipped: tag 'min' is 'one', not an integer"]
@@ -234,7 +234,7 @@ def test_resize_grows_capacity_and_finishes_via_the_continuation_token(world: Sa
     finished = compute.get_resize_operation(started.token)
     assert finished == Operation(token=started.token, status="Succeeded")
     grown = compute.get_node_group(group.id)
-    assert grown is not None and grown.target_size == 4
+    assert grown is not None and grown.capacity == 4
     assert [i.instance_id for i in compute.list_instances(grown)] == ["0", "1", "2", "3"]
 
 
@@ -255,7 +255,7 @@ def test_delete_a_specific_instance(world: SandboxServer, compute: VmssCompute) 
     world.clock.advance(120)
     assert compute.get_delete_operation(started.token).status == "Succeeded"
     shrunk = compute.get_node_group(group.id)
-    assert shrunk is not None and shrunk.target_size == 1
+    assert shrunk is not None and shrunk.capacity == 1
     assert [i.instance_id for i in compute.list_instances(shrunk)] == ["0"]
     assert compute.get_instance(shrunk, "1") is None
     assert compute.get_instance(shrunk, "0") is not None
@@ -290,7 +290,7 @@ def test_the_token_bucket_surfaces_as_too_many_requests(sandbox_factory: Sandbox
     group = _group(compute, "pool-a")
     with pytest.raises(ComputeError) as caught:
         for _ in range(20):  # the scale set's update bucket holds 12
-            compute.begin_resize(group, group.target_size)
+            compute.begin_resize(group, group.capacity)
     assert caught.value.code == "TooManyRequests"
     assert caught.value.retry_after is not None and caught.value.retry_after > 0
     assert server.world.counters.arm_throttled == 1

@@ -172,7 +172,7 @@ def test_a_group_at_zero_is_sized_with_the_daemonsets_that_select_it(pending_cpu
 def test_a_daemonset_of_one_pool_takes_nothing_from_the_other() -> None:
     # 3.9 cores fit a small node only if the big pool's DaemonSet is left off it.
     snap, small, big = _two_pools(3.9, (BIG_AGENT,))
-    snap = replace(snap, nodes=(), groups=(replace(snap.groups[0], target_size=0, instances=()), snap.groups[1]))
+    snap = replace(snap, nodes=(), groups=(replace(snap.groups[0], capacity=0, instances=()), snap.groups[1]))
     plan = plan_scale_up(snap)
     assert plan.increases and not plan.unplaceable
 

@@ -245,10 +245,10 @@ def test_balance(case_id, count, specs, room, expected) -> None:
 def test_balance_fills_evenly_within_room(count: int, sizes: list[tuple[int, int]]) -> None:
     groups = [group(f"g{i}", target=t, max_size=m) for i, (t, m) in enumerate(sizes)]
     added = balance(count, groups)
-    room = {g.id: max(0, g.max_size - g.target_size) for g in groups}
+    room = {g.id: max(0, g.max_size - g.capacity) for g in groups}
     assert sum(added.values()) == min(count, sum(room.values()))
     assert all(0 < n <= room[gid] for gid, n in added.items())
-    final = {g.id: g.target_size + added.get(g.id, 0) for g in groups}
+    final = {g.id: g.capacity + added.get(g.id, 0) for g in groups}
     for receiver in added:
         for other in groups:
             if added.get(other.id, 0) < room[other.id]:  # `other` could still have grown
@@ -317,7 +317,7 @@ def test_balance_within_limits_never_passes_a_limit(count, sizes, start_nodes, m
     result = balance_within_limits(count, groups, templates, totals=totals, limits=limits)
     placed = sum(result.increases.values())
     assert placed <= count
-    assert all(g.target_size + result.increases.get(g.id, 0) <= g.max_size or g.id not in result.increases
+    assert all(g.capacity + result.increases.get(g.id, 0) <= g.max_size or g.id not in result.increases
                for g in groups)
     after = totals
     for g in groups:
@@ -326,3 +326,18 @@ def test_balance_within_limits_never_passes_a_limit(count, sizes, start_nodes, m
         assert max_nodes_total == 0 or after.nodes <= max_nodes_total
         assert max_cores == 0 or after.cores <= max_cores
     assert (result.reason is None) == (placed == count)
+
+
+@pytest.mark.parametrize("running,removing,min_size,blocked", [
+    (3, 0, 1, False),  # 3 -> 2
+    (3, 1, 1, False),  # 2 -> 1: down to the minimum, allowed
+    (3, 2, 1, True),  # 1 -> 0 would go below 1
+    (1, 0, 1, True),
+    (0, 0, 0, True),  # nothing left to remove
+])
+def test_at_min_size_is_one_rule_for_the_planner_and_the_executor(running: int, removing: int, min_size: int,
+                                                                   blocked: bool) -> None:
+    from shared.engine.limits import at_min_size
+    from tests.builders import group
+
+    assert at_min_size(group(target=running, min_size=min_size), running=running, removing=removing) is blocked

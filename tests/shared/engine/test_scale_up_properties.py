@@ -151,7 +151,7 @@ def test_an_extra_ready_node_never_leaves_more_pods_pending(snap: ClusterSnapsho
     extra = node("extra", group_name=host.name, instance=99, alloc=tmpl.allocatable,
                  labels={k: v for k, v in tmpl.labels.items() if k != HOST}, taints=tmpl.taints)
     # The extra node is Ready and registered: the group's target counts it, so nothing else changes.
-    grown = replace(host, target_size=host.target_size + 1, max_size=host.max_size + 1)
+    grown = replace(host, capacity=host.capacity + 1, max_size=host.max_size + 1)
     with_extra = replace(snap, nodes=(*snap.nodes, extra),
                          groups=tuple(grown if g.id == host.id else g for g in snap.groups))
     assert pending_left(with_extra) <= pending_left(snap)

@@ -176,3 +176,16 @@ def test_candidates_waiting_for_a_parallelism_slot_are_visible() -> None:
     assert doc["clusterWide"]["scaleDown"]["maxParallelismReached"] == 2
     assert "maxParallelismReached: 2" in render_status(doc)
 
+
+
+@pytest.mark.parametrize("stopped_filled_in", [False, True])
+def test_deallocated_instances_are_capacity_but_not_expected_nodes_whether_or_not_the_snapshot_counts_them(
+        stopped_filled_in: bool) -> None:
+    # pool-a: capacity 4, one instance deallocated by us, two nodes registered and Ready: one still to come.
+    a = replace(A, stopped=1) if stopped_filled_in else A  # the polls pass a snapshot with `stopped` filled in
+    snapshot = _snapshot(*(node(f"a{i}", group_name="pool-a", instance=i) for i in range(2)), groups=(a, B))
+    states = {A.id: GroupState(A.id, stopped=frozenset({"3"}), last_scale_up=T0), B.id: GroupState(B.id)}
+    health = _group(build_status(snapshot, _inputs(group_states=states), now=T0), "pool-a")["health"]
+    assert health["cloudProviderTarget"] == 4  # the scale set's capacity, as CA reports its target
+    # The deallocated instance is not a node on its way, the fourth is (counted once, not twice, as it was).
+    assert health["nodeCounts"]["unregistered"] == 1

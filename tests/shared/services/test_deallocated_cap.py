@@ -44,7 +44,7 @@ def test_beyond_the_cap_the_instance_deallocated_longest_ago_is_deleted(
     assert state.stopped == frozenset({new}) and set(state.stopped_at) == {new}
     app.clock.advance(60)  # the delete completes: the group holds the busy node and one stopped instance
     group = app.context.ports.provider.get_node_group(GROUP)
-    assert group is not None and group.target_size == 2
+    assert group is not None and group.capacity == 2
 
     # A redelivery of the finished step changes nothing: no second delete, the row as it was.
     assert app.run(message).outcome == "duplicate"

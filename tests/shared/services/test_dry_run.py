@@ -37,7 +37,7 @@ def test_a_dry_scale_up_is_recorded_and_the_scale_set_keeps_its_size(dry: App) -
     assert entry.outcome == "dry-run: would grow rg-exec/pool 3 -> 5 (starting 0 deallocated instance(s))"
     assert all(dry.arm_calls(op) == 0 for op in WRITES)
     group = dry.context.ports.provider.get_node_group(GROUP)
-    assert group is not None and group.target_size == 3
+    assert group is not None and group.capacity == 3
     assert dry.queued() == []  # no follow-up step: nothing to confirm
 
 

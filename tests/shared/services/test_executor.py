@@ -406,7 +406,7 @@ def test_failed_scale_up_backs_the_group_off_and_returns_capacity(app: App) -> N
     assert state.backoff_reason == "QuotaExceeded" and state.backoff_failures == 1
     assert state.backoff_until is not None and state.backoff_until > app.clock.now()
     group = app.context.ports.provider.get_node_group(GROUP)
-    assert group is not None and group.target_size == 3  # the un-provisioned capacity is not kept
+    assert group is not None and group.capacity == 3  # the un-provisioned capacity is not kept
     assert app.poison() == []  # a quota error is an outcome, not a poison message
 
 
@@ -552,7 +552,7 @@ def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_agai
     arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
     assert arm["instances_deallocated"] == {f"pool/{instance}": 1} and "POST delete" not in arm
     group = app.context.ports.provider.get_node_group(GROUP)
-    assert group is not None and group.target_size == 3  # capacity keeps the deallocated instance
+    assert group is not None and group.capacity == 3  # capacity keeps the deallocated instance
     state = app.context.ports.state.get_group(GROUP)
     assert state.stopped == frozenset({instance}) and state.deleting == {}
     assert target not in app.node_names()

@@ -111,7 +111,7 @@ def test_a_forged_scale_up_confirm_cannot_change_what_a_failure_returns_to(app: 
 
     assert result.outcome == "rejected" and "from_size" in result.detail
     group = app.context.ports.provider.get_node_group(GROUP)
-    assert group is not None and group.target_size == 5
+    assert group is not None and group.capacity == 5
     assert app.arm_calls("PATCH virtualMachineScaleSets") == 1
 
 
@@ -133,7 +133,7 @@ def test_a_scale_up_is_shrunk_or_refused_by_limits_as_they_are_when_it_runs(
 
     assert result.outcome == outcome, result.detail
     group = app.context.ports.provider.get_node_group(GROUP)
-    assert group is not None and group.target_size == expected
+    assert group is not None and group.capacity == expected
     if outcome == "skipped":
         assert app.arm_calls("PATCH virtualMachineScaleSets") == 0
         assert "reached at execution" in result.detail
@@ -189,7 +189,7 @@ def test_fifty_seconds_of_arm_5xx_are_waited_out_and_the_scale_up_completes(app:
     [entry] = app.context.ports.state.list_ledger()
     assert entry.outcome.startswith("succeeded") and entry.faulted_since is None
     group = app.context.ports.provider.get_node_group(GROUP)
-    assert group is not None and group.target_size == 4
+    assert group is not None and group.capacity == 4
 
 
 def test_arm_faults_past_the_deadline_end_a_removal_as_a_recorded_failure_with_its_node_given_back(app: App) -> None:

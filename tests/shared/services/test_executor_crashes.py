@@ -377,7 +377,7 @@ def assert_batch_pod_never_evicted(s: Situation, run: Run) -> None:
 def assert_scaled_up_once(s: Situation, run: Run) -> None:
     assert s.h.arm_calls("PATCH virtualMachineScaleSets") == 1
     group = s.h.context.ports.provider.get_node_group(GROUP)
-    assert group is not None and group.target_size == SCALE_UP_TARGET
+    assert group is not None and group.capacity == SCALE_UP_TARGET
     entry = s.h.context.ports.state.get_ledger_entry(s.action_id)
     assert entry is not None, "no ledger entry"
     assert entry.outcome.startswith(("succeeded", f"skipped: group already at {SCALE_UP_TARGET}")), entry

@@ -79,6 +79,6 @@ def test_every_pod_ran_and_nothing_was_killed_or_evicted(burst: tuple[dict[str, 
 def test_the_pool_is_back_at_its_minimum_once_the_burst_is_over(
         burst: tuple[dict[str, Any], Counting, list[NodeGroup]]) -> None:
     report, _, groups = burst
-    assert all(g.target_size == g.min_size for g in groups)
+    assert all(g.capacity == g.min_size for g in groups)
     counts = report["nodes_by_group"].values()
     assert sum(c["ready"] + c["booting"] + c["deleting"] for c in counts) == sum(g.min_size for g in groups)

@@ -43,7 +43,7 @@ class Memory:
         self.calls.append((verb, group.id))
         return Operation(f"tok-{self.kind}-{verb}", "InProgress")
 
-    def begin_resize(self, group: NodeGroup, target_size: int) -> Operation:
+    def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         return self._begin("begin_resize", group)
 
     def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
