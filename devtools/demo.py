@@ -322,7 +322,7 @@ def _state_rows(context: Any, group_ids: Iterable[str]) -> dict[str, Any]:
             "last_scale_up": row.last_scale_up.isoformat() if row.last_scale_up else None,
             "last_scale_down": row.last_scale_down.isoformat() if row.last_scale_down else None,
             "last_failure": row.last_failure.isoformat() if row.last_failure else None,
-            "deleting": list(row.deleting),
+            "deleting": list(row.removing),
         }
     return {"groups": rows, "unneeded": {n: t.isoformat() for n, t in state.list_unneeded().items()}}
 

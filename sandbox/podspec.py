@@ -490,7 +490,7 @@ def _max(left: Mapping[str, int], right: Mapping[str, int]) -> dict[str, int]:
     return {name: max(left.get(name, 0), right.get(name, 0)) for name in {*left, *right}}
 
 
-def pod_requests(spec: Mapping[str, Any], path: str = "spec") -> Amounts:
+def spec_amounts(spec: Mapping[str, Any], path: str = "spec") -> Amounts:
     """kube's PodRequests: max(sum of containers + sidecars, each init container on top of earlier sidecars),
     pod-level requests replacing that for cpu, memory and hugepages, plus spec.overhead, plus one pod slot."""
     total: dict[str, int] = {}
@@ -542,7 +542,7 @@ def parse_pod(pod: Mapping[str, Any]) -> PodNeeds:
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise SpecError("spec.priority", "must be a whole number")
     return PodNeeds(
-        requests=pod_requests(spec),
+        requests=spec_amounts(spec),
         namespace=meta.get("namespace") or "default",
         labels=labels,
         node_selector=MappingProxyType(dict(selector)),

@@ -431,7 +431,7 @@ class Pod:
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
     is_mirror: bool = False
-    deleting: bool = False  # metadata.deletionTimestamp is set
+    terminating: bool = False  # metadata.deletionTimestamp is set: the pod is on its way out
     deleted_at: datetime | None = None  # metadata.deletionTimestamp: when the pod was asked to terminate
     priority: int = 0  # spec.priority, resolved from the PriorityClass by the API server
     # Required node affinity: the terms are ORed. Empty means none (the API requires a term when set).
@@ -677,7 +677,7 @@ class GroupState:
     last_scale_down: datetime | None = None
     last_failure: datetime | None = None
     # Nodes with a removal in flight, each with the id of the action that reserved it.
-    deleting: Mapping[str, str] = field(default_factory=dict)
+    removing: Mapping[str, str] = field(default_factory=dict)
     # Removals past the point of no return: the delete is about to be or has been requested.
     committed: frozenset[str] = frozenset()
     # Draining nodes that pending pods need back, and since when: the executor cancels their removal.
@@ -698,6 +698,6 @@ class GroupState:
 
     def without_removal(self, node: str) -> GroupState:
         """The state with no trace of the node's removal: reservation, commitment, reclaim request."""
-        return replace(self, deleting={n: a for n, a in self.deleting.items() if n != node},
+        return replace(self, removing={n: a for n, a in self.removing.items() if n != node},
                        committed=self.committed - {node},
                        reclaim={n: at for n, at in self.reclaim.items() if n != node})

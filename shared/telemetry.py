@@ -300,7 +300,7 @@ def _set_backoff(group: str, reason: str | None, *, last_reason: str) -> None:
 def record_utilization_poll(unneeded: int, states: Mapping[str, GroupState], *, now: datetime) -> None:
     """Gauges at the end of a utilisation poll that observed and decided; `main` activity."""
     _set(_CA + "unneeded_nodes_count", unneeded)
-    _set(_OURS + "nodes_in_drain_count", sum(len(state.deleting) for state in states.values()))
+    _set(_OURS + "nodes_in_drain_count", sum(len(state.removing) for state in states.values()))
     _set(_CA + "last_activity", now.timestamp(), activity="main")
     _set(_CA + "last_activity", now.timestamp(), activity="scaleDown")
 

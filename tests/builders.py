@@ -89,14 +89,14 @@ def pod(name: str, *, cpu: float = 1, mem: float = 1, node_name: str | None = No
         requests: Resources | None = None, labels: dict[str, str] | None = None, owner_name: str | None = None,
         node_affinity: tuple[NodeSelectorTerm, ...] = (), pod_affinity: tuple[PodAffinityTerm, ...] = (),
         anti_affinity: tuple[PodAffinityTerm, ...] = (), spread: tuple[TopologySpreadConstraint, ...] = (),
-        ports: tuple[HostPort, ...] = (), unsupported: tuple[str, ...] = (), deleting: bool = False) -> Pod:
+        ports: tuple[HostPort, ...] = (), unsupported: tuple[str, ...] = (), terminating: bool = False) -> Pod:
     """A pod; `owner_name` names its controller (default: one controller per pod name)."""
     return Pod(namespace, name, requests or res(cpu, mem), T0 - timedelta(minutes=1), node_name=node_name,
                phase=phase or ("Pending" if node_name is None else "Running"), unschedulable=pending,
                owner=OwnerRef(owner, owner_name or f"{name}-owner") if owner else None, node_selector=selector or {},
                tolerations=tolerations, labels=labels or {}, node_affinity=node_affinity, pod_affinity=pod_affinity,
                pod_anti_affinity=anti_affinity, topology_spread=spread, host_ports=ports, unsupported=unsupported,
-               deleting=deleting)
+               terminating=terminating)
 
 
 def daemon_pod(node_name: str, *, cpu: float = 0.1, mem: float = 0.125, ds: str = "kube-proxy") -> Pod:

@@ -65,7 +65,7 @@ __all__ = [
     "disruption_budget_from_json",
     "node_from_json",
     "pod_from_json",
-    "pod_requests",
+    "requests_from_spec",
 ]
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ def _pod_level_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     return _quantities(requests)
 
 
-def pod_requests(spec: Mapping[str, Any]) -> Resources:
+def requests_from_spec(spec: Mapping[str, Any]) -> Resources:
     """What the scheduler reserves for a pod (k8s.io/component-helpers resource.PodRequests).
 
     Regular containers add up. Init containers run one at a time, so each is
@@ -453,7 +453,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         namespace=metadata.get("namespace", ""),
         name=metadata.get("name", ""),
         uid=metadata.get("uid", ""),
-        requests=pod_requests(spec),
+        requests=requests_from_spec(spec),
         created_at=_timestamp(metadata.get("creationTimestamp")),
         node_name=spec.get("nodeName") or None,
         phase=status.get("phase") or "Pending",
@@ -464,7 +464,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         labels=labels,
         annotations=_frozen(annotations),
         is_mirror=_MIRROR_ANNOTATION in annotations,
-        deleting=bool(metadata.get("deletionTimestamp")),
+        terminating=bool(metadata.get("deletionTimestamp")),
         deleted_at=_optional_timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp"),
         priority=int(spec.get("priority") or 0),
         local_volumes=_local_volumes(spec),
@@ -496,7 +496,7 @@ def daemonset_from_json(obj: Mapping[str, Any]) -> DaemonSet:
     return DaemonSet(
         namespace=metadata.get("namespace", ""),
         name=metadata.get("name", ""),
-        requests=pod_requests(spec),
+        requests=requests_from_spec(spec),
         node_selector=_frozen(spec.get("nodeSelector")),
         node_affinity=node_affinity,
         tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or ()),

@@ -125,7 +125,7 @@ class TableStateStore:
             last_scale_up=_time_or_none(entity.get("LastScaleUp")),
             last_scale_down=_time_or_none(entity.get("LastScaleDown")),
             last_failure=_time_or_none(entity.get("LastFailure")),
-            deleting=dict(json.loads(entity.get("Deleting") or "{}")),
+            removing=dict(json.loads(entity.get("Deleting") or "{}")),
             committed=frozenset(json.loads(entity.get("Committed") or "[]")),
             stopped=frozenset(json.loads(entity.get("Stopped") or "[]")),
             stopped_at={i: _parse_iso(at) for i, at in json.loads(entity.get("StoppedAt") or "{}").items()},
@@ -142,7 +142,7 @@ class TableStateStore:
             "PartitionKey": GROUP_PARTITION,
             "RowKey": encode_key(state.group_id),
             "GroupId": state.group_id,
-            "Deleting": json.dumps(dict(state.deleting), sort_keys=True),
+            "Deleting": json.dumps(dict(state.removing), sort_keys=True),
             "Committed": json.dumps(sorted(state.committed)),
             "Stopped": json.dumps(sorted(state.stopped)),
             "StoppedAt": json.dumps({i: _utc(at, "StoppedAt").isoformat() for i, at in state.stopped_at.items()

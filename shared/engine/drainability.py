@@ -87,7 +87,7 @@ def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = 
     """
     if pod.is_node_bound_system_pod or pod.is_finished:
         return PodVerdict(pod, Disposition.IGNORE)
-    if pod.deleting and (now is None or pod.deleted_at is None or pod.long_terminating(now)):
+    if pod.terminating and (now is None or pod.deleted_at is None or pod.long_terminating(now)):
         return PodVerdict(pod, Disposition.IGNORE)
     if pod.priority < rules.expendable_priority_cutoff:
         return PodVerdict(pod, Disposition.MOVE)

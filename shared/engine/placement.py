@@ -186,7 +186,7 @@ class SpreadIndex:
         # As the scheduler's countPodsMatchSelector: same namespace, not terminating.
         return (
             pod.namespace == self.namespace
-            and not pod.deleting
+            and not pod.terminating
             and self.selector is not None
             and self.selector.matches(pod.labels)
         )

@@ -196,7 +196,7 @@ def plan_scale_down(
         for gid, r in rules.items()
     }
     state = PlacementState.from_cluster((NodeView.of(n) for n in snapshot.nodes), snapshot.pods)
-    in_flight = {node for state in group_states.values() for node in state.deleting}
+    in_flight = {node for state in group_states.values() for node in state.removing}
     if pending_placements is None:
         pending_placements = existing_placements(simulate_scale_up(snapshot)) if pending_pods(snapshot) else {}
 
@@ -263,7 +263,7 @@ def _slots_held(group_states: Mapping[str, GroupState], state: PlacementState, s
     """
     held = 0
     for group_state in group_states.values():
-        for node in group_state.deleting:
+        for node in group_state.removing:
             if node in group_state.committed:
                 continue
             drain = drain_of(state.pods_on(node), options.drain, snapshot.disruption_budgets, now=now)
@@ -499,7 +499,7 @@ def _choose(
         if blocked:
             kept[name] = KeptReason(reasons.SCALE_DOWN_COOLDOWN, blocked)
             continue
-        if at_min_size(group, running=group.running_target, removing=len(state.deleting) + planned.get(group.id, 0)):
+        if at_min_size(group, running=group.running_target, removing=len(state.removing) + planned.get(group.id, 0)):
             kept[name] = KeptReason(reasons.NODE_GROUP_MIN_SIZE_REACHED,
                                     f"group {group.id} at its minimum size {group.min_size}")
             continue

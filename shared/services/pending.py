@@ -143,7 +143,7 @@ def pending_placements(snapshot: ClusterSnapshot, states: Mapping[str, GroupStat
 
 def reclaimable_nodes(states: Iterable[GroupState]) -> frozenset[str]:
     """Nodes whose removal is in flight but not yet past the delete: pending pods may take them back."""
-    return frozenset(node for state in states for node in state.deleting if node not in state.committed)
+    return frozenset(node for state in states for node in state.removing if node not in state.committed)
 
 
 def _request_reclaim(ports: Ports, states: Mapping[str, GroupState], node: str, pods: Sequence[str], *,
@@ -153,11 +153,11 @@ def _request_reclaim(ports: Ports, states: Mapping[str, GroupState], node: str, 
     The group row is the arbiter: the executor marks a removal committed in it, with the same
     compare-and-swap, before it asks ARM to delete, so a reclaim and a delete never both win.
     """
-    group_id = next((gid for gid, state in states.items() if node in state.deleting), None)
+    group_id = next((gid for gid, state in states.items() if node in state.removing), None)
     if group_id is None:
         return
     def ask(state: GroupState) -> tuple[GroupState | None, str]:
-        if node not in state.deleting or node in state.committed:
+        if node not in state.removing or node in state.committed:
             return None, "late"
         if node in state.reclaim:
             return None, "asked"  # asked already; the executor acts on its next step

@@ -48,7 +48,7 @@ def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: Cluste
     for group in snapshot.groups:
         state = states.get(group.id, GroupState(group.id))
         fresh: GroupState | None = None
-        for node, action_id in sorted(state.deleting.items()):
+        for node, action_id in sorted(state.removing.items()):
             if action_id not in entries:
                 entries[action_id] = ports.state.get_ledger_entry(action_id)
             entry = entries[action_id]
@@ -57,7 +57,7 @@ def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: Cluste
             # The poll read the group row before this ledger row: an action that finished in between has
             # released its nodes already. Only a reservation that still stands is an orphan.
             fresh = fresh or ports.state.get_group(group.id)
-            if fresh.deleting.get(node) != action_id:
+            if fresh.removing.get(node) != action_id:
                 continue
             state = fresh
             why = (f"action {action_id} ended ({entry.outcome})" if entry is not None and entry.outcome
@@ -90,8 +90,8 @@ def reserve_decided(ports: Ports, group_id: str, nodes: list[str], action_id: st
     the action could no longer start (`_alive`).
     """
     def reserve(state: GroupState) -> tuple[GroupState | None, set[str]]:
-        free = [n for n in nodes if n not in state.deleting]
-        return replace(state, deleting={**state.deleting, **{n: action_id for n in free}}) if free else None, set(free)
+        free = [n for n in nodes if n not in state.removing]
+        return replace(state, removing={**state.removing, **{n: action_id for n in free}}) if free else None, set(free)
 
     try:
         return swap_group(ports.state, group_id, reserve, what=f"reserve {', '.join(nodes)} for {action_id}")
@@ -120,7 +120,7 @@ def _instance_alive(ports: Ports, group_id: str, node: Node) -> bool:
 
 def _release(ports: Ports, group_id: str, node: str, action_id: str) -> bool:
     def release(state: GroupState) -> tuple[GroupState | None, bool]:
-        if state.deleting.get(node) != action_id:
+        if state.removing.get(node) != action_id:
             return None, False  # someone else moved it on meanwhile
         return state.without_removal(node), True
 

@@ -140,18 +140,18 @@ def _reserve_removal(run: Runs, group: NodeGroup, node: str, action_id: str, *, 
     delays = scale_down_options(run.settings).delays
 
     def reserve(state: GroupState) -> tuple[GroupState | None, str | None]:
-        holder = state.deleting.get(node)
+        holder = state.removing.get(node)
         if holder and holder != action_id:
             return None, f"removal already in progress by action {holder}"
         blocked = scale_down_blocked(state, now=now, delays=delays)
         if blocked:
             return None, blocked
-        others = len(state.deleting) - (holder == action_id)
+        others = len(state.removing) - (holder == action_id)
         if at_min_size(group, running=group.capacity - len(state.stopped), removing=others):
             return None, f"group {group.id} would go below its minimum {group.min_size}"
         if holder == action_id:
             return None, None  # reserved by the poll that decided it, or by an earlier delivery of this step
-        return replace(state, deleting={**state.deleting, node: action_id}), None
+        return replace(state, removing={**state.removing, node: action_id}), None
 
     try:
         return swap_group(run.ports.state, group.id, reserve, what=f"reserve node {node}")
@@ -181,7 +181,7 @@ def drain(run: Runs, action: ScaleDown, entry: LedgerEntry, now: datetime) -> Ex
     given_back: list[str] = []
     moving = waiting = 0
     for name in action.nodes:
-        if state.deleting.get(name) != action.id:
+        if state.removing.get(name) != action.id:
             given_back.append(f"{name}: given back earlier")  # by an interrupted delivery of this step
             continue
         if name in state.reclaim:
@@ -217,7 +217,7 @@ def _drain_node(run: Runs, action: ScaleDown, name: str, *, now: datetime) -> tu
         log.warning("node %s: batch pods still running after BATCH_DRAIN_TIMEOUT (%s); evicting them: %s",
                     name, timeout, ", ".join(p.key for p in wait[:3]))
         move, wait, evict_from = move + wait, [], started + timeout
-    leaving = [p for p in move if not p.deleting]
+    leaving = [p for p in move if not p.terminating]
     if leaving and now - evict_from > run.settings.max_pod_eviction_time:
         return give_back(run, action, name, "pods not evicted within MAX_POD_EVICTION_TIME: "
                          f"{', '.join(p.key for p in leaving[:3])}", now=now)
@@ -277,7 +277,7 @@ def _commit_removals(run: Runs, group_id: str, nodes: list[str], action_id: str)
     crash) is not committed either.
     """
     def commit(state: GroupState) -> tuple[GroupState | None, set[str]]:
-        ours = {n for n in nodes if state.deleting.get(n) == action_id and n not in state.reclaim}
+        ours = {n for n in nodes if state.removing.get(n) == action_id and n not in state.reclaim}
         # Nothing new (ours <= committed): our own earlier, interrupted delivery committed them.
         return (None if ours <= state.committed else replace(state, committed=state.committed | ours)), ours
 
@@ -370,7 +370,7 @@ def give_back(run: Runs, action: ScaleDown, node: str, why: str, *, now: datetim
     action holds is undone, and nothing is said unless there was something to undo.
     """
     state = run.ports.state.get_group(action.group)
-    ours = state.deleting.get(node) == action.id
+    ours = state.removing.get(node) == action.id
     said = f"{node}: {'cancelled' if reclaimed else 'aborted'}: {why}"
     if quiet and not ours:
         return said
@@ -389,7 +389,7 @@ def give_back(run: Runs, action: ScaleDown, node: str, why: str, *, now: datetim
     # was: its clock runs on, or the next round would wait SCALE_DOWN_UNNEEDED_TIME again for it.
 
     def release(state: GroupState) -> GroupState:
-        if state.deleting.get(node) == action.id:
+        if state.removing.get(node) == action.id:
             state = state.without_removal(node)
         return replace(state, last_failure=now) if failed else state
 

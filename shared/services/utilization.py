@@ -81,7 +81,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
             ports.state.set_unneeded(node, since)
     # A node being removed keeps its row: the executor clears it when the removal ends or is given
     # back, and a decision that never started is decided again on the same clock.
-    in_flight = {node for state in group_states.values() for node in state.deleting}
+    in_flight = {node for state in group_states.values() for node in state.removing}
     for node in previous.keys() - plan.unneeded.keys() - in_flight:
         ports.state.clear_unneeded(node)
     if not settings.dry_run:

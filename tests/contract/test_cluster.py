@@ -123,8 +123,8 @@ def test_evict(cluster: WorldSide[Cluster]) -> None:
     assert cluster.port.evict("no-such-namespace", "ghost") == "not_found"
 
     remaining = {p.key: p for p in cluster.port.list_pods()}
-    assert batch.key not in remaining or remaining[batch.key].deleting
-    assert web.key in remaining and not remaining[web.key].deleting
+    assert batch.key not in remaining or remaining[batch.key].terminating
+    assert web.key in remaining and not remaining[web.key].terminating
 
 
 def test_list_disruption_budgets(cluster_view: WorldSide[Cluster]) -> None:

@@ -43,7 +43,7 @@ def test_every_group_field_round_trips(store: StateStore) -> None:
         last_scale_up=at(1),
         last_scale_down=at(2).astimezone(CET),  # another offset: the same instant comes back
         last_failure=at(3),
-        deleting={"pool-a000001": "scale-down:pool-a000001:20300107T090000Z", "pool-a000002": "scale-down:x"},
+        removing={"pool-a000001": "scale-down:pool-a000001:20300107T090000Z", "pool-a000002": "scale-down:x"},
         committed=frozenset({"pool-a000001"}),
         reclaim={"pool-a000002": at(4)},
         stopped=frozenset({"3", "4"}),
@@ -65,7 +65,7 @@ def test_every_group_field_round_trips(store: StateStore) -> None:
 def test_empty_collections_and_absent_times_round_trip(store: StateStore) -> None:
     assert store.update_group(GroupState(GROUP, last_scale_up=at(1)))
     first = store.get_group(GROUP)
-    assert store.update_group(replace(first, last_scale_up=None, deleting={}, backoff_failures=0))
+    assert store.update_group(replace(first, last_scale_up=None, removing={}, backoff_failures=0))
     assert unstamped(store.get_group(GROUP)) == GroupState(GROUP)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from shared.domain import Taint
-from sandbox.podspec import PodNeeds, SpecError, parse_pod, pod_requests
+from sandbox.podspec import PodNeeds, SpecError, parse_pod, spec_amounts
 from sandbox.resources import Amounts, parse_resource_list, resource_list
 from sandbox.scheduling import ClusterView, NodeSlot, unschedulable_message
 
@@ -218,7 +218,7 @@ def test_the_pod_count_is_a_resource_too() -> None:
     ],
 )
 def test_pod_requests_are_computed_as_kube_does(spec: dict[str, Any], expected: Amounts) -> None:
-    assert pod_requests(spec) == expected
+    assert spec_amounts(spec) == expected
 
 
 def test_resource_lists_round_trip_with_extended_resources() -> None:

@@ -222,7 +222,7 @@ class ClusterAutoscaler:
         if self._last_failure is not None and now - self._last_failure < delays.after_failure:
             return
         draining = {self._drain.node} if self._drain is not None else set()
-        states = {gid: GroupState(gid, deleting={n: "ca" for n in draining}) for gid in self._groups}
+        states = {gid: GroupState(gid, removing={n: "ca" for n in draining}) for gid in self._groups}
         plan = plan_scale_down(
             snapshot, unneeded_since=self._unneeded, group_states=states, now=now, options=self._down_options
         )
@@ -259,7 +259,7 @@ class ClusterAutoscaler:
         left = [p for p in snapshot.pods_on(drain.node) if not p.is_daemonset and not p.is_mirror]
         if left and now - drain.started < MAX_GRACEFUL_TERMINATION:
             for pod in left:
-                if not pod.deleting:
+                if not pod.terminating:
                     self._cluster.evict(pod.namespace, pod.name)  # CA retries evictions a PDB refused
             return
         self._delete(drain.group_id, [drain.instance_id], now)

@@ -178,8 +178,8 @@ def test_eviction_is_blocked_once_the_budget_is_spent(cluster: WorldCluster) -> 
     assert outcomes == ["evicted", "blocked", "blocked"]  # the budget allows one disruption
     after = {p.key: p for p in cluster.list_pods()}
     evicted = web[0].key
-    assert evicted not in after or after[evicted].deleting
-    assert all(not after[p.key].deleting for p in web[1:])
+    assert evicted not in after or after[evicted].terminating
+    assert all(not after[p.key].terminating for p in web[1:])
 
 
 def test_evicting_a_missing_pod_says_not_found(cluster: WorldCluster) -> None:

@@ -23,7 +23,7 @@ from shared.adapters.kubernetes import (
     disruption_budget_from_json,
     node_from_json,
     pod_from_json,
-    pod_requests,
+    requests_from_spec,
 )
 from shared.domain import (
     DaemonSet,
@@ -152,7 +152,7 @@ REQUEST_CASES: list[tuple[str, dict[str, Any], Resources]] = [
 
 @pytest.mark.parametrize(("spec", "expected"), [c[1:] for c in REQUEST_CASES], ids=[c[0] for c in REQUEST_CASES])
 def test_pod_requests_as_the_scheduler_computes_them(spec: dict[str, Any], expected: Resources) -> None:
-    assert pod_requests(spec) == expected
+    assert requests_from_spec(spec) == expected
 
 
 UNSCHEDULABLE_CASES = [
@@ -225,7 +225,7 @@ def test_a_full_pod() -> None:
     assert dict(pod.labels) == {"app": "web"}
     assert dict(pod.node_selector) == {"agentpool": "gpu"}
     assert pod.is_mirror is True
-    assert pod.deleting is True
+    assert pod.terminating is True
     assert pod.deleted_at == datetime(2024, 5, 1, 12, 5, tzinfo=UTC)  # to tell long-terminating pods apart
     assert pod.tolerations == (
         Toleration(key="gpu", operator="Exists", effect="NoSchedule"),
@@ -240,7 +240,7 @@ def test_a_full_pod() -> None:
 )
 def test_plain_pods_are_neither_mirror_nor_deleting(metadata: dict[str, Any], mirror: bool, deleting: bool) -> None:
     pod = pod_from_json(pod_json(metadata=metadata))
-    assert (pod.is_mirror, pod.deleting, pod.node_name, pod.deleted_at) == (mirror, deleting, None, None)
+    assert (pod.is_mirror, pod.terminating, pod.node_name, pod.deleted_at) == (mirror, deleting, None, None)
 
 
 def test_a_malformed_quantity_names_the_text() -> None:
@@ -865,8 +865,8 @@ def test_evictions(world: SandboxServer, cluster: KubernetesCluster) -> None:
     assert cluster.evict(web.namespace, web.name) == "blocked"  # the PDB wants both web pods up
     assert cluster.evict("default", "ghost") == "not_found"
     remaining = {p.key: p for p in cluster.list_pods()}
-    assert batch.key not in remaining or remaining[batch.key].deleting
-    assert web.key in remaining and not remaining[web.key].deleting
+    assert batch.key not in remaining or remaining[batch.key].terminating
+    assert web.key in remaining and not remaining[web.key].terminating
 
 
 def test_delete_node_ignores_a_node_already_gone(cluster: KubernetesCluster) -> None:
@@ -1071,7 +1071,7 @@ def test_a_daemonset_is_read_as_its_pods_would_be() -> None:
     daemonset = daemonset_from_json(
         {"metadata": {"namespace": "ns", "name": "exporter"}, "spec": {"template": {"spec": template}}}
     )
-    assert daemonset.requests == pod_requests(template)  # init containers and overhead, as for a Pod
+    assert daemonset.requests == requests_from_spec(template)  # init containers and overhead, as for a Pod
     assert daemonset.host_ports == (HostPort(9100),) and daemonset.host_network
 
 

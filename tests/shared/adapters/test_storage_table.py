@@ -78,7 +78,7 @@ def test_group_round_trip(state_store: TableStateStore) -> None:
         last_scale_up=T0,
         last_scale_down=T0 + timedelta(minutes=5),
         last_failure=(T0 + timedelta(minutes=7)).astimezone(CET),  # any zone in, UTC out
-        deleting={"node-1": "scale-down:node-1:1", "node/2": "scale-down:node/2:1"},
+        removing={"node-1": "scale-down:node-1:1", "node/2": "scale-down:node/2:1"},
         committed=frozenset({"node/2"}),
         reclaim={"node-1": T0 + timedelta(minutes=3)},
         stopped=frozenset({"4", "7"}),
@@ -105,9 +105,9 @@ def test_deallocation_times_are_kept_only_for_stopped_instances(state_store: Tab
 
 
 def test_update_replaces_the_whole_row(state_store: TableStateStore) -> None:
-    assert state_store.update_group(GroupState(GROUP, last_scale_up=T0, last_failure=T0, deleting={"node-1": "a1"}))
+    assert state_store.update_group(GroupState(GROUP, last_scale_up=T0, last_failure=T0, removing={"node-1": "a1"}))
     read = state_store.get_group(GROUP)
-    assert state_store.update_group(replace(read, last_failure=None, deleting={}))
+    assert state_store.update_group(replace(read, last_failure=None, removing={}))
     assert state_store.get_group(GROUP) == GroupState(GROUP, last_scale_up=T0, etag=state_store.get_group(GROUP).etag)
 
 
@@ -146,7 +146,7 @@ def test_concurrent_writers_exactly_one_wins(
     def write(index: int) -> None:
         seen = stores[index].get_group(GROUP)
         all_read.wait(timeout=10)  # everyone holds the same version before anyone writes
-        results[index] = stores[index].update_group(replace(seen, deleting={f"node-{index}": f"a{index}"}))
+        results[index] = stores[index].update_group(replace(seen, removing={f"node-{index}": f"a{index}"}))
 
     threads = [threading.Thread(target=write, args=(index,)) for index in range(writers)]
     for thread in threads:
@@ -158,7 +158,7 @@ def test_concurrent_writers_exactly_one_wins(
     winners = [index for index, won in results.items() if won]
     assert len(results) == writers and len(winners) == 1
     with TableStateStore(storage_connection, table_name) as reader:
-        assert reader.get_group(GROUP).deleting == {f"node-{winners[0]}": f"a{winners[0]}"}
+        assert reader.get_group(GROUP).removing == {f"node-{winners[0]}": f"a{winners[0]}"}
 
 
 def test_stale_etag_of_a_deleted_row_loses(state_store: TableStateStore, storage_connection: StorageConnection) -> None:

@@ -71,7 +71,7 @@ def test_pods_of_controllers_cluster_autoscaler_does_not_know_pin_their_node(
 # rules/longterminating and drain.IsPodLongTerminating: ignored once past its grace period plus 30 s; before that
 # a terminating pod goes through the rules like any other (it still has to leave, or it pins the node).
 def _terminating(seconds_ago: float, grace: int | None = None, **changes: object) -> Pod:
-    return replace(REPLICATED, deleting=True, deleted_at=T0 - timedelta(seconds=seconds_ago),
+    return replace(REPLICATED, terminating=True, deleted_at=T0 - timedelta(seconds=seconds_ago),
                    termination_grace_seconds=grace, **changes)  # type: ignore[arg-type]
 
 
@@ -83,7 +83,7 @@ def _terminating(seconds_ago: float, grace: int | None = None, **changes: object
     ("700 s ago, grace 600 s", _terminating(700, grace=600), Disposition.IGNORE),
     ("terminating, no controller", _terminating(10, owner=None), Disposition.PIN),
     ("long terminating, no controller", _terminating(120, owner=None), Disposition.IGNORE),
-    ("terminating, deletion time unknown", replace(REPLICATED, deleting=True), Disposition.IGNORE),
+    ("terminating, deletion time unknown", replace(REPLICATED, terminating=True), Disposition.IGNORE),
 ])
 def test_terminating_and_long_terminating_pods(case_id: str, the_pod: Pod, disposition: Disposition) -> None:
     assert classify(the_pod, DrainRules(), now=T0).disposition is disposition

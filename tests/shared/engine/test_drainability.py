@@ -36,7 +36,7 @@ def with_(base: Pod, **changes: object) -> Pod:
 
 
 def terminating(seconds_ago: float, grace: int | None = None, **changes: object) -> Pod:
-    return with_(RS, deleting=True, deleted_at=NOW - timedelta(seconds=seconds_ago),
+    return with_(RS, terminating=True, deleted_at=NOW - timedelta(seconds=seconds_ago),
                  termination_grace_seconds=grace, **changes)
 
 
@@ -53,7 +53,7 @@ RULES = [
      DrainRules(), (), Disposition.IGNORE, None),
     ("Succeeded pod", with_(RS, phase="Succeeded", owner=None), DrainRules(), (), Disposition.IGNORE, None),
     ("Failed pod", with_(RS, phase="Failed", owner=None), DrainRules(), (), Disposition.IGNORE, None),
-    ("terminating, no deletion time known", with_(RS, deleting=True, owner=None), DrainRules(), (),
+    ("terminating, no deletion time known", with_(RS, terminating=True, owner=None), DrainRules(), (),
      Disposition.IGNORE, None),
     ("long-terminating: past grace (30 s default) and 30 s more", terminating(61, owner=None), DrainRules(), (),
      Disposition.IGNORE, None),

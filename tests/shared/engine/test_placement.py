@@ -384,7 +384,7 @@ def test_spread_index_counts_matching_pods_per_eligible_domain() -> None:
         pod("w2", labels={"app": "web"}, node_name="a1"),
         pod("w3", labels={"app": "web"}, node_name="c1"),  # an ineligible node: not a domain
         pod("w4", labels={"app": "web"}, node_name="nz"),  # no zone label: not a domain
-        pod("w5", labels={"app": "web"}, node_name="b1", deleting=True),  # terminating: not counted
+        pod("w5", labels={"app": "web"}, node_name="b1", terminating=True),  # terminating: not counted
         pod("w6", labels={"app": "web"}, node_name="b1", namespace="other"),  # another namespace
     ]
     state, index = spread_state(nodes, pods)

@@ -342,7 +342,7 @@ SPREAD_CASES = [
      pod("p", labels=WEB, spread=(spread(ZONE, sel(app="web"), 2, min_domains=5),)),
      [*WEB_IN_A, (running("w3", WEB), "b1"), (running("w4", WEB), "c1")], "a1", SPREAD),
     ("terminating pods do not count", pod("p", labels=WEB, spread=(spread(ZONE, sel(app="web")),)),
-     [(running("w1", WEB, deleting=True), "a1"), (running("w2", WEB, deleting=True), "a2")], "a1", None),
+     [(running("w1", WEB, terminating=True), "a1"), (running("w2", WEB, terminating=True), "a2")], "a1", None),
     ("pods of other namespaces do not count", pod("p", labels=WEB, spread=(spread(ZONE, sel(app="web")),)),
      [(running("w1", WEB, namespace="x"), "a1"), (running("w2", WEB, namespace="x"), "a2")], "a1", None),
 ]

@@ -91,7 +91,7 @@ def test_a_node_being_deleted_is_left_to_the_executor() -> None:
 
 def test_in_flight_deletions_count_against_min_and_parallelism() -> None:
     groups, nodes = three_nodes(min_size=1)
-    states = {"rg/pool": GroupState("rg/pool", deleting={"other": "action-1"})}
+    states = {"rg/pool": GroupState("rg/pool", removing={"other": "action-1"})}
     result = plan(snapshot(groups=groups, nodes=nodes), since={n.name: OLD for n in nodes}, states=states)
     assert len(result.removals) == 1
     limited = plan(snapshot(groups=groups, nodes=nodes), since={n.name: OLD for n in nodes},

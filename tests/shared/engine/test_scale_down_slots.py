@@ -29,14 +29,14 @@ def _plan(snap, states, parallelism):  # type: ignore[no-untyped-def]
 
 def test_a_committed_delete_holds_no_slot() -> None:
     nodes = [node("gone", instance=0), node("idle", instance=1)]
-    states = {"rg/pool": GroupState("rg/pool", deleting={"gone": "a1"}, committed=frozenset({"gone"}))}
+    states = {"rg/pool": GroupState("rg/pool", removing={"gone": "a1"}, committed=frozenset({"gone"}))}
     result = _plan(snapshot(groups=[group(target=2)], nodes=nodes), states, parallelism=1)
     assert [r.node for r in result.removals] == ["idle"]
 
 
 def test_a_removal_that_only_waits_for_batch_pods_holds_no_slot_but_one_that_evicts_does() -> None:
     nodes = [node("waiting", instance=0), node("idle", instance=1)]
-    states = {"rg/pool": GroupState("rg/pool", deleting={"waiting": "a1"})}
+    states = {"rg/pool": GroupState("rg/pool", removing={"waiting": "a1"})}
     waiting = _plan(snapshot(groups=[group(target=2)], nodes=nodes, pods=[_job("render", "waiting")]),
                     states, parallelism=1)
     assert [r.node for r in waiting.removals] == ["idle"]

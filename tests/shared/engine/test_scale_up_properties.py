@@ -19,13 +19,11 @@ whole module stays within a few seconds.
 from __future__ import annotations
 
 from dataclasses import replace
-from unittest.mock import patch
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from shared.domain import ClusterSnapshot, HostPort, Taint, Toleration
-from shared.engine import scale_up
 from shared.engine.limits import ClusterLimits, cluster_totals, node_cores
 from shared.engine.predicates import check, pod_requests
 from shared.engine.scale_up import ScaleUpOptions, initial_state, plan_scale_up, simulate_scale_up
@@ -161,8 +159,7 @@ def test_an_extra_ready_node_never_leaves_more_pods_pending(snap: ClusterSnapsho
 @given(clusters())
 def test_reusing_estimates_between_rounds_never_changes_the_plan(snap: ClusterSnapshot) -> None:
     reused = plan_scale_up(snap)
-    with patch.object(scale_up, "_REUSE_ESTIMATES", False):
-        fresh = plan_scale_up(snap)
+    fresh = plan_scale_up(snap, options=ScaleUpOptions(reuse_estimates=False))
     assert reused == fresh
 
 

@@ -95,7 +95,7 @@ def test_a_long_terminating_pod_counts_for_nothing_as_in_cluster_autoscaler() ->
     from tests.builders import T0
 
     # info_test.go: a pod deleted ten minutes ago (default grace) is left out: 0.2, as without it.
-    terminated = _p("podTerminated", deleting=True, deleted_at=T0 - timedelta(minutes=10))
+    terminated = _p("podTerminated", terminating=True, deleted_at=T0 - timedelta(minutes=10))
     assert node_utilization(CA_NODE, [P1, P1, P2, terminated], rules=ALL, now=T0).value == pytest.approx(0.2, rel=0.01)
-    recent = _p("podTerminating", deleting=True, deleted_at=T0 - timedelta(seconds=5))
+    recent = _p("podTerminating", terminating=True, deleted_at=T0 - timedelta(seconds=5))
     assert node_utilization(CA_NODE, [P1, P1, P2, recent], rules=ALL, now=T0).value == pytest.approx(0.3, rel=0.01)

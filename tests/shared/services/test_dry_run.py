@@ -49,7 +49,7 @@ def test_a_dry_scale_down_neither_cordons_nor_deletes(dry: App) -> None:
     assert node is not None and not node.unschedulable and node.taints == ()
     assert dry.node_names() == sorted([*idle, dry.busy_and_idle()[0]])
     # The reservation taken to validate the removal is given back: a real run may take the node later.
-    assert idle[0] not in dry.context.ports.state.get_group(GROUP).deleting
+    assert idle[0] not in dry.context.ports.state.get_group(GROUP).removing
     assert all(dry.arm_calls(op) == 0 for op in WRITES)
     _no_cluster_writes(dry)
 

@@ -204,7 +204,7 @@ def test_scale_down_walks_every_step_and_deletes_that_instance_once(app: App) ->
     assert target not in app.node_names()
     assert app.server.world.report()["api_calls"]["breakdown"]["arm"]["instances_deleted"] == {f"pool/{instance}": 1}
     state = app.context.ports.state.get_group(GROUP)
-    assert state.deleting == {} and state.last_scale_down is not None
+    assert state.removing == {} and state.last_scale_down is not None
 
 
 def test_scale_down_never_goes_below_min_counting_removals_in_flight(
@@ -215,7 +215,7 @@ def test_scale_down_never_goes_below_min_counting_removals_in_flight(
     assert app.run(scale_down(app, idle[0])).outcome == "waiting"  # 3 -> 2 nodes: allowed
     second = app.run(scale_down(app, idle[1]))  # 2 -> 1 while the first is in flight: refused
     assert second.outcome == "skipped" and "below its minimum 2" in second.detail
-    assert app.context.ports.state.get_group(GROUP).deleting == {idle[0]: f"down-{idle[0]}"}
+    assert app.context.ports.state.get_group(GROUP).removing == {idle[0]: f"down-{idle[0]}"}
     node = app.context.ports.cluster.get_node(idle[1])
     assert node is not None and not node.unschedulable
 
@@ -237,7 +237,7 @@ def test_a_node_turned_down_before_its_cordon_keeps_its_unneeded_clock(
     second = app.run(scale_down(app, idle[1]))
 
     assert second.outcome == "skipped" and "below its minimum 2" in second.detail
-    assert idle[1] not in state.get_group(GROUP).deleting
+    assert idle[1] not in state.get_group(GROUP).removing
     assert state.list_unneeded().get(idle[1]) == since
 
 
@@ -476,7 +476,7 @@ def test_pending_pods_take_back_a_draining_node_instead_of_a_new_one(
     outcome = app.run(drain_step)
     assert outcome.outcome == "skipped" and "cancelled: pending pods can use the node" in outcome.detail
     state = app.context.ports.state.get_group(GROUP)
-    assert (state.deleting, state.reclaim, state.committed) == ({}, {}, frozenset())
+    assert (state.removing, state.reclaim, state.committed) == ({}, {}, frozenset())
     back = app.context.ports.cluster.get_node(node)
     assert back is not None and not back.unschedulable and not back.is_being_deleted
     app.clock.advance(10)
@@ -518,12 +518,12 @@ def test_a_removal_whose_action_was_lost_is_given_back_by_the_next_poll(app: App
     app.context.ports.queue.clear()  # type: ignore[attr-defined]
     settings = app.context.settings
     run_utilization_poll(app.context.ports, settings, now=app.clock.now())
-    assert app.context.ports.state.get_group(GROUP).deleting == {idle[0]: f"down-{idle[0]}"}  # alive: left alone
+    assert app.context.ports.state.get_group(GROUP).removing == {idle[0]: f"down-{idle[0]}"}  # alive: left alone
 
     app.clock.advance(orphan_after(settings).total_seconds() + 1)
     run_utilization_poll(app.context.ports, settings, now=app.clock.now())
     # Released (other idle nodes may be reserved by this poll's own decisions, never the lost action's).
-    assert f"down-{idle[0]}" not in app.context.ports.state.get_group(GROUP).deleting.values()
+    assert f"down-{idle[0]}" not in app.context.ports.state.get_group(GROUP).removing.values()
     node = app.context.ports.cluster.get_node(idle[0])
     assert node is not None and not node.unschedulable and not node.is_being_deleted
 
@@ -531,11 +531,11 @@ def test_a_removal_whose_action_was_lost_is_given_back_by_the_next_poll(app: App
 def test_a_reservation_left_by_a_finished_action_is_released_at_once(app: App) -> None:
     _, idle = app.busy_and_idle()
     state = app.context.ports.state.get_group(GROUP)
-    assert app.context.ports.state.update_group(replace(state, deleting={idle[0]: "gone-1"}))
+    assert app.context.ports.state.update_group(replace(state, removing={idle[0]: "gone-1"}))
     app.context.ports.state.create_ledger_entry(LedgerEntry("gone-1", "scale_down", GROUP, (3, 0), "done",
                                                             app.clock.now(), outcome="succeeded: removed"))
     run_utilization_poll(app.context.ports, app.context.settings, now=app.clock.now())
-    assert app.context.ports.state.get_group(GROUP).deleting == {}
+    assert app.context.ports.state.get_group(GROUP).removing == {}
 
 
 # -- SCALE_DOWN_MODE=deallocate ------------------------------------------------------------------------------
@@ -554,7 +554,7 @@ def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_agai
     group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.capacity == 3  # capacity keeps the deallocated instance
     state = app.context.ports.state.get_group(GROUP)
-    assert state.stopped == frozenset({instance}) and state.deleting == {}
+    assert state.stopped == frozenset({instance}) and state.removing == {}
     assert target not in app.node_names()
 
     # The group now runs 2: asking for 3 starts the deallocated instance instead of adding one.

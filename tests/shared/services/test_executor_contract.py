@@ -93,7 +93,7 @@ def test_a_follow_up_naming_anything_the_decision_did_not_is_refused_and_deletes
         case_id == "another group"
     # The true next step still runs: the forgery took nothing from it.
     assert app.run(json.dumps(drain)).outcome in ("waiting", "succeeded")
-    assert app.context.ports.state.get_group(GROUP).deleting.get(node) == drain["id"]
+    assert app.context.ports.state.get_group(GROUP).removing.get(node) == drain["id"]
 
 
 def _events(app: App, reason: str) -> list[str]:
@@ -206,7 +206,7 @@ def test_arm_faults_past_the_deadline_end_a_removal_as_a_recorded_failure_with_i
     entry = app.context.ports.state.get_ledger_entry(drain["id"])
     assert entry is not None and entry.outcome.startswith("failed")
     state = app.context.ports.state.get_group(GROUP)
-    assert node not in state.deleting and state.last_failure is not None
+    assert node not in state.removing and state.last_failure is not None
     current = app.context.ports.cluster.get_node(node)
     assert current is not None and not current.unschedulable
     assert _deleted(app) == {}
@@ -239,7 +239,7 @@ def test_the_last_delivery_of_a_failing_step_records_the_failure_before_the_host
 
     entry = ports.state.get_ledger_entry(drain["id"])
     assert entry is not None and entry.outcome.startswith("failed") and "Broken" in entry.outcome
-    assert node not in ports.state.get_group(GROUP).deleting
+    assert node not in ports.state.get_group(GROUP).removing
     current = ports.cluster.get_node(node)
     assert current is not None and not current.unschedulable
 

@@ -348,7 +348,7 @@ def assert_removed_once(s: Situation, run: Run) -> None:
     nodes = s.h.context.ports.cluster.list_nodes()
     assert not set(s.targets) & {n.name for n in nodes}
     group = state.get_group(GROUP)
-    assert group.deleting == {} and group.committed == frozenset(), group  # no reservation or commitment left
+    assert group.removing == {} and group.committed == frozenset(), group  # no reservation or commitment left
     assert group.last_scale_down is not None
     assert {c.arguments["node_name"] for c in run.injector.calls if c.method == "cordon"} == set(s.targets)
     assert not [n.name for n in nodes if n.unschedulable or n.is_being_deleted]

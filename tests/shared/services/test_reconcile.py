@@ -33,7 +33,7 @@ def test_a_removal_that_finished_after_the_poll_read_its_group_is_not_called_los
 
     store = MemoryStateStore()
     pool = group(target=2)
-    read_by_the_poll = GroupState(pool.id, deleting={"n0": "down-n0"}, committed=frozenset({"n0"}))
+    read_by_the_poll = GroupState(pool.id, removing={"n0": "down-n0"}, committed=frozenset({"n0"}))
     # Meanwhile the action finished: it released the node, then recorded its outcome.
     store.create_ledger_entry(LedgerEntry("down-n0", "scale_down", pool.id, (3, 0), "done", T0,
                                           outcome="succeeded: removed node(s) n0"))
@@ -51,8 +51,8 @@ def test_a_reservation_still_standing_for_an_ended_action_is_released() -> None:
 
     store = MemoryStateStore()
     pool = group(target=2)
-    standing = GroupState(pool.id, deleting={"n0": "down-n0"})
-    assert store.update_group(replace(store.get_group(pool.id), deleting=dict(standing.deleting)))
+    standing = GroupState(pool.id, removing={"n0": "down-n0"})
+    assert store.update_group(replace(store.get_group(pool.id), removing=dict(standing.removing)))
     store.create_ledger_entry(LedgerEntry("down-n0", "scale_down", pool.id, (1, 0), "done", T0,
                                           outcome="failed: something"))
 
@@ -64,4 +64,4 @@ def test_a_reservation_still_standing_for_an_ended_action_is_released() -> None:
                   events=_Refuse())  # type: ignore[arg-type]
     released = release_orphaned_removals(ports, SETTINGS, snapshot(groups=[pool], nodes=[]), {pool.id: standing},
                                          now=T0)
-    assert released == ["n0"] and store.get_group(pool.id).deleting == {}
+    assert released == ["n0"] and store.get_group(pool.id).removing == {}

@@ -32,9 +32,9 @@ class Racing(MemoryStateStore):
 
 def _reserve(node: str):  # type: ignore[no-untyped-def]
     def change(state: GroupState) -> tuple[GroupState | None, bool]:
-        if node in state.deleting:
+        if node in state.removing:
             return None, False
-        return replace(state, deleting={**state.deleting, node: "a1"}), True
+        return replace(state, removing={**state.removing, node: "a1"}), True
     return change
 
 
@@ -43,7 +43,7 @@ def test_a_lost_race_reads_again_and_applies_the_change_to_the_winner_s_row(loss
     store = Racing(losses)
     assert swap_group(store, GROUP, _reserve("n1"), what="reserve n1") is True
     state = store.get_group(GROUP)
-    assert state.deleting == {"n1": "a1"} and state.backoff_failures == losses  # both writers' changes stand
+    assert state.removing == {"n1": "a1"} and state.backoff_failures == losses  # both writers' changes stand
     assert store.writes == losses + 1
 
 
@@ -60,7 +60,7 @@ def test_losing_every_race_raises_state_conflict_naming_what_and_the_row() -> No
     store = Racing(ATTEMPTS)
     with pytest.raises(StateConflict, match=r"reserve n1 \(group rg/pool\): lost the race for the row 5 times"):
         swap_group(store, GROUP, _reserve("n1"), what="reserve n1")
-    assert "n1" not in store.get_group(GROUP).deleting
+    assert "n1" not in store.get_group(GROUP).removing
 
 
 def test_a_known_row_saves_the_first_read_and_a_stale_one_is_read_again() -> None:
@@ -76,4 +76,4 @@ def test_a_known_row_saves_the_first_read_and_a_stale_one_is_read_again() -> Non
     assert reads == []  # the known row was current: written without a read
     # `fresh` is stale now (its ETag predates the write): the swap fails once, then reads the row.
     assert read_modify_write(read, store.update_group, _reserve("n2"), what="reserve n2", known=fresh) is True
-    assert reads == ["read"] and set(store.get_group(GROUP).deleting) == {"n1", "n2"}
+    assert reads == ["read"] and set(store.get_group(GROUP).removing) == {"n1", "n2"}
