@@ -3,7 +3,8 @@
 The replay measures decisions, not storage (the Azurite-backed adapters have their own tests), so
 state lives in dicts. Both keep the contracts the services rely on: etag compare-and-swap on group
 rows and ledger entries, first-writer-wins ledger creation, and queue messages that stay invisible
-for their delay, come back after a failed delivery and go to poison after `max_dequeue_count`.
+for their delay, come back after a failed delivery and go to poison after `max_dequeue_count`. What
+the Azure adapters refuse, they refuse too (tests/contract): here, a delay no storage queue can hold.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from shared.actions import ScaleAction, ScaleDownRound, encode_message
 from shared.services.memory_state import MemoryStateStore
 
 __all__ = ["MemoryQueue", "MemoryStateStore", "Message"]
+
+# A storage queue's longest visibility timeout. StorageActionQueue (shared.adapters.action_queue, not
+# imported: it would load the queue SDK into every replay) refuses a delay outside 0 to 7 days.
+MAX_DELAY = timedelta(days=7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,8 @@ class MemoryQueue:
         self.sent = 0
 
     def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> None:
+        if delay < timedelta(0) or delay > MAX_DELAY:
+            raise ValueError(f"a queue visibility delay must be between 0 and 7 days, got {delay}")
         self.sent += 1
         self._push(self._clock.now() + delay, Message(encode_message(action)))  # type: ignore[attr-defined]
 

@@ -5,18 +5,25 @@ the functions use, without sockets or SDK pipelines in between. ARM calls are co
 throttled with the ARM double's own table (`sandbox.arm_api.OPERATIONS`): the same labels,
 the same per-scale-set token buckets, and a refused call raises ComputeError('TooManyRequests')
 as the real adapter does after its capped retries.
+
+Where the world refuses a call, the ports fail as the SDK adapters do in Azure (tests/contract holds
+both to the same assertions): any Kubernetes answer that is no outcome of the port is a ClusterError
+naming the call, discovery reads the tags as VmssCompute does, and a size the subscription may not
+deploy is refused with SkuNotAvailable.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping
 from typing import Any
 
-from sandbox.arm_api import OPERATIONS, vm_size_catalogue
+from sandbox.arm_api import OPERATIONS, is_restricted, vm_size_catalogue
 from sandbox.compute import Operation as SimOperation
 from sandbox.compute import ScaleSetSim
 from sandbox.errors import ArmError, KubeError
+from sandbox.faults import default_scale_up_message
 from sandbox.patching import merge_patch
 from sandbox.world import World
 from shared.adapters.kubernetes import (
@@ -30,11 +37,18 @@ from shared.adapters.kubernetes import (
     uncordon_patch,
 )
 from shared.domain import UNIFORM_SCALE_SET, DaemonSet, DisruptionBudget, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
-from shared.domain import group_id as make_group_id
 from shared.ports import ClusterError, ComputeError, EvictionOutcome, Operation
 
 _GPU = "nvidia.com/gpu"
 _FINISHED = ("Succeeded", "Failed")
+
+log = logging.getLogger(__name__)
+
+
+def _cluster_error(what: str, exc: KubeError) -> ClusterError:
+    """The port's error for the world's refusal, as KubernetesCluster raises it: transient on 429 and 5xx."""
+    return ClusterError(f"{what}: HTTP {exc.code} {exc.reason}: {exc.message}",
+                        transient=exc.code == 429 or exc.code >= 500)
 
 
 class WorldCluster:
@@ -85,7 +99,7 @@ class WorldCluster:
         except KubeError as exc:
             if exc.code == 404:
                 return None
-            raise
+            raise _cluster_error(f"read node {name}", exc) from exc
 
     def list_pods_on_node(self, node_name: str) -> list[Pod]:
         self._world.count_call("k8s", "LIST pods", write=False)
@@ -101,27 +115,31 @@ class WorldCluster:
         except KubeError as exc:
             if exc.code == 404:
                 return None
-            raise
+            raise _cluster_error(f"read configmap {namespace}/{name}", exc) from exc
 
     def write_config_map(self, namespace: str, name: str, *, data: Mapping[str, str],
                          annotations: Mapping[str, str]) -> None:
         self._world.count_call("k8s", "PATCH configmaps", write=True)
+        what = f"write configmap {namespace}/{name}"
         try:
-            current = self._world.k8s_get("configmaps", namespace, name)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
-            self._world.k8s_create("configmaps", namespace, {
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)},
-                "data": dict(data),
+            try:
+                current = self._world.k8s_get("configmaps", namespace, name)
+            except KubeError as exc:
+                if exc.code != 404:
+                    raise
+                self._world.k8s_create("configmaps", namespace, {  # 404 when the namespace is missing
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)},
+                    "data": dict(data),
+                })
+                return
+            metadata = dict(current.get("metadata") or {})
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
+            self._world.k8s_replace("configmaps", namespace, name, {
+                **current, "metadata": metadata, "data": {**(current.get("data") or {}), **data},
             })
-            return
-        metadata = dict(current.get("metadata") or {})
-        metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
-        self._world.k8s_replace("configmaps", namespace, name, {
-            **current, "metadata": metadata, "data": {**(current.get("data") or {}), **data},
-        })
+        except KubeError as exc:
+            raise _cluster_error(what, exc) from exc
 
     def list_disruption_budgets(self) -> list[DisruptionBudget]:
         self._world.count_call("k8s", "LIST poddisruptionbudgets", write=False)
@@ -131,31 +149,38 @@ class WorldCluster:
         self._world.count_call("k8s", "LIST daemonsets", write=False)
         return [daemonset_from_json(obj) for obj in self._world.k8s_list("daemonsets")]
 
-    def _change_node(self, name: str, change: Any, *, missing_ok: bool) -> None:
+    def _change_node(self, name: str, what: str, change: Any, *, missing_ok: bool) -> None:
         try:
             current = self._world.k8s_get("nodes", "", name)
         except KubeError as exc:
             if exc.code == 404 and missing_ok:
                 return
             # As the real adapter does: the port's error, transient when the API server would say so.
-            raise ClusterError(f"GET node {name}: {exc}", transient=exc.code == 429 or exc.code >= 500) from exc
+            raise _cluster_error(what, exc) from exc
         patch = change(current.get("spec") or {})
         if patch is None:
             return
         self._world.count_call("k8s", "PATCH nodes", write=True)
-        self._world.k8s_replace("nodes", "", name, merge_patch(current, {"spec": patch}))
+        try:
+            self._world.k8s_replace("nodes", "", name, merge_patch(current, {"spec": patch}))
+        except KubeError as exc:
+            raise _cluster_error(what, exc) from exc
 
     def cordon(self, node_name: str, *, taint: Taint) -> None:
-        self._change_node(node_name, lambda spec: cordon_patch(spec, taint), missing_ok=False)
+        self._change_node(node_name, f"cordon node {node_name}", lambda spec: cordon_patch(spec, taint),
+                          missing_ok=False)
 
     def uncordon(self, node_name: str, *, taint_key: str) -> None:
-        self._change_node(node_name, lambda spec: uncordon_patch(spec, taint_key), missing_ok=True)
+        self._change_node(node_name, f"uncordon node {node_name}", lambda spec: uncordon_patch(spec, taint_key),
+                          missing_ok=True)
 
     def add_taint(self, node_name: str, *, taint: Taint) -> None:
-        self._change_node(node_name, lambda spec: add_taint_patch(spec, taint), missing_ok=True)
+        self._change_node(node_name, f"taint node {node_name}", lambda spec: add_taint_patch(spec, taint),
+                          missing_ok=True)
 
     def remove_taint(self, node_name: str, *, taint_key: str) -> None:
-        self._change_node(node_name, lambda spec: remove_taint_patch(spec, taint_key), missing_ok=True)
+        self._change_node(node_name, f"untaint node {node_name}", lambda spec: remove_taint_patch(spec, taint_key),
+                          missing_ok=True)
 
     def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> EvictionOutcome:
         self._world.count_call("k8s", "CREATE eviction", write=True)
@@ -166,7 +191,7 @@ class WorldCluster:
                 return "blocked"
             if exc.code == 404:
                 return "not_found"
-            raise
+            raise _cluster_error(f"evict pod {namespace}/{name}", exc) from exc
         return "evicted"
 
     def delete_node(self, name: str) -> None:
@@ -175,7 +200,41 @@ class WorldCluster:
             self._world.k8s_delete("nodes", "", name)
         except KubeError as exc:
             if exc.code != 404:
-                raise
+                raise _cluster_error(f"delete node {name}", exc) from exc
+
+
+# cluster-autoscaler's discovery tags, read as VmssCompute reads them (shared/adapters/compute.py, not imported:
+# it would load azure-mgmt-compute into every replay): tag names in any case, as ARM compares them.
+_ENABLED_TAG, _NAME_TAG, _MIN_TAG, _MAX_TAG = "cluster-autoscaler-enabled", "cluster-autoscaler-name", "min", "max"
+
+
+def _tag(tags: Mapping[str, str], name: str) -> str | None:
+    return next((value for key, value in tags.items() if key.lower() == name), None)
+
+
+def _is_ours(tags: Mapping[str, str], cluster_name: str) -> bool:
+    enabled = _tag(tags, _ENABLED_TAG)
+    return enabled is not None and enabled.strip().lower() == "true" and _tag(tags, _NAME_TAG) == cluster_name
+
+
+def _limits(label: str, tags: Mapping[str, str]) -> tuple[int, int] | None:
+    """The (min, max) tags, or None with VmssCompute's warning: that scale set is skipped, not a failed discovery."""
+    values: dict[str, int] = {}
+    for name in (_MIN_TAG, _MAX_TAG):
+        raw = _tag(tags, name)
+        if raw is None:
+            log.warning("scale set %s skipped: tag %r is missing (cluster-autoscaler needs min and max)", label, name)
+            return None
+        try:
+            values[name] = int(raw.strip())
+        except ValueError:
+            log.warning("scale set %s skipped: tag %r is %r, not an integer", label, name, raw)
+            return None
+    low, high = values[_MIN_TAG], values[_MAX_TAG]
+    if low < 0 or low > high:
+        log.warning("scale set %s skipped: tags min=%d max=%d do not make a range 0 <= min <= max", label, low, high)
+        return None
+    return low, high
 
 
 def _operation(op: SimOperation) -> Operation:
@@ -220,6 +279,15 @@ class WorldCompute:
         except ArmError as exc:  # e.g. ResourceNotFound: the port's error, as the real adapter raises it
             raise ComputeError(f"{exc.code}: {exc.message}", code=exc.code) from exc
 
+    def _found(self, resource_group: str, name: str) -> ScaleSetSim | None:
+        """The scale set, or None where ARM answers 404 (the scale set or its resource group is gone)."""
+        try:
+            return self._world.scale_set(self._world.subscription_id, resource_group, name)
+        except ArmError as exc:
+            if exc.status == 404:
+                return None
+            raise ComputeError(f"{exc.code}: {exc.message}", code=exc.code) from exc
+
     @staticmethod
     def _some(verb: str, group: NodeGroup, instance_ids: list[str]) -> list[str]:
         # The ARM call without instance ids means "all of them"; the port means "these", so none is a bug.
@@ -229,10 +297,13 @@ class WorldCompute:
 
     def _as_group(self, sim: ScaleSetSim) -> NodeGroup | None:
         tags = sim.tags
-        if tags.get("cluster-autoscaler-enabled") != "true" or tags.get("cluster-autoscaler-name") != self._cluster_name:
+        if not _is_ours(tags, self._cluster_name):
+            return None
+        limits = _limits(f"{sim.resource_group}/{sim.name}", tags)
+        if limits is None:
             return None
         return NodeGroup(
-            resource_group=sim.resource_group, name=sim.name, min_size=int(tags["min"]), max_size=int(tags["max"]),
+            resource_group=sim.resource_group, name=sim.name, min_size=limits[0], max_size=limits[1],
             capacity=sim.capacity, vm_size=sim.spec.vm_size, tags=dict(tags), zones=sim.spec.zones,
             location=sim.spec.location, provider=self.kind,
         )
@@ -253,12 +324,17 @@ class WorldCompute:
         return groups
 
     def get_node_group(self, group_id: str) -> NodeGroup | None:
-        for rg in self._resource_groups:
-            for sim in self._world.scale_sets(self._world.subscription_id, rg):
-                if make_group_id(sim.resource_group, sim.name) == group_id:
-                    self._arm("get", group=sim)
-                    return self._as_group(sim)
-        return None
+        wanted_rg, _, name = group_id.partition("/")
+        # As VmssCompute: only the configured resource groups, named in any case (ARM's way); names exactly.
+        resource_group = next((rg for rg in self._resource_groups if rg.lower() == wanted_rg.lower()), None)
+        if resource_group is None or not name:
+            return None
+        sim = self._found(resource_group, name)
+        if sim is None:
+            self._world.count_call("arm", OPERATIONS["get"][0], write=False)  # the ARM double counts a 404 too
+            return None
+        self._arm("get", group=sim)
+        return self._as_group(sim)
 
     def list_instances(self, group: NodeGroup) -> list[Instance]:
         """Every instance of the scale set: the high-cost list (the real adapter has it for diagnostics)."""
@@ -267,7 +343,10 @@ class WorldCompute:
         return [Instance(str(i.instance_id), i.state, i.computer_name) for i in self._world.instances(sim)]
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
-        sim = self._sim(group)
+        sim = self._found(group.resource_group, group.name)
+        if sim is None:  # VmssCompute answers None for any 404, the scale set's included
+            self._world.count_call("arm", OPERATIONS["get_vm"][0], write=False)
+            return None
         self._arm("get_vm", group=sim)
         inst = next((i for i in self._world.instances(sim) if str(i.instance_id) == instance_id), None)
         return None if inst is None else Instance(str(inst.instance_id), inst.state, inst.computer_name)
@@ -275,13 +354,19 @@ class WorldCompute:
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
         self._arm("skus")
         return [
-            VmSizeCapacity(name, -(-capacity.cpu_milli // 1000), capacity.memory_bytes, capacity.scalar(_GPU))
+            VmSizeCapacity(name, -(-capacity.cpu_milli // 1000), capacity.memory_bytes, capacity.scalar(_GPU),
+                           # the ARM double's Location restriction, as VmssCompute reads it
+                           restriction="NotAvailableForSubscription" if is_restricted(self._world, name) else "")
             for name, capacity in vm_size_catalogue(self._world).values()
         ]
 
     def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         sim = self._sim(group)
         self._arm("update", group=sim)
+        if capacity > sim.capacity and is_restricted(self._world, sim.spec.vm_size):
+            # As ARM (and its double) answers the PATCH: 409, before any allocation is tried.
+            message = default_scale_up_message("SkuNotAvailable", sim.spec.vm_size, sim.spec.location)
+            raise ComputeError(f"SkuNotAvailable: {message}", code="SkuNotAvailable")
         if capacity > sim.capacity and self._failure_rate and self._rng.random() < self._failure_rate:
             self._world.fail_next_scale_up(sim.name, resource_group=sim.resource_group)
         return self._changed(lambda: self._world.set_capacity(sim, capacity))

@@ -219,13 +219,20 @@ class TableStateStore:
         if entry.etag is None:
             raise ValueError(f"delete_ledger_entry({entry.action_id!r}) needs the etag of the entry it read")
         self._ensure_table()
+        # delete_entity treats 404 as success and raises nothing; the last response's status (read with
+        # azure-core's per-call `raw_response_hook`, called once per attempt) tells a row already gone apart.
+        statuses: list[int] = []
         with storage_errors(f"delete ledger entry {entry.action_id!r}", endpoint=self._endpoint):
             try:
                 self._table.delete_entity(LEDGER_PARTITION, encode_key(entry.action_id), etag=entry.etag,
-                                          match_condition=MatchConditions.IfNotModified)
+                                          match_condition=MatchConditions.IfNotModified,
+                                          raw_response_hook=lambda response: statuses.append(
+                                              response.http_response.status_code))
             except (ResourceModifiedError, ResourceNotFoundError):
-                return False  # changed or gone since it was read: leave it to the next sweep
-        return True
+                return False  # 412: changed since it was read: leave it to the next sweep
+        # 404: deleted since it was read (by another sweeper), which is a change too. When a retry follows a
+        # delete whose answer was lost, this says False for our own delete: the row is gone all the same.
+        return not (statuses and statuses[-1] == 404)
 
     # --- plumbing -------------------------------------------------------------------
 

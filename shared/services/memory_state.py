@@ -17,7 +17,9 @@ class MemoryStateStore:
     """A StateStore in memory; with `base`, an overlay whose writes stay here over that store's reads.
 
     Compare-and-swap holds as in Table storage (etags on group rows and ledger entries,
-    first writer wins a ledger row), so the services' retry loops behave the same.
+    first writer wins a ledger row), so the services' retry loops behave the same; and what
+    TableStateStore refuses as a caller bug (a naive time, a ledger write without the etag it
+    read) raises the same ValueError here. tests/contract/test_state_store.py holds both to it.
     """
 
     def __init__(self, base: StateStore | None = None) -> None:
@@ -38,6 +40,7 @@ class MemoryStateStore:
         return self._base.get_group(group_id) if self._base else GroupState(group_id)
 
     def update_group(self, state: GroupState) -> bool:
+        _check_group_times(state)
         if self.get_group(state.group_id).etag != state.etag:
             return False
         self._groups[state.group_id] = replace(state, etag=self._etag())
@@ -52,6 +55,7 @@ class MemoryStateStore:
         return {node: since for node, since in self._unneeded_map().items() if since is not None}
 
     def set_unneeded(self, node_name: str, since: datetime) -> None:
+        _aware(since, "since")
         self._unneeded_map()[node_name] = since
 
     def clear_unneeded(self, node_name: str) -> None:
@@ -68,6 +72,7 @@ class MemoryStateStore:
         return self._base.get_ledger_entry(action_id) if self._base else None
 
     def create_ledger_entry(self, entry: LedgerEntry) -> bool:
+        _check_ledger_times(entry)
         if self.get_ledger_entry(entry.action_id) is not None:
             return False
         self._deleted.discard(entry.action_id)
@@ -75,6 +80,9 @@ class MemoryStateStore:
         return True
 
     def update_ledger_entry(self, entry: LedgerEntry) -> bool:
+        if entry.etag is None:
+            raise ValueError(f"update_ledger_entry({entry.action_id!r}) needs the etag of the entry it read")
+        _check_ledger_times(entry)
         current = self.get_ledger_entry(entry.action_id)
         if current is None or current.etag != entry.etag:
             return False
@@ -86,13 +94,42 @@ class MemoryStateStore:
         return [e for e in {**base, **self._ledger}.values() if e.action_id not in self._deleted]
 
     def list_finished_ledger(self, *, updated_before: datetime, limit: int) -> list[LedgerEntry]:
+        _aware(updated_before, "updated_before")
         finished = [e for e in self.list_ledger() if e.outcome and e.updated_at < updated_before]
         return sorted(finished, key=lambda e: e.updated_at)[:limit]
 
     def delete_ledger_entry(self, entry: LedgerEntry) -> bool:
+        if entry.etag is None:
+            raise ValueError(f"delete_ledger_entry({entry.action_id!r}) needs the etag of the entry it read")
         current = self.get_ledger_entry(entry.action_id)
         if current is None or current.etag != entry.etag:
             return False
         self._ledger.pop(entry.action_id, None)
         self._deleted.add(entry.action_id)  # hides the base's row too
         return True
+
+
+def _aware(moment: datetime, name: str) -> None:
+    """As TableStateStore: a naive time is ambiguous, and storing it as UTC could shift cooldowns by hours."""
+    if moment.tzinfo is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime, got {moment!r}")
+
+
+def _check_group_times(state: GroupState) -> None:
+    # The times TableStateStore writes: deallocation times only for instances still stopped.
+    for name, moment in (("LastScaleUp", state.last_scale_up), ("LastScaleDown", state.last_scale_down),
+                         ("LastFailure", state.last_failure), ("BackoffUntil", state.backoff_until),
+                         ("ThrottledUntil", state.throttled_until)):
+        if moment is not None:
+            _aware(moment, name)
+    for instance, moment in state.stopped_at.items():
+        if instance in state.stopped:
+            _aware(moment, "StoppedAt")
+    for moment in state.reclaim.values():
+        _aware(moment, "Reclaim")
+
+
+def _check_ledger_times(entry: LedgerEntry) -> None:
+    _aware(entry.updated_at, "updated_at")
+    if entry.faulted_since:
+        _aware(entry.faulted_since, "faulted_since")

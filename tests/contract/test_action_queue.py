@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.actions import RemovalTarget, ScaleDown, ScaleUp, decode_message, new_scale_down, new_scale_down_round
-from tests.contract.sides import QueueSide, diverges
+from tests.contract.sides import QueueSide
 
 T0 = datetime(2030, 1, 7, 9, 0, 0, 250000, tzinfo=UTC)
 TTL = timedelta(minutes=10)
@@ -77,9 +77,14 @@ def test_a_poison_message_goes_to_the_poison_queue_only(queue: QueueSide) -> Non
     assert queue.take_visible() == []
 
 
-@diverges("queue", "MemoryQueue accepts any delay; a storage queue holds a message invisible for 0 to 7 days, "
-                   "and StorageActionQueue refuses anything else with ValueError before sending")
 @pytest.mark.parametrize("delay", [timedelta(seconds=-1), timedelta(days=7, seconds=1)], ids=["negative", "over-7-days"])
 def test_a_delay_no_storage_queue_can_hold_is_refused(queue: QueueSide, delay: timedelta) -> None:
     with pytest.raises(ValueError, match="7 days"):
         queue.port.send(SCALE_UP, delay=delay)
+    assert queue.take_visible() == []  # nothing was sent
+
+
+def test_the_longest_delay_a_storage_queue_holds_is_taken(queue: QueueSide) -> None:
+    queue.port.send(SCALE_UP, delay=timedelta(days=7))
+
+    assert queue.take_visible() == []

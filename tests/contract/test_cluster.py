@@ -12,7 +12,7 @@ import pytest
 from shared.domain import Pod, Taint
 from shared.ports import Cluster, ClusterError
 from tests.contract import worlds
-from tests.contract.sides import Opened, WorldSide, diverges
+from tests.contract.sides import Opened, WorldSide
 
 DRAIN = Taint("ToBeDeletedByClusterAutoscaler", "1700000000", "NoSchedule")
 SOFT = Taint("DeletionCandidateOfClusterAutoscaler", "1700000000", "PreferNoSchedule")
@@ -165,22 +165,20 @@ def test_list_daemonsets(cluster_view: WorldSide[Cluster]) -> None:
     assert (proxy.requests.cpu_milli, proxy.requests.memory_bytes) == (100, 128 * 2**20)
 
 
-# --- divergences -------------------------------------------------------------------------------------------
+# --- refusals: every answer that is no outcome of the port is a ClusterError --------------------------------
 
 
-@diverges("cluster", "WorldCluster.write_config_map lets the world's KubeError (404, namespace not found) escape; "
-                     "KubernetesCluster raises a ClusterError naming the call")
 def test_writing_a_config_map_into_a_missing_namespace_is_a_cluster_error(cluster: WorldSide[Cluster]) -> None:
-    with pytest.raises(ClusterError):
+    with pytest.raises(ClusterError) as caught:
         cluster.port.write_config_map("no-such-namespace", "status", data={"a": "b"}, annotations={})
+    assert "no-such-namespace/status" in str(caught.value) and not caught.value.transient
 
 
-@diverges("cluster", "WorldCluster.evict lets the world's KubeError (500, a pod under two budgets) escape; "
-                     "KubernetesCluster raises a ClusterError, as for every answer that is no eviction outcome")
 def test_evicting_a_pod_under_two_budgets_is_a_cluster_error(cluster: WorldSide[Cluster]) -> None:
     pdbs = [*worlds.SCENARIO["pdbs"], {"name": "everything", "selector": {}, "max_unavailable": 1}]
     side = cluster.variant(worlds.scenario(pdbs=pdbs))
     [web, *_] = named(side.port.list_pods(), "web-")  # under `web` and `everything`
 
-    with pytest.raises(ClusterError):
+    with pytest.raises(ClusterError) as caught:
         side.port.evict(web.namespace, web.name)
+    assert web.name in str(caught.value) and caught.value.transient  # a 500

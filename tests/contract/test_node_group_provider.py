@@ -15,7 +15,7 @@ import pytest
 from shared.domain import UNIFORM_SCALE_SET, NodeGroup
 from shared.ports import ComputeError, NodeGroupProvider, Operation
 from tests.contract import worlds
-from tests.contract.sides import Opened, WorldSide, diverges
+from tests.contract.sides import Opened, WorldSide
 
 GIB = 2**30
 
@@ -192,20 +192,17 @@ def test_list_vm_sizes_describes_the_sizes_of_the_location(provider_view: WorldS
     assert all(not s.restriction for s in sizes.values())
 
 
-# --- divergences -------------------------------------------------------------------------------------------
+# --- what ARM and VmssCompute make of awkward answers and input --------------------------------------------
 
 
-@diverges("provider", "WorldCompute.get_instance raises ComputeError(ResourceNotFound) when the scale set is gone; "
-                      "VmssCompute answers None for any 404, the scale set's included")
 def test_an_instance_of_a_scale_set_that_no_longer_exists_is_none(provider: WorldSide[NodeGroupProvider]) -> None:
     gone = replace(group(provider), name="pool-deleted")
     assert provider.port.get_instance(gone, "0") is None
 
 
-@diverges("provider", "WorldCompute compares group ids exactly; VmssCompute finds a configured resource group "
-                      "case-insensitively, as ARM does")
 def test_a_group_id_names_its_resource_group_in_any_case(provider: WorldSide[NodeGroupProvider]) -> None:
     assert provider.port.get_node_group("RG-CONTRACT/pool-a") == group(provider)
+    assert provider.port.get_node_group("RG-CONTRACT/POOL-A") is None  # scale set names compare exactly
 
 
 _BAD_TAGS = {"resource_group": worlds.RG, "name": "pool-bad", "vm_size": worlds.D2,
@@ -217,16 +214,20 @@ _CASED_TAGS = {**_BAD_TAGS, "name": "pool-cased",
                         "Min": "0", "MAX": "2"}}
 
 
-@diverges("provider", "WorldCompute reads the discovery tags with int() and exact names: a malformed `min` "
-                      "raises ValueError out of list_node_groups; VmssCompute skips that scale set with a warning")
-def test_a_scale_set_with_malformed_limits_is_skipped(provider: WorldSide[NodeGroupProvider]) -> None:
-    side = provider.variant(worlds.with_group(_BAD_TAGS))
+@pytest.mark.parametrize("limits", [
+    pytest.param({"min": "one", "max": "3"}, id="not-an-integer"),
+    pytest.param({"min": "3", "max": "1"}, id="min-over-max"),
+    pytest.param({"min": "-1", "max": "1"}, id="negative"),
+    pytest.param({"min": "0"}, id="no-max"),
+])
+def test_a_scale_set_with_malformed_limits_is_skipped(provider: WorldSide[NodeGroupProvider],
+                                                      limits: dict[str, str]) -> None:
+    tags = {"cluster-autoscaler-enabled": "true", "cluster-autoscaler-name": worlds.CLUSTER, **limits}
+    side = provider.variant(worlds.with_group({**_BAD_TAGS, "tags": tags}))
     assert sorted(g.id for g in side.port.list_node_groups()) == [worlds.POOL_A, worlds.POOL_B]
     assert side.port.get_node_group(f"{worlds.RG}/pool-bad") is None
 
 
-@diverges("provider", "WorldCompute matches tag names and `true` exactly; VmssCompute, as cluster-autoscaler "
-                      "and ARM, compares tag names case-insensitively and the enabled value ignoring case")
 def test_discovery_tags_compare_as_arm_and_cluster_autoscaler_do(provider: WorldSide[NodeGroupProvider]) -> None:
     side = provider.variant(worlds.with_group(_CASED_TAGS))
     cased = side.port.get_node_group(f"{worlds.RG}/pool-cased")
@@ -236,19 +237,20 @@ def test_discovery_tags_compare_as_arm_and_cluster_autoscaler_do(provider: World
 _RESTRICTED = worlds.scenario(restricted_vm_sizes=[worlds.D2])
 
 
-@diverges("provider", "WorldCompute grows a scale set of a size the subscription may not deploy; the ARM double "
-                      "(as ARM) refuses the PATCH with 409 SkuNotAvailable, which VmssCompute raises")
 def test_growing_a_scale_set_of_a_restricted_size_is_refused(provider: WorldSide[NodeGroupProvider]) -> None:
     side = provider.variant(_RESTRICTED)
     pool_b = side.port.get_node_group(worlds.POOL_B)
     assert pool_b is not None
     with pytest.raises(ComputeError) as caught:
         side.port.begin_resize(pool_b, 1)
-    assert caught.value.code == "SkuNotAvailable"
+    assert caught.value.code == "SkuNotAvailable" and not caught.value.transient
+    assert group(side, worlds.POOL_B).capacity == 0
+    # Only growing is refused: a scale set of that size already there may still shrink.
+    manual = replace(group(side), resource_group=worlds.RG, name="pool-manual", vm_size=worlds.D2, capacity=1)
+    done = finished(side, side.port.begin_resize(manual, 0), "get_resize_operation")
+    assert done.status == "Succeeded"
 
 
-@diverges("provider", "WorldCompute.list_vm_sizes never reports a restriction; VmssCompute reads the SKU's "
-                      "Location restriction (NotAvailableForSubscription), which scale-from-zero templates skip")
 def test_a_restricted_vm_size_says_so(provider: WorldSide[NodeGroupProvider]) -> None:
     side = provider.variant(_RESTRICTED)
     sizes = {s.name: s for s in side.port.list_vm_sizes("westeurope")}

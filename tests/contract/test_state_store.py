@@ -9,7 +9,6 @@ import pytest
 
 from shared.domain import GroupState
 from shared.ports import LedgerEntry, StateStore
-from tests.contract.sides import MEMORY, OVERLAY, REAL, diverges
 
 T0 = datetime(2030, 1, 7, 9, 0, 0, 123456, tzinfo=UTC)
 CET = timezone(timedelta(hours=1))
@@ -208,12 +207,6 @@ def test_delete_ledger_entry_is_compare_and_swap_on_the_etag(store: StateStore) 
     assert unstamped(store.get_ledger_entry(read.action_id)) == entry()
 
 
-# --- divergences -------------------------------------------------------------------------------------------
-
-
-@diverges("store", "TableStateStore.delete_ledger_entry returns True for an entry already deleted: "
-                   "azure-data-tables' delete_entity swallows the 404 the adapter means to turn into False",
-          where=(REAL,))
 def test_deleting_a_ledger_entry_already_gone_loses(store: StateStore) -> None:
     assert store.create_ledger_entry(entry(outcome="succeeded"))
     read = store.get_ledger_entry(entry().action_id)
@@ -222,8 +215,9 @@ def test_deleting_a_ledger_entry_already_gone_loses(store: StateStore) -> None:
     assert not store.delete_ledger_entry(read)  # another sweeper got there first: the row changed (it is gone)
 
 
-@diverges("store", "MemoryStateStore returns False for a ledger update or delete without an etag; "
-                   "TableStateStore raises ValueError (a caller bug, not a lost race)", where=(MEMORY, OVERLAY))
+# --- caller bugs: refused, not lost races ------------------------------------------------------------------
+
+
 def test_a_ledger_write_without_the_etag_it_read_is_refused_as_a_bug(store: StateStore) -> None:
     assert store.create_ledger_entry(entry(outcome="succeeded"))
     with pytest.raises(ValueError, match="etag"):
@@ -232,8 +226,6 @@ def test_a_ledger_write_without_the_etag_it_read_is_refused_as_a_bug(store: Stat
         store.delete_ledger_entry(entry(outcome="succeeded"))
 
 
-@diverges("store", "MemoryStateStore stores naive datetimes; TableStateStore refuses them with ValueError "
-                   "(ambiguous times could shift cooldowns by hours)", where=(MEMORY, OVERLAY))
 def test_a_naive_time_is_refused(store: StateStore) -> None:
     naive = datetime(2030, 1, 7, 9, 0)
     with pytest.raises(ValueError, match="timezone-aware"):
@@ -242,3 +234,28 @@ def test_a_naive_time_is_refused(store: StateStore) -> None:
         store.set_unneeded("pool-a000000", naive)
     with pytest.raises(ValueError, match="timezone-aware"):
         store.create_ledger_entry(replace(entry(), updated_at=naive))
+
+
+@pytest.mark.parametrize("naive_state", [
+    pytest.param(GroupState(GROUP, backoff_until=datetime(2030, 1, 7, 9, 0)), id="backoff-until"),
+    pytest.param(GroupState(GROUP, reclaim={"pool-a000001": datetime(2030, 1, 7, 9, 0)}), id="reclaim"),
+    pytest.param(GroupState(GROUP, stopped=frozenset({"3"}), stopped_at={"3": datetime(2030, 1, 7, 9, 0)}),
+                 id="stopped-at"),
+])
+def test_a_naive_time_anywhere_in_a_group_is_refused_and_nothing_written(store: StateStore,
+                                                                          naive_state: GroupState) -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        store.update_group(naive_state)
+    assert store.get_group(GROUP) == GroupState(GROUP)
+
+
+def test_a_naive_time_in_a_ledger_write_or_query_is_refused(store: StateStore) -> None:
+    naive = datetime(2030, 1, 7, 9, 0)
+    assert store.create_ledger_entry(entry())
+    read = store.get_ledger_entry(entry().action_id)
+    assert read is not None
+    with pytest.raises(ValueError, match="timezone-aware"):
+        store.update_ledger_entry(replace(read, faulted_since=naive))
+    with pytest.raises(ValueError, match="timezone-aware"):
+        store.list_finished_ledger(updated_before=naive, limit=10)
+    assert store.update_ledger_entry(replace(read, status="done"))  # `read`'s etag still holds: nothing was written
