@@ -13,7 +13,7 @@ demo: bootstrap
 	$(PY) -m devtools.demo --scenario $(SCENARIO) $(if $(SPEED),--speed $(SPEED))
 
 test: bootstrap
-	$(PY) -m pytest --durations=20
+	$(PY) -m pytest -n auto --dist loadfile --durations=20
 
 # Figures, not assertions: trace replays of every policy, the engine at scale, cold start (docs/benchmarks.md).
 bench: bootstrap

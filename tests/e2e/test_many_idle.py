@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from devtools.demo import run_scenario
+from tests.e2e.invariants import INVARIANTS, Invariant, Promises, Run, groups, invariant_id, run_scenario
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 POOLS = {"pool-old": (40, "3h"), "pool-mid": (30, "1h"), "pool-new": (20, "0s")}
 SLOTS, TICK_S = 10, 60  # MAX_SCALE_DOWN_PARALLELISM; the utilisation poll's schedule
+NEWEST = "rg-sandbox-nodes/pool-new"
+
+PROMISES = Promises(scale_up_for=())  # every node holds one Job at the start, then goes idle: nothing to add
 
 
 @pytest.fixture(scope="module")
-def summary(tmp_path_factory: pytest.TempPathFactory, azurite: str) -> dict[str, Any]:
+def run(tmp_path_factory: pytest.TempPathFactory, azurite: str) -> Run:
     scenario = json.loads((ROOT / "sandbox" / "scenarios" / "many-idle.json").read_text())
     template = scenario["node_groups"][0]
     scenario["name"] = "many-idle-90"
@@ -33,33 +35,33 @@ def summary(tmp_path_factory: pytest.TempPathFactory, azurite: str) -> dict[str,
     out = tmp_path_factory.mktemp("many-idle")
     path = out / "many-idle-90.json"
     path.write_text(json.dumps(scenario))
-    return run_scenario(str(path), out_dir=out, speed=10, live=False, wall_timeout=420)
+    # The scenario keeps many-idle's expect_at_most (removal_lag_s.max <= 900, nothing evicted or killed),
+    # which the `converged` invariant checks.
+    return run_scenario(str(path), out, PROMISES, speed=10, wall_timeout=420)
 
 
-def test_every_idle_node_goes_once_and_every_pool_ends_at_its_minimum(summary: dict[str, Any]) -> None:
-    assert summary["converged"], summary["nodes_by_group_at_end"]
-    assert set(summary["nodes_by_group_at_end"].values()) == {2}
-    assert summary["running_pods_evicted"] == 0
-    deletes = summary["deletes_by_instance"]
-    assert len(deletes) == sum(count for count, _ in POOLS.values()) - 2 * len(POOLS)
-    assert set(deletes.values()) == {1}  # never deleted twice
+@pytest.mark.parametrize("invariant", INVARIANTS, ids=invariant_id)
+def test_many_idle_invariants(run: Run, invariant: Invariant) -> None:
+    """Converged with every pool at its minimum and the expect_at_most bounds met, every idle node above the
+    minimums deleted exactly once, nothing evicted or killed, no scale-up (tests/e2e/invariants.py)."""
+    invariant(run)
 
 
-def test_freed_slots_go_out_between_ticks(summary: dict[str, Any]) -> None:
+def test_freed_slots_go_out_between_ticks(run: Run) -> None:
     """With one handout per tick, 84 nodes at 10 a tick would take the last one 8 ticks past due; rounds
     hand out the slots again as soon as deletes are committed."""
-    lag = summary["removal_lag_s"]
+    lag = run.summary["removal_lag_s"]
     handouts = -(-lag["nodes"] // SLOTS)
     assert lag["max"] < (handouts - 1) * TICK_S * 0.75, lag
 
 
-def test_no_pool_waits_behind_the_others(summary: dict[str, Any]) -> None:
+def test_no_pool_waits_behind_the_others(run: Run) -> None:
     """Slots go to the pools in turn: each pool's last node is as timely as the cluster's, not starved
     while an older pool's nodes take every slot (sorted oldest first, pool-new would wait for all 70)."""
-    lag = summary["removal_lag_s"]
-    by_group = summary["removal_lag_s_by_group"]
-    assert set(by_group) == {f"rg-sandbox-nodes/{pool}" for pool in POOLS}
-    newest = by_group["rg-sandbox-nodes/pool-new"]
-    assert newest["nodes"] == POOLS["pool-new"][0] - 2
+    lag = run.summary["removal_lag_s"]
+    by_group = run.summary["removal_lag_s_by_group"]
+    assert set(by_group) == set(groups(run)), by_group
+    newest, spec = by_group[NEWEST], groups(run)[NEWEST]
+    assert newest["nodes"] == spec.initial - spec.min_size, newest  # every idle node of it went while empty
     # Oldest first across pools, pool-new's first node would wait for the other pools' 66.
     assert newest["p50"] < lag["max"] * 0.75, by_group
