@@ -36,6 +36,7 @@ from shared.adapters.kubernetes import (
     remove_taint_patch,
     uncordon_patch,
 )
+from shared import discovery_tags
 from shared.domain import UNIFORM_SCALE_SET, DaemonSet, DisruptionBudget, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
 from shared.ports import ClusterError, ComputeError, EvictionOutcome, Operation
 
@@ -203,38 +204,13 @@ class WorldCluster:
                 raise _cluster_error(f"delete node {name}", exc) from exc
 
 
-# cluster-autoscaler's discovery tags, read as VmssCompute reads them (shared/adapters/compute.py, not imported:
-# it would load azure-mgmt-compute into every replay): tag names in any case, as ARM compares them.
-_ENABLED_TAG, _NAME_TAG, _MIN_TAG, _MAX_TAG = "cluster-autoscaler-enabled", "cluster-autoscaler-name", "min", "max"
-
-
-def _tag(tags: Mapping[str, str], name: str) -> str | None:
-    return next((value for key, value in tags.items() if key.lower() == name), None)
-
-
-def _is_ours(tags: Mapping[str, str], cluster_name: str) -> bool:
-    enabled = _tag(tags, _ENABLED_TAG)
-    return enabled is not None and enabled.strip().lower() == "true" and _tag(tags, _NAME_TAG) == cluster_name
-
-
 def _limits(label: str, tags: Mapping[str, str]) -> tuple[int, int] | None:
     """The (min, max) tags, or None with VmssCompute's warning: that scale set is skipped, not a failed discovery."""
-    values: dict[str, int] = {}
-    for name in (_MIN_TAG, _MAX_TAG):
-        raw = _tag(tags, name)
-        if raw is None:
-            log.warning("scale set %s skipped: tag %r is missing (cluster-autoscaler needs min and max)", label, name)
-            return None
-        try:
-            values[name] = int(raw.strip())
-        except ValueError:
-            log.warning("scale set %s skipped: tag %r is %r, not an integer", label, name, raw)
-            return None
-    low, high = values[_MIN_TAG], values[_MAX_TAG]
-    if low < 0 or low > high:
-        log.warning("scale set %s skipped: tags min=%d max=%d do not make a range 0 <= min <= max", label, low, high)
+    found = discovery_tags.limits(tags)
+    if isinstance(found, str):
+        log.warning("scale set %s skipped: %s", label, found)
         return None
-    return low, high
+    return found
 
 
 def _operation(op: SimOperation) -> Operation:
@@ -297,7 +273,7 @@ class WorldCompute:
 
     def _as_group(self, sim: ScaleSetSim) -> NodeGroup | None:
         tags = sim.tags
-        if not _is_ours(tags, self._cluster_name):
+        if not discovery_tags.is_ours(tags, self._cluster_name):
             return None
         limits = _limits(f"{sim.resource_group}/{sim.name}", tags)
         if limits is None:

@@ -57,6 +57,7 @@ from azure.mgmt.compute.models import (
 from azure.mgmt.core.polling.arm_polling import ARMPolling
 
 from shared.adapters.arm_telemetry import ArmTelemetryPolicy
+from shared import discovery_tags
 from shared.domain import UNIFORM_SCALE_SET, Instance, NodeGroup, VmSizeCapacity
 from shared.domain import group_id as make_group_id
 from shared.ports import ComputeError, Operation
@@ -68,11 +69,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# cluster-autoscaler's auto-discovery tags (--node-group-auto-discovery=label:...).
-ENABLED_TAG: Final = "cluster-autoscaler-enabled"
-NAME_TAG: Final = "cluster-autoscaler-name"
-MIN_TAG: Final = "min"
-MAX_TAG: Final = "max"
+# cluster-autoscaler's auto-discovery tags (--node-group-auto-discovery=label:...): shared.discovery_tags.
+ENABLED_TAG, NAME_TAG, MIN_TAG, MAX_TAG = (discovery_tags.ENABLED_TAG, discovery_tags.NAME_TAG,
+                                           discovery_tags.MIN_TAG, discovery_tags.MAX_TAG)
 
 DEFAULT_RETRY_AFTER: Final = 10.0  # seconds, when ARM throttles without saying for how long
 _MAX_RETRY_AFTER_HONOURED: Final = 2.0  # longer server-requested waits are the caller's business
@@ -272,34 +271,13 @@ def _port_status(status: object) -> OperationStatus:
 # --- Scale set conversion -----------------------------------------------------------
 
 
-def _tag(tags: Mapping[str, str], name: str) -> str | None:
-    # ARM tag names are case-insensitive; values are not.
-    return next((value for key, value in tags.items() if key.lower() == name), None)
-
-
-def _is_ours(tags: Mapping[str, str], cluster_name: str) -> bool:
-    enabled = _tag(tags, ENABLED_TAG)
-    return enabled is not None and enabled.strip().lower() == "true" and _tag(tags, NAME_TAG) == cluster_name
-
-
 def _limits(label: str, tags: Mapping[str, str]) -> tuple[int, int] | None:
     """The (min, max) tags of a scale set, or None with a warning naming what is wrong."""
-    values: dict[str, int] = {}
-    for name in (MIN_TAG, MAX_TAG):
-        raw = _tag(tags, name)
-        if raw is None:
-            log.warning("scale set %s skipped: tag %r is missing (cluster-autoscaler needs min and max)", label, name)
-            return None
-        try:
-            values[name] = int(raw.strip())
-        except ValueError:
-            log.warning("scale set %s skipped: tag %r is %r, not an integer", label, name, raw)
-            return None
-    low, high = values[MIN_TAG], values[MAX_TAG]
-    if low < 0 or low > high:
-        log.warning("scale set %s skipped: tags min=%d max=%d do not make a range 0 <= min <= max", label, low, high)
+    found = discovery_tags.limits(tags)
+    if isinstance(found, str):
+        log.warning("scale set %s skipped: %s", label, found)
         return None
-    return low, high
+    return found
 
 
 def _instance(vm: VirtualMachineScaleSetVM) -> Instance:
@@ -499,7 +477,7 @@ class VmssCompute:
     def _as_group(self, resource_group: str, vmss: VirtualMachineScaleSet) -> NodeGroup | None:
         """The node group of a scale set tagged for this cluster, without instances; None otherwise."""
         tags = dict(vmss.tags or {})
-        if not _is_ours(tags, self._cluster_name):
+        if not discovery_tags.is_ours(tags, self._cluster_name):
             return None
         label = f"{resource_group}/{vmss.name}"
         if _text(vmss.orchestration_mode).lower() == "flexible":

@@ -1,0 +1,44 @@
+"""cluster-autoscaler's auto-discovery tags on a node group: whether it is this cluster's, and its limits.
+
+Pure module: reading tags, no I/O and no side effects (callers log what they skip and why). Every backend's
+discovery and the replay's simulated provider read the tags the same way, through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+# cluster-autoscaler's auto-discovery tags (--node-group-auto-discovery=label:...).
+ENABLED_TAG: Final = "cluster-autoscaler-enabled"
+NAME_TAG: Final = "cluster-autoscaler-name"
+MIN_TAG: Final = "min"
+MAX_TAG: Final = "max"
+
+
+def tag(tags: Mapping[str, str], name: str) -> str | None:
+    """The value of tag `name` (lower case); ARM tag names are case-insensitive, values are not."""
+    return next((value for key, value in tags.items() if key.lower() == name), None)
+
+
+def is_ours(tags: Mapping[str, str], cluster_name: str) -> bool:
+    """Tagged `cluster-autoscaler-enabled=true` (any case) and `cluster-autoscaler-name=<cluster_name>`."""
+    enabled = tag(tags, ENABLED_TAG)
+    return enabled is not None and enabled.strip().lower() == "true" and tag(tags, NAME_TAG) == cluster_name
+
+
+def limits(tags: Mapping[str, str]) -> tuple[int, int] | str:
+    """The (min, max) tags, or why they are not a usable range (the group is then skipped, not fatal)."""
+    values: dict[str, int] = {}
+    for name in (MIN_TAG, MAX_TAG):
+        raw = tag(tags, name)
+        if raw is None:
+            return f"tag {name!r} is missing (cluster-autoscaler needs min and max)"
+        try:
+            values[name] = int(raw.strip())
+        except ValueError:
+            return f"tag {name!r} is {raw!r}, not an integer"
+    low, high = values[MIN_TAG], values[MAX_TAG]
+    if low < 0 or low > high:
+        return f"tags min={low} max={high} do not make a range 0 <= min <= max"
+    return low, high
