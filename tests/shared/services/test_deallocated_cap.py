@@ -1,4 +1,4 @@
-"""SCALE_DOWN_DEALLOCATED_MAX against the sandbox and Azurite: beyond the cap, the oldest stopped instances are deleted."""
+"""SCALE_DOWN_DEALLOCATED_MAX, on both apps of test_executor.py: beyond the cap, the oldest stopped instances are deleted."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from shared.ports import ComputeError
 from shared.services.deallocated import enforce_deallocated_max
-from tests.shared.services.test_executor import GROUP, App, make_app, scale_down, walk
+from tests.shared.services.test_executor import (  # noqa: F401 (make: fixture)
+    GROUP, App, MakeApp, make, scale_down, walk)
 
 TAG = "k8s.io_cluster-autoscaler_node-template_autoscaling-options_scaledowndeallocatedmax"
 
@@ -19,14 +20,11 @@ def _instance(app: App, node: str) -> str:
 
 
 def _arm(app: App) -> dict[str, Any]:
-    return app.server.world.report()["api_calls"]["breakdown"]["arm"]
+    return app.arm()
 
 
-def test_beyond_the_cap_the_instance_deallocated_longest_ago_is_deleted(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name,
-                   settings={"SCALE_DOWN_MODE": "deallocate", "SCALE_DOWN_DEALLOCATED_MAX": "1"})
+def test_beyond_the_cap_the_instance_deallocated_longest_ago_is_deleted(make: MakeApp) -> None:
+    app = make(settings={"SCALE_DOWN_MODE": "deallocate", "SCALE_DOWN_DEALLOCATED_MAX": "1"})
     _, (first, second) = app.busy_and_idle()
     old, new = _instance(app, first), _instance(app, second)
     assert walk(app, scale_down(app, first), step_seconds=30)[-1] == "succeeded"
@@ -51,11 +49,8 @@ def test_beyond_the_cap_the_instance_deallocated_longest_ago_is_deleted(
     assert _arm(app)["instances_deleted"] == {f"pool/{old}": 1}
 
 
-def test_a_cap_of_zero_on_the_scale_set_makes_its_scale_down_delete(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, settings={"SCALE_DOWN_MODE": "deallocate"},
-                   tags={TAG: "0"})
+def test_a_cap_of_zero_on_the_scale_set_makes_its_scale_down_delete(make: MakeApp) -> None:
+    app = make(settings={"SCALE_DOWN_MODE": "deallocate"}, tags={TAG: "0"})
     _, idle = app.busy_and_idle()
     instance = _instance(app, idle[0])
     assert walk(app, scale_down(app, idle[0]), step_seconds=30)[-1] == "succeeded"
@@ -64,12 +59,9 @@ def test_a_cap_of_zero_on_the_scale_set_makes_its_scale_down_delete(
     assert app.context.ports.state.get_group(GROUP).stopped == frozenset()
 
 
-def test_a_crash_after_the_delete_call_is_repaired_without_a_second_delete(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
+def test_a_crash_after_the_delete_call_is_repaired_without_a_second_delete(make: MakeApp) -> None:
     """The row still lists an instance whose delete ARM accepted: the step crashed before forgetting it."""
-    app = make_app(sandbox_factory, azurite, table_name, queue_name,
-                   settings={"SCALE_DOWN_MODE": "deallocate", "SCALE_DOWN_DEALLOCATED_MAX": "2"})
+    app = make(settings={"SCALE_DOWN_MODE": "deallocate", "SCALE_DOWN_DEALLOCATED_MAX": "2"})
     _, (first, second) = app.busy_and_idle()
     old, new = _instance(app, first), _instance(app, second)
     assert walk(app, scale_down(app, first), step_seconds=30)[-1] == "succeeded"
@@ -88,10 +80,9 @@ def test_a_crash_after_the_delete_call_is_repaired_without_a_second_delete(
 
 
 def test_a_delete_arm_refuses_leaves_the_removal_succeeded_and_the_list_as_it_was(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+    make: MakeApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name,
-                   settings={"SCALE_DOWN_MODE": "deallocate", "SCALE_DOWN_DEALLOCATED_MAX": "1"})
+    app = make(settings={"SCALE_DOWN_MODE": "deallocate", "SCALE_DOWN_DEALLOCATED_MAX": "1"})
     _, (first, second) = app.busy_and_idle()
     old, new = _instance(app, first), _instance(app, second)
     assert walk(app, scale_down(app, first), step_seconds=30)[-1] == "succeeded"

@@ -1,8 +1,7 @@
-"""DRY_RUN=true against the sandbox and Azurite: every decision is made, logged and recorded; nothing changes."""
+"""DRY_RUN=true, on both apps of test_executor.py: every decision is made, logged and recorded; nothing changes."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -10,20 +9,20 @@ import pytest
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from shared.services.utilization import run_utilization_poll
-from tests.shared.services.test_executor import GROUP, App, make_app, scale_down, scale_up
+from tests.shared.services.test_executor import (  # noqa: F401 (make: fixture)
+    GROUP, App, MakeApp, make, scale_down, scale_up)
 
 WRITES = ("PATCH virtualMachineScaleSets", "POST delete", "POST deallocate", "POST start",
           "PUT virtualMachineScaleSets")
 
 
 @pytest.fixture
-def dry(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str) -> App:
-    return make_app(sandbox_factory, azurite, table_name, queue_name,
-                    settings={"DRY_RUN": "true", "SCALE_DOWN_UNNEEDED_TIME": "0s", "SCALE_DOWN_DELAY_AFTER_ADD": "0s"})
+def dry(make: MakeApp) -> App:
+    return make(settings={"DRY_RUN": "true", "SCALE_DOWN_UNNEEDED_TIME": "0s", "SCALE_DOWN_DELAY_AFTER_ADD": "0s"})
 
 
 def _no_cluster_writes(app: App) -> None:
-    k8s = app.server.world.report()["api_calls"]["breakdown"]["k8s"]
+    k8s = app.world.report()["api_calls"]["breakdown"]["k8s"]
     written = {op: n for op, n in k8s.items() if op.split()[0] in ("PATCH", "UPDATE", "DELETE", "POST")
                or op.startswith("CREATE configmaps")}
     assert written == {}, written
@@ -72,9 +71,4 @@ def test_dry_polls_decide_and_enqueue_but_leave_the_cluster_alone(dry: App) -> N
 
 def _drain(app: App) -> list[dict[str, Any]]:
     """Every queued message's text, removed from the queue."""
-    queue = app.context.ports.queue
-    taken = []
-    for message in queue.receive(32, visibility_timeout=timedelta(seconds=30)):  # type: ignore[attr-defined]
-        taken.append({"text": message.body_text})
-        queue.delete(message)  # type: ignore[attr-defined]
-    return taken
+    return [{"text": text} for text in app.take_queued()]

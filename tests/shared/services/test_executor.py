@@ -1,28 +1,36 @@
-"""The executor and the polls against real parts: Azurite for state and queue, the sandbox for cluster and ARM."""
+"""The executor and the polls, on both apps: `real` (Azurite for state and queue, the sandbox server over HTTPS
+for cluster and ARM) and `memory` (the same services on in-memory ports over an in-process world,
+tests/memory_app.py). Tests about what only the real adapters do (faults injected into the sandbox server's
+HTTP answers) take `real_app` and say why."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 import pytest
 
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
+from sandbox.world import World
 from shared.actions import RemovalTarget, ScaleDownRound, encode_action, encode_message, new_scale_down, new_scale_up
+from shared.adapters.kube_events import COMPONENT
 from shared.context import AppContext, build_context
-from shared.ports import ClusterError, LedgerEntry
+from shared.ports import ClusterError, ClusterEvent, LedgerEntry
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from shared.services.reconcile import orphan_after, reserve_decided
 from shared.services.rounds import ROUND_ROW
 from shared.services.utilization import run_utilization_poll
 from tests.fixtures.sandbox import SANDBOX_START
+from tests.memory_app import memory_app
 
 GROUP = "rg-exec/pool"
 TTL = timedelta(minutes=5)
+REAL, MEMORY = "real", "memory"
 
 SCENARIO: dict[str, Any] = {
     "name": "executor",
@@ -44,12 +52,67 @@ SCENARIO: dict[str, Any] = {
     ],
 }
 
+# Settings both apps run with: no waiting inside a step, so each step's follow-up is visible at once.
+BASE_SETTINGS = {"ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s", "BATCH_CHECK_INTERVAL": "0s"}
+
+
+class Inspect(Protocol):
+    """What a test reads besides the ports; each app's own way (tests/memory_app.py's MemoryApp is one)."""
+
+    def queued(self) -> list[str]: ...  # the texts visible now, left on the queue
+
+    def take_queued(self) -> list[str]: ...  # the same, taken off it
+
+    def clear_queue(self) -> None: ...  # every message, delayed ones included
+
+    def poison(self) -> list[str]: ...
+
+    def events(self) -> list[ClusterEvent]: ...  # the Kubernetes Events the app wrote
+
+
+class RealInspect:
+    """`Inspect` over Azurite's queue and the sandbox server's Event objects."""
+
+    def __init__(self, context: AppContext, server: SandboxServer) -> None:
+        self._queue: Any = context.ports.queue  # StorageActionQueue: its development helpers
+        self._server = server
+
+    def queued(self) -> list[str]:
+        return self._queue.peek()
+
+    def take_queued(self) -> list[str]:
+        taken = []
+        for message in self._queue.receive(32, visibility_timeout=timedelta(seconds=30)):
+            taken.append(message.body_text)
+            self._queue.delete(message)
+        return taken
+
+    def clear_queue(self) -> None:
+        self._queue.clear()
+
+    def poison(self) -> list[str]:
+        with self._queue.poison() as poison:
+            return poison.peek()
+
+    def events(self) -> list[ClusterEvent]:
+        return [
+            ClusterEvent(namespace=e["metadata"]["namespace"], kind=e["involvedObject"]["kind"],
+                         name=e["involvedObject"]["name"], uid=e["involvedObject"].get("uid", ""), reason=e["reason"],
+                         message=e["message"], at=datetime.fromisoformat(e["firstTimestamp"].replace("Z", "+00:00")),
+                         type=e["type"])
+            for e in sorted(self._server.world.k8s_list("events"), key=lambda e: e["metadata"]["resourceVersion"])
+            if (e.get("source") or {}).get("component") == COMPONENT
+        ]
+
 
 @dataclass
 class App:
+    kind: str  # REAL or MEMORY
     context: AppContext
-    server: SandboxServer
     clock: ManualClock
+    world: World  # to arrange what no port call can (an allocation failure) and read the sandbox's report
+    inspect: Inspect
+    server: SandboxServer | None = None  # the real app's sandbox server
 
     @property
     def executor(self) -> Executor:
@@ -59,10 +122,19 @@ class App:
         return self.executor.execute(text, now=self.clock.now())
 
     def poison(self) -> list[str]:
-        return self.context.ports.queue.poison().peek()  # type: ignore[attr-defined]
+        return self.inspect.poison()
 
     def queued(self) -> list[dict[str, Any]]:
-        return [json.loads(text) for text in self.context.ports.queue.peek()]  # type: ignore[attr-defined]
+        return [json.loads(text) for text in self.inspect.queued()]
+
+    def take_queued(self) -> list[str]:
+        return self.inspect.take_queued()
+
+    def clear_queue(self) -> None:
+        self.inspect.clear_queue()
+
+    def events(self, namespace: str | None = None) -> list[ClusterEvent]:
+        return [e for e in self.inspect.events() if namespace is None or e.namespace == namespace]
 
     def node_names(self) -> list[str]:
         return sorted(n.name for n in self.context.ports.cluster.list_nodes())
@@ -78,25 +150,64 @@ class App:
         assert found is not None
         return found.provider_id
 
+    def arm(self) -> dict[str, Any]:
+        """The world's count of ARM calls by operation, with the instances deleted, deallocated and started."""
+        return dict(self.world.report()["api_calls"]["breakdown"]["arm"])
+
     def arm_calls(self, operation: str) -> int:
-        return int(self.server.world.report()["api_calls"]["breakdown"]["arm"].get(operation, 0))
+        return int(self.arm().get(operation, 0))
+
+
+def _scenario(workloads: tuple[dict[str, Any], ...], group: dict[str, Any]) -> dict[str, Any]:
+    return {**SCENARIO, "node_groups": [{**SCENARIO["node_groups"][0], **group}],
+            "workloads": [*SCENARIO["workloads"], *workloads]}
 
 
 def make_app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str, *,
              workloads: tuple[dict[str, Any], ...] = (), settings: dict[str, str] | None = None, **group: Any) -> App:
+    """The real app: the sandbox server over HTTPS and Azurite, through the SDK adapters shared.context builds."""
     clock = ManualClock(SANDBOX_START)
-    scenario = {**SCENARIO, "node_groups": [{**SCENARIO["node_groups"][0], **group}],
-                "workloads": [*SCENARIO["workloads"], *workloads]}
-    server = sandbox_factory(scenario, clock=clock)
+    server = sandbox_factory(_scenario(workloads, group), clock=clock)
     clock.advance(5)  # let the scheduler place the workload
     env = {**server.env(), "AzureWebJobsStorage": azurite, "STATE_TABLE": table_name,
-           "SCALE_ACTIONS_QUEUE": queue_name, "ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s", "BATCH_CHECK_INTERVAL": "0s",
-           **(settings or {})}
-    return App(build_context(env, clock=clock), server, clock)
+           "SCALE_ACTIONS_QUEUE": queue_name, **BASE_SETTINGS, **(settings or {})}
+    context = build_context(env, clock=clock)
+    return App(REAL, context, clock, server.world, RealInspect(context, server), server)
+
+
+def make_memory_app(*, workloads: tuple[dict[str, Any], ...] = (), settings: dict[str, str] | None = None,
+                    **group: Any) -> App:
+    """The same app on in-memory ports over an in-process world of the same scenario (tests/memory_app.py)."""
+    built = memory_app(_scenario(workloads, group), settings={**BASE_SETTINGS, **(settings or {})})
+    built.clock.advance(5)  # let the scheduler place the workload
+    return App(MEMORY, AppContext(built.settings, built.ports), built.clock, built.world, built)
+
+
+MakeApp = Callable[..., App]
+
+
+@pytest.fixture(params=[REAL, MEMORY])
+def make(request: pytest.FixtureRequest) -> MakeApp:
+    """Builds the app of this test's kind (`make(workloads=..., settings=..., **group)`), once per test.
+
+    Azurite and a sandbox server start only for `real`.
+    """
+    if request.param == MEMORY:
+        return make_memory_app
+    factory, azurite, table, queue = (request.getfixturevalue(name)
+                                      for name in ("sandbox_factory", "azurite", "table_name", "queue_name"))
+    return lambda **kwargs: make_app(factory, azurite, table, queue, **kwargs)
 
 
 @pytest.fixture
-def app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str) -> App:
+def app(make: MakeApp) -> App:
+    return make()
+
+
+@pytest.fixture
+def real_app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str) -> App:
+    """The real app only: for tests that inject faults into the sandbox server's HTTP answers (a 5xx, a 429, a
+    refused PATCH), which the in-process ports never see."""
     return make_app(sandbox_factory, azurite, table_name, queue_name)
 
 
@@ -131,9 +242,9 @@ POISONED = [
 ]
 
 
-@pytest.mark.parametrize("case_id,make,reason", POISONED, ids=[c[0] for c in POISONED])
-def test_bad_messages_are_rejected_to_poison_and_never_executed(app: App, case_id: str, make: Any, reason: str) -> None:
-    text = make(app)
+@pytest.mark.parametrize("case_id,build,reason", POISONED, ids=[c[0] for c in POISONED])
+def test_bad_messages_are_rejected_to_poison_and_never_executed(app: App, case_id: str, build: Any, reason: str) -> None:
+    text = build(app)
     result = app.run(text)
     assert result.outcome == "rejected"
     assert reason in result.detail
@@ -198,19 +309,17 @@ def test_scale_down_walks_every_step_and_deletes_that_instance_once(app: App) ->
         if outcomes[-1] not in ("waiting",):
             break
         [text] = [json.dumps(m) for m in app.queued()]
-        app.context.ports.queue.clear()  # type: ignore[attr-defined]
+        app.clear_queue()
         app.clock.advance(30)
     assert outcomes[-1] == "succeeded", outcomes
     assert target not in app.node_names()
-    assert app.server.world.report()["api_calls"]["breakdown"]["arm"]["instances_deleted"] == {f"pool/{instance}": 1}
+    assert app.arm()["instances_deleted"] == {f"pool/{instance}": 1}
     state = app.context.ports.state.get_group(GROUP)
     assert state.removing == {} and state.last_scale_down is not None
 
 
-def test_scale_down_never_goes_below_min_counting_removals_in_flight(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, min=2)
+def test_scale_down_never_goes_below_min_counting_removals_in_flight(make: MakeApp) -> None:
+    app = make(min=2)
     _, idle = app.busy_and_idle()
     assert app.run(scale_down(app, idle[0])).outcome == "waiting"  # 3 -> 2 nodes: allowed
     second = app.run(scale_down(app, idle[1]))  # 2 -> 1 while the first is in flight: refused
@@ -220,12 +329,10 @@ def test_scale_down_never_goes_below_min_counting_removals_in_flight(
     assert node is not None and not node.unschedulable
 
 
-def test_a_node_turned_down_before_its_cordon_keeps_its_unneeded_clock(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
+def test_a_node_turned_down_before_its_cordon_keeps_its_unneeded_clock(make: MakeApp) -> None:
     """Refused for a group rule, never cordoned: the node is as unneeded as before, so the next round may take
     it as soon as the rule allows, not SCALE_DOWN_UNNEEDED_TIME later."""
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, min=2)
+    app = make(min=2)
     state = app.context.ports.state
     _, idle = app.busy_and_idle()
     since = app.clock.now() - timedelta(minutes=20)
@@ -250,7 +357,7 @@ def walk(app: App, text: str, *, step_seconds: float, limit: int = 200) -> list[
         if result.outcome != "waiting":
             break
         [text] = [json.dumps(m) for m in app.queued()]
-        app.context.ports.queue.clear()  # type: ignore[attr-defined]
+        app.clear_queue()
         app.clock.advance(step_seconds)
     return outcomes
 
@@ -264,36 +371,28 @@ def _node_of(app: App, prefix: str) -> str:
     return next(p.node_name for p in app.context.ports.cluster.list_pods() if p.name.startswith(prefix) and p.node_name)
 
 
-def test_a_drain_waits_for_batch_pods_and_evicts_only_the_movable_ones(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("20m"),))
+def test_a_drain_waits_for_batch_pods_and_evicts_only_the_movable_ones(make: MakeApp) -> None:
+    app = make(workloads=(_render("20m"),))
     node = _node_of(app, "render")
     outcomes = walk(app, scale_down(app, node), step_seconds=60)
     assert outcomes[-1] == "succeeded", outcomes
     assert "waiting for 1 batch pod(s)" in outcomes
-    report = app.server.world.report()
+    report = app.world.report()
     assert report["running_pods_evicted"] == 0
     assert node not in app.node_names()
 
 
-def test_batch_drain_timeout_evicts_what_is_left(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("2h"),),
-                   settings={"BATCH_DRAIN_TIMEOUT": "5m"})
+def test_batch_drain_timeout_evicts_what_is_left(make: MakeApp) -> None:
+    app = make(workloads=(_render("2h"),), settings={"BATCH_DRAIN_TIMEOUT": "5m"})
     node = _node_of(app, "render")
     outcomes = walk(app, scale_down(app, node), step_seconds=60)
     assert outcomes[-1] == "succeeded", outcomes
     assert len([o for o in outcomes if "batch" in o]) <= 6  # about 5 minutes of one-minute looks
-    assert app.server.world.report()["running_pods_evicted"] == 1
+    assert app.world.report()["running_pods_evicted"] == 1
 
 
-def test_batch_protection_off_evicts_job_pods_at_once(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("2h"),),
-                   settings={"BATCH_PROTECTION": "false"})
+def test_batch_protection_off_evicts_job_pods_at_once(make: MakeApp) -> None:
+    app = make(workloads=(_render("2h"),), settings={"BATCH_PROTECTION": "false"})
     node = _node_of(app, "render")
     outcomes = walk(app, scale_down(app, node), step_seconds=30)
     assert outcomes[-1] == "succeeded", outcomes
@@ -302,13 +401,15 @@ def test_batch_protection_off_evicts_job_pods_at_once(
 
 # -- polls -----------------------------------------------------------------------------------------------
 
-def test_kubernetes_500_means_no_scale_down_in_that_tick(app: App) -> None:
+def test_kubernetes_500_means_no_scale_down_in_that_tick(real_app: App) -> None:
+    # Real only: the 500 is injected into the sandbox server's HTTP answers.
+    app = real_app
     settings = app.context.settings
     run_utilization_poll(app.context.ports, settings, now=app.clock.now())  # idle nodes become unneeded
     unneeded = app.context.ports.state.list_unneeded()
     assert unneeded
     app.clock.advance(settings.scale_down_unneeded_time.total_seconds() + 60)
-    fault = app.server.world.inject_fault(("k8s", "GET", "pods"), status=500, count=100)
+    fault = app.world.inject_fault(("k8s", "GET", "pods"), status=500, count=100)
     with pytest.raises(ClusterError):
         run_utilization_poll(app.context.ports, settings, now=app.clock.now())
     assert app.queued() == []
@@ -318,11 +419,8 @@ def test_kubernetes_500_means_no_scale_down_in_that_tick(app: App) -> None:
     assert result.enqueued
 
 
-def test_a_slot_freed_by_a_committed_delete_goes_out_in_a_round_before_the_next_tick(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name,
-                   settings={"MAX_SCALE_DOWN_PARALLELISM": "1", "SCALE_DOWN_ROUND_INTERVAL": "15s"})
+def test_a_slot_freed_by_a_committed_delete_goes_out_in_a_round_before_the_next_tick(make: MakeApp) -> None:
+    app = make(settings={"MAX_SCALE_DOWN_PARALLELISM": "1", "SCALE_DOWN_ROUND_INTERVAL": "15s"})
     settings, ports = app.context.settings, app.context.ports
     _, idle = app.busy_and_idle()
     assert len(idle) == 2
@@ -330,7 +428,7 @@ def test_a_slot_freed_by_a_committed_delete_goes_out_in_a_round_before_the_next_
     app.clock.advance(settings.scale_down_unneeded_time.total_seconds() + 60)
     [first] = run_utilization_poll(ports, settings, now=app.clock.now()).enqueued  # one slot, one node
     [removal] = app.queued()  # the round is sent with its delay: not visible yet
-    ports.queue.clear()  # type: ignore[attr-defined]
+    app.clear_queue()
     pending = ports.state.get_ledger_entry(ROUND_ROW)
     assert pending is not None and pending.operation
     round_text = encode_message(ScaleDownRound(pending.operation, app.clock.now(), app.clock.now() + TTL))
@@ -345,25 +443,92 @@ def test_a_slot_freed_by_a_committed_delete_goes_out_in_a_round_before_the_next_
     assert app.run(round_text).outcome == "skipped"  # its duplicate delivery runs nothing
 
 
+# -- from the polls through the executor, as the host runs them --------------------------------------------
+
+# Pods that need new nodes, arriving early enough for the nodes to boot within the scenario's hour.
+WAVE = {"name": "wave", "kind": "Job", "count": 4, "at": "2m", "duration": "10m", "requests": {"cpu": "2", "memory": "1Gi"}}
+# Too big to share the web pod's node, so it lands on an otherwise idle one, which it may not leave.
+GUARDED = {"name": "guarded", "kind": "ReplicaSet", "count": 1, "requests": {"cpu": "1", "memory": "1Gi"},
+           "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}}
+
+
+def deliver(app: App, *, step_seconds: float, limit: int = 100) -> list[Any]:
+    """Run every message as it becomes visible, as the queue trigger does, moving the clock between rounds."""
+    results = []
+    for _ in range(limit):
+        texts = app.take_queued()
+        if not texts:
+            break
+        results += [app.run(text) for text in texts]
+        app.clock.advance(step_seconds)
+    return results
+
+
+def test_pending_pods_get_new_nodes_through_the_poll_and_the_executor(make: MakeApp) -> None:
+    app = make(workloads=(WAVE,))
+    app.clock.advance(120)  # the wave arrives: two pods fit the idle nodes, two need new ones
+    [increase] = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now()).plan.increases
+    assert (increase.group_id, increase.current_target) == (GROUP, 3) and increase.new_target > 3
+
+    results = deliver(app, step_seconds=30)
+
+    assert results and results[-1].outcome == "succeeded", results
+    group = app.context.ports.provider.get_node_group(GROUP)
+    assert group is not None and group.capacity == increase.new_target
+    app.clock.advance(120)  # the new nodes boot and the scheduler binds the pods
+    assert len(app.node_names()) == increase.new_target
+    wave = [p for p in app.context.ports.cluster.list_pods() if p.name.startswith("wave")]
+    assert len(wave) == 4 and all(p.node_name for p in wave)
+    assert [e.outcome.split(":")[0] for e in app.context.ports.state.list_ledger()] == ["succeeded"]
+
+
+def test_an_idle_node_is_removed_by_the_polls_and_the_executor_and_a_protected_pod_keeps_its_node(
+    make: MakeApp,
+) -> None:
+    from shared.engine import reasons
+
+    app = make(workloads=(GUARDED,))
+    ports, settings = app.context.ports, app.context.settings
+    busy, _ = app.busy_and_idle()
+    guarded = _node_of(app, "guarded")
+    [idle] = [n for n in app.node_names() if n not in (busy, guarded)]
+    first = run_utilization_poll(ports, settings, now=app.clock.now())
+    assert idle in first.plan.unneeded and guarded not in first.plan.unneeded and first.enqueued == ()
+
+    app.clock.advance(settings.scale_down_unneeded_time.total_seconds() + 60)
+    second = run_utilization_poll(ports, settings, now=app.clock.now())
+    assert [r.node for r in second.plan.removals] == [idle]
+    assert second.plan.kept[guarded].code == reasons.NOT_SAFE_TO_EVICT
+    results = deliver(app, step_seconds=30)
+
+    assert results and results[-1].outcome == "succeeded", results
+    app.clock.advance(60)  # the instance's delete completes
+    assert app.node_names() == sorted([busy, guarded])
+    group = app.context.ports.provider.get_node_group(GROUP)
+    assert group is not None and group.capacity == 2
+    assert [e.outcome.split(":")[0] for e in ports.state.list_ledger() if e.kind == "scale_down"] == ["succeeded"]
+    assert app.world.report()["running_pods_evicted"] == 0
+    assert ports.state.get_group(GROUP).last_scale_down is not None
+
+
 def test_pending_poll_enqueues_one_scale_up(app: App) -> None:
     app.clock.advance(3600)  # the burst workload arrives
     result = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
     assert len(result.enqueued) == 1
     [message] = app.queued()
     assert message["kind"] == "scale_up" and message["group"] == GROUP and message["target_size"] > 3
-    events = app.server.world.k8s_list("events", "default")
-    triggered = [e for e in events if e["reason"] == "TriggeredScaleUp"]
+    triggered = [e for e in app.events("default") if e.reason == "TriggeredScaleUp"]
     [increase] = result.plan.increases  # pods that fit the free space of existing nodes trigger nothing
-    assert sorted(e["involvedObject"]["name"] for e in triggered) == sorted(k.split("/")[1] for k in increase.pods)
-    assert all(e["involvedObject"]["kind"] == "Pod" for e in triggered)
-    assert f"{GROUP} 3->{message['target_size']}" in triggered[0]["message"]
+    assert sorted(e.name for e in triggered) == sorted(k.split("/")[1] for k in increase.pods)
+    assert all(e.kind == "Pod" for e in triggered)
+    assert f"{GROUP} 3->{message['target_size']}" in triggered[0].message
 
 
 def test_a_second_action_for_a_reserved_node_is_refused_but_its_own_retry_resumes(app: App) -> None:
     _, idle = app.busy_and_idle()
     first = scale_down(app, idle[0])
     assert app.run(first).outcome == "waiting"
-    app.context.ports.queue.clear()  # type: ignore[attr-defined]
+    app.clear_queue()
     other = json.loads(scale_down(app, idle[0]))
     other["id"] = "down-again"
     refused = app.run(json.dumps(other))
@@ -394,12 +559,12 @@ def test_a_skipped_decision_does_not_block_the_next_one(app: App) -> None:
 # -- failures and backoff ----------------------------------------------------------------------------------
 
 def test_failed_scale_up_backs_the_group_off_and_returns_capacity(app: App) -> None:
-    app.server.world.fail_next_scale_up("pool", code="QuotaExceeded")
+    app.world.fail_next_scale_up("pool", code="QuotaExceeded")
     result = app.run(scale_up(app, 5))
     while result.outcome == "waiting":
         app.clock.advance(30)
         [message] = app.queued()
-        app.context.ports.queue.clear()  # type: ignore[attr-defined]
+        app.clear_queue()
         result = app.run(json.dumps(message))
     assert result.outcome == "failed" and "QuotaExceeded" in result.detail
     state = app.context.ports.state.get_group(GROUP)
@@ -410,9 +575,11 @@ def test_failed_scale_up_backs_the_group_off_and_returns_capacity(app: App) -> N
     assert app.poison() == []  # a quota error is an outcome, not a poison message
 
 
-def test_arm_refusing_a_resize_at_once_is_a_failure_not_a_retry(app: App) -> None:
-    app.server.world.inject_fault(("arm", "PATCH", "pool"), status=409, code="OperationNotAllowed",
-                                  message="Operation could not be completed as it results in exceeding approved quota.")
+def test_arm_refusing_a_resize_at_once_is_a_failure_not_a_retry(real_app: App) -> None:
+    # Real only: the 409 is injected into the sandbox server's HTTP answer to the PATCH.
+    app = real_app
+    app.world.inject_fault(("arm", "PATCH", "pool"), status=409, code="OperationNotAllowed",
+                           message="Operation could not be completed as it results in exceeding approved quota.")
     result = app.run(scale_up(app, 5))
     assert result.outcome == "failed" and "OperationNotAllowed" in result.detail
     assert app.context.ports.state.get_group(GROUP).backoff_reason == "OperationNotAllowed"
@@ -451,23 +618,21 @@ def test_nodes_that_never_become_ready_back_the_group_off(app: App) -> None:
 LATE = {"name": "late", "kind": "ReplicaSet", "count": 2, "at": "2m", "requests": {"cpu": "2", "memory": "1Gi"}}
 
 
-def _draining(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str) -> tuple[App, str, str]:
+def _draining(make: MakeApp) -> tuple[App, str, str]:
     """A node cordoned and waiting for its render Job; the message of its next drain step."""
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(_render("20m"), LATE))
+    app = make(workloads=(_render("20m"), LATE))
     node = _node_of(app, "render")
     assert app.run(scale_down(app, node)).outcome == "waiting"  # cordon
     [text] = [json.dumps(m) for m in app.queued()]
-    app.context.ports.queue.clear()  # type: ignore[attr-defined]
+    app.clear_queue()
     assert "batch pod" in app.run(text).detail  # drain: the Job keeps it
     [text] = [json.dumps(m) for m in app.queued()]
-    app.context.ports.queue.clear()  # type: ignore[attr-defined]
+    app.clear_queue()
     return app, node, text
 
 
-def test_pending_pods_take_back_a_draining_node_instead_of_a_new_one(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app, node, drain_step = _draining(sandbox_factory, azurite, table_name, queue_name)
+def test_pending_pods_take_back_a_draining_node_instead_of_a_new_one(make: MakeApp) -> None:
+    app, node, drain_step = _draining(make)
     app.clock.advance(150)  # the two late pods arrive; one fits the idle node, the other only the draining one
     result = run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
     assert list(result.plan.reclaimed) == [node] and result.enqueued == ()
@@ -481,13 +646,11 @@ def test_pending_pods_take_back_a_draining_node_instead_of_a_new_one(
     assert back is not None and not back.unschedulable and not back.is_being_deleted
     app.clock.advance(10)
     assert sum(1 for p in app.context.ports.cluster.list_pods() if p.name.startswith("late") and p.node_name == node) == 1
-    assert app.arm_calls("POST delete") == 0 and app.server.world.report()["running_pods_evicted"] == 0
+    assert app.arm_calls("POST delete") == 0 and app.world.report()["running_pods_evicted"] == 0
 
 
-def test_a_committed_delete_wins_over_a_later_reclaim(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app, node, _ = _draining(sandbox_factory, azurite, table_name, queue_name)
+def test_a_committed_delete_wins_over_a_later_reclaim(make: MakeApp) -> None:
+    app, node, _ = _draining(make)
     state = app.context.ports.state.get_group(GROUP)
     assert app.context.ports.state.update_group(replace(state, committed=frozenset({node})))
     app.clock.advance(150)
@@ -496,10 +659,8 @@ def test_a_committed_delete_wins_over_a_later_reclaim(
     assert app.context.ports.state.get_group(GROUP).reclaim == {}
 
 
-def test_a_reclaim_that_arrives_first_stops_the_delete(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app, node, drain_step = _draining(sandbox_factory, azurite, table_name, queue_name)
+def test_a_reclaim_that_arrives_first_stops_the_delete(make: MakeApp) -> None:
+    app, node, drain_step = _draining(make)
     delete_step = json.dumps({**json.loads(drain_step), "step": "delete", "attempt": 0})
     state = app.context.ports.state.get_group(GROUP)
     assert app.context.ports.state.update_group(replace(state, reclaim={node: app.clock.now()}))
@@ -515,7 +676,7 @@ def test_a_reclaim_that_arrives_first_stops_the_delete(
 def test_a_removal_whose_action_was_lost_is_given_back_by_the_next_poll(app: App) -> None:
     _, idle = app.busy_and_idle()
     assert app.run(scale_down(app, idle[0])).outcome == "waiting"  # cordoned and reserved; then the message is lost
-    app.context.ports.queue.clear()  # type: ignore[attr-defined]
+    app.clear_queue()
     settings = app.context.settings
     run_utilization_poll(app.context.ports, settings, now=app.clock.now())
     assert app.context.ports.state.get_group(GROUP).removing == {idle[0]: f"down-{idle[0]}"}  # alive: left alone
@@ -540,16 +701,14 @@ def test_a_reservation_left_by_a_finished_action_is_released_at_once(app: App) -
 
 # -- SCALE_DOWN_MODE=deallocate ------------------------------------------------------------------------------
 
-def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_again(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, settings={"SCALE_DOWN_MODE": "deallocate"})
+def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_again(make: MakeApp) -> None:
+    app = make(settings={"SCALE_DOWN_MODE": "deallocate"})
     _, idle = app.busy_and_idle()
     target = idle[0]
     instance = app.provider_id(target).rsplit("/", 1)[-1]
     outcomes = walk(app, scale_down(app, target), step_seconds=30)
     assert outcomes[-1] == "succeeded", outcomes
-    arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
+    arm = app.arm()
     assert arm["instances_deallocated"] == {f"pool/{instance}": 1} and "POST delete" not in arm
     group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.capacity == 3  # capacity keeps the deallocated instance
@@ -560,7 +719,7 @@ def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_agai
     # The group now runs 2: asking for 3 starts the deallocated instance instead of adding one.
     outcomes = walk(app, scale_up(app, 3), step_seconds=30)
     assert outcomes[-1] == "succeeded", outcomes
-    arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
+    arm = app.arm()
     assert arm["instances_started"] == {f"pool/{instance}": 1} and arm.get("PATCH virtualMachineScaleSets", 0) == 0
     assert app.context.ports.state.get_group(GROUP).stopped == frozenset()
     app.clock.advance(120)  # the boot delay
@@ -568,11 +727,8 @@ def test_deallocate_mode_stops_the_instance_and_the_next_scale_up_starts_it_agai
     assert back is not None and back.ready
 
 
-def test_deallocated_instances_do_not_count_toward_the_running_size(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, settings={"SCALE_DOWN_MODE": "deallocate"},
-                   min=2)
+def test_deallocated_instances_do_not_count_toward_the_running_size(make: MakeApp) -> None:
+    app = make(settings={"SCALE_DOWN_MODE": "deallocate"}, min=2)
     _, idle = app.busy_and_idle()
     assert walk(app, scale_down(app, idle[0]), step_seconds=30)[-1] == "succeeded"
     second = app.run(scale_down(app, idle[1]))  # 2 running, min 2: refused although capacity is 3
@@ -584,11 +740,11 @@ def test_an_empty_node_is_cordoned_and_deleted_in_one_step_with_the_fewest_reads
     _, idle = app.busy_and_idle()
     target = idle[0]
     instance = app.provider_id(target).rsplit("/", 1)[-1]
-    before = dict(app.server.world.report()["api_calls"]["breakdown"]["arm"])
+    before = dict(app.arm())
 
     result = app.run(scale_down(app, target, removal_kind="empty"))
 
-    arm = app.server.world.report()["api_calls"]["breakdown"]["arm"]
+    arm = app.arm()
     reads = {op: arm.get(op, 0) - before.get(op, 0) for op in arm if op.startswith(("GET", "LIST")) and op != "GET operations"}
     assert result.outcome == "waiting", result
     assert arm["instances_deleted"] == {f"pool/{instance}": 1}
@@ -596,18 +752,21 @@ def test_an_empty_node_is_cordoned_and_deleted_in_one_step_with_the_fewest_reads
     # Its only kube-system pod is kube-proxy's, a DaemonSet pod: no PodDisruptionBudget is worth listing.
     pods = app.context.ports.cluster.list_pods()
     assert any(p.node_name == target and p.namespace == "kube-system" and p.is_daemonset for p in pods)
-    k8s = app.server.world.report()["api_calls"]["breakdown"]["k8s"]
+    k8s = app.world.report()["api_calls"]["breakdown"]["k8s"]
     assert not any("poddisruptionbudgets" in op for op in k8s), k8s
 
 
 def test_a_throttled_delete_of_an_empty_node_retries_the_delete_not_the_cordon(
-    app: App, monkeypatch: pytest.MonkeyPatch,
+    real_app: App, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """ARM's per-scale-set delete budget answers 429: the nodes are cordoned once, their events written
-    once, and the next message is the delete step (the cordon step again re-cordoned and re-announced)."""
+    once, and the next message is the delete step (the cordon step again re-cordoned and re-announced).
+
+    Real only: the 429 is injected into the sandbox server's HTTP answer to the delete."""
+    app = real_app
     _, idle = app.busy_and_idle()
     target = idle[0]
-    app.server.world.inject_fault(("arm", "POST", "pool"), status=429, code="TooManyRequests", retry_after=20)
+    app.world.inject_fault(("arm", "POST", "pool"), status=429, code="TooManyRequests", retry_after=20)
     sent: list[tuple[Any, timedelta]] = []
     queue = app.context.ports.queue
     monkeypatch.setattr(queue, "send", lambda action, *, delay=timedelta(0): sent.append((action, delay)))
@@ -619,11 +778,9 @@ def test_a_throttled_delete_of_an_empty_node_retries_the_delete_not_the_cordon(
     assert retry.step == "delete" and retry.nodes == (target,) and delay >= timedelta(seconds=20)
     # Until then the planner gives the group's slots to other groups.
     assert app.context.ports.state.get_group(GROUP).throttled_until == app.clock.now() + delay
-    assert app.server.world.report()["api_calls"]["breakdown"]["arm"].get("instances_deleted", {}) == {}
+    assert app.arm().get("instances_deleted", {}) == {}
     app.clock.advance(30)
     assert app.run(encode_action(retry)).outcome == "waiting"  # the delete went out; confirm follows
-    assert app.server.world.report()["api_calls"]["breakdown"]["arm"]["instances_deleted"] == {
-        f"pool/{app.provider_id(target).rsplit('/', 1)[-1]}": 1}
-    events = [e for e in app.server.world.k8s_list("events", "default")
-              if e["involvedObject"]["name"] == target and e["reason"] == "ScaleDown"]
+    assert app.arm()["instances_deleted"] == {f"pool/{app.provider_id(target).rsplit('/', 1)[-1]}": 1}
+    events = [e for e in app.events("default") if e.name == target and e.reason == "ScaleDown"]
     assert len(events) == 1, events

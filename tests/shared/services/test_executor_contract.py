@@ -1,9 +1,12 @@
 """The queue contract: a message is a request, never an order (issue 14, items 7-10).
 
-Against the sandbox and Azurite, as the executor runs in Azure: a follow-up step is held to what
-the ledger recorded of its decision, limits are re-checked when a scale-up runs, a message cannot
-extend its own life, ARM faults are retried to a deadline and end as a recorded failure, and the
-last delivery of a failing step records an outcome before the host poisons it.
+A follow-up step is held to what the ledger recorded of its decision, limits are re-checked when a
+scale-up runs, a message cannot extend its own life, ARM faults are retried to a deadline and end as a
+recorded failure, and the last delivery of a failing step records an outcome before the host poisons it.
+
+On both apps of test_executor.py: `real` (the sandbox and Azurite, as the executor runs in Azure) and
+`memory` (in-memory ports over an in-process world); the tests that inject faults into the sandbox
+server's HTTP answers take `real_app`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import pytest
 
 from shared.actions import MAX_MESSAGE_CHARS, encode_action
 from shared.services.executor import HOST_MAX_DEQUEUE_COUNT, TRANSIENT_FAULT_DEADLINE, Executor
-from tests.shared.services.test_executor import GROUP, App, app, make_app, scale_down, scale_up  # noqa: F401 (app: fixture)
+from tests.shared.services.test_executor import (  # noqa: F401 (app, make, real_app: fixtures)
+    GROUP, App, MakeApp, app, make, real_app, scale_down, scale_up)
 
 ROOT_HOST_JSON = "host.json"
 
@@ -25,7 +29,7 @@ ROOT_HOST_JSON = "host.json"
 def _next(app: App) -> dict[str, Any]:
     """The one message the last step enqueued, taken off the queue."""
     [message] = app.queued()
-    app.context.ports.queue.clear()  # type: ignore[attr-defined]
+    app.clear_queue()
     return message
 
 
@@ -49,7 +53,7 @@ def _walker(app: App) -> tuple[Executor, _Recorder]:
 
 
 def _deleted(app: App) -> dict[str, int]:
-    return dict(app.server.world.report()["api_calls"]["breakdown"]["arm"].get("instances_deleted", {}))
+    return dict(app.arm().get("instances_deleted", {}))
 
 
 def _cordoned_drain(app: App) -> tuple[str, str, dict[str, Any]]:
@@ -98,8 +102,7 @@ def test_a_follow_up_naming_anything_the_decision_did_not_is_refused_and_deletes
 
 def _events(app: App, reason: str) -> list[str]:
     """The names of the objects the cluster's events of this reason are about."""
-    return [e["involvedObject"]["name"] for e in app.server.world.k8s_list("events", "default")
-            if e.get("reason") == reason]
+    return [e.name for e in app.events("default") if e.reason == reason]
 
 
 def test_a_forged_scale_up_confirm_cannot_change_what_a_failure_returns_to(app: App) -> None:
@@ -124,10 +127,9 @@ def test_a_forged_scale_up_confirm_cannot_change_what_a_failure_returns_to(app: 
     ({"CORES_TOTAL": "0:12"}, 3, "skipped"),  # 3 nodes of 4 whole cores: 12 cores used
 ])
 def test_a_scale_up_is_shrunk_or_refused_by_limits_as_they_are_when_it_runs(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str,
-    settings: dict[str, str], expected: int, outcome: str,
+    make: MakeApp, settings: dict[str, str], expected: int, outcome: str,
 ) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, settings=settings)
+    app = make(settings=settings)
 
     result = app.run(scale_up(app, 5))
 
@@ -169,9 +171,10 @@ def test_an_action_created_in_the_future_is_refused(app: App) -> None:
 
 # -- 9. transient faults never poison ---------------------------------------------------------------------
 
-def test_fifty_seconds_of_arm_5xx_are_waited_out_and_the_scale_up_completes(app: App) -> None:
+def test_fifty_seconds_of_arm_5xx_are_waited_out_and_the_scale_up_completes(real_app: App) -> None:
+    app = real_app  # real only: the 503s are injected into the sandbox server's HTTP answers
     executor, queue = _walker(app)
-    fault = app.server.world.inject_fault(("arm", "*", "*"), status=503, code="ServiceUnavailable", count=10_000)
+    fault = app.world.inject_fault(("arm", "*", "*"), status=503, code="ServiceUnavailable", count=10_000)
     result = executor.execute(scale_up(app, 4), now=app.clock.now())
     waited = 0
     while waited < 50:
@@ -192,10 +195,13 @@ def test_fifty_seconds_of_arm_5xx_are_waited_out_and_the_scale_up_completes(app:
     assert group is not None and group.capacity == 4
 
 
-def test_arm_faults_past_the_deadline_end_a_removal_as_a_recorded_failure_with_its_node_given_back(app: App) -> None:
+def test_arm_faults_past_the_deadline_end_a_removal_as_a_recorded_failure_with_its_node_given_back(
+    real_app: App,
+) -> None:
+    app = real_app  # real only: the 500s are injected into the sandbox server's HTTP answers
     node, _, drain = _cordoned_drain(app)
     executor, queue = _walker(app)
-    app.server.world.inject_fault(("arm", "*", "*"), status=500, code="InternalServerError", count=100_000)
+    app.world.inject_fault(("arm", "*", "*"), status=500, code="InternalServerError", count=100_000)
     result = executor.execute(json.dumps(drain), now=app.clock.now())
     while result.outcome == "waiting":
         app.clock.advance(60)
@@ -267,11 +273,11 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize("case_id,make,reason", MALFORMED, ids=[c[0] for c in MALFORMED])
+@pytest.mark.parametrize("case_id,build,reason", MALFORMED, ids=[c[0] for c in MALFORMED])
 def test_malformed_messages_are_one_rejection_each_never_a_traceback(
-    app: App, case_id: str, make: Any, reason: str, caplog: pytest.LogCaptureFixture
+    app: App, case_id: str, build: Any, reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    text = make(app)
+    text = build(app)
 
     result = app.run(text)
 
@@ -284,10 +290,11 @@ def test_malformed_messages_are_one_rejection_each_never_a_traceback(
     assert app.arm_calls("PATCH virtualMachineScaleSets") == 0
 
 
-def test_a_kubernetes_api_outage_during_a_drain_is_waited_out_not_poisoned(app: App) -> None:
+def test_a_kubernetes_api_outage_during_a_drain_is_waited_out_not_poisoned(real_app: App) -> None:
+    app = real_app  # real only: the 503s are injected into the sandbox server's HTTP answers
     node, _, drain = _cordoned_drain(app)
     executor, queue = _walker(app)
-    fault = app.server.world.inject_fault(("k8s", "*", "pods"), status=503, count=10_000)
+    fault = app.world.inject_fault(("k8s", "*", "pods"), status=503, count=10_000)
     result = executor.execute(json.dumps(drain), now=app.clock.now())
     assert result.outcome == "waiting" and "Kubernetes API fault" in result.detail, result
     app.clock.advance(30)

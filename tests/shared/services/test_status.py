@@ -1,4 +1,4 @@
-"""The status ConfigMap as the polls write it, against the sandbox and Azurite, read back as CA's YAML."""
+"""The status ConfigMap as the polls write it, read back as CA's YAML; on both apps of test_executor.py."""
 
 from __future__ import annotations
 
@@ -9,15 +9,14 @@ import yaml
 
 from shared.services.pending import run_pending_poll
 from shared.services.utilization import run_utilization_poll
-from tests.shared.services.test_executor import App, make_app
+from tests.shared.services.test_executor import App, MakeApp, make  # noqa: F401 (make: fixture)
 
 STATUS = ("kube-system", "cluster-autoscaler-status")
 
 
 @pytest.fixture
-def app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str) -> App:
-    return make_app(sandbox_factory, azurite, table_name, queue_name,
-                    settings={"SCALE_DOWN_UNNEEDED_TIME": "10m"})
+def app(make: MakeApp) -> App:
+    return make(settings={"SCALE_DOWN_UNNEEDED_TIME": "10m"})
 
 
 def _status(app: App) -> dict[str, Any]:
@@ -45,14 +44,12 @@ def test_each_poll_writes_cas_status(app: App) -> None:
     assert after["nodeGroups"][0]["scaleUp"]["status"] == "Needed"
     # The scale-down section did not change status, so its transition time is the first poll's.
     assert after["clusterWide"]["scaleDown"]["lastTransitionTime"] == first["clusterWide"]["scaleDown"]["lastTransitionTime"]
-    meta = app.server.world.k8s_get("configmaps", *STATUS)["metadata"]["annotations"]
+    meta = app.world.k8s_get("configmaps", *STATUS)["metadata"]["annotations"]
     assert meta["cluster-autoscaler.kubernetes.io/last-updated"] == after["time"]
 
 
-def test_status_configmap_can_be_moved_or_turned_off(sandbox_factory: Any, azurite: str, table_name: str,
-                                                     queue_name: str) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name,
-                   settings={"STATUS_CONFIGMAP": "default/autoscaler-status"})
+def test_status_configmap_can_be_moved_or_turned_off(make: MakeApp) -> None:
+    app = make(settings={"STATUS_CONFIGMAP": "default/autoscaler-status"})
     run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
     assert app.context.ports.cluster.get_config_map(*STATUS) is None
     assert "status" in (app.context.ports.cluster.get_config_map("default", "autoscaler-status") or {})

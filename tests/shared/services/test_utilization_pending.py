@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from shared.engine import reasons
 from shared.services.pending import run_pending_poll
 from shared.services.utilization import run_utilization_poll
-from tests.shared.services.test_executor import make_app
+from tests.shared.services.test_executor import MakeApp, make  # noqa: F401 (make: fixture; on both apps)
 
 # Fits a node's allocatable (3860m), never its free room once kube-proxy (100m) runs there, nor a new node's.
 TOO_BIG = {"name": "big", "kind": "ReplicaSet", "count": 1, "requests": {"cpu": "3800m", "memory": "1Gi"}}
 
 
-def test_a_pod_no_node_or_group_can_hold_keeps_no_idle_node(
-    sandbox_factory: Any, azurite: str, table_name: str, queue_name: str
-) -> None:
-    app = make_app(sandbox_factory, azurite, table_name, queue_name, workloads=(TOO_BIG,),
-                   settings={"SCALE_DOWN_UNNEEDED_TIME": "10m"})
+def test_a_pod_no_node_or_group_can_hold_keeps_no_idle_node(make: MakeApp) -> None:
+    app = make(workloads=(TOO_BIG,), settings={"SCALE_DOWN_UNNEEDED_TIME": "10m"})
     ports, settings = app.context.ports, app.context.settings
     _, idle = app.busy_and_idle()
     pending = run_pending_poll(ports, settings, now=app.clock.now())
