@@ -6,7 +6,7 @@ discovery and the replay's simulated provider read the tags the same way, throug
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 # cluster-autoscaler's auto-discovery tags (--node-group-auto-discovery=label:...).
@@ -42,3 +42,12 @@ def limits(tags: Mapping[str, str]) -> tuple[int, int] | str:
     if low < 0 or low > high:
         return f"tags min={low} max={high} do not make a range 0 <= min <= max"
     return low, high
+
+
+def usable_limits(label: str, tags: Mapping[str, str], *, warn: Callable[[str], None]) -> tuple[int, int] | None:
+    """The (min, max) tags of the group named `label`, or None after telling `warn` why it is skipped."""
+    found = limits(tags)
+    if isinstance(found, str):
+        warn(f"scale set {label} skipped: {found}")
+        return None
+    return found

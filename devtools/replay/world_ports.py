@@ -204,15 +204,6 @@ class WorldCluster:
                 raise _cluster_error(f"delete node {name}", exc) from exc
 
 
-def _limits(label: str, tags: Mapping[str, str]) -> tuple[int, int] | None:
-    """The (min, max) tags, or None with VmssCompute's warning: that scale set is skipped, not a failed discovery."""
-    found = discovery_tags.limits(tags)
-    if isinstance(found, str):
-        log.warning("scale set %s skipped: %s", label, found)
-        return None
-    return found
-
-
 def _operation(op: SimOperation) -> Operation:
     return Operation(token=op.op_id, status=op.status, error_code=op.error_code or "", error_message=op.error_message or "")
 
@@ -275,7 +266,7 @@ class WorldCompute:
         tags = sim.tags
         if not discovery_tags.is_ours(tags, self._cluster_name):
             return None
-        limits = _limits(f"{sim.resource_group}/{sim.name}", tags)
+        limits = discovery_tags.usable_limits(f"{sim.resource_group}/{sim.name}", tags, warn=log.warning)
         if limits is None:
             return None
         return NodeGroup(

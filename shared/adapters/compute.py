@@ -271,15 +271,6 @@ def _port_status(status: object) -> OperationStatus:
 # --- Scale set conversion -----------------------------------------------------------
 
 
-def _limits(label: str, tags: Mapping[str, str]) -> tuple[int, int] | None:
-    """The (min, max) tags of a scale set, or None with a warning naming what is wrong."""
-    found = discovery_tags.limits(tags)
-    if isinstance(found, str):
-        log.warning("scale set %s skipped: %s", label, found)
-        return None
-    return found
-
-
 def _instance(vm: VirtualMachineScaleSetVM) -> Instance:
     os_profile = vm.os_profile
     return Instance(
@@ -483,7 +474,7 @@ class VmssCompute:
         if _text(vmss.orchestration_mode).lower() == "flexible":
             log.warning("scale set %s skipped: Flexible orchestration is not supported yet (Uniform only)", label)
             return None
-        limits = _limits(label, tags)
+        limits = discovery_tags.usable_limits(label, tags, warn=log.warning)
         if limits is None:
             return None
         sku = vmss.sku

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.discovery_tags import is_ours, limits
+from shared.discovery_tags import is_ours, limits, usable_limits
 
 OURS = {"cluster-autoscaler-enabled": "true", "cluster-autoscaler-name": "farm"}
 
@@ -34,3 +34,10 @@ def test_limits_or_why_not(tags: dict[str, str], expected: tuple[int, int] | str
         assert found == expected
     else:
         assert isinstance(found, str) and found.startswith(expected)
+
+
+def test_usable_limits_says_why_a_group_is_skipped() -> None:
+    said: list[str] = []
+    assert usable_limits("rg/pool", {"min": "1", "max": "3"}, warn=said.append) == (1, 3) and said == []
+    assert usable_limits("rg/pool", {"min": "x", "max": "3"}, warn=said.append) is None
+    assert said == ["scale set rg/pool skipped: tag 'min' is 'x', not an integer"]
