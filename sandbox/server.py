@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 import trustme
 
-from sandbox import arm_api, identity, kube_api, loganalytics_api
+from sandbox import arm_api, identity, kube_api, loganalytics_api, prices_api
 from sandbox.clock import Clock, ManualClock, SimClock
 from sandbox.errors import ArmError, KubeError
 from sandbox.faults import FaultError
@@ -291,6 +291,8 @@ class SandboxServer:
             "USAGE_SOURCE": "log-analytics",
             "LOG_ANALYTICS_ENDPOINT": f"{self.url}{loganalytics_api.PREFIX}",
             "LOG_ANALYTICS_WORKSPACE_ID": self._world.workspace_id,
+            # The Retail Prices double (unauthenticated, like the real API), read by the `price` expander.
+            "RETAIL_PRICES_ENDPOINT": self.url,
         }
 
     # ------------------------------------------------------------------ requests
@@ -307,6 +309,8 @@ class SandboxServer:
                 return identity.handle_token_request(self._world.identity, request)
             if request.path.startswith("/secrets/"):
                 return self._vault.handle(request)
+            if request.path.rstrip("/") == prices_api.PREFIX:
+                return prices_api.handle(request, base_url=self.url)
             with self._world.lock:
                 self._world.advance(self._clock.now())
                 if is_arm:

@@ -562,6 +562,7 @@ class Node:
     taints: tuple[Taint, ...] = ()
     ready: bool = False
     unschedulable: bool = False  # spec.unschedulable (cordoned)
+    internal_ips: tuple[str, ...] = ()  # status.addresses of type InternalIP: a key for mapping by IP
 
     @property
     def instance(self) -> InstanceRef | None:
@@ -601,9 +602,20 @@ class VmSizeCapacity:
 
 @dataclass(frozen=True, slots=True)
 class Instance:
+    """One instance of a node group, with the keys a node can be mapped to it by (engine.node_mapping).
+
+    `instance_id`: a Uniform scale set's decimal id, a Flexible scale set's VM name.
+    `computer_name`: the hostname ARM gave the VM (k3s and kubeadm name their nodes after it).
+    `private_ips`: the primary NIC's private addresses; filled only when IP mapping needs them.
+    `resource_id`: the VM's ARM id (`.../virtualMachineScaleSets/<vmss>/virtualMachines/<id>` or,
+    for Flexible members, `.../virtualMachines/<vm name>`): what cloud-provider-azure puts after `azure://`.
+    """
+
     instance_id: str
     provisioning_state: str = "Succeeded"  # Creating | Succeeded | Deleting | Failed ...
     computer_name: str = ""
+    private_ips: tuple[str, ...] = ()
+    resource_id: str = ""
 
     @property
     def deleting(self) -> bool:
@@ -660,6 +672,8 @@ class ClusterSnapshot:
     vm_sizes: Mapping[str, VmSizeCapacity] = field(default_factory=dict)
     # DaemonSet objects as listed: what each new node of a group gives away (engine.daemonsets).
     daemonsets: tuple[DaemonSet, ...] = ()
+    # One node's price per hour (USD) by group id, from the provider; only read by the `price` expander.
+    prices: Mapping[str, float] = field(default_factory=dict)
 
     def group(self, group_id_: str) -> NodeGroup | None:
         return next((g for g in self.groups if g.id == group_id_), None)

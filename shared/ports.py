@@ -149,8 +149,8 @@ class NodeGroupProvider(Protocol):
     Everything the engine knows about groups and their instances comes from here, as domain data
     (NodeGroup, Instance, VmSizeCapacity): discover groups, list a group's instances with the keys
     that map them to nodes (instance id, computer name), grow a group, delete, deallocate or start
-    specific instances, and what a node template needs (the VM sizes of a location). `kind` names the
-    backend; discovery stamps it on every group it returns (NodeGroup.provider), and
+    specific instances, what a node template needs (the VM sizes of a location) and what a node costs.
+    `kind` names the backend; discovery stamps it on every group it returns (NodeGroup.provider), and
     `shared.services.providers.ProviderRouter` sends each call for a group to the provider of its kind.
     A new backend (Flexible scale sets, AKS node pools, virtual nodes) is one new class with these methods.
 
@@ -182,6 +182,14 @@ class NodeGroupProvider(Protocol):
 
         Never raises: when ARM fails, the stale list (or an empty one) comes back and a
         warning is logged, so a scale-from-zero template falls back to the shipped table.
+        """
+        ...
+
+    def list_prices(self, groups: Sequence[NodeGroup]) -> dict[str, float]:
+        """One node's price per hour (USD, pay-as-you-go, Linux) by group id; groups with no known price are left out.
+
+        Cached for hours; never raises (a prices outage leaves groups out and logs a warning), so the
+        `price` expander degrades to the rest of its chain.
         """
         ...
 

@@ -11,6 +11,7 @@ The README's settings table is checked against `SPECS` by a test.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -287,6 +288,29 @@ def _priority_config(text: str) -> Mapping[int, tuple[str, ...]]:
     return MappingProxyType({priority: tuple(p.pattern for p in patterns) for priority, patterns in rules.rules})
 
 
+def _vm_prices(text: str) -> Mapping[str, float]:
+    """JSON `{"<VM size>": <USD per hour>, ...}`; sizes compare case-insensitively, as ARM's do."""
+    if not text.strip():
+        return MappingProxyType({})
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f'must be a JSON object of VM size to USD per hour, e.g. {{"Standard_D4s_v5": 0.192}}, '
+                         f"got {type(raw).__name__}")
+    prices: dict[str, float] = {}
+    for size, price in raw.items():
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", size):
+            raise ValueError(f"{size!r} is not a VM size name (like Standard_D4s_v5)")
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price < 10_000:
+            raise ValueError(f"{size}: price must be a number of USD per hour from 0 to 10000, got {price!r}")
+        if size.lower() in prices:
+            raise ValueError(f"{size} is listed twice (sizes compare case-insensitively)")
+        prices[size.lower()] = float(price)
+    return MappingProxyType(prices)
+
+
 def _min_max(text: str) -> tuple[int, int]:
     """CA's `min:max` flags: whole numbers, 0 <= min <= max; a max of 0 means no limit."""
     return parse_min_max(text)
@@ -445,7 +469,16 @@ SPECS: tuple[Spec, ...] = (
          "Most nodes one scale-up adds to one group."),
     Spec("EXPANDER", "expander", "least-waste", parse_expander_chain,
          "How a scale-up picks among groups that could take the pending pods: `least-waste`, `most-pods`, "
-         "`least-nodes`, `priority` or `random`, chained like cluster-autoscaler's, e.g. `priority,least-waste`."),
+         "`least-nodes`, `priority`, `price` or `random`, chained like cluster-autoscaler's, e.g. "
+         "`priority,least-waste`. `price` takes the cheapest nodes per unit of work placed (`VM_PRICES`, "
+         "`RETAIL_PRICES_ENDPOINT`); groups without a price rank last."),
+    Spec("VM_PRICES", "vm_prices", "", _vm_prices,
+         "Prices for the `price` expander as JSON, VM size to USD per node-hour, e.g. "
+         "`{\"Standard_D4s_v5\": 0.192}`; sizes listed here are not looked up in the Retail Prices API."),
+    Spec("RETAIL_PRICES_ENDPOINT", "retail_prices_endpoint", "https://prices.azure.com", _https_url,
+         "Where the `price` expander reads VM prices (the public, unauthenticated Azure Retail Prices API; the "
+         "sandbox serves its own); empty: only `VM_PRICES`. Called only when `EXPANDER` names `price`, once a day "
+         "per size and region."),
     Spec("PRIORITY_EXPANDER_CONFIG", "priority_expander_config", "", _priority_config,
          "Rules of the `priority` expander as JSON, priority to regular expressions of scale set names, e.g. "
          "`{\"50\": [\"spot-.*\"], \"10\": [\".*\"]}`; the ConfigMap "
@@ -541,6 +574,8 @@ class Settings:
     max_nodes_per_scale_up: int
     expander: tuple[str, ...]
     priority_expander_config: Mapping[int, tuple[str, ...]]  # priority -> regular expressions
+    vm_prices: Mapping[str, float]  # lower-cased VM size -> USD per hour
+    retail_prices_endpoint: str
     max_nodes_total: int
     cores_total: tuple[int, int]
     memory_total: tuple[int, int]  # bytes

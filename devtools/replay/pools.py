@@ -1,9 +1,10 @@
 """Node pools the replays run on, and the shipped price table their cost is computed from.
 
 Prices: approximate Linux pay-as-you-go list prices per hour in US dollars, East US region,
-as Microsoft's public price list showed them when this table was written (PRICE_DATE). They
+as Microsoft's public price list showed them when the table was written (PRICE_DATE). They
 are not fetched (nothing here reaches the internet): comparisons between policies use the same
-table, so their ratios do not depend on its exactness. Update the table and the date together.
+table, so their ratios do not depend on its exactness. The table lives with the sandbox's Retail
+Prices double (`sandbox.prices_api`), so the replay and the `price` expander see the same prices.
 """
 
 from __future__ import annotations
@@ -11,18 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PRICE_DATE = "2026-11"
-PRICE_SOURCE = "Azure retail list prices, Linux pay-as-you-go, East US (approximate, shipped table)"
-PRICES_PER_HOUR: dict[str, float] = {
-    "Standard_D4s_v5": 0.192,
-    "Standard_D8s_v5": 0.384,
-    "Standard_D16s_v5": 0.768,
-    "Standard_D32s_v5": 1.536,
-    "Standard_D48s_v5": 2.304,
-    "Standard_NC24ads_A100_v4": 3.673,
-    "Standard_NC48ads_A100_v4": 7.346,
-    "Standard_NC96ads_A100_v4": 14.692,
-}
+from sandbox.prices_api import LIST_PRICES_PER_HOUR, PRICE_DATE, PRICE_SOURCE
+
+__all__ = ["POOL_SETS", "PRICE_DATE", "PRICE_SOURCE", "PRICES_PER_HOUR", "Pool"]
+
+# One table for the replay's costs and the sandbox's Retail Prices double.
+PRICES_PER_HOUR: dict[str, float] = dict(LIST_PRICES_PER_HOUR)
 
 
 @dataclass(frozen=True, slots=True)

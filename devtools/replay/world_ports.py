@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sandbox.arm_api import OPERATIONS, is_restricted, vm_size_catalogue
@@ -25,6 +25,7 @@ from sandbox.compute import ScaleSetSim
 from sandbox.errors import ArmError, KubeError
 from sandbox.faults import default_scale_up_message
 from sandbox.patching import merge_patch
+from sandbox.prices_api import LIST_PRICES_PER_HOUR
 from sandbox.world import World
 from shared.adapters.kubernetes import (
     add_taint_patch,
@@ -326,6 +327,11 @@ class WorldCompute:
                            restriction="NotAvailableForSubscription" if is_restricted(self._world, name) else "")
             for name, capacity in vm_size_catalogue(self._world).values()
         ]
+
+    def list_prices(self, groups: Sequence[NodeGroup]) -> dict[str, float]:
+        """The Retail Prices double's Linux pay-as-you-go prices (no ARM call: that API is not ARM)."""
+        by_size = {size.lower(): price for size, price in LIST_PRICES_PER_HOUR.items()}
+        return {g.id: by_size[g.vm_size.lower()] for g in groups if g.vm_size.lower() in by_size}
 
     def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         sim = self._sim(group)

@@ -33,7 +33,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -57,6 +57,7 @@ from azure.mgmt.compute.models import (
 from azure.mgmt.core.polling.arm_polling import ARMPolling
 
 from shared.adapters.arm_telemetry import ArmTelemetryPolicy
+from shared.adapters.retail_prices import RetailPrices
 from shared import discovery_tags
 from shared.domain import UNIFORM_SCALE_SET, Instance, NodeGroup, VmSizeCapacity
 from shared.domain import group_id as make_group_id
@@ -378,8 +379,10 @@ class VmssCompute:
         vm_sizes_ttl: float = VM_SIZES_TTL,
         vm_sizes_retry: float = VM_SIZES_RETRY,
         monotonic: Callable[[], float] = time.monotonic,
+        prices: RetailPrices | None = None,
     ) -> None:
         self._client = client
+        self._prices = prices  # None: no prices known (the `price` expander then ranks these groups last)
         self._cluster_name = cluster_name
         self._resource_groups = tuple(resource_groups)
         self._operation_wait = max(0.0, operation_wait)
@@ -407,6 +410,7 @@ class VmssCompute:
             cluster_name=settings.cluster_name,
             resource_groups=settings.node_resource_groups,
             operation_wait=settings.arm_operation_wait.total_seconds(),
+            prices=RetailPrices.from_settings(settings),
         )
 
     def close(self) -> None:
@@ -538,6 +542,17 @@ class VmssCompute:
             log.info("listed %d VM sizes in %s; cached for %gs", len(sizes), key, self._vm_sizes_ttl)
             self._vm_sizes[key] = _SizesEntry(sizes, now + self._vm_sizes_ttl)
             return list(sizes)
+
+    def list_prices(self, groups: Sequence[NodeGroup]) -> dict[str, float]:
+        """One node's hourly price per group, by its VM size and location (Retail Prices API, cached a day)."""
+        if self._prices is None:
+            return {}
+        prices: dict[str, float] = {}
+        for location in {g.location.lower() for g in groups}:
+            mine = [g for g in groups if g.location.lower() == location]
+            by_size = self._prices.get_vm_prices(location, {g.vm_size for g in mine})
+            prices.update({g.id: by_size[g.vm_size.lower()] for g in mine if g.vm_size.lower() in by_size})
+        return prices
 
     def list_node_groups(self) -> list[NodeGroup]:
         groups: list[NodeGroup] = []

@@ -555,6 +555,9 @@ def node_from_json(obj: Mapping[str, Any]) -> Node:
         taints=tuple(_taint(t) for t in spec.get("taints") or ()),
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),
+        internal_ips=tuple(
+            a["address"] for a in status.get("addresses") or () if a.get("type") == "InternalIP" and a.get("address")
+        ),
     )
 
 

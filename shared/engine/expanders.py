@@ -8,6 +8,11 @@ expanders, so `EXPANDER` means here what `--expander` means there:
 - a chain stops as soon as one option is left;
 - `random` always leaves one option, so nothing may follow it.
 
+`price` needs each group's price per node-hour (`ClusterSnapshot.prices`, from the
+provider's `list_prices`): CA's price expander divides the new nodes' price by the
+"price" of the pods they take; we do the same with a fixed reference (below), so an
+option is judged by what it costs per unit of requested work it places.
+
 Where CA picks at random among the options left at the end of a chain, we pick
 the lowest group id instead: plans are reproducible, and a user who wants CA's
 spreading says so with `...,random`. `random` itself is seeded by the caller.
@@ -30,12 +35,18 @@ MOST_PODS = "most-pods"
 LEAST_NODES = "least-nodes"
 PRIORITY = "priority"
 RANDOM = "random"
+PRICE = "price"
 
 # CA's expanders we do not offer, with the reason given to a user who names one.
 _UNSUPPORTED = {
-    "price": "needs cloud prices, which this autoscaler does not model",
     "grpc": "external gRPC expanders are not supported",
 }
+
+# The price expander's unit of placed work: one requested core, or 4 GiB of requested memory (the
+# general-purpose D-series ratio on Azure), whichever the pods ask more of. Any fixed unit ranks
+# options alike when they place the same pods; this one keeps memory-heavy pods from looking free.
+_GIB = 1024**3
+_MEMORY_PER_CORE = 4 * _GIB
 
 
 class ExpanderError(ValueError):
@@ -54,6 +65,8 @@ class ExpansionOption:
     # the DaemonSet pods every new node runs, i.e. what the pending pods can use.
     capacity: Resources
     requested: Resources  # the total requests of `pods`
+    # The group's price of one node for an hour (USD); None: not known, and `price` ranks the option last.
+    price_per_hour: float | None = None
 
     @classmethod
     def build(
@@ -65,12 +78,16 @@ class ExpansionOption:
         *,
         capacity: Resources | None = None,
         requested: Resources | None = None,
+        price_per_hour: float | None = None,
     ) -> ExpansionOption:
         """An option whose capacity defaults to the template's allocatable and requests to the pods' sum."""
         pods = tuple(pods)
         if requested is None:
             requested = sum((p.requests for p in pods), Resources())
-        return cls(group, template, node_count, pods, template.allocatable if capacity is None else capacity, requested)
+        return cls(
+            group, template, node_count, pods, template.allocatable if capacity is None else capacity, requested,
+            price_per_hour,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +214,32 @@ def priority(options: Sequence[ExpansionOption], *, context: ExpanderContext) ->
     return [o for p, o in matched if p == top]
 
 
+def price_score(option: ExpansionOption) -> Fraction | None:
+    """Dollars per hour of the new nodes per unit of work they place (see `_MEMORY_PER_CORE`); None: no price.
+
+    An option that places nothing scores as if it placed one unit, so it never wins on price alone.
+    """
+    if option.price_per_hour is None:
+        return None
+    units = max(
+        Fraction(option.requested.cpu_milli, 1000), Fraction(option.requested.memory_bytes, _MEMORY_PER_CORE)
+    )
+    return Fraction(option.price_per_hour) * option.node_count / max(units, Fraction(1))
+
+
+def price(options: Sequence[ExpansionOption], *, context: ExpanderContext) -> list[ExpansionOption]:
+    """The options placing their pods for the least money; groups without a price rank last.
+
+    When no option has a price, every option stays, so the rest of the chain decides (as `priority`
+    does without rules): a prices outage degrades to the next expander, never to no scale-up.
+    """
+    priced = [(s, o) for o in options if (s := price_score(o)) is not None]
+    if not priced:
+        return list(options)
+    best = min(s for s, _ in priced)
+    return [o for s, o in priced if s == best]
+
+
 def random(options: Sequence[ExpansionOption], *, context: ExpanderContext) -> list[ExpansionOption]:
     """One option, uniformly; sorted first so the seed alone decides, not the options' order."""
     if not options:
@@ -219,6 +262,7 @@ EXPANDERS: Mapping[str, Strategy] = {
     MOST_PODS: most_pods,
     LEAST_NODES: least_nodes,
     PRIORITY: priority,
+    PRICE: price,
     RANDOM: random,
 }
 

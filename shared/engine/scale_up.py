@@ -332,6 +332,7 @@ class _GroupPlan:
     per_zone: dict[str, int]
     upcoming: int = 0
     planned: int = 0
+    price_per_hour: float | None = None  # one node's, when the provider knows it (the `price` expander)
 
     def view(self, name: str, zone: str | None) -> NodeView:
         labels = planned_node_labels(self.template, self.group, name, zone)
@@ -361,7 +362,7 @@ def _group_plans(snapshot: ClusterSnapshot) -> dict[str, _GroupPlan]:
         )
         plans[group.id] = _GroupPlan(
             group, template, template.allocatable - daemonset_overhead(daemons), daemonset_host_ports(daemons),
-            dict(per_zone.get(group.id, {})),
+            dict(per_zone.get(group.id, {})), price_per_hour=snapshot.prices.get(group.id),
         )
     return plans
 
@@ -720,7 +721,7 @@ def _expand(estimates: Sequence[_Option], plans: Mapping[str, _GroupPlan], optio
     candidates = [
         ExpansionOption.build(
             estimate.group, plans[estimate.group.id].template, estimate.nodes, estimate.placed,
-            capacity=plans[estimate.group.id].allocatable,
+            capacity=plans[estimate.group.id].allocatable, price_per_hour=plans[estimate.group.id].price_per_hour,
         )
         for estimate in estimates
     ]

@@ -86,6 +86,9 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
                       reclaimable=reclaimable_nodes(states.values()))
     if "priority" in settings.expander:
         options = replace(options, priorities=priority_rules(ports, settings))
+    if "price" in settings.expander:
+        # Only the price expander reads prices; the provider caches them for a day.
+        snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
     plan = plan_scale_up(snapshot, options=options)
     enqueued = []
     for increase in plan.increases:

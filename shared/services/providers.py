@@ -96,6 +96,14 @@ class ProviderRouter:
         # VM sizes are a property of the location, not of a backend: the default provider's answer.
         return self._default.list_vm_sizes(location)
 
+    def list_prices(self, groups: Sequence[NodeGroup]) -> dict[str, float]:
+        prices: dict[str, float] = {}
+        for kind, provider in self._by_kind.items():
+            mine = [g for g in groups if g.provider == kind]
+            if mine:
+                prices.update(provider.list_prices(mine))
+        return prices
+
     # -- changes ------------------------------------------------------------------------
     def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         provider = self._of(group)

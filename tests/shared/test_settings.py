@@ -104,7 +104,7 @@ def test_scale_up_settings_parse(name: str, text: str, attr: str, value: object)
     ("EXPANDER", "least-waste,fewest", "EXPANDER: unknown expander 'fewest' (known: least-waste, most-pods"),
     ("EXPANDER", "least-waste,least-waste", "EXPANDER: expander 'least-waste' is named twice"),
     ("EXPANDER", "random,priority", "EXPANDER: expander 'priority' follows 'random'"),
-    ("EXPANDER", "price", "EXPANDER: expander 'price' is not supported"),
+    ("EXPANDER", "grpc", "EXPANDER: expander 'grpc' is not supported"),
     ("EXPANDER", "priority,,random", "EXPANDER: empty expander name in 'priority,,random'"),
     ("PRIORITY_EXPANDER_CONFIG", "{10: [a]}", "PRIORITY_EXPANDER_CONFIG: not valid JSON"),
     ("PRIORITY_EXPANDER_CONFIG", '["a"]', "PRIORITY_EXPANDER_CONFIG: must be a JSON object"),

@@ -22,11 +22,12 @@ from tests.builders import GIB, group, pod, res, template
 
 
 def opt(name: str, *, nodes: int = 1, pods: int = 1, cap: Resources | None = None, req: Resources | None = None,
-        rg: str = "rg") -> ExpansionOption:
-    """An option for group `name`: `nodes` new nodes of `cap`, placing `pods` pods that request `req` in total."""
+        rg: str = "rg", price: float | None = None) -> ExpansionOption:
+    """An option for group `name`: `nodes` new nodes of `cap` at `price` an hour each, placing `pods` pods
+    that request `req` in total."""
     cap = cap or res(4, 16)
     return ExpansionOption.build(group(name, rg=rg), template(cap), nodes, [pod(f"{name}-p{i}") for i in range(pods)],
-                                 requested=req if req is not None else res(pods, pods))
+                                 requested=req if req is not None else res(pods, pods), price_per_hour=price)
 
 
 def names(options: list[ExpansionOption]) -> list[str]:
@@ -78,6 +79,21 @@ EXPANDER_CASES = [
     ("priority: no group matching keeps all (CA falls back to the rest)", "priority",
      [opt("a"), opt("b")], {10: ["^zzz$"]}, ["a", "b"]),
     ("priority: no rules keeps all", "priority", [opt("a"), opt("b")], None, ["a", "b"]),
+    ("price: the cheaper nodes for the same pods", "price",
+     [opt("d8", req=res(6, 24), cap=res(8, 32), price=0.384), opt("d4x2", nodes=2, req=res(6, 24), price=0.192 * 2)],
+     None, ["d8"]),
+    ("price: judged per unit of work placed, not per node", "price",
+     [opt("big", req=res(16, 64), cap=res(16, 64), price=0.768), opt("small", req=res(3, 12), price=0.192)],
+     None, ["big"]),
+    ("price: memory-heavy pods are counted by their memory", "price",
+     [opt("cpu-work", req=res(4, 4), price=0.3), opt("memory-work", req=res(1, 30), cap=res(4, 32), price=0.3)],
+     None, ["memory-work"]),  # 30 GiB is 7.5 units of work, 4 cores 4 units: same price, more placed
+    ("price: groups without a price rank last", "price",
+     [opt("unknown"), opt("priced", price=5.0)], None, ["priced"]),
+    ("price: no prices at all keeps every option for the rest of the chain", "price",
+     [opt("a"), opt("b")], None, ["a", "b"]),
+    ("price: equal prices are all kept", "price",
+     [opt("a", price=0.1), opt("b", price=0.1)], None, ["a", "b"]),
     ("random: exactly one", "random", [opt("a"), opt("b"), opt("c")], None, 1),
     ("empty in, empty out", "least-waste", [], None, []),
 ]
@@ -108,6 +124,11 @@ CHAIN_CASES = [
     ("ties left at the end go to the lowest group id", ("least-waste",),
      [opt("zeta", req=res(2, 8)), opt("alpha", req=res(2, 8))], None, "alpha"),
     ("a single option is chosen whatever the chain", ("least-nodes",), [opt("only", nodes=0)], None, "only"),
+    ("price then least-waste when the prices tie", ("price", "least-waste"),
+     [opt("big", cap=res(16, 64), req=res(3, 12), price=0.2), opt("small", cap=res(4, 16), req=res(3, 12), price=0.2)],
+     None, "small"),
+    ("priority then price", ("priority", "price"),
+     [opt("spot-a", price=0.05), opt("spot-b", price=0.04), opt("ondemand", price=0.01)], {50: ["^spot-"]}, "spot-b"),
 ]
 
 
@@ -163,12 +184,11 @@ def test_parse_expander_chain(text: str, chain: tuple[str, ...]) -> None:
 
 @pytest.mark.parametrize("text,message", [
     ("", "name at least one expander"),
-    ("fewest", "unknown expander 'fewest' (known: least-waste, most-pods, least-nodes, priority, random)"),
+    ("fewest", "unknown expander 'fewest' (known: least-waste, most-pods, least-nodes, priority, price, random)"),
     ("priority,least_waste", "unknown expander 'least_waste'"),
     ("least-waste,,random", "empty expander name"),
     ("least-waste,least-waste", "expander 'least-waste' is named twice"),
     ("random,least-waste", "expander 'least-waste' follows 'random'"),
-    ("price", "expander 'price' is not supported"),
     ("priority,grpc", "expander 'grpc' is not supported"),
 ])
 def test_parse_expander_chain_rejects(text: str, message: str) -> None:

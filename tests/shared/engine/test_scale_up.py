@@ -325,6 +325,19 @@ def test_the_expander_chain_picks_the_group(case_id, options, expected_group) ->
         assert groups == {expected_group}
 
 
+@pytest.mark.parametrize("prices,expected_group", [
+    ({"rg/big": 0.3, "rg/small": 0.096}, "rg/big"),  # one big node at 0.3 beats the 4 small ones it takes (0.384)
+    ({"rg/big": 0.768, "rg/small": 0.096}, "rg/small"),  # 16 idle-ish cores at list price lose to 4 snug nodes
+    ({"rg/small": 0.096}, "rg/small"),  # the group without a price ranks last
+])
+def test_the_price_expander_grows_the_group_that_places_the_pods_for_less(prices, expected_group) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    plan = plan_scale_up(replace(_two_groups_snapshot(), prices=prices), options=ScaleUpOptions(expander=("price",)))
+    assert {i.group_id for i in plan.increases} == {expected_group}
+    assert sum(len(i.pods) for i in plan.increases) == 8
+
+
 def test_cluster_node_limit_caps_the_plan_and_says_so() -> None:
     plan = plan_scale_up(_two_groups_snapshot(), options=ScaleUpOptions(expander=("least-nodes",),
                                                                        limits=ClusterLimits(max_nodes_total=0)))

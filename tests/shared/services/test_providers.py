@@ -3,6 +3,7 @@ default provider stay as they were (ledger rows of older versions resume), other
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -38,6 +39,10 @@ class Memory:
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
         self.calls.append(("list_vm_sizes", location))
         return []
+
+    def list_prices(self, groups: Sequence[NodeGroup]) -> dict[str, float]:
+        self.calls.append(("list_prices", ",".join(g.id for g in groups)))
+        return {g.id: 1.0 for g in groups}
 
     def _begin(self, verb: str, group: NodeGroup) -> Operation:
         self.calls.append((verb, group.id))
@@ -116,6 +121,16 @@ def test_the_default_provider_s_tokens_travel_unprefixed_so_older_ledger_rows_re
     # A base64 continuation token written before providers existed goes to the default provider as it is.
     router.get_delete_operation("eyJ2ZXJzaW9uIjoxfQ==")
     assert uniform.calls[-1] == ("get_delete_operation", "eyJ2ZXJzaW9uIjoxfQ==")
+
+
+def test_prices_are_asked_of_each_provider_for_its_own_groups_only(pair) -> None:  # type: ignore[no-untyped-def]
+    router, uniform, other = pair
+    groups = router.list_node_groups()
+    assert router.list_prices(groups) == {"rg/pool-a": 1.0, "rg/pool-b": 1.0}
+    assert ("list_prices", "rg/pool-a") in uniform.calls and ("list_prices", "rg/pool-b") in other.calls
+    uniform.calls.clear()
+    router.list_prices([other.groups[0]])
+    assert not any(verb == "list_prices" for verb, _ in uniform.calls)  # no groups of its kind: not asked
 
 
 def test_reads_by_group_id_go_to_the_provider_that_listed_the_group(pair) -> None:  # type: ignore[no-untyped-def]
