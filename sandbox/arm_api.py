@@ -11,6 +11,13 @@ Shaped after what azure-mgmt-compute 39 sends and accepts:
   Deallocate is throttled with deletes (delete/power-off/deallocate), start with updates.
 - `virtual_machine_scale_set_vms.get/list(..., expand="instanceView")` get `instanceView.statuses`
   (`ProvisioningState/...`, `PowerState/starting|running|deallocating|deallocated`); without it, none.
+  Every VM model carries `osProfile.computerName` (the hostname; also `instanceView.computerName`).
+- The Network RP's calls for Uniform scale-set NICs, served under the Compute path (azure-mgmt-network's
+  `network_interfaces.list_virtual_machine_scale_set_network_interfaces(rg, vmss)` and
+  `list_virtual_machine_scale_set_vm_network_interfaces(rg, vmss, instance_id)`, which send the api-version
+  of the spec's vmssNetworkInterface.json, 2018-10-01): `GET .../virtualMachineScaleSets/{vmss}/networkInterfaces`
+  and `.../virtualMachines/{id}/networkInterfaces` list one primary NIC per instance, whose one
+  ipConfiguration holds the instance's private IP, the InternalIP its Node reports (`nic_json`).
 - Lists page with `nextLink` (used verbatim by the SDK, so it carries api-version).
 - `resource_skus.list(filter="location eq '<loc>'")` gets the VM sizes the scenario's
   scale sets use, with the capacity their nodes report (plus one availability-set and
@@ -80,6 +87,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("POST", _VMSS + r"/start", "start_instances"),
         ("GET", _VMSS + r"/virtualMachines", "list_vms"),
         ("GET", _VMSS + r"/virtualMachines/(?P<id>[^/]+)", "get_vm"),
+        ("GET", _VMSS + r"/networkInterfaces", "list_nics"),
+        ("GET", _VMSS + r"/virtualMachines/(?P<id>[^/]+)/networkInterfaces", "list_vm_nics"),
         ("GET", _VMSS + r"/providers/Microsoft\.Insights/metrics", "metrics"),
         ("POST", _AKS + r"/listClusterUserCredential", "list_cluster_user_credential"),
     ]
@@ -99,6 +108,9 @@ OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     "start_instances": ("POST start", True, "update"),  # Azure's update/start bucket
     "list_vms": ("LIST virtualMachines", False, "list"),
     "get_vm": ("GET virtualMachines", False, "get"),
+    # Network RP reads with the Network RP's own limits (per subscription, far above these reads): not modelled.
+    "list_nics": ("LIST networkInterfaces", False, None),
+    "list_vm_nics": ("LIST virtualMachines/networkInterfaces", False, None),
     # Azure Monitor has its own limits (per subscription, far above a call per scale set a minute): not modelled.
     "metrics": ("GET metrics", False, None),
     "list_cluster_user_credential": ("POST listClusterUserCredential", False, None),
@@ -327,6 +339,50 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_vie
     if inst.zone:
         body["zones"] = [inst.zone]
     return body
+
+
+def nic_json(world: World, group: ScaleSetSim, inst: InstanceSim) -> dict[str, Any]:
+    """The instance's one NIC as the Network RP lists Uniform scale-set NICs (the shape of the
+    VmssNetworkInterfaceList example of the spec's vmssNetworkInterface.json). Its name is the scale set
+    model's NIC configuration name, which AKS sets to the scale set's name; the address never changes."""
+    vm_id = f"{_vmss_id(world, group)}/virtualMachines/{inst.instance_id}"
+    nic_id = f"{vm_id}/networkInterfaces/{group.name}"
+    rg_id = f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}"
+    mac = "-".join(f"{b:02X}" for b in (0x00, 0x0D, 0x3A, 0xE0 | (inst.ip_index >> 16) & 0x0F,
+                                         (inst.ip_index >> 8) & 0xFF, inst.ip_index & 0xFF))
+    return {
+        "name": group.name,
+        "id": nic_id,
+        "etag": f'W/"{inst.vm_id}"',
+        "properties": {
+            "provisioningState": "Succeeded",
+            "resourceGuid": inst.vm_id,
+            "ipConfigurations": [
+                {
+                    "name": "ipconfig1",
+                    "id": f"{nic_id}/ipConfigurations/ipconfig1",
+                    "etag": f'W/"{inst.vm_id}"',
+                    "properties": {
+                        "provisioningState": "Succeeded",
+                        "privateIPAddress": inst.private_ip,
+                        "privateIPAllocationMethod": "Dynamic",
+                        "privateIPAddressVersion": "IPv4",
+                        "subnet": {
+                            "id": f"{rg_id}/providers/Microsoft.Network/virtualNetworks/"
+                                  f"{world.scenario.cluster_name}-vnet/subnets/nodes"
+                        },
+                        "primary": True,
+                    },
+                }
+            ],
+            "dnsSettings": {"dnsServers": [], "appliedDnsServers": []},
+            "macAddress": mac,
+            "enableAcceleratedNetworking": True,
+            "enableIPForwarding": False,
+            "primary": True,
+            "virtualMachine": {"id": vm_id},
+        },
+    }
 
 
 def _at(world: World, t: float) -> datetime:
@@ -564,6 +620,25 @@ def _get_vm(world: World, request: Request, params: dict[str, str], api_version:
     return json_response(200, vm_json(world, group, inst, instance_view=_wants_instance_view(request)))
 
 
+def _list_nics(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    group = world.scale_set(params["sub"], params["rg"], params["vmss"])
+    items = [nic_json(world, group, inst) for inst in world.instances(group)]
+    return json_response(200, _page(items, request, world.scenario.arm_page_size, api_version))
+
+
+def _list_vm_nics(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    group = world.scale_set(params["sub"], params["rg"], params["vmss"])
+    inst = next((i for i in world.instances(group) if str(i.instance_id) == params["id"]), None)
+    if inst is None:
+        raise ArmError(
+            404,
+            "ResourceNotFound",
+            f"The Resource 'Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{params['id']}' "
+            f"under resource group '{params['rg']}' was not found.",
+        )
+    return json_response(200, _page([nic_json(world, group, inst)], request, world.scenario.arm_page_size, api_version))
+
+
 _LOCATION_FILTER = re.compile(r"^\s*location\s+eq\s+'(?P<loc>[^']+)'\s*$", re.IGNORECASE)
 
 
@@ -674,9 +749,9 @@ def _metrics(world: World, request: Request, params: dict[str, str], api_version
 
     measured = world.node_cpu()
     instances = [
-        (f"{group.name}_{inst.instance_id}", measured[inst.computer_name])
+        (f"{group.name}_{inst.instance_id}", measured[inst.node_name])
         for inst in world.instances(group)
-        if inst.computer_name in measured
+        if inst.node_name in measured
     ]
     stamps: list[datetime] = []
     at = start
@@ -770,6 +845,8 @@ _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] 
     "start_instances": _start_instances,
     "list_vms": _list_vms,
     "get_vm": _get_vm,
+    "list_nics": _list_nics,
+    "list_vm_nics": _list_vm_nics,
     "metrics": _metrics,
     "list_cluster_user_credential": _list_cluster_user_credential,
 }

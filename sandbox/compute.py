@@ -30,6 +30,12 @@ def computer_name(prefix: str, instance_id: int) -> str:
     return f"{prefix}{base36(instance_id).zfill(6)}"
 
 
+def private_ip(ip_index: int) -> str:
+    """The private IP of the VM with this index in the node subnet (10.224.0.0/16, AKS's default): its NIC's
+    primary ipConfiguration in ARM and its Node's InternalIP (and the hostIP of its pods) are this one address."""
+    return f"10.224.{ip_index // 250}.{ip_index % 250 + 4}"
+
+
 InstanceState = Literal["Creating", "Succeeded", "Updating", "Deleting"]
 # The instance view's PowerState/<code>. A new instance is starting until provisioned; a deallocation goes
 # deallocating -> deallocated (provisioning Updating -> Succeeded); a start goes starting -> running.
@@ -58,10 +64,15 @@ class InstanceSim:
     node_registered: bool = False
     node_deleted_by_api: bool = False
     ip_index: int = 0
+    node_name: str = ""  # the name its kubelet registers the Node under (the flavour decides; see world.nodes)
 
     @property
     def alive(self) -> bool:
         return self.vanished_at is None
+
+    @property
+    def private_ip(self) -> str:
+        return private_ip(self.ip_index)
 
 
 @dataclass(slots=True)

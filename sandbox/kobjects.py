@@ -19,6 +19,7 @@ from sandbox.podspec import HostPort
 from sandbox.resources import Amounts, resource_list
 
 KUBELET_VERSION = "v1.31.2"
+CONTAINER_RUNTIME = "containerd://1.7.22"
 CONTAINER_IMAGE = "mcr.microsoft.com/azurelinux/busybox:1.36"
 
 
@@ -97,7 +98,12 @@ def node_object(
     internal_ip: str,
     pod_cidr: str,
     machine_id: str,
+    kubelet_version: str = KUBELET_VERSION,
+    container_runtime: str = CONTAINER_RUNTIME,
 ) -> dict[str, Any]:
+    """A Node as kubelet registers it; an empty `provider_id` (no cloud provider set one) is left out,
+    as the API server leaves out an empty `spec.providerID`."""
+
     def node_condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
         return {
             "type": kind,
@@ -108,7 +114,8 @@ def node_object(
             "lastTransitionTime": created,
         }
 
-    spec: dict[str, Any] = {"providerID": provider_id, "podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}
+    spec: dict[str, Any] = {"providerID": provider_id} if provider_id else {}
+    spec |= {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}
     if taints:
         spec["taints"] = [taint_json(t) for t in taints]
     return {
@@ -141,10 +148,10 @@ def node_object(
             "nodeInfo": {
                 "architecture": "amd64",
                 "bootID": uid,
-                "containerRuntimeVersion": "containerd://1.7.22",
+                "containerRuntimeVersion": container_runtime,
                 "kernelVersion": "5.15.0-1073-azure",
-                "kubeProxyVersion": KUBELET_VERSION,
-                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": kubelet_version,
+                "kubeletVersion": kubelet_version,
                 "machineID": machine_id,
                 "operatingSystem": "linux",
                 "osImage": "Ubuntu 22.04.5 LTS",

@@ -29,6 +29,13 @@ from sandbox.units import parse_bytes, parse_count, parse_cpu_milli, parse_durat
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
+# How the cluster names and identifies its nodes (docs/scenarios.md, "Cluster flavours"):
+# aks-engine: the Azure cloud provider (providerID azure:///..., node name = computer name);
+# k3s: k3s's embedded cloud controller (providerID k3s://<node name>, a server node outside the scale sets);
+# kubeadm: no cloud provider (no providerID, node names of the operator's own choosing).
+FLAVOURS = ("aks-engine", "k3s", "kubeadm")
+Flavour = Literal["aks-engine", "k3s", "kubeadm"]
+
 # z-score of the 95th percentile of a standard normal: turns (median, p95) into a lognormal sigma.
 _Z95 = 1.6448536269514722
 
@@ -194,6 +201,7 @@ class Scenario:
     node_groups: tuple[NodeGroupSpec, ...]
     description: str = ""
     cluster_name: str = "sandbox"
+    flavour: Flavour = "aks-engine"  # one of FLAVOURS
     subscription_id: str = "00000000-0000-0000-0000-000000000000"
     location: str = "westeurope"
     start: datetime | None = None
@@ -460,7 +468,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         document,
         "$",
         {
-            "name", "description", "cluster_name", "subscription_id", "location", "start", "duration",
+            "name", "description", "cluster_name", "flavour", "subscription_id", "location", "start", "duration",
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "deallocate_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes", "expect_unschedulable",
@@ -508,6 +516,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         source=source,
         description=_opt_str(top, "description", "$"),
         cluster_name=_str(top.get("cluster_name", defaults.cluster_name), "$.cluster_name"),
+        flavour=_flavour(top.get("flavour", defaults.flavour), "$.flavour"),
         subscription_id=_str(top.get("subscription_id", defaults.subscription_id), "$.subscription_id"),
         location=location,
         start=start,
@@ -556,6 +565,13 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     _unique([(d.namespace, d.name) for d in scenario.daemonsets], "$.daemonsets", "daemonset")
     _unique([(p.namespace, p.name) for p in scenario.pdbs], "$.pdbs", "PodDisruptionBudget")
     return scenario
+
+
+def _flavour(value: Any, path: str) -> Flavour:
+    if not isinstance(value, str) or value not in FLAVOURS:
+        shown = repr(value) if isinstance(value, str) else _typename(value)
+        raise _Invalid(path, f"{shown} is not a cluster flavour (allowed: {', '.join(FLAVOURS)})")
+    return value  # type: ignore[return-value]
 
 
 _SUMMARY_PATH = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_/-]+)*$")

@@ -13,10 +13,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, Literal, Self
 
-# Version 2 names the nodes of a scale-down as a list (empty nodes are removed in bulk);
-# version 1 messages, with one `node` and `provider_id`, are still read.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# Version 3 names each node's instance (`instance`): nodes of k3s and kubeadm clusters are mapped by
+# hostname or IP, and their providerID (`k3s://<name>`, or none) does not name it. Version 2 names the
+# nodes of a scale-down as a list (empty nodes are removed in bulk); version 1 messages, with one `node`
+# and `provider_id`, are still read, and so are version 2's (the instance is their providerID's last segment).
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+_ROUND_VERSIONS = (2, 3)  # rounds came with version 2 and are the same in 3
 MAX_NODES_PER_ACTION = 100  # within what one deleteInstances call is given in practice
 # Azure Storage's limit on a queue message: anything longer never came from our own send.
 MAX_MESSAGE_CHARS = 64 * 1024
@@ -48,14 +51,21 @@ class InvalidAction(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class RemovalTarget:
-    """One node of a scale-down, with the providerID it had when the removal was decided."""
+    """One node of a scale-down: the providerID it had when the removal was decided ("" for a kubeadm
+    node without one) and the instance node mapping found it on."""
 
     node: str
     provider_id: str
+    # Messages of versions 1 and 2 carry none: their providerID's last segment names the Uniform instance.
+    instance: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.instance:
+            object.__setattr__(self, "instance", self.provider_id.rsplit("/", 1)[-1] if self.provider_id else "")
 
     @property
     def instance_id(self) -> str:
-        return self.provider_id.rsplit("/", 1)[-1]
+        return self.instance
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,9 +234,9 @@ def decode_message(text: str | bytes) -> ScaleAction | ScaleDownRound:
     body = _load(text)
     if body.get("kind") != ROUND_KIND:
         return _action_of(body)
-    if body.get("version") != SCHEMA_VERSION or isinstance(body.get("version"), bool):
+    if body.get("version") not in _ROUND_VERSIONS or isinstance(body.get("version"), bool):
         raise InvalidAction(f"unknown schema version {body.get('version')!r} for a {ROUND_KIND} "
-                            f"(this executor reads {SCHEMA_VERSION})")
+                            f"(this executor reads {', '.join(map(str, _ROUND_VERSIONS))})")
     extra = sorted(set(body) - {"version", "kind", "id", "created_at", "expires_at"})
     if extra:
         raise InvalidAction(f"a {ROUND_KIND} has no field(s) {', '.join(extra)}")
@@ -266,7 +276,8 @@ def encode_action(action: ScaleAction) -> str:
         if action.starting:
             body["start_instances"] = list(action.starting)
     else:
-        body["nodes"] = [{"name": t.node, "provider_id": t.provider_id} for t in action.targets]
+        body["nodes"] = [{"name": t.node, "instance": t.instance_id, "provider_id": t.provider_id}
+                         for t in action.targets]
         if action.removal_kind:
             body["removal_kind"] = action.removal_kind
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
@@ -321,7 +332,7 @@ def _action_of(body: dict[str, Any]) -> ScaleAction:
     targets: tuple[RemovalTarget, ...] = ()
     if kind == "scale_down":
         targets = ((RemovalTarget(body["node"], body["provider_id"]),) if version == 1
-                   else _parse_targets(body["nodes"]))
+                   else _parse_targets(body["nodes"], version=version))
     if body["step"] not in steps:
         raise InvalidAction(f"unknown step {body['step']!r} for {kind} (expected one of {', '.join(steps)})")
     created_at = _parse_time(body, "created_at")
@@ -380,20 +391,31 @@ def _trace_context(body: dict[str, Any]) -> dict[str, str]:
     return {"traceparent": traceparent, "tracestate": tracestate}
 
 
-def _parse_targets(raw: Any) -> tuple[RemovalTarget, ...]:
+def _quoted_names(names: Sequence[str]) -> str:
+    quoted = [f"'{n}'" for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
+def _parse_targets(raw: Any, *, version: int) -> tuple[RemovalTarget, ...]:
     if not isinstance(raw, list):
         raise InvalidAction("field 'nodes' must be a list")
     if len(raw) > MAX_NODES_PER_ACTION:
         raise InvalidAction(f"field 'nodes' names {len(raw)} nodes; at most {MAX_NODES_PER_ACTION} per action")
+    # Version 3 adds the instance; a kubeadm node's providerID may be empty, never its name or instance.
+    keys, required = (("name", "instance", "provider_id"), ("name", "instance")) if version >= 3 else (
+        ("name", "provider_id"), ("name", "provider_id"))
     targets = []
     for index, item in enumerate(raw):
-        if not isinstance(item, dict) or set(item) != {"name", "provider_id"}:
-            raise InvalidAction(f"nodes[{index}] must be an object with exactly 'name' and 'provider_id'")
-        if not all(isinstance(item[k], str) and item[k] for k in ("name", "provider_id")):
-            raise InvalidAction(f"nodes[{index}]: 'name' and 'provider_id' must be non-empty strings")
+        if not isinstance(item, dict) or set(item) != set(keys):
+            raise InvalidAction(f"nodes[{index}] must be an object with exactly {_quoted_names(keys)}")
+        if not all(isinstance(item[k], str) for k in keys) or not all(item[k] for k in required):
+            raise InvalidAction(f"nodes[{index}]: {_quoted_names(keys)} must be strings, "
+                                f"{_quoted_names(required)} non-empty")
         _check_length(f"nodes[{index}].name", item["name"], MAX_LENGTHS["node"])
         _check_length(f"nodes[{index}].provider_id", item["provider_id"], MAX_LENGTHS["provider_id"])
-        targets.append(RemovalTarget(item["name"], item["provider_id"]))
+        if version >= 3:
+            _check_length(f"nodes[{index}].instance", item["instance"], MAX_LENGTHS["instance"])
+        targets.append(RemovalTarget(item["name"], item["provider_id"], item.get("instance", "")))
     names = [t.node for t in targets]
     if len(set(names)) != len(names):
         raise InvalidAction("field 'nodes' names a node twice")

@@ -25,9 +25,13 @@ DAEMONSET_POD_ANNOTATION = "cluster-autoscaler.kubernetes.io/daemonset-pod"
 DELETION_CANDIDATE_TAINT = "DeletionCandidateOfClusterAutoscaler"
 
 
-# Well-known node labels the engine reasons about (kubelet and cloud-provider conventions).
-# NodeGroupProvider.kind of today's backend: VM Scale Sets in Uniform orchestration.
+# NodeGroupProvider.kind of each backend: VM Scale Sets in Uniform and in Flexible orchestration
+# (whose instances are plain VMs, named, not numbered), and AKS agent pools (the agentPools API).
 UNIFORM_SCALE_SET = "vmss-uniform"
+FLEXIBLE_SCALE_SET = "vmss-flexible"
+AKS_AGENT_POOL = "aks-agentpool"
+
+# Well-known node labels the engine reasons about (kubelet and cloud-provider conventions).
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_ZONE_LEGACY = "failure-domain.beta.kubernetes.io/zone"
@@ -518,7 +522,11 @@ class DisruptionBudget:
 
 @dataclass(frozen=True, slots=True)
 class InstanceRef:
-    """One VM Scale Set instance, as named by a node's providerID."""
+    """One instance of a node group: as a node's providerID names it, or as node mapping found it.
+
+    `subscription_id` is "" when the node was mapped by hostname or IP (the autoscaler's own
+    subscription, AZURE_SUBSCRIPTION_ID); `scale_set` is the group's name.
+    """
 
     subscription_id: str
     resource_group: str
@@ -563,10 +571,16 @@ class Node:
     ready: bool = False
     unschedulable: bool = False  # spec.unschedulable (cordoned)
     internal_ips: tuple[str, ...] = ()  # status.addresses of type InternalIP: a key for mapping by IP
+    # Set by the services from node mapping (engine.node_mapping): `mapped` says it was decided, and
+    # `mapped_to` is the instance (None: unmanaged or ambiguous, never touched). Until then, the
+    # providerID alone names the instance, as cloud-provider-azure writes it.
+    mapped: bool = False
+    mapped_to: InstanceRef | None = None
 
     @property
     def instance(self) -> InstanceRef | None:
-        return parse_provider_id(self.provider_id)
+        """The group instance this node runs on; None for a node that is not ours to manage."""
+        return self.mapped_to if self.mapped else parse_provider_id(self.provider_id)
 
     @property
     def is_being_deleted(self) -> bool:
@@ -674,6 +688,10 @@ class ClusterSnapshot:
     daemonsets: tuple[DaemonSet, ...] = ()
     # One node's price per hour (USD) by group id, from the provider; only read by the `price` expander.
     prices: Mapping[str, float] = field(default_factory=dict)
+    # Node mapping, for the operator: node -> the method that found its instance (provider-id, hostname, ip),
+    # and node -> why none was (unmanaged or ambiguous); such nodes carry no instance and are never touched.
+    mapped_by: Mapping[str, str] = field(default_factory=dict)
+    unmapped: Mapping[str, str] = field(default_factory=dict)
 
     def group(self, group_id_: str) -> NodeGroup | None:
         return next((g for g in self.groups if g.id == group_id_), None)

@@ -174,7 +174,17 @@ class NodeGroupProvider(Protocol):
         ...
 
     def list_instances(self, group: NodeGroup) -> list[Instance]:
-        """Every instance of the group in one (high-cost) call: cheaper than a GET per instance for several."""
+        """Every instance of the group in one (high-cost) call: cheaper than a GET per instance for several.
+
+        Each with the keys node mapping reads: instance id, computer name, ARM id (not private IPs).
+        """
+        ...
+
+    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
+        """Private IPs of the group's instances by instance id, from their network interfaces (one list call).
+
+        Only read when a node must be mapped by IP (kubeadm nodes without a providerID).
+        """
         ...
 
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from shared.engine.expanders import EXPANDERS, parse_expander_chain, parse_priorities
+from shared.engine.node_mapping import parse_mapping_method
 from shared.engine.limits import ClusterLimits, parse_min_max
 from shared.domain import LabelSelector
 from shared.engine.selectors import parse_label_selector
@@ -336,6 +337,11 @@ SPECS: tuple[Spec, ...] = (
     Spec("CLUSTER_NAME", "cluster_name", None, _text,
          "Cluster name; scale sets tagged `cluster-autoscaler-name=<this>` and `cluster-autoscaler-enabled=true` are managed."),
     Spec("AZURE_SUBSCRIPTION_ID", "subscription_id", None, _text, "Subscription holding the scale sets."),
+    Spec("NODE_MAPPING", "node_mapping", "auto", parse_mapping_method,
+         "How a node is matched to its scale-set instance: `auto` tries `provider-id` (cloud-provider-azure's "
+         "`azure://` providerID), then `hostname` (node name = the VM's computer name, case-insensitive: k3s, "
+         "kubeadm), then `ip` (an InternalIP = the VM's private IP); naming one method uses only it. A node that "
+         "matches no instance, or more than one, is reported and never touched."),
     Spec("NODE_RESOURCE_GROUPS", "node_resource_groups", None, _csv,
          "Comma-separated resource groups searched for tagged scale sets."),
     Spec("KUBE_AUTH", "kube_auth", "kubeconfig", _choice("kubeconfig", "aks", "key-vault"),
@@ -534,6 +540,7 @@ class Settings:
     kubeconfig_allow_insecure_tls: bool
     sandbox_identity_endpoint: str
     status_configmap: tuple[str, str] | None  # (namespace, name); None writes no status
+    node_mapping: str  # engine.node_mapping.METHODS
     arm_endpoint: str
     arm_ca_bundle: str
     azure_credential: str

@@ -308,7 +308,22 @@ class WorldCompute:
         """Every instance of the scale set: the high-cost list (the real adapter has it for diagnostics)."""
         sim = self._sim(group)
         self._arm("list_vms", group=sim)
-        return [Instance(str(i.instance_id), i.state, i.computer_name) for i in self._world.instances(sim)]
+        return [self._instance(sim, i) for i in self._world.instances(sim)]
+
+    def _instance(self, sim: ScaleSetSim, inst: Any) -> Instance:
+        """As VmssCompute converts the ARM double's VM: id, state, computer name and ARM id (no IPs)."""
+        return Instance(
+            str(inst.instance_id), inst.state, inst.computer_name,
+            resource_id=(f"/subscriptions/{self._world.subscription_id}/resourceGroups/{sim.resource_group}"
+                         f"/providers/Microsoft.Compute/virtualMachineScaleSets/{sim.name}"
+                         f"/virtualMachines/{inst.instance_id}"),
+        )
+
+    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
+        """The scale set's NICs: one primary IP per instance, as the ARM double serves them."""
+        sim = self._sim(group)
+        self._arm("list_nics", group=sim)
+        return {str(i.instance_id): (i.private_ip,) for i in self._world.instances(sim)}
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
         sim = self._found(group.resource_group, group.name)
@@ -317,7 +332,7 @@ class WorldCompute:
             return None
         self._arm("get_vm", group=sim)
         inst = next((i for i in self._world.instances(sim) if str(i.instance_id) == instance_id), None)
-        return None if inst is None else Instance(str(inst.instance_id), inst.state, inst.computer_name)
+        return None if inst is None else self._instance(sim, inst)
 
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
         self._arm("skus")

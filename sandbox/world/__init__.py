@@ -15,7 +15,8 @@ order an autoscaler calls in. Internally times are float seconds since `start`.
 - `core`: sim time, the event queue, seeded randomness and ids, the object store (`WorldCore`, under every part)
 - `scheduler`: the scheduling queue, binding pods to nodes, what each node holds
 - `pod_lifecycle`: arrivals, running, completion, eviction, deletion, DaemonSet and mirror pods
-- `nodes`: Node objects, registered, lost and collected, and the removal marks on them
+- `nodes`: Node objects as the scenario's cluster flavour names them, registered, lost and collected, and the
+  removal marks on them
 - `scale_sets`: scale sets and instances, capacity, delete, deallocate and start, operations, throttling
 - `fault_injection`: injected API faults and scale-up failures, call counting
 - `kube_resources`: the Kubernetes API calls (list, get, create, replace, delete)
@@ -106,6 +107,7 @@ class World(
         self._init_pdbs()
         self._init_daemonsets()
         self._init_scale_sets()
+        self._init_static_nodes()
         self._schedule_workloads()
         self._advance_to(0.0)  # arrivals at t=0 exist from the first look
 

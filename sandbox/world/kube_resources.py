@@ -176,7 +176,13 @@ class KubeResourcesPart(WorldCore):
             if resource == "nodes":
                 kobjects.validate_node(updated)
                 updated["status"] = copy.deepcopy(current["status"])  # status is a subresource
-                updated.setdefault("spec", {})["providerID"] = current["spec"].get("providerID")
+                # Set once: the API server allows only "" -> a value (kubeadm nodes start without one); the
+                # sandbox keeps a value already set rather than refusing a change.
+                spec = updated.setdefault("spec", {})
+                if current["spec"].get("providerID"):
+                    spec["providerID"] = current["spec"]["providerID"]
+                elif not spec.get("providerID"):
+                    spec.pop("providerID", None)
             elif resource != "configmaps":
                 raise KubeError(405, "MethodNotAllowed", f"the sandbox does not update {resource}")
             was_marked = resource == "nodes" and marked_for_removal(current)

@@ -1,22 +1,37 @@
 """Node objects in the world: registered by kubelet when an instance boots, lost and collected when it goes.
 
-`NodesPart` owns the map from node name to the scale set instance behind it (`_by_node`) and the
-removal starts the cluster autoscaler's marks reveal (`_removal_starts`). It builds each Node as
-kubelet registers it (the labels Azure's cloud provider sets, the scale set's taints, capacity and
-annotations), marks it NotReady and unreachable when its VM shuts down, and plays the cloud node
-lifecycle controller that deletes a Node whose VM is gone, with pod garbage collection after it.
+`NodesPart` owns the map from node name to the scale set instance behind it (`_by_node`), the nodes
+that belong to no scale set (`_static_nodes`: the k3s server) and the removal starts the cluster
+autoscaler's marks reveal (`_removal_starts`). It builds each Node as kubelet registers it (the
+name, providerID and labels the scenario's cluster flavour gives it, the scale set's taints,
+capacity and annotations), marks it NotReady and unreachable when its VM shuts down, and plays the
+cloud node lifecycle controller that deletes a Node whose VM is gone, with pod garbage collection
+after it.
+
+Flavours (`Scenario.flavour`; facts in shared/facts/cluster-shapes.md):
+- `aks-engine`: the Azure cloud provider. Node name = computer name, providerID
+  `azure:///subscriptions/.../virtualMachineScaleSets/<vmss>/virtualMachines/<id>`, the instance-type,
+  topology and `agentpool` labels.
+- `k3s`: k3s's embedded cloud controller. Node name = computer name lower-cased (k3s names a node
+  after `os.Hostname()`, lower-cased), providerID `k3s://<node name>`, instance type `k3s`, no
+  topology labels; plus a server node (`k3s-server`) in no scale set.
+- `kubeadm`: no cloud provider. No providerID; node names the operator chose with
+  `--hostname-override` (`worker-<scale set>-<n>`), unrelated to the computer name, so only the
+  InternalIP (the instance's private IP) ties a node to its VM.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from shared.domain import Taint
 from sandbox import kobjects
-from sandbox.compute import InstanceSim
+from sandbox.compute import InstanceSim, ScaleSetSim, private_ip
 from sandbox.metrics import seconds
 from sandbox.resources import Amounts
 from sandbox.scenario import NodeGroupSpec
@@ -25,6 +40,16 @@ from sandbox.world.core import WorldCore
 
 # cluster-autoscaler's taint on a node it is removing (with spec.unschedulable: the removal has started)
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+
+# The k3s flavour's control-plane node: a VM outside every scale set (k3s's own install, not autoscaled).
+K3S_SERVER = "k3s-server"
+K3S_SERVER_IP_INDEX = 0  # 10.224.0.4: instances take ip indexes from 1
+# A small server (2 vCPU, 8 GiB). k3s sets no kube-reserved or system-reserved by default; kubelet's
+# default hard eviction threshold (memory.available<100Mi) comes off allocatable memory.
+K3S_SERVER_CAPACITY = Amounts.of(2000, 8 * 1024**3, 110)
+K3S_SERVER_ALLOCATABLE = Amounts.of(2000, 8 * 1024**3 - 100 * 1024**2, 110)
+K3S_VERSION = f"{kobjects.KUBELET_VERSION}+k3s1"
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +89,48 @@ class NodesPart(WorldCore):
 
     def _init_node_state(self) -> None:
         self._by_node: dict[str, InstanceSim] = {}
+        self._static_nodes: dict[str, int] = {}  # nodes of no scale set (the k3s server): name -> ip index
         self._removal_starts: dict[str, RemovalStart] = {}  # by node: the latest unmarked -> marked change
+        self._worker_numbers = itertools.count(1)  # kubeadm: the n of worker-<scale set>-<n>, per world
+
+    def _init_static_nodes(self) -> None:
+        """k3s: the server registered before any agent (as old as the oldest pool); the world never removes it."""
+        if self.scenario.flavour != "k3s":
+            return
+        age = max((g.initial_age for g in self.scenario.node_groups), default=timedelta(hours=1))
+        labels = {
+            **self._kubelet_labels(K3S_SERVER),
+            "node.kubernetes.io/instance-type": "k3s",
+            "beta.kubernetes.io/instance-type": "k3s",
+            # What k3s labels its servers (no etcd role: the default datastore is SQLite through kine).
+            "node-role.kubernetes.io/control-plane": "true",
+            "node-role.kubernetes.io/master": "true",
+        }
+        # Taints: none, as k3s leaves a server schedulable by default, so workloads may run on it too.
+        node = self._node_object(
+            K3S_SERVER, K3S_SERVER_IP_INDEX, f"k3s://{K3S_SERVER}", labels, (), K3S_SERVER_CAPACITY,
+            K3S_SERVER_ALLOCATABLE, self.start - age, machine_id=self._uid().replace("-", ""),
+        )
+        self._store.put("nodes", node)
+        self._static_nodes[K3S_SERVER] = K3S_SERVER_IP_INDEX
+        self._retry_all_pending = True
+
+    def _node_name(self, group: ScaleSetSim, computer_name: str) -> str:
+        """The name a new instance's kubelet will register its Node under, by the scenario's flavour."""
+        if self.scenario.flavour == "k3s":
+            return computer_name.lower()
+        if self.scenario.flavour == "kubeadm":
+            # The operator's own naming through --hostname-override; a scale set name may hold `_` or
+            # capitals, which a node name (a DNS subdomain) may not.
+            return f"worker-{_NOT_DNS.sub('-', group.name.lower()).strip('-')}-{next(self._worker_numbers)}"
+        return computer_name
 
     def _provider_id(self, inst: InstanceSim) -> str:
+        """spec.providerID: empty (left out of the Node) for kubeadm, where no cloud provider sets one."""
+        if self.scenario.flavour == "k3s":
+            return f"k3s://{inst.node_name}"
+        if self.scenario.flavour == "kubeadm":
+            return ""
         group = self._groups[inst.group_key]
         return (
             f"azure:///subscriptions/{self.subscription_id}/resourceGroups/{group.resource_group}"
@@ -74,14 +138,35 @@ class NodesPart(WorldCore):
         )
 
     @staticmethod
-    def _node_labels(spec: NodeGroupSpec, hostname: str, zone: str) -> dict[str, str]:
-        region = spec.location
+    def _kubelet_labels(hostname: str) -> dict[str, str]:
+        """The labels kubelet itself puts on its Node, whatever the cloud provider."""
         return {
             "kubernetes.io/hostname": hostname,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
             "beta.kubernetes.io/os": "linux",
             "beta.kubernetes.io/arch": "amd64",
+        }
+
+    def _node_labels(self, spec: NodeGroupSpec, hostname: str, zone: str) -> dict[str, str]:
+        if self.scenario.flavour == "k3s":
+            # k3s's cloud controller: instance type `k3s` (unless the node already carries one, as when
+            # --node-label sets it), the stable and beta labels alike; no region or zone (it reports none
+            # unless the node already has them); no `agentpool` (AKS's). The pool's own labels stand for
+            # --node-label. An inference from k3s pkg/cloudprovider/instances.go and the cloud node controller.
+            instance_type = spec.labels.get("node.kubernetes.io/instance-type", "k3s")
+            return {
+                **self._kubelet_labels(hostname),
+                "node.kubernetes.io/instance-type": instance_type,
+                "beta.kubernetes.io/instance-type": instance_type,
+                **spec.labels,
+            }
+        if self.scenario.flavour == "kubeadm":
+            # No cloud provider: kubelet's labels only, and whatever --node-labels the pool gives.
+            return {**self._kubelet_labels(hostname), **spec.labels}
+        region = spec.location
+        return {
+            **self._kubelet_labels(hostname),
             "node.kubernetes.io/instance-type": spec.vm_size,
             "topology.kubernetes.io/region": region,
             # Azure's cloud provider labels zonal nodes "<region>-<zone>" and regional ones "0".
@@ -90,28 +175,54 @@ class NodesPart(WorldCore):
             **spec.labels,
         }
 
+    def _node_object(
+        self, name: str, ip_index: int, provider_id: str, labels: Mapping[str, str], taints: tuple[Taint, ...],
+        capacity: Amounts, allocatable: Amounts, created: datetime, *, machine_id: str,
+    ) -> dict[str, Any]:
+        k3s = self.scenario.flavour == "k3s"
+        node = kobjects.node_object(
+            name=name,
+            uid=self._uid(),
+            created=rfc3339(created),
+            provider_id=provider_id,
+            labels=labels,
+            taints=taints,
+            capacity=capacity,
+            allocatable=allocatable,
+            internal_ip=private_ip(ip_index),
+            pod_cidr=f"10.244.{ip_index % 256}.0/24",
+            machine_id=machine_id,
+            kubelet_version=K3S_VERSION if k3s else kobjects.KUBELET_VERSION,
+            container_runtime="containerd://1.7.22-k3s1" if k3s else kobjects.CONTAINER_RUNTIME,
+        )
+        if k3s:  # the k3s agent's own annotations, which its cloud controller reads the addresses from
+            node["metadata"]["annotations"].update(
+                {"k3s.io/hostname": name, "k3s.io/internal-ip": private_ip(ip_index)}
+            )
+        elif self.scenario.flavour == "kubeadm":  # what `kubeadm join` writes on the node it joins
+            node["metadata"]["annotations"]["kubeadm.alpha.kubernetes.io/cri-socket"] = (
+                "unix:///var/run/containerd/containerd.sock"
+            )
+        return node
+
     def _register_node(self, inst: InstanceSim, created: datetime | None = None) -> None:
         group = self._groups[inst.group_key]
         spec = group.spec
-        labels = self._node_labels(spec, inst.computer_name, inst.zone)
-        node = kobjects.node_object(
-            name=inst.computer_name,
-            uid=self._uid(),
-            created=rfc3339(created or self._at(self._t)),
-            provider_id=self._provider_id(inst),
-            labels=labels,
-            taints=spec.taints,
-            capacity=spec.capacity,
-            allocatable=spec.allocatable,
-            internal_ip=f"10.224.{inst.ip_index // 250}.{inst.ip_index % 250 + 4}",
-            pod_cidr=f"10.244.{inst.ip_index % 256}.0/24",
-            machine_id=inst.vm_id.replace("-", ""),
+        labels = self._node_labels(spec, inst.node_name, inst.zone)
+        node = self._node_object(
+            inst.node_name, inst.ip_index, self._provider_id(inst), labels, spec.taints, spec.capacity,
+            spec.allocatable, created or self._at(self._t), machine_id=inst.vm_id.replace("-", ""),
         )
         node["metadata"]["annotations"].update(spec.annotations)
         self._store.put("nodes", node)
         self._retry_all_pending = True
         inst.node_registered = True
-        self._by_node[inst.computer_name] = inst
+        self._by_node[inst.node_name] = inst
+
+    def _host_ip_index(self, node_name: str) -> int | None:
+        """The ip index of the VM behind a node (a scale set instance or a static node), None if unknown."""
+        inst = self._by_node.get(node_name)
+        return inst.ip_index if inst is not None else self._static_nodes.get(node_name)
 
     def _on_registered(self, inst: InstanceSim) -> None:
         # power_seq 0: no deallocation or start since it was created (those register through `rebooted`)
@@ -140,9 +251,9 @@ class NodesPart(WorldCore):
 
     def _on_node_gc(self, inst: InstanceSim) -> None:
         """The cloud node lifecycle controller deletes Node objects whose VM is gone."""
-        node = self._store.get("nodes", "", inst.computer_name)
-        if node is not None and self._by_node.get(inst.computer_name) is inst:
-            self._remove_node(inst.computer_name)
+        node = self._store.get("nodes", "", inst.node_name)
+        if node is not None and self._by_node.get(inst.node_name) is inst:
+            self._remove_node(inst.node_name)
 
     def _remove_node(self, name: str) -> dict[str, Any] | None:
         self._kill_pods_on(name)
@@ -150,6 +261,7 @@ class NodesPart(WorldCore):
             self._remove_pod(pod)  # pod garbage collection of pods bound to a missing node
         node = self._store.drop("nodes", "", name)
         self._by_node.pop(name, None)
+        self._static_nodes.pop(name, None)  # deleted through the API: the world does not bring it back
         return node
 
     def _note_removal_mark(self, name: str, *, was_marked: bool, marked: bool) -> None:

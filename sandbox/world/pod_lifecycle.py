@@ -211,7 +211,7 @@ class PodLifecyclePart(WorldCore):
             cpu_usage_milli=cpu_usage,
         )
         if node:
-            if node in self._by_node and self._store.get("nodes", "", node) is not None:
+            if (node in self._by_node or node in self._static_nodes) and self._store.get("nodes", "", node) is not None:
                 self._bind(pod, node)
         self._reconcile()
         return pod
@@ -345,20 +345,28 @@ class PodLifecyclePart(WorldCore):
         ]
 
     def _ensure_node_pods(self) -> None:
-        """DaemonSet controller and kubelet mirror pods: one of each per Ready node, bound directly."""
+        """DaemonSet controller and kubelet mirror pods: one of each per Ready node, bound directly. Nodes of
+        no scale set (the k3s server) run the DaemonSets too; mirror pods are a pool's."""
         for name, inst in list(self._by_node.items()):
             node = self._store.get("nodes", "", name)
             if node is None or inst.state == "Deleting" or not kobjects.is_ready(node):
                 continue
-            labels = node["metadata"].get("labels") or {}
-            taints = kobjects.parse_taints(node)
-            for ds in self.scenario.daemonsets:
-                if self._daemon_runs_on(ds, name, labels, taints):
-                    self._ensure_node_pod(f"ds/{ds.namespace}/{ds.name}", name, lambda ds=ds: self._daemon_pod(ds, name))
+            self._ensure_daemon_pods(name, node)
             for mirror in self._groups[inst.group_key].spec.mirror_pods:
                 self._ensure_node_pod(
                     f"mirror/{mirror.namespace}/{mirror.name}", name, lambda mirror=mirror: self._mirror_pod(mirror, name)
                 )
+        for name in list(self._static_nodes):
+            node = self._store.get("nodes", "", name)
+            if node is not None and kobjects.is_ready(node):
+                self._ensure_daemon_pods(name, node)
+
+    def _ensure_daemon_pods(self, name: str, node: dict[str, Any]) -> None:
+        labels = node["metadata"].get("labels") or {}
+        taints = kobjects.parse_taints(node)
+        for ds in self.scenario.daemonsets:
+            if self._daemon_runs_on(ds, name, labels, taints):
+                self._ensure_node_pod(f"ds/{ds.namespace}/{ds.name}", name, lambda ds=ds: self._daemon_pod(ds, name))
 
     def _ensure_node_pod(self, pod_id: str, node: str, build: Callable[[], PodSim]) -> None:
         uid = self._node_pods.get((pod_id, node))

@@ -14,8 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from sandbox import kobjects
+from sandbox.compute import InstanceSim
 from sandbox.metrics import distribution, seconds
 from sandbox.pods import pod_outcome
+from sandbox.resources import parse_resource_list
 from sandbox.units import parse_time, rfc3339
 from sandbox.world.core import WorldCore
 
@@ -61,14 +63,14 @@ class ReportsPart(WorldCore):
         for key, group in self._groups.items():
             ready = booting = deleting = deallocated = idle = 0
             for inst in group.instances.values():
-                node = self._store.get("nodes", "", inst.computer_name) if inst.node_registered else None
+                node = self._store.get("nodes", "", inst.node_name) if inst.node_registered else None
                 if inst.state == "Deleting":
                     deleting += 1
                 elif inst.power in ("deallocating", "deallocated"):
                     deallocated += 1
                 elif node is not None and kobjects.is_ready(node):
                     ready += 1
-                    idle += inst.computer_name not in busy
+                    idle += inst.node_name not in busy
                 else:
                     booting += 1
             counts[key] = {
@@ -129,13 +131,18 @@ class ReportsPart(WorldCore):
                 if pod.node is not None:
                     used[pod.node] = used.get(pod.node, 0) + pod.cpu_used_milli
             result: dict[str, NodeCpu] = {}
-            for name, inst in self._by_node.items():
+            members: list[tuple[str, InstanceSim | None]] = [*self._by_node.items()]
+            members += [(name, None) for name in self._static_nodes]  # the k3s server reports too
+            for name, inst in members:
                 if wanted is not None and name not in wanted:
                     continue
                 node = self._store.get("nodes", "", name)
-                if node is None or inst.state == "Deleting" or not kobjects.is_ready(node):
+                if node is None or (inst is not None and inst.state == "Deleting") or not kobjects.is_ready(node):
                     continue
-                capacity = self._groups[inst.group_key].spec.capacity.cpu_milli
+                capacity = (
+                    self._groups[inst.group_key].spec.capacity.cpu_milli if inst is not None
+                    else parse_resource_list(node["status"]["capacity"]).cpu_milli
+                )
                 # A node cannot use more than it has, whatever the pods on it ask for.
                 since = parse_time(node["metadata"]["creationTimestamp"])
                 result[name] = NodeCpu(min(used.get(name, 0), capacity), capacity, since)
@@ -215,9 +222,9 @@ class ReportsPart(WorldCore):
         for key, group in self._groups.items():
             names = []
             for inst in group.instances.values():
-                node = self._store.get("nodes", "", inst.computer_name) if inst.node_registered else None
-                if inst.state != "Deleting" and node is not None and kobjects.is_ready(node) and inst.computer_name not in busy:
-                    names.append(inst.computer_name)
+                node = self._store.get("nodes", "", inst.node_name) if inst.node_registered else None
+                if inst.state != "Deleting" and node is not None and kobjects.is_ready(node) and inst.node_name not in busy:
+                    names.append(inst.node_name)
             idle[key] = sorted(names)
         return idle
 

@@ -75,10 +75,11 @@ class ScaleSetsPart(WorldCore):
         group.next_instance_id += 1
         boot = 0.0 if already_running else self._boot_delay(group, instance_id)
         zones = group.spec.zones
+        hostname = computer_name(group.spec.computer_name_prefix, instance_id)
         inst = InstanceSim(
             group_key=group.key,
             instance_id=instance_id,
-            computer_name=computer_name(group.spec.computer_name_prefix, instance_id),
+            computer_name=hostname,
             vm_id=self._uid(),
             zone=zones[instance_id % len(zones)] if zones else "",
             created_at=self._t,
@@ -88,6 +89,7 @@ class ScaleSetsPart(WorldCore):
             state="Succeeded" if already_running else "Creating",
             power="running" if already_running else "starting",
             ip_index=next(self._ip_counter),
+            node_name=self._node_name(group, hostname),
         )
         group.instances[instance_id] = inst
         if not already_running:
@@ -115,10 +117,10 @@ class ScaleSetsPart(WorldCore):
         group.generation += 1
         delay = self.scenario.delete_delay.sample(self._rng("delete", group.key, inst.instance_id))
         self._push(self._t + delay, "vanish", inst)
-        node = self._store.get("nodes", "", inst.computer_name)
+        node = self._store.get("nodes", "", inst.node_name)
         if node is not None and not inst.node_deleted_by_api:
             self._node_lost(node)
-            self._kill_pods_on(inst.computer_name)
+            self._kill_pods_on(inst.node_name)
 
     def _on_vanish(self, inst: InstanceSim) -> None:
         group = self._groups[inst.group_key]
@@ -324,10 +326,10 @@ class ScaleSetsPart(WorldCore):
         dist = self.scenario.deallocate_delay or self.scenario.delete_delay
         delay = dist.sample(self._rng("deallocate", group.key, inst.instance_id, inst.power_seq))
         self._push(self._t + delay, "power_done", (inst, inst.power_seq))
-        node = self._store.get("nodes", "", inst.computer_name)
-        if node is not None and self._by_node.get(inst.computer_name) is inst:
+        node = self._store.get("nodes", "", inst.node_name)
+        if node is not None and self._by_node.get(inst.node_name) is inst:
             self._node_lost(node)
-            self._kill_pods_on(inst.computer_name)
+            self._kill_pods_on(inst.node_name)
         self._dirty = True
 
     def _start_boot(self, inst: InstanceSim) -> None:
@@ -362,8 +364,8 @@ class ScaleSetsPart(WorldCore):
             inst.state, inst.power = "Succeeded", "deallocated"
             inst.unbilled_since = self._t
             self._alive -= 1
-            node = self._store.get("nodes", "", inst.computer_name)
-            if node is not None and self._by_node.get(inst.computer_name) is inst:
+            node = self._store.get("nodes", "", inst.node_name)
+            if node is not None and self._by_node.get(inst.node_name) is inst:
                 # The cloud node lifecycle controller: the provider reports the instance shut down.
                 taints = node.setdefault("spec", {}).setdefault("taints", [])
                 if not any(t.get("key") == SHUTDOWN_TAINT for t in taints):
@@ -371,14 +373,14 @@ class ScaleSetsPart(WorldCore):
                 self._store.touch(node)
 
     def _on_rebooted(self, payload: tuple[InstanceSim, int]) -> None:
-        """A started instance has booted: kubelet registers its node again under the same name (the hostname
-        is the computer name). A Node object left from before the deallocation is made Ready again (the
+        """A started instance has booted: kubelet registers its node again under the same name (the hostname,
+        or the name the flavour's kubelet is configured with, is unchanged). A Node object left from before the deallocation is made Ready again (the
         lifecycle controllers lift their taints); a deleted one is created afresh."""
         inst, seq = payload
         if not inst.alive or inst.power_seq != seq or inst.power != "running":
             return
-        node = self._store.get("nodes", "", inst.computer_name)
-        if node is None or self._by_node.get(inst.computer_name) is not inst:
+        node = self._store.get("nodes", "", inst.node_name)
+        if node is None or self._by_node.get(inst.node_name) is not inst:
             inst.node_deleted_by_api = False
             self._register_node(inst)
             return

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandbox import kobjects
-from sandbox.compute import ScaleSetSim
+from sandbox.compute import ScaleSetSim, private_ip
 from sandbox.pods import PodSim
 from sandbox.resources import Amounts, parse_resource_list
 from sandbox.scheduling import ClusterView, NodeSlot, static_reasons, unschedulable_message
@@ -46,16 +46,17 @@ class SchedulerPart(WorldCore):
     def _bind(self, pod: PodSim, node_name: str) -> None:
         obj = self._pod_obj(pod)
         inst = self._by_node.get(node_name)
+        ip_index = self._host_ip_index(node_name)
         now = self._ts()
         obj["spec"]["nodeName"] = node_name
         status = obj["status"]
         status["phase"] = "Running"
         status["startTime"] = now
-        if inst is not None:
-            status["hostIP"] = f"10.224.{inst.ip_index // 250}.{inst.ip_index % 250 + 4}"
+        if ip_index is not None:
+            status["hostIP"] = private_ip(ip_index)
             status["hostIPs"] = [{"ip": status["hostIP"]}]
             octet = sum(1 for p in self._live.values() if p.node == node_name) % 250 + 2
-            status["podIP"] = f"10.244.{inst.ip_index % 256}.{octet}"
+            status["podIP"] = f"10.244.{ip_index % 256}.{octet}"
             status["podIPs"] = [{"ip": status["podIP"]}]
         for kind in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"):
             kobjects.set_condition(obj, kobjects.condition(kind, "True", now))

@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from shared.domain import Instance, Node, NodeGroup, parse_provider_id
+from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, Node, NodeGroup, parse_provider_id
 
 # The mapping methods, as NODE_MAPPING names them.
 PROVIDER_ID = "provider-id"
@@ -54,8 +54,6 @@ AUTO = "auto"
 METHODS = (AUTO, PROVIDER_ID, HOSTNAME, IP)
 _AUTO_ORDER = (PROVIDER_ID, HOSTNAME, IP)
 
-# NodeGroupProvider.kind of Flexible scale sets, whose instance ids are VM names.
-_FLEXIBLE_KIND = "vmss-flexible"
 
 # A plain VM's providerID (Flexible members, AKS VirtualMachines pools); parse_provider_id reads the Uniform form.
 _VM_PROVIDER_ID = re.compile(
@@ -199,6 +197,37 @@ def needs_ips(nodes: Sequence[Node], groups: Sequence[NodeGroup], method: str = 
     )
 
 
+def needs_instances(nodes: Sequence[Node], groups: Sequence[NodeGroup], method: str = AUTO) -> bool:
+    """Whether `map_nodes` needs the groups' instance lists (one high-cost ARM read per group).
+
+    Not when providerIDs settle every node by themselves: Uniform groups only (the AKS, CAPZ and
+    aks-engine shape), and every node's providerID is `azure://` (authoritative, see above) or
+    provider-id mapping is forced. Then `instances_named_by_nodes` stands in for the lists.
+    """
+    if method in (HOSTNAME, IP):
+        return True
+    if any(g.provider != UNIFORM_SCALE_SET for g in groups):
+        return True  # a Flexible member's or pool VM's name does not say which group it is in
+    if method == PROVIDER_ID:
+        return False
+    return any(not node.provider_id.strip().lower().startswith(_AZURE_SCHEME) for node in nodes)
+
+
+def instances_named_by_nodes(nodes: Sequence[Node], groups: Sequence[NodeGroup]) -> list[NodeGroup]:
+    """Uniform groups with, as their instances, those their nodes' providerIDs name.
+
+    All that provider-id mapping reads of a Uniform instance is its id, so where `needs_instances`
+    says no list is needed this stands in for one, and a cluster of cloud-provider-azure nodes
+    costs no ARM read for mapping.
+    """
+    named: dict[str, list[Instance]] = {}
+    for node in nodes:
+        ref = parse_provider_id(node.provider_id)
+        if ref is not None:
+            named.setdefault(ref.group_id, []).append(Instance(ref.instance_id))
+    return [replace(g, instances=tuple(named.get(g.id, ()))) for g in groups]
+
+
 # --- Matching ----------------------------------------------------------------------
 
 
@@ -340,7 +369,7 @@ def _instance_arm_key(group: NodeGroup, instance: Instance) -> str:
         key = _arm_key(_AZURE_SCHEME + instance.resource_id.strip())
         if key is not None:
             return key
-    if group.provider == _FLEXIBLE_KIND:
+    if group.provider == FLEXIBLE_SCALE_SET:
         return _vm_key(group.resource_group, instance.instance_id)
     return _scale_set_vm_key(group.resource_group, group.name, instance.instance_id)
 

@@ -86,6 +86,7 @@ class Removal:
     node_age: timedelta
     move: tuple[str, ...] = ()  # pods to evict
     wait: tuple[str, ...] = ()  # batch pods the node waits for
+    instance_id: str = ""  # the node's instance in its group, as node mapping found it
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,7 +526,9 @@ def _choose(
                                     "removable at once")
             continue
         removals.append(Removal(
-            node=name, group_id=group.id, provider_id=node.provider_id, unneeded_since=since, kind=candidate.kind,
+            node=name, group_id=group.id, provider_id=node.provider_id,
+            instance_id=node.instance.instance_id if node.instance is not None else "",
+            unneeded_since=since, kind=candidate.kind,
             utilization=candidate.utilization.value, node_age=now - node.created_at,
             move=tuple(p.key for p in candidate.drain.move), wait=tuple(p.key for p in candidate.drain.wait),
         ))

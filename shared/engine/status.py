@@ -197,18 +197,38 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
         wide_up = "Backoff"
     else:
         wide_up = "NoActivity"
-    return {
-        "time": go_time(now),
-        "autoscalerStatus": "Running",
-        "clusterWide": {
-            "health": _condition("Healthy" if total.healthy else "Unhealthy", prev_wide.get("health"), now=now,
-                                 nodeCounts=total.as_doc()),
-            "scaleUp": _condition(wide_up, prev_wide.get("scaleUp"), now=now),
-            "scaleDown": _scale_down(unneeded_by_group, None, prev_wide.get("scaleDown"), now=now,
-                                     waiting=inputs.waiting_for_slots),
-        },
-        "nodeGroups": groups,
+    wide: dict[str, Any] = {
+        "health": _condition("Healthy" if total.healthy else "Unhealthy", prev_wide.get("health"), now=now,
+                             nodeCounts=total.as_doc()),
+        "scaleUp": _condition(wide_up, prev_wide.get("scaleUp"), now=now),
+        "scaleDown": _scale_down(unneeded_by_group, None, prev_wide.get("scaleDown"), now=now,
+                                 waiting=inputs.waiting_for_slots),
     }
+    if snapshot.mapped_by or snapshot.unmapped:
+        wide["nodeMapping"] = node_mapping_doc(snapshot)
+    return {"time": go_time(now), "autoscalerStatus": "Running", "clusterWide": wide, "nodeGroups": groups}
+
+
+# The status lists this many unmanaged nodes by name; the count covers them all.
+MAX_LISTED_UNMANAGED = 20
+
+
+def node_mapping_doc(snapshot: ClusterSnapshot) -> dict[str, Any]:
+    """How the poll mapped nodes to instances: nodes per method, and the nodes left alone with why.
+
+    Not in CA's layout (CA maps by providerID only); readers of CA's status ignore it. A node is
+    ambiguous when its reason says so (engine.node_mapping writes them "ambiguous: ...").
+    """
+    methods: dict[str, int] = {}
+    for method in snapshot.mapped_by.values():
+        methods[method] = methods.get(method, 0) + 1
+    ambiguous = sum(1 for reason in snapshot.unmapped.values() if reason.startswith("ambiguous"))
+    doc: dict[str, Any] = {"mapped": dict(sorted(methods.items())),
+                           "unmanaged": len(snapshot.unmapped) - ambiguous, "ambiguous": ambiguous}
+    if snapshot.unmapped:
+        doc["notManaged"] = [{"node": name, "reason": snapshot.unmapped[name]}
+                             for name in sorted(snapshot.unmapped)[:MAX_LISTED_UNMANAGED]]
+    return doc
 
 
 def _scale_down(unneeded_by_group: Mapping[str, int] | None, group_id: str | None, previous: Mapping[str, Any] | None,

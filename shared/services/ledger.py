@@ -113,11 +113,12 @@ def record_rejection(state: StateStore, *, action_id: str, kind: str, group: str
 def record_of(action: ScaleAction) -> str:
     """What the ledger keeps of a decision, so that later messages of the action can be held to it.
 
-    A removal's nodes with the providerIDs its first step checked against the world; a scale-up's
+    A removal's nodes with the providerIDs and instances its first step checked against the world; a scale-up's
     target, and once its first step has run, the sizes it asked ARM for (which a failure returns to).
     """
     if isinstance(action, ScaleDown):
-        body: dict[str, object] = {"nodes": {t.node: t.provider_id.lower() for t in action.targets}}
+        body: dict[str, object] = {"nodes": {t.node: t.provider_id.lower() for t in action.targets},
+                                   "instances": {t.node: t.instance_id for t in action.targets}}
     else:
         body = {"target_size": action.target_size}
         if action.from_size is not None:
@@ -148,6 +149,10 @@ def contradiction(entry: LedgerEntry, action: ScaleAction) -> str | None:
             if decided != target.provider_id.lower():
                 return (f"node {target.node} is named with providerID {target.provider_id!r}, but the removal "
                         f"decided on {decided!r}")
+            instance = recorded.get("instances", {}).get(target.node)  # records of older versions have none
+            if instance is not None and instance != target.instance_id:
+                return (f"node {target.node} is named with instance {target.instance_id!r}, but the removal "
+                        f"decided on {instance!r}")
         return None
     if recorded.get("target_size") != action.target_size:
         return f"target size {action.target_size} differs from the {recorded.get('target_size')} recorded"

@@ -9,19 +9,24 @@ from datetime import datetime
 
 from shared.domain import ClusterSnapshot, DaemonSet, GroupState, Node, NodeGroup, NodeTemplate, Pod, VmSizeCapacity
 from shared.engine.daemonsets import daemonsets_seen_by_group, unpredicted_daemonsets
+from shared.engine.node_mapping import AUTO, NodeMapping
 from shared.engine.templates import build_templates, groups_needing_vm_size
 from shared.ports import ComputeError, NodeGroupProvider, Ports
+from shared.services.mapping import map_cluster
 
 log = logging.getLogger(__name__)
 
 
-def observe(ports: Ports, *, now: datetime, with_budgets: bool = False) -> ClusterSnapshot:
+def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_mapping: str = AUTO) -> ClusterSnapshot:
     """One consistent-enough view: groups first, so nodes booting meanwhile count as upcoming, not missing.
 
-    `with_budgets` also lists PodDisruptionBudgets, which only scale-down needs.
+    `with_budgets` also lists PodDisruptionBudgets, which only scale-down needs. Each node is mapped to
+    its instance by `node_mapping` (NODE_MAPPING; services.mapping says what that reads).
     """
     groups = ports.provider.list_node_groups()
-    nodes = ports.cluster.list_nodes()
+    mapped = map_cluster(ports.provider, ports.cluster.list_nodes(), groups, method=node_mapping)
+    nodes, groups = list(mapped.nodes), list(mapped.groups)
+    _report_unmapped(mapped.mapping)
     pods = ports.cluster.list_pods()
     budgets = ports.cluster.list_disruption_budgets() if with_budgets else []
     daemonsets = ports.cluster.list_daemonsets()
@@ -37,7 +42,24 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False) -> Clust
         vm_sizes=vm_sizes,
         disruption_budgets=tuple(budgets),
         daemonsets=tuple(daemonsets),
+        mapped_by={name: m.method for name, m in mapped.mapping.mapped.items()},
+        unmapped={u.node_name: u.reason for u in (*mapped.mapping.unmanaged, *mapped.mapping.ambiguous)},
     )
+
+
+_reported: dict[str, str] = {}  # node -> the reason last logged, so a steady state is logged once per process
+
+
+def _report_unmapped(mapping: NodeMapping) -> None:
+    """Log a node left alone when its reason is new: the status ConfigMap and `plan` show it every poll."""
+    for entry in mapping.ambiguous:
+        if _reported.get(entry.node_name) != entry.reason:
+            log.error("node %s is not managed: %s", entry.node_name, entry.reason)
+    for entry in mapping.unmanaged:
+        if _reported.get(entry.node_name) != entry.reason:
+            log.info("node %s is not managed: %s", entry.node_name, entry.reason)
+    _reported.clear()
+    _reported.update({u.node_name: u.reason for u in (*mapping.unmanaged, *mapping.ambiguous)})
 
 
 def _cross_check_daemonsets(
@@ -94,10 +116,11 @@ def running_sizes(snapshot: ClusterSnapshot, states: Mapping[str, GroupState]) -
     return replace(snapshot, groups=groups)
 
 
-def observe_or_skip(ports: Ports, *, now: datetime, with_budgets: bool = False) -> ClusterSnapshot | None:
+def observe_or_skip(ports: Ports, *, now: datetime, with_budgets: bool = False,
+                    node_mapping: str = AUTO) -> ClusterSnapshot | None:
     """observe(), or None when ARM throttles us: a skipped tick is harmless, a retry storm is not."""
     try:
-        return observe(ports, now=now, with_budgets=with_budgets)
+        return observe(ports, now=now, with_budgets=with_budgets, node_mapping=node_mapping)
     except ComputeError as exc:
         if exc.code != "TooManyRequests":
             raise

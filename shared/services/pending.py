@@ -76,7 +76,7 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
 
 
 def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> PendingPollResult:
-    snapshot = observe_or_skip(ports, now=now)
+    snapshot = observe_or_skip(ports, now=now, node_mapping=settings.node_mapping)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
     states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}

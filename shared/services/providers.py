@@ -92,6 +92,9 @@ class ProviderRouter:
     def list_instances(self, group: NodeGroup) -> list[Instance]:
         return self._of(group).list_instances(group)
 
+    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
+        return self._of(group).list_private_ips(group)
+
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
         # VM sizes are a property of the location, not of a backend: the default provider's answer.
         return self._default.list_vm_sizes(location)

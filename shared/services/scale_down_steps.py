@@ -13,7 +13,7 @@ action carries on with the others; the message of each next step names only thos
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -28,6 +28,7 @@ from shared.ports import ClusterError, ClusterEvent, ComputeError, LedgerEntry
 from shared.services import ledger
 from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.execution import ExecutionResult, Outcome, Run, Step, StepTable, untag
+from shared.services.mapping import map_cluster
 from shared.services.swap import StateConflict, swap_group
 
 log = logging.getLogger(__name__)
@@ -42,22 +43,25 @@ def cordon(run: Runs, action: ScaleDown, entry: LedgerEntry, now: datetime) -> E
     if group is None:
         return run.reject(action, f"group {action.group!r} is not a discovered node group", now=now, poison=True,
                           entry=entry)
-    # Validate every node before touching any: a providerID that contradicts the world rejects the action.
-    nodes: dict[str, Node] = {}
+    # Validate every node before touching any: a node that does not map to the decided instance now (its
+    # providerID changed, its instance is gone, another node claims it) rejects the action.
+    present = [node for t in action.targets if (node := run.ports.cluster.get_node(t.node)) is not None]
+    mapped = map_cluster(run.ports.provider, present, [group], method=run.settings.node_mapping)
+    nodes = {node.name: node for node in mapped.nodes}
     for target in action.targets:
-        node = run.ports.cluster.get_node(target.node)
+        node = nodes.get(target.node)
         if node is None:
             continue
-        ref = node.instance
-        if ref is None or ref.group_id != group.id or node.provider_id.lower() != target.provider_id.lower():
+        ref = node.mapped_to
+        if (ref is None or ref.group_id != group.id or ref.instance_id != target.instance_id
+                or node.provider_id.lower() != target.provider_id.lower()):
             return run.reject(
-                action, f"node {node.name} (providerID {node.provider_id!r}) is not the decided instance of {group.id}",
-                now=now, poison=True, entry=entry,
+                action, f"node {node.name} (providerID {node.provider_id!r}) is not the decided instance "
+                f"{target.instance_id} of {group.id}", now=now, poison=True, entry=entry,
             )
-        nodes[target.node] = node
     skipped: list[str] = []
     kept: list[str] = []
-    instances = _instances(run, group, action)
+    instances = _instances(run, group, action, listed=mapped.groups[0].instances if mapped.listed else None)
     for target in action.targets:
         node = nodes.get(target.node)
         refusal = _removable(run, group, node, target, instances, action.id, now=now)
@@ -105,12 +109,17 @@ def cordon(run: Runs, action: ScaleDown, entry: LedgerEntry, now: datetime) -> E
     return run.continue_(following, entry, delay=timedelta(0), now=now, record=record)
 
 
-def _instances(run: Runs, group: NodeGroup, action: ScaleDown) -> dict[str, Instance | None]:
+def _instances(run: Runs, group: NodeGroup, action: ScaleDown,
+               listed: Sequence[Instance] | None = None) -> dict[str, Instance | None]:
     """The instances of the action's targets by instance id (None: gone), in as few ARM reads as can be.
 
     ARM budgets GETs per scale set (12 a minute): one per node of a bulk removal, every step,
-    starves everything else on the scale set, so several targets cost one list instead.
+    starves everything else on the scale set, so several targets cost one list instead; and the
+    list node mapping just read (`listed`) costs nothing.
     """
+    if listed is not None:
+        by_id = {i.instance_id: i for i in listed}
+        return {t.instance_id: by_id.get(t.instance_id) for t in action.targets}
     if len(action.targets) == 1:
         (target,) = action.targets
         return {target.instance_id: run.ports.provider.get_instance(group, target.instance_id)}

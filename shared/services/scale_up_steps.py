@@ -83,7 +83,7 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
 def _allowed_target(run: Run[ScaleUp], group: NodeGroup, target: int, *, now: datetime) -> tuple[int, str | None]:
     """How far the group may grow now: the cluster-wide limits and MAX_NODES_PER_SCALE_UP, re-checked
     against the world as it is at execution, not as it was when the poll decided."""
-    snapshot = observe(run.ports, now=now)
+    snapshot = observe(run.ports, now=now, node_mapping=run.settings.node_mapping)
     states = {g.id: run.ports.state.get_group(g.id) for g in snapshot.groups}
     snapshot = running_sizes(snapshot, states)
     return allowed_target(snapshot, group.id, target, limits=run.settings.cluster_limits,

@@ -63,7 +63,7 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
 def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
     if not settings.scale_down_enabled:
         return UtilizationPollResult(ScaleDownPlan(), ())
-    snapshot = observe_or_skip(ports, now=now, with_budgets=True)
+    snapshot = observe_or_skip(ports, now=now, with_budgets=True, node_mapping=settings.node_mapping)
     if snapshot is None:
         return UtilizationPollResult(ScaleDownPlan(), ())
     group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
@@ -105,7 +105,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
             new_scale_down(
                 action_id=action_id,
                 group=first.group_id,
-                targets=[RemovalTarget(r.node, r.provider_id) for r in batch],
+                targets=[RemovalTarget(r.node, r.provider_id, r.instance_id) for r in batch],
                 now=now,
                 ttl=settings.action_ttl,
                 reason=_reason(batch),

@@ -48,6 +48,7 @@ def test_env_points_the_autoscaler_at_the_sandbox(sandbox: SandboxServer) -> Non
         "USAGE_SOURCE": "log-analytics",
         "LOG_ANALYTICS_ENDPOINT": f"{sandbox.url}/loganalytics",
         "LOG_ANALYTICS_WORKSPACE_ID": sandbox.world.workspace_id,
+        "RETAIL_PRICES_ENDPOINT": sandbox.url,
     }
 
 

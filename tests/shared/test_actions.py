@@ -26,7 +26,7 @@ def test_round_trip_both_kinds() -> None:
 BAD = [
     ("not json", "{nope", "not JSON"),
     ("json array", "[1]", "not a JSON object"),
-    ("unknown version", {**up(), "version": 3}, "unknown schema version"),
+    ("unknown version", {**up(), "version": 4}, "unknown schema version"),
     ("unknown kind", {**up(), "kind": "scale_sideways"}, "unknown kind"),
     ("missing group", {k: v for k, v in up().items() if k != "group"}, "missing field(s): group"),
     ("zero target", {**up(), "target_size": 0}, "target_size must be a positive integer"),
@@ -45,11 +45,20 @@ BAD = [
     ("node entry with a stray field",
      {**up(), "kind": "scale_down", "step": "cordon", "nodes": [{"name": "n0", "provider_id": "p", "x": 1}]},
      "nodes[0] must be an object with exactly"),
-    ("node entry with an empty name",
-     {**up(), "kind": "scale_down", "step": "cordon", "nodes": [{"name": "", "provider_id": "p"}]},
-     "nodes[0]: 'name' and 'provider_id' must be non-empty"),
+    ("v2 node entry with an empty name",
+     {**up(), "version": 2, "kind": "scale_down", "step": "cordon", "nodes": [{"name": "", "provider_id": "p"}]},
+     "nodes[0]: 'name' and 'provider_id' must be strings, 'name' and 'provider_id' non-empty"),
+    ("v3 node entry without its instance",
+     {**up(), "kind": "scale_down", "step": "cordon", "nodes": [{"name": "n0", "provider_id": "p"}]},
+     "nodes[0] must be an object with exactly 'name', 'instance' and 'provider_id'"),
+    ("v3 node entry with an empty instance",
+     {**up(), "kind": "scale_down", "step": "cordon", "nodes": [{"name": "n0", "instance": "", "provider_id": ""}]},
+     "'name' and 'instance' non-empty"),
+    ("v3 node entry with a providerID not a string",
+     {**up(), "kind": "scale_down", "step": "cordon", "nodes": [{"name": "n0", "instance": "1", "provider_id": None}]},
+     "must be strings"),
     ("a node named twice",
-     {**up(), "kind": "scale_down", "step": "cordon",
+     {**up(), "version": 2, "kind": "scale_down", "step": "cordon",
       "nodes": [{"name": "n0", "provider_id": "p"}, {"name": "n0", "provider_id": "q"}]}, "names a node twice"),
     ("too many nodes",
      {**up(), "kind": "scale_down", "step": "cordon",
@@ -77,7 +86,15 @@ def test_version_1_scale_down_messages_are_still_read() -> None:
     del body["target_size"]
     action = decode_action(json.dumps(body))
     assert action.targets == (RemovalTarget("n0", "azure:///x/7"),) and action.targets[0].instance_id == "7"
-    assert json.loads(encode_action(action))["version"] == 2  # written back as version 2
+    assert json.loads(encode_action(action))["nodes"] == [{"name": "n0", "instance": "7", "provider_id": "azure:///x/7"}]
+
+
+def test_version_3_names_the_instance_of_a_node_without_a_providerid() -> None:
+    action = new_scale_down(action_id="d", group="rg/pool", targets=[RemovalTarget("worker-1", "", "pool_1a2b3c4d")],
+                            now=T0, ttl=timedelta(minutes=1))
+    body = json.loads(encode_action(action))
+    assert body["version"] == 3 and body["nodes"] == [{"name": "worker-1", "instance": "pool_1a2b3c4d", "provider_id": ""}]
+    assert decode_action(json.dumps(body)).targets[0].instance_id == "pool_1a2b3c4d"
 
 
 def test_keeping_drops_the_nodes_given_back() -> None:

@@ -65,15 +65,20 @@ def _cordoned_drain(app: App) -> tuple[str, str, dict[str, Any]]:
 
 # -- 7. removal targets come from our own record ----------------------------------------------------------
 
+def _target(app: Any, node: str) -> dict[str, str]:
+    provider_id = app.provider_id(node)
+    return {"name": node, "instance": provider_id.rsplit("/", 1)[-1], "provider_id": provider_id}
+
+
 FORGERIES = [
     ("another instance's providerID",
      lambda app, other, m: {**m, "nodes": [{**m["nodes"][0], "provider_id": app.provider_id(other)}]},
      "decided on"),
-    ("another node", lambda app, other, m: {**m, "nodes": [{"name": other, "provider_id": app.provider_id(other)}]},
+    ("another node", lambda app, other, m: {**m, "nodes": [_target(app, other)]}, "not one this removal decided on"),
+    ("a node added", lambda app, other, m: {**m, "nodes": [*m["nodes"], _target(app, other)]},
      "not one this removal decided on"),
-    ("a node added", lambda app, other, m: {**m, "nodes": [*m["nodes"], {"name": other,
-                                                                         "provider_id": app.provider_id(other)}]},
-     "not one this removal decided on"),
+    ("another instance", lambda app, other, m: {**m, "nodes": [{**m["nodes"][0], "instance": "99"}]},
+     "named with instance '99'"),
     ("another group", lambda app, other, m: {**m, "group": "rg-exec/elsewhere"}, "the action recorded is"),
 ]
 
@@ -269,7 +274,7 @@ MALFORMED = [
     ("over a queue message", lambda app: scale_up(app, 4, reason="r" * (MAX_MESSAGE_CHARS + 1)), "at most"),
     ("wrong type", lambda app: scale_up(app, 4, target_size="4"), "target_size must be a positive integer"),
     ("nodes not a list", lambda app: scale_down(app, app.busy_and_idle()[1][0], nodes={"a": 1}), "must be a list"),
-    ("unknown version", lambda app: scale_up(app, 4, version=3), "unknown schema version"),
+    ("unknown version", lambda app: scale_up(app, 4, version=4), "unknown schema version"),
 ]
 
 

@@ -36,6 +36,10 @@ class Memory:
         self.calls.append(("list_instances", group.id))
         return []
 
+    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
+        self.calls.append(("list_private_ips", group.id))
+        return {}
+
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
         self.calls.append(("list_vm_sizes", location))
         return []
