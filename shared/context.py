@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from shared.ports import ActionQueue, Clock, NodeUsageSource, Ports, StateStore
+from shared.ports import ActionQueue, Clock, NodeGroupProvider, NodeUsageSource, Ports, StateStore
 from shared.settings import Settings, load_settings, misspelt_settings
 
 if TYPE_CHECKING:
@@ -62,7 +62,6 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
     Without storage (the `plan` command run from a laptop), `state` is None in spirit: the
     returned Ports carry placeholders that raise if used, and the caller supplies its own.
     """
-    from shared.adapters.compute import VmssCompute
     from shared.adapters.credentials import make_azure_credential
     from shared.adapters.kube_events import KubernetesEventSink
     from shared.adapters.kubernetes import KubernetesCluster
@@ -81,14 +80,28 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
         state, queue = _NoStorage(), _NoStorage()
     return Ports(
         cluster=cluster,
-        # One backend today; each later one is one more provider in this list (discovery decides per group).
-        provider=ProviderRouter([VmssCompute.from_settings(settings, credential=credential)]),
+        # Each backend is one provider in this list; discovery decides per group which one serves it.
+        provider=ProviderRouter(_providers(settings, credential)),
         state=state,
         queue=queue,
         clock=clock or SystemClock(),
         events=EventRecorder(KubernetesEventSink(cluster.api_client)),
         usage=_usage_source(settings, credential),
     )
+
+
+def _providers(settings: Settings, credential: TokenCredential) -> list[NodeGroupProvider]:
+    """Uniform scale sets first (the default: its tokens travel unprefixed), then the other backends."""
+    from shared.adapters.aks_pools import AksAgentPools
+    from shared.adapters.compute import VmssCompute
+    from shared.adapters.flex_compute import FlexCompute
+
+    return [
+        VmssCompute.from_settings(settings, credential=credential),
+        FlexCompute.from_settings(settings, credential=credential),
+        # Lists nothing unless AKS_CLUSTER_ID names a cluster.
+        AksAgentPools.from_settings(settings, credential=credential),
+    ]
 
 
 class _NoStorage:

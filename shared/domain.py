@@ -654,6 +654,9 @@ class NodeGroup:
     location: str = ""
     # The backend that discovered the group (NodeGroupProvider.kind): where its calls are routed.
     provider: str = UNIFORM_SCALE_SET
+    # Why the autoscaler must not act on this group although it is marked for it (e.g. an AKS pool whose own
+    # cluster autoscaler is on); "" for a group it manages. Refused groups are reported, never planned for.
+    refused: str = ""
     # Filled in by the services from the group's state, never by a provider:
     stopped: int = 0  # of the capacity, instances we deallocated (SCALE_DOWN_MODE=deallocate): no node, none coming
     written_off: int = 0  # nodes asked for that the planner no longer counts on (a ProvisionTimeout backoff)
@@ -692,6 +695,8 @@ class ClusterSnapshot:
     # and node -> why none was (unmanaged or ambiguous); such nodes carry no instance and are never touched.
     mapped_by: Mapping[str, str] = field(default_factory=dict)
     unmapped: Mapping[str, str] = field(default_factory=dict)
+    # Groups marked for the autoscaler that it refuses to act on (NodeGroup.refused), by id: not in `groups`.
+    refused: Mapping[str, str] = field(default_factory=dict)
 
     def group(self, group_id_: str) -> NodeGroup | None:
         return next((g for g in self.groups if g.id == group_id_), None)

@@ -236,6 +236,26 @@ def _aks_cluster_id(text: str) -> str:
     return value
 
 
+def _aks_node_pools(text: str) -> Mapping[str, tuple[int, int]]:
+    """`pool:min:max,...` -> {pool: (min, max)}; pool names as AKS allows them (lower-case letters and digits)."""
+    pools: dict[str, tuple[int, int]] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, rest = item.partition(":")
+        if not re.fullmatch(r"[a-z][a-z0-9]{0,11}", name) or not sep:
+            raise ValueError(f"{item!r} is not `pool:min:max` with an AKS pool name (lower-case letters and digits, "
+                             "at most 12, starting with a letter)")
+        try:
+            low, high = parse_min_max(rest)
+        except ValueError as exc:
+            raise ValueError(f"{item!r}: {exc}") from None
+        if name in pools:
+            raise ValueError(f"pool {name} is named twice")
+        pools[name] = (low, high)
+    return MappingProxyType(pools)
+
+
 def _server_app_id(text: str) -> str:
     value = text.strip()
     if not _GUID.fullmatch(value):
@@ -348,6 +368,11 @@ SPECS: tuple[Spec, ...] = (
          "How the cluster is reached: `kubeconfig` (the file `KUBECONFIG_PATH`), `aks` (an Entra ID-enabled AKS "
          "cluster, `AKS_CLUSTER_ID`, with the app's own identity) or `key-vault` (a kubeconfig kept in Key Vault, "
          "`KUBECONFIG_SECRET_URI`)."),
+    Spec("AKS_NODE_POOLS", "aks_node_pools", "", _aks_node_pools,
+         "AKS node pools of `AKS_CLUSTER_ID` to manage through the agentPools API, as `pool:min:max` separated by "
+         "commas (e.g. `render:0:20,batch:1:5`); pools tagged like scale sets (`cluster-autoscaler-enabled`, "
+         "`cluster-autoscaler-name`, `min`, `max`) are managed too. A pool whose AKS cluster autoscaler is on is "
+         "refused and reported."),
     Spec("KUBECONFIG_PATH", "kubeconfig_path", "", _text,
          "Path to the kubeconfig used to reach the cluster; required with `KUBE_AUTH=kubeconfig`."),
     Spec("AKS_CLUSTER_ID", "aks_cluster_id", "", _aks_cluster_id,
@@ -534,6 +559,7 @@ class Settings:
     kube_auth: str  # kubeconfig | aks | key-vault
     kubeconfig_path: str
     aks_cluster_id: str
+    aks_node_pools: Mapping[str, tuple[int, int]]  # pool -> (min, max)
     aks_server_app_id: str
     kubeconfig_secret_uri: str
     kubeconfig_allow_exec: bool

@@ -1,6 +1,8 @@
 """The first NodeGroupProvider: Azure VM Scale Sets in Uniform orchestration, with azure-mgmt-compute.
 
-Adapter module: every `VmssCompute` method calls Azure Resource Manager.
+Adapter module: every `VmssCompute` method calls Azure Resource Manager. Its discovery lists every
+scale set once and stamps each group with the kind of its orchestration mode; the calls for a
+Flexible set go to `FlexCompute` (flex_compute.py), which differs where Flexible members differ.
 
 Two things differ from the SDK's defaults, both so that one call can never
 outlive a function invocation:
@@ -59,7 +61,7 @@ from azure.mgmt.core.polling.arm_polling import ARMPolling
 from shared.adapters.arm_telemetry import ArmTelemetryPolicy
 from shared.adapters.retail_prices import RetailPrices
 from shared import discovery_tags
-from shared.domain import UNIFORM_SCALE_SET, Instance, NodeGroup, VmSizeCapacity
+from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, NodeGroup, VmSizeCapacity
 from shared.domain import group_id as make_group_id
 from shared.ports import ComputeError, Operation
 from shared.settings import Settings
@@ -373,6 +375,61 @@ def arm_client_options(settings: Settings, *, retry_total: int, retry_backoff_ma
     }
 
 
+class ArmOperations:
+    """Long-running ARM operations polled for at most `operation_wait` seconds (see the module docstring).
+
+    Shared by every ARM-backed provider: begin an operation with `polling()`, describe it with
+    `outcome()`, and pick it up again from its token with `resume()`.
+    """
+
+    def __init__(self, operation_wait: float, base_url: str) -> None:
+        self._operation_wait = max(0.0, operation_wait)
+        # The generated operations hand this to their polling method to format relative status links; we do the same.
+        self._base_url = base_url
+
+    def polling(self, *, poll_first: bool) -> _BoundedArmPolling:
+        return _BoundedArmPolling(
+            self._operation_wait,
+            poll_first=poll_first,
+            timeout=1.0,  # between polls when ARM sends no Retry-After; the budget bounds the total
+            path_format_arguments={"endpoint": self._base_url},
+        )
+
+    def outcome(self, what: str, poller: LROPoller[Any], polling: _BoundedArmPolling, *, resumed: bool) -> Operation:
+        """Wait for the bounded polling to end and describe the operation for the port."""
+        token = poller.continuation_token()
+        try:
+            poller.wait(timeout=self._operation_wait + _SAFETY_MARGIN)
+        except HttpResponseError as exc:
+            status = _port_status(polling.status())
+            if status not in ("Failed", "Canceled"):
+                raise compute_error(what, exc) from exc
+            code, message = _error_details(exc)
+            log.warning("%s: operation %s: %s %s", what, status.lower(), code, message)
+            return Operation(token=token, status=status, error_code=code, error_message=message)
+        except AzureError as exc:
+            raise compute_error(what, exc) from exc
+        if resumed and polling.interrupted_by is not None:
+            # Checking an operation is all a resumed call does: tell the caller when to look
+            # again (a 429 keeps its Retry-After), as if the status GET had raised.
+            raise compute_error(f"{what}: status check", HttpResponseError(response=polling.interrupted_by.http_response))
+        if resumed and polling.transport_error is not None:
+            raise compute_error(what, polling.transport_error) from polling.transport_error
+        # A fresh operation that ARM accepted is reported InProgress whatever stopped
+        # our polling: the token lets the next invocation pick it up.
+        return Operation(token=token, status=_port_status(polling.status()))
+
+    def resume(self, what: str, token: str, begin: Callable[..., LROPoller[Any]]) -> Operation:
+        polling = self.polling(poll_first=True)
+        try:
+            poller = begin(continuation_token=token, polling=polling)
+        except ValueError as exc:
+            raise ComputeError(f"{what}: not a continuation token: {exc}", code="InvalidContinuationToken") from exc
+        except AzureError as exc:
+            raise compute_error(what, exc) from exc
+        return self.outcome(what, poller, polling, resumed=True)
+
+
 def _network_client(settings: Settings, credential: TokenCredential) -> Any:
     from azure.mgmt.network import NetworkManagementClient
 
@@ -387,7 +444,7 @@ class VmssCompute:
 
     Discovery follows cluster-autoscaler: a scale set is a node group when tagged
     `cluster-autoscaler-enabled=true` and `cluster-autoscaler-name=<cluster>`,
-    with integer `min` and `max` tags. Uniform orchestration only.
+    with integer `min` and `max` tags. Flexible sets are discovered here too, stamped `vmss-flexible`.
     """
 
     kind = UNIFORM_SCALE_SET
@@ -420,8 +477,7 @@ class VmssCompute:
         # Per process, by lower-cased location. The lock keeps concurrent polls from listing twice.
         self._vm_sizes: dict[str, _SizesEntry] = {}
         self._vm_sizes_lock = threading.Lock()
-        # The generated operations hand this to their polling method to format relative status links; we do the same.
-        self._base_url: str = client._config.base_url  # noqa: SLF001
+        self._operations = ArmOperations(self._operation_wait, client._config.base_url)  # noqa: SLF001
 
     @classmethod
     def from_settings(cls, settings: Settings, *, credential: TokenCredential | None = None) -> VmssCompute:
@@ -457,46 +513,13 @@ class VmssCompute:
             raise compute_error(what, exc) from exc
 
     def _polling(self, *, poll_first: bool) -> _BoundedArmPolling:
-        return _BoundedArmPolling(
-            self._operation_wait,
-            poll_first=poll_first,
-            timeout=1.0,  # between polls when ARM sends no Retry-After; the budget bounds the total
-            path_format_arguments={"endpoint": self._base_url},
-        )
+        return self._operations.polling(poll_first=poll_first)
 
     def _outcome(self, what: str, poller: LROPoller[Any], polling: _BoundedArmPolling, *, resumed: bool) -> Operation:
-        """Wait for the bounded polling to end and describe the operation for the port."""
-        token = poller.continuation_token()
-        try:
-            poller.wait(timeout=self._operation_wait + _SAFETY_MARGIN)
-        except HttpResponseError as exc:
-            status = _port_status(polling.status())
-            if status not in ("Failed", "Canceled"):
-                raise compute_error(what, exc) from exc
-            code, message = _error_details(exc)
-            log.warning("%s: operation %s: %s %s", what, status.lower(), code, message)
-            return Operation(token=token, status=status, error_code=code, error_message=message)
-        except AzureError as exc:
-            raise compute_error(what, exc) from exc
-        if resumed and polling.interrupted_by is not None:
-            # Checking an operation is all a resumed call does: tell the caller when to look
-            # again (a 429 keeps its Retry-After), as if the status GET had raised.
-            raise compute_error(f"{what}: status check", HttpResponseError(response=polling.interrupted_by.http_response))
-        if resumed and polling.transport_error is not None:
-            raise compute_error(what, polling.transport_error) from polling.transport_error
-        # A fresh operation that ARM accepted is reported InProgress whatever stopped
-        # our polling: the token lets the next invocation pick it up.
-        return Operation(token=token, status=_port_status(polling.status()))
+        return self._operations.outcome(what, poller, polling, resumed=resumed)
 
     def _resume(self, what: str, token: str, begin: Callable[..., LROPoller[Any]]) -> Operation:
-        polling = self._polling(poll_first=True)
-        try:
-            poller = begin(continuation_token=token, polling=polling)
-        except ValueError as exc:
-            raise ComputeError(f"{what}: not a continuation token: {exc}", code="InvalidContinuationToken") from exc
-        except AzureError as exc:
-            raise compute_error(what, exc) from exc
-        return self._outcome(what, poller, polling, resumed=True)
+        return self._operations.resume(what, token, begin)
 
     # -- discovery --------------------------------------------------------------------
 
@@ -506,9 +529,8 @@ class VmssCompute:
         if not discovery_tags.is_ours(tags, self._cluster_name):
             return None
         label = f"{resource_group}/{vmss.name}"
-        if _text(vmss.orchestration_mode).lower() == "flexible":
-            log.warning("scale set %s skipped: Flexible orchestration is not supported yet (Uniform only)", label)
-            return None
+        # One listing finds both modes; a Flexible set's calls go to FlexCompute (shared/adapters/flex_compute.py).
+        kind = FLEXIBLE_SCALE_SET if _text(vmss.orchestration_mode).lower() == "flexible" else UNIFORM_SCALE_SET
         limits = discovery_tags.usable_limits(label, tags, warn=log.warning)
         if limits is None:
             return None
@@ -526,7 +548,7 @@ class VmssCompute:
             tags=tags,
             zones=tuple(vmss.zones or ()),
             location=_text(vmss.location),
-            provider=self.kind,
+            provider=kind,
         )
 
     def list_instances(self, group: NodeGroup) -> list[Instance]:

@@ -70,7 +70,7 @@ def parse_mapping_method(text: str) -> str:
     if not method:
         return AUTO
     if method not in METHODS:
-        raise ValueError(f"NODE_MAPPING={text!r} is not a node mapping method; use one of {', '.join(METHODS)}")
+        raise ValueError(f"{text!r} is not a node mapping method; use one of {', '.join(METHODS)}")
     return method
 
 

@@ -206,6 +206,8 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
     }
     if snapshot.mapped_by or snapshot.unmapped:
         wide["nodeMapping"] = node_mapping_doc(snapshot)
+    if snapshot.refused:  # marked for us, never acted on (e.g. an AKS pool autoscaled by AKS): say why
+        wide["refusedNodeGroups"] = [{"name": gid, "reason": why} for gid, why in sorted(snapshot.refused.items())]
     return {"time": go_time(now), "autoscalerStatus": "Running", "clusterWide": wide, "nodeGroups": groups}
 
 

@@ -23,7 +23,11 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_map
     `with_budgets` also lists PodDisruptionBudgets, which only scale-down needs. Each node is mapped to
     its instance by `node_mapping` (NODE_MAPPING; services.mapping says what that reads).
     """
-    groups = ports.provider.list_node_groups()
+    listed = ports.provider.list_node_groups()
+    refused = {g.id: g.refused for g in listed if g.refused}
+    for group_id, why in refused.items():
+        log.warning("node group %s is marked for this autoscaler but refused: %s", group_id, why)
+    groups = [g for g in listed if not g.refused]
     mapped = map_cluster(ports.provider, ports.cluster.list_nodes(), groups, method=node_mapping)
     nodes, groups = list(mapped.nodes), list(mapped.groups)
     _report_unmapped(mapped.mapping)
@@ -44,6 +48,7 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_map
         daemonsets=tuple(daemonsets),
         mapped_by={name: m.method for name, m in mapped.mapping.mapped.items()},
         unmapped={u.node_name: u.reason for u in (*mapped.mapping.unmanaged, *mapped.mapping.ambiguous)},
+        refused=refused,
     )
 
 

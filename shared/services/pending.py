@@ -44,6 +44,7 @@ class PendingPollResult:
     pending: int
     plan: ScaleUpPlan
     enqueued: tuple[str, ...]  # action ids
+    observed: ClusterSnapshot | None = None  # what the poll saw (None: it skipped); `plan` shows groups and nodes
 
 
 def priority_rules(ports: Ports, settings: Settings) -> Priorities:
@@ -117,7 +118,8 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         log.info("pod %s fits no node group: %s", pod, reason)
     for event in scale_up_events(snapshot, plan, now=now):
         ports.events.emit(event)
-    result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued))
+    result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued),
+                               observed=observed)
     telemetry.record_pending_poll(observed, states, backed_off, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
     publish_status(ports, settings, observed, status_inputs(

@@ -69,11 +69,40 @@ class PlanReport:
             "unneeded": {node: {"since": since.isoformat(), "removable_from": (since + self.unneeded_time).isoformat()}
                          for node, since in sorted(down.unneeded.items())},
             "kept": {node: {"code": reason.code, "why": str(reason)} for node, reason in sorted(down.kept.items())},
+            "groups": self._groups(),
+            "nodes": self._nodes(),
             "actions": [{"id": a.id, "kind": a.kind, "group": a.group,
                          "target_size": a.target_size if isinstance(a, ScaleUp) else None,
                          "nodes": [t.node for t in a.targets] if isinstance(a, ScaleDown) else [], "reason": a.reason}
                         for a in self.actions],
         }
+
+
+    def _groups(self) -> list[dict[str, Any]]:
+        """Each node group with its backend, sizes and, for one marked but refused, why."""
+        seen = self.pending.observed
+        if seen is None:
+            return []
+        groups: list[dict[str, Any]] = [
+            {"group": g.id, "backend": g.provider, "vm_size": g.vm_size, "min": g.min_size, "max": g.max_size,
+             "capacity": g.capacity} for g in sorted(seen.groups, key=lambda g: g.id)]
+        groups += [{"group": gid, "refused": why} for gid, why in sorted(seen.refused.items())]
+        return groups
+
+    def _nodes(self) -> dict[str, dict[str, str]]:
+        """Each node: its group and instance with the mapping method that found them, or why none matched."""
+        seen = self.pending.observed
+        if seen is None:
+            return {}
+        nodes: dict[str, dict[str, str]] = {}
+        for node in sorted(seen.nodes, key=lambda n: n.name):
+            ref = node.instance
+            if ref is not None:
+                nodes[node.name] = {"group": ref.group_id, "instance": ref.instance_id,
+                                    "mapping": seen.mapped_by.get(node.name, "provider-id")}
+            else:
+                nodes[node.name] = {"mapping": "none", "why": seen.unmapped.get(node.name, "not mapped")}
+        return nodes
 
 
 def plan_now(ports: Ports, settings: Settings, *, now: datetime, state: StateStore | None) -> PlanReport:
@@ -125,4 +154,13 @@ def render_text(report: PlanReport) -> str:
     if data["kept"]:
         lines.append("kept:")
         lines += [f"  {node}: {k['why']}" for node, k in data["kept"].items()]
+    if data["groups"]:
+        lines.append("node groups:")
+        lines += [f"  {g['group']}: refused: {g['refused']}" if "refused" in g else
+                  f"  {g['group']} ({g['backend']}, {g['vm_size']}): {g['capacity']} of {g['min']}..{g['max']}"
+                  for g in data["groups"]]
+    if data["nodes"]:
+        lines.append("nodes:")
+        lines += [f"  {name}: {n['group']} instance {n['instance']} (by {n['mapping']})" if n["mapping"] != "none"
+                  else f"  {name}: not managed: {n['why']}" for name, n in data["nodes"].items()]
     return "\n".join(lines) + "\n"

@@ -94,10 +94,17 @@ def test_scale_up_defaults_match_cluster_autoscalers() -> None:
     ("EXPENDABLE_PODS_PRIORITY_CUTOFF", "0", "expendable_pods_priority_cutoff", 0),
     ("NEW_POD_SCALE_UP_DELAY", "30s", "new_pod_scale_up_delay", timedelta(seconds=30)),
     ("MAX_NODE_PROVISION_TIME", "20m", "max_node_provision_time", timedelta(minutes=20)),
+    ("EXPANDER", "priority,price", "expander", ("priority", "price")),
+    ("VM_PRICES", '{"Standard_D4s_v5": 0.192, "standard_e8s_v5": 1}', "vm_prices",
+     {"standard_d4s_v5": 0.192, "standard_e8s_v5": 1.0}),
+    ("NODE_MAPPING", " Hostname ", "node_mapping", "hostname"),
+    ("NODE_MAPPING", "", "node_mapping", "auto"),
+    ("AKS_NODE_POOLS", "render:0:20, batch:1:5", "aks_node_pools", {"render": (0, 20), "batch": (1, 5)}),
 ])
 def test_scale_up_settings_parse(name: str, text: str, attr: str, value: object) -> None:
     parsed = getattr(load_settings({**REQUIRED, name: text}), attr)
-    assert (dict(parsed) if attr == "priority_expander_config" else parsed) == value
+    mappings = ("priority_expander_config", "vm_prices", "aks_node_pools")
+    assert (dict(parsed) if attr in mappings else parsed) == value
 
 
 @pytest.mark.parametrize("name,text,message", [
@@ -105,6 +112,14 @@ def test_scale_up_settings_parse(name: str, text: str, attr: str, value: object)
     ("EXPANDER", "least-waste,least-waste", "EXPANDER: expander 'least-waste' is named twice"),
     ("EXPANDER", "random,priority", "EXPANDER: expander 'priority' follows 'random'"),
     ("EXPANDER", "grpc", "EXPANDER: expander 'grpc' is not supported"),
+    ("VM_PRICES", '{"Standard_D4s_v5": "cheap"}', "VM_PRICES: Standard_D4s_v5: price must be a number"),
+    ("VM_PRICES", "[0.1]", "VM_PRICES: must be a JSON object of VM size to USD per hour"),
+    ("NODE_MAPPING", "mac", "NODE_MAPPING: 'mac' is not a node mapping method; use one of auto, "
+     "provider-id, hostname, ip"),
+    ("AKS_NODE_POOLS", "render", "AKS_NODE_POOLS: 'render' is not `pool:min:max`"),
+    ("AKS_NODE_POOLS", "Render:0:2", "AKS_NODE_POOLS: 'Render:0:2' is not `pool:min:max`"),
+    ("AKS_NODE_POOLS", "render:5:2", "AKS_NODE_POOLS: 'render:5:2': min 5 is greater than max 2"),
+    ("AKS_NODE_POOLS", "a:0:1,a:0:2", "AKS_NODE_POOLS: pool a is named twice"),
     ("EXPANDER", "priority,,random", "EXPANDER: empty expander name in 'priority,,random'"),
     ("PRIORITY_EXPANDER_CONFIG", "{10: [a]}", "PRIORITY_EXPANDER_CONFIG: not valid JSON"),
     ("PRIORITY_EXPANDER_CONFIG", '["a"]', "PRIORITY_EXPANDER_CONFIG: must be a JSON object"),

@@ -67,8 +67,14 @@ DISCOVERY_CASES: list[tuple[str, dict[str, str], dict[str, Any], tuple[int, int]
     ("max not an integer", {**OURS, "max": "1.5"}, {}, None, "tag 'max' is '1.5', not an integer"),
     ("min above max", {**OURS, "min": "5", "max": "2"}, {}, None, "min=5 max=2"),
     ("negative min", {**OURS, "min": "-1"}, {}, None, "min=-1"),
-    ("Flexible orchestration", OURS, {"orchestrationMode": "Flexible"}, None, "Flexible orchestration"),
 ]
+
+
+def test_a_flexible_scale_set_is_discovered_as_a_group_of_the_flexible_kind(offline: VmssCompute) -> None:
+    group = offline._as_group("RG", _vmss(tags=OURS, orchestrationMode="Flexible"))
+    uniform = offline._as_group("RG", _vmss(tags=OURS))
+    assert group is not None and uniform is not None
+    assert (group.provider, uniform.provider) == ("vmss-flexible", "vmss-uniform")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,288 @@
+"""The NodeGroupProvider of AKS node pools, through the agentPools API (azure-mgmt-containerservice).
+
+Adapter module: every method calls Azure Resource Manager. On AKS, changing the node resource
+group's scale sets directly is unsupported; the agent-pool API is the supported way:
+
+* discovery: the pools of `AKS_CLUSTER_ID` that the operator marks for us, with the scale sets'
+  tags (`cluster-autoscaler-enabled=true`, `cluster-autoscaler-name=<CLUSTER_NAME>`, `min`, `max`)
+  or by naming them in `AKS_NODE_POOLS` (`pool:min:max`). A marked pool whose AKS cluster autoscaler
+  is on is refused (NodeGroup.refused says why): two autoscalers on one pool fight;
+* instances: the pool's machines (`GET .../agentPools/<pool>/machines`): each machine's name is its
+  node's name, and it carries the VM's ARM id and IPs, so every node maps without another read;
+* growing: `count` on the pool (GET, change, PUT: a long-running operation, tracked like a scale
+  set's); removing: `deleteMachines` with the drained nodes' names (AKS neither cordons nor drains:
+  the executor has done both);
+* deallocating and starting are AKS's own business (`scaleDownMode: Deallocate`): refused here;
+* templates: the pool's VM size, node labels and taints, written as cluster-autoscaler's
+  node-template tags on the group.
+
+Groups are named after the pool in the cluster's resource group (`<rg>/<pool>`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from azure.core.credentials import TokenCredential
+from azure.core.exceptions import AzureError, HttpResponseError
+
+from shared import discovery_tags
+from shared.adapters.compute import ArmOperations, _text, arm_client_options, compute_error
+from shared.adapters.retail_prices import RetailPrices
+from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity
+from shared.ports import ComputeError, Operation
+from shared.settings import Settings, parse_aks_cluster_id
+
+log = logging.getLogger(__name__)
+
+_TEMPLATE = "k8s.io_cluster-autoscaler_node-template_"
+
+
+def _template_key(kind: str, name: str) -> str:
+    # cluster-autoscaler's tag-key encoding: '_' is written '~2', then '/' is written '_'.
+    return f"{_TEMPLATE}{kind}_{name.replace('_', '~2').replace('/', '_')}"
+
+
+class AksAgentPools:
+    """`shared.ports.NodeGroupProvider` of kind `aks-agentpool` (see the module docstring)."""
+
+    kind = AKS_AGENT_POOL
+
+    def __init__(
+        self,
+        client: Any,  # azure.mgmt.containerservice.ContainerServiceClient
+        *,
+        cluster_id: str,
+        cluster_name: str,
+        named_pools: Mapping[str, tuple[int, int]],
+        operation_wait: float,
+        prices: RetailPrices | None = None,
+    ) -> None:
+        self._client = client
+        self._cluster_id = cluster_id
+        _, self._resource_group, self._cluster = parse_aks_cluster_id(cluster_id) if cluster_id else ("", "", "")
+        self._cluster_name = cluster_name
+        self._named = {k.lower(): v for k, v in named_pools.items()}
+        self._operations = ArmOperations(operation_wait, client._config.base_url if client else "")  # noqa: SLF001
+        self._prices = prices
+        self._location = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, credential: TokenCredential) -> AksAgentPools:
+        from azure.mgmt.containerservice import ContainerServiceClient
+
+        client = None
+        if settings.aks_cluster_id:
+            subscription, _, _ = parse_aks_cluster_id(settings.aks_cluster_id)
+            client = ContainerServiceClient(
+                credential, subscription, **arm_client_options(settings, retry_total=2, retry_backoff_max=4, timeout=90)
+            )
+        return cls(client, cluster_id=settings.aks_cluster_id, cluster_name=settings.cluster_name,
+                   named_pools=settings.aks_node_pools, operation_wait=settings.arm_operation_wait.total_seconds(),
+                   prices=RetailPrices.from_settings(settings))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def _arm(self, what: str, call: Any) -> Any:
+        try:
+            return call()
+        except AzureError as exc:
+            raise compute_error(what, exc) from exc
+
+    # -- discovery ----------------------------------------------------------------------
+
+    def _cluster_location(self) -> str:
+        if not self._location:
+            cluster = self._arm(f"get AKS cluster {self._cluster_id}",
+                                lambda: self._client.managed_clusters.get(self._resource_group, self._cluster))
+            self._location = _text(cluster.location)
+        return self._location
+
+    def list_node_groups(self) -> list[NodeGroup]:
+        if self._client is None:
+            return []
+        pools = self._arm(f"list agent pools of AKS cluster {self._cluster_id}",
+                          lambda: list(self._client.agent_pools.list(self._resource_group, self._cluster)))
+        groups = [g for pool in pools if (g := self._as_group(pool)) is not None]
+        if self._named:
+            found = {g.name.lower() for g in groups}
+            for name in sorted(set(self._named) - found):
+                log.warning("AKS_NODE_POOLS names pool %s, which cluster %s does not have", name, self._cluster_id)
+        return groups
+
+    def get_node_group(self, group_id: str) -> NodeGroup | None:
+        if self._client is None:
+            return None
+        rg, _, name = group_id.partition("/")
+        if rg.lower() != self._resource_group.lower() or not name:
+            return None
+        try:
+            pool = self._client.agent_pools.get(self._resource_group, self._cluster, name)
+        except HttpResponseError as exc:
+            if exc.status_code == 404:
+                return None
+            raise compute_error(f"get agent pool {name} of AKS cluster {self._cluster_id}", exc) from exc
+        except AzureError as exc:
+            raise compute_error(f"get agent pool {name} of AKS cluster {self._cluster_id}", exc) from exc
+        return self._as_group(pool)
+
+    def _as_group(self, pool: Any) -> NodeGroup | None:
+        """The node group of a pool marked for us; None for a pool that is not. A marked pool AKS
+        autoscales is a group with `refused` set: reported, never acted on."""
+        name = _text(pool.name)
+        tags = dict(getattr(pool, "tags", None) or {})
+        label = f"AKS pool {self._cluster}/{name}"
+        if name.lower() in self._named:
+            limits: tuple[int, int] | None = self._named[name.lower()]
+        elif discovery_tags.is_ours(tags, self._cluster_name):
+            limits = discovery_tags.usable_limits(label, tags, warn=log.warning)
+        else:
+            return None
+        if limits is None:
+            return None
+        refused = ""
+        if getattr(pool, "enable_auto_scaling", False):
+            refused = (f"the AKS cluster autoscaler is on for pool {name}: turn it off "
+                       f"(az aks nodepool update --disable-cluster-autoscaler) for this autoscaler to manage it")
+        pool_type = _text(getattr(pool, "type_properties_type", None) or getattr(pool, "type", None))
+        if pool_type and pool_type.lower() == "virtualmachines":
+            refused = f"pool {name} is of type VirtualMachines; only VirtualMachineScaleSets pools are supported"
+        template = {**tags, **self._template_tags(pool)}
+        return NodeGroup(
+            resource_group=self._resource_group,
+            name=name,
+            min_size=limits[0],
+            max_size=limits[1],
+            capacity=int(getattr(pool, "count", 0) or 0),
+            vm_size=_text(getattr(pool, "vm_size", None)),
+            tags=template,
+            zones=tuple(getattr(pool, "availability_zones", None) or ()),
+            location=self._cluster_location(),
+            provider=self.kind,
+            refused=refused,
+        )
+
+    @staticmethod
+    def _template_tags(pool: Any) -> dict[str, str]:
+        """The pool's labels and taints as node-template tags, with the labels AKS puts on every node of it."""
+        name = _text(pool.name)
+        labels = {"kubernetes.azure.com/agentpool": name, "agentpool": name,
+                  "kubernetes.azure.com/mode": _text(getattr(pool, "mode", None)).lower() or "user",
+                  **dict(getattr(pool, "node_labels", None) or {})}
+        tags = {_template_key("label", k): v for k, v in labels.items()}
+        for taint in getattr(pool, "node_taints", None) or ():
+            head, _, effect = str(taint).rpartition(":")  # `key=value:Effect` or `key:Effect`
+            key, _, value = head.partition("=")
+            if key and effect:
+                tags[_template_key("taint", key)] = f"{value}:{effect}"
+        return tags
+
+    # -- instances ----------------------------------------------------------------------
+
+    def list_instances(self, group: NodeGroup) -> list[Instance]:
+        """The pool's machines: name (= node name), VM id and IPs, in one list."""
+        machines = self._arm(f"list machines of agent pool {group.name}",
+                             lambda: list(self._client.machines.list(self._resource_group, self._cluster, group.name)))
+        return [_instance(m) for m in machines]
+
+    def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
+        what = f"get machine {instance_id} of agent pool {group.name}"
+        try:
+            machine = self._client.machines.get(self._resource_group, self._cluster, group.name, instance_id)
+        except HttpResponseError as exc:
+            if exc.status_code == 404:
+                return None
+            raise compute_error(what, exc) from exc
+        except AzureError as exc:
+            raise compute_error(what, exc) from exc
+        return _instance(machine)
+
+    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
+        return {i.instance_id: i.private_ips for i in self.list_instances(group)}
+
+    def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
+        return []  # the router asks the default provider: VM sizes belong to the location
+
+    def list_prices(self, groups: Sequence[NodeGroup]) -> dict[str, float]:
+        if self._prices is None:
+            return {}
+        prices: dict[str, float] = {}
+        for location in {g.location.lower() for g in groups}:
+            mine = [g for g in groups if g.location.lower() == location]
+            by_size = self._prices.get_vm_prices(location, {g.vm_size for g in mine})
+            prices.update({g.id: by_size[g.vm_size.lower()] for g in mine if g.vm_size.lower() in by_size})
+        return prices
+
+    # -- changes ------------------------------------------------------------------------
+
+    def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
+        """The pool's `count`: GET the pool, change it, PUT it back (what `az aks nodepool scale` does)."""
+        what = f"scale agent pool {group.name} of AKS cluster {self._cluster} to {capacity}"
+        self._refuse_if_refused(group, what)
+        pool = self._arm(what, lambda: self._client.agent_pools.get(self._resource_group, self._cluster, group.name))
+        if getattr(pool, "enable_auto_scaling", False):
+            raise ComputeError(f"{what}: the AKS cluster autoscaler is on for this pool", code="OperationNotAllowed")
+        pool.count = capacity
+        polling = self._operations.polling(poll_first=False)
+        poller = self._arm(what, lambda: self._client.agent_pools.begin_create_or_update(
+            self._resource_group, self._cluster, group.name, pool, polling=polling))
+        return self._operations.outcome(what, poller, polling, resumed=False)
+
+    def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        """deleteMachines with these machine (node) names; the pool's count drops with them."""
+        from azure.mgmt.containerservice.models import AgentPoolDeleteMachinesParameter
+
+        what = f"delete machines {','.join(instance_ids)} of agent pool {group.name}"
+        if not instance_ids:
+            raise ValueError(f"{what}: no machine names given")
+        self._refuse_if_refused(group, what)
+        body = AgentPoolDeleteMachinesParameter(machine_names=list(instance_ids))
+        polling = self._operations.polling(poll_first=False)
+        poller = self._arm(what, lambda: self._client.agent_pools.begin_delete_machines(
+            self._resource_group, self._cluster, group.name, body, polling=polling))
+        return self._operations.outcome(what, poller, polling, resumed=False)
+
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        raise ComputeError(f"deallocate machines of agent pool {group.name}: AKS deallocates through the pool's own "
+                           "scaleDownMode; use SCALE_DOWN_MODE=delete for AKS pools", code="OperationNotAllowed")
+
+    def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        raise ComputeError(f"start machines of agent pool {group.name}: not supported for AKS pools",
+                           code="OperationNotAllowed")
+
+    def _refuse_if_refused(self, group: NodeGroup, what: str) -> None:
+        if group.refused:
+            raise ComputeError(f"{what}: {group.refused}", code="OperationNotAllowed")
+
+    def get_resize_operation(self, token: str) -> Operation:
+        return self._operations.resume("check agent pool scale operation", token,
+                                       lambda **kw: self._client.agent_pools.begin_create_or_update("", "", "", {}, **kw))
+
+    def get_delete_operation(self, token: str) -> Operation:
+        return self._operations.resume(
+            "check deleteMachines operation", token,
+            lambda **kw: self._client.agent_pools.begin_delete_machines("", "", "", {"machineNames": []}, **kw))
+
+    def get_deallocate_operation(self, token: str) -> Operation:
+        raise ComputeError("AKS pools have no deallocate operations of ours", code="OperationNotAllowed")
+
+    def get_start_operation(self, token: str) -> Operation:
+        raise ComputeError("AKS pools have no start operations of ours", code="OperationNotAllowed")
+
+
+def _instance(machine: Any) -> Instance:
+    properties = getattr(machine, "properties", None)
+    network = getattr(properties, "network", None)
+    ips = tuple(_text(a.ip) for a in getattr(network, "ip_addresses", None) or () if getattr(a, "ip", None))
+    name = _text(machine.name)
+    return Instance(
+        instance_id=name,
+        provisioning_state=_text(getattr(properties, "provisioning_state", None)) or "Succeeded",
+        computer_name=name,
+        private_ips=ips,
+        resource_id=_text(getattr(properties, "resource_id", None)),
+    )

@@ -1,0 +1,176 @@
+"""The NodeGroupProvider of VM Scale Sets in Flexible orchestration, with azure-mgmt-compute.
+
+Adapter module: every method calls Azure Resource Manager. Flexible members are ordinary VMs
+(`Microsoft.Compute/virtualMachines`) named `<scale set>_<8 characters>`, and the VM name is their
+instance id everywhere: in `deleteInstances`, in the providerID cloud-provider-azure writes
+(`azure:///.../virtualMachines/<vm name>`) and here. What differs from Uniform, and why:
+
+* discovery: `VmssCompute` lists every scale set once and stamps Flexible ones with this kind, so
+  this provider's own `list_node_groups` finds nothing new (no second listing of the scale sets);
+* instances: the VM list filtered by the scale set's id (the VMSS VM list of a Flexible set returns
+  only ids, one GET each after it);
+* deallocate and start: the single-VM calls, one long-running operation per VM, since batch power
+  operations on Flexible sets are not documented (facts/cluster-shapes.md); the operation's token
+  carries each VM's, and the operation is done when all of them are;
+* private IPs: Flexible NICs are standalone `Microsoft.Network/networkInterfaces`, listed per
+  resource group.
+
+Growing (`sku.capacity`) and deleting named members (`deleteInstances` with VM names, as
+cluster-autoscaler does for Flexible sets) are the scale set's own calls, as for Uniform.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable
+from typing import Any
+
+from azure.core.exceptions import AzureError, HttpResponseError
+from azure.core.polling import LROPoller
+
+from shared.adapters.compute import VmssCompute, _private_ips, _text, compute_error
+from shared.domain import FLEXIBLE_SCALE_SET, Instance, NodeGroup
+from shared.ports import ComputeError, Operation
+
+_MULTI = "vms:"  # prefix of a token that carries one token per VM
+
+
+class FlexCompute(VmssCompute):
+    """`shared.ports.NodeGroupProvider` of kind `vmss-flexible` (see the module docstring)."""
+
+    kind = FLEXIBLE_SCALE_SET
+
+    def list_node_groups(self) -> list[NodeGroup]:
+        """None of its own: VmssCompute's discovery lists Flexible sets too, stamped with this kind."""
+        return []
+
+    def get_node_group(self, group_id: str) -> NodeGroup | None:
+        group = super().get_node_group(group_id)
+        return group if group is not None and group.provider == self.kind else None
+
+    # -- instances ---------------------------------------------------------------------
+
+    def _scale_set_id(self, group: NodeGroup) -> str:
+        subscription = self._client._config.subscription_id  # noqa: SLF001 - the client's own subscription
+        return (f"/subscriptions/{subscription}/resourceGroups/{group.resource_group}"
+                f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}")
+
+    def list_instances(self, group: NodeGroup) -> list[Instance]:
+        """The scale set's member VMs, in one filtered VM list."""
+        member_filter = f"'virtualMachineScaleSet/id' eq '{self._scale_set_id(group)}'"
+        vms = self._arm(
+            f"list member VMs of scale set {group.resource_group}/{group.name}",
+            lambda: list(self._client.virtual_machines.list(group.resource_group, filter=member_filter)),
+        )
+        return [_member(vm) for vm in vms if self._is_member(group, vm)]
+
+    def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
+        """The member VM, or None when it does not exist or belongs to no such scale set."""
+        what = f"get VM {instance_id} of scale set {group.resource_group}/{group.name}"
+        try:
+            vm = self._client.virtual_machines.get(group.resource_group, instance_id)
+        except HttpResponseError as exc:
+            if exc.status_code == 404:
+                return None
+            raise compute_error(what, exc) from exc
+        except AzureError as exc:
+            raise compute_error(what, exc) from exc
+        return _member(vm) if self._is_member(group, vm) else None
+
+    def _is_member(self, group: NodeGroup, vm: Any) -> bool:
+        scale_set = _text(getattr(getattr(vm, "virtual_machine_scale_set", None), "id", None))
+        return scale_set.lower() == self._scale_set_id(group).lower()
+
+    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
+        """Private IPs by VM name, from the resource group's NICs (one list call)."""
+        if self._network is None:
+            if self._network_factory is None:
+                raise ComputeError(f"list network interfaces of {group.id}: no Network client configured",
+                                   code="NotConfigured")
+            self._network = self._network_factory()
+        network = self._network
+        nics = self._arm(
+            f"list network interfaces in resource group {group.resource_group}",
+            lambda: list(network.network_interfaces.list(group.resource_group)),
+        )
+        return _private_ips(nics)
+
+    # -- power: one operation per VM ------------------------------------------------------
+
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        """POST deallocate on each member VM; they stay in the scale set, stopped and not billed."""
+        return self._each("deallocate", group, instance_ids, self._client.virtual_machines.begin_deallocate)
+
+    def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+        """POST start on each member VM."""
+        return self._each("start", group, instance_ids, self._client.virtual_machines.begin_start)
+
+    def _each(self, verb: str, group: NodeGroup, instance_ids: list[str],
+              begin: Callable[..., LROPoller[Any]]) -> Operation:
+        what = f"{verb} VMs {','.join(instance_ids)} of scale set {group.resource_group}/{group.name}"
+        if not instance_ids:
+            raise ValueError(f"{what}: no instance ids given")
+        operations = []
+        for vm in instance_ids:
+            polling = self._polling(poll_first=False)
+            poller = self._arm(f"{verb} VM {vm}", lambda vm=vm, p=polling: begin(group.resource_group, vm, polling=p))
+            operations.append(self._outcome(f"{verb} VM {vm}", poller, polling, resumed=False))
+        return _combined(operations)
+
+    def get_deallocate_operation(self, token: str) -> Operation:
+        return self._resume_each("check deallocate operation", token,
+                                 lambda **kw: self._client.virtual_machines.begin_deallocate("", "", **kw))
+
+    def get_start_operation(self, token: str) -> Operation:
+        return self._resume_each("check start operation", token,
+                                 lambda **kw: self._client.virtual_machines.begin_start("", "", **kw))
+
+    def _resume_each(self, what: str, token: str, begin: Callable[..., LROPoller[Any]]) -> Operation:
+        tokens = _split(token)
+        # An operation already finished keeps its outcome in the token (status "Succeeded:"), so a
+        # finished VM is not asked again.
+        return _combined([
+            Operation(token=t, status="Succeeded") if t.startswith(_DONE) else self._resume(what, t, begin)
+            for t in tokens
+        ])
+
+
+_DONE = "done:"
+
+
+def _member(vm: Any) -> Instance:
+    return Instance(
+        instance_id=_text(vm.name),
+        provisioning_state=_text(vm.provisioning_state),
+        computer_name=_text(getattr(getattr(vm, "os_profile", None), "computer_name", None)),
+        resource_id=_text(vm.id),
+    )
+
+
+def _combined(operations: list[Operation]) -> Operation:
+    """One Operation for several: failed if any failed, in progress while any is, else succeeded."""
+    failed = next((o for o in operations if o.status in ("Failed", "Canceled")), None)
+    if failed is not None:
+        status, code, message = failed.status, failed.error_code, failed.error_message
+    elif any(o.status == "InProgress" for o in operations):
+        status, code, message = "InProgress", "", ""
+    else:
+        status, code, message = "Succeeded", "", ""
+    tokens = [f"{_DONE}{o.token}" if o.status == "Succeeded" and not o.token.startswith(_DONE) else o.token
+              for o in operations]
+    token = _MULTI + base64.urlsafe_b64encode(json.dumps(tokens).encode()).decode()
+    return Operation(token=token, status=status, error_code=code, error_message=message)
+
+
+def _split(token: str) -> list[str]:
+    if not token.startswith(_MULTI):
+        return [token]  # a single VM's token
+    try:
+        tokens = json.loads(base64.urlsafe_b64decode(token[len(_MULTI):]))
+    except (binascii.Error, ValueError) as exc:
+        raise ComputeError(f"not a Flexible power-operation token: {exc}", code="InvalidContinuationToken") from exc
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise ComputeError("not a Flexible power-operation token", code="InvalidContinuationToken")
+    return tokens

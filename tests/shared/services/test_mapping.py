@@ -1,0 +1,97 @@
+"""services.mapping: what node mapping reads from the provider (nothing, instance lists, NIC lists), and
+that every node comes back marked with its instance or with none."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, Node, NodeGroup
+from shared.services.mapping import map_cluster
+from tests.builders import T0, node, res
+
+RG = "rg"
+
+
+@dataclass
+class Listing:
+    """The part of a NodeGroupProvider mapping reads, counting the reads."""
+
+    instances: dict[str, list[Instance]]
+    ips: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+
+    def list_instances(self, group: NodeGroup) -> list[Instance]:
+        self.calls.append(f"list_instances {group.name}")
+        return self.instances.get(group.name, [])
+
+    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
+        self.calls.append(f"list_private_ips {group.name}")
+        return self.ips.get(group.name, {})
+
+
+def pool(name: str, kind: str = UNIFORM_SCALE_SET) -> NodeGroup:
+    return NodeGroup(RG, name, 0, 10, 2, "Standard_D4s_v5", provider=kind)
+
+
+def bare(name: str, *, provider_id: str = "", ips: tuple[str, ...] = ()) -> Node:
+    return Node(name, res(4, 16, 110), T0, provider_id, internal_ips=ips, ready=True)
+
+
+K3S = Listing({"farm": [Instance("0", computer_name="farm000000"), Instance("1", computer_name="farm000001")]})
+KUBEADM = Listing({"farm": [Instance("0", computer_name="farm000000"), Instance("1", computer_name="farm000001")]},
+                  ips={"farm": {"0": ("10.0.0.4",), "1": ("10.0.0.5",)}})
+
+CASES = [
+    # (id, listing, nodes, groups, method, expected reads, node -> (group id, instance) or None)
+    ("cloud-provider-azure nodes on Uniform sets: no read at all", Listing({}),
+     [node("a", group_name="farm", instance=0), node("b", group_name="farm", instance=1)], [pool("farm")], "auto",
+     [], {"a": ("rg/farm", "0"), "b": ("rg/farm", "1")}),
+    ("k3s nodes: one instance list per group, no NIC list", K3S,
+     [bare("farm000000", provider_id="k3s://farm000000", ips=("10.0.0.4",)),
+      bare("farm000001", provider_id="k3s://farm000001", ips=("10.0.0.5",)),
+      bare("k3s-server", provider_id="k3s://k3s-server")],
+     [pool("farm")], "auto", ["list_instances farm"],
+     {"farm000000": ("rg/farm", "0"), "farm000001": ("rg/farm", "1"), "k3s-server": None}),
+    ("kubeadm nodes: instance list, then NICs for the nodes left", KUBEADM,
+     [bare("worker-1", ips=("10.0.0.5",)), bare("worker-2", ips=("10.0.0.4",))], [pool("farm")], "auto",
+     ["list_instances farm", "list_private_ips farm"], {"worker-1": ("rg/farm", "1"), "worker-2": ("rg/farm", "0")}),
+    ("provider-id forced: k3s nodes are unmanaged and nothing is read", K3S,
+     [bare("farm000000", provider_id="k3s://farm000000")], [pool("farm")], "provider-id", [], {"farm000000": None}),
+    ("a Flexible set is always listed (its VM names say nothing of their group)",
+     Listing({"flex": [Instance("flex_1a2b3c4d", computer_name="flex1a2b3c",
+                                resource_id=f"/subscriptions/s/resourceGroups/{RG}/providers/Microsoft.Compute/"
+                                            "virtualMachines/flex_1a2b3c4d")]}),
+     [bare("flex1a2b3c", provider_id=f"azure:///subscriptions/s/resourceGroups/{RG}/providers/Microsoft.Compute/"
+                                     "virtualMachines/flex_1a2b3c4d")],
+     [pool("flex", FLEXIBLE_SCALE_SET)], "auto", ["list_instances flex"], {"flex1a2b3c": ("rg/flex", "flex_1a2b3c4d")}),
+]
+
+
+@pytest.mark.parametrize("case_id,listing,nodes,groups,method,reads,expected", CASES, ids=[c[0] for c in CASES])
+def test_mapping_reads_only_what_it_needs_and_marks_every_node(
+    case_id, listing, nodes, groups, method, reads, expected  # type: ignore[no-untyped-def]
+) -> None:
+    listing = replace(listing, calls=[])
+    mapped = map_cluster(listing, nodes, groups, method=method)  # type: ignore[arg-type]
+    assert listing.calls == reads
+    assert all(n.mapped for n in mapped.nodes) and [n.name for n in mapped.nodes] == [n.name for n in nodes]
+    got = {n.name: (n.instance.group_id, n.instance.instance_id) if n.instance else None for n in mapped.nodes}
+    assert got == expected
+    # A node left alone is reported with a reason; a mapped one with its method.
+    for name, target in expected.items():
+        if target is None:
+            assert name in {u.node_name for u in (*mapped.mapping.unmanaged, *mapped.mapping.ambiguous)}
+        else:
+            assert mapped.mapping.instance_of(name) is not None
+    assert mapped.listed == bool(reads)
+
+
+def test_a_node_mapped_by_providerid_keeps_its_subscription_and_others_get_the_group_s_names() -> None:
+    listing = replace(K3S, calls=[])
+    mapped = map_cluster(listing, [node("a", group_name="farm", instance=0), bare("farm000001")], [pool("farm")])
+    by_name = {n.name: n.instance for n in mapped.nodes}
+    assert by_name["a"] is not None and by_name["a"].subscription_id  # from the providerID
+    assert by_name["farm000001"] is not None and by_name["farm000001"].subscription_id == ""
+    assert (by_name["farm000001"].resource_group, by_name["farm000001"].scale_set) == (RG, "farm")
