@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from shared.ports import ActionQueue, Clock, NodeGroupProvider, NodeUsageSource, Ports, StateStore
+from shared.ports import ActionQueue, BacklogSource, Clock, NodeGroupProvider, NodeUsageSource, Ports, StateStore
 from shared.settings import Settings, load_settings, misspelt_settings
 
 if TYPE_CHECKING:
@@ -78,6 +78,13 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
         queue: ActionQueue = StorageActionQueue(connection, queue_name=settings.queue_name)
     else:
         state, queue = _NoStorage(), _NoStorage()
+    backlog: BacklogSource | None = None
+    if settings.load_backlog_queue:
+        from shared.adapters.backlog_queue import StorageQueueBacklog
+        from shared.adapters.storage import resolve_storage_connection as resolve
+
+        # The backlog queue is read even by `plan` (storage=False): it is part of the decision.
+        backlog = StorageQueueBacklog(resolve(settings, env, credential=credential), settings.load_backlog_queue)
     return Ports(
         cluster=cluster,
         # Each backend is one provider in this list; discovery decides per group which one serves it.
@@ -87,6 +94,7 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
         clock=clock or SystemClock(),
         events=EventRecorder(KubernetesEventSink(cluster.api_client)),
         usage=_usage_source(settings, credential),
+        backlog=backlog,
     )
 
 

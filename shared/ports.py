@@ -287,6 +287,19 @@ class StateStore(Protocol):
 # --- Measured usage (Azure Monitor) ---------------------------------------------
 
 
+class BacklogSource(Protocol):
+    """How much work waits for a load-driven group (LOAD_BACKLOG_QUEUE): the length of a queue."""
+
+    @property
+    def name(self) -> str:
+        """Where the backlog is read, for logs."""
+        ...
+
+    def get_backlog(self) -> int:
+        """Messages waiting now (approximate, as the queue service counts them). Raises UsageUnavailable."""
+        ...
+
+
 class UsageUnavailable(RuntimeError):
     """The usage source could not be queried (unreachable, refused, throttled, misconfigured).
 
@@ -337,3 +350,4 @@ class Ports:
     clock: Clock
     events: EventSink
     usage: NodeUsageSource | None = None  # None: USAGE_SOURCE=none, scale-down goes by requests alone
+    backlog: BacklogSource | None = None  # None: LOAD_BACKLOG_QUEUE unset, load-driven groups follow CPU alone

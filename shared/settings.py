@@ -161,6 +161,26 @@ def _queue_name(text: str) -> str:
     return value
 
 
+def _optional(parse: Callable[[str], str]) -> Callable[[str], str]:
+    """`parse`, except that empty text is an empty value (the setting is off)."""
+    def parse_optional(text: str) -> str:
+        return parse(text) if text.strip() else ""
+
+    return parse_optional
+
+
+def _group_ids(text: str) -> tuple[str, ...]:
+    """Node group ids, `<resource group>/<name>`, comma-separated; may be empty. Resource groups compare
+    case-insensitively (as ARM's), so they are lower-cased as group ids are."""
+    ids = []
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        rg, sep, name = item.partition("/")
+        if not sep or not rg or not name or "/" in name:
+            raise ValueError(f"{item!r} is not a node group id, `<resource group>/<scale set or pool>`")
+        ids.append(f"{rg.lower()}/{name}")
+    return tuple(ids)
+
+
 def _integer(text: str) -> int:
     try:
         return int(text.strip())
@@ -489,6 +509,23 @@ SPECS: tuple[Spec, ...] = (
     Spec("SCALE_DOWN_MEASURED_CPU_THRESHOLD", "scale_down_measured_cpu_threshold", "0.5", _fraction,
          "A node idle by requests whose measured CPU usage over `USAGE_WINDOW` is above this fraction of its "
          "capacity is kept (0.5 is 50%, like cluster-autoscaler's utilization threshold)."),
+    Spec("LOAD_DRIVEN_GROUPS", "load_driven_groups", "", _group_ids,
+         "Node groups (`<resource group>/<name>`, comma-separated) grown on measured load rather than pending pods, "
+         "like a DaemonSet render farm; a group tagged `autoscaler-load-cpu=<fraction>` is load-driven too. Needs "
+         "`USAGE_SOURCE`. See docs/load-driven.md."),
+    Spec("LOAD_SCALE_UP_CPU", "load_scale_up_cpu", "0.7", _fraction,
+         "A load-driven group grows when its ready nodes' average measured CPU over `USAGE_WINDOW` is above this "
+         "fraction of their cores, to `ceil(nodes x average / threshold)` nodes; the tag `autoscaler-load-cpu` "
+         "overrides it per group."),
+    Spec("LOAD_SCALE_UP_COOLDOWN", "load_scale_up_cooldown", "5m", _duration,
+         "After a load-driven group grew, how long before its load may grow it again (the new nodes' load is "
+         "measured first)."),
+    Spec("LOAD_BACKLOG_QUEUE", "load_backlog_queue", "", _optional(_queue_name),
+         "An Azure Storage queue in the app's storage account whose length is work waiting for load-driven groups; "
+         "empty: none. A group with a backlog per node grows to `ceil(length / per node)` nodes, from zero too."),
+    Spec("LOAD_BACKLOG_PER_NODE", "load_backlog_per_node", "0", _int_at_least(0),
+         "Queue messages one node of a load-driven group takes on (`0`: the backlog sizes no group); the tag "
+         "`autoscaler-load-backlog-per-node` overrides it per group."),
     Spec("USAGE_WINDOW", "usage_window", "10m", _usage_window,
          "Measured usage is averaged over this long, back from now; at least `1m`."),
     Spec("LOG_ANALYTICS_WORKSPACE_ID", "log_analytics_workspace_id", "", _workspace_id,
@@ -602,6 +639,11 @@ class Settings:
     usage_source: str  # none | log-analytics | vmss-metric
     scale_down_measured_cpu_threshold: float  # fraction of a node's CPU capacity
     usage_window: timedelta
+    load_driven_groups: tuple[str, ...]
+    load_scale_up_cpu: float  # fraction
+    load_scale_up_cooldown: timedelta
+    load_backlog_queue: str
+    load_backlog_per_node: int
     log_analytics_workspace_id: str
     log_analytics_endpoint: str
     max_nodes_per_scale_up: int

@@ -19,15 +19,18 @@ from shared.engine.backoff import after_failure, backoff_view, provision_timed_o
 from shared.engine.node_counts import present_by_group
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
 from shared.engine.scale_up import (
+    GroupIncrease,
     ScaleUpPlan,
     existing_placements,
     pending_pods,
     plan_scale_up,
     simulate_scale_up,
 )
+from shared.engine.load import LoadPlan
 from shared.options import scale_up_options
 from shared.ports import Ports
 from shared.services.events import scale_up_events
+from shared.services.load import plan_load_increases
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.status import publish_status, status_inputs
 from shared.services.swap import StateConflict, swap_group
@@ -91,11 +94,17 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         # Only the price expander reads prices; the provider caches them for a day.
         snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
     plan = plan_scale_up(snapshot, options=options)
+    load = plan_load_increases(ports, settings, snapshot, states, unavailable=backed_off, now=now)
+    plan = _with_load(plan, load)
+    why_load = {i.group_id: i.why for i in load.increases}
     enqueued = []
     for increase in plan.increases:
         # The poll time makes the id unique per decision; two polls deciding the same
         # increase are reconciled by the executor, which skips a group already at its target.
         action_id = f"scale-up:{increase.group_id}:{increase.new_target}:{now:%Y%m%dT%H%M%SZ}"
+        reason = f"{len(increase.pods)} pending pod(s)"
+        if increase.group_id in why_load:
+            reason = f"load: {why_load[increase.group_id]}" + (f"; {reason}" if increase.pods else "")
         ports.queue.send(
             new_scale_up(
                 action_id=action_id,
@@ -103,14 +112,14 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
                 target_size=increase.new_target,
                 now=now,
                 ttl=settings.action_ttl,
-                reason=f"{len(increase.pods)} pending pod(s)",
+                reason=reason,
                 **telemetry.trace_fields(),
             )
         )
         enqueued.append(action_id)
         log.info(
-            "scale-up decided: group=%s %d -> %d for %d pending pod(s) action=%s",
-            increase.group_id, increase.current_target, increase.new_target, len(increase.pods), action_id,
+            "scale-up decided: group=%s %d -> %d for %s action=%s",
+            increase.group_id, increase.current_target, increase.new_target, reason, action_id,
         )
     for node, pods in plan.reclaimed.items():
         _request_reclaim(ports, states, node, pods, now=now)
@@ -127,6 +136,20 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         scale_up_needed=frozenset(i.group_id for i in plan.increases), unschedulable_pods=result.pending,
     ), now=now)
     return result
+
+
+def _with_load(plan: ScaleUpPlan, load: LoadPlan) -> ScaleUpPlan:
+    """The pending-pod plan with the load-driven increases: per group, the larger target of the two."""
+    if not load.increases:
+        return plan
+    by_group = {i.group_id: i for i in plan.increases}
+    for extra in load.increases:
+        mine = by_group.get(extra.group_id)
+        if mine is None:
+            by_group[extra.group_id] = GroupIncrease(extra.group_id, extra.current_target, extra.new_target, ())
+        elif extra.new_target > mine.new_target:
+            by_group[extra.group_id] = replace(mine, new_target=extra.new_target)
+    return replace(plan, increases=tuple(by_group[g] for g in sorted(by_group)))
 
 
 def pending_placements(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], settings: Settings, *,
