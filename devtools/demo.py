@@ -290,6 +290,7 @@ def run_scenario(
                                     kept=kept,
                                     unneeded_time_s=context.settings.scale_down_unneeded_time.total_seconds())
             summary["state"] = _state_rows(context, report["nodes_by_group"])
+            summary["node_mapping"] = _node_mapping(context)
             from sandbox.scenario import load_scenario
 
             summary["expectations"] = check_expectations(summary, load_scenario(scenario).expect_at_most)
@@ -441,6 +442,16 @@ def removal_lag(report: dict[str, Any], *, unneeded_time_s: float, group: str | 
             "max": round(lags[-1], 1) if lags else 0}
 
 
+def _node_mapping(context: Any) -> dict[str, Any]:
+    """How nodes map to instances at the end (a fresh observe, as a poll would see them): nodes per method,
+    unmanaged and ambiguous counts, and the nodes left alone with why, in the status ConfigMap's layout."""
+    from shared.engine.status import node_mapping_doc
+    from shared.services.observe import observe
+
+    snapshot = observe(context.ports, now=context.ports.clock.now(), node_mapping=context.settings.node_mapping)
+    return node_mapping_doc(snapshot)
+
+
 def build_summary(
     scenario: str, report: dict[str, Any], ledger: list[Any], *, converged: bool, wall_seconds: float,
     runner: LocalRunner | RestartingRunner, kept: _KeptLog | None = None, unneeded_time_s: float = 600.0,
@@ -467,6 +478,9 @@ def build_summary(
         "running_pods_evicted": report["running_pods_evicted"],
         "running_pods_evicted_by_workload": _evicted_by_workload(report["pods"]),
         "pods_killed": report.get("pods_killed", 0),
+        # Writes to nodes of no scale set (a k3s server): the autoscaler must never touch them.
+        "unmanaged_nodes_touched": sum(report.get("unmanaged_nodes_touched", {}).values()),
+        "unmanaged_nodes_touched_by_node": report.get("unmanaged_nodes_touched", {}),
         "node_seconds": round(report["node_seconds"], 1),
         "nodes_max": report["nodes_max"],
         "nodes_by_group_at_end": {group: counts["ready"] for group, counts in report["nodes_by_group"].items()},

@@ -25,8 +25,15 @@ param resourceGroupName string = ''
 param clusterName string
 
 @minLength(1)
-@description('NODE_RESOURCE_GROUPS: comma-separated resource groups holding the tagged scale sets; each gets Virtual Machine Contributor.')
+@description('NODE_RESOURCE_GROUPS: comma-separated resource groups holding the tagged scale sets; each gets nodeRole.')
 param nodeResourceGroups string
+
+@description('Role of the identity on each node resource group: VirtualMachineContributor (built-in) or Custom (a role with only the actions the Uniform and Flexible scale-set backends call; docs/deploy.md, "Rights per backend").')
+@allowed([
+  'VirtualMachineContributor'
+  'Custom'
+])
+param nodeRole string = 'VirtualMachineContributor'
 
 @description('AZURE_SUBSCRIPTION_ID: subscription of the node resource groups; empty: the subscription deployed to.')
 param nodeSubscriptionId string = ''
@@ -38,8 +45,14 @@ param nodeSubscriptionId string = ''
 ])
 param kubeAuth string
 
-@description('AKS_CLUSTER_ID: resource id of the AKS cluster; required with kubeAuth=aks.')
+@description('AKS_CLUSTER_ID: resource id of the AKS cluster; required with kubeAuth=aks or manageAksPools.')
 param aksClusterId string = ''
+
+@description('Manage node pools of aksClusterId through the AKS agent-pool API (count, deleteMachines): a custom role on the cluster with exactly those actions. Works with either kubeAuth; needs aksClusterId.')
+param manageAksPools bool = false
+
+@description('AKS_NODE_POOLS, with manageAksPools: pools to manage as pool:min:max, comma-separated (e.g. render:0:20,batch:1:5); pools tagged cluster-autoscaler-enabled/-name, min, max are managed too.')
+param aksNodePools string = ''
 
 @description('kubeAuth=aks: create and assign the custom Kubernetes role; false if you bind the identity with Kubernetes RBAC yourself.')
 param aksGrantKubernetesRole bool = true
@@ -139,6 +152,8 @@ var nodeResourceGroupList = split(replace(nodeResourceGroups, ' ', ''), ',')
 
 // /subscriptions/<sub>/resourceGroups/<rg>/providers/Microsoft.ContainerService/managedClusters/<name>.
 // Placeholders keep the skipped modules' scope expressions valid when there is no such resource.
+// The app has AKS_CLUSTER_ID, and so lists the cluster's agent pools, with kubeAuth=aks or manageAksPools.
+var aksClusterInUse = (kubeAuth == 'aks') || manageAksPools
 var aksIdParts = split(empty(aksClusterId) ? '/subscriptions/${subscription().subscriptionId}/resourceGroups/unused/providers/Microsoft.ContainerService/managedClusters/unused' : aksClusterId, '/')
 var workspaceIdParts = split(empty(containerInsightsWorkspaceId) ? '/subscriptions/${subscription().subscriptionId}/resourceGroups/unused/providers/Microsoft.OperationalInsights/workspaces/unused' : containerInsightsWorkspaceId, '/')
 
@@ -199,7 +214,7 @@ module keyVault 'modules/keyvault.bicep' = if (kubeAuth == 'key-vault') {
   }
 }
 
-// One deployment per node resource group, at that resource group: Virtual Machine Contributor there and nowhere else.
+// One deployment per node resource group, at that resource group: nodeRole there and nowhere else.
 module nodeAccess 'modules/node-access.bicep' = [for nodeResourceGroup in nodeResourceGroupList: {
   // Deployment names are per resource group: the environment in the hash keeps two autoscalers' apart.
   name: 'node-access-${uniqueString(environmentName, nodeSubscription, nodeResourceGroup)}'
@@ -207,6 +222,7 @@ module nodeAccess 'modules/node-access.bicep' = [for nodeResourceGroup in nodeRe
   params: {
     principalId: identity.outputs.principalId
     grantMetricsReader: usageSource == 'vmss-metric'
+    nodeRole: nodeRole
   }
 }]
 
@@ -229,14 +245,27 @@ module aksAccess 'modules/aks-access.bicep' = if (kubeAuth == 'aks') {
   }
 }
 
+// Whenever the app has AKS_CLUSTER_ID: listing the cluster's agent pools, and with manageAksPools scaling them.
+module aksPoolsAccess 'modules/aks-pools-access.bicep' = if (aksClusterInUse) {
+  name: 'aks-pools-access-${resourceToken}'
+  scope: resourceGroup(aksIdParts[2], aksIdParts[4])
+  params: {
+    clusterName: aksIdParts[8]
+    principalId: identity.outputs.principalId
+    managePools: manageAksPools
+  }
+}
+
 // Every setting shared/settings.py requires (default None) or requires for the chosen KUBE_AUTH and
-// USAGE_SOURCE, plus the ones the Functions host resolves as %NAME% in the trigger bindings.
+// USAGE_SOURCE, the agent-pool backend's (AKS_NODE_POOLS), plus the ones the Functions host resolves as
+// %NAME% in the trigger bindings.
 var autoscalerSettings = {
   CLUSTER_NAME: clusterName
   AZURE_SUBSCRIPTION_ID: nodeSubscription
   NODE_RESOURCE_GROUPS: join(nodeResourceGroupList, ',')
   KUBE_AUTH: kubeAuth
-  AKS_CLUSTER_ID: (kubeAuth == 'aks') ? aksClusterId : ''
+  AKS_CLUSTER_ID: aksClusterInUse ? aksClusterId : ''
+  AKS_NODE_POOLS: manageAksPools ? aksNodePools : ''
   KUBECONFIG_SECRET_URI: (kubeAuth == 'key-vault') ? keyVault.outputs.secretUri : ''
   USAGE_SOURCE: usageSource
   LOG_ANALYTICS_WORKSPACE_ID: (usageSource == 'log-analytics') ? workspaceAccess.outputs.customerId : ''

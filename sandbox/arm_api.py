@@ -28,10 +28,16 @@ Shaped after what azure-mgmt-compute 39 sends and accepts:
 - azure-mgmt-monitor's `metrics.list(<scale set id>, metricnames="Percentage CPU", ...)`
   gets the Azure Monitor metrics response shape, split per instance by `VMName`,
   with values from `World.node_cpu` (see `_metrics`).
+- Flexible scale sets (node groups with `"orchestration": "Flexible"`): their members' VM and NIC routes, and
+  their own answers to the scale-set routes that are Uniform-only, live in `sandbox.flexible` (registered
+  below: `flexible.ROUTES`, `OPERATIONS`, `HANDLERS`, and its `fault_resource`, `throttle_key` and
+  `override` hooks in `_dispatch`).
 - azure-mgmt-containerservice's `managed_clusters.list_cluster_user_credentials(rg, name)`
   (POST .../managedClusters/{name}/listClusterUserCredential) gets the user kubeconfig of
   `world.managed_cluster`, the simulated cluster as an Entra ID-enabled AKS cluster; any
   other cluster is 404 ResourceNotFound.
+- The same cluster's GET, agent pools (list, get, PUT), deleteMachines, machines and AKS operations live in
+  `sandbox.agent_pools_api` (registered below: its ROUTES, OPERATIONS, HANDLERS; faults name the pool).
 
 Every request needs a bearer token from `world.identity` that is unexpired and issued for
 ARM's audience (`https://management.azure.com`, or the URL the server serves ARM at):
@@ -54,6 +60,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
+from sandbox import agent_pools_api, flexible
 from sandbox.compute import InstanceSim, Operation, ScaleSetSim
 from sandbox.errors import ArmError
 from sandbox.faults import Fault, default_scale_up_message
@@ -91,6 +98,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", _VMSS + r"/virtualMachines/(?P<id>[^/]+)/networkInterfaces", "list_vm_nics"),
         ("GET", _VMSS + r"/providers/Microsoft\.Insights/metrics", "metrics"),
         ("POST", _AKS + r"/listClusterUserCredential", "list_cluster_user_credential"),
+        *flexible.ROUTES,  # Flexible members: plain VMs and standalone NICs
+        *agent_pools_api.ROUTES,  # the managed cluster's agent pools, machines and AKS operations
     ]
 ]
 # operation name in the report, write?, throttling bucket
@@ -114,6 +123,8 @@ OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     # Azure Monitor has its own limits (per subscription, far above a call per scale set a minute): not modelled.
     "metrics": ("GET metrics", False, None),
     "list_cluster_user_credential": ("POST listClusterUserCredential", False, None),
+    **flexible.OPERATIONS,
+    **agent_pools_api.OPERATIONS,
 }
 _DEFAULT_CODES = {
     400: "BadRequest", 401: "AuthenticationFailed", 403: "AuthorizationFailed", 404: "NotFound", 409: "Conflict",
@@ -180,9 +191,10 @@ def _refused_token(world: World, token: str) -> Response | None:
 def _dispatch(world: World, request: Request, name: str, params: dict[str, str], api_version: str) -> Response:
     label, write, bucket = OPERATIONS[name]
     world.count_call("arm", label, write=write)
-    fault_resource = (
+    fault_resource = flexible.fault_resource(world, name, params, request) or (
         "metrics" if name == "metrics"
-        else params.get("cluster") or params.get("vmss")
+        else params.get("pool") or agent_pools_api.FAULT_RESOURCES.get(name)  # an agent pool's name
+        or params.get("cluster") or params.get("vmss")
         or {"operation": "operations", "skus": "skus"}.get(name, "virtualMachineScaleSets")
     )
     fault = world.take_fault("arm", request.method, fault_resource)
@@ -191,7 +203,7 @@ def _dispatch(world: World, request: Request, name: str, params: dict[str, str],
     try:
         extra: dict[str, str] = {}
         if bucket is not None:
-            key = (
+            key = flexible.throttle_key(world, request, name, params) or (
                 world.scale_set(params["sub"], params["rg"], params["vmss"]).key
                 if "vmss" in params
                 else f"rg:{params.get('rg', '').lower()}"
@@ -202,7 +214,8 @@ def _dispatch(world: World, request: Request, name: str, params: dict[str, str],
                 extra["x-ms-ratelimit-remaining-resource"] = header
                 if not allowed:
                     return _throttled(header, retry_after)
-        response = _HANDLERS[name](world, request, params, api_version)
+        handler = flexible.override(world, name, params) or _HANDLERS[name]  # a Flexible set's own answer
+        response = handler(world, request, params, api_version)
         response.headers.update(_arm_headers(extra))
         return response
     except ArmError as error:
@@ -244,6 +257,8 @@ def _vmss_id(world: World, group: ScaleSetSim) -> str:
 
 
 def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
+    if group.flexible:
+        return flexible.vmss_json(world, group)
     spec = group.spec
     body: dict[str, Any] = {
         "name": group.name,
@@ -580,6 +595,8 @@ def _power_action(
 ) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
     if request.query.get("hibernate", "").lower() == "true":
+        if group.flexible:
+            raise flexible.hibernation_refused(group.name)
         message = "Hibernation is supported only for virtual machine scale sets in Flexible orchestration mode."
         raise ArmError(400, "InvalidParameter", message, "hibernate")
     op = act(group, _power_instance_ids(request))
@@ -749,7 +766,7 @@ def _metrics(world: World, request: Request, params: dict[str, str], api_version
 
     measured = world.node_cpu()
     instances = [
-        (f"{group.name}_{inst.instance_id}", measured[inst.node_name])
+        (inst.vm_name or f"{group.name}_{inst.instance_id}", measured[inst.node_name])
         for inst in world.instances(group)
         if inst.node_name in measured
     ]
@@ -849,4 +866,6 @@ _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] 
     "list_vm_nics": _list_vm_nics,
     "metrics": _metrics,
     "list_cluster_user_credential": _list_cluster_user_credential,
+    **flexible.HANDLERS,
+    **agent_pools_api.HANDLERS,
 }

@@ -1,4 +1,4 @@
-"""The simulated Microsoft.Compute side: Uniform scale sets, their instances, long-running operations.
+"""The simulated Microsoft.Compute side: scale sets (Uniform or Flexible), their instances, long-running operations.
 
 Plain records; the world mutates them under its lock. Times are sim seconds
 since the world started.
@@ -6,6 +6,8 @@ since the world started.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,6 +30,21 @@ def base36(number: int) -> str:
 def computer_name(prefix: str, instance_id: int) -> str:
     """Uniform VMSS hostnames: the prefix plus the instance id in base 36, zero-padded to 6 (pool-d4000003)."""
     return f"{prefix}{base36(instance_id).zfill(6)}"
+
+
+def flexible_names(
+    rng: random.Random, vmss_name: str, prefix: str, taken_vm_names: Container[str], taken_computer_names: Container[str]
+) -> tuple[str, str]:
+    """A Flexible member's (VM name, computer name): `{scale set name}_{8 hex}` and `{computerNamePrefix}{6 hex}`
+    (shared/facts/cluster-shapes.md, "Hostnames, node names, IPs"), drawn from `rng` until neither is taken
+    (the `taken_*` containers hold lower-cased names). The hex case Azure uses is unverified: VM names are
+    drawn lower-case, computer names upper-case, so a client that compares a computer name with its node name
+    (Kubernetes lower-cases it) must do it case-insensitively, as it must on Azure."""
+    while True:
+        vm_name = f"{vmss_name}_{rng.getrandbits(32):08x}"
+        hostname = f"{prefix}{rng.getrandbits(24):06X}"
+        if vm_name.lower() not in taken_vm_names and hostname.lower() not in taken_computer_names:
+            return vm_name, hostname
 
 
 def private_ip(ip_index: int) -> str:
@@ -65,10 +82,22 @@ class InstanceSim:
     node_deleted_by_api: bool = False
     ip_index: int = 0
     node_name: str = ""  # the name its kubelet registers the Node under (the flavour decides; see world.nodes)
+    vm_name: str = ""  # a Flexible member's VM name (`{vmss}_{8 hex}`), its instance id in ARM; "" in a Uniform set
 
     @property
     def alive(self) -> bool:
         return self.vanished_at is None
+
+    @property
+    def arm_id(self) -> str:
+        """The instance id ARM callers name it by (`instanceIds`, report counters): a Flexible member's VM name,
+        a Uniform instance's decimal id. The world keys instances by the int `instance_id` either way."""
+        return self.vm_name or str(self.instance_id)
+
+    @property
+    def report_id(self) -> int | str:
+        """`arm_id` as reports show it: the int for Uniform instances (as ever), the VM name for Flexible members."""
+        return self.vm_name or self.instance_id
 
     @property
     def private_ip(self) -> str:
@@ -95,6 +124,11 @@ class ScaleSetSim:
     @property
     def resource_group(self) -> str:
         return self.spec.resource_group
+
+    @property
+    def flexible(self) -> bool:
+        """Flexible orchestration: members are plain VMs named `{vmss}_{8 hex}` (see sandbox.flexible)."""
+        return self.spec.orchestration == "Flexible"
 
     def active(self) -> list[InstanceSim]:
         """Instances that count towards capacity (not being deleted; deallocated ones count), by id."""

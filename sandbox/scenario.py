@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from shared.domain import EMPTY_MAP, Taint, Toleration
+from sandbox.agent_pools import COMPUTER_NAME_PREFIX, AgentPoolError, AgentPoolSpec, check_pools, expand_node_group
 from sandbox.podspec import HostPort, SpecError, parse_affinity, parse_spread_constraints
 from sandbox.resources import EPHEMERAL_STORAGE, Amounts, parse_scalar
 from sandbox.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration, parse_time
@@ -35,6 +36,12 @@ SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 # kubeadm: no cloud provider (no providerID, node names of the operator's own choosing).
 FLAVOURS = ("aks-engine", "k3s", "kubeadm")
 Flavour = Literal["aks-engine", "k3s", "kubeadm"]
+
+# A node group's VMSS orchestration mode (docs/scenarios.md, "Flexible orchestration"; sandbox.flexible).
+ORCHESTRATIONS = ("Uniform", "Flexible")
+Orchestration = Literal["Uniform", "Flexible"]
+# A Flexible member is named `{scale set}_{8 hex}`, and a VM name is at most 64 characters.
+_FLEX_VMSS_NAME_MAX = 64 - 9
 
 # z-score of the 95th percentile of a standard normal: turns (median, p95) into a lognormal sigma.
 _Z95 = 1.6448536269514722
@@ -120,6 +127,8 @@ class NodeGroupSpec:
     mirror_pods: tuple[MirrorPodSpec, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)  # on every node of the pool
     initial_age: timedelta = timedelta(hours=1)  # how long before the start the initial nodes registered
+    orchestration: Orchestration = "Uniform"  # one of ORCHESTRATIONS
+    agent_pool: AgentPoolSpec | None = None  # the AKS agent pool this scale set is behind (sandbox.agent_pools)
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,9 +486,12 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         {"node_groups"},
     )
     location = _str(top.get("location", "westeurope"), "$.location")
-    groups = _items(top, "node_groups", "$", lambda item, path: _node_group(item, path, location))
+    groups = _items(top, "node_groups", "$", lambda item, path: _node_group(item, path, location, top))
     if not groups:
         raise _Invalid("$.node_groups", "must name at least one scale set")
+    pool_problem = check_pools([(i, g.agent_pool) for i, g in enumerate(groups) if g.agent_pool is not None])
+    if pool_problem is not None:
+        raise _Invalid(*pool_problem)
     seen: set[tuple[str, str]] = set()
     prefixes: set[str] = set()
     for i, group in enumerate(groups):
@@ -619,18 +631,36 @@ def _unique(keys: list[tuple[str, str]], path: str, what: str) -> None:
         seen.add(key)
 
 
-def _node_group(value: Any, path: str, location: str) -> NodeGroupSpec:
+def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) -> NodeGroupSpec:
+    pool = None
+    if isinstance(value, dict) and "agent_pool" in value:  # an AKS agent pool: the scale set AKS keeps behind it
+        defaults = Scenario(name="", source="", node_groups=())
+        try:
+            value, pool = expand_node_group(
+                value, path, cluster_name=_str(top.get("cluster_name", defaults.cluster_name), "$.cluster_name"),
+                subscription_id=_str(top.get("subscription_id", defaults.subscription_id), "$.subscription_id"),
+                location=location, flavour=_flavour(top.get("flavour", defaults.flavour), "$.flavour"),
+            )
+        except AgentPoolError as exc:
+            raise _Invalid(exc.path, exc.problem) from None
     obj = _obj(
         value,
         path,
         {
             "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
             "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
-            "annotations", "initial_age",
+            "annotations", "initial_age", "orchestration",
         },
         {"resource_group", "name", "vm_size", "allocatable"},
     )
     name = _str(obj["name"], f"{path}.name", _VMSS_NAME, "scale set name")
+    orchestration = _orchestration(obj.get("orchestration", "Uniform"), f"{path}.orchestration")
+    if orchestration == "Flexible" and len(name) > _FLEX_VMSS_NAME_MAX:
+        raise _Invalid(
+            f"{path}.name",
+            f"a Flexible scale set's name is at most {_FLEX_VMSS_NAME_MAX} characters (its VMs are named "
+            f"<name>_<8 hex>, 64 at most), got {len(name)}",
+        )
     autoscaled = _bool(obj.get("autoscaled", True), f"{path}.autoscaled")
     min_size = _int(obj.get("min", 0), f"{path}.min")
     initial = _int(obj.get("initial", min_size), f"{path}.initial")
@@ -648,7 +678,8 @@ def _node_group(value: Any, path: str, location: str) -> NodeGroupSpec:
     zones = _items(obj, "zones", path, lambda item, where: _str(item, where))
     # The prefix becomes the node name, which Kubernetes wants lowercase (a DNS subdomain).
     prefix = _str(
-        obj.get("computer_name_prefix", name.lower()), f"{path}.computer_name_prefix", _PREFIX, "computer name prefix"
+        obj.get("computer_name_prefix", name.lower()), f"{path}.computer_name_prefix",
+        _PREFIX if pool is None else COMPUTER_NAME_PREFIX, "computer name prefix",
     )
     return NodeGroupSpec(
         resource_group=_str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name"),
@@ -670,7 +701,16 @@ def _node_group(value: Any, path: str, location: str) -> NodeGroupSpec:
         mirror_pods=_items(obj, "mirror_pods", path, _mirror_pod),
         annotations=_annotations(obj.get("annotations", {}), f"{path}.annotations"),
         initial_age=_initial_age(obj.get("initial_age", "1h"), f"{path}.initial_age"),
+        orchestration=orchestration,
+        agent_pool=pool,
     )
+
+
+def _orchestration(value: Any, path: str) -> Orchestration:
+    if not isinstance(value, str) or value not in ORCHESTRATIONS:
+        shown = repr(value) if isinstance(value, str) else _typename(value)
+        raise _Invalid(path, f"{shown} is not an orchestration mode (allowed: {', '.join(ORCHESTRATIONS)})")
+    return value  # type: ignore[return-value]
 
 
 def _initial_age(value: Any, path: str) -> timedelta:

@@ -24,6 +24,12 @@ BUCKETS: dict[str, BucketSpec] = {
     "delete": BucketSpec("Microsoft.Compute/DeleteVMScaleSet3Min", 4, 12),  # delete and deallocate instances
     "get": BucketSpec("Microsoft.Compute/GetVMScaleSet3Min", 12, 36),  # low-cost GET of one scale set
     "list": BucketSpec("Microsoft.Compute/HighCostGetVMScaleSet3Min", 10, 30),  # lists (scale sets, VMs)
+    # Per VM (Flexible members, sandbox.flexible), at the per-resource VMSS VM rates of facts/azure.md (the
+    # standalone-VM figures are unverified). PutVM3Min and LowCostGet3Min are names Azure sends; DeleteVM3Min
+    # is a guess.
+    "vm_update": BucketSpec("Microsoft.Compute/PutVM3Min", 4, 12),  # start a VM
+    "vm_delete": BucketSpec("Microsoft.Compute/DeleteVM3Min", 4, 12),  # delete or deallocate a VM
+    "vm_get": BucketSpec("Microsoft.Compute/LowCostGet3Min", 12, 36),  # GET one VM
 }
 
 

@@ -19,6 +19,7 @@ order an autoscaler calls in. Internally times are float seconds since `start`.
   removal marks on them
 - `scale_sets`: scale sets and instances, capacity, delete, deallocate and start, operations, throttling
 - `fault_injection`: injected API faults and scale-up failures, call counting
+- `agent_pools`: AKS agent pools over their scale sets (count, deleteMachines, machines), their operations
 - `kube_resources`: the Kubernetes API calls (list, get, create, replace, delete)
 - `reports`: the timeline, measured node CPU, `done`, `state` and `report`
 
@@ -42,6 +43,7 @@ from sandbox.world.core import (
     RESOURCES,
     SANDBOX_TOKEN,
 )
+from sandbox.world.agent_pools import AgentPoolsPart
 from sandbox.world.fault_injection import FaultInjectionPart
 from sandbox.world.kube_resources import MAX_EVENTS, KubeResourcesPart
 from sandbox.world.nodes import TO_BE_DELETED_TAINT, NodesPart, RemovalStart
@@ -78,6 +80,7 @@ __all__ = [
 class World(
     ReportsPart,
     KubeResourcesPart,
+    AgentPoolsPart,
     FaultInjectionPart,
     ScaleSetsPart,
     NodesPart,
@@ -108,6 +111,7 @@ class World(
         self._init_daemonsets()
         self._init_scale_sets()
         self._init_static_nodes()
+        self._init_agent_pools()  # draws no ids: worlds without pools are unchanged
         self._schedule_workloads()
         self._advance_to(0.0)  # arrivals at t=0 exist from the first look
 

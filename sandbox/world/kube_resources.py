@@ -32,6 +32,13 @@ class KubeResourcesPart(WorldCore):
         self._events_by_reason: Counter[str] = Counter()  # Events created through the API
         self._not_triggered: dict[tuple[str, str], str] = {}  # pod -> the latest NotTriggerScaleUp message about it
         self._events_by_object: dict[str, Counter[str]] = {}  # "namespace/name" of the involved object -> reasons
+        # Writes through the API to nodes of no scale set (a k3s server, a hand-made VM): node -> how many (node
+        # updates, deletes, evictions of its pods). An autoscaler must never touch a node it does not manage.
+        self._unmanaged_touches: Counter[str] = Counter()
+
+    def _touch_if_unmanaged(self, node_name: str | None) -> None:
+        if node_name and node_name not in self._by_node and self._store.get("nodes", "", node_name) is not None:
+            self._unmanaged_touches[node_name] += 1
 
     def _init_namespaces(self) -> None:
         names = {"default", "kube-system", "kube-public", "kube-node-lease", *self.scenario.namespaces}
@@ -186,6 +193,8 @@ class KubeResourcesPart(WorldCore):
             elif resource != "configmaps":
                 raise KubeError(405, "MethodNotAllowed", f"the sandbox does not update {resource}")
             was_marked = resource == "nodes" and marked_for_removal(current)
+            if resource == "nodes":
+                self._touch_if_unmanaged(name)
             self._store.put(resource, updated)
             self._retry_all_pending = self._retry_all_pending or resource == "nodes"
             if resource == "nodes":
@@ -200,6 +209,7 @@ class KubeResourcesPart(WorldCore):
             if resource == "pods":
                 return self._delete_pod(self._live[(namespace, name)], grace_seconds)
             if resource == "nodes":
+                self._touch_if_unmanaged(name)
                 inst = self._by_node.get(name)
                 if inst is not None:
                     inst.node_deleted_by_api = True

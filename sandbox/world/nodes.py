@@ -11,7 +11,8 @@ after it.
 Flavours (`Scenario.flavour`; facts in shared/facts/cluster-shapes.md):
 - `aks-engine`: the Azure cloud provider. Node name = computer name, providerID
   `azure:///subscriptions/.../virtualMachineScaleSets/<vmss>/virtualMachines/<id>`, the instance-type,
-  topology and `agentpool` labels.
+  topology and `agentpool` labels. Flexible members: node name = computer name lower-cased, providerID
+  `azure:///subscriptions/.../virtualMachines/<vm name>`.
 - `k3s`: k3s's embedded cloud controller. Node name = computer name lower-cased (k3s names a node
   after `os.Hostname()`, lower-cased), providerID `k3s://<node name>`, instance type `k3s`, no
   topology labels; plus a server node (`k3s-server`) in no scale set.
@@ -68,7 +69,7 @@ class RemovalStart:
         return {
             "node": self.node,
             "group": self.group,
-            "instance_id": self.instance.instance_id,
+            "instance_id": self.instance.report_id,  # a Flexible member's VM name
             "cordoned_at": round(self.at, 3),
             "age_seconds": round(self.age, 3),
             "utilization": round(self.utilization, 4),
@@ -123,6 +124,8 @@ class NodesPart(WorldCore):
             # The operator's own naming through --hostname-override; a scale set name may hold `_` or
             # capitals, which a node name (a DNS subdomain) may not.
             return f"worker-{_NOT_DNS.sub('-', group.name.lower()).strip('-')}-{next(self._worker_numbers)}"
+        if group.flexible:  # Flexible computer names carry upper-case hex; a node name is lower-case
+            return computer_name.lower()
         return computer_name
 
     def _provider_id(self, inst: InstanceSim) -> str:
@@ -132,6 +135,11 @@ class NodesPart(WorldCore):
         if self.scenario.flavour == "kubeadm":
             return ""
         group = self._groups[inst.group_key]
+        if group.flexible:  # a Flexible member is a plain VM: its own ARM id
+            return (
+                f"azure:///subscriptions/{self.subscription_id}/resourceGroups/{group.resource_group}"
+                f"/providers/Microsoft.Compute/virtualMachines/{inst.vm_name}"
+            )
         return (
             f"azure:///subscriptions/{self.subscription_id}/resourceGroups/{group.resource_group}"
             f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{inst.instance_id}"

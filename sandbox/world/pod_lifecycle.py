@@ -329,6 +329,7 @@ class PodLifecyclePart(WorldCore):
                 status = budget_status(budgets[0]["spec"], self._selected_pods(budgets[0]))
                 if status.disruptions_allowed < 1:
                     raise budget_violation(budgets[0]["metadata"]["name"], status)
+            self._touch_if_unmanaged(pod.node)
             running = obj["status"].get("phase") == "Running" and not obj["metadata"].get("deletionTimestamp")
             if running and not pod.node_bound:
                 pod.evicted_while_running = True

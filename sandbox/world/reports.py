@@ -293,6 +293,8 @@ class ReportsPart(WorldCore):
                 "pods_unplaceable": self._pending_unplaceable(),
                 "running_pods_evicted": sum(1 for p in pods if p.evicted_while_running),
                 "pods_killed": sum(1 for p in pods if p.killed),
+                # Nodes of no scale set that the autoscaler wrote to (updated, deleted, evicted from): must be none.
+                "unmanaged_nodes_touched": dict(sorted(self._unmanaged_touches.items())),
                 "pod_wait_seconds": distribution(waits),
                 "node_seconds": round(sum(node_seconds.values()), 3),
                 "node_seconds_by_group": {k: round(v, 3) for k, v in node_seconds.items()},

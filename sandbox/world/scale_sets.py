@@ -18,7 +18,7 @@ from typing import Literal
 
 from shared.domain import Taint, group_id
 from sandbox import kobjects
-from sandbox.compute import InstanceSim, Operation, ScaleSetSim, computer_name
+from sandbox.compute import InstanceSim, Operation, ScaleSetSim, computer_name, flexible_names
 from sandbox.errors import ArmError
 from sandbox.throttling import BUCKETS, TokenBucket
 from sandbox.world.core import WorldCore
@@ -75,7 +75,11 @@ class ScaleSetsPart(WorldCore):
         group.next_instance_id += 1
         boot = 0.0 if already_running else self._boot_delay(group, instance_id)
         zones = group.spec.zones
-        hostname = computer_name(group.spec.computer_name_prefix, instance_id)
+        vm_name = ""
+        if group.flexible:  # a plain VM `{vmss}_{8 hex}`, hostname `{prefix}{6 hex}`, from its own seeded stream
+            vm_name, hostname = self._flexible_names(group, instance_id)
+        else:
+            hostname = computer_name(group.spec.computer_name_prefix, instance_id)
         inst = InstanceSim(
             group_key=group.key,
             instance_id=instance_id,
@@ -90,6 +94,7 @@ class ScaleSetsPart(WorldCore):
             power="running" if already_running else "starting",
             ip_index=next(self._ip_counter),
             node_name=self._node_name(group, hostname),
+            vm_name=vm_name,
         )
         group.instances[instance_id] = inst
         if not already_running:
@@ -100,6 +105,21 @@ class ScaleSetsPart(WorldCore):
             self._push(inst.provision_at, "provisioned", inst)
             self._push(inst.ready_at, "registered", inst)
         return inst
+
+    def _flexible_names(self, group: ScaleSetSim, instance_id: int) -> tuple[str, str]:
+        members = [*group.instances.values(), *(i for i in self._gone if i.group_key == group.key)]
+        return flexible_names(
+            self._rng("flexible-names", group.key, instance_id), group.name, group.spec.computer_name_prefix,
+            {i.vm_name.lower() for i in members}, {i.computer_name.lower() for i in members},
+        )
+
+    def _instance_named(self, group: ScaleSetSim, raw: str) -> InstanceSim | None:
+        """The instance an ARM `instanceIds` entry names: a Flexible member by VM name (case-insensitively, as
+        ARM compares names), a Uniform instance by decimal id."""
+        if group.flexible:
+            wanted = str(raw).lower()
+            return next((i for i in group.instances.values() if i.vm_name.lower() == wanted), None)
+        return group.instances.get(int(raw)) if str(raw).isdigit() else None
 
     def _on_provisioned(self, inst: InstanceSim) -> None:
         if inst.state == "Creating":
@@ -217,13 +237,17 @@ class ScaleSetsPart(WorldCore):
             return op
 
     def delete_instances(self, group: ScaleSetSim, instance_ids: list[str]) -> Operation:
-        """POST .../delete: the named instances go; capacity drops by the number that were active."""
+        """POST .../delete: the named instances go; capacity drops by the number that were active.
+
+        Flexible sets name members by VM name, and a VM DELETE (sandbox.flexible) lands here too. Their
+        sku.capacity is modelled as the member count, so deleting a VM either way lowers it: inferred, not
+        verified (shared/facts/cluster-shapes.md says whether a direct VM DELETE lowers capacity is unverified)."""
         with self.lock:
             if not instance_ids:
                 raise ArmError(400, "InvalidParameter", "The value of parameter instanceIds is invalid.", "instanceIds")
             targets: list[InstanceSim] = []
             for raw in instance_ids:
-                inst = group.instances.get(int(raw)) if str(raw).isdigit() else None
+                inst = self._instance_named(group, raw)
                 if inst is None:
                     # ARM refuses the whole request; count every instance it named (one gone already: a second delete).
                     for named in instance_ids:
@@ -242,7 +266,7 @@ class ScaleSetsPart(WorldCore):
             )
             self._operations[op.op_id] = op
             for inst in targets:
-                self.counters.instances_deleted[f"{group.name}/{inst.instance_id}"] += 1
+                self.counters.instances_deleted[f"{group.name}/{inst.arm_id}"] += 1
                 if inst.state != "Deleting":
                     group.capacity -= 1
                     self._start_instance_delete(inst)
@@ -260,7 +284,7 @@ class ScaleSetsPart(WorldCore):
         with self.lock:
             targets = self._power_targets(group, instance_ids, "deallocate")
             for inst in targets:
-                self.counters.instances_deallocated[f"{group.name}/{inst.instance_id}"] += 1
+                self.counters.instances_deallocated[f"{group.name}/{inst.arm_id}"] += 1
                 if inst.power not in ("deallocating", "deallocated"):
                     self._start_deallocation(inst)
             return self._power_operation(group, "deallocate", targets)
@@ -271,7 +295,7 @@ class ScaleSetsPart(WorldCore):
         with self.lock:
             targets = self._power_targets(group, instance_ids, "start")
             for inst in targets:
-                self.counters.instances_started[f"{group.name}/{inst.instance_id}"] += 1
+                self.counters.instances_started[f"{group.name}/{inst.arm_id}"] += 1
                 if inst.power in ("deallocating", "deallocated"):
                     self._start_boot(inst)
             return self._power_operation(group, "start", targets)
@@ -283,7 +307,7 @@ class ScaleSetsPart(WorldCore):
             return group.active()
         targets: list[InstanceSim] = []
         for raw in instance_ids:
-            inst = group.instances.get(int(raw)) if str(raw).isdigit() else None
+            inst = self._instance_named(group, raw)
             if inst is None:
                 raise ArmError(
                     400,
@@ -295,7 +319,7 @@ class ScaleSetsPart(WorldCore):
                 raise ArmError(
                     409,
                     "OperationNotAllowed",
-                    f"Operation '{verb}' is not allowed on VM '{group.name}_{inst.instance_id}' "
+                    f"Operation '{verb}' is not allowed on VM '{inst.vm_name or f'{group.name}_{inst.instance_id}'}' "
                     "since it is being deleted.",
                 )
             if inst not in targets:

@@ -14,12 +14,40 @@ No I/O of its own: it only dispatches to the providers it was given.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
-from shared.domain import Instance, NodeGroup, VmSizeCapacity
+from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity
 from shared.ports import NodeGroupProvider, Operation
 
 _SEPARATOR = "|"
+log = logging.getLogger(__name__)
+
+
+# AKS writes this tag on the scale set behind each agent pool: the pool's name.
+AKS_POOL_TAG = "aks-managed-poolName"
+
+
+def _without_pool_scale_sets(groups: list[NodeGroup]) -> list[NodeGroup]:
+    """The groups, less each scale set behind an AKS pool that the agent-pool backend manages.
+
+    AKS copies a pool's tags to its scale set, so a pool tagged for us shows up twice when the node resource
+    group is also in NODE_RESOURCE_GROUPS: once as the pool, once as its scale set. Only the pool is kept;
+    changing the scale set directly is what AKS does not support. A scale set whose pool is not managed
+    as a pool stays a scale-set group, as cluster-autoscaler treats it.
+    """
+    pools = {g.name.lower() for g in groups if g.provider == AKS_AGENT_POOL}
+    if not pools:
+        return groups
+    kept = []
+    for group in groups:
+        pool = group.tags.get(AKS_POOL_TAG, "")
+        if group.provider != AKS_AGENT_POOL and pool.lower() in pools:
+            log.info("scale set %s is AKS pool %s's, which is managed through the agentPools API: skipped",
+                     group.id, pool)
+            continue
+        kept.append(group)
+    return kept
 
 
 class ProviderRouter:
@@ -72,7 +100,8 @@ class ProviderRouter:
                                      f"and {provider.kind}")
                 owner[group.id] = provider
                 groups.append(group)
-        self._owner = owner
+        groups = _without_pool_scale_sets(groups)
+        self._owner = {g.id: owner[g.id] for g in groups}
         return groups
 
     def get_node_group(self, group_id: str) -> NodeGroup | None:

@@ -190,8 +190,12 @@ def evaluate(node: Any, scope: Mapping[str, Any]) -> Any:
             return evaluate(operands["operand_1"], scope) == evaluate(operands["operand_2"], scope)
         if kind == "not":
             return not evaluate(operands["bool_value"], scope)
+        if kind == "or":  # Bicep's `||`; pycep binds it tighter than `==`, so the templates parenthesise
+            return bool(evaluate(operands["operand_1"], scope)) or bool(evaluate(operands["operand_2"], scope))
         if kind == "property_accessor":
             return _access(evaluate(operands["operand_1"], scope), operands["operand_2"], scope)
+        if kind == "index_accessor":  # array[index]
+            return evaluate(operands["operand_1"], scope)[evaluate(operands["operand_2"], scope)]
         raise Unsupported(f"operator {kind}")
     return {key: evaluate(value, scope) for key, value in node.items()}
 

@@ -36,6 +36,16 @@ from tests.infra.bicep import (
 ROLE_ASSIGNMENT = "Microsoft.Authorization/roleAssignments"
 ROLE_DEFINITION = "Microsoft.Authorization/roleDefinitions"
 CUSTOM_AKS_ROLE = "custom AKS Kubernetes role"
+CUSTOM_NODE_ROLE = "custom node role"
+CUSTOM_POOL_ROLE = "custom AKS agent-pool role"
+CUSTOM_OPERATIONS_ROLE = "custom AKS operation-status role"
+# Each custom role definition, by file and symbol: what an assignment of it is called below.
+CUSTOM_ROLES = {
+    ("modules/aks-access.bicep", "autoscalerKubernetesRole"): CUSTOM_AKS_ROLE,
+    ("modules/node-access.bicep", "nodeRoleDefinition"): CUSTOM_NODE_ROLE,
+    ("modules/aks-pools-access.bicep", "poolRole"): CUSTOM_POOL_ROLE,
+    ("modules/aks-pools-access.bicep", "operationStatusRole"): CUSTOM_OPERATIONS_ROLE,
+}
 
 # Built-in role ids, as in /work/shared/facts/azure.md (Key Vault Secrets Officer added; both Key Vault ids
 # checked against Microsoft's built-in roles list and many published templates).
@@ -54,12 +64,15 @@ ROLES = {
 
 # Every right the deployment grants, per file. A new assignment fails here until it is reviewed and listed.
 EXPECTED_ASSIGNMENTS = {
-    "modules/node-access.bicep": ["Monitoring Reader", "Virtual Machine Contributor"],
+    # Virtual Machine Contributor (nodeRole's default) or the custom node role, never both (nodeRole)
+    "modules/node-access.bicep": ["Monitoring Reader", "Virtual Machine Contributor", CUSTOM_NODE_ROLE],
     "modules/storage.bicep": ["Storage Blob Data Owner", "Storage Queue Data Contributor",
                               "Storage Table Data Contributor"],
     "modules/insights.bicep": ["Monitoring Metrics Publisher"],
     "modules/workspace-access.bicep": ["Log Analytics Reader"],
     "modules/aks-access.bicep": ["Azure Kubernetes Service Cluster User Role", CUSTOM_AKS_ROLE],
+    # the pools on the cluster; the operation-status reads at its resource group (managePools only)
+    "modules/aks-pools-access.bicep": [CUSTOM_POOL_ROLE, CUSTOM_OPERATIONS_ROLE],
     "modules/keyvault.bicep": ["Key Vault Secrets Officer", "Key Vault Secrets User"],
     # one per alert rule's own identity, on the Application Insights component
     "modules/monitoring.bicep": ["Monitoring Reader"] * 3,
@@ -130,7 +143,7 @@ def _role_of(relative: str, assignment: dict[str, Any]) -> str:
     operands = name.get("operator", {}).get("operands", {}) if isinstance(name, dict) else {}
     if operands.get("operand_1") in custom:
         assert operands["operand_2"] == "name", f"{relative}: {name}"
-        return CUSTOM_AKS_ROLE
+        return CUSTOM_ROLES[(relative, operands["operand_1"])]
     role_id = evaluate(name, file_scope(relative, {}, {}))
     assert role_id in ROLES, f"{relative}: unknown role definition id {role_id}"
     return ROLES[role_id]
@@ -216,6 +229,269 @@ def test_custom_aks_role_has_exactly_the_data_actions_the_code_needs() -> None:
     (assignment,) = custom
     cluster = resource_body(assignment)["scope"]
     assert resources(relative)[cluster]["type"] == "Microsoft.ContainerService/managedClusters"
+
+
+# --- the node role and the AKS agent-pool roles, against the adapters' calls ---------------------------------
+
+ADAPTERS = ROOT / "shared" / "adapters"
+# An ARM client call in an adapter: `self._client.<operation group>.<method>` or `network.<group>.<method>`
+# (the lazily made Network client), called or passed on (`begin=self._client.virtual_machines.begin_start`).
+_SDK_CALL = re.compile(r"(?:self\._client|\bnetwork)\.([a-z]\w*)\.([a-z]\w*)")
+
+# Every SDK call of the Uniform (compute.py) and Flexible (flex_compute.py) backends -> the ARM action it needs.
+# None: not granted, on purpose (see the comment at it).
+SCALE_SET_CALLS: dict[tuple[str, str], str | None] = {
+    ("virtual_machine_scale_sets", "list"): "Microsoft.Compute/virtualMachineScaleSets/read",
+    ("virtual_machine_scale_sets", "get"): "Microsoft.Compute/virtualMachineScaleSets/read",
+    ("virtual_machine_scale_sets", "begin_update"): "Microsoft.Compute/virtualMachineScaleSets/write",
+    ("virtual_machine_scale_sets", "begin_delete_instances"): "Microsoft.Compute/virtualMachineScaleSets/delete/action",
+    ("virtual_machine_scale_sets", "begin_deallocate"): "Microsoft.Compute/virtualMachineScaleSets/deallocate/action",
+    ("virtual_machine_scale_sets", "begin_start"): "Microsoft.Compute/virtualMachineScaleSets/start/action",
+    ("virtual_machine_scale_set_vms", "list"): "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+    ("virtual_machine_scale_set_vms", "get"): "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+    ("network_interfaces", "list_virtual_machine_scale_set_network_interfaces"):
+        "Microsoft.Compute/virtualMachineScaleSets/networkInterfaces/read",
+    # A subscription-level read no resource-group assignment reaches: list_vm_sizes falls back to its table.
+    ("resource_skus", "list"): None,
+    ("virtual_machines", "list"): "Microsoft.Compute/virtualMachines/read",
+    ("virtual_machines", "get"): "Microsoft.Compute/virtualMachines/read",
+    ("virtual_machines", "begin_deallocate"): "Microsoft.Compute/virtualMachines/deallocate/action",
+    ("virtual_machines", "begin_start"): "Microsoft.Compute/virtualMachines/start/action",
+    ("network_interfaces", "list"): "Microsoft.Network/networkInterfaces/read",
+}
+# Not a call of ours, but what ARM checks on our identity while serving them.
+SCALE_SET_EXTRAS = {
+    # polling every long-running operation above (Azure-AsyncOperation)
+    "Microsoft.Compute/locations/operations/read",
+    # a Flexible set's growth creates member VMs and their NICs from its profile (exact checks unverified)
+    "Microsoft.Compute/virtualMachines/write",
+    "Microsoft.Network/networkInterfaces/write",
+    "Microsoft.Network/networkInterfaces/join/action",
+    # linked checks on what the scale set's model references (LinkedAuthorizationFailed without them)
+    "Microsoft.Network/virtualNetworks/subnets/join/action",
+    "Microsoft.ManagedIdentity/userAssignedIdentities/assign/action",
+    "Microsoft.Network/loadBalancers/backendAddressPools/join/action",
+    "Microsoft.Network/loadBalancers/inboundNatPools/join/action",
+    "Microsoft.Network/loadBalancers/probes/join/action",
+    "Microsoft.Network/applicationGateways/backendAddressPools/join/action",
+    "Microsoft.Network/networkSecurityGroups/join/action",
+    "Microsoft.Network/applicationSecurityGroups/joinIpConfiguration/action",
+}
+NODE_ACTIONS = [
+    "Microsoft.Compute/virtualMachineScaleSets/read",
+    "Microsoft.Compute/virtualMachineScaleSets/write",
+    "Microsoft.Compute/virtualMachineScaleSets/delete/action",
+    "Microsoft.Compute/virtualMachineScaleSets/deallocate/action",
+    "Microsoft.Compute/virtualMachineScaleSets/start/action",
+    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+    "Microsoft.Compute/virtualMachineScaleSets/networkInterfaces/read",
+    "Microsoft.Compute/locations/operations/read",
+    "Microsoft.Compute/virtualMachines/read",
+    "Microsoft.Compute/virtualMachines/deallocate/action",
+    "Microsoft.Compute/virtualMachines/start/action",
+    "Microsoft.Network/networkInterfaces/read",
+    "Microsoft.Compute/virtualMachines/write",
+    "Microsoft.Network/networkInterfaces/write",
+    "Microsoft.Network/networkInterfaces/join/action",
+    "Microsoft.Network/virtualNetworks/subnets/join/action",
+    "Microsoft.ManagedIdentity/userAssignedIdentities/assign/action",
+    "Microsoft.Network/loadBalancers/backendAddressPools/join/action",
+    "Microsoft.Network/loadBalancers/inboundNatPools/join/action",
+    "Microsoft.Network/loadBalancers/probes/join/action",
+    "Microsoft.Network/applicationGateways/backendAddressPools/join/action",
+    "Microsoft.Network/networkSecurityGroups/join/action",
+    "Microsoft.Network/applicationSecurityGroups/joinIpConfiguration/action",
+]
+# What Virtual Machine Contributor allows that the custom role must not (facts/cluster-shapes.md).
+NOT_IN_NODE_ROLE = [
+    "Microsoft.Compute/skus/read",
+    "Microsoft.Compute/virtualMachineScaleSets/delete",
+    "Microsoft.Compute/virtualMachineScaleSets/extensions/write",
+    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/runCommand/action",
+    "Microsoft.Compute/virtualMachines/delete",
+    "Microsoft.Compute/virtualMachines/extensions/write",
+    "Microsoft.Compute/virtualMachines/runCommand/action",
+    "Microsoft.Compute/disks/delete",
+    "Microsoft.Network/networkInterfaces/delete",
+    "Microsoft.Network/publicIPAddresses/join/action",
+]
+
+# Every SDK call of the agent-pool backend (aks_pools.py) -> its action, all on the cluster.
+AKS_POOL_CALLS = {
+    ("managed_clusters", "get"): "Microsoft.ContainerService/managedClusters/read",
+    ("agent_pools", "list"): "Microsoft.ContainerService/managedClusters/agentPools/read",
+    ("agent_pools", "get"): "Microsoft.ContainerService/managedClusters/agentPools/read",
+    ("agent_pools", "begin_create_or_update"): "Microsoft.ContainerService/managedClusters/agentPools/write",
+    ("agent_pools", "begin_delete_machines"):
+        "Microsoft.ContainerService/managedClusters/agentPools/deleteMachines/action",
+    ("machines", "list"): "Microsoft.ContainerService/managedClusters/agentPools/machines/read",
+    ("machines", "get"): "Microsoft.ContainerService/managedClusters/agentPools/machines/read",
+}
+AKS_POOL_ACTIONS = [
+    "Microsoft.ContainerService/managedClusters/read",
+    "Microsoft.ContainerService/managedClusters/agentPools/read",
+    "Microsoft.ContainerService/managedClusters/agentPools/write",
+    "Microsoft.ContainerService/managedClusters/agentPools/deleteMachines/action",
+    "Microsoft.ContainerService/managedClusters/agentPools/machines/read",
+]
+# KUBE_AUTH=aks without manageAksPools: the listing every poll makes (AksAgentPools.list_node_groups).
+AKS_DISCOVERY_ACTIONS = ["Microsoft.ContainerService/managedClusters/agentPools/read"]
+# Polling the pool's PUT and deleteMachines (Azure-AsyncOperation, then Location), at the resource group.
+AKS_OPERATION_ACTIONS = [
+    "Microsoft.ContainerService/locations/operations/read",
+    "Microsoft.ContainerService/locations/operationresults/read",
+]
+
+
+def _sdk_calls(*files: str) -> set[tuple[str, str]]:
+    return {match.groups() for name in files for match in _SDK_CALL.finditer((ADAPTERS / name).read_text())}
+
+
+def _custom_role(relative: str, symbol: str, params: dict[str, Any] | None = None) -> tuple[list[str], dict[str, Any]]:
+    """(evaluated actions, properties) of a custom role definition, its permissions checked for shape."""
+    properties = resource_body(resources(relative, ROLE_DEFINITION)[symbol])["properties"]
+    assert properties["type"] == "CustomRole"
+    (permission,) = properties["permissions"]
+    assert permission["notActions"] == [] and permission["dataActions"] == [] and permission["notDataActions"] == []
+    actions = evaluate(permission["actions"], file_scope(relative, params or {}, {}))
+    assert actions and all(isinstance(a, str) for a in actions)
+    assert len(actions) == len(set(actions)), f"{relative}:{symbol} lists an action twice"
+    assert not any("*" in action for action in actions), f"{relative}:{symbol} has a wildcard"
+    # Assignable only at the resource group the module is deployed to, never the subscription.
+    (assignable,) = properties["assignableScopes"]
+    assert assignable["operator"]["operands"]["operand_1"]["function"]["type"] == "resource_group"
+    assert assignable["operator"]["operands"]["operand_2"] == "id"
+    return actions, properties
+
+
+def _each_action_has_a_reason(relative: str, actions: list[str]) -> None:
+    lines = text(relative).splitlines()
+    for action in actions:
+        found = [i for i, line in enumerate(lines) if line.strip().strip("'") == action]
+        assert found, f"{relative}: {action} is not on a line of its own"
+        for index in found:
+            assert lines[index - 1].strip().startswith("//"), f"{relative}: {action} needs a reason above it"
+
+
+def _condition(relative: str, symbol: str, params: dict[str, Any]) -> bool:
+    config = resources(relative)[symbol]["config"]
+    return "condition" not in config or bool(evaluate(config["condition"], file_scope(relative, params, {})))
+
+
+def test_the_adapters_call_only_what_the_scale_set_roles_are_checked_against() -> None:
+    """A new SDK call in an adapter fails here until its action is decided (granted, or not and why)."""
+    assert _sdk_calls("compute.py", "flex_compute.py") == set(SCALE_SET_CALLS)
+    assert _sdk_calls("aks_pools.py") == set(AKS_POOL_CALLS)
+    granted = {action for action in SCALE_SET_CALLS.values() if action is not None}
+    assert granted | SCALE_SET_EXTRAS == set(NODE_ACTIONS)
+    assert set(AKS_POOL_CALLS.values()) == set(AKS_POOL_ACTIONS)
+    # The listing KUBE_AUTH=aks makes on its own is one of the pool calls.
+    assert set(AKS_DISCOVERY_ACTIONS) == {AKS_POOL_CALLS[("agent_pools", "list")]}
+
+
+def test_custom_node_role_has_exactly_the_scale_set_actions() -> None:
+    relative = "modules/node-access.bicep"
+    actions, _ = _custom_role(relative, "nodeRoleDefinition")
+    assert actions == NODE_ACTIONS
+    assert not set(actions) & set(NOT_IN_NODE_ROLE)
+    _each_action_has_a_reason(relative, actions)
+
+
+def test_virtual_machine_contributor_stays_the_default_and_never_both() -> None:
+    relative = "modules/node-access.bicep"
+    node_role = parse(relative)["parameters"]["nodeRole"]
+    assert node_role["default"] == "VirtualMachineContributor"
+    main = parse("main.bicep")
+    assert main["parameters"]["nodeRole"]["default"] == "VirtualMachineContributor"
+    assert sorted(_allowed("nodeRole")) == ["Custom", "VirtualMachineContributor"]
+    (allowed,) = [d["argument"] for d in node_role["decorators"] if d["type"] == "allowed"]
+    assert sorted(allowed) == sorted(_allowed("nodeRole"))
+    params = main["modules"]["nodeAccess"]["config"]["config"]["params"]
+    assert params["nodeRole"] == "nodeRole"
+    parameters = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    assert parameters["nodeRole"]["value"] == "${NODE_ROLE=VirtualMachineContributor}"
+
+    assignments = resources(relative, ROLE_ASSIGNMENT)
+    granted = {value: {_role_of(relative, assignment) for symbol, assignment in assignments.items()
+                       if _condition(relative, symbol, {"nodeRole": value, "grantMetricsReader": False})}
+               for value in ("VirtualMachineContributor", "Custom")}
+    assert granted == {"VirtualMachineContributor": {"Virtual Machine Contributor"}, "Custom": {CUSTOM_NODE_ROLE}}
+    assert _condition(relative, "nodeRoleDefinition", {"nodeRole": "Custom"})
+    assert not _condition(relative, "nodeRoleDefinition", {"nodeRole": "VirtualMachineContributor"})
+    # The custom role is assigned at the node resource group itself, like Virtual Machine Contributor.
+    for symbol, assignment in resources(relative, ROLE_ASSIGNMENT).items():
+        assert "scope" not in resource_body(assignment), symbol
+
+
+def test_aks_pool_role_has_exactly_the_agent_pool_actions_on_the_cluster_only() -> None:
+    relative = "modules/aks-pools-access.bicep"
+    managing, _ = _custom_role(relative, "poolRole", {"managePools": True})
+    listing, _ = _custom_role(relative, "poolRole", {"managePools": False})
+    assert managing == AKS_POOL_ACTIONS
+    assert listing == AKS_DISCOVERY_ACTIONS
+    operations, _ = _custom_role(relative, "operationStatusRole")
+    assert operations == AKS_OPERATION_ACTIONS
+    for actions in (managing, operations):
+        _each_action_has_a_reason(relative, actions)
+    # Nothing to delete a pool or the cluster, no credentials, no Kubernetes data actions.
+    assert not {a for a in managing if a.endswith("/delete") or "Credential" in a or "runCommand" in a}
+
+    assignments = resources(relative, ROLE_ASSIGNMENT)
+    by_role = {_role_of(relative, a): symbol for symbol, a in assignments.items()}
+    assert set(by_role) == {CUSTOM_POOL_ROLE, CUSTOM_OPERATIONS_ROLE}
+    # The pools role: on the cluster, always (what the app has AKS_CLUSTER_ID for).
+    pool_assignment = resource_body(assignments[by_role[CUSTOM_POOL_ROLE]])
+    assert resources(relative)[pool_assignment["scope"]]["type"] == "Microsoft.ContainerService/managedClusters"
+    assert "condition" not in assignments[by_role[CUSTOM_POOL_ROLE]]["config"]
+    # The operation-status reads: at the cluster's resource group (ARM checks them there), only when managing.
+    operations_symbol = by_role[CUSTOM_OPERATIONS_ROLE]
+    assert "scope" not in resource_body(assignments[operations_symbol])
+    for symbol in (operations_symbol, "operationStatusRole"):
+        assert _condition(relative, symbol, {"managePools": True})
+        assert not _condition(relative, symbol, {"managePools": False})
+
+
+@pytest.mark.parametrize("kube_auth,manage,deployed,managing", [
+    ("aks", False, True, False),  # AKS_CLUSTER_ID is set: the pools are listed every poll
+    ("aks", True, True, True),
+    ("key-vault", True, True, True),  # the agent-pool backend does not need KUBE_AUTH=aks
+    ("key-vault", False, False, False),
+])
+def test_aks_pools_access_follows_the_cluster_id_the_app_gets(kube_auth: str, manage: bool, deployed: bool,
+                                                               managing: bool) -> None:
+    extra = {"manageAksPools": manage, "aksClusterId": AKS_ID if (kube_auth == "aks" or manage) else ""}
+    main = _main_scope(kube_auth, "none", **extra)
+    module = parse("main.bicep")["modules"]["aksPoolsAccess"]
+    assert module["detail"]["path"] == "modules/aks-pools-access.bicep"
+    assert bool(evaluate(module["config"]["condition"], main)) is deployed
+    env = deployed_app_settings(kube_auth, "none", **extra)
+    # The rights go exactly where the app gets AKS_CLUSTER_ID (and so lists the cluster's pools).
+    assert (env["AKS_CLUSTER_ID"] == AKS_ID) is deployed
+    if deployed:
+        child = main["aksPoolsAccess"]["scope"]()
+        assert child["managePools"] is managing
+        assert child["clusterName"] == "prod-aks"
+        scope = module["config"]["config"]["scope"]["function"]
+        assert scope["type"] == "resource_group"
+        assert evaluate(scope["parameters"]["subscription_id"], main) == "99999999-0000-0000-0000-000000000000"
+        assert evaluate(scope["parameters"]["resource_group_name"], main) == "rg-aks"
+
+
+def test_aks_node_pools_setting_is_passed_and_loads() -> None:
+    pools = "render:0:20,batch:1:5"
+    env = deployed_app_settings("key-vault", "none", manageAksPools=True, aksClusterId=AKS_ID, aksNodePools=pools)
+    assert env["AKS_NODE_POOLS"] == pools and env["AKS_CLUSTER_ID"] == AKS_ID
+    settings = load_settings(env)
+    assert dict(settings.aks_node_pools) == {"render": (0, 20), "batch": (1, 5)}
+    assert settings.kube_auth == "key-vault" and settings.aks_cluster_id == AKS_ID
+    # Without manageAksPools the pools are not passed on, whatever the parameter says.
+    env = deployed_app_settings("aks", "none", aksNodePools=pools)
+    assert env["AKS_NODE_POOLS"] == ""
+    assert dict(load_settings(env).aks_node_pools) == {}
+    parameters = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    assert parameters["manageAksPools"]["value"] == "${MANAGE_AKS_POOLS=false}"
+    assert parameters["aksNodePools"]["value"] == "${AKS_NODE_POOLS=}"
+    assert parse("main.bicep")["parameters"]["manageAksPools"]["default"] is False
 
 
 # --- resources ------------------------------------------------------------------------------------------------
@@ -361,16 +637,17 @@ def _module_scopes(main: Scope) -> dict[str, Any]:
     return modules
 
 
-def _main_scope(kube_auth: str, usage_source: str) -> Scope:
-    main = file_scope("main.bicep", _main_inputs(kube_auth, usage_source), {"rg": {"name": "rg-prod"}},
+def _main_scope(kube_auth: str, usage_source: str, **extra: Any) -> Scope:
+    """main.bicep's names for these modes; `extra` sets more of its parameters (e.g. manageAksPools)."""
+    main = file_scope("main.bicep", {**_main_inputs(kube_auth, usage_source), **extra}, {"rg": {"name": "rg-prod"}},
                       subscription=SUBSCRIPTION)
     main._values.update(_module_scopes(main))
     return main
 
 
-def deployed_app_settings(kube_auth: str, usage_source: str) -> dict[str, str]:
+def deployed_app_settings(kube_auth: str, usage_source: str, **extra: Any) -> dict[str, str]:
     """The function app's settings as the deployment would set them for these parameters."""
-    main = _main_scope(kube_auth, usage_source)
+    main = _main_scope(kube_auth, usage_source, **extra)
     function_app: Scope = main["functionApp"]["scope"]()
     settings = function_app["appSettings"]
     assert all(isinstance(value, str) for value in settings.values()), settings
