@@ -152,7 +152,7 @@ var nodeResourceGroupList = split(replace(nodeResourceGroups, ' ', ''), ',')
 
 // /subscriptions/<sub>/resourceGroups/<rg>/providers/Microsoft.ContainerService/managedClusters/<name>.
 // Placeholders keep the skipped modules' scope expressions valid when there is no such resource.
-// The app has AKS_CLUSTER_ID, and so lists the cluster's agent pools, with kubeAuth=aks or manageAksPools.
+// The app has AKS_CLUSTER_ID with kubeAuth=aks or manageAksPools; it calls the agentPools API only with manageAksPools.
 var aksClusterInUse = (kubeAuth == 'aks') || manageAksPools
 var aksIdParts = split(empty(aksClusterId) ? '/subscriptions/${subscription().subscriptionId}/resourceGroups/unused/providers/Microsoft.ContainerService/managedClusters/unused' : aksClusterId, '/')
 var workspaceIdParts = split(empty(containerInsightsWorkspaceId) ? '/subscriptions/${subscription().subscriptionId}/resourceGroups/unused/providers/Microsoft.OperationalInsights/workspaces/unused' : containerInsightsWorkspaceId, '/')
@@ -245,14 +245,13 @@ module aksAccess 'modules/aks-access.bicep' = if (kubeAuth == 'aks') {
   }
 }
 
-// Whenever the app has AKS_CLUSTER_ID: listing the cluster's agent pools, and with manageAksPools scaling them.
-module aksPoolsAccess 'modules/aks-pools-access.bicep' = if (aksClusterInUse) {
+// manageAksPools: read the cluster's agent pools and their machines, scale them, delete machines.
+module aksPoolsAccess 'modules/aks-pools-access.bicep' = if (manageAksPools) {
   name: 'aks-pools-access-${resourceToken}'
   scope: resourceGroup(aksIdParts[2], aksIdParts[4])
   params: {
     clusterName: aksIdParts[8]
     principalId: identity.outputs.principalId
-    managePools: manageAksPools
   }
 }
 
@@ -265,6 +264,7 @@ var autoscalerSettings = {
   NODE_RESOURCE_GROUPS: join(nodeResourceGroupList, ',')
   KUBE_AUTH: kubeAuth
   AKS_CLUSTER_ID: aksClusterInUse ? aksClusterId : ''
+  MANAGE_AKS_POOLS: manageAksPools ? 'true' : 'false'
   AKS_NODE_POOLS: manageAksPools ? aksNodePools : ''
   KUBECONFIG_SECRET_URI: (kubeAuth == 'key-vault') ? keyVault.outputs.secretUri : ''
   USAGE_SOURCE: usageSource

@@ -294,7 +294,7 @@ class SandboxServer:
             # The Retail Prices double (unauthenticated, like the real API), read by the `price` expander.
             "RETAIL_PRICES_ENDPOINT": self.url,
             # A cluster with AKS agent pools: the agent-pool backend manages them through this cluster's agentPools API.
-            **({"AKS_CLUSTER_ID": self.aks_cluster_id}
+            **({"AKS_CLUSTER_ID": self.aks_cluster_id, "MANAGE_AKS_POOLS": "true"}
                if any(g.agent_pool is not None for g in self.scenario.node_groups) else {}),
         }
 

@@ -107,7 +107,7 @@ def _providers(settings: Settings, credential: TokenCredential) -> list[NodeGrou
     return [
         VmssCompute.from_settings(settings, credential=credential),
         FlexCompute.from_settings(settings, credential=credential),
-        # Lists nothing unless AKS_CLUSTER_ID names a cluster.
+        # Calls nothing unless MANAGE_AKS_POOLS=true (with AKS_CLUSTER_ID).
         AksAgentPools.from_settings(settings, credential=credential),
     ]
 

@@ -382,14 +382,17 @@ SPECS: tuple[Spec, ...] = (
          "`azure://` providerID), then `hostname` (node name = the VM's computer name, case-insensitive: k3s, "
          "kubeadm), then `ip` (an InternalIP = the VM's private IP); naming one method uses only it. A node that "
          "matches no instance, or more than one, is reported and never touched."),
-    Spec("NODE_RESOURCE_GROUPS", "node_resource_groups", None, _csv,
-         "Comma-separated resource groups searched for tagged scale sets."),
+    Spec("NODE_RESOURCE_GROUPS", "node_resource_groups", "", _labels,
+         "Comma-separated resource groups searched for tagged scale sets; required unless `MANAGE_AKS_POOLS=true`."),
     Spec("KUBE_AUTH", "kube_auth", "kubeconfig", _choice("kubeconfig", "aks", "key-vault"),
          "How the cluster is reached: `kubeconfig` (the file `KUBECONFIG_PATH`), `aks` (an Entra ID-enabled AKS "
          "cluster, `AKS_CLUSTER_ID`, with the app's own identity) or `key-vault` (a kubeconfig kept in Key Vault, "
          "`KUBECONFIG_SECRET_URI`)."),
+    Spec("MANAGE_AKS_POOLS", "manage_aks_pools", "false", _bool,
+         "Manage AKS node pools of `AKS_CLUSTER_ID` through the agentPools API (`count`, `deleteMachines`): the pools "
+         "named in `AKS_NODE_POOLS` and those tagged like scale sets. Off, the agentPools API is never called."),
     Spec("AKS_NODE_POOLS", "aks_node_pools", "", _aks_node_pools,
-         "AKS node pools of `AKS_CLUSTER_ID` to manage through the agentPools API, as `pool:min:max` separated by "
+         "AKS node pools of `AKS_CLUSTER_ID` to manage (with `MANAGE_AKS_POOLS=true`) through the agentPools API, as `pool:min:max` separated by "
          "commas (e.g. `render:0:20,batch:1:5`); pools tagged like scale sets (`cluster-autoscaler-enabled`, "
          "`cluster-autoscaler-name`, `min`, `max`) are managed too. A pool whose AKS cluster autoscaler is on is "
          "refused and reported."),
@@ -597,6 +600,7 @@ class Settings:
     kubeconfig_path: str
     aks_cluster_id: str
     aks_node_pools: Mapping[str, tuple[int, int]]  # pool -> (min, max)
+    manage_aks_pools: bool
     aks_server_app_id: str
     kubeconfig_secret_uri: str
     kubeconfig_allow_exec: bool
@@ -707,6 +711,13 @@ def load_settings(env: Mapping[str, str], *, file_exists: Callable[[str], bool] 
         name, attr = required_by_auth[values["kube_auth"]]
         if values.get(attr) == "":
             problems.append(f"{name}: missing (required when KUBE_AUTH={values['kube_auth']})")
+    if values.get("manage_aks_pools") and values.get("aks_cluster_id") == "":
+        problems.append("AKS_CLUSTER_ID: missing (required when MANAGE_AKS_POOLS=true: the cluster whose pools to manage)")
+    if values.get("aks_node_pools") and values.get("manage_aks_pools") is False:
+        problems.append("AKS_NODE_POOLS: names pools, but MANAGE_AKS_POOLS is not true: set it to manage them")
+    if values.get("node_resource_groups") == () and values.get("manage_aks_pools") is False:
+        problems.append("NODE_RESOURCE_GROUPS: missing (required unless MANAGE_AKS_POOLS=true): comma-separated "
+                        "resource groups searched for tagged scale sets")
     # == "": a malformed workspace id is already reported above.
     if values.get("usage_source") == "log-analytics" and values.get("log_analytics_workspace_id") == "":
         problems.append("LOG_ANALYTICS_WORKSPACE_ID: required when USAGE_SOURCE=log-analytics")

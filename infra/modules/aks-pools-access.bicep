@@ -1,14 +1,10 @@
-// What the app's identity may do with the AKS cluster's agent pools (shared/adapters/aks_pools.py), whatever
-// KUBE_AUTH is. Deployed at the cluster's resource group whenever the app has AKS_CLUSTER_ID:
-//
-// - managePools=false (KUBE_AUTH=aks without manageAksPools): AKS_CLUSTER_ID is set for the Kubernetes
-//   connection, and with it the agent-pool backend lists the cluster's pools on every poll to find the ones
-//   marked for it. That listing is all it may do: agentPools/read, on the cluster.
-// - managePools=true: the agent-pool backend manages the pools named in AKS_NODE_POOLS or tagged like scale
-//   sets: read them and their machines, PUT a new count, deleteMachines; on the cluster. Polling those
-//   long-running operations needs a read at the resource group ("If you only have permission at the resource
-//   level, you can start the operation, but you can't track its status": Microsoft's "Track asynchronous Azure
-//   operations"), so a second role holds only the operation-status reads, assigned at this resource group.
+// MANAGE_AKS_POOLS=true: what the app's identity may do with the AKS cluster's agent pools
+// (shared/adapters/aks_pools.py), whatever KUBE_AUTH is. Deployed at the cluster's resource group: read the
+// pools named in AKS_NODE_POOLS or tagged like scale sets and their machines, PUT a new count, deleteMachines;
+// on the cluster. Polling those long-running operations needs a read at the resource group ("If you only have
+// permission at the resource level, you can start the operation, but you can't track its status": Microsoft's
+// "Track asynchronous Azure operations"), so a second role holds only the operation-status reads, assigned at
+// this resource group. Without MANAGE_AKS_POOLS the app never calls the agentPools API, and this is not deployed.
 //
 // Names from Microsoft's resource provider operations list ("Azure permissions for Containers") except
 // deleteMachines/action and machines/read, which that list's snapshots lack: they are from public custom roles
@@ -20,9 +16,6 @@ param clusterName string
 
 @description('Principal id of the app\'s user-assigned identity.')
 param principalId string
-
-@description('true: manage pools (count, deleteMachines); false: only list them (what AKS_CLUSTER_ID alone makes the app do).')
-param managePools bool = false
 
 // Exactly the agent-pool calls of shared/adapters/aks_pools.py.
 var poolActions = [
@@ -38,13 +31,7 @@ var poolActions = [
   'Microsoft.ContainerService/managedClusters/agentPools/machines/read'
 ]
 
-// managePools=false: the pool listing of every poll, and nothing else.
-var discoveryActions = [
-  // agent_pools.list every poll: no pool is marked for this autoscaler, so nothing more is read
-  'Microsoft.ContainerService/managedClusters/agentPools/read'
-]
-
-// managePools=true: the long-running operations above are polled here, outside the cluster's id.
+// The long-running operations above are polled here, outside the cluster's id.
 var operationStatusActions = [
   // Azure-AsyncOperation of a PUT or deleteMachines: .../Microsoft.ContainerService/locations/<region>/operations/<id>
   'Microsoft.ContainerService/locations/operations/read'
@@ -61,11 +48,11 @@ resource poolRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' = {
   properties: {
     // Role names are unique in the tenant: the cluster's id hash keeps two deployments apart.
     roleName: 'VMSS autoscaler agent pools (${clusterName}, ${uniqueString(cluster.id)})'
-    description: managePools ? 'Read the agent pools of ${clusterName} and their machines, change a pool\'s count, delete machines: what the VMSS node autoscaler calls.' : 'List the agent pools of ${clusterName}: what the VMSS node autoscaler calls when it does not manage them.'
+    description: 'Read the agent pools of ${clusterName} and their machines, change a pool\'s count, delete machines: what the VMSS node autoscaler calls.'
     type: 'CustomRole'
     permissions: [
       {
-        actions: managePools ? poolActions : discoveryActions
+        actions: poolActions
         notActions: []
         dataActions: []
         notDataActions: []
@@ -90,7 +77,7 @@ resource poolAccess 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   }
 }
 
-resource operationStatusRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' = if (managePools) {
+resource operationStatusRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' = {
   name: guid(resourceGroup().id, 'vmss-autoscaler-aks-operations')
   properties: {
     roleName: 'VMSS autoscaler AKS operation status (${resourceGroup().name}, ${uniqueString(resourceGroup().id)})'
@@ -111,7 +98,7 @@ resource operationStatusRole 'Microsoft.Authorization/roleDefinitions@2022-04-01
 }
 
 // Follow the pool's scale and deleteMachines operations; reads of operation status only, which ARM checks at the resource group.
-resource operationStatusAccess 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (managePools) {
+resource operationStatusAccess 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(resourceGroup().id, principalId, 'vmss-autoscaler-aks-operations')
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', operationStatusRole.name)

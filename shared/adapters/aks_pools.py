@@ -3,8 +3,8 @@
 Adapter module: every method calls Azure Resource Manager. On AKS, changing the node resource
 group's scale sets directly is unsupported; the agent-pool API is the supported way:
 
-* discovery: the pools of `AKS_CLUSTER_ID` that the operator marks for us, with the scale sets'
-  tags (`cluster-autoscaler-enabled=true`, `cluster-autoscaler-name=<CLUSTER_NAME>`, `min`, `max`)
+* discovery (only with MANAGE_AKS_POOLS=true): the pools of `AKS_CLUSTER_ID` that the operator marks for
+  us, with the scale sets' tags (`cluster-autoscaler-enabled=true`, `cluster-autoscaler-name=<CLUSTER_NAME>`, `min`, `max`)
   or by naming them in `AKS_NODE_POOLS` (`pool:min:max`). A marked pool whose AKS cluster autoscaler
   is on is refused (NodeGroup.refused says why): two autoscalers on one pool fight;
 * instances: the pool's machines (`GET .../agentPools/<pool>/machines`): each machine's name is its
@@ -74,7 +74,7 @@ class AksAgentPools:
         from azure.mgmt.containerservice import ContainerServiceClient
 
         client = None
-        if settings.aks_cluster_id:
+        if settings.manage_aks_pools and settings.aks_cluster_id:
             subscription, _, _ = parse_aks_cluster_id(settings.aks_cluster_id)
             client = ContainerServiceClient(
                 credential, subscription, **arm_client_options(settings, retry_total=2, retry_backoff_max=4, timeout=90)

@@ -17,11 +17,12 @@ import pytest
 
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
+from shared.adapters.aks_pools import AksAgentPools
 from shared.adapters.compute import VmssCompute
 from shared.adapters.flex_compute import FlexCompute
 from shared.adapters.kubernetes import KubernetesCluster
-from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, NodeGroup
-from shared.ports import NodeGroupProvider, Operation
+from shared.domain import AKS_AGENT_POOL, FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, NodeGroup
+from shared.ports import ComputeError, NodeGroupProvider, Operation
 from shared.services.mapping import map_cluster
 from shared.settings import load_settings
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
@@ -35,10 +36,12 @@ def _settings(server: SandboxServer) -> Any:
 
 
 def _scenario(flavour: str, **group: Any) -> dict[str, Any]:
+    # An agent pool's scale set is named and placed by AKS (sandbox.agent_pools): no name or resource group.
+    where = {} if "agent_pool" in group else {"resource_group": "rg-b", "name": "farm"}
     return {
         "name": "backends", "cluster_name": "backends", "flavour": flavour, "arm_throttling": False,
         "arm_page_size": 2, "boot_delay": "60s", "delete_delay": "20s",
-        "node_groups": [{"resource_group": "rg-b", "name": "farm", "vm_size": "Standard_D4s_v5", "allocatable": _D4,
+        "node_groups": [{**where, "vm_size": "Standard_D4s_v5", "allocatable": _D4,
                          "min": 1, "max": 6, "initial": 3, **group}],
     }
 
@@ -62,7 +65,16 @@ BACKENDS = {
                                    lambda s: FlexCompute.from_settings(_settings(s)), {}),
     "flexible/kubeadm": Backend(FLEXIBLE_SCALE_SET, _scenario("kubeadm", orchestration="Flexible"),
                                 lambda s: FlexCompute.from_settings(_settings(s)), {}),
+    # The pool's tags mark it (AKS copies them to its scale set); the sandbox's env sets MANAGE_AKS_POOLS.
+    "aks-agentpool": Backend(AKS_AGENT_POOL, _scenario("aks-engine", agent_pool="farm"),
+                             lambda s: AksAgentPools.from_settings(_settings(s), credential=_credential(s)), {}),
 }
+
+
+def _credential(server: SandboxServer) -> Any:
+    from shared.adapters.credentials import make_azure_credential
+
+    return make_azure_credential(_settings(server))
 
 
 @dataclass
@@ -150,6 +162,12 @@ def test_grow_then_delete_exactly_the_named_instance(side: Side) -> None:
 
 def test_deallocate_then_start_keeps_the_instance(side: Side) -> None:
     (first, *_) = sorted(i.instance_id for i in side.provider.list_instances(side.group))
+    if side.group.provider == AKS_AGENT_POOL:
+        # AKS deallocates through the pool's own scaleDownMode: refused, with a code the executor reports.
+        with pytest.raises(ComputeError) as refused:
+            side.provider.begin_deallocate_instances(side.group, [first])
+        assert refused.value.code == "OperationNotAllowed"
+        return
     stopped = side.provider.begin_deallocate_instances(side.group, [first])
     assert side.settle(stopped, side.provider.get_deallocate_operation).status == "Succeeded"
     started = side.provider.begin_start_instances(side.group, [first])

@@ -71,7 +71,7 @@ EXPECTED_ASSIGNMENTS = {
     "modules/insights.bicep": ["Monitoring Metrics Publisher"],
     "modules/workspace-access.bicep": ["Log Analytics Reader"],
     "modules/aks-access.bicep": ["Azure Kubernetes Service Cluster User Role", CUSTOM_AKS_ROLE],
-    # the pools on the cluster; the operation-status reads at its resource group (managePools only)
+    # the pools on the cluster; the operation-status reads at its resource group
     "modules/aks-pools-access.bicep": [CUSTOM_POOL_ROLE, CUSTOM_OPERATIONS_ROLE],
     "modules/keyvault.bicep": ["Key Vault Secrets Officer", "Key Vault Secrets User"],
     # one per alert rule's own identity, on the Application Insights component
@@ -335,7 +335,6 @@ AKS_POOL_ACTIONS = [
     "Microsoft.ContainerService/managedClusters/agentPools/machines/read",
 ]
 # KUBE_AUTH=aks without manageAksPools: the listing every poll makes (AksAgentPools.list_node_groups).
-AKS_DISCOVERY_ACTIONS = ["Microsoft.ContainerService/managedClusters/agentPools/read"]
 # Polling the pool's PUT and deleteMachines (Azure-AsyncOperation, then Location), at the resource group.
 AKS_OPERATION_ACTIONS = [
     "Microsoft.ContainerService/locations/operations/read",
@@ -385,8 +384,6 @@ def test_the_adapters_call_only_what_the_scale_set_roles_are_checked_against() -
     granted = {action for action in SCALE_SET_CALLS.values() if action is not None}
     assert granted | SCALE_SET_EXTRAS == set(NODE_ACTIONS)
     assert set(AKS_POOL_CALLS.values()) == set(AKS_POOL_ACTIONS)
-    # The listing KUBE_AUTH=aks makes on its own is one of the pool calls.
-    assert set(AKS_DISCOVERY_ACTIONS) == {AKS_POOL_CALLS[("agent_pools", "list")]}
 
 
 def test_custom_node_role_has_exactly_the_scale_set_actions() -> None:
@@ -425,10 +422,8 @@ def test_virtual_machine_contributor_stays_the_default_and_never_both() -> None:
 
 def test_aks_pool_role_has_exactly_the_agent_pool_actions_on_the_cluster_only() -> None:
     relative = "modules/aks-pools-access.bicep"
-    managing, _ = _custom_role(relative, "poolRole", {"managePools": True})
-    listing, _ = _custom_role(relative, "poolRole", {"managePools": False})
+    managing, _ = _custom_role(relative, "poolRole")
     assert managing == AKS_POOL_ACTIONS
-    assert listing == AKS_DISCOVERY_ACTIONS
     operations, _ = _custom_role(relative, "operationStatusRole")
     assert operations == AKS_OPERATION_ACTIONS
     for actions in (managing, operations):
@@ -439,37 +434,32 @@ def test_aks_pool_role_has_exactly_the_agent_pool_actions_on_the_cluster_only() 
     assignments = resources(relative, ROLE_ASSIGNMENT)
     by_role = {_role_of(relative, a): symbol for symbol, a in assignments.items()}
     assert set(by_role) == {CUSTOM_POOL_ROLE, CUSTOM_OPERATIONS_ROLE}
-    # The pools role: on the cluster, always (what the app has AKS_CLUSTER_ID for).
+    # The pools role: on the cluster.
     pool_assignment = resource_body(assignments[by_role[CUSTOM_POOL_ROLE]])
     assert resources(relative)[pool_assignment["scope"]]["type"] == "Microsoft.ContainerService/managedClusters"
-    assert "condition" not in assignments[by_role[CUSTOM_POOL_ROLE]]["config"]
-    # The operation-status reads: at the cluster's resource group (ARM checks them there), only when managing.
-    operations_symbol = by_role[CUSTOM_OPERATIONS_ROLE]
-    assert "scope" not in resource_body(assignments[operations_symbol])
-    for symbol in (operations_symbol, "operationStatusRole"):
-        assert _condition(relative, symbol, {"managePools": True})
-        assert not _condition(relative, symbol, {"managePools": False})
+    # The operation-status reads: at the cluster's resource group (ARM checks them there).
+    assert "scope" not in resource_body(assignments[by_role[CUSTOM_OPERATIONS_ROLE]])
+    for symbol in assignments:
+        assert "condition" not in assignments[symbol]["config"]
 
 
-@pytest.mark.parametrize("kube_auth,manage,deployed,managing", [
-    ("aks", False, True, False),  # AKS_CLUSTER_ID is set: the pools are listed every poll
-    ("aks", True, True, True),
-    ("key-vault", True, True, True),  # the agent-pool backend does not need KUBE_AUTH=aks
-    ("key-vault", False, False, False),
+@pytest.mark.parametrize("kube_auth,manage", [
+    ("aks", False),  # AKS_CLUSTER_ID for the Kubernetes connection only: the agentPools API is never called
+    ("aks", True),
+    ("key-vault", True),  # the agent-pool backend does not need KUBE_AUTH=aks
+    ("key-vault", False),
 ])
-def test_aks_pools_access_follows_the_cluster_id_the_app_gets(kube_auth: str, manage: bool, deployed: bool,
-                                                               managing: bool) -> None:
+def test_aks_pools_access_is_deployed_exactly_when_the_app_manages_pools(kube_auth: str, manage: bool) -> None:
     extra = {"manageAksPools": manage, "aksClusterId": AKS_ID if (kube_auth == "aks" or manage) else ""}
     main = _main_scope(kube_auth, "none", **extra)
     module = parse("main.bicep")["modules"]["aksPoolsAccess"]
     assert module["detail"]["path"] == "modules/aks-pools-access.bicep"
-    assert bool(evaluate(module["config"]["condition"], main)) is deployed
+    assert bool(evaluate(module["config"]["condition"], main)) is manage
     env = deployed_app_settings(kube_auth, "none", **extra)
-    # The rights go exactly where the app gets AKS_CLUSTER_ID (and so lists the cluster's pools).
-    assert (env["AKS_CLUSTER_ID"] == AKS_ID) is deployed
-    if deployed:
+    assert env["MANAGE_AKS_POOLS"] == ("true" if manage else "false")
+    assert (env["AKS_CLUSTER_ID"] == AKS_ID) is (kube_auth == "aks" or manage)
+    if manage:
         child = main["aksPoolsAccess"]["scope"]()
-        assert child["managePools"] is managing
         assert child["clusterName"] == "prod-aks"
         scope = module["config"]["config"]["scope"]["function"]
         assert scope["type"] == "resource_group"

@@ -80,6 +80,22 @@ def test_scale_up_defaults_match_cluster_autoscalers() -> None:
     assert settings.max_node_provision_time == timedelta(minutes=15)
 
 
+def test_aks_pools_are_managed_only_when_asked_and_name_their_cluster() -> None:
+    aks = "/subscriptions/s/resourceGroups/rg-aks/providers/Microsoft.ContainerService/managedClusters/prod"
+    settings = load_settings({**REQUIRED, "MANAGE_AKS_POOLS": "true", "AKS_CLUSTER_ID": aks,
+                              "AKS_NODE_POOLS": "render:0:20, batch:1:5"})
+    assert dict(settings.aks_node_pools) == {"render": (0, 20), "batch": (1, 5)} and settings.manage_aks_pools
+    pools_only = {k: v for k, v in REQUIRED.items() if k != "NODE_RESOURCE_GROUPS"}
+    assert load_settings({**pools_only, "MANAGE_AKS_POOLS": "true", "AKS_CLUSTER_ID": aks}).node_resource_groups == ()
+    for env, problem in [
+        ({**REQUIRED, "MANAGE_AKS_POOLS": "true"}, "AKS_CLUSTER_ID: missing (required when MANAGE_AKS_POOLS=true"),
+        ({**REQUIRED, "AKS_NODE_POOLS": "render:0:2"}, "AKS_NODE_POOLS: names pools, but MANAGE_AKS_POOLS is not true"),
+        (pools_only, "NODE_RESOURCE_GROUPS: missing (required unless MANAGE_AKS_POOLS=true)"),
+    ]:
+        with pytest.raises(SettingsError, match=re.escape(problem)):
+            load_settings(env)
+
+
 @pytest.mark.parametrize("name,text,attr,value", [
     ("EXPANDER", "Priority, least-waste", "expander", ("priority", "least-waste")),
     ("EXPANDER", "most-pods,least-nodes,random", "expander", ("most-pods", "least-nodes", "random")),
@@ -99,7 +115,6 @@ def test_scale_up_defaults_match_cluster_autoscalers() -> None:
      {"standard_d4s_v5": 0.192, "standard_e8s_v5": 1.0}),
     ("NODE_MAPPING", " Hostname ", "node_mapping", "hostname"),
     ("NODE_MAPPING", "", "node_mapping", "auto"),
-    ("AKS_NODE_POOLS", "render:0:20, batch:1:5", "aks_node_pools", {"render": (0, 20), "batch": (1, 5)}),
 ])
 def test_scale_up_settings_parse(name: str, text: str, attr: str, value: object) -> None:
     parsed = getattr(load_settings({**REQUIRED, name: text}), attr)
