@@ -290,7 +290,7 @@ def run_scenario(
                                     kept=kept,
                                     unneeded_time_s=context.settings.scale_down_unneeded_time.total_seconds())
             summary["state"] = _state_rows(context, report["nodes_by_group"])
-            summary["node_mapping"] = _node_mapping(context)
+            summary["node_mapping"], summary["refused_groups"] = _final_view(context)
             from sandbox.scenario import load_scenario
 
             summary["expectations"] = check_expectations(summary, load_scenario(scenario).expect_at_most)
@@ -442,14 +442,19 @@ def removal_lag(report: dict[str, Any], *, unneeded_time_s: float, group: str | 
             "max": round(lags[-1], 1) if lags else 0}
 
 
-def _node_mapping(context: Any) -> dict[str, Any]:
-    """How nodes map to instances at the end (a fresh observe, as a poll would see them): nodes per method,
-    unmanaged and ambiguous counts, and the nodes left alone with why, in the status ConfigMap's layout."""
+_SCALE_SET_WRITES = frozenset({"PATCH virtualMachineScaleSets", "PUT virtualMachineScaleSets", "POST delete",
+                               "POST deallocate", "POST start"})
+
+
+def _final_view(context: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """How nodes map to instances at the end (a fresh observe, as a poll would see them) in the status
+    ConfigMap's layout (nodes per method, unmanaged and ambiguous counts, the nodes left alone with why), and
+    the groups marked for the autoscaler that it refuses (group id -> why)."""
     from shared.engine.status import node_mapping_doc
     from shared.services.observe import observe
 
     snapshot = observe(context.ports, now=context.ports.clock.now(), node_mapping=context.settings.node_mapping)
-    return node_mapping_doc(snapshot)
+    return node_mapping_doc(snapshot), dict(snapshot.refused)
 
 
 def build_summary(
@@ -481,6 +486,10 @@ def build_summary(
         # Writes to nodes of no scale set (a k3s server): the autoscaler must never touch them.
         "unmanaged_nodes_touched": sum(report.get("unmanaged_nodes_touched", {}).values()),
         "unmanaged_nodes_touched_by_node": report.get("unmanaged_nodes_touched", {}),
+        # Writes to scale sets themselves (capacity, deleteInstances, power): none when every group is an AKS pool.
+        "direct_scale_set_writes": sum(
+            count for call, count in report["api_calls"].get("breakdown", {}).get("arm", {}).items()
+            if isinstance(count, int) and call in _SCALE_SET_WRITES),
         "node_seconds": round(report["node_seconds"], 1),
         "nodes_max": report["nodes_max"],
         "nodes_by_group_at_end": {group: counts["ready"] for group, counts in report["nodes_by_group"].items()},
