@@ -129,3 +129,29 @@ def test_plan_warns_of_a_setting_that_looks_misspelt(tmp_path: Any, capsys: pyte
     main(argv, environ={"SCALE_DOWN_UNEEDED_TIME": "5m"})
     err = capsys.readouterr().err
     assert "SCALE_DOWN_UNEEDED_TIME: not a setting of ours; did you mean SCALE_DOWN_UNNEEDED_TIME?" in err
+
+
+@pytest.mark.parametrize("scenario,groups,nodes", [
+    ("k3s-render-farm", {"rg-farm-k3s/agents": "vmss-uniform"},
+     {"agents000000": "hostname", "k3s-server": None}),
+    ("kubeadm-ip", {"rg-kubeadm/workers": "vmss-uniform"}, {"worker-workers-1": "ip"}),
+    ("flex-burst", {"rg-flex/pool-flex": "vmss-flexible"}, {}),
+    ("aks-pools", {"rg-aks/batch": "aks-agentpool", "rg-aks/web": "refused"},
+     {"aks-batch-78511822-vmss000000": "provider-id", "aks-web-78511822-vmss000000": None}),
+])
+def test_plan_names_each_group_s_backend_and_each_node_s_mapping(
+        sandbox_factory: SandboxFactory, capsys: pytest.CaptureFixture[str], scenario: str,
+        groups: dict[str, str], nodes: dict[str, str | None]) -> None:
+    server = sandbox_factory(scenario, clock=ManualClock(SANDBOX_START))
+    assert main(["plan", "--json"], environ=server.env(), now=SANDBOX_START) == 0
+    report = json.loads(capsys.readouterr().out)
+    found = {g["group"]: g.get("backend", "refused" if "refused" in g else None) for g in report["groups"]}
+    assert found == groups
+    assert report["nodes"] and all(n["mapping"] in ("provider-id", "hostname", "ip") or n.get("why")
+                                   for n in report["nodes"].values())
+    for name, method in nodes.items():
+        entry = report["nodes"][name]
+        assert entry["mapping"] == (method or "none")
+    if scenario == "flex-burst":  # every node is a member VM, by its plain-VM providerID
+        assert {n["mapping"] for n in report["nodes"].values()} == {"provider-id"}
+    _untouched(server)
