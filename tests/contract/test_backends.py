@@ -173,3 +173,13 @@ def test_deallocate_then_start_keeps_the_instance(side: Side) -> None:
     started = side.provider.begin_start_instances(side.group, [first])
     assert side.settle(started, side.provider.get_start_operation).status == "Succeeded"
     assert side.provider.get_instance(side.group, first) is not None
+
+
+def test_an_allocation_failure_is_a_failed_operation_with_its_code(side: Side) -> None:
+    """Backoff and fallback read the code of a failed grow the same way whatever the backend."""
+    scale_set = next(iter(side.server.world._groups.values())).spec  # noqa: SLF001 - the one group's scale set
+    side.server.world.fail_next_scale_up(scale_set.name, code="QuotaExceeded", resource_group=scale_set.resource_group)
+    grown = side.provider.begin_resize(side.group, 5)
+    if grown.status == "InProgress":
+        grown = side.settle(grown, side.provider.get_resize_operation)
+    assert (grown.status, grown.error_code) == ("Failed", "QuotaExceeded") and grown.error_message

@@ -167,3 +167,15 @@ def test_one_group_discovered_by_two_providers_is_an_error(pair) -> None:  # typ
     twin = Memory("fake", [_group("pool-a", "fake")])
     with pytest.raises(ValueError, match="rg/pool-a is discovered by both vmss-uniform and fake"):
         ProviderRouter([uniform, twin]).list_node_groups()
+
+
+def test_the_scale_set_behind_an_aks_pool_managed_as_a_pool_is_one_group_not_two() -> None:
+    """AKS copies a tagged pool's tags to its scale set: the pool is kept, its scale set skipped; a scale set
+    whose pool is not managed as a pool stays a group of its own."""
+    pool = NodeGroup("rg-aks", "batch", 0, 5, 1, "Standard_D4s_v5", provider="aks-agentpool")
+    behind = NodeGroup("mc_rg-aks", "aks-batch-123-vmss", 0, 5, 1, "Standard_D4s_v5",
+                       tags={"aks-managed-poolName": "batch"})
+    other = NodeGroup("mc_rg-aks", "aks-web-123-vmss", 0, 5, 1, "Standard_D4s_v5", tags={"aks-managed-poolName": "web"})
+    router = ProviderRouter([Memory("vmss-uniform", [behind, other]), Memory("aks-agentpool", [pool])])
+    assert {g.id for g in router.list_node_groups()} == {"rg-aks/batch", "mc_rg-aks/aks-web-123-vmss"}
+    assert router.get_node_group("rg-aks/batch") == pool
