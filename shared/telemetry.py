@@ -105,6 +105,9 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
                "Scale-ups that failed, by ARM error code (QuotaExceeded, AllocationFailed, ...) or ProvisionTimeout."),
     MetricSpec(_OURS + "nodes_in_drain_count", "gauge", (), "{node}",
                "Nodes with a removal in flight (reserved, cordoned, draining or being deleted)."),
+    MetricSpec(_OURS + "nodes_by_mapping_count", "gauge", ("method",), "{node}",
+               "Nodes by how they were matched to an instance (provider-id, hostname, ip), and those left alone "
+               "(unmanaged: no instance of a discovered group; ambiguous: more than one)."),
     MetricSpec(_OURS + "last_success", "gauge", ("activity",), "s",
                "Unix time of the last scale-up (scaleUp) and scale-down (scaleDown) action that succeeded."),
     MetricSpec(_OURS + "function_duration_seconds", "histogram", ("function",), "s",
@@ -279,6 +282,13 @@ def record_pending_poll(snapshot: ClusterSnapshot, states: Mapping[str, GroupSta
         _set_backoff(group.id, reason if group.id in in_backoff else None, last_reason=reason)
     _set(_CA + "last_activity", now.timestamp(), activity="main")
     _set(_CA + "last_activity", now.timestamp(), activity="scaleUp")
+    by_method = {"provider-id": 0, "hostname": 0, "ip": 0, "unmanaged": 0, "ambiguous": 0}
+    for method in snapshot.mapped_by.values():
+        by_method[method] = by_method.get(method, 0) + 1
+    for reason in snapshot.unmapped.values():
+        by_method["ambiguous" if reason.startswith("ambiguous") else "unmanaged"] += 1
+    for method, count in by_method.items():
+        _set(_OURS + "nodes_by_mapping_count", count, method=method)
 
 
 # Per group, the backoff reasons this process has reported, so a reason no longer current is set back to 0.

@@ -34,6 +34,7 @@ CONTRACT = {
     "cluster_autoscaler_evicted_pods_total": ("counter", ("eviction_result",)),
     "cluster_autoscaler_unneeded_nodes_count": ("gauge", ()),
     "vmss_autoscaler_nodes_in_drain_count": ("gauge", ()),
+    "vmss_autoscaler_nodes_by_mapping_count": ("gauge", ("method",)),
     "vmss_autoscaler_function_duration_seconds": ("histogram", ("function",)),
     "cluster_autoscaler_last_activity": ("gauge", ("activity",)),
     "vmss_autoscaler_arm_requests_total": ("counter", ("operation", "status_code")),

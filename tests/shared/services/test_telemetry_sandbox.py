@@ -56,6 +56,9 @@ def test_a_scale_up_is_measured_evented_and_one_trace_from_poll_to_arm(
     assert backoff and all(p.value == 0 for p in backoff)  # a reason this process reported before is set back to 0
     assert telemetry.last(CA + "last_activity", activity="main") == decided_at.timestamp()
     assert telemetry.last(CA + "last_activity", activity="scaleUp") == decided_at.timestamp()  # planned, as CA's
+    # Every node of the group by its providerID, none left alone.
+    assert telemetry.last(OURS + "nodes_by_mapping_count", method="provider-id") == 3
+    assert telemetry.last(OURS + "nodes_by_mapping_count", method="unmanaged") == 0
 
     # The message carries the poll's span context.
     [poll] = telemetry.spans_named("poll_pending_pods")
