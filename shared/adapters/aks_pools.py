@@ -208,14 +208,7 @@ class AksAgentPools:
         return []  # the router asks the default provider: VM sizes belong to the location
 
     def list_prices(self, groups: Sequence[NodeGroup]) -> dict[str, float]:
-        if self._prices is None:
-            return {}
-        prices: dict[str, float] = {}
-        for location in {g.location.lower() for g in groups}:
-            mine = [g for g in groups if g.location.lower() == location]
-            by_size = self._prices.get_vm_prices(location, {g.vm_size for g in mine})
-            prices.update({g.id: by_size[g.vm_size.lower()] for g in mine if g.vm_size.lower() in by_size})
-        return prices
+        return {} if self._prices is None else self._prices.get_group_prices(groups)
 
     # -- changes ------------------------------------------------------------------------
 

@@ -559,14 +559,17 @@ class VmssCompute:
         )
         return [_instance(vm) for vm in vms]
 
-    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
-        """The scale set's NICs in one Network RP call (a Uniform scale set's NICs are no standalone resources)."""
+    def _network_client(self, what: str) -> Any:
+        """The Network client, made on first use (only IP mapping needs it)."""
         if self._network is None:
             if self._network_factory is None:
-                raise ComputeError(f"list network interfaces of scale set {group.id}: no Network client configured",
-                                   code="NotConfigured")
+                raise ComputeError(f"{what}: no Network client configured", code="NotConfigured")
             self._network = self._network_factory()
-        network = self._network
+        return self._network
+
+    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
+        """The scale set's NICs in one Network RP call (a Uniform scale set's NICs are no standalone resources)."""
+        network = self._network_client(f"list network interfaces of scale set {group.id}")
         nics = self._arm(
             f"list network interfaces of scale set {group.resource_group}/{group.name}",
             lambda: list(network.network_interfaces.list_virtual_machine_scale_set_network_interfaces(
@@ -613,14 +616,7 @@ class VmssCompute:
 
     def list_prices(self, groups: Sequence[NodeGroup]) -> dict[str, float]:
         """One node's hourly price per group, by its VM size and location (Retail Prices API, cached a day)."""
-        if self._prices is None:
-            return {}
-        prices: dict[str, float] = {}
-        for location in {g.location.lower() for g in groups}:
-            mine = [g for g in groups if g.location.lower() == location]
-            by_size = self._prices.get_vm_prices(location, {g.vm_size for g in mine})
-            prices.update({g.id: by_size[g.vm_size.lower()] for g in mine if g.vm_size.lower() in by_size})
-        return prices
+        return {} if self._prices is None else self._prices.get_group_prices(groups)
 
     def list_node_groups(self) -> list[NodeGroup]:
         groups: list[NodeGroup] = []

@@ -85,12 +85,7 @@ class FlexCompute(VmssCompute):
 
     def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
         """Private IPs by VM name, from the resource group's NICs (one list call)."""
-        if self._network is None:
-            if self._network_factory is None:
-                raise ComputeError(f"list network interfaces of {group.id}: no Network client configured",
-                                   code="NotConfigured")
-            self._network = self._network_factory()
-        network = self._network
+        network = self._network_client(f"list network interfaces of {group.id}")
         nics = self._arm(
             f"list network interfaces in resource group {group.resource_group}",
             lambda: list(network.network_interfaces.list(group.resource_group)),

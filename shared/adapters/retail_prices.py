@@ -34,6 +34,7 @@ from azure.core.exceptions import AzureError
 from azure.core.pipeline.policies import HeadersPolicy, RetryPolicy
 from azure.core.rest import HttpRequest
 
+from shared.domain import NodeGroup
 from shared.settings import Settings
 
 __all__ = ["API_VERSION", "RetailPrices", "price_filter", "pick_prices"]
@@ -120,6 +121,16 @@ class RetailPrices:
                 read_timeout=30,
             )
         return cls(client, endpoint=endpoint, overrides=settings.vm_prices)
+
+    def get_group_prices(self, groups: Iterable[NodeGroup]) -> dict[str, float]:
+        """One node's hourly price by group id, from each group's VM size and location; never raises."""
+        groups = list(groups)
+        prices: dict[str, float] = {}
+        for location in {g.location.lower() for g in groups}:
+            mine = [g for g in groups if g.location.lower() == location]
+            by_size = self.get_vm_prices(location, {g.vm_size for g in mine})
+            prices.update({g.id: by_size[g.vm_size.lower()] for g in mine if g.vm_size.lower() in by_size})
+        return prices
 
     def get_vm_prices(self, location: str, vm_sizes: Iterable[str], *, spot: bool = False) -> dict[str, float]:
         """Price per hour by lower-cased size name, for the sizes that have one; never raises."""
