@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from azure.core.credentials import TokenCredential
-from azure.core.exceptions import AzureError, HttpResponseError
+from azure.core.exceptions import AzureError
 
 from shared import discovery_tags
-from shared.adapters.compute import ArmOperations, _text, arm_client_options, compute_error
+from shared.adapters.compute import ArmOperations, _text, arm_client_options, compute_error, found_or_none
 from shared.adapters.retail_prices import RetailPrices
 from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity
 from shared.ports import ComputeError, Operation
@@ -120,15 +120,9 @@ class AksAgentPools:
         rg, _, name = group_id.partition("/")
         if rg.lower() != self._resource_group.lower() or not name:
             return None
-        try:
-            pool = self._client.agent_pools.get(self._resource_group, self._cluster, name)
-        except HttpResponseError as exc:
-            if exc.status_code == 404:
-                return None
-            raise compute_error(f"get agent pool {name} of AKS cluster {self._cluster_id}", exc) from exc
-        except AzureError as exc:
-            raise compute_error(f"get agent pool {name} of AKS cluster {self._cluster_id}", exc) from exc
-        return self._as_group(pool)
+        pool = found_or_none(f"get agent pool {name} of AKS cluster {self._cluster_id}",
+                             lambda: self._client.agent_pools.get(self._resource_group, self._cluster, name))
+        return None if pool is None else self._as_group(pool)
 
     def _as_group(self, pool: Any) -> NodeGroup | None:
         """The node group of a pool marked for us; None for a pool that is not. A marked pool AKS
@@ -190,16 +184,10 @@ class AksAgentPools:
         return [_instance(m) for m in machines]
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
-        what = f"get machine {instance_id} of agent pool {group.name}"
-        try:
-            machine = self._client.machines.get(self._resource_group, self._cluster, group.name, instance_id)
-        except HttpResponseError as exc:
-            if exc.status_code == 404:
-                return None
-            raise compute_error(what, exc) from exc
-        except AzureError as exc:
-            raise compute_error(what, exc) from exc
-        return _instance(machine)
+        machine = found_or_none(f"get machine {instance_id} of agent pool {group.name}",
+                                lambda: self._client.machines.get(self._resource_group, self._cluster, group.name,
+                                                                  instance_id))
+        return None if machine is None else _instance(machine)
 
     def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
         return {i.instance_id: i.private_ips for i in self.list_instances(group)}

@@ -130,6 +130,18 @@ def _error_details(exc: HttpResponseError) -> tuple[str, str]:
     return code, message or (exc.reason or "") or str(exc)
 
 
+def found_or_none(what: str, call: Callable[[], T]) -> T | None:
+    """`call()`, or None when ARM answers 404 (the resource is gone); any other failure as ComputeError."""
+    try:
+        return call()
+    except HttpResponseError as exc:
+        if exc.status_code == 404:
+            return None
+        raise compute_error(what, exc) from exc
+    except AzureError as exc:
+        raise compute_error(what, exc) from exc
+
+
 def compute_error(what: str, exc: AzureError) -> ComputeError:
     """One ComputeError per ARM failure: throttling keeps its Retry-After, the rest their ARM code."""
     if isinstance(exc, HttpResponseError) and exc.response is not None:
@@ -579,16 +591,10 @@ class VmssCompute:
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
         """One instance, or None when it does not exist: a GET with its own per-VM throttling budget."""
-        what = f"get instance {instance_id} of scale set {group.resource_group}/{group.name}"
-        try:
-            vm = self._client.virtual_machine_scale_set_vms.get(group.resource_group, group.name, instance_id)
-        except HttpResponseError as exc:
-            if exc.status_code == 404:
-                return None
-            raise compute_error(what, exc) from exc
-        except AzureError as exc:
-            raise compute_error(what, exc) from exc
-        return _instance(vm)
+        vm = found_or_none(f"get instance {instance_id} of scale set {group.resource_group}/{group.name}",
+                           lambda: self._client.virtual_machine_scale_set_vms.get(group.resource_group, group.name,
+                                                                                  instance_id))
+        return None if vm is None else _instance(vm)
 
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
         """The location's `virtualMachines` SKUs, from cache while fresh; never raises (see the module docstring)."""
@@ -637,14 +643,10 @@ class VmssCompute:
         resource_group = next((rg for rg in self._resource_groups if rg.lower() == wanted_rg.lower()), None)
         if resource_group is None or not name:
             return None
-        try:
-            vmss = self._client.virtual_machine_scale_sets.get(resource_group, name)
-        except HttpResponseError as exc:
-            if exc.status_code == 404:
-                return None
-            raise compute_error(f"get scale set {resource_group}/{name}", exc) from exc
-        except AzureError as exc:
-            raise compute_error(f"get scale set {resource_group}/{name}", exc) from exc
+        vmss = found_or_none(f"get scale set {resource_group}/{name}",
+                             lambda: self._client.virtual_machine_scale_sets.get(resource_group, name))
+        if vmss is None:
+            return None
         group = self._as_group(resource_group, vmss)
         if group is None or group.id != make_group_id(resource_group, name):
             return None

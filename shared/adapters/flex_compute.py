@@ -27,10 +27,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from azure.core.exceptions import AzureError, HttpResponseError
 from azure.core.polling import LROPoller
 
-from shared.adapters.compute import VmssCompute, _private_ips, _text, compute_error
+from shared.adapters.compute import VmssCompute, _private_ips, _text, found_or_none
 from shared.domain import FLEXIBLE_SCALE_SET, Instance, NodeGroup
 from shared.ports import ComputeError, Operation
 
@@ -68,16 +67,9 @@ class FlexCompute(VmssCompute):
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
         """The member VM, or None when it does not exist or belongs to no such scale set."""
-        what = f"get VM {instance_id} of scale set {group.resource_group}/{group.name}"
-        try:
-            vm = self._client.virtual_machines.get(group.resource_group, instance_id)
-        except HttpResponseError as exc:
-            if exc.status_code == 404:
-                return None
-            raise compute_error(what, exc) from exc
-        except AzureError as exc:
-            raise compute_error(what, exc) from exc
-        return _member(vm) if self._is_member(group, vm) else None
+        vm = found_or_none(f"get VM {instance_id} of scale set {group.resource_group}/{group.name}",
+                           lambda: self._client.virtual_machines.get(group.resource_group, instance_id))
+        return _member(vm) if vm is not None and self._is_member(group, vm) else None
 
     def _is_member(self, group: NodeGroup, vm: Any) -> bool:
         scale_set = _text(getattr(getattr(vm, "virtual_machine_scale_set", None), "id", None))
