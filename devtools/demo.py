@@ -500,6 +500,9 @@ def build_summary(
         "instances_created_by_group": report.get("instances_created_by_group", {}),
         # Nodes removed, in the order their removal started (cordoned), with their age and utilisation then.
         "scale_down_order": report.get("scale_down_order", []),
+        # A render queue's frames (sandbox `render_queue`): put back after their worker stopped, and the whole tally.
+        "frames_interrupted": (report.get("render_queue") or {}).get("frames_interrupted", 0),
+        "render_queue": report.get("render_queue"),
         # How long after becoming removable each node removed while empty started to be deleted (seconds).
         "removal_lag_s": removal_lag(report, unneeded_time_s=unneeded_time_s),
         "removal_lag_s_by_group": {g: removal_lag(report, unneeded_time_s=unneeded_time_s, group=g)

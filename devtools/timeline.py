@@ -27,7 +27,14 @@ def write_timeline(report: dict[str, Any], path: Path, *, title: str) -> None:
     pods_ax.fill_between(minutes, [s["pending"] for s in samples], step="post", alpha=0.5, color="tab:red",
                          label="pending pods")
     pods_ax.step(minutes, [s["running"] for s in samples], where="post", color="tab:green", label="running pods")
-    pods_ax.set_ylabel("pods")
+    if any("frames_backlog" in s for s in samples):  # a render queue: the frames waiting and those rendering
+        pods_ax.step(minutes, [s.get("frames_backlog", 0) for s in samples], where="post", color="tab:purple",
+                     label="frames waiting")
+        pods_ax.step(minutes, [s.get("frames_rendering", 0) for s in samples], where="post", color="tab:orange",
+                     linestyle="--", label="frames rendering")
+        pods_ax.set_ylabel("pods, frames")
+    else:
+        pods_ax.set_ylabel("pods")
     pods_ax.set_xlabel("sandbox time (minutes)")
     pods_ax.legend(loc="upper right", fontsize="small")
     pods_ax.grid(alpha=0.3)

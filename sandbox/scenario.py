@@ -196,6 +196,30 @@ class PdbSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class FrameBatch:
+    """Frames added to a render queue's backlog at one moment."""
+
+    at: float  # seconds after the start
+    count: int
+    frame_time: Dist | None = None  # this batch's own frame time; None: the queue's
+
+
+@dataclass(frozen=True, slots=True)
+class RenderQueueSpec:
+    """A render manager handing frames to the pods of one DaemonSet (sandbox.world.render_queue)."""
+
+    daemonset: str  # "<namespace>/<name>" of a DaemonSet of `daemonsets`
+    frames: tuple[FrameBatch, ...]
+    frame_time: Dist  # seconds one frame takes on one node
+    busy_cpu_milli: int  # the worker pod's measured CPU while it renders
+    idle_cpu_milli: int  # ... and while it waits for a frame
+
+    @property
+    def frames_total(self) -> int:
+        return sum(batch.count for batch in self.frames)
+
+
+@dataclass(frozen=True, slots=True)
 class ExpectedUnschedulable:
     """Pods of one workload the scenario expects to stay Pending for good: no node and no group can hold them."""
 
@@ -235,6 +259,8 @@ class Scenario:
     expect_unschedulable: tuple[ExpectedUnschedulable, ...] = ()
     # Bounds on summary.json figures that `make demo` checks: (dotted path, the most it may be).
     expect_at_most: tuple[tuple[str, float], ...] = ()
+    # Frames handed to a DaemonSet's pods, one at a time per node (`render_queue`); None: no render queue.
+    render_queue: RenderQueueSpec | None = None
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -481,7 +507,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "deallocate_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes", "expect_unschedulable",
-            "expect_at_most",
+            "expect_at_most", "render_queue",
         },
         {"node_groups"},
     )
@@ -576,7 +602,57 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     _unique([(w.namespace, w.name) for w in scenario.workloads], "$.workloads", "workload")
     _unique([(d.namespace, d.name) for d in scenario.daemonsets], "$.daemonsets", "daemonset")
     _unique([(p.namespace, p.name) for p in scenario.pdbs], "$.pdbs", "PodDisruptionBudget")
+    if "render_queue" in top:
+        scenario = replace(scenario, render_queue=_render_queue(top["render_queue"], "$.render_queue", scenario.daemonsets))
     return scenario
+
+
+def _render_queue(value: Any, path: str, daemonsets: tuple[DaemonSetSpec, ...]) -> RenderQueueSpec:
+    """`{"daemonset", "frames": [{"at", "count"}], "frame_time": dist, "busy_cpu", "idle_cpu"}`."""
+    obj = _obj(value, path, {"daemonset", "frames", "frame_time", "busy_cpu", "idle_cpu"},
+               {"daemonset", "frames", "frame_time", "busy_cpu"})
+    name = _str(obj["daemonset"], f"{path}.daemonset")
+    namespace, _, short = name.rpartition("/")
+    matches = [d for d in daemonsets if d.name == short and (not namespace or d.namespace == namespace)]
+    if not matches:
+        known = ", ".join(f"{d.namespace}/{d.name}" for d in daemonsets) or "none"
+        raise _Invalid(f"{path}.daemonset", f"{name!r} names no DaemonSet of daemonsets (declared: {known})")
+    if len(matches) > 1:
+        raise _Invalid(f"{path}.daemonset", f"{name!r} is ambiguous: write <namespace>/{short}")
+    (daemonset,) = matches
+    frames = _items(obj, "frames", path, _frame_batch)
+    if not frames:
+        raise _Invalid(f"{path}.frames", "must hold at least one batch of frames")
+    frame_time = _frame_time(obj["frame_time"], f"{path}.frame_time")
+    idle = daemonset.requests.cpu_milli if daemonset.cpu_usage_milli is None else daemonset.cpu_usage_milli
+    return RenderQueueSpec(
+        daemonset=f"{daemonset.namespace}/{daemonset.name}",
+        frames=frames,
+        frame_time=frame_time,
+        busy_cpu_milli=_cpu_usage(obj["busy_cpu"], f"{path}.busy_cpu"),
+        idle_cpu_milli=_cpu_usage(obj["idle_cpu"], f"{path}.idle_cpu") if "idle_cpu" in obj else idle,
+    )
+
+
+def _frame_batch(value: Any, path: str) -> FrameBatch:
+    obj = _obj(value, path, {"at", "count", "frame_time"}, {"at", "count"})
+    return FrameBatch(
+        at=_duration(obj["at"], f"{path}.at"),  # parse_duration refuses negative durations
+        count=_int(obj["count"], f"{path}.count", 0),
+        frame_time=_frame_time(obj["frame_time"], f"{path}.frame_time") if "frame_time" in obj else None,
+    )
+
+
+def _frame_time(value: Any, path: str) -> Dist:
+    """A duration `dist` whose every value is above zero (a lognormal needs a median above zero)."""
+    dist = _dist(value, path, parse_duration)
+    shortest = (
+        dist.median if dist.kind == "lognormal" and dist.low <= 0
+        else min(dist.values) if dist.kind in ("fixed", "choice") else dist.low
+    )
+    if shortest <= 0:
+        raise _Invalid(path, "a frame must take longer than zero")
+    return dist
 
 
 def _flavour(value: Any, path: str) -> Flavour:

@@ -21,6 +21,7 @@ order an autoscaler calls in. Internally times are float seconds since `start`.
 - `fault_injection`: injected API faults and scale-up failures, call counting
 - `agent_pools`: AKS agent pools over their scale sets (count, deleteMachines, machines), their operations
 - `kube_resources`: the Kubernetes API calls (list, get, create, replace, delete)
+- `render_queue`: the scenario's `render_queue`, frames a render manager hands to a DaemonSet's pods
 - `reports`: the timeline, measured node CPU, `done`, `state` and `report`
 
 This module runs the event loop that drives them: `advance` pops the timed events in order, hands
@@ -48,6 +49,7 @@ from sandbox.world.fault_injection import FaultInjectionPart
 from sandbox.world.kube_resources import MAX_EVENTS, KubeResourcesPart
 from sandbox.world.nodes import TO_BE_DELETED_TAINT, NodesPart, RemovalStart
 from sandbox.world.pod_lifecycle import CPU_USAGE_ANNOTATION, DURATION_ANNOTATION, PodLifecyclePart
+from sandbox.world.render_queue import RenderQueuePart
 from sandbox.world.reports import NodeCpu, ReportsPart
 from sandbox.world.scale_sets import (
     MAX_CAPACITY,
@@ -79,6 +81,7 @@ __all__ = [
 
 class World(
     ReportsPart,
+    RenderQueuePart,
     KubeResourcesPart,
     AgentPoolsPart,
     FaultInjectionPart,
@@ -106,6 +109,7 @@ class World(
         self._init_fault_state()
         self._init_scheduler_state()
         self._init_kube_state()
+        self._init_render_state()
         self._init_namespaces()
         self._init_pdbs()
         self._init_daemonsets()
@@ -113,6 +117,7 @@ class World(
         self._init_static_nodes()
         self._init_agent_pools()  # draws no ids: worlds without pools are unchanged
         self._schedule_workloads()
+        self._init_render_queue()  # draws from its own stream only: worlds without one are unchanged
         self._advance_to(0.0)  # arrivals at t=0 exist from the first look
 
     # ------------------------------------------------------------------ the event loop
@@ -154,6 +159,8 @@ class World(
             "power_done": self._on_power_done,
             "rebooted": self._on_rebooted,
             "ttl_expired": self._on_ttl_expired,
+            "frames": self._on_frames,
+            "frame_done": self._on_frame_done,
         }
         handlers[kind](payload)
         self._dirty = True
@@ -164,6 +171,7 @@ class World(
         if self._retry_all_pending:  # set by every node or pod change that system pods could care about
             self._ensure_node_pods()
         self._schedule()
+        self._render_frames()
         self._finish_operations()
         self._dirty = False
 

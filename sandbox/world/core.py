@@ -127,6 +127,7 @@ class WorldCore:
         _live: dict[tuple[str, str], PodSim]
         _arrivals_due: int
         _owners: dict[str, str]
+        _node_pods: dict[tuple[str, str], str]
 
         def _daemon_runs_on(
             self, ds: DaemonSetSpec, name: str, labels: Mapping[str, str], taints: Iterable[Taint]
@@ -137,6 +138,11 @@ class WorldCore:
         def _remove_pod(self, pod: PodSim) -> None: ...
         def _delete_pod(self, pod: PodSim, grace: float | None) -> dict[str, Any]: ...
         def _selected_pods(self, pdb: Mapping[str, Any]) -> list[dict[str, Any]]: ...
+
+        # sandbox.world.render_queue
+        def _daemon_cpu_usage(self, ds: DaemonSetSpec) -> int | None: ...
+        def _render_work_left(self) -> bool: ...
+        def render_queue_report(self) -> dict[str, Any] | None: ...
 
         # sandbox.world.nodes
         _by_node: dict[str, InstanceSim]

@@ -412,7 +412,7 @@ class PodLifecyclePart(WorldCore):
         obj["spec"]["nodeName"] = node
         return self._add_pod(
             obj, role="daemonset", workload=f"{ds.namespace}/{ds.name}", owner_kind="DaemonSet", duration=None,
-            cpu_usage_milli=ds.cpu_usage_milli,
+            cpu_usage_milli=self._daemon_cpu_usage(ds),  # a render queue's worker: idle until it takes a frame
         )
 
     def _mirror_pod(self, mirror: MirrorPodSpec, node: str) -> PodSim:

@@ -52,9 +52,11 @@ class ReportsPart(WorldCore):
 
     def _sample(self, at: float) -> None:
         pending, running = self._pod_counts()
-        self.timeline.append(
-            {"t": round(at, 3), "groups": self._group_counts(), "pending": pending, "running": running}
-        )
+        sample: dict[str, Any] = {"t": round(at, 3), "groups": self._group_counts(), "pending": pending, "running": running}
+        queue = self.render_queue_report()
+        if queue is not None:  # a render queue's frames waiting and rendering
+            sample["frames_backlog"], sample["frames_rendering"] = queue["backlog"], queue["rendering"]
+        self.timeline.append(sample)
         self._next_sample = at + self.scenario.timeline_interval
 
     def _group_counts(self) -> dict[str, dict[str, int]]:
@@ -154,11 +156,14 @@ class ReportsPart(WorldCore):
     def done(self) -> tuple[bool, str | None]:
         """(done, why): the duration ran out, or no arrivals are due, every pod with a duration has
         finished and every pod without one (a service) is running, apart from pods no node group could
-        ever hold (they stay Pending; see `_unplaceable`)."""
+        ever hold (they stay Pending; see `_unplaceable`), and no frame of a render queue is due, waiting or
+        rendering."""
         with self.lock:
             if self._t >= self._end:
                 return True, "duration-reached"
-            if self._arrivals_due or not (self.scenario.workloads or self._owners):
+            if self._arrivals_due or self._render_work_left():
+                return False, None
+            if not (self.scenario.workloads or self._owners or self.scenario.render_queue):
                 return False, None
             expected = {e.workload for e in self.scenario.expect_unschedulable}
             for pod in self._live.values():
@@ -213,6 +218,7 @@ class ReportsPart(WorldCore):
                 "done_reason": why,
                 "idle_nodes": self._idle_nodes(),
                 **({"expect_unschedulable": self._expected_unschedulable()} if self.scenario.expect_unschedulable else {}),
+                **({"render_queue": self.render_queue_report()} if self.scenario.render_queue else {}),
             }
 
     def _idle_nodes(self) -> dict[str, list[str]]:
@@ -306,6 +312,8 @@ class ReportsPart(WorldCore):
                 "instances_created_by_group": {k: self._created_by_group.get(k, 0) for k in self._groups},
                 "scale_down_order": self.scale_down_order(),
                 "expect_unschedulable": self._expected_unschedulable(),
+                # The scenario's render queue (frames done, interrupted, waiting; per node); None without one.
+                "render_queue": self.render_queue_report(),
                 "timeline": copy.deepcopy(self.timeline),
                 "pods": summaries,
             }

@@ -18,6 +18,12 @@ bounded by the group's max, the cluster's limits and MAX_NODES_PER_SCALE_UP (the
 those), and never while nodes asked for earlier are still booting (their load is not measured yet)
 or within LOAD_SCALE_UP_COOLDOWN of the group's last scale-up. Scale-down stays with the
 utilisation poll, where measured usage keeps busy nodes and removes idle ones first.
+
+CPU cannot tell new work from the last frames of a draining farm: both keep the remaining workers
+busy. So CPU does not grow a group while any of its ready nodes is idle (below the scale-down
+measured threshold: a pulling worker with nothing to pull), nor within LOAD_SCALE_UP_COOLDOWN of the
+group's last scale-down (it just had a node to spare), nor when the group is sized by a backlog that
+is empty. The backlog is the signal that knows; the docs recommend it for long frames.
 """
 
 from __future__ import annotations
@@ -105,8 +111,12 @@ def plan_load(
     states: Mapping[str, GroupState],
     now: datetime,
     cooldown: timedelta,
+    idle_below: float = 0.5,
 ) -> LoadPlan:
-    """How far each load-driven group should grow now (never shrink), and why the others wait."""
+    """How far each load-driven group should grow now (never shrink), and why the others wait.
+
+    `idle_below`: a node measured below this share of its CPU is idle (SCALE_DOWN_MEASURED_CPU_THRESHOLD).
+    """
     increases: list[LoadIncrease] = []
     waiting: dict[str, str] = {}
     by_group: dict[str, list[str]] = {}
@@ -137,8 +147,13 @@ def plan_load(
         if values:
             average = sum(values) / len(values)
             if average > rule.cpu_up:
-                desired = math.ceil(len(ready) * average / rule.cpu_up)
-                why = f"CPU {average:.0%} over {len(values)} node(s), above {rule.cpu_up:.0%}"
+                veto = _cpu_veto(group.id, ready, measured or {}, state, rule, backlog, now=now, cooldown=cooldown,
+                                 idle_below=idle_below)
+                if veto:
+                    waiting[group.id] = f"CPU {average:.0%} above {rule.cpu_up:.0%}, but {veto}"
+                else:
+                    desired = math.ceil(len(ready) * average / rule.cpu_up)
+                    why = f"CPU {average:.0%} over {len(values)} node(s), above {rule.cpu_up:.0%}"
         if rule.backlog_per_node and backlog is not None:
             for_backlog = math.ceil(backlog / rule.backlog_per_node)
             if for_backlog > desired:
@@ -146,6 +161,20 @@ def plan_load(
         target = min(desired, group.max_size)
         if target > current:
             increases.append(LoadIncrease(group.id, current, target, why))
+            waiting.pop(group.id, None)  # a backlog grows it although CPU was vetoed
         elif desired > current:
             waiting[group.id] = f"at its max size {group.max_size} ({why})"
     return LoadPlan(tuple(increases), waiting)
+
+
+def _cpu_veto(group_id: str, ready: list[str], measured: Mapping[str, float], state: GroupState | None,
+              rule: LoadRule, backlog: int | None, *, now: datetime, cooldown: timedelta, idle_below: float) -> str:
+    """Why high CPU must not grow the group now ("" when it may): see the module docstring."""
+    if rule.backlog_per_node and backlog == 0:
+        return "the backlog is empty: the busy nodes are finishing work, none is waiting"
+    idle = sorted(n for n in ready if n in measured and measured[n] < idle_below)
+    if idle:
+        return f"node {idle[0]} is idle ({measured[idle[0]]:.0%}): the farm has room, no work is waiting"
+    if state is not None and state.last_scale_down is not None and now - state.last_scale_down < cooldown:
+        return f"it removed an idle node {int((now - state.last_scale_down).total_seconds())}s ago"
+    return ""

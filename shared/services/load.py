@@ -32,7 +32,7 @@ def plan_load_increases(ports: Ports, settings: Settings, snapshot: ClusterSnaps
     measured = _measured(ports, settings, snapshot, rules, now=now)
     backlog = _backlog(ports) if any(rule.backlog_per_node for rule in rules.values()) else None
     plan = plan_load(snapshot, rules=rules, measured=measured, backlog=backlog, states=states, now=now,
-                     cooldown=settings.load_scale_up_cooldown)
+                     cooldown=settings.load_scale_up_cooldown, idle_below=settings.scale_down_measured_cpu_threshold)
     increases: list[LoadIncrease] = []
     waiting = dict(plan.waiting)
     for increase in plan.increases:

@@ -469,7 +469,7 @@ def test_load_trace_reads_paths_in_the_user_format(shared_traces: Path) -> None:
 
 
 def test_load_trace_unknown_names(shared_traces: Path) -> None:
-    known = r"alibaba2019: no such trace: neither a known name \(alibaba2018, alibaba2023, burst, .*\) nor a file"
+    known = r"alibaba2019: no such trace: neither a known name \(alibaba2018, alibaba2023, .*burst, .*\) nor a file"
     with pytest.raises(TraceError, match=known):
         load_trace("alibaba2019")
     with pytest.raises(TraceError, match="missing.csv: cannot read the file"):

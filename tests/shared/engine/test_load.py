@@ -38,10 +38,12 @@ def farm(n: int, *, target: int | None = None, max_size: int = 10) -> tuple:  # 
 
 
 def plan(n: int, cpu: list[float] | None, *, backlog: int | None = None, rule: LoadRule = DEFAULT,
-         target: int | None = None, max_size: int = 10, last_up: timedelta | None = None):  # type: ignore[no-untyped-def]
+         target: int | None = None, max_size: int = 10, last_up: timedelta | None = None,
+         last_down: timedelta | None = None):  # type: ignore[no-untyped-def]
     g, nodes = farm(n, target=target, max_size=max_size)
     measured = None if cpu is None else {f"farm-{i}": c for i, c in enumerate(cpu)}
-    states = {g.id: GroupState(g.id, last_scale_up=T0 - last_up if last_up is not None else None)}
+    states = {g.id: GroupState(g.id, last_scale_up=T0 - last_up if last_up is not None else None,
+                               last_scale_down=T0 - last_down if last_down is not None else None)}
     return plan_load(snapshot(nodes=nodes, groups=[g]), rules={g.id: rule}, measured=measured, backlog=backlog,
                      states=states, now=T0, cooldown=timedelta(minutes=5))
 
@@ -61,6 +63,15 @@ def plan(n: int, cpu: list[float] | None, *, backlog: int | None = None, rule: L
     ("backlog larger than CPU asks", dict(n=2, cpu=[0.9, 0.9], backlog=20, rule=LoadRule(0.7, 4)), 5, None),
     ("CPU larger than backlog asks", dict(n=4, cpu=[1.0] * 4, backlog=4, rule=LoadRule(0.7, 4)), 6, None),
     ("a backlog is ignored by a group not sized by one", dict(n=1, cpu=[0.1], backlog=50), None, None),
+    # CPU cannot tell new work from the last frames of a draining farm: what vetoes it.
+    ("an idle node: the farm has room", dict(n=4, cpu=[1.0, 1.0, 1.0, 0.1]), None, "farm-3 is idle"),
+    ("an idle node was just removed", dict(n=3, cpu=[1.0] * 3, last_down=timedelta(minutes=2)), None,
+     "removed an idle node 120s ago"),
+    ("past that cooldown", dict(n=3, cpu=[1.0] * 3, last_down=timedelta(minutes=6)), 5, None),
+    ("an empty backlog: the busy nodes are finishing", dict(n=3, cpu=[1.0] * 3, backlog=0, rule=LoadRule(0.7, 4)),
+     None, "the backlog is empty"),
+    ("a backlog still grows a farm whose CPU is vetoed", dict(n=3, cpu=[1.0, 1.0, 0.1], backlog=20,
+                                                             rule=LoadRule(0.7, 4)), 5, None),
 ])
 def test_load_plan(case_id, kwargs, target, waiting) -> None:  # type: ignore[no-untyped-def]
     result = plan(**kwargs)
