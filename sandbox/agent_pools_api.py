@@ -38,6 +38,7 @@ from urllib.parse import quote, urlparse
 
 from sandbox import agent_pools
 from sandbox.compute import InstanceSim
+from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
 from sandbox.identity import TENANT_ID
 from sandbox.managed_cluster import ManagedCluster
@@ -235,15 +236,7 @@ def _operation_headers(world: World, request: Request, op: PoolOperation) -> dic
 
 
 def _page(items: list[dict[str, Any]], request: Request, page_size: int, api_version: str) -> dict[str, Any]:
-    try:
-        skip = int(request.query.get("$skiptoken", "0"))
-    except ValueError:
-        raise ArmError(400, "InvalidSkipToken", "The $skiptoken is invalid.") from None
-    body: dict[str, Any] = {"value": items[skip : skip + page_size]}
-    if skip + page_size < len(items):
-        base = f"https://{request.header('host', '127.0.0.1')}"
-        body["nextLink"] = f"{base}{request.path}?api-version={quote(api_version)}&$skiptoken={skip + page_size}"
-    return body
+    return arm_page(items, request, page_size=page_size, api_version=api_version)
 
 
 # ---------------------------------------------------------------------------- handlers

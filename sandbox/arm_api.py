@@ -62,6 +62,7 @@ from urllib.parse import quote
 
 from sandbox import agent_pools_api, flexible
 from sandbox.compute import InstanceSim, Operation, ScaleSetSim
+from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
 from sandbox.faults import Fault, default_scale_up_message
 from sandbox.identity import ARM, Verdict, quoted_list
@@ -489,15 +490,7 @@ def _operation_urls(world: World, request: Request, group: ScaleSetSim, op: Oper
 
 
 def _page(items: list[dict[str, Any]], request: Request, page_size: int, api_version: str) -> dict[str, Any]:
-    try:
-        skip = int(request.query.get("$skiptoken", "0"))
-    except ValueError:
-        raise ArmError(400, "InvalidSkipToken", "The $skiptoken is invalid.") from None
-    body: dict[str, Any] = {"value": items[skip : skip + page_size]}
-    if skip + page_size < len(items):
-        base = f"https://{request.header('host', '127.0.0.1')}"
-        body["nextLink"] = f"{base}{request.path}?api-version={quote(api_version)}&$skiptoken={skip + page_size}"
-    return body
+    return arm_page(items, request, page_size=page_size, api_version=api_version)
 
 
 # ---------------------------------------------------------------------------- handlers
@@ -624,8 +617,7 @@ def _list_vms(world: World, request: Request, params: dict[str, str], api_versio
     return json_response(200, _page(items, request, world.scenario.arm_page_size, api_version))
 
 
-def _get_vm(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
-    group = world.scale_set(params["sub"], params["rg"], params["vmss"])
+def _instance_or_404(world: World, group: ScaleSetSim, params: dict[str, str]) -> InstanceSim:
     inst = next((i for i in world.instances(group) if str(i.instance_id) == params["id"]), None)
     if inst is None:
         raise ArmError(
@@ -634,6 +626,12 @@ def _get_vm(world: World, request: Request, params: dict[str, str], api_version:
             f"The Resource 'Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{params['id']}' "
             f"under resource group '{params['rg']}' was not found.",
         )
+    return inst
+
+
+def _get_vm(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    group = world.scale_set(params["sub"], params["rg"], params["vmss"])
+    inst = _instance_or_404(world, group, params)
     return json_response(200, vm_json(world, group, inst, instance_view=_wants_instance_view(request)))
 
 
@@ -645,14 +643,7 @@ def _list_nics(world: World, request: Request, params: dict[str, str], api_versi
 
 def _list_vm_nics(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
-    inst = next((i for i in world.instances(group) if str(i.instance_id) == params["id"]), None)
-    if inst is None:
-        raise ArmError(
-            404,
-            "ResourceNotFound",
-            f"The Resource 'Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{params['id']}' "
-            f"under resource group '{params['rg']}' was not found.",
-        )
+    inst = _instance_or_404(world, group, params)
     return json_response(200, _page([nic_json(world, group, inst)], request, world.scenario.arm_page_size, api_version))
 
 

@@ -60,6 +60,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sandbox.compute import InstanceSim, Operation, ScaleSetSim
+from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
 from sandbox.units import rfc3339_micro
 from sandbox.wire import Request, Response, json_response
@@ -402,19 +403,7 @@ def nic_json(world: World, group: ScaleSetSim, inst: InstanceSim) -> dict[str, A
 
 
 def _page(world: World, items: list[dict[str, Any]], request: Request, api_version: str) -> dict[str, Any]:
-    """One page of a list; `nextLink` (used verbatim by the SDKs) keeps the request's other parameters."""
-    page_size = world.scenario.arm_page_size
-    try:
-        skip = int(request.query.get("$skiptoken", "0"))
-    except ValueError:
-        raise ArmError(400, "InvalidSkipToken", "The $skiptoken is invalid.") from None
-    body: dict[str, Any] = {"value": items[skip : skip + page_size]}
-    if skip + page_size < len(items):
-        kept = [(k, v) for k, v in request.query.items() if k not in ("api-version", "$skiptoken")]
-        pairs = [("api-version", api_version), *kept, ("$skiptoken", str(skip + page_size))]
-        query = "&".join(f"{quote(k, safe='$')}={quote(v, safe='')}" for k, v in pairs)
-        body["nextLink"] = f"https://{request.header('host', '127.0.0.1')}{quote(request.path)}?{query}"
-    return body
+    return arm_page(items, request, page_size=world.scenario.arm_page_size, api_version=api_version)
 
 
 def _accepted(world: World, request: Request, group: ScaleSetSim, op: Operation, api_version: str) -> Response:
