@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import urlparse
 
 from sandbox import agent_pools
 from sandbox.compute import InstanceSim
