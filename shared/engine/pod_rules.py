@@ -25,6 +25,9 @@ from shared.domain import Node, NodeSelectorTerm, Pod
 
 POD_SCALE_UP_DELAY_ANNOTATION = "cluster-autoscaler.kubernetes.io/pod-scale-up-delay"
 VIRTUAL_KUBELET_LABEL = ("type", "virtual-kubelet")  # the label virtual-kubelet nodes carry, and pods select
+# AKS Virtual Nodes v2 (the `Microsoft.virtualnodes` extension) labels its nodes so; whether they also carry
+# `type=virtual-kubelet` is not documented, so either label marks a virtual node.
+VIRTUAL_NODES_V2_LABEL = ("virtualization", "virtualnode2")
 VIRTUAL_KUBELET_TAINT_KEY = "virtual-kubelet.io/provider"
 DEFAULT_EXPENDABLE_PODS_PRIORITY_CUTOFF = -10
 
@@ -47,17 +50,20 @@ def is_expendable(pod: Pod, cutoff: int = DEFAULT_EXPENDABLE_PODS_PRIORITY_CUTOF
 
 
 def is_virtual_node(node: Node) -> bool:
-    """A virtual-kubelet node: CA leaves these out of scale-up, scale-down and cluster totals."""
-    return node.labels.get(VIRTUAL_KUBELET_LABEL[0]) == VIRTUAL_KUBELET_LABEL[1]
+    """A virtual-kubelet node (AKS virtual nodes v1 or v2, any virtual-kubelet provider), told by its labels or
+    its provider taint, never by its name: CA leaves these out of scale-up, scale-down and cluster totals."""
+    return (any(node.labels.get(key) == value for key, value in (VIRTUAL_KUBELET_LABEL, VIRTUAL_NODES_V2_LABEL))
+            or any(t.key == VIRTUAL_KUBELET_TAINT_KEY for t in node.taints))
 
 
 def virtual_node_reason(pod: Pod, virtual_nodes: Collection[str] = ()) -> str | None:
     """Why the pod is meant for a virtual node, or None when it is not."""
     if pod.node_name and pod.node_name in virtual_nodes:
         return f"bound to virtual node {pod.node_name}"
+    for key, value in (VIRTUAL_KUBELET_LABEL, VIRTUAL_NODES_V2_LABEL):
+        if pod.node_selector.get(key) == value:
+            return f"selects virtual nodes (nodeSelector {key}={value})"
     key, value = VIRTUAL_KUBELET_LABEL
-    if pod.node_selector.get(key) == value:
-        return f"selects virtual nodes (nodeSelector {key}={value})"
     if pod.node_affinity and all(_term_pins_virtual(term) for term in pod.node_affinity):
         return f"requires virtual nodes (node affinity {key} In [{value}])"
     # A pod tolerating the virtual-kubelet taint is written to run on a virtual node, which

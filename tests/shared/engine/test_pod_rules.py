@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from shared.domain import NodeSelectorTerm, Pod, SelectorRequirement, Toleration
+from shared.domain import NodeSelectorTerm, Pod, SelectorRequirement, Taint, Toleration
 from shared.engine.pod_rules import (
     POD_SCALE_UP_DELAY_ANNOTATION,
     PodRules,
@@ -45,6 +45,8 @@ CASES = [
     ("high priority is demand", pending(priority=1_000_000), PodRules(), (), None, None),
     ("selects virtual nodes", pending(selector={"type": "virtual-kubelet"}), PodRules(), (),
      "selects virtual nodes (nodeSelector type=virtual-kubelet)", None),
+    ("selects Virtual Nodes v2", pending(selector={"virtualization": "virtualnode2"}), PodRules(), (),
+     "selects virtual nodes (nodeSelector virtualization=virtualnode2)", None),
     ("requires virtual nodes by affinity", replace(pending(), node_affinity=(VK_TERM,)), PodRules(), (),
      "requires virtual nodes (node affinity type In [virtual-kubelet])", None),
     ("affinity allowing a VM pool too is demand", replace(pending(), node_affinity=(VK_TERM, VM_TERM)), PodRules(), (),
@@ -131,7 +133,14 @@ def test_format_duration(value: timedelta, text: str) -> None:
     assert format_duration(value) == text
 
 
-def test_is_virtual_node() -> None:
-    assert is_virtual_node(node("vk", labels={"type": "virtual-kubelet"}))
-    assert not is_virtual_node(node("n0"))
-    assert not is_virtual_node(node("n1", labels={"type": "batch"}))
+@pytest.mark.parametrize("labels,taints,virtual", [
+    ({"type": "virtual-kubelet"}, (), True),  # AKS virtual nodes v1 (the add-on), any virtual-kubelet
+    ({"virtualization": "virtualnode2"}, (), True),  # Virtual Nodes v2
+    ({}, (Taint("virtual-kubelet.io/provider", "azure", "NoSchedule"),), True),  # only its provider taint
+    ({}, (), False),
+    ({"type": "batch"}, (), False),
+    ({"virtualization": "kvm"}, (), False),
+])
+def test_is_virtual_node(labels: dict[str, str], taints: tuple[Taint, ...], virtual: bool) -> None:
+    # Never by name: a VM node may be called virtual-node-anything.
+    assert is_virtual_node(node("virtual-node-aci-linux", labels=labels, taints=taints)) is virtual
