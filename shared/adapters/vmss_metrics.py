@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -61,8 +62,9 @@ class VmssMetricUsage:
 
     name: Final = "vmss-metric"
 
-    def __init__(self, client: MonitorManagementClient) -> None:
+    def __init__(self, client: MonitorManagementClient, *, subscription_id: str = "") -> None:
         self._client = client
+        self._subscription_id = subscription_id
 
     @classmethod
     def from_settings(cls, settings: Settings, *, credential: TokenCredential | None = None) -> VmssMetricUsage:
@@ -74,7 +76,7 @@ class VmssMetricUsage:
         client = MonitorManagementClient(
             credential, settings.subscription_id, **arm_client_options(settings, retry_total=1, retry_backoff_max=2, timeout=60)
         )
-        return cls(client)
+        return cls(client, subscription_id=settings.subscription_id)
 
     def close(self) -> None:
         """Release the HTTP session."""
@@ -86,9 +88,14 @@ class VmssMetricUsage:
             ref = node.instance
             if ref is None:
                 continue
+            if not ref.subscription_id:  # mapped by hostname or IP: the app's own subscription
+                ref = replace(ref, subscription_id=self._subscription_id)
             key = (ref.subscription_id.lower(), ref.resource_group.lower(), ref.scale_set.lower())
             _, names = by_scale_set.setdefault(key, (ref, {}))
-            names[f"{ref.scale_set}_{ref.instance_id}".lower()] = node.name
+            # The metric's VMName: `<scale set>_<id>` for Uniform; a Flexible member's id is its VM name already.
+            vm_name = ref.instance_id if ref.instance_id.startswith(f"{ref.scale_set}_") else (
+                f"{ref.scale_set}_{ref.instance_id}")
+            names[vm_name.lower()] = node.name
             names.setdefault(node.name.lower(), node.name)
         found: dict[str, float] = {}
         failures: list[UsageUnavailable] = []

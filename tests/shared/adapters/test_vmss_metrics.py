@@ -158,3 +158,20 @@ def test_vm_names_match_the_instance_or_the_computer_name_and_averages_skip_empt
     assert kwargs == {"timespan": "2030-01-07T08:50:00Z/2030-01-07T09:00:00Z", "interval": "PT1M",
                       "metricnames": "Percentage CPU", "aggregation": "Average", "filter": "VMName eq '*'",
                       "top": MAX_SERIES}
+
+
+def test_nodes_mapped_by_hostname_or_ip_read_their_instance_in_the_app_s_subscription(
+    server: SandboxServer, nodes: list[Node], source: VmssMetricUsage
+) -> None:
+    """A k3s or kubeadm node's instance carries no subscription (its providerID names none): the app's is used."""
+    from dataclasses import replace as with_
+
+    from shared.domain import parse_provider_id
+
+    mapped = []
+    for node in nodes:
+        ref = node.instance
+        assert ref is not None
+        mapped.append(with_(node, provider_id="", mapped=True, mapped_to=with_(ref, subscription_id="")))
+    assert all(parse_provider_id(n.provider_id) is None for n in mapped)
+    assert source.get_node_cpu_usage(mapped, window=WINDOW, now=server.clock.now()) == pytest.approx(EXPECTED)
