@@ -228,8 +228,9 @@ def node_mapping_doc(snapshot: ClusterSnapshot) -> dict[str, Any]:
     doc: dict[str, Any] = {"mapped": dict(sorted(methods.items())),
                            "unmanaged": len(snapshot.unmapped) - ambiguous, "ambiguous": ambiguous}
     if snapshot.unmapped:
-        doc["notManaged"] = [{"node": name, "reason": snapshot.unmapped[name]}
-                             for name in sorted(snapshot.unmapped)[:MAX_LISTED_UNMANAGED]]
+        # Ambiguous nodes first: they are errors to fix; an unmanaged node may be meant to be (a k3s server).
+        order = sorted(snapshot.unmapped, key=lambda n: (not snapshot.unmapped[n].startswith("ambiguous"), n))
+        doc["notManaged"] = [{"node": name, "reason": snapshot.unmapped[name]} for name in order[:MAX_LISTED_UNMANAGED]]
     return doc
 
 

@@ -189,3 +189,24 @@ def test_deallocated_instances_are_capacity_but_not_expected_nodes_whether_or_no
     assert health["cloudProviderTarget"] == 4  # the scale set's capacity, as CA reports its target
     # The deallocated instance is not a node on its way, the fourth is (counted once, not twice, as it was).
     assert health["nodeCounts"]["unregistered"] == 1
+
+
+def test_node_mapping_and_refused_groups_are_shown_cluster_wide() -> None:
+    reasons = {f"stray-{i}": "no providerID; no instance has computer name; no instance has IP" for i in range(25)}
+    reasons["twin"] = "ambiguous: instances rg/a/1 and rg/b/1 both have computer name twin"
+    snapshot = replace(_snapshot(node("a0", group_name="pool-a")), mapped_by={"a0": "hostname", "a1": "ip"},
+                       unmapped=reasons, refused={"rg-aks/web": "the AKS cluster autoscaler is on for pool web"})
+    wide = build_status(snapshot, _inputs(), now=T0)["clusterWide"]
+    mapping = wide["nodeMapping"]
+    assert mapping["mapped"] == {"hostname": 1, "ip": 1}
+    assert (mapping["unmanaged"], mapping["ambiguous"]) == (25, 1)
+    # At most 20 named, ambiguous ones (errors to fix) first.
+    assert len(mapping["notManaged"]) == 20 and mapping["notManaged"][0] == {"node": "twin", "reason": reasons["twin"]}
+    assert wide["refusedNodeGroups"] == [{"name": "rg-aks/web", "reason": "the AKS cluster autoscaler is on for pool web"}]
+    assert yaml.safe_load(render_status(build_status(snapshot, _inputs(), now=T0)))["clusterWide"]["nodeMapping"]
+
+
+def test_a_cluster_of_provider_id_nodes_says_so_and_lists_nobody() -> None:
+    snapshot = replace(_snapshot(node("a0", group_name="pool-a")), mapped_by={"a0": "provider-id"})
+    mapping = build_status(snapshot, _inputs(), now=T0)["clusterWide"]["nodeMapping"]
+    assert mapping == {"mapped": {"provider-id": 1}, "unmanaged": 0, "ambiguous": 0}
