@@ -7,7 +7,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from shared.domain import ClusterSnapshot, DaemonSet, GroupState, Node, NodeGroup, NodeTemplate, Pod, VmSizeCapacity
+from shared.domain import (
+    AKS_AGENT_POOL,
+    ClusterSnapshot,
+    DaemonSet,
+    GroupState,
+    Node,
+    NodeGroup,
+    NodeTemplate,
+    Pod,
+    VmSizeCapacity,
+)
 from shared.engine.daemonsets import daemonsets_seen_by_group, unpredicted_daemonsets
 from shared.engine.node_mapping import AUTO, NodeMapping
 from shared.engine.templates import build_templates, groups_needing_vm_size
@@ -47,9 +57,23 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_map
         disruption_budgets=tuple(budgets),
         daemonsets=tuple(daemonsets),
         mapped_by={name: m.method for name, m in mapped.mapping.mapped.items()},
-        unmapped={u.node_name: u.reason for u in (*mapped.mapping.unmanaged, *mapped.mapping.ambiguous)},
+        unmapped=_with_refusals({u.node_name: u.reason for u in (*mapped.mapping.unmanaged, *mapped.mapping.ambiguous)},
+                                nodes, [g for g in listed if g.refused]),
         refused=refused,
     )
+
+
+_AKS_POOL_LABEL = "kubernetes.azure.com/agentpool"
+
+
+def _with_refusals(unmapped: dict[str, str], nodes: Sequence[Node], refused: Sequence[NodeGroup]) -> dict[str, str]:
+    """A node of a refused AKS pool (its `agentpool` label) is unmanaged because of the refusal: say that."""
+    pools = {g.name: g for g in refused if g.provider == AKS_AGENT_POOL}
+    for node in nodes:
+        pool = pools.get(node.labels.get(_AKS_POOL_LABEL, ""))
+        if pool is not None and node.name in unmapped:
+            unmapped[node.name] = f"in node group {pool.id}, which is refused: {pool.refused}"
+    return unmapped
 
 
 _reported: dict[str, str] = {}  # node -> the reason last logged, so a steady state is logged once per process

@@ -152,6 +152,9 @@ def test_plan_names_each_group_s_backend_and_each_node_s_mapping(
     for name, method in nodes.items():
         entry = report["nodes"][name]
         assert entry["mapping"] == (method or "none")
+    if scenario == "aks-pools":  # the refused pool's node says why it is left alone
+        assert "rg-aks/web, which is refused: the AKS cluster autoscaler is on" in (
+            report["nodes"]["aks-web-78511822-vmss000000"]["why"])
     if scenario == "flex-burst":  # every node is a member VM, by its plain-VM providerID
         assert {n["mapping"] for n in report["nodes"].values()} == {"provider-id"}
     _untouched(server)
