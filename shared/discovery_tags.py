@@ -14,6 +14,23 @@ ENABLED_TAG: Final = "cluster-autoscaler-enabled"
 NAME_TAG: Final = "cluster-autoscaler-name"
 MIN_TAG: Final = "min"
 MAX_TAG: Final = "max"
+# cluster-autoscaler's node-template tags: `<prefix><kind>_<encoded name>`, kind `label`, `taint` or `resources`.
+TEMPLATE_TAG_PREFIX: Final = "k8s.io_cluster-autoscaler_node-template_"
+
+
+def encode_tag_key(name: str) -> str:
+    """CA's tag-key encoding of a label or taint key: a literal '_' is written '~2', then '/' is written '_'."""
+    return name.replace("_", "~2").replace("/", "_")
+
+
+def decode_tag_key(key: str) -> str:
+    """CA's tag encoding: '_' stands for '/', and '~2' for a literal '_'."""
+    return key.replace("_", "/").replace("~2", "_")
+
+
+def template_tag(kind: str, name: str) -> str:
+    """The node-template tag naming `name` of `kind` (`label`, `taint`, `resources`)."""
+    return f"{TEMPLATE_TAG_PREFIX}{kind}_{encode_tag_key(name)}"
 
 
 def tag(tags: Mapping[str, str], name: str) -> str | None:

@@ -37,14 +37,6 @@ from shared.settings import Settings, parse_aks_cluster_id
 
 log = logging.getLogger(__name__)
 
-_TEMPLATE = "k8s.io_cluster-autoscaler_node-template_"
-
-
-def _template_key(kind: str, name: str) -> str:
-    # cluster-autoscaler's tag-key encoding: '_' is written '~2', then '/' is written '_'.
-    return f"{_TEMPLATE}{kind}_{name.replace('_', '~2').replace('/', '_')}"
-
-
 class AksAgentPools:
     """`shared.ports.NodeGroupProvider` of kind `aks-agentpool` (see the module docstring)."""
 
@@ -167,12 +159,12 @@ class AksAgentPools:
         labels = {"kubernetes.azure.com/agentpool": name, "agentpool": name,
                   "kubernetes.azure.com/mode": _text(getattr(pool, "mode", None)).lower() or "user",
                   **dict(getattr(pool, "node_labels", None) or {})}
-        tags = {_template_key("label", k): v for k, v in labels.items()}
+        tags = {discovery_tags.template_tag("label", k): v for k, v in labels.items()}
         for taint in getattr(pool, "node_taints", None) or ():
             head, _, effect = str(taint).rpartition(":")  # `key=value:Effect` or `key:Effect`
             key, _, value = head.partition("=")
             if key and effect:
-                tags[_template_key("taint", key)] = f"{value}:{effect}"
+                tags[discovery_tags.template_tag("taint", key)] = f"{value}:{effect}"
         return tags
 
     # -- instances ----------------------------------------------------------------------

@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 
+from shared.discovery_tags import TEMPLATE_TAG_PREFIX, decode_tag_key
 from shared.domain import (
     LABEL_AZURE_DISK_ZONE,
     LABEL_HOSTNAME,
@@ -57,7 +58,7 @@ from shared.domain import (
 from shared.engine.vm_sizes import NO_SIZES, allocatable_for_capacity, nvidia_gpus, vm_size_capacity
 from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
 
-TAG_PREFIX = "k8s.io_cluster-autoscaler_node-template_"
+TAG_PREFIX = TEMPLATE_TAG_PREFIX
 PLANNED_HOSTNAME = "(planned)"
 ZONE_LABELS = (LABEL_ZONE, LABEL_ZONE_LEGACY, LABEL_AZURE_DISK_ZONE)
 ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
@@ -65,11 +66,6 @@ ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
 _POOL_NAME_TAGS = ("aks-managed-poolName", "poolName")
 # Arm64 sizes have a "p" among the features after the vCPU count: Standard_D4ps_v5, Standard_E8pds_v5.
 _ARM64_SIZE = re.compile(r"^standard_[a-z]+\d+[a-z]*p[a-z]*_v\d+$", re.IGNORECASE)
-
-
-def decode_tag_key(key: str) -> str:
-    """CA's tag encoding: '_' stands for '/', and '~2' for a literal '_'."""
-    return key.replace("_", "/").replace("~2", "_")
 
 
 def zone_label_value(location: str, zone: str) -> str:
