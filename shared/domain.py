@@ -695,6 +695,7 @@ class ClusterSnapshot:
     # and node -> why none was (unmanaged or ambiguous); such nodes carry no instance and are never touched.
     mapped_by: Mapping[str, str] = field(default_factory=dict)
     unmapped: Mapping[str, str] = field(default_factory=dict)
+    ambiguous: frozenset[str] = frozenset()  # of `unmapped`, the nodes with more than one candidate instance
     # Groups marked for the autoscaler that it refuses to act on (NodeGroup.refused), by id: not in `groups`.
     refused: Mapping[str, str] = field(default_factory=dict)
 

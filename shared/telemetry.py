@@ -285,8 +285,8 @@ def record_pending_poll(snapshot: ClusterSnapshot, states: Mapping[str, GroupSta
     by_method = {"provider-id": 0, "hostname": 0, "ip": 0, "unmanaged": 0, "ambiguous": 0}
     for method in snapshot.mapped_by.values():
         by_method[method] = by_method.get(method, 0) + 1
-    for reason in snapshot.unmapped.values():
-        by_method["ambiguous" if reason.startswith("ambiguous") else "unmanaged"] += 1
+    by_method["ambiguous"] = len(snapshot.ambiguous)
+    by_method["unmanaged"] = len(snapshot.unmapped) - len(snapshot.ambiguous)
     for method, count in by_method.items():
         _set(_OURS + "nodes_by_mapping_count", count, method=method)
 

@@ -218,18 +218,17 @@ MAX_LISTED_UNMANAGED = 20
 def node_mapping_doc(snapshot: ClusterSnapshot) -> dict[str, Any]:
     """How the poll mapped nodes to instances: nodes per method, and the nodes left alone with why.
 
-    Not in CA's layout (CA maps by providerID only); readers of CA's status ignore it. A node is
-    ambiguous when its reason says so (engine.node_mapping writes them "ambiguous: ...").
+    Not in CA's layout (CA maps by providerID only); readers of CA's status ignore it.
     """
     methods: dict[str, int] = {}
     for method in snapshot.mapped_by.values():
         methods[method] = methods.get(method, 0) + 1
-    ambiguous = sum(1 for reason in snapshot.unmapped.values() if reason.startswith("ambiguous"))
+    ambiguous = len(snapshot.ambiguous)
     doc: dict[str, Any] = {"mapped": dict(sorted(methods.items())),
                            "unmanaged": len(snapshot.unmapped) - ambiguous, "ambiguous": ambiguous}
     if snapshot.unmapped:
         # Ambiguous nodes first: they are errors to fix; an unmanaged node may be meant to be (a k3s server).
-        order = sorted(snapshot.unmapped, key=lambda n: (not snapshot.unmapped[n].startswith("ambiguous"), n))
+        order = sorted(snapshot.unmapped, key=lambda n: (n not in snapshot.ambiguous, n))
         doc["notManaged"] = [{"node": name, "reason": snapshot.unmapped[name]} for name in order[:MAX_LISTED_UNMANAGED]]
     return doc
 

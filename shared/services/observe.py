@@ -59,6 +59,7 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_map
         mapped_by={name: m.method for name, m in mapped.mapping.mapped.items()},
         unmapped=_with_refusals({u.node_name: u.reason for u in (*mapped.mapping.unmanaged, *mapped.mapping.ambiguous)},
                                 nodes, [g for g in listed if g.refused]),
+        ambiguous=frozenset(u.node_name for u in mapped.mapping.ambiguous),
         refused=refused,
     )
 

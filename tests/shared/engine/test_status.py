@@ -195,7 +195,8 @@ def test_node_mapping_and_refused_groups_are_shown_cluster_wide() -> None:
     reasons = {f"stray-{i}": "no providerID; no instance has computer name; no instance has IP" for i in range(25)}
     reasons["twin"] = "ambiguous: instances rg/a/1 and rg/b/1 both have computer name twin"
     snapshot = replace(_snapshot(node("a0", group_name="pool-a")), mapped_by={"a0": "hostname", "a1": "ip"},
-                       unmapped=reasons, refused={"rg-aks/web": "the AKS cluster autoscaler is on for pool web"})
+                       unmapped=reasons, ambiguous=frozenset({"twin"}),
+                       refused={"rg-aks/web": "the AKS cluster autoscaler is on for pool web"})
     wide = build_status(snapshot, _inputs(), now=T0)["clusterWide"]
     mapping = wide["nodeMapping"]
     assert mapping["mapped"] == {"hostname": 1, "ip": 1}
