@@ -15,6 +15,7 @@ from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.limits import allowed_target
 from shared.engine.load import LoadIncrease, LoadPlan, LoadRule, load_rules, plan_load
 from shared.ports import Ports, UsageUnavailable
+from shared.services.observe import measured_cpu
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,12 +61,7 @@ def _measured(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, rules
     nodes = [n for n in snapshot.nodes if (ref := n.instance) is not None and ref.group_id in rules]
     if not nodes:
         return {}
-    try:
-        return dict(ports.usage.get_node_cpu_usage(nodes, window=settings.usage_window, now=now))
-    except UsageUnavailable as exc:
-        log.warning("measured usage unavailable (source=%s): load-driven groups follow their backlog alone: %s",
-                    ports.usage.name, exc)
-        return None
+    return measured_cpu(ports, settings, nodes, now=now, without="load-driven groups follow their backlog alone")
 
 
 def _backlog(ports: Ports) -> int | None:

@@ -21,8 +21,9 @@ from shared.domain import (
 from shared.engine.daemonsets import daemonsets_seen_by_group, unpredicted_daemonsets
 from shared.engine.node_mapping import AUTO, NodeMapping
 from shared.engine.templates import build_templates, groups_needing_vm_size
-from shared.ports import ComputeError, NodeGroupProvider, Ports
+from shared.ports import ComputeError, NodeGroupProvider, Ports, UsageUnavailable
 from shared.services.mapping import map_cluster
+from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,21 @@ def scale_from_zero_sizes(
                     group.id, size.name, location, size.restriction,
                 )
     return sizes
+
+
+def measured_cpu(ports: Ports, settings: Settings, nodes: Sequence[Node], *, now: datetime,
+                 without: str = "scale-down decides by requests alone") -> dict[str, float] | None:
+    """Measured CPU of these nodes from USAGE_SOURCE, or None when off or unavailable (`without` says what
+    the caller does then, in the warning)."""
+    if ports.usage is None:
+        return None
+    try:
+        return dict(ports.usage.get_node_cpu_usage(nodes, window=settings.usage_window, now=now))
+    except UsageUnavailable as exc:
+        # A second opinion, never a requirement: say so, in a line operators can alert on.
+        log.warning("measured usage unavailable (source=%s): %s: %s", ports.usage.name, without, exc,
+                    extra={"usage_source": ports.usage.name, "usage_available": False})
+        return None
 
 
 def running_sizes(snapshot: ClusterSnapshot, states: Mapping[str, GroupState]) -> ClusterSnapshot:

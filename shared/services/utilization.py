@@ -19,8 +19,8 @@ from shared.engine.backoff import backoff_reason
 from shared.engine.scale_down import Removal, ScaleDownPlan, plan_scale_down
 from shared.engine.scale_up import pending_pods
 from shared.options import scale_down_options
-from shared.ports import Ports, UsageUnavailable
-from shared.services.observe import observe_or_skip, running_sizes
+from shared.ports import Ports
+from shared.services.observe import measured_cpu, observe_or_skip, running_sizes
 from shared.services.plan_lease import plan_lease
 from shared.services.rounds import request_round
 from shared.services.pending import pending_placements
@@ -35,19 +35,6 @@ log = logging.getLogger(__name__)
 class UtilizationPollResult:
     plan: ScaleDownPlan
     enqueued: tuple[str, ...]
-
-
-def measured_cpu(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *, now: datetime) -> dict[str, float] | None:
-    """Measured CPU per node from USAGE_SOURCE, or None (requests alone decide) when off or unavailable."""
-    if ports.usage is None:
-        return None
-    try:
-        return dict(ports.usage.get_node_cpu_usage(snapshot.nodes, window=settings.usage_window, now=now))
-    except UsageUnavailable as exc:
-        # A second opinion, never a requirement: say so, in a line operators can alert on.
-        log.warning("measured usage unavailable (source=%s): scale-down decides by requests alone: %s",
-                    ports.usage.name, exc, extra={"usage_source": ports.usage.name, "usage_available": False})
-        return None
 
 
 def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
@@ -73,7 +60,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     snapshot = running_sizes(snapshot, group_states)
     plan = plan_scale_down(
         snapshot, unneeded_since=previous, group_states=group_states, now=now, options=scale_down_options(settings),
-        measured_cpu=measured_cpu(ports, settings, snapshot, now=now),
+        measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
         pending_placements=pending_placements(snapshot, group_states, settings, now=now),
     )
     for node, since in plan.unneeded.items():
