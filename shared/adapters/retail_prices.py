@@ -171,11 +171,13 @@ class RetailPrices:
                 url = self._next_page(body.get("NextPageLink"))
         except (AzureError, ValueError, AttributeError) as exc:  # ValueError/AttributeError: not the JSON we expect
             log.warning("%s: %s; keeping cached prices, next try in %gs", what, exc, self._retry)
-            for size in sizes:
-                old = self._cache.get((location, size.lower(), spot))
-                self._cache[(location, size.lower(), spot)] = _Entry(old.price if old else None, now + self._retry)
-            return {s.lower(): old.price for s in sizes
-                    if (old := self._cache.get((location, s.lower(), spot))) is not None and old.price is not None}
+            stale = {}
+            for size in (s.lower() for s in sizes):
+                old = self._cache.get((location, size, spot))
+                self._cache[(location, size, spot)] = _Entry(old.price if old else None, now + self._retry)
+                if old is not None and old.price is not None:
+                    stale[size] = old.price
+            return stale
         found = pick_prices(items, spot=spot)
         for size in sizes:
             self._cache[(location, size.lower(), spot)] = _Entry(found.get(size.lower()), now + self._ttl)
