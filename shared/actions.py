@@ -39,8 +39,10 @@ MAX_LENGTHS = {
 # a step that must wait re-enqueues the same action at the same or next step.
 SCALE_UP_STEPS = ("resize", "confirm")
 SCALE_DOWN_STEPS = ("cordon", "drain", "delete", "confirm")
+BACKFILL_STEPS = ("evict",)
 
-Kind = Literal["scale_up", "scale_down"]
+Kind = Literal["scale_up", "scale_down", "backfill"]
+KINDS = ("scale_up", "scale_down", "backfill")
 # Not an action: a request to plan the scale-down again soon (`ScaleDownRound`).
 ROUND_KIND = "scale_down_round"
 
@@ -136,8 +138,27 @@ class ScaleDown(_Action):
         return tuple(t.node for t in self.targets)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backfill(_Action):
+    """Move one pod off a virtual node: evict it, so that the scheduler, preferring VMs, places its replacement
+    on the VM room the poll found. `group` is the virtual node's name; `to` is informational (the executor
+    checks VM room afresh before it evicts)."""
+
+    kind: ClassVar[Literal["backfill"]] = "backfill"
+    STEPS: ClassVar[tuple[str, ...]] = BACKFILL_STEPS
+
+    namespace: str
+    pod: str
+    uid: str
+    to: str = ""
+
+    @property
+    def pod_key(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
 # A scale action is one of the kinds, told apart by type (and by `kind` on the wire).
-ScaleAction = ScaleUp | ScaleDown
+ScaleAction = ScaleUp | ScaleDown | Backfill
 
 
 def new_scale_up(
@@ -158,6 +179,15 @@ def new_scale_up(
 
 
 _ID_TIME = "%Y%m%dT%H%M%SZ"
+
+
+def new_backfill(*, node: str, namespace: str, pod: str, uid: str, to: str, now: datetime, ttl: timedelta,
+                 reason: str = "", traceparent: str = "", tracestate: str = "") -> Backfill:
+    return Backfill(
+        id=f"backfill:{namespace}/{pod}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}",
+        group=node, created_at=now, expires_at=now + ttl, step=BACKFILL_STEPS[0], reason=reason,
+        namespace=namespace, pod=pod, uid=uid, to=to, traceparent=traceparent, tracestate=tracestate,
+    )
 
 
 def scale_down_id(nodes: Sequence[str], *, now: datetime) -> str:
@@ -222,7 +252,7 @@ def new_scale_down_round(*, now: datetime, ttl: timedelta) -> ScaleDownRound:
 
 
 def encode_message(message: ScaleAction | ScaleDownRound) -> str:
-    if isinstance(message, (ScaleUp, ScaleDown)):
+    if isinstance(message, (ScaleUp, ScaleDown, Backfill)):
         return encode_action(message)
     body = {"version": SCHEMA_VERSION, "kind": ROUND_KIND, "id": message.id,
             "created_at": _iso(message.created_at), "expires_at": _iso(message.expires_at)}
@@ -267,7 +297,11 @@ def encode_action(action: ScaleAction) -> str:
         body["traceparent"] = action.traceparent
         if action.tracestate:
             body["tracestate"] = action.tracestate
-    if isinstance(action, ScaleUp):
+    if isinstance(action, Backfill):
+        body["pod"] = {"namespace": action.namespace, "name": action.pod, "uid": action.uid}
+        if action.to:
+            body["to"] = action.to
+    elif isinstance(action, ScaleUp):
         body["target_size"] = action.target_size
         if action.from_size is not None:
             body["from_size"] = action.from_size
@@ -313,8 +347,10 @@ def _action_of(body: dict[str, Any]) -> ScaleAction:
         raise InvalidAction(f"unknown schema version {version!r} (this executor reads "
                             f"{', '.join(map(str, READABLE_VERSIONS))})")
     kind = body.get("kind")
-    if kind not in ("scale_up", "scale_down"):
-        raise InvalidAction(f"unknown kind {kind!r} (expected 'scale_up' or 'scale_down')")
+    if kind not in KINDS:
+        raise InvalidAction(f"unknown kind {kind!r} (expected one of {', '.join(map(repr, KINDS))})")
+    if kind == "backfill":
+        return _backfill_of(body)
     steps = SCALE_UP_STEPS if kind == "scale_up" else SCALE_DOWN_STEPS
     required = ["id", "group", "step", "created_at", "expires_at"]
     if kind == "scale_up":
@@ -370,6 +406,52 @@ def _action_of(body: dict[str, Any]) -> ScaleAction:
     assert target_size is not None
     return ScaleUp(target_size=target_size, from_size=from_size, resized_to=resized_to, starting=tuple(starting),
                    **common)
+
+
+_BACKFILL_FIELDS = {"version", "kind", "id", "group", "step", "created_at", "expires_at", "reason", "attempt",
+                    "step_started_at", "traceparent", "tracestate", "pod", "to"}
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def _backfill_of(body: dict[str, Any]) -> Backfill:
+    """A backfill message (version 3 only: the kind came with it)."""
+    if body.get("version") != 3:
+        raise InvalidAction("a backfill is a version 3 message")
+    extra = sorted(set(body) - _BACKFILL_FIELDS)
+    if extra:
+        raise InvalidAction(f"a backfill has no field(s) {', '.join(extra)}")
+    missing = [name for name in ("id", "group", "step", "created_at", "expires_at", "pod") if body.get(name) in (None, "")]
+    if missing:
+        raise InvalidAction(f"missing field(s): {', '.join(missing)}")
+    for name in ("id", "group", "step", "reason", "to"):
+        if name in body and not isinstance(body[name], str):
+            raise InvalidAction(f"field {name!r} must be a string")
+    _check_length("id", body["id"], MAX_LENGTHS["id"])
+    _check_length("group", body["group"], MAX_LENGTHS["node"])
+    _check_length("reason", body.get("reason", ""), MAX_LENGTHS["reason"])
+    _check_length("to", body.get("to", ""), MAX_LENGTHS["node"])
+    if body["step"] not in BACKFILL_STEPS:
+        raise InvalidAction(f"unknown step {body['step']!r} for backfill (expected one of {', '.join(BACKFILL_STEPS)})")
+    pod = body["pod"]
+    if not isinstance(pod, dict) or set(pod) != {"namespace", "name", "uid"}:
+        raise InvalidAction("pod must be an object with exactly 'namespace', 'name' and 'uid'")
+    if not all(isinstance(pod[k], str) and pod[k] for k in pod):
+        raise InvalidAction("pod: 'namespace', 'name' and 'uid' must be non-empty strings")
+    for part in ("namespace", "name"):
+        if not _DNS_SUBDOMAIN.match(pod[part]):
+            raise InvalidAction(f"pod.{part} {pod[part][:80]!r} is not a Kubernetes name")
+    _check_length("pod.uid", pod["uid"], 64)
+    created_at, expires_at = _parse_time(body, "created_at"), _parse_time(body, "expires_at")
+    if expires_at < created_at:
+        raise InvalidAction("expires_at is before created_at")
+    attempt = body.get("attempt", 0)
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+        raise InvalidAction(f"attempt must be a non-negative integer, got {attempt!r}")
+    step_started_at = _parse_time(body, "step_started_at") if body.get("step_started_at") is not None else None
+    return Backfill(id=body["id"], group=body["group"], created_at=created_at, expires_at=expires_at,
+                    step=body["step"], reason=body.get("reason", ""), attempt=attempt,
+                    step_started_at=step_started_at, namespace=pod["namespace"], pod=pod["name"], uid=pod["uid"],
+                    to=body.get("to", ""), **_trace_context(body))
 
 
 # Informational fields (telemetry only) are never a reason to reject an action: malformed, they are dropped.

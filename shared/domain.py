@@ -30,6 +30,9 @@ DELETION_CANDIDATE_TAINT = "DeletionCandidateOfClusterAutoscaler"
 UNIFORM_SCALE_SET = "vmss-uniform"
 FLEXIBLE_SCALE_SET = "vmss-flexible"
 AKS_AGENT_POOL = "aks-agentpool"
+# Virtual nodes (virtual-kubelet, e.g. AKS virtual nodes on Azure Container Instances) form a group kind of
+# their own: observed and reported, never scaled, drained or deleted (engine.virtual_nodes).
+VIRTUAL_NODE = "virtual-node"
 
 # Well-known node labels the engine reasons about (kubelet and cloud-provider conventions).
 LABEL_HOSTNAME = "kubernetes.io/hostname"
@@ -453,6 +456,12 @@ class Pod:
     started_at: datetime | None = None  # status.startTime
     active_deadline_seconds: int | None = None  # spec.activeDeadlineSeconds: the pod is killed after this
     termination_grace_seconds: int | None = None  # spec.terminationGracePeriodSeconds (the API defaults it to 30)
+    status_reason: str = ""  # status.reason: e.g. `ProviderFailed`, set by virtual-kubelet when ACI refused the pod
+    status_message: str = ""  # status.message: the provider's words
+    # What the pod asks of its host that not every runtime offers (a virtual node on ACI does not), in the
+    # vocabulary of `engine.virtual_nodes.aci_unsupported`: host-network, host-pid, host-ipc, privileged,
+    # init-containers, volume:<kind>:<name> for each volume.
+    runtime_features: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

@@ -15,6 +15,7 @@ from shared.engine.pod_rules import PodRules
 from shared.engine.scale_down import ScaleDownOptions
 from shared.engine.scale_up import ScaleUpOptions
 from shared.engine.utilization import UtilizationRules
+from shared.engine.virtual_nodes import AciLimits, AciPrices, VirtualNodeOptions
 from shared.settings import Settings
 
 
@@ -65,4 +66,22 @@ def drain_rules(settings: Settings) -> DrainRules:
         skip_local_storage=settings.skip_nodes_with_local_storage,
         skip_custom_controllers=settings.skip_nodes_with_custom_controller_pods,
         expendable_priority_cutoff=settings.expendable_pods_priority_cutoff,
+    )
+
+
+def virtual_node_options(settings: Settings) -> VirtualNodeOptions:
+    """What the virtual-node planner knows of ACI's limits and prices, and what it may move."""
+    return VirtualNodeOptions(
+        limits=AciLimits(settings.aci_quota_cores, settings.aci_creates_per_5min, settings.aci_creates_per_hour),
+        prices=AciPrices(settings.aci_price_vcpu_second, settings.aci_price_gb_second),
+        backfill=settings.virtual_node_backfill,
+        backfill_selector=settings.virtual_node_backfill_selector,
+        backfill_namespaces=frozenset(settings.virtual_node_backfill_namespaces),
+        batch_selector=settings.batch_pod_selector,
+        max_backfill_per_poll=settings.virtual_node_max_backfill_per_poll,
+        close_at=settings.virtual_node_close_at,
+        reopen_at=settings.virtual_node_reopen_at,
+        gate=settings.virtual_node_gating,
+        expected_runtime=settings.virtual_node_expected_runtime,
+        min_remaining=settings.virtual_node_min_remaining,
     )

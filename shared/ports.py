@@ -47,6 +47,14 @@ class Cluster(Protocol):
 
     def get_node(self, name: str) -> Node | None: ...
 
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        """The pod, finished or not; None when it does not exist."""
+        ...
+
+    def annotate_pod(self, namespace: str, name: str, *, annotations: Mapping[str, str | None]) -> None:
+        """Merge these annotations into the pod's (None removes one); a no-op on a missing pod."""
+        ...
+
     def list_pods_on_node(self, node_name: str) -> list[Pod]: ...
 
     def get_config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:

@@ -117,6 +117,18 @@ def _csv(text: str) -> tuple[str, ...]:
     return items
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _namespaces(text: str) -> tuple[str, ...]:
+    """Namespace names, comma-separated; may be empty."""
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    bad = [n for n in names if not _DNS_LABEL.match(n)]
+    if bad:
+        raise ValueError(f"not a namespace name: {bad[0]!r} (lower-case letters, digits and '-', at most 63)")
+    return names
+
+
 def _labels(text: str) -> tuple[str, ...]:
     """Label keys, comma-separated; may be empty."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
@@ -204,6 +216,16 @@ def _fraction(text: str, *, zero_ok: bool = False) -> float:
 def _threshold(text: str) -> float:
     """A utilisation threshold, 0 to 1 as cluster-autoscaler's: 0 makes no node a scale-down candidate."""
     return _fraction(text, zero_ok=True)
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"not a number: {text!r} (USD, e.g. 0.0000135)") from None
+    if not 0 <= value < 1e6 or value != value:
+        raise ValueError(f"must be a price in USD, 0 or more, got {text!r}")
+    return value
 
 
 def _usage_window(text: str) -> timedelta:
@@ -529,6 +551,40 @@ SPECS: tuple[Spec, ...] = (
     Spec("LOAD_BACKLOG_PER_NODE", "load_backlog_per_node", "0", _int_at_least(0),
          "Queue messages one node of a load-driven group takes on (`0`: the backlog sizes no group); the tag "
          "`autoscaler-load-backlog-per-node` overrides it per group."),
+    Spec("VIRTUAL_NODE_BACKFILL", "virtual_node_backfill", "true", _bool,
+         "Move long-running pods that overflowed onto a virtual node (ACI) back onto scale-set VMs once VM room "
+         "is Ready, when that pays (see docs/virtual-nodes.md); the scale sets grow for them meanwhile. Job pods "
+         "and `BATCH_POD_SELECTOR` pods are never moved. `false`: pods stay where the scheduler put them."),
+    Spec("VIRTUAL_NODE_BACKFILL_NAMESPACES", "virtual_node_backfill_namespaces", "", _namespaces,
+         "Only pods of these namespaces (comma-separated) are moved off virtual nodes; empty: every namespace."),
+    Spec("VIRTUAL_NODE_BACKFILL_SELECTOR", "virtual_node_backfill_selector", "", _label_selector,
+         "Only pods this label selector (as in `kubectl -l`) selects are moved off virtual nodes; empty: every pod."),
+    Spec("VIRTUAL_NODE_MAX_BACKFILL_PER_POLL", "virtual_node_max_backfill_per_poll", "10", _int_at_least(0),
+         "Most pods one pending-pods poll moves off virtual nodes (each within its PodDisruptionBudget)."),
+    Spec("VIRTUAL_NODE_EXPECTED_RUNTIME", "virtual_node_expected_runtime", "1h", _positive_duration,
+         "How much longer a pod without `activeDeadlineSeconds` is expected to run: what moving it off ACI saves "
+         "is reckoned over this."),
+    Spec("VIRTUAL_NODE_MIN_REMAINING", "virtual_node_min_remaining", "5m", _nonnegative_duration,
+         "A pod expected to finish within this long stays on ACI: a VM for it would boot for minutes."),
+    Spec("VIRTUAL_NODE_GATING", "virtual_node_gating", "true", _bool,
+         "Taint virtual nodes `vmss-autoscaler.io/virtual-node-full=true:NoSchedule` while ACI's quota or "
+         "creation rate is nearly used, so overflow stays pending and the scale sets grow instead of ACI "
+         "refusing pods; the taint is lifted when room returns."),
+    Spec("VIRTUAL_NODE_CLOSE_AT", "virtual_node_close_at", "0.9", _fraction,
+         "Fraction of an ACI limit (`ACI_QUOTA_CORES`, `ACI_CREATES_PER_5MIN`, `ACI_CREATES_PER_HOUR`) in use at "
+         "which virtual nodes are closed."),
+    Spec("VIRTUAL_NODE_REOPEN_AT", "virtual_node_reopen_at", "0.75", _fraction,
+         "Closed virtual nodes open again when every ACI limit is used below this fraction."),
+    Spec("ACI_QUOTA_CORES", "aci_quota_cores", "100", _int_at_least(0),
+         "The subscription's Azure Container Instances standard-core quota in the cluster's region (default 100)."),
+    Spec("ACI_CREATES_PER_5MIN", "aci_creates_per_5min", "100", _int_at_least(0),
+         "ACI container groups the subscription may create per 5 minutes in the region (default 100)."),
+    Spec("ACI_CREATES_PER_HOUR", "aci_creates_per_hour", "300", _int_at_least(0),
+         "ACI container groups the subscription may create per hour in the region (default 300)."),
+    Spec("ACI_PRICE_VCPU_SECOND", "aci_price_vcpu_second", "0.0000135", _price,
+         "ACI Linux price per vCPU-second, USD (no verified public figure: set your region's)."),
+    Spec("ACI_PRICE_GB_SECOND", "aci_price_gb_second", "0.0000015", _price,
+         "ACI Linux price per GB-second of memory, USD."),
     Spec("USAGE_WINDOW", "usage_window", "10m", _usage_window,
          "Measured usage is averaged over this long, back from now; at least `1m`."),
     Spec("LOG_ANALYTICS_WORKSPACE_ID", "log_analytics_workspace_id", "", _workspace_id,
@@ -642,6 +698,20 @@ class Settings:
     scale_down_round_interval: timedelta
     usage_source: str  # none | log-analytics | vmss-metric
     scale_down_measured_cpu_threshold: float  # fraction of a node's CPU capacity
+    virtual_node_backfill: bool
+    virtual_node_backfill_namespaces: tuple[str, ...]
+    virtual_node_backfill_selector: LabelSelector | None
+    virtual_node_max_backfill_per_poll: int
+    virtual_node_expected_runtime: timedelta
+    virtual_node_min_remaining: timedelta
+    virtual_node_gating: bool
+    virtual_node_close_at: float
+    virtual_node_reopen_at: float
+    aci_quota_cores: int
+    aci_creates_per_5min: int
+    aci_creates_per_hour: int
+    aci_price_vcpu_second: float
+    aci_price_gb_second: float
     usage_window: timedelta
     load_driven_groups: tuple[str, ...]
     load_scale_up_cpu: float  # fraction
@@ -721,6 +791,10 @@ def load_settings(env: Mapping[str, str], *, file_exists: Callable[[str], bool] 
     # == "": a malformed workspace id is already reported above.
     if values.get("usage_source") == "log-analytics" and values.get("log_analytics_workspace_id") == "":
         problems.append("LOG_ANALYTICS_WORKSPACE_ID: required when USAGE_SOURCE=log-analytics")
+    if ("virtual_node_close_at" in values and "virtual_node_reopen_at" in values
+            and values["virtual_node_reopen_at"] >= values["virtual_node_close_at"]):
+        problems.append(f"VIRTUAL_NODE_REOPEN_AT: must be below VIRTUAL_NODE_CLOSE_AT "
+                        f"({values['virtual_node_reopen_at']} >= {values['virtual_node_close_at']})")
     if file_exists is not None:
         for name, attr in FILE_SETTINGS:
             path = values.get(attr)

@@ -108,6 +108,20 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
     MetricSpec(_OURS + "nodes_by_mapping_count", "gauge", ("method",), "{node}",
                "Nodes by how they were matched to an instance (provider-id, hostname, ip), and those left alone "
                "(unmanaged: no instance of a discovered group; ambiguous: more than one)."),
+    MetricSpec(_OURS + "aci_pods", "gauge", (), "{pod}",
+               "Pods holding an Azure Container Instances container group on the virtual nodes, as of the last pending poll."),
+    MetricSpec(_OURS + "aci_cores", "gauge", (), "{core}", "ACI cores those pods request."),
+    MetricSpec(_OURS + "aci_core_quota", "gauge", (), "{core}", "ACI_QUOTA_CORES: the regional core quota gated on."),
+    MetricSpec(_OURS + "aci_refused_pods", "gauge", (), "{pod}",
+               "Pods ACI refused (status reason ProviderFailed) still bound to a virtual node."),
+    MetricSpec(_OURS + "virtual_node_closed", "gauge", (), "1",
+               "1 while the virtual nodes carry our quota taint (ACI nearly full), 0 otherwise."),
+    MetricSpec(_OURS + "aci_core_seconds_total", "counter", (), "{core}.s",
+               "ACI core-seconds, reckoned from the cores in use at each pending poll times the time since the last."),
+    MetricSpec(_OURS + "aci_estimated_cost_usd_total", "counter", (), "USD",
+               "Estimated ACI cost from the same reckoning, at ACI_PRICE_VCPU_SECOND and ACI_PRICE_GB_SECOND."),
+    MetricSpec(_OURS + "backfilled_pods_total", "counter", ("refused_by_aci",), "{pod}",
+               "Pods moved off virtual nodes onto VM room (`refused_by_aci`: true for pods ACI had refused)."),
     MetricSpec(_OURS + "last_success", "gauge", ("activity",), "s",
                "Unix time of the last scale-up (scaleUp) and scale-down (scaleDown) action that succeeded."),
     MetricSpec(_OURS + "function_duration_seconds", "histogram", ("function",), "s",
@@ -127,6 +141,7 @@ REJECTED_DIMENSIONS = ("action_id", "reason", "outcome", "detail", "error_code",
 EVENTS: Mapping[str, tuple[str, ...]] = {
     "ScaleUp": ACTION_DIMENSIONS,
     "ScaleDown": ACTION_DIMENSIONS,
+    "Backfill": ACTION_DIMENSIONS,  # a pod moved off a virtual node (`group` is the virtual node)
     "ScaleActionRejected": REJECTED_DIMENSIONS,
 }
 # Flat dimensions some log records carry (the `traces` table): a kept node and its reason code, the usage source.
@@ -375,9 +390,10 @@ def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetim
         "decided_at": action.created_at.isoformat(),
         "seconds_since_decided": round((now - action.created_at).total_seconds(), 3),
     }
-    name = "ScaleUp" if scale_up else "ScaleDown"
+    name = "ScaleUp" if scale_up else "ScaleDown" if isinstance(action, ScaleDown) else "Backfill"
     target = f"{action.group} {dimensions['old_size']} -> {dimensions['new_size']}" if scale_up else (
-        f"{action.group} node(s) {dimensions['node']}")
+        f"{action.group} node(s) {dimensions['node']}" if isinstance(action, ScaleDown) else
+        f"pod {getattr(action, 'pod_key', '')} off {action.group}")
     _event(name, f"{name} {target}: {outcome}{f' ({error_code})' if error_code else ''}", dimensions)
     trace.get_current_span().set_attribute("autoscaler.outcome", outcome)
     if isinstance(action, ScaleUp) and outcome == "succeeded":
@@ -392,6 +408,28 @@ def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetim
         _add(_CA + "scaled_down_nodes_total", len(action.nodes), node_group=action.group,
              reason=scale_down_reason(action))
         _set(_OURS + "last_success", now.timestamp(), activity="scaleDown")
+
+
+@_never_raises
+def pod_backfilled(*, failed: bool) -> None:
+    """A pod was moved off a virtual node (`failed`: one ACI had refused)."""
+    _add(_OURS + "backfilled_pods_total", 1, refused_by_aci="true" if failed else "false")
+
+
+@_never_raises
+def record_virtual_nodes(*, pods: int, cores: float, quota: int, failed: int, closed: bool, core_seconds: float,
+                         cost_usd: float) -> None:
+    """One pending poll's view of the virtual nodes: ACI pods and cores (gauges), and the core-seconds and
+    estimated cost of ACI since the previous poll (counters)."""
+    _set(_OURS + "aci_pods", pods)
+    _set(_OURS + "aci_cores", cores)
+    _set(_OURS + "aci_core_quota", quota)
+    _set(_OURS + "aci_refused_pods", failed)
+    _set(_OURS + "virtual_node_closed", 1 if closed else 0)
+    if core_seconds > 0:
+        _add(_OURS + "aci_core_seconds_total", core_seconds)
+    if cost_usd > 0:
+        _add(_OURS + "aci_estimated_cost_usd_total", cost_usd)
 
 
 @_never_raises

@@ -103,6 +103,31 @@ class WorldCluster:
                 return None
             raise _cluster_error(f"read node {name}", exc) from exc
 
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        self._world.count_call("k8s", "GET pods", write=False)
+        try:
+            return pod_from_json(self._world.k8s_get("pods", namespace, name))
+        except KubeError as exc:
+            if exc.code == 404:
+                return None
+            raise _cluster_error(f"read pod {namespace}/{name}", exc) from exc
+
+    def annotate_pod(self, namespace: str, name: str, *, annotations: Mapping[str, str | None]) -> None:
+        what = f"annotate pod {namespace}/{name}"
+        try:
+            current = self._world.k8s_get("pods", namespace, name)
+        except KubeError as exc:
+            if exc.code == 404:
+                return
+            raise _cluster_error(what, exc) from exc
+        self._world.count_call("k8s", "PATCH pods", write=True)
+        try:
+            self._world.k8s_replace("pods", namespace, name,
+                                    merge_patch(current, {"metadata": {"annotations": dict(annotations)}}))
+        except KubeError as exc:
+            if exc.code != 404:
+                raise _cluster_error(what, exc) from exc
+
     def list_pods_on_node(self, node_name: str) -> list[Pod]:
         self._world.count_call("k8s", "LIST pods", write=False)
         return [

@@ -26,13 +26,15 @@ var clusterUserRole = '4abbcc35-e782-43d8-92c5-2d3f1bd2253f'
 var kubernetesDataActions = [
   // get, list: every poll reads all nodes; cordon re-reads one
   'Microsoft.ContainerService/managedClusters/nodes/read'
-  // patch: cordon and uncordon (spec.unschedulable), the ToBeDeletedByClusterAutoscaler and DeletionCandidate taints
+  // patch: cordon and uncordon (spec.unschedulable), the ToBeDeletedByClusterAutoscaler and DeletionCandidate taints,
+  // and a virtual node's quota taint
   'Microsoft.ContainerService/managedClusters/nodes/write'
   // delete: the Node object of an instance the autoscaler removed
   'Microsoft.ContainerService/managedClusters/nodes/delete'
-  // list across all namespaces: pending pods and what runs on each node
+  // list across all namespaces: pending pods and what runs on each node; get one pod before a backfill
   'Microsoft.ContainerService/managedClusters/pods/read'
-  // create pods/eviction during a drain; Azure RBAC has no narrower action, so this also allows writing pods
+  // create pods/eviction during a drain or a backfill, and patch the deletion cost of pods on a virtual node;
+  // Azure RBAC has no narrower action
   'Microsoft.ContainerService/managedClusters/pods/write'
   // create core/v1 Events (TriggeredScaleUp, NotTriggerScaleUp, scale-down) in the pods' namespaces
   'Microsoft.ContainerService/managedClusters/events/write'

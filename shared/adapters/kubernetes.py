@@ -418,6 +418,24 @@ def _local_volumes(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(names)
 
 
+_HOST_NAMESPACES = (("hostNetwork", "host-network"), ("hostPID", "host-pid"), ("hostIPC", "host-ipc"))
+
+
+def _runtime_features(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the pod asks of its host that a virtual node may not offer (`Pod.runtime_features`)."""
+    features = [name for key, name in _HOST_NAMESPACES if spec.get(key)]
+    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    if any(((c.get("securityContext") or {}).get("privileged")) for c in containers if isinstance(c, Mapping)):
+        features.append("privileged")
+    if spec.get("initContainers"):
+        features.append("init-containers")
+    for volume in spec.get("volumes") or ():
+        if isinstance(volume, Mapping):
+            kind = next((k for k in volume if k != "name"), "unknown")
+            features.append(f"volume:{kind}:{volume.get('name') or ''}")
+    return tuple(features)
+
+
 def _scheduling(spec: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
     """The Pod fields that constrain placement, as keyword arguments."""
     unsupported: list[str] = []
@@ -472,6 +490,9 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         active_deadline_seconds=_optional_int(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds"),
         termination_grace_seconds=_optional_int(
             spec.get("terminationGracePeriodSeconds"), "spec.terminationGracePeriodSeconds"),
+        status_reason=str(status.get("reason") or ""),
+        status_message=str(status.get("message") or "")[:1024],
+        runtime_features=_runtime_features(spec),
         **_scheduling(spec, labels),
     )
 
@@ -781,6 +802,26 @@ class KubernetesCluster:
         what = f"get node {name}"
         raw = self._read_node_json(name, what)
         return None if raw is None else self._converted(what, node_from_json, raw)
+
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        what = f"get pod {namespace}/{name}"
+        try:
+            raw = self._json(what, self._core.read_namespaced_pod, name, namespace)
+        except KubernetesApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self._converted(what, pod_from_json, raw)
+
+    def annotate_pod(self, namespace: str, name: str, *, annotations: Mapping[str, str | None]) -> None:
+        """A JSON merge patch of the pod's annotations: others' annotations stay, a None value removes one."""
+        what = f"annotate pod {namespace}/{name}"
+        try:
+            self._discard(what, self._core.patch_namespaced_pod, name, namespace,
+                          {"metadata": {"annotations": dict(annotations)}}, _content_type=_MERGE_PATCH)
+        except KubernetesApiError as exc:
+            if exc.status != 404:
+                raise
 
     def list_pods_on_node(self, node_name: str) -> list[Pod]:
         """The node's unfinished pods: finished ones hold no resources and need no eviction."""

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, Node, NodeGroup, parse_provider_id
+from shared.engine.pod_rules import is_virtual_node
 
 # The mapping methods, as NODE_MAPPING names them.
 PROVIDER_ID = "provider-id"
@@ -134,6 +135,8 @@ class NodeMapping:
         )
 
 
+VIRTUAL_NODE_REASON = "a virtual node (virtual-kubelet on ACI): a node group of its own kind, never scaled or drained"
+
 def map_nodes(nodes: Sequence[Node], groups: Sequence[NodeGroup], *, method: str = AUTO) -> NodeMapping:
     """Map each node to at most one instance of `groups`, by `method` (AUTO tries each in turn)."""
     if method not in METHODS:
@@ -146,6 +149,10 @@ def map_nodes(nodes: Sequence[Node], groups: Sequence[NodeGroup], *, method: str
     ambiguous: dict[str, UnmappedNode] = {}
     held: set[tuple[str, str]] = set()
     for node in nodes:
+        if is_virtual_node(node):
+            # Not an instance of any group, whatever its name or addresses: never matched, so never touched.
+            unmanaged.append(UnmappedNode(node.name, VIRTUAL_NODE_REASON))
+            continue
         outcome = _match(node, indexes, order)
         if outcome.match is not None:
             found[node.name] = (outcome.match, outcome.method)

@@ -9,8 +9,11 @@ Pure module, no side effects; `now` is passed in. cluster-autoscaler's (CA's) ru
   `cluster-autoscaler.kubernetes.io/pod-scale-up-delay` (a Go duration) when that is longer;
   CA ignores an annotation shorter than the global delay or unparseable, and so do we, with
   a warning for the caller to log or report;
-- pods meant for a virtual node (virtual-kubelet, e.g. AKS virtual nodes on ACI) never need
-  one of our VMs.
+- pods that only a virtual node can take (virtual-kubelet, e.g. AKS virtual nodes on ACI: they
+  select or require one) never need one of our VMs. A pending pod that merely tolerates the
+  virtual node's taint is demand: the scheduler writes Unschedulable only after the virtual node
+  refused it too (closed by our quota gate, cordoned, or its required affinity), so only VMs can
+  run it. Pods already on a virtual node are `engine.virtual_nodes`' business.
 """
 
 from __future__ import annotations
@@ -66,10 +69,6 @@ def virtual_node_reason(pod: Pod, virtual_nodes: Collection[str] = ()) -> str | 
     key, value = VIRTUAL_KUBELET_LABEL
     if pod.node_affinity and all(_term_pins_virtual(term) for term in pod.node_affinity):
         return f"requires virtual nodes (node affinity {key} In [{value}])"
-    # A pod tolerating the virtual-kubelet taint is written to run on a virtual node, which
-    # has room for it; when it is pending, more VMs are not what it waits for.
-    if any(t.key == VIRTUAL_KUBELET_TAINT_KEY for t in pod.tolerations):
-        return f"tolerates {VIRTUAL_KUBELET_TAINT_KEY}: meant for a virtual node"
     return None
 
 

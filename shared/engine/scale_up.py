@@ -100,6 +100,9 @@ class ScaleUpOptions:
     # speed-up of large plans); False estimates every group again each round. The plan is the same
     # either way, which a property test checks.
     reuse_estimates: bool = True
+    # Pending pods planned after all the others (keys): pods running on a virtual node that are demand for VMs
+    # (engine.virtual_nodes), which take free room only after the pods that really wait.
+    after: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,10 +419,12 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         return ScaleUpSimulation(ScaleUpPlan(ignored=dict(split.ignored)))
     classes = _classify(pending, snapshot)
 
-    def size_order(pod: Pod) -> tuple[int, int, int, str]:
+    after = options.after
+
+    def size_order(pod: Pod) -> tuple[bool, int, int, int, str]:
         # First-fit decreasing; a class's pods stay together among equals, so its caches stay warm.
         cls = classes[id(pod)]
-        return (-cls.requests.cpu_milli, -cls.requests.memory_bytes, cls.index, pod.key)
+        return (pod.key in after, -cls.requests.cpu_milli, -cls.requests.memory_bytes, cls.index, pod.key)
 
     pending.sort(key=size_order)
     state = initial_state(snapshot)

@@ -27,6 +27,7 @@ from typing import Any
 
 from shared import yaml_text
 
+from shared.engine.virtual_nodes import VirtualNodeStatus
 from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup
 
 OK_TOTAL_UNREADY_COUNT = 3
@@ -51,6 +52,9 @@ class StatusInputs:
     # Group id -> nodes due for removal but kept for want of a MAX_SCALE_DOWN_PARALLELISM slot; None (the
     # pending poll) keeps what the utilisation poll wrote.
     waiting_for_slots: Mapping[str, int] | None = None
+    # The virtual nodes as the pending poll saw them; None (the utilisation poll, or none there) keeps what
+    # was last written.
+    virtual_nodes: VirtualNodeStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,9 +210,27 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
     }
     if snapshot.mapped_by or snapshot.unmapped:
         wide["nodeMapping"] = node_mapping_doc(snapshot)
+    if inputs.virtual_nodes is not None:
+        wide["virtualNodes"] = virtual_nodes_doc(inputs.virtual_nodes, now=now)
+    elif prev_wide.get("virtualNodes") and inputs.scale_up_needed is None:
+        wide["virtualNodes"] = prev_wide["virtualNodes"]  # the pending poll's, as it last wrote it
     if snapshot.refused:  # marked for us, never acted on (e.g. an AKS pool autoscaled by AKS): say why
         wide["refusedNodeGroups"] = [{"name": gid, "reason": why} for gid, why in sorted(snapshot.refused.items())]
     return {"time": go_time(now), "autoscalerStatus": "Running", "clusterWide": wide, "nodeGroups": groups}
+
+
+def virtual_nodes_doc(status: VirtualNodeStatus, *, now: datetime) -> dict[str, Any]:
+    """The virtual nodes: ACI pods and cores of quota, whether closed and why, and a few pods' decisions.
+
+    Not in CA's layout (CA leaves virtual nodes out); readers of CA's status ignore it.
+    """
+    return {
+        "nodes": list(status.nodes), "pods": status.pods, "coresInUse": round(status.cores, 3),
+        "coreQuota": status.quota_cores, "refusedByACI": status.failed, "toBackfill": status.backfill,
+        "staying": status.stays, "state": "Closed" if status.closed else "Open", "reason": status.why,
+        "decisions": [{"pod": key, "decision": why} for key, why in status.decisions.items()],
+        "lastProbeTime": go_time(now),
+    }
 
 
 # The status lists this many unmanaged nodes by name; the count covers them all.

@@ -1,7 +1,7 @@
 """The executor: runs one scale action message, one step at a time (and hands scale-down rounds to the poll).
 
-Each action kind is a step table (`shared.services.execution.StepTable`): `scale_up_steps` and
-`scale_down_steps` today. This module is the protocol around them: decode, expire, hold a delivery
+Each action kind is a step table (`shared.services.execution.StepTable`): `scale_up_steps`,
+`scale_down_steps` and `backfill_steps` (moving a pod off a virtual node) today. This module is the protocol around them: decode, expire, hold a delivery
 to what the ledger recorded, claim the step, run the named step's handler, and turn faults into
 retries or recorded failures. A new action kind is one new step table added to `TABLES`.
 
@@ -33,9 +33,18 @@ from datetime import datetime
 from typing import Any
 
 from shared import telemetry
-from shared.actions import InvalidAction, ScaleAction, ScaleDown, ScaleDownRound, ScaleUp, decode_message, encode_action
+from shared.actions import (
+    Backfill,
+    InvalidAction,
+    ScaleAction,
+    ScaleDown,
+    ScaleDownRound,
+    ScaleUp,
+    decode_message,
+    encode_action,
+)
 from shared.ports import ClusterError, ComputeError, LedgerEntry, Ports
-from shared.services import ledger, scale_down_steps, scale_up_steps
+from shared.services import backfill_steps, ledger, scale_down_steps, scale_up_steps
 from shared.services.execution import (
     CLOCK_SKEW,
     HOST_MAX_DEQUEUE_COUNT,
@@ -58,7 +67,8 @@ __all__ = ["Executor", "ExecutionResult", "Outcome", "TABLES", "HOST_MAX_DEQUEUE
            "TRANSIENT_FAULT_DEADLINE", "throttled_delay"]
 
 # One step table per action kind, by the action's class.
-TABLES: dict[type, StepTable[Any]] = {ScaleUp: scale_up_steps.TABLE, ScaleDown: scale_down_steps.TABLE}
+TABLES: dict[type, StepTable[Any]] = {ScaleUp: scale_up_steps.TABLE, ScaleDown: scale_down_steps.TABLE,
+                                      Backfill: backfill_steps.TABLE}
 
 
 class Executor:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from shared.actions import ScaleAction, ScaleDown
+from shared.actions import Backfill, ScaleAction, ScaleDown
 from shared.ports import LedgerEntry, StateStore
 from shared.services.swap import StateConflict, read_modify_write
 
@@ -119,6 +119,8 @@ def record_of(action: ScaleAction) -> str:
     if isinstance(action, ScaleDown):
         body: dict[str, object] = {"nodes": {t.node: t.provider_id.lower() for t in action.targets},
                                    "instances": {t.node: t.instance_id for t in action.targets}}
+    elif isinstance(action, Backfill):
+        body = {"pod": action.pod_key, "uid": action.uid}
     else:
         body = {"target_size": action.target_size}
         if action.from_size is not None:
@@ -140,6 +142,10 @@ def contradiction(entry: LedgerEntry, action: ScaleAction) -> str | None:
     recorded = json.loads(entry.record)
     if recorded.get("created_at") != action.created_at.isoformat():
         return "its creation time differs from the one recorded"
+    if isinstance(action, Backfill):
+        if (recorded.get("pod"), recorded.get("uid")) != (action.pod_key, action.uid):
+            return f"it names pod {action.pod_key} ({action.uid}), not the one recorded"
+        return None
     if isinstance(action, ScaleDown):
         nodes: dict[str, str] = recorded.get("nodes", {})
         for target in action.targets:

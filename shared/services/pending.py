@@ -23,13 +23,14 @@ from shared.engine.scale_up import (
     ScaleUpPlan,
     existing_placements,
     pending_pods,
-    plan_scale_up,
     simulate_scale_up,
 )
 from shared.engine.load import LoadPlan
-from shared.options import scale_up_options
+from shared.engine.virtual_nodes import VirtualNodePlan, plan_virtual_nodes, planning_snapshot, status_of
+from shared.options import scale_up_options, virtual_node_options
 from shared.ports import Ports
 from shared.services.events import scale_up_events
+from shared.services import virtual_nodes
 from shared.services.load import plan_load_increases
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.status import publish_status, status_inputs
@@ -48,6 +49,7 @@ class PendingPollResult:
     plan: ScaleUpPlan
     enqueued: tuple[str, ...]  # action ids
     observed: ClusterSnapshot | None = None  # what the poll saw (None: it skipped); `plan` shows groups and nodes
+    virtual: VirtualNodePlan = VirtualNodePlan()  # the virtual nodes: ACI's use, each pod's decision, the gate
 
 
 def priority_rules(ports: Ports, settings: Settings) -> Priorities:
@@ -93,7 +95,11 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     if "price" in settings.expander:
         # Only the price expander reads prices; the provider caches them for a day.
         snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
-    plan = plan_scale_up(snapshot, options=options)
+    # Pods on virtual nodes that are demand for VMs are planned with the pending pods, after them.
+    virtual = virtual_nodes.plan_for(ports, settings, snapshot, now=now)
+    options = replace(options, after=virtual.after)
+    simulation = simulate_scale_up(virtual.snapshot, options=options)
+    plan = simulation.plan
     load = plan_load_increases(ports, settings, snapshot, states, unavailable=backed_off, now=now)
     plan = _with_load(plan, load)
     why_load = {i.group_id: i.why for i in load.increases}
@@ -102,7 +108,9 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         # The poll time makes the id unique per decision; two polls deciding the same
         # increase are reconciled by the executor, which skips a group already at its target.
         action_id = f"scale-up:{increase.group_id}:{increase.new_target}:{now:%Y%m%dT%H%M%SZ}"
-        reason = f"{len(increase.pods)} pending pod(s)"
+        hidden = sum(1 for key in increase.pods if key in virtual.after)
+        reason = f"{len(increase.pods) - hidden} pending pod(s)" + (
+            f", {hidden} on virtual nodes" if hidden else "")
         if increase.group_id in why_load:
             reason = f"load: {why_load[increase.group_id]}" + (f"; {reason}" if increase.pods else "")
         ports.queue.send(
@@ -123,17 +131,19 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         )
     for node, pods in plan.reclaimed.items():
         _request_reclaim(ports, states, node, pods, now=now)
+    enqueued += virtual_nodes.act(ports, settings, virtual, simulation, now=now)
     for pod, reason in plan.unplaceable.items():
         log.info("pod %s fits no node group: %s", pod, reason)
-    for event in scale_up_events(snapshot, plan, now=now):
+    for event in scale_up_events(virtual.snapshot, plan, now=now):
         ports.events.emit(event)
     result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued),
-                               observed=observed)
+                               observed=observed, virtual=virtual.plan)
     telemetry.record_pending_poll(observed, states, backed_off, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
     publish_status(ports, settings, observed, status_inputs(
         settings, group_states=states, unneeded=None, backoff=backed_off,
         scale_up_needed=frozenset(i.group_id for i in plan.increases), unschedulable_pods=result.pending,
+        virtual_nodes=status_of(virtual.plan, virtual.options) if virtual.plan.nodes else None,
     ), now=now)
     return result
 
@@ -161,11 +171,15 @@ def pending_placements(snapshot: ClusterSnapshot, states: Mapping[str, GroupStat
     timeouts; a group not yet marked only changes which new nodes would be asked for, never
     which existing node a pod takes). The expander is left out: it picks among new nodes only.
     """
-    if not pending_pods(snapshot):
+    plan = plan_virtual_nodes(snapshot, virtual_node_options(settings), now=now)
+    if not pending_pods(snapshot) and not plan.demand:
         return {}
+    # Room the virtual nodes' demand would move to is kept too (VM prices are not read here: a pod that
+    # stays on ACI only because ACI is cheaper may keep a node one poll longer).
+    snapshot, after = planning_snapshot(snapshot, plan)
     snapshot, backed_off = backoff_view(snapshot, states, now=now)
     options = replace(scale_up_options(settings, now=now), unavailable=backed_off,
-                      reclaimable=reclaimable_nodes(states.values()))
+                      reclaimable=reclaimable_nodes(states.values()), after=after)
     return existing_placements(simulate_scale_up(snapshot, options=options))
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.actions import ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
+from shared.actions import Backfill, ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
+from shared.domain import VIRTUAL_NODE
 from shared.ports import ClusterEvent, Ports, StateStore
 from shared.services.memory_state import MemoryStateStore
 from shared.services.pending import PendingPollResult, run_pending_poll
@@ -71,11 +72,23 @@ class PlanReport:
             "kept": {node: {"code": reason.code, "why": str(reason)} for node, reason in sorted(down.kept.items())},
             "groups": self._groups(),
             "nodes": self._nodes(),
+            "virtual_nodes": self._virtual(),
             "actions": [{"id": a.id, "kind": a.kind, "group": a.group,
                          "target_size": a.target_size if isinstance(a, ScaleUp) else None,
-                         "nodes": [t.node for t in a.targets] if isinstance(a, ScaleDown) else [], "reason": a.reason}
+                         "nodes": [t.node for t in a.targets] if isinstance(a, ScaleDown) else [],
+                         **({"pod": a.pod_key, "to": a.to} if isinstance(a, Backfill) else {}), "reason": a.reason}
                         for a in self.actions],
         }
+
+    def _virtual(self) -> dict[str, Any]:
+        """The virtual nodes: ACI's use of its limits, whether closed, and each pod's decision."""
+        plan = self.pending.virtual
+        if not plan.nodes:
+            return {}
+        usage = plan.usage
+        return {"nodes": list(plan.nodes), "pods": usage.pods, "cores": usage.cores, "refused_by_aci": usage.failed,
+                "closed": plan.gate.closed, "gate": plan.gate.why,
+                "decisions": {d.pod.key: f"{d.verdict}: {d.why}" for d in sorted(plan.decisions, key=lambda d: d.pod.key)}}
 
 
     def _groups(self) -> list[dict[str, Any]]:
@@ -87,6 +100,8 @@ class PlanReport:
             {"group": g.id, "backend": g.provider, "vm_size": g.vm_size, "min": g.min_size, "max": g.max_size,
              "capacity": g.capacity} for g in sorted(seen.groups, key=lambda g: g.id)]
         groups += [{"group": gid, "refused": why} for gid, why in sorted(seen.refused.items())]
+        groups += [{"group": name, "backend": VIRTUAL_NODE, "vm_size": "ACI", "min": 0, "max": 0, "capacity": 0}
+                   for name in self.pending.virtual.nodes]
         return groups
 
     def _nodes(self) -> dict[str, dict[str, str]]:
@@ -157,8 +172,19 @@ def render_text(report: PlanReport) -> str:
     if data["groups"]:
         lines.append("node groups:")
         lines += [f"  {g['group']}: refused: {g['refused']}" if "refused" in g else
+                  f"  {g['group']} ({g['backend']}): never scaled or drained" if g["backend"] == VIRTUAL_NODE else
                   f"  {g['group']} ({g['backend']}, {g['vm_size']}): {g['capacity']} of {g['min']}..{g['max']}"
                   for g in data["groups"]]
+    virtual = data["virtual_nodes"]
+    if virtual:
+        lines.append(f"virtual nodes {', '.join(virtual['nodes'])}: {virtual['pods']} pod(s) on ACI, "
+                     f"{virtual['cores']:g} cores, {virtual['refused_by_aci']} refused; "
+                     f"{'closed' if virtual['closed'] else 'open'} ({virtual['gate']})")
+        lines += [f"  {pod}: {decision}" for pod, decision in virtual["decisions"].items()]
+    backfills = [a for a in data["actions"] if a["kind"] == "backfill"]
+    if backfills:
+        lines.append("move back onto VMs:")
+        lines += [f"  {a['pod']} off {a['group']} (room on {a['to']})" for a in backfills]
     if data["nodes"]:
         lines.append("nodes:")
         lines += [f"  {name}: {n['group']} instance {n['instance']} (by {n['mapping']})" if n["mapping"] != "none"

@@ -24,6 +24,7 @@ from shared.engine.status import (
     render_status,
     rfc3339,
 )
+from shared.engine.virtual_nodes import VirtualNodeStatus
 from shared.ports import ClusterError, Ports
 from shared.settings import Settings
 
@@ -58,9 +59,11 @@ def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, 
 def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],
                   unneeded: Mapping[str, datetime] | None,
                   backoff: Mapping[str, str] | None = None, scale_up_needed: frozenset[str] = frozenset(),
-                  unschedulable_pods: int = 0, waiting_for_slots: Mapping[str, int] | None = None) -> StatusInputs:
+                  unschedulable_pods: int = 0, waiting_for_slots: Mapping[str, int] | None = None,
+                  virtual_nodes: VirtualNodeStatus | None = None) -> StatusInputs:
     return StatusInputs(
         group_states=group_states, unneeded=unneeded, backoff=dict(backoff or {}),
         scale_up_needed=scale_up_needed, unschedulable_pods=unschedulable_pods,
         max_node_provision_time=settings.max_node_provision_time, waiting_for_slots=waiting_for_slots,
+        virtual_nodes=virtual_nodes,
     )

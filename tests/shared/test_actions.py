@@ -148,3 +148,37 @@ def test_removal_kind_is_informational() -> None:
     assert decode_action(json.dumps({**down, "removal_kind": ["drain"]})).removal_kind == ""
     scale_up = decode_action(json.dumps({**up(), "removal_kind": "empty"}))
     assert isinstance(scale_up, ScaleUp) and not hasattr(scale_up, "removal_kind")  # scale-ups have none
+
+
+# --- backfill (issue 17): one pod moved off a virtual node --------------------------------------------------------
+
+def _backfill_body(**changes: object) -> dict[str, object]:
+    from shared.actions import new_backfill
+    action = new_backfill(node="virtual-node-aci-linux", namespace="web", pod="web-0", uid="u-1", to="pool-0",
+                          now=T0, ttl=timedelta(minutes=5), reason="why")
+    body = json.loads(encode_action(action))
+    body.update(changes)
+    return body
+
+
+def test_a_backfill_round_trips() -> None:
+    from shared.actions import Backfill
+    decoded = decode_action(json.dumps(_backfill_body()))
+    assert isinstance(decoded, Backfill)
+    assert (decoded.group, decoded.pod_key, decoded.uid, decoded.to, decoded.step) == (
+        "virtual-node-aci-linux", "web/web-0", "u-1", "pool-0", "evict")
+    assert json.loads(encode_action(decoded)) == _backfill_body()
+
+
+@pytest.mark.parametrize("changes,problem", [
+    ({"pod": {"namespace": "web", "name": "web-0"}}, "exactly 'namespace', 'name' and 'uid'"),
+    ({"pod": {"namespace": "web", "name": "", "uid": "u"}}, "non-empty strings"),
+    ({"pod": {"namespace": "Web!", "name": "web-0", "uid": "u"}}, "is not a Kubernetes name"),
+    ({"step": "drain"}, "unknown step 'drain' for backfill"),
+    ({"version": 2}, "a backfill is a version 3 message"),
+    ({"nodes": []}, "a backfill has no field(s) nodes"),
+    ({"group": "x" * 300}, "at most 253"),
+])
+def test_a_malformed_backfill_is_refused_naming_what_is_wrong(changes: dict[str, object], problem: str) -> None:
+    with pytest.raises(InvalidAction, match=re.escape(problem)):
+        decode_action(json.dumps(_backfill_body(**changes)))

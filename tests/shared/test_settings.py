@@ -57,7 +57,7 @@ def test_parse_duration_rejects(text: str) -> None:
 def test_readme_table_matches_code() -> None:
     """Every setting is in the README with its default, and the README names no setting the code lacks."""
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| ([^|]*) \|", readme, flags=re.MULTILINE))
+    rows = dict(re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]*) \|", readme, flags=re.MULTILINE))
     expected = {spec.name: ("*required*" if spec.default is None else f"`{spec.default}`") for spec in SPECS}
     assert {name: value.strip() for name, value in rows.items()} == expected
 

@@ -35,6 +35,14 @@ CONTRACT = {
     "cluster_autoscaler_unneeded_nodes_count": ("gauge", ()),
     "vmss_autoscaler_nodes_in_drain_count": ("gauge", ()),
     "vmss_autoscaler_nodes_by_mapping_count": ("gauge", ("method",)),
+    "vmss_autoscaler_aci_pods": ("gauge", ()),
+    "vmss_autoscaler_aci_cores": ("gauge", ()),
+    "vmss_autoscaler_aci_core_quota": ("gauge", ()),
+    "vmss_autoscaler_aci_refused_pods": ("gauge", ()),
+    "vmss_autoscaler_virtual_node_closed": ("gauge", ()),
+    "vmss_autoscaler_aci_core_seconds_total": ("counter", ()),
+    "vmss_autoscaler_aci_estimated_cost_usd_total": ("counter", ()),
+    "vmss_autoscaler_backfilled_pods_total": ("counter", ("refused_by_aci",)),
     "vmss_autoscaler_function_duration_seconds": ("histogram", ("function",)),
     "cluster_autoscaler_last_activity": ("gauge", ("activity",)),
     "vmss_autoscaler_arm_requests_total": ("counter", ("operation", "status_code")),
@@ -73,8 +81,8 @@ def test_the_metric_contract_holds() -> None:
 
 
 def test_events_carry_the_documented_dimensions() -> None:
-    assert set(EVENTS) == {"ScaleUp", "ScaleDown", "ScaleActionRejected"}
-    for name in ("ScaleUp", "ScaleDown"):
+    assert set(EVENTS) == {"ScaleUp", "ScaleDown", "Backfill", "ScaleActionRejected"}
+    for name in ("ScaleUp", "ScaleDown", "Backfill"):
         assert {"action_id", "group", "old_size", "new_size", "node", "reason", "outcome", "error_code", "poison",
                 "dry_run", "decided_at"} <= set(EVENTS[name])
     assert {"action_id", "reason", "outcome", "poison"} <= set(EVENTS["ScaleActionRejected"])

@@ -1,0 +1,146 @@
+"""Virtual nodes in the pending poll: their demand planned with the pending pods, then the gate, the pods'
+deletion cost, events, telemetry and the backfill actions (`engine.virtual_nodes` decides all of it).
+
+Order within a poll: `plan_for` (before the scale-up simulation: what the virtual nodes hold, each pod's
+decision, and the snapshot the planner sees, with their demand pending), then `act` (after it: the pods the
+simulation placed on Ready VM nodes are moved, within the budgets and the per-poll pace).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from shared import telemetry
+from shared.actions import new_backfill
+from shared.domain import ClusterSnapshot
+from shared.engine.scale_up import ScaleUpSimulation
+from shared.engine.virtual_nodes import (
+    CLOSED_TAINT,
+    DELETION_COST_ANNOTATION,
+    DELETION_COST_OWNER_ANNOTATION,
+    VirtualNodeOptions,
+    VirtualNodePlan,
+    deletion_cost_changes,
+    plan_virtual_nodes,
+    planning_snapshot,
+    select_backfill,
+    virtual_nodes,
+)
+from shared.options import virtual_node_options
+from shared.ports import ClusterEvent, Ports
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+BURST_EVENT = "BurstToVirtualNode"
+# Annotation patches one poll makes at most: a burst of hundreds of pods is marked over a few polls rather than
+# in one long invocation (the annotation is best effort: it matters only when a ReplicaSet scales in).
+MAX_ANNOTATIONS_PER_POLL = 50
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualNodeRound:
+    plan: VirtualNodePlan
+    options: VirtualNodeOptions
+    snapshot: ClusterSnapshot  # what the scale-up planner sees: the virtual nodes' demand pods pending
+    after: frozenset[str]  # their keys, planned after the truly pending pods
+
+
+class _Meter:
+    """ACI core-seconds between polls of this function instance (the first poll of an instance counts none)."""
+
+    last: datetime | None = None
+
+
+def plan_for(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *, now: datetime) -> VirtualNodeRound:
+    options = virtual_node_options(settings)
+    if not virtual_nodes(snapshot.nodes):
+        return VirtualNodeRound(VirtualNodePlan(), options, snapshot, frozenset())
+    if not snapshot.prices and any(p.node_name for p in snapshot.pods if p.owner is not None):
+        # Whether moving a pod pays needs VM prices (cached a day by the provider).
+        snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
+    plan = plan_virtual_nodes(snapshot, options, now=now)
+    planned, after = planning_snapshot(snapshot, plan)
+    return VirtualNodeRound(plan, options, planned, after)
+
+
+def act(ports: Ports, settings: Settings, round_: VirtualNodeRound, simulation: ScaleUpSimulation, *,
+        now: datetime) -> tuple[str, ...]:
+    """Gate, mark, report and move; the ids of the backfill actions sent."""
+    plan = round_.plan
+    if not plan.nodes:
+        return ()
+    _gate(ports, settings, round_, now=now)
+    _mark_deletion_cost(ports, settings, round_, now=now)
+    _meter(settings, round_, now=now)
+    placements = {step.pod.key: step.node.name for step in simulation.steps
+                  if step.kind == "existing" and step.pod is not None and step.pod.key in round_.after}
+    sent: list[str] = []
+    if placements:
+        budgets = ports.cluster.list_disruption_budgets()
+        for move in select_backfill(plan, placements, budgets, round_.options):
+            action = new_backfill(node=move.pod.node_name or "", namespace=move.pod.namespace, pod=move.pod.name,
+                                  uid=move.pod.uid, to=move.to, now=now, ttl=settings.action_ttl,
+                                  reason=move.why[:1000], **telemetry.trace_fields())
+            ports.queue.send(action)
+            sent.append(action.id)
+            log.info("backfill decided: %s off %s onto room on %s (%s)", move.pod.key, move.pod.node_name, move.to,
+                     move.why)
+    usage = plan.usage
+    log.info("virtual nodes %s: %d pod(s) on ACI, %g of %d cores, %d refused; backfill %d, stay %d; %s; %s",
+             ", ".join(plan.nodes), usage.pods, usage.cores, round_.options.limits.cores, usage.failed,
+             plan.count("backfill"), plan.count("stays"), "closed" if plan.gate.closed else "open", plan.gate.why)
+    return tuple(sent)
+
+
+def _gate(ports: Ports, settings: Settings, round_: VirtualNodeRound, *, now: datetime) -> None:
+    """Put our taint on the virtual nodes while ACI is nearly full; take it off when room returns."""
+    if settings.dry_run:
+        return
+    for node in round_.snapshot.nodes:
+        if node.name not in round_.plan.nodes:
+            continue
+        tainted = any(t.key == CLOSED_TAINT.key for t in node.taints)
+        if round_.plan.gate.closed and not tainted:
+            ports.cluster.add_taint(node.name, taint=CLOSED_TAINT)
+            log.warning("virtual node %s closed to new pods: %s", node.name, round_.plan.gate.why)
+            ports.events.emit(ClusterEvent("", "Node", node.name, "", "VirtualNodeClosed", round_.plan.gate.why, now,
+                                           "Warning"))
+        elif not round_.plan.gate.closed and tainted:
+            ports.cluster.remove_taint(node.name, taint_key=CLOSED_TAINT.key)
+            log.info("virtual node %s open again: %s", node.name, round_.plan.gate.why)
+            ports.events.emit(ClusterEvent("", "Node", node.name, "", "VirtualNodeOpened", round_.plan.gate.why, now))
+
+
+def _mark_deletion_cost(ports: Ports, settings: Settings, round_: VirtualNodeRound, *, now: datetime) -> None:
+    """Pods on a virtual node get a low pod-deletion-cost (a ReplicaSet scaling in removes them first) and a
+    BurstToVirtualNode event, once; pods we marked that left lose the mark."""
+    if settings.dry_run:
+        return
+    names = set(round_.plan.nodes)
+    changes = deletion_cost_changes(round_.snapshot.pods, names)
+    for pod, cost in list(changes.values())[:MAX_ANNOTATIONS_PER_POLL]:
+        if cost is None:
+            ports.cluster.annotate_pod(pod.namespace, pod.name, annotations={
+                DELETION_COST_ANNOTATION: None, DELETION_COST_OWNER_ANNOTATION: None})
+            continue
+        ports.cluster.annotate_pod(pod.namespace, pod.name, annotations={
+            DELETION_COST_ANNOTATION: cost, DELETION_COST_OWNER_ANNOTATION: "virtual-node"})
+        # Marking happens once per pod, so this is the pod's one burst event.
+        ports.events.emit(ClusterEvent(pod.namespace, "Pod", pod.name, pod.uid, BURST_EVENT,
+                                       f"running on virtual node {pod.node_name} (ACI); deletion cost {cost}", now))
+
+
+def _meter(settings: Settings, round_: VirtualNodeRound, *, now: datetime) -> None:
+    usage, prices = round_.plan.usage, round_.options.prices
+    seconds = 0.0
+    if _Meter.last is not None:
+        # At most one poll interval's worth: a function instance that slept long did not see the time between.
+        seconds = min(max((now - _Meter.last).total_seconds(), 0.0), 600.0)
+    _Meter.last = now
+    cost = seconds * (usage.cores * prices.vcpu_second + usage.memory_bytes / 10**9 * prices.gb_second)
+    telemetry.record_virtual_nodes(pods=usage.pods, cores=usage.cores, quota=round_.options.limits.cores,
+                                   failed=usage.failed, closed=round_.plan.gate.closed,
+                                   core_seconds=seconds * usage.cores, cost_usd=cost)
