@@ -29,7 +29,7 @@ from typing import Any
 
 # The policies in the order the table reads best: ours first, then what it is compared with,
 # the oracle (the lower bound) last. Policies not named here follow, alphabetically.
-POLICY_ORDER = ("ours", "ca", "vmss-cpu", "static", "oracle")
+POLICY_ORDER = ("ours", "ca", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000", "vmss-cpu", "static", "oracle")
 DEMAND_KEY = "_demand"
 MISSING = "–"  # en dash: a metric that does not apply to the policy (e.g. the oracle's pending waits)
 # Above this many points a line is decimated to MAX_PLOT_POINTS // 3 buckets, about one per pixel

@@ -293,7 +293,9 @@ def run_scenario(
             summary["node_mapping"], summary["refused_groups"] = _final_view(context)
             from sandbox.scenario import load_scenario
 
-            summary["expectations"] = check_expectations(summary, load_scenario(scenario).expect_at_most)
+            loaded = load_scenario(scenario)
+            summary["expectations"] = (check_expectations(summary, loaded.expect_at_most)
+                                       + check_expectations(summary, loaded.expect_at_least, at_least=True))
             if isinstance(runner, RestartingRunner):
                 summary["runner_restarts"] = runner.restart_report(ledger)
                 summary["runner_processes"] = runner.process_report()
@@ -353,8 +355,9 @@ def _converged(
     if expected is not None:
         if not expected_unschedulable_met(expected, pending=state.get("pending", 0)):
             return False
-    elif state.get("pending", 0) - state.get("pending_unplaceable", 0):
-        # A pod no pool could hold even empty stays pending for good; the autoscaler rightly leaves it.
+    elif state.get("pending", 0) - state.get("pending_unplaceable", 0) - state.get("pending_provider_failed", 0):
+        # A pod no pool could hold even empty stays pending for good; the autoscaler rightly leaves it. So does one
+        # a virtual node's provider refused (ProviderFailed): nothing retries it (summary.json's virtual_node).
         return False
     protected = kept.protected_nodes() if kept is not None else set()
     for group_id, group in state.get("groups", {}).items():
@@ -388,10 +391,11 @@ def _events_by_workload(report: dict[str, Any]) -> dict[str, dict[str, int]]:
 
 
 def _waits_by_workload(pods: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Per workload, the longest a pod waited from creation to binding; None when one of its pods never ran."""
+    """Per workload, the longest a pod waited from creation to running (binding, on a VM node; its container
+    group running, on a virtual node); None when one of its pods never ran."""
     result: dict[str, float | None] = {}
     for pod in pods:
-        wait = None if pod.get("bound") is None else pod["bound"] - pod["created"]
+        wait = None if pod.get("started") is None else pod["started"] - pod["created"]
         key = pod["workload"]
         if key in result and (result[key] is None or wait is None):
             result[key] = None
@@ -400,20 +404,24 @@ def _waits_by_workload(pods: list[dict[str, Any]]) -> dict[str, float | None]:
     return dict(sorted(result.items()))
 
 
-def check_expectations(summary: dict[str, Any], bounds: Iterable[tuple[str, float]]) -> list[dict[str, Any]]:
-    """The scenario's `expect_at_most` bounds against the summary: one row per bound, `met` or a `problem`."""
+def check_expectations(summary: dict[str, Any], bounds: Iterable[tuple[str, float]], *,
+                       at_least: bool = False) -> list[dict[str, Any]]:
+    """The scenario's `expect_at_most` (or, `at_least`, `expect_at_least`) bounds against the summary: one row
+    per bound, `met` or a `problem`."""
     rows = []
+    key = "at_least" if at_least else "at_most"
     for path, bound in bounds:
         value: Any = summary
         for part in path.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         if isinstance(value, bool) or not isinstance(value, int | float):
-            rows.append({"path": path, "at_most": bound, "value": value, "met": False,
+            rows.append({"path": path, key: bound, "value": value, "met": False,
                          "problem": f"summary.json has no number at {path}"})
             continue
-        met = value <= bound
-        rows.append({"path": path, "at_most": bound, "value": value, "met": met,
-                     **({} if met else {"problem": f"{path} is {value:g}, more than {bound:g}"})})
+        met = value >= bound if at_least else value <= bound
+        side = "less" if at_least else "more"
+        rows.append({"path": path, key: bound, "value": value, "met": met,
+                     **({} if met else {"problem": f"{path} is {value:g}, {side} than {bound:g}"})})
     return rows
 
 
@@ -461,7 +469,7 @@ def build_summary(
     scenario: str, report: dict[str, Any], ledger: list[Any], *, converged: bool, wall_seconds: float,
     runner: LocalRunner | RestartingRunner, kept: _KeptLog | None = None, unneeded_time_s: float = 600.0,
 ) -> dict[str, Any]:
-    waits = sorted(p["bound"] - p["created"] for p in report["pods"] if p.get("bound") is not None)
+    waits = sorted(p["started"] - p["created"] for p in report["pods"] if p.get("started") is not None)
 
     def outcome_count(kind: str, prefix: str) -> int:
         return sum(1 for e in ledger if e.kind == kind and e.outcome.startswith(prefix))
@@ -503,6 +511,10 @@ def build_summary(
         # A render queue's frames (sandbox `render_queue`): put back after their worker stopped, and the whole tally.
         "frames_interrupted": (report.get("render_queue") or {}).get("frames_interrupted", 0),
         "render_queue": report.get("render_queue"),
+        # The scenario's virtual node (sandbox `virtual_node`): ACI pods started and refused, cost, where pods ended.
+        "virtual_node": report.get("virtual_node"),
+        # What the autoscaler made of it: pods left on ACI, moved back onto VMs, and how long they stayed there.
+        "virtual_node_outcome": virtual_node_outcome(report),
         # How long after becoming removable each node removed while empty started to be deleted (seconds).
         "removal_lag_s": removal_lag(report, unneeded_time_s=unneeded_time_s),
         "removal_lag_s_by_group": {g: removal_lag(report, unneeded_time_s=unneeded_time_s, group=g)
@@ -526,6 +538,34 @@ def build_summary(
         "runner": {"timer_invocations": runner.stats.timer_invocations, "queue_invocations": runner.stats.queue_invocations,
                    "failures": runner.stats.failures, "poisoned": runner.stats.poisoned},
     }
+
+
+def virtual_node_outcome(report: dict[str, Any]) -> dict[str, Any] | None:
+    """Where pods ended with a virtual node in the scenario (None without one).
+
+    `on_virtual_node_at_end`: pods still running or waiting there; `on_vms_at_end`: workload pods running on VM
+    nodes; `moved_back`: pods evicted from the virtual node while running (the backfill); `batch_evicted`: Job
+    pods evicted anywhere (never expected); `max_seconds_on_aci`: the longest a moved pod ran on ACI first.
+    """
+    block = report.get("virtual_node")
+    if block is None:
+        return None
+    name = block["node"]
+    pods = [p for p in report["pods"] if p.get("workload")]
+    live = [p for p in pods if p["outcome"] in ("running", "pending")]
+    moved = [p for p in pods if p["node"] == name and p["evicted_while_running"]]
+    return {
+        "on_virtual_node_at_end": sum(1 for p in live if p["node"] == name),
+        "on_vms_at_end": sum(1 for p in live if p["node"] not in (None, name) and p["outcome"] == "running"),
+        "moved_back": len(moved),
+        "batch_evicted": sum(1 for p in pods if p["evicted_while_running"] and p["workload"] in _job_workloads(report)),
+        "max_seconds_on_aci": round(max((p["stopped"] - p["started"] for p in moved
+                                         if p["started"] is not None and p["stopped"] is not None), default=0.0), 1),
+    }
+
+
+def _job_workloads(report: dict[str, Any]) -> set[str]:
+    return {name for name, kind in (report.get("workload_kinds") or {}).items() if kind == "Job"}
 
 
 def _evicted_by_workload(pods: list[dict[str, Any]]) -> dict[str, int]:
@@ -655,13 +695,14 @@ def main(argv: list[str] | None = None) -> int:
                                                   "running_pods_evicted_by_workload")}, indent=2))
     print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'timeline.png'}")
     for row in summary["expectations"]:
-        print(f"expected {row['path']} <= {row['at_most']:g}: {row['value']}", "(met)" if row["met"] else "(NOT MET)")
+        bound = f"<= {row['at_most']:g}" if "at_most" in row else f">= {row['at_least']:g}"
+        print(f"expected {row['path']} {bound}: {row['value']}", "(met)" if row["met"] else "(NOT MET)")
     if not summary["converged"]:
         print("the scenario did not converge before its duration or the timeout (see summary.json)", file=sys.stderr)
         return 1
     unmet = [row["problem"] for row in summary["expectations"] if not row["met"]]
     if unmet:
-        print(f"the scenario's expect_at_most is not met: {'; '.join(unmet)}", file=sys.stderr)
+        print(f"the scenario's expectations are not met: {'; '.join(unmet)}", file=sys.stderr)
         return 1
     if kill:
         problems = summary["crash_check"]["problems"]

@@ -2,8 +2,8 @@
 
 Covers what an autoscaler uses, shaped so the official `kubernetes` client works
 unchanged: discovery, nodes (list/get/replace/patch/delete), pods (list, get,
-create, delete, eviction), events, config maps, namespaces and policy/v1
-PodDisruptionBudgets. Errors are metav1.Status bodies. The caller (the server)
+create, replace/patch of their metadata, delete, eviction), events, config maps,
+namespaces and policy/v1 PodDisruptionBudgets. Errors are metav1.Status bodies. The caller (the server)
 advances the world and holds `world.lock` around the call.
 """
 
@@ -36,7 +36,7 @@ _KINDS = {
 # (resource, verb) pairs the double serves; anything else is 405 like an unsupported verb.
 _VERBS = {
     "nodes": {"list", "get", "update", "patch", "delete"},
-    "pods": {"list", "get", "create", "delete", "evict"},
+    "pods": {"list", "get", "create", "update", "patch", "delete", "evict"},
     "events": {"list", "get", "create", "delete"},
     "configmaps": {"list", "get", "create", "update", "patch", "delete"},
     "namespaces": {"list", "get"},
@@ -347,7 +347,7 @@ def _discovery(path: str, host: str) -> dict[str, Any]:
         "groupVersion": "v1",
         "resources": [
             _resource("nodes", "Node", False, ["delete", "get", "list", "patch", "update"]),
-            _resource("pods", "Pod", True, ["create", "delete", "get", "list"]),
+            _resource("pods", "Pod", True, ["create", "delete", "get", "list", "patch", "update"]),
             _resource("pods/eviction", "Eviction", True, ["create"]) | {"group": "policy", "version": "v1", "singularName": ""},
             _resource("events", "Event", True, ["create", "delete", "get", "list"]),
             _resource("configmaps", "ConfigMap", True, ["create", "delete", "get", "list", "patch", "update"]),

@@ -80,4 +80,6 @@ def pod_outcome(pod: PodSim, phase: str | None) -> str:
         return "evicted"
     if pod.deleted is not None or phase is None:
         return "deleted"
+    if phase == "Failed":  # failed without running: a virtual node's provider refused it (restartPolicy Never)
+        return "failed"
     return "running" if phase == "Running" else "pending"

@@ -8,7 +8,8 @@ scheduler then only ever looks at the API object, so what the autoscaler reads
 is exactly what the sandbox schedules.
 
 Semantics follow the Kubernetes API reference: node selector terms are ORed and
-their expressions ANDed; an empty term matches nothing; a null label selector in
+their expressions ANDed; an empty term matches nothing (an empty preferred term so adds
+no weight); preferred node terms weigh 1 to 100; a null label selector in
 a pod affinity term matches nothing while an empty one matches everything; an
 affinity term applies to the pod's own namespace unless `namespaces` or
 `namespaceSelector` say otherwise; requests are the larger of the containers'
@@ -168,6 +169,8 @@ class PodNeeds:
     spread: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     priority: int = 0
+    # Preferred (soft) node affinity as (weight 1..100, term): scored by NodeAffinity, never filtered on.
+    preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
 
     @property
     def needs_pod_view(self) -> bool:
@@ -313,14 +316,15 @@ def _label_keys(obj: Mapping[str, Any], name: str, path: str, own_labels: Mappin
     return tuple(Requirement(k, op, (own_labels[k],)) for k in keys if k in own_labels)
 
 
-def _weighted(value: Any, path: str, inner: str) -> Any:
+def _weighted(value: Any, path: str, inner: str) -> tuple[int, Any]:
+    """A weighted term: its weight (1..100, as the API server validates it) and the raw inner term."""
     obj = _obj(value, path, {"weight", inner})
-    _int(obj.get("weight"), f"{path}.weight", 1)
-    if obj["weight"] > 100:
+    weight = _int(obj.get("weight"), f"{path}.weight", 1)
+    if weight > 100:
         raise SpecError(f"{path}.weight", "must be at most 100")
     if inner not in obj:
         raise SpecError(f"{path}.{inner}", "required field is missing")
-    return obj[inner]
+    return weight, obj[inner]
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,14 +332,17 @@ class Affinity:
     node: tuple[NodeSelectorTerm, ...] | None = None
     pod: tuple[PodAffinityTerm, ...] = ()
     pod_anti: tuple[PodAffinityTerm, ...] = ()
+    node_preferred: tuple[tuple[int, NodeSelectorTerm], ...] = ()
 
 
 def parse_affinity(value: Any, path: str, own_labels: Mapping[str, str] = EMPTY_MAP) -> Affinity:
-    """spec.affinity. Required terms are kept; preferred ones are validated, then left to scoring (ignored here)."""
+    """spec.affinity. Required terms and preferred node terms are kept (the latter for scoring); preferred
+    pod (anti-)affinity terms are validated only, as the sandbox does not score them."""
     if value is None:
         return Affinity()
     obj = _obj(value, path, {"nodeAffinity", "podAffinity", "podAntiAffinity"})
     node_terms: tuple[NodeSelectorTerm, ...] | None = None
+    preferred: list[tuple[int, NodeSelectorTerm]] = []
     if obj.get("nodeAffinity") is not None:
         where = f"{path}.nodeAffinity"
         node = _obj(
@@ -354,7 +361,8 @@ def parse_affinity(value: Any, path: str, own_labels: Mapping[str, str] = EMPTY_
             )
         pref_path = f"{where}.preferredDuringSchedulingIgnoredDuringExecution"
         for i, item in enumerate(_list(node.get("preferredDuringSchedulingIgnoredDuringExecution"), pref_path)):
-            parse_node_selector_term(_weighted(item, f"{pref_path}[{i}]", "preference"), f"{pref_path}[{i}].preference")
+            weight, preference = _weighted(item, f"{pref_path}[{i}]", "preference")
+            preferred.append((weight, parse_node_selector_term(preference, f"{pref_path}[{i}].preference")))
     pod_terms: list[tuple[PodAffinityTerm, ...]] = []
     for kind in ("podAffinity", "podAntiAffinity"):
         where = f"{path}.{kind}"
@@ -369,9 +377,9 @@ def parse_affinity(value: Any, path: str, own_labels: Mapping[str, str] = EMPTY_
         ))
         pref_path = f"{where}.preferredDuringSchedulingIgnoredDuringExecution"
         for i, item in enumerate(_list(section.get("preferredDuringSchedulingIgnoredDuringExecution"), pref_path)):
-            _pod_affinity_term(_weighted(item, f"{pref_path}[{i}]", "podAffinityTerm"),
+            _pod_affinity_term(_weighted(item, f"{pref_path}[{i}]", "podAffinityTerm")[1],
                                f"{pref_path}[{i}].podAffinityTerm", own_labels)
-    return Affinity(node_terms, pod_terms[0], pod_terms[1])
+    return Affinity(node_terms, pod_terms[0], pod_terms[1], tuple(preferred))
 
 
 def parse_spread_constraints(value: Any, path: str, own_labels: Mapping[str, str] = EMPTY_MAP) -> tuple[SpreadConstraint, ...]:
@@ -556,4 +564,5 @@ def parse_pod(pod: Mapping[str, Any]) -> PodNeeds:
         spread=parse_spread_constraints(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints", labels),
         host_ports=parse_host_ports(_list(spec.get("containers"), "spec.containers"), "spec.containers"),
         priority=priority,
+        preferred_node_affinity=affinity.node_preferred,
     )

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from shared.domain import EMPTY_MAP, Taint, Toleration
+from sandbox import aci
 from sandbox.agent_pools import COMPUTER_NAME_PREFIX, AgentPoolError, AgentPoolSpec, check_pools, expand_node_group
 from sandbox.podspec import HostPort, SpecError, parse_affinity, parse_spread_constraints
 from sandbox.resources import EPHEMERAL_STORAGE, Amounts, parse_scalar
@@ -145,6 +146,14 @@ class DaemonSetSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ScaleStep:
+    """From `at` (seconds after the start) on, a scaled ReplicaSet wants `replicas` pods."""
+
+    at: float
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     name: str
     namespace: str
@@ -173,6 +182,9 @@ class WorkloadSpec:
     # Job spec.ttlSecondsAfterFinished: the TTL controller deletes a finished pod this long after it ends
     # (None keeps it, as Kubernetes does without a TTL). Long traces need it, or finished pods pile up.
     ttl_after_finished: float | None = None
+    # A ReplicaSet's replicas over time (sandbox.world.pod_lifecycle scales it; sandbox.replicaset picks whom
+    # to delete). Set, it replaces count, at, spread and repeat, and `count` holds the most replicas of a step.
+    scale: tuple[ScaleStep, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +232,22 @@ class RenderQueueSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class VirtualNodeSpec:
+    """An AKS virtual node: virtual-kubelet running pods on Azure Container Instances (sandbox.world.virtual_node)."""
+
+    name: str = aci.DEFAULT_NAMES[1]
+    version: aci.VirtualNodeVersion = 1  # 1: the AKS add-on (azure-aci); 2: Virtual Nodes v2 (preview)
+    quota_cores: int = aci.DEFAULT_QUOTA_CORES  # ACI's regional StandardCores quota
+    creates_per_5min: int = aci.DEFAULT_CREATES_PER_5MIN  # container group creations allowed per 5 minutes
+    creates_per_hour: int = aci.DEFAULT_CREATES_PER_HOUR  # ... and per hour
+    # From the container group's creation to its container running. Reports run 20-60 s (older ones up to
+    # 110 s for big images); no current official figure.
+    start_latency: Dist = field(default_factory=lambda: Dist("lognormal", (), 10.0, 180.0, 30.0, 60.0))
+    price_vcpu_second: float = aci.DEFAULT_PRICE_VCPU_SECOND  # USD; no verified public figure (sandbox.aci)
+    price_gb_second: float = aci.DEFAULT_PRICE_GB_SECOND  # USD per GB (10^9 bytes) and second; likewise
+
+
+@dataclass(frozen=True, slots=True)
 class ExpectedUnschedulable:
     """Pods of one workload the scenario expects to stay Pending for good: no node and no group can hold them."""
 
@@ -259,8 +287,12 @@ class Scenario:
     expect_unschedulable: tuple[ExpectedUnschedulable, ...] = ()
     # Bounds on summary.json figures that `make demo` checks: (dotted path, the most it may be).
     expect_at_most: tuple[tuple[str, float], ...] = ()
+    # ... and (dotted path, the least it may be), e.g. pods that must have started on a virtual node.
+    expect_at_least: tuple[tuple[str, float], ...] = ()
     # Frames handed to a DaemonSet's pods, one at a time per node (`render_queue`); None: no render queue.
     render_queue: RenderQueueSpec | None = None
+    # An AKS virtual node backed by Azure Container Instances (`virtual_node`); None: no virtual node.
+    virtual_node: VirtualNodeSpec | None = None
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -507,7 +539,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "deallocate_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes", "expect_unschedulable",
-            "expect_at_most", "render_queue",
+            "expect_at_most", "expect_at_least", "render_queue", "virtual_node",
         },
         {"node_groups"},
     )
@@ -584,7 +616,8 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     )
     scenario = replace(scenario, expect_unschedulable=_items(
         top, "expect_unschedulable", "$", lambda item, path: _expected_unschedulable(item, path, scenario.workloads)))
-    scenario = replace(scenario, expect_at_most=_bounds(top.get("expect_at_most", {}), "$.expect_at_most"))
+    scenario = replace(scenario, expect_at_most=_bounds(top.get("expect_at_most", {}), "$.expect_at_most"),
+                       expect_at_least=_bounds(top.get("expect_at_least", {}), "$.expect_at_least"))
     named: set[str] = set()
     for i, expected in enumerate(scenario.expect_unschedulable):
         if expected.workload in named:
@@ -604,7 +637,49 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     _unique([(p.namespace, p.name) for p in scenario.pdbs], "$.pdbs", "PodDisruptionBudget")
     if "render_queue" in top:
         scenario = replace(scenario, render_queue=_render_queue(top["render_queue"], "$.render_queue", scenario.daemonsets))
+    if "virtual_node" in top:
+        scenario = replace(scenario, virtual_node=_virtual_node(top["virtual_node"], "$.virtual_node", scenario))
     return scenario
+
+
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS subdomain, as Node names are
+
+
+def _virtual_node(value: Any, path: str, scenario: Scenario) -> VirtualNodeSpec:
+    """`{"name", "version", "quota_cores", "creates_per_5min", "creates_per_hour", "start_latency": dist,
+    "price_vcpu_second", "price_gb_second"}`, every field optional (`{}` is the AKS add-on's defaults)."""
+    obj = _obj(value, path, {"name", "version", "quota_cores", "creates_per_5min", "creates_per_hour",
+                             "start_latency", "price_vcpu_second", "price_gb_second"})
+    version = obj.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version not in aci.VERSIONS:
+        raise _Invalid(f"{path}.version", f"must be 1 (the AKS add-on) or 2 (Virtual Nodes v2), got {version!r}")
+    name = _str(obj.get("name", aci.DEFAULT_NAMES[version]), f"{path}.name", _NODE_NAME, "node name")
+    # Nodes of the scale sets must never take the virtual node's name.
+    if scenario.flavour == "k3s" and name == "k3s-server":
+        raise _Invalid(f"{path}.name", "'k3s-server' is the k3s server's node")
+    for group in scenario.node_groups:
+        prefix = "worker-" if scenario.flavour == "kubeadm" else group.computer_name_prefix
+        if name.startswith(prefix):
+            raise _Invalid(f"{path}.name", f"{name!r} could be the name of a node of scale set {group.name!r} "
+                                           f"(their names start with {prefix!r})")
+    prices = {}
+    for key, default in (("price_vcpu_second", aci.DEFAULT_PRICE_VCPU_SECOND),
+                         ("price_gb_second", aci.DEFAULT_PRICE_GB_SECOND)):
+        price = obj.get(key, default)
+        if isinstance(price, bool) or not isinstance(price, int | float) or not 0 <= price < math.inf:
+            raise _Invalid(f"{path}.{key}", f"must be a number of USD at least 0, got {price!r}")
+        prices[key] = float(price)
+    return VirtualNodeSpec(
+        name=name,
+        version=version,
+        quota_cores=_int(obj.get("quota_cores", aci.DEFAULT_QUOTA_CORES), f"{path}.quota_cores"),
+        creates_per_5min=_int(obj.get("creates_per_5min", aci.DEFAULT_CREATES_PER_5MIN), f"{path}.creates_per_5min"),
+        creates_per_hour=_int(obj.get("creates_per_hour", aci.DEFAULT_CREATES_PER_HOUR), f"{path}.creates_per_hour"),
+        start_latency=_dist(obj["start_latency"], f"{path}.start_latency", parse_duration)
+        if "start_latency" in obj
+        else VirtualNodeSpec().start_latency,
+        **prices,
+    )
 
 
 def _render_queue(value: Any, path: str, daemonsets: tuple[DaemonSetSpec, ...]) -> RenderQueueSpec:
@@ -866,7 +941,7 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
         {
             "name", "namespace", "kind", "count", "at", "spread", "repeat", "requests", "duration", "labels",
             "annotations", "node_selector", "tolerations", "affinity", "topology_spread_constraints",
-            "host_ports", "priority", "cpu_usage", "volumes", "active_deadline", "ttl_after_finished",
+            "host_ports", "priority", "cpu_usage", "volumes", "active_deadline", "ttl_after_finished", "scale",
         },
         {"name", "requests"},
     )
@@ -914,11 +989,12 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
     priority = obj.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise _Invalid(f"{path}.priority", f"must be a whole number, got {_typename(priority)}")
+    scale = _scale(obj, kind, path)
     return WorkloadSpec(
         name=name,
         namespace=_str(obj.get("namespace", "default"), f"{path}.namespace", _NAME, "namespace"),
         kind=kind,
-        count=_int(obj.get("count", 1), f"{path}.count", 1),
+        count=max(step.replicas for step in scale) if scale else _int(obj.get("count", 1), f"{path}.count", 1),
         at=_duration(obj.get("at", 0), f"{path}.at"),
         spread=_duration(obj.get("spread", 0), f"{path}.spread"),
         cpu=cpu,
@@ -942,7 +1018,35 @@ def _workload(value: Any, path: str) -> WorkloadSpec:
         if "active_deadline" in obj
         else None,
         ttl_after_finished=_ttl(obj, kind, path),
+        scale=scale,
     )
+
+
+def _scale(obj: Mapping[str, Any], kind: str, path: str) -> tuple[ScaleStep, ...]:
+    """`scale`: [{"at", "replicas"}, ...], times strictly increasing. The steps alone say how many pods there
+    are and when, so the fields that otherwise say it are refused next to them rather than half-applied."""
+    if "scale" not in obj:
+        return ()
+    if kind != "ReplicaSet":
+        raise _Invalid(f"{path}.scale", f"only ReplicaSets scale, this workload is a {kind}")
+    for conflicting in ("count", "at", "spread", "repeat"):
+        if conflicting in obj:
+            raise _Invalid(f"{path}.{conflicting}", "not used with scale: its steps set the replicas and when")
+    steps = _items(obj, "scale", path, _scale_step)
+    if not steps:
+        raise _Invalid(f"{path}.scale", "must hold at least one step")
+    for i in range(1, len(steps)):
+        if steps[i].at <= steps[i - 1].at:
+            raise _Invalid(f"{path}.scale[{i}].at", f"must be later than the step before ({steps[i - 1].at:g}s)")
+    return steps
+
+
+def _scale_step(value: Any, path: str) -> ScaleStep:
+    obj = _obj(value, path, {"at", "replicas"}, {"at", "replicas"})
+    at = _duration(obj["at"], f"{path}.at")
+    if at < 0:
+        raise _Invalid(f"{path}.at", f"must not be negative, got {obj['at']!r}")
+    return ScaleStep(at, _int(obj["replicas"], f"{path}.replicas", 0))
 
 
 def _ttl(obj: Mapping[str, Any], kind: str, path: str) -> float | None:

@@ -1,4 +1,4 @@
-"""A kube-scheduler stand-in: the default filter plugins in their order, MostAllocated scoring.
+"""A kube-scheduler stand-in: the default filter plugins in their order, then three of its score plugins.
 
 Filters, as kube-scheduler runs them, each node stopping at the first that fails
 (so a node contributes one plugin's reasons to the FailedScheduling message):
@@ -14,8 +14,23 @@ Filters, as kube-scheduler runs them, each node stopping at the first that fails
 7. InterPodAffinity: existing pods' required anti-affinity, the pod's required anti-affinity and
    affinity, on any topology key (hostname and zone are the common ones).
 
-Scoring prefers the most allocated node so work packs tightly and idle nodes appear for the
-autoscaler to remove; preferred (soft) terms and ScheduleAnyway constraints are not scored.
+Scoring sums three of the default profile's score plugins, each 0..100 times its default weight
+(pkg/scheduler/apis/config/v1/default_plugins.go), over the nodes that passed the filters:
+
+- NodeResourcesFit, weight 1: MostAllocated (the sandbox's chosen strategy, not kube's default
+  LeastAllocated) so work packs tightly and idle nodes appear for the autoscaler to remove. Kept as a
+  fraction where kube rounds down to whole points, so near-equal nodes are not left to the name order.
+- NodeAffinity, weight 2: the weights of the preferred node affinity terms a node matches, scaled so the
+  best feasible node has 100 (helper.DefaultNormalizeScore; all 0 when no node matches any term).
+- TaintToleration, weight 3: the node's PreferNoSchedule taints the pod does not tolerate, reversed (the
+  fewest get 100; all 100 when no feasible node has any).
+
+The highest total wins, ties going to the first node by name. So a pod tolerating a virtual node's taint
+and preferring VM nodes goes to the virtual node only when no VM node fits. The other default score
+plugins are not run: NodeResourcesBalancedAllocation, ImageLocality, and InterPodAffinity and
+PodTopologySpread (which score preferred pod (anti-)affinity and ScheduleAnyway constraints). A pod without
+preferred node terms in a cluster without PreferNoSchedule taints scores MostAllocated alone: the other two
+are equal on every node then.
 """
 
 from __future__ import annotations
@@ -30,6 +45,12 @@ from sandbox.podspec import HostPort, PodNeeds, selector_matches
 from sandbox.resources import Amounts
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+_PREFER_NO_SCHEDULE = "PreferNoSchedule"
+MAX_NODE_SCORE = 100  # framework.MaxNodeScore
+# The default profile's score plugin weights (pkg/scheduler/apis/config/v1/default_plugins.go).
+FIT_WEIGHT = 1
+NODE_AFFINITY_WEIGHT = 2
+TAINT_TOLERATION_WEIGHT = 3
 NOT_READY_TAINT = Taint("node.kubernetes.io/not-ready", "", "NoSchedule")
 UNREACHABLE_KEY = "node.kubernetes.io/unreachable"
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
@@ -147,6 +168,11 @@ class ClusterView:
         self._pods = pods
         self._anti_pods = anti_affinity_pods
         self._namespace_labels = namespace_labels or {}
+        # Taints do not change during a pass. Without any PreferNoSchedule taint TaintToleration scores every
+        # node alike, and pods without preferred node terms can skip the two-pass scoring.
+        self._soft_taints = {
+            n.name: soft for n in nodes if (soft := tuple(t for t in n.taints if t.effect == _PREFER_NO_SCHEDULE))
+        }
 
     def place(self, needs: PodNeeds, node: NodeSlot) -> None:
         node.used = node.used + needs.requests
@@ -158,6 +184,9 @@ class ClusterView:
     def choose(self, needs: PodNeeds) -> tuple[NodeSlot | None, Counter[str]]:
         """The best fitting node (ties broken by name), or None with per-reason node counts."""
         context = self._context(needs)
+        # Normalised scores need every feasible node first; without them one pass keeps the running best.
+        normalised = bool(needs.preferred_node_affinity or self._soft_taints)
+        feasible: list[NodeSlot] = []
         best: NodeSlot | None = None
         best_score = -1.0
         failures: list[list[str]] = []
@@ -166,15 +195,42 @@ class ClusterView:
             if reasons:
                 failures.append(reasons)
                 continue
+            if normalised:
+                feasible.append(node)
+                continue
             score = most_allocated_score(needs.requests, node)
             if score > best_score or (score == best_score and best is not None and node.name < best.name):
                 best, best_score = node, score
+        if feasible:
+            best = self._best_scored(needs, feasible)
         if best is not None:
             return best, Counter()
         counts: Counter[str] = Counter()
         for reasons in failures:
             counts.update(reasons)
         return None, counts
+
+    def _best_scored(self, needs: PodNeeds, feasible: list[NodeSlot]) -> NodeSlot:
+        """The feasible node with the highest weighted sum of the three scores; ties go to the first by name.
+        A plugin that scores every node alike (no preferred terms; no PreferNoSchedule taint) is left out."""
+        totals = [FIT_WEIGHT * MAX_NODE_SCORE * most_allocated_score(needs.requests, n) for n in feasible]
+        if needs.preferred_node_affinity:
+            raw = [preferred_affinity_score(needs, n) for n in feasible]
+            for i, score in enumerate(default_normalize(raw, reverse=False)):
+                totals[i] += NODE_AFFINITY_WEIGHT * score
+        if self._soft_taints:
+            tolerations = needs.tolerations
+            raw = [
+                sum(1 for taint in self._soft_taints.get(n.name, ()) if not any(t.tolerates(taint) for t in tolerations))
+                for n in feasible
+            ]
+            for i, score in enumerate(default_normalize(raw, reverse=True)):
+                totals[i] += TAINT_TOLERATION_WEIGHT * score
+        best, best_score = feasible[0], totals[0]
+        for node, score in zip(feasible, totals, strict=True):
+            if score > best_score or (score == best_score and node.name < best.name):
+                best, best_score = node, score
+        return best
 
     def filter_reasons(self, needs: PodNeeds, node: NodeSlot, context: _PodContext | None = None) -> list[str]:
         """Why the pod cannot go on the node, in kube-scheduler's words (one plugin's); empty when it fits."""
@@ -285,6 +341,21 @@ class ClusterView:
             self_match = 1 if selector_matches(c.selector, needs.labels) else 0
             states.append(_SpreadState(c.topology_key, c.max_skew, counts, minimum, self_match))
         context.spread = states
+
+
+def default_normalize(scores: list[int], *, reverse: bool) -> list[int]:
+    """helper.DefaultNormalizeScore: scale so the highest is MAX_NODE_SCORE (integer division, as in Go),
+    reversed if asked; all zero scores stay 0, or all become MAX_NODE_SCORE when reversed."""
+    highest = max(scores, default=0)
+    if highest == 0:
+        return [MAX_NODE_SCORE if reverse else 0 for _ in scores]
+    scaled = [MAX_NODE_SCORE * score // highest for score in scores]
+    return [MAX_NODE_SCORE - score for score in scaled] if reverse else scaled
+
+
+def preferred_affinity_score(needs: PodNeeds, node: NodeSlot) -> int:
+    """NodeAffinity's raw score: the summed weights of the preferred terms the node matches."""
+    return sum(weight for weight, term in needs.preferred_node_affinity if term.matches(node.name, node.labels))
 
 
 def most_allocated_score(requests: Amounts, node: NodeSlot) -> float:

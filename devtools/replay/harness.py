@@ -36,6 +36,11 @@ MIB = 1 << 20
 DAEMONSET_CPU_MILLI = 100
 DAEMONSET_MEMORY_MIB = 128
 _GPU_TOLERATION = Toleration(key=GPU, operator="Exists", effect="NoSchedule")
+# The documented pattern for overflowing onto a virtual node: tolerate its taint, prefer VM nodes.
+_VN_TOLERATION = Toleration(key="virtual-kubelet.io/provider", operator="Exists", effect="NoSchedule")
+_PREFER_VMS = MappingProxyType({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+    "weight": 100, "preference": {"matchExpressions": [
+        {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}]}}]}})
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,9 @@ class ReplayConfig:
     timeline_interval_s: float = 60.0
     job_ttl_s: float = 60.0  # finished pods are deleted this long after they end (Job ttlSecondsAfterFinished)
     settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # app-setting overrides for `ours`
+    # The virtual-node tier (the sandbox scenario's `virtual_node`: ACI quota, start latency, prices); None: none.
+    # With it, every trace pod tolerates the virtual node and prefers VM nodes (the documented overflow pattern).
+    virtual_node: Mapping[str, Any] | None = None
 
 
 class Policy(Protocol):
@@ -117,6 +125,8 @@ def build_world(
             "requests": {"cpu": f"{DAEMONSET_CPU_MILLI}m", "memory": f"{DAEMONSET_MEMORY_MIB}Mi"},
         }],
     }
+    if config.virtual_node is not None:
+        scenario["virtual_node"] = dict(config.virtual_node)
     world = World(scenario, seed=config.seed)
     specs: dict[str, WorkloadSpec] = {}
     for index, pod in enumerate(pods):
@@ -127,7 +137,9 @@ def build_world(
                 name=name, namespace="default", kind="Job", count=0, at=0.0, spread=0.0,
                 cpu=Dist.fixed(pod.cpu_milli), memory=Dist.fixed(pod.memory_bytes), duration=None,
                 labels=MappingProxyType({"job-name": name, "batch.kubernetes.io/job-name": name}),
-                tolerations=(_GPU_TOLERATION,) if pod.gpus else (),
+                tolerations=((_GPU_TOLERATION,) if pod.gpus else ()) + (
+                    (_VN_TOLERATION,) if config.virtual_node is not None else ()),
+                affinity=_PREFER_VMS if config.virtual_node is not None else None,
                 ttl_after_finished=config.job_ttl_s,
             )
         requests = Amounts.of(pod.cpu_milli, pod.memory_bytes, 1, {GPU: pod.gpus} if pod.gpus else {})

@@ -1,9 +1,10 @@
 """What a replay measured, in the layout of out/bench/results.json, and the oracle's lower bound.
 
-Pending wait counts every workload pod, replacements included: from creation to binding, or to
-the end of the run for a pod that never ran (a policy that leaves pods waiting is not flattered
-by leaving them out). Work lost is the run time of pods killed or evicted while running: their
-replacements start over.
+Pending wait counts every workload pod, replacements included: from creation to running (binding, on
+a VM node; its container group running, on a virtual node), or to the end of the run for a pod that
+never ran (a policy that leaves pods waiting is not flattered by leaving them out). Cost adds what ACI
+bills for a virtual node's pods, if the world has one. Work lost is the run time of pods killed or
+evicted while running: their replacements start over.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
     end = report["sim_seconds"]
     waits, killed, lost = [], 0, 0.0
     for pod in report["pods"]:
-        waits.append((pod["bound"] if pod["bound"] is not None else end) - pod["created"])
+        waits.append((pod["started"] if pod["started"] is not None else end) - pod["created"])
         if pod["killed"] or pod["evicted_while_running"]:
             killed += 1
             if pod["started"] is not None and pod["stopped"] is not None:
@@ -126,6 +127,8 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
     by_group = report["node_seconds_by_group"]
     price = {pool.name: pool.price_per_hour for pool in pools}
     cost = sum(seconds * price[key.rsplit("/", 1)[-1]] / 3600 for key, seconds in by_group.items())
+    if report.get("virtual_node") is not None:  # pods bursting to ACI are paid per second, not per node
+        cost += report["virtual_node"]["cost_usd"]
     api = report["api_calls"]
     return {
         "node_seconds": round(report["node_seconds"], 1),

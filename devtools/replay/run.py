@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable
 from devtools.replay.metrics import demand_curve, oracle_result, run_result, static_sizes, timeline_series
-from devtools.replay.policies import POLICIES, Static
+from devtools.replay.policies import POLICIES, VIRTUAL_NODE_POLICIES, Static
 from devtools.replay.policies.ca import ClusterAutoscaler
 from devtools.replay.policies.ours import Ours
 from devtools.replay.policies.vmss_cpu import VmssCpuAutoscale
@@ -31,6 +31,11 @@ def replay(
 ) -> ReplayOutcome:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: choose one of {', '.join(POLICIES)}")
+    if policy in VIRTUAL_NODE_POLICIES:
+        if config.virtual_node is None:
+            config = replace(config, virtual_node={})  # the sandbox's defaults: ACI's documented quota
+    elif config.virtual_node is not None:
+        config = replace(config, virtual_node=None)  # the VM-only policies run without one
     pods, left_out = placeable(trace, config.pools)
     if not pods:
         raise ValueError(f"trace {trace.name}: no pod fits any pool ({', '.join(p.name for p in config.pools)})")
@@ -48,9 +53,9 @@ def replay(
         world = build_world(trace, config)
     run = Replay(world, config)
     chosen: Any
-    if policy == "ours":
+    if policy in ("ours", "ours+vn"):
         chosen = Ours(run)
-    elif policy == "ca":
+    elif policy in ("ca", "ca+vn"):
         chosen = ClusterAutoscaler(run)
     elif policy == "vmss-cpu":
         chosen = VmssCpuAutoscale(run)

@@ -22,6 +22,8 @@ order an autoscaler calls in. Internally times are float seconds since `start`.
 - `agent_pools`: AKS agent pools over their scale sets (count, deleteMachines, machines), their operations
 - `kube_resources`: the Kubernetes API calls (list, get, create, replace, delete)
 - `render_queue`: the scenario's `render_queue`, frames a render manager hands to a DaemonSet's pods
+- `virtual_node`: the scenario's `virtual_node`, virtual-kubelet's Node and Azure Container Instances running
+  the pods bound to it
 - `reports`: the timeline, measured node CPU, `done`, `state` and `report`
 
 This module runs the event loop that drives them: `advance` pops the timed events in order, hands
@@ -59,6 +61,7 @@ from sandbox.world.scale_sets import (
     ScaleSetsPart,
 )
 from sandbox.world.scheduler import SchedulerPart
+from sandbox.world.virtual_node import VirtualNodePart, VirtualNodeUsage
 
 __all__ = [
     "CPU_USAGE_ANNOTATION",
@@ -75,6 +78,7 @@ __all__ = [
     "TO_BE_DELETED_TAINT",
     "NodeCpu",
     "RemovalStart",
+    "VirtualNodeUsage",
     "World",
 ]
 
@@ -88,6 +92,7 @@ class World(
     ScaleSetsPart,
     NodesPart,
     PodLifecyclePart,
+    VirtualNodePart,
     SchedulerPart,
 ):
     """One simulated cluster world. See the module docstring; every public method holds `lock`."""
@@ -110,12 +115,14 @@ class World(
         self._init_scheduler_state()
         self._init_kube_state()
         self._init_render_state()
+        self._init_virtual_node_state()
         self._init_namespaces()
         self._init_pdbs()
         self._init_daemonsets()
         self._init_scale_sets()
         self._init_static_nodes()
         self._init_agent_pools()  # draws no ids: worlds without pools are unchanged
+        self._init_virtual_node()  # draws ids only for a virtual node: worlds without one are unchanged
         self._schedule_workloads()
         self._init_render_queue()  # draws from its own stream only: worlds without one are unchanged
         self._advance_to(0.0)  # arrivals at t=0 exist from the first look
@@ -161,6 +168,8 @@ class World(
             "ttl_expired": self._on_ttl_expired,
             "frames": self._on_frames,
             "frame_done": self._on_frame_done,
+            "aci_started": self._on_aci_started,
+            "job_backoff_over": self._replace,
         }
         handlers[kind](payload)
         self._dirty = True

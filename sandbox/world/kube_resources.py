@@ -5,7 +5,8 @@ and the latest NotTriggerScaleUp message about each pod) and the cluster-scoped 
 start (namespaces, PodDisruptionBudgets). Its calls give API semantics: deep copies in storage order,
 PDB status computed on read, optimistic concurrency on replace, names from generateName. Pods
 created, deleted or evicted through it get the world's pod lifecycle (`sandbox.world.pod_lifecycle`);
-nodes deleted through it go as `sandbox.world.nodes` removes them.
+a pod's replace (and so its PATCH) changes its metadata only; nodes deleted through it go as
+`sandbox.world.nodes` removes them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from sandbox import kobjects
@@ -37,6 +40,9 @@ class KubeResourcesPart(WorldCore):
         self._unmanaged_touches: Counter[str] = Counter()
 
     def _touch_if_unmanaged(self, node_name: str | None) -> None:
+        # A virtual node is no scale set's either, but an autoscaler may gate it (a taint) and move pods off it.
+        if self._is_virtual_node(node_name):
+            return
         if node_name and node_name not in self._by_node and self._store.get("nodes", "", node_name) is not None:
             self._unmanaged_touches[node_name] += 1
 
@@ -190,6 +196,8 @@ class KubeResourcesPart(WorldCore):
                     spec["providerID"] = current["spec"]["providerID"]
                 elif not spec.get("providerID"):
                     spec.pop("providerID", None)
+            elif resource == "pods":
+                return self._update_pod(current, updated)
             elif resource != "configmaps":
                 raise KubeError(405, "MethodNotAllowed", f"the sandbox does not update {resource}")
             was_marked = resource == "nodes" and marked_for_removal(current)
@@ -200,6 +208,36 @@ class KubeResourcesPart(WorldCore):
             if resource == "nodes":
                 self._note_removal_mark(name, was_marked=was_marked, marked=marked_for_removal(updated))
             return copy.deepcopy(updated)
+
+    def _update_pod(self, current: dict[str, Any], updated: dict[str, Any]) -> dict[str, Any]:
+        """A pod's PUT or PATCH changes its metadata (labels, annotations such as the ReplicaSet controller's
+        pod-deletion-cost), in the stored object itself: the world's parts hold on to it. The API server lets a
+        few spec fields change (container images, ...); the sandbox runs no images, so it refuses any spec
+        change. Status is a subresource: the body's is ignored."""
+        meta = current["metadata"]
+        if updated.get("spec") != current.get("spec"):
+            raise KubeError(422, "Invalid", f'Pod "{meta["name"]}" is invalid: spec: Forbidden: pod updates may not '
+                                            "change fields other than `spec.containers[*].image`, "
+                                            "`spec.activeDeadlineSeconds` or `spec.tolerations` (only additions); "
+                                            "the sandbox allows none")
+        new_meta = updated["metadata"]
+        for name in ("labels", "annotations"):
+            value = new_meta.get(name)
+            if value is not None and (not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())):
+                message = f'Pod "{meta["name"]}" is invalid: metadata.{name}: must be a map of strings'
+                raise KubeError(422, "Invalid", message)
+        if "deletionGracePeriodSeconds" in meta:
+            new_meta["deletionGracePeriodSeconds"] = meta["deletionGracePeriodSeconds"]
+        labels_changed = (new_meta.get("labels") or {}) != (meta.get("labels") or {})
+        current["metadata"] = new_meta
+        self._store.touch(current)
+        pod = self._live.get((meta["namespace"], meta["name"]))
+        if labels_changed and pod is not None:
+            # Other pods' affinity, anti-affinity and spreading select on labels: the next pass looks again.
+            pod.needs = replace(pod.needs, labels=MappingProxyType(dict(new_meta.get("labels") or {})))
+            pod.shape = None
+            self._retry_all_pending = True
+        return copy.deepcopy(current)
 
     def k8s_delete(self, resource: str, namespace: str, name: str, grace_seconds: float | None = None) -> dict[str, Any]:
         with self.lock:

@@ -4,17 +4,22 @@
 by namespace/name), the scenario's arrival schedule (`_arrivals_due`), the owners of replayed
 workloads, pod naming, and the DaemonSet and kubelet mirror pods it keeps on each Ready node. It
 plays the controllers around pods: the Job and ReplicaSet controllers replace pods that will not
-finish, the kubelet runs a pod for its duration and kills it when its node's VM goes away, graceful
-deletion holds a pod's node for its grace period, and the Eviction API honours PodDisruptionBudgets.
+finish, a ReplicaSet with a `scale` grows and shrinks to each step's replicas (its scale-in victims
+chosen as the controller ranks them, `sandbox.replicaset`), the kubelet runs a pod for its duration
+and kills it when its node's VM goes away, graceful deletion holds a pod's node for its grace period,
+and the Eviction API honours PodDisruptionBudgets.
 Binding a pod to a node is the scheduler's (`sandbox.world.scheduler`).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
+import random
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from shared.domain import Taint, Toleration
@@ -23,6 +28,7 @@ from sandbox.disruption import budget_status, budget_violation, is_healthy
 from sandbox.errors import KubeError, not_found
 from sandbox.podspec import PodNeeds, SpecError, parse_pod
 from sandbox.pods import PodRole, PodSim, PodTemplate
+from sandbox.replicaset import is_active, scale_in_victims
 from sandbox.resources import EPHEMERAL_STORAGE, Amounts
 from sandbox.scenario import DaemonSetSpec, MirrorPodSpec, WorkloadSpec
 from sandbox.scheduling import untolerated_taint
@@ -32,6 +38,14 @@ from sandbox.world.core import INITIAL_NODE_AGE, NAME_ALPHABET, WorldCore
 
 DURATION_ANNOTATION = "sandbox.autoscaler/duration"  # API-created pods: how long the container runs
 CPU_USAGE_ANNOTATION = "sandbox.autoscaler/cpu-usage"  # API-created pods: CPU they use, as measured
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicasChange:
+    """A scaled ReplicaSet's `spec.replicas` becomes `replicas` (one step of the workload's `scale`)."""
+
+    workload: WorkloadSpec
+    replicas: int
 
 
 class PodLifecyclePart(WorldCore):
@@ -45,6 +59,10 @@ class PodLifecyclePart(WorldCore):
         self._arrivals_due = 0
         self._owners: dict[str, str] = {}  # owner uid of each workload given pods by add_arrival
         self._daemon_needs: dict[tuple[str, str], PodNeeds] = {}  # each DaemonSet's pod, for placement
+        # Scaled ReplicaSets (a workload's `scale`) by "namespace/name": the replicas wanted now, and a new pod's
+        # draw from the workload's own random stream.
+        self._replicas: dict[str, int] = {}
+        self._replica_draws: dict[str, Callable[[], PodTemplate]] = {}
 
     def _init_daemonsets(self) -> None:
         """The DaemonSet objects (apps/v1), and each one's pod as the controller makes it (for placement)."""
@@ -67,19 +85,29 @@ class PodLifecyclePart(WorldCore):
             # Its own stream, so adding `cpu_usage` to a workload leaves its arrivals and requests as they were.
             usage_rng = self._rng("cpu-usage", spec.namespace, spec.name)
             owner_uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            if spec.scale:  # pods are drawn when a step asks for them; each step counts as an arrival due
+                key = f"{spec.namespace}/{spec.name}"
+                self._replica_draws[key] = functools.partial(self._draw_template, spec, owner_uid, rng, usage_rng)
+                for step in spec.scale:
+                    self._push(step.at, "arrival", ReplicasChange(spec, step.replicas))
+                    self._arrivals_due += 1
+                continue
             for wave in range(spec.repeat_times):
                 for _ in range(spec.count):
                     at = spec.at + wave * spec.repeat_every + rng.uniform(0.0, spec.spread)
-                    cpu = max(1, round(spec.cpu.sample(rng)))
-                    memory = max(1 << 20, round(spec.memory.sample(rng) / (1 << 20)) << 20)  # whole Mi
-                    duration = None if spec.duration is None else round(spec.duration.sample(rng), 3)
-                    scalars = dict(spec.extended)
-                    if spec.ephemeral_storage is not None:
-                        scalars[EPHEMERAL_STORAGE] = max(1 << 20, round(spec.ephemeral_storage.sample(rng) / (1 << 20)) << 20)
-                    usage = None if spec.cpu_usage is None else max(0, round(spec.cpu_usage.sample(usage_rng)))
-                    template = PodTemplate(spec, owner_uid, Amounts.of(cpu, memory, 1, scalars), duration, usage)
-                    self._push(at, "arrival", template)
+                    self._push(at, "arrival", self._draw_template(spec, owner_uid, rng, usage_rng))
                     self._arrivals_due += 1
+
+    @staticmethod
+    def _draw_template(spec: WorkloadSpec, owner_uid: str, rng: random.Random, usage_rng: random.Random) -> PodTemplate:
+        cpu = max(1, round(spec.cpu.sample(rng)))
+        memory = max(1 << 20, round(spec.memory.sample(rng) / (1 << 20)) << 20)  # whole Mi
+        duration = None if spec.duration is None else round(spec.duration.sample(rng), 3)
+        scalars = dict(spec.extended)
+        if spec.ephemeral_storage is not None:
+            scalars[EPHEMERAL_STORAGE] = max(1 << 20, round(spec.ephemeral_storage.sample(rng) / (1 << 20)) << 20)
+        usage = None if spec.cpu_usage is None else max(0, round(spec.cpu_usage.sample(usage_rng)))
+        return PodTemplate(spec, owner_uid, Amounts.of(cpu, memory, 1, scalars), duration, usage)
 
     def add_arrival(self, at: float, workload: WorkloadSpec, requests: Amounts, duration: float | None) -> None:
         """One pod of `workload` created at sim second `at` (a replayed trace's pods, outside the scenario).
@@ -106,9 +134,13 @@ class PodLifecyclePart(WorldCore):
             if (namespace, name) not in self._live:
                 return name
 
-    def _on_arrival(self, template: PodTemplate) -> None:
+    def _on_arrival(self, payload: PodTemplate | ReplicasChange) -> None:
         self._arrivals_due -= 1
-        self._create_workload_pod(template)
+        # A scale step rides on the arrival event (World's handler table stays as it is): it is due like one.
+        if isinstance(payload, ReplicasChange):
+            self._scale_replica_set(payload)
+        else:
+            self._create_workload_pod(payload)
 
     def _create_workload_pod(self, template: PodTemplate) -> PodSim:
         spec = template.workload
@@ -211,7 +243,8 @@ class PodLifecyclePart(WorldCore):
             cpu_usage_milli=cpu_usage,
         )
         if node:
-            if (node in self._by_node or node in self._static_nodes) and self._store.get("nodes", "", node) is not None:
+            known = node in self._by_node or node in self._static_nodes or self._is_virtual_node(node)
+            if known and self._store.get("nodes", "", node) is not None:
                 self._bind(pod, node)
         self._reconcile()
         return pod
@@ -272,8 +305,32 @@ class PodLifecyclePart(WorldCore):
         """Job and ReplicaSet controllers create a new pod for one that will not finish."""
         if pod.replaced or pod.template is None or pod.owner_kind not in ("Job", "ReplicaSet") or pod.finished is not None:
             return
+        spec = pod.template.workload
+        if spec.scale and self._active_replicas(spec) >= self._replicas.get(f"{spec.namespace}/{spec.name}", 0):
+            return  # a scaled ReplicaSet tops up to its current replicas only: scale-in victims stay gone
         pod.replaced = True
         self._create_workload_pod(pod.template)
+
+    def _replica_set_pods(self, spec: WorkloadSpec) -> list[PodSim]:
+        key = f"{spec.namespace}/{spec.name}"
+        return [p for p in self._live.values() if p.role == "workload" and p.workload == key]
+
+    def _active_replicas(self, spec: WorkloadSpec) -> int:
+        return sum(1 for p in self._replica_set_pods(spec) if is_active(self._pod_obj(p)))
+
+    def _scale_replica_set(self, change: ReplicasChange) -> None:
+        """The ReplicaSet controller after `spec.replicas` changed: it creates the missing pods, or deletes the
+        surplus gracefully in its order (sandbox.replicaset), read from the live objects so that a deletion cost
+        annotated through the API counts."""
+        spec = change.workload
+        key = f"{spec.namespace}/{spec.name}"
+        self._replicas[key] = change.replicas
+        pods = {p.uid: p for p in self._replica_set_pods(spec)}
+        objects = [self._pod_obj(p) for p in pods.values()]
+        for _ in range(change.replicas - sum(1 for obj in objects if is_active(obj))):
+            self._create_workload_pod(self._replica_draws[key]())
+        for victim in scale_in_victims(objects, change.replicas):
+            self._delete_pod(pods[victim["metadata"]["uid"]], None)
 
     def _remove_pod(self, pod: PodSim) -> None:
         if self._live.get(pod.key) is not pod:
@@ -291,7 +348,8 @@ class PodLifecyclePart(WorldCore):
         obj = self._pod_obj(pod)
         grace = self.scenario.termination_grace if grace is None else max(0.0, grace)
         phase = obj["status"].get("phase")
-        if pod.node is None or phase in ("Succeeded", "Failed") or grace == 0:
+        # On the virtual node, virtual-kubelet deletes the container group, then the pod with no grace.
+        if pod.node is None or phase in ("Succeeded", "Failed") or grace == 0 or self._is_virtual_node(pod.node):
             result = copy.deepcopy(obj)
             self._remove_pod(pod)
         else:

@@ -156,8 +156,9 @@ class ReportsPart(WorldCore):
     def done(self) -> tuple[bool, str | None]:
         """(done, why): the duration ran out, or no arrivals are due, every pod with a duration has
         finished and every pod without one (a service) is running, apart from pods no node group could
-        ever hold (they stay Pending; see `_unplaceable`), and no frame of a render queue is due, waiting or
-        rendering."""
+        ever hold (they stay Pending; see `_unplaceable`) and pods a virtual node's provider refused and left
+        Pending (nothing retries them; see `sandbox.world.virtual_node`), and no frame of a render queue is
+        due, waiting or rendering."""
         with self.lock:
             if self._t >= self._end:
                 return True, "duration-reached"
@@ -170,9 +171,10 @@ class ReportsPart(WorldCore):
                 if pod.role != "workload":
                     continue
                 phase = self._pod_obj(pod)["status"].get("phase")
-                if (phase == "Pending" and not self._unplaceable(pod) and pod.workload not in expected) or (
-                    pod.duration is not None and phase == "Running"
-                ):
+                if (
+                    phase == "Pending" and not self._aci_stuck_pod(pod) and not self._unplaceable(pod)
+                    and pod.workload not in expected
+                ) or (pod.duration is not None and phase == "Running"):
                     return False, None
             return True, "workload-complete"
 
@@ -219,6 +221,7 @@ class ReportsPart(WorldCore):
                 "idle_nodes": self._idle_nodes(),
                 **({"expect_unschedulable": self._expected_unschedulable()} if self.scenario.expect_unschedulable else {}),
                 **({"render_queue": self.render_queue_report()} if self.scenario.render_queue else {}),
+                **({"pending_provider_failed": self._pending_provider_failed()} if self.scenario.virtual_node else {}),
             }
 
     def _idle_nodes(self) -> dict[str, list[str]]:
@@ -281,7 +284,8 @@ class ReportsPart(WorldCore):
             )
             pending, running = self._pod_counts()
             done, why = self.done()
-            waits = [p.bound - p.created for p in pods if p.bound is not None]
+            # Until the container runs: the bind on a VM node, the container group running on the virtual node.
+            waits = [p.started - p.created for p in pods if p.started is not None]
             return {
                 "scenario": self.scenario.name,
                 "seed": self.seed,
@@ -314,6 +318,10 @@ class ReportsPart(WorldCore):
                 "expect_unschedulable": self._expected_unschedulable(),
                 # The scenario's render queue (frames done, interrupted, waiting; per node); None without one.
                 "render_queue": self.render_queue_report(),
+                # The scenario's virtual node (ACI use, refusals, billing, where pods ended); None without one.
+                "virtual_node": self.virtual_node_report(),
+                # Each scenario workload's kind, by "<namespace>/<name>" as pods name their workload.
+                "workload_kinds": {f"{w.namespace}/{w.name}": w.kind for w in self.scenario.workloads},
                 "timeline": copy.deepcopy(self.timeline),
                 "pods": summaries,
             }

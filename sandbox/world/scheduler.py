@@ -72,6 +72,9 @@ class SchedulerPart(WorldCore):
         if pod.needs.host_ports:
             self._placed_ports[pod.uid] = pod
         pod.bound = pod.bound if pod.bound is not None else self._t
+        if self._is_virtual_node(node_name):  # no kubelet runs it: virtual-kubelet hands it to ACI, which may refuse
+            self._aci_create(pod, obj)
+            return
         pod.started = self._t
         if pod.duration is not None:
             self._push(self._t + pod.duration, "complete", pod)
@@ -84,6 +87,7 @@ class SchedulerPart(WorldCore):
             pod.holds_resources = False
             for index in (self._placed, self._placed_anti, self._placed_ports):
                 index.pop(pod.uid, None)
+        self._aci_release(pod)  # on the virtual node, its container group goes too
         self._retry_all_pending = True
 
     def _node_slots(self) -> dict[str, NodeSlot]:
@@ -187,6 +191,8 @@ class SchedulerPart(WorldCore):
                     pod.shape = (
                         needs.namespace, tuple(sorted(needs.labels.items())), tuple(sorted(needs.node_selector.items())),
                         needs.node_affinity, needs.tolerations, needs.host_ports,
+                        # Preferences never decide whether a pod fits, but pods that differ in them are not alike.
+                        needs.preferred_node_affinity,
                     )
                 known = failures.setdefault(pod.shape, [])
             message = next((m for smaller, m in known if smaller.fits_in(pod.requests)), None)

@@ -34,7 +34,8 @@ def world() -> World:
         ("GET", "/api/v1/widgets", "", AUTH, b"", 404, "NotFound"),
         ("GET", "/api/v1/poddisruptionbudgets", "", AUTH, b"", 404, "NotFound"),  # wrong group
         ("GET", "/api/v1/pods/some-pod", "", AUTH, b"", 404, "NotFound"),  # namespaced objects need a namespace
-        ("PUT", "/api/v1/namespaces/default/pods/x", "", AUTH, b"{}", 405, "MethodNotAllowed"),
+        ("PUT", "/api/v1/namespaces/default/events/x", "", AUTH, b"{}", 405, "MethodNotAllowed"),
+        ("PUT", "/api/v1/namespaces/default/pods/x", "", AUTH, b"{}", 404, "NotFound"),
         ("POST", "/api/v1/nodes", "", AUTH, b"{}", 405, "MethodNotAllowed"),
         ("GET", "/api/v1/pods", "watch=true", AUTH, b"", 405, "MethodNotAllowed"),
         ("GET", "/api/v1/pods", "labelSelector=a+in+(b", AUTH, b"", 400, "BadRequest"),

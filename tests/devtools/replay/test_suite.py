@@ -42,13 +42,32 @@ def test_replay_command_names_bad_input(argv: list[str], message: str, capsys: p
 def test_replay_section_fills_every_field_for_every_policy() -> None:
     trace = read_pod_arrivals(FIXTURES / "pods.json")
     results, facts, targets, series = replay_section({"tiny": trace}, seed=0)
-    assert set(results["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "oracle"}
+    vn = {f"{policy}@{quota}" for policy in ("ours+vn", "ca+vn") for quota in (100, 1000)}
+    assert set(results["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "oracle"} | vn
     for policy, result in results["tiny"].items():
         assert RESULT_FIELDS <= set(result), policy
         assert set(result["pending_wait_s"]) == {"p50", "p95", "p99", "max"}
     assert facts["tiny"]["pods"] == 4 and facts["tiny"]["note"]
-    assert targets == {}  # targets belong to the batch trace only
-    assert set(series["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "_demand"}
+    # ours' targets belong to the batch trace only; ours+vn is held to ca+vn on every trace.
+    assert {t["name"].split(":")[0] for t in targets["tiny"]} == {"ours+vn at 100 cores", "ours+vn at 1000 cores"}
+    assert set(series["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "_demand"} | vn
+
+
+def _vn(cost: float, p95: float, killed: int = 0) -> dict:
+    return {"cost": cost, "pending_wait_s": {"p95": p95}, "pods_killed": killed}
+
+
+@pytest.mark.parametrize(("results", "met"), [
+    # At 1,000 cores: p95 <= 60 s, cost <= half of ours; at 100: no worse than ours; at both: beats ca+vn, kills nothing.
+    ({"ours": _vn(100, 150), "ours+vn@100": _vn(95, 140), "ca+vn@100": _vn(99, 150),
+      "ours+vn@1000": _vn(40, 45), "ca+vn@1000": _vn(41, 45)}, [True, True, True, True, True, True, True]),
+    ({"ours": _vn(100, 150), "ours+vn@100": _vn(101, 140), "ca+vn@100": _vn(99, 150),
+      "ours+vn@1000": _vn(60, 70), "ca+vn@1000": _vn(41, 45, killed=3)}, [False, False, True, False, False, False, True]),
+])
+def test_targets_for_ours_with_a_virtual_node(results: dict, met: list[bool]) -> None:
+    from devtools.replay.suite import evaluate_vn_targets
+    targets = evaluate_vn_targets(results, batch=True)
+    assert [t["met"] for t in targets] == met, targets
 
 
 def _result(cost: float, vs_oracle: float, p95: float, killed: int = 0) -> dict:
