@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from shared.domain import Taint
 from sandbox.resources import Amounts
 from sandbox.units import parse_bytes, parse_cpu_milli
+
+if TYPE_CHECKING:  # sandbox.scenario imports this module
+    from sandbox.scenario import VirtualNodeSpec
 
 VirtualNodeVersion = Literal[1, 2]
 VERSIONS = (1, 2)
@@ -249,3 +252,17 @@ def pod_ip(index: int) -> str:
 
 def seconds_cost(vcpu_seconds: float, gb_seconds: float, price_vcpu_second: float, price_gb_second: float) -> float:
     return vcpu_seconds * price_vcpu_second + gb_seconds * price_gb_second
+
+
+def app_settings(spec: VirtualNodeSpec | None) -> dict[str, str]:
+    """The autoscaler's app settings that tell it this virtual node's ACI limits and prices, as an operator sets
+    them for their subscription and region (the autoscaler does not read ACI's usage API); {} without one."""
+    if spec is None:
+        return {}
+    return {
+        "ACI_QUOTA_CORES": str(spec.quota_cores),
+        "ACI_CREATES_PER_5MIN": str(spec.creates_per_5min),
+        "ACI_CREATES_PER_HOUR": str(spec.creates_per_hour),
+        "ACI_PRICE_VCPU_SECOND": repr(spec.price_vcpu_second),
+        "ACI_PRICE_GB_SECOND": repr(spec.price_gb_second),
+    }

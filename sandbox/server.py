@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 import trustme
 
-from sandbox import arm_api, identity, kube_api, loganalytics_api, prices_api
+from sandbox import aci, arm_api, identity, kube_api, loganalytics_api, prices_api
 from sandbox.clock import Clock, ManualClock, SimClock
 from sandbox.errors import ArmError, KubeError
 from sandbox.faults import FaultError
@@ -296,6 +296,8 @@ class SandboxServer:
             # A cluster with AKS agent pools: the agent-pool backend manages them through this cluster's agentPools API.
             **({"AKS_CLUSTER_ID": self.aks_cluster_id, "MANAGE_AKS_POOLS": "true"}
                if any(g.agent_pool is not None for g in self.scenario.node_groups) else {}),
+            # A virtual node: its ACI quota, creation rates and prices, as the operator would set them.
+            **aci.app_settings(self.scenario.virtual_node),
         }
 
     # ------------------------------------------------------------------ requests

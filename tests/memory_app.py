@@ -30,6 +30,7 @@ from typing import Any
 from devtools.replay.memory import MemoryQueue
 from devtools.replay.world_ports import WorldCluster, WorldCompute
 from devtools.runner import HostQueueConfig
+from sandbox import aci
 from sandbox.clock import ManualClock
 from sandbox.scenario import Scenario, load_scenario
 from sandbox.world import World
@@ -124,6 +125,7 @@ def memory_settings(scenario: Scenario, world: World, overrides: Mapping[str, st
         "KUBECONFIG_PATH": "in-process",
         "AZURE_CREDENTIAL": "sandbox",
         "USAGE_SOURCE": "none",
+        **aci.app_settings(scenario.virtual_node),
         **(overrides or {}),
     })
 

@@ -46,6 +46,7 @@ class VirtualNodeRound:
     options: VirtualNodeOptions
     snapshot: ClusterSnapshot  # what the scale-up planner sees: the virtual nodes' demand pods pending
     after: frozenset[str]  # their keys, planned after the truly pending pods
+    observed: ClusterSnapshot  # the cluster as observed: every pod where it is
 
 
 class _Meter:
@@ -57,13 +58,13 @@ class _Meter:
 def plan_for(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *, now: datetime) -> VirtualNodeRound:
     options = virtual_node_options(settings)
     if not virtual_nodes(snapshot.nodes):
-        return VirtualNodeRound(VirtualNodePlan(), options, snapshot, frozenset())
+        return VirtualNodeRound(VirtualNodePlan(), options, snapshot, frozenset(), snapshot)
     if not snapshot.prices and any(p.node_name for p in snapshot.pods if p.owner is not None):
         # Whether moving a pod pays needs VM prices (cached a day by the provider).
         snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
     plan = plan_virtual_nodes(snapshot, options, now=now)
     planned, after = planning_snapshot(snapshot, plan)
-    return VirtualNodeRound(plan, options, planned, after)
+    return VirtualNodeRound(plan, options, planned, after, snapshot)
 
 
 def act(ports: Ports, settings: Settings, round_: VirtualNodeRound, simulation: ScaleUpSimulation, *,
@@ -99,19 +100,19 @@ def _gate(ports: Ports, settings: Settings, round_: VirtualNodeRound, *, now: da
     """Put our taint on the virtual nodes while ACI is nearly full; take it off when room returns."""
     if settings.dry_run:
         return
-    for node in round_.snapshot.nodes:
+    for node in round_.observed.nodes:
         if node.name not in round_.plan.nodes:
             continue
         tainted = any(t.key == CLOSED_TAINT.key for t in node.taints)
         if round_.plan.gate.closed and not tainted:
             ports.cluster.add_taint(node.name, taint=CLOSED_TAINT)
             log.warning("virtual node %s closed to new pods: %s", node.name, round_.plan.gate.why)
-            ports.events.emit(ClusterEvent("", "Node", node.name, "", "VirtualNodeClosed", round_.plan.gate.why, now,
+            ports.events.emit(ClusterEvent("default", "Node", node.name, "", "VirtualNodeClosed", round_.plan.gate.why, now,
                                            "Warning"))
         elif not round_.plan.gate.closed and tainted:
             ports.cluster.remove_taint(node.name, taint_key=CLOSED_TAINT.key)
             log.info("virtual node %s open again: %s", node.name, round_.plan.gate.why)
-            ports.events.emit(ClusterEvent("", "Node", node.name, "", "VirtualNodeOpened", round_.plan.gate.why, now))
+            ports.events.emit(ClusterEvent("default", "Node", node.name, "", "VirtualNodeOpened", round_.plan.gate.why, now))
 
 
 def _mark_deletion_cost(ports: Ports, settings: Settings, round_: VirtualNodeRound, *, now: datetime) -> None:
@@ -120,7 +121,7 @@ def _mark_deletion_cost(ports: Ports, settings: Settings, round_: VirtualNodeRou
     if settings.dry_run:
         return
     names = set(round_.plan.nodes)
-    changes = deletion_cost_changes(round_.snapshot.pods, names)
+    changes = deletion_cost_changes(round_.observed.pods, names)
     for pod, cost in list(changes.values())[:MAX_ANNOTATIONS_PER_POLL]:
         if cost is None:
             ports.cluster.annotate_pod(pod.namespace, pod.name, annotations={

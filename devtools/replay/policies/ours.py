@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from sandbox import aci
 from shared.schedules import Schedule, parse_ncrontab
 from devtools.replay.harness import CLUSTER_NAME, RESOURCE_GROUP, Replay, clock_of
 from devtools.replay.memory import MemoryQueue, MemoryStateStore
@@ -43,6 +44,8 @@ def replay_settings(replay: Replay, overrides: Mapping[str, str]) -> Settings:
         "KUBECONFIG_PATH": "in-process",
         "AZURE_CREDENTIAL": "sandbox",
         "LOG_LEVEL": "warning",
+        # The virtual-node tier's ACI limits and prices, as an operator sets them.
+        **aci.app_settings(replay.world.scenario.virtual_node),
         **overrides,
     }
     return load_settings(env)

@@ -1,0 +1,123 @@
+"""The pending poll with a virtual node: ACI's pods are demand, the gate closes and opens with ACI's use, pods
+on ACI carry a low deletion cost, and placed pods are moved back by backfill actions the executor carries out.
+In-memory ports over a real world (the sandbox's virtual node and scheduler)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.actions import Backfill, decode_message
+from shared.engine.virtual_nodes import CLOSED_TAINT, DELETION_COST_ANNOTATION, VIRTUAL_NODE_DELETION_COST
+from shared.services.executor import Executor
+from shared.services.pending import run_pending_poll
+from tests.memory_app import MemoryApp, memory_app
+
+VN = "virtual-node-aci-linux"
+TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}]
+PREFER_VMS = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
+    "matchExpressions": [{"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}]}}]}}
+
+
+def _app(*workloads: dict[str, Any], quota: int = 100, boot: str = "60s") -> MemoryApp:
+    return memory_app({
+        "name": "vn", "cluster_name": "vn", "arm_throttling": False, "boot_delay": boot, "delete_delay": "20s",
+        "virtual_node": {"quota_cores": quota, "start_latency": "20s"},
+        "node_groups": [{"resource_group": "rg-vn", "name": "pool", "vm_size": "Standard_D4s_v5",
+                         "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110},
+                         "min": 1, "max": 10, "initial": 1}],
+        "workloads": [{"tolerations": TOLERATE, "affinity": PREFER_VMS, **workload} for workload in workloads],
+    }, settings={"ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s"})
+
+
+def _on(app: MemoryApp, node: str) -> list[Any]:
+    return [p for p in app.ports.cluster.list_pods() if p.node_name == node and p.owner is not None]
+
+
+def _run_actions(app: MemoryApp) -> list[Any]:
+    executor, results = Executor(app.ports, app.settings), []
+    for _ in range(40):
+        queued = app.take_queued()
+        if not queued:
+            break
+        results += [executor.execute(text, now=app.clock.now()) for text in queued]
+        app.clock.advance(5)
+    return results
+
+
+def test_a_deployment_bursts_onto_aci_grows_the_scale_set_and_moves_back() -> None:
+    app = _app({"name": "web", "kind": "ReplicaSet", "count": 12, "at": "5s", "spread": "0s",
+                "requests": {"cpu": "1", "memory": "2Gi"}})
+    app.clock.advance(40)
+    on_aci = _on(app, VN)
+    assert len(on_aci) >= 9  # the one VM takes three; the rest overflow to the virtual node
+    first = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    (increase,) = first.plan.increases
+    assert set(increase.pods) == {p.key for p in on_aci}  # demand hiding on ACI grows the scale set
+    assert first.virtual.count("backfill") == len(on_aci)
+    assert all(p.annotations.get(DELETION_COST_ANNOTATION) == VIRTUAL_NODE_DELETION_COST for p in _on(app, VN))
+    assert sum(1 for e in app.events() if e.reason == "BurstToVirtualNode") == len(on_aci)
+    _run_actions(app)  # the scale-up
+    app.clock.advance(90)  # the new VMs boot and are Ready
+    moved: list[str] = []
+    for _ in range(6):
+        result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+        assert not result.plan.increases  # nothing asked twice: the VMs on their way are counted
+        outcomes = _run_actions(app)
+        moved += [o.action_id for o in outcomes if o.outcome == "succeeded" and o.action_id.startswith("backfill:")]
+        app.clock.advance(30)
+    assert _on(app, VN) == []  # every replica runs on a VM now
+    assert len(moved) == len(on_aci)
+    assert sum(1 for e in app.events() if e.reason == "Backfill") == len(on_aci)
+
+
+def test_jobs_on_aci_are_not_demand_and_never_moved() -> None:
+    app = _app({"name": "render", "kind": "Job", "count": 10, "at": "5s", "spread": "0s",
+                "requests": {"cpu": "1", "memory": "1Gi"}, "duration": "10m"})
+    app.clock.advance(40)
+    assert len(_on(app, VN)) >= 7
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert result.plan.increases == ()
+    assert {d.verdict for d in result.virtual.decisions} == {"stays"}
+    assert [decode_message(t) for t in app.take_queued()] == []
+
+
+def test_the_gate_closes_near_the_quota_so_overflow_pends_and_grows_the_scale_set() -> None:
+    job = {"kind": "Job", "spread": "0s", "requests": {"cpu": "1", "memory": "1Gi"}, "duration": "20m"}
+    app = _app({"name": "first", "count": 6, "at": "5s", **job}, {"name": "second", "count": 2, "at": "60s", **job},
+               quota=3)
+    app.clock.advance(40)
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert result.virtual.gate.closed and "cores 3 of 3" in result.virtual.gate.why
+    node = app.ports.cluster.get_node(VN)
+    assert node is not None and any(t.key == CLOSED_TAINT.key for t in node.taints)
+    assert [e.reason for e in app.events() if e.kind == "Node"] == ["VirtualNodeClosed"]
+    # The second wave finds the virtual node closed (not refused by ACI): it pends and grows the scale set.
+    app.clock.advance(30)
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert result.pending == 2 and result.plan.increases
+    assert app.world.report()["virtual_node"]["pods_refused"]["quota"] == 0
+
+
+def test_the_gate_opens_again_when_aci_has_room() -> None:
+    app = _app({"name": "render", "kind": "Job", "count": 6, "at": "5s", "spread": "0s",
+                "requests": {"cpu": "1", "memory": "1Gi"}, "duration": "2m"}, quota=3)
+    app.clock.advance(40)
+    assert run_pending_poll(app.ports, app.settings, now=app.clock.now()).virtual.gate.closed
+    app.clock.advance(200)  # the Jobs on ACI finished: their container groups are gone
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert not result.virtual.gate.closed
+    node = app.ports.cluster.get_node(VN)
+    assert node is not None and not any(t.key == CLOSED_TAINT.key for t in node.taints)
+    assert [e.reason for e in app.events() if e.kind == "Node"] == ["VirtualNodeClosed", "VirtualNodeOpened"]
+
+
+def test_backfill_actions_decode_as_the_kind_they_are() -> None:
+    app = _app({"name": "web", "kind": "ReplicaSet", "count": 6, "at": "5s", "spread": "0s",
+                "requests": {"cpu": "1", "memory": "2Gi"}}, boot="30s")
+    app.clock.advance(40)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    _run_actions(app)
+    app.clock.advance(60)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    sent = [decode_message(t) for t in app.take_queued()]
+    assert sent and all(isinstance(a, Backfill) and a.group == VN for a in sent)
