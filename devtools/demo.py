@@ -392,10 +392,13 @@ def _events_by_workload(report: dict[str, Any]) -> dict[str, dict[str, int]]:
 
 def _waits_by_workload(pods: list[dict[str, Any]]) -> dict[str, float | None]:
     """Per workload, the longest a pod waited from creation to running (binding, on a VM node; its container
-    group running, on a virtual node); None when one of its pods never ran."""
+    group running, on a virtual node); None when one of its pods never ran. A pod ACI refused is left out: its
+    replacement waits from its creation."""
     result: dict[str, float | None] = {}
     for pod in pods:
-        wait = None if pod.get("started") is None else pod["started"] - pod["created"]
+        if pod.get("outcome") == "failed":
+            continue
+        wait = None if pod.get("started") is None else pod["started"] - pod["waiting_since"]
         key = pod["workload"]
         if key in result and (result[key] is None or wait is None):
             result[key] = None
@@ -469,7 +472,8 @@ def build_summary(
     scenario: str, report: dict[str, Any], ledger: list[Any], *, converged: bool, wall_seconds: float,
     runner: LocalRunner | RestartingRunner, kept: _KeptLog | None = None, unneeded_time_s: float = 600.0,
 ) -> dict[str, Any]:
-    waits = sorted(p["started"] - p["created"] for p in report["pods"] if p.get("started") is not None)
+    # A replacement of a pod ACI refused waits from the refused pod's creation (`waiting_since`).
+    waits = sorted(p["started"] - p["waiting_since"] for p in report["pods"] if p.get("started") is not None)
 
     def outcome_count(kind: str, prefix: str) -> int:
         return sum(1 for e in ledger if e.kind == kind and e.outcome.startswith(prefix))

@@ -46,6 +46,9 @@ class PodSim:
     evicted_while_running: bool = False
     killed: bool = False
     replaced: bool = False
+    # For a pod that replaces one a virtual node's provider refused (it never ran): when the first pod of that
+    # work was created. Its wait is measured from then, and the refused pod's is not measured at all.
+    waiting_since: float | None = None
     holds_resources: bool = False  # counted in its node's used resources
     terminating: bool = False  # metadata.deletionTimestamp is set
     unplaceable: bool | None = None  # fits no node group even on an empty node (computed once, lazily)

@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--boot-p95", type=float, default=300.0, help="p95 node boot delay, seconds (default 300)")
     one.add_argument("--failure-rate", type=float, default=0.0,
                      help="share of capacity increases that fail with QuotaExceeded (default 0)")
+    one.add_argument("--aci-quota", type=int, default=None,
+                     help="ACI core quota of the virtual node, for ours+vn and ca+vn (default 100)")
     suite = commands.add_parser("suite", help="both traces, every policy, engine at scale, cold start (make bench)")
     suite.add_argument("--seed", type=int, default=0)
     suite.add_argument("--quick", action="store_true", help="engine at scale up to 1,000 nodes only")
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     pools = POOL_SETS[args.pools] if args.pools else POOL_SETS.get(args.trace, DEFAULT_POOLS)
     config = ReplayConfig(seed=args.seed, pools=pools, boot_median_s=args.boot_median, boot_p95_s=args.boot_p95,
-                          provisioning_failure_rate=args.failure_rate, settings=dict(args.setting))
+                          provisioning_failure_rate=args.failure_rate, settings=dict(args.setting),
+                          virtual_node={"quota_cores": args.aci_quota} if args.aci_quota is not None else None)
     try:
         outcome = replay(trace, args.policy, config)
     except ValueError as exc:  # a bad --setting (SettingsError names it) or a trace no pool can hold

@@ -2,7 +2,8 @@
 
 Pending wait counts every workload pod, replacements included: from creation to running (binding, on
 a VM node; its container group running, on a virtual node), or to the end of the run for a pod that
-never ran (a policy that leaves pods waiting is not flattered by leaving them out). Cost adds what ACI
+never ran (a policy that leaves pods waiting is not flattered by leaving them out). A pod ACI refused
+(never running) is not counted itself: its Job's replacement waits from the refused pod's creation. Cost adds what ACI
 bills for a virtual node's pods, if the world has one. Work lost is the run time of pods killed or
 evicted while running: their replacements start over.
 """
@@ -119,7 +120,9 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
     end = report["sim_seconds"]
     waits, killed, lost = [], 0, 0.0
     for pod in report["pods"]:
-        waits.append((pod["started"] if pod["started"] is not None else end) - pod["created"])
+        if pod["outcome"] == "failed":
+            continue  # refused by ACI without running: its replacement's wait runs from this pod's creation
+        waits.append((pod["started"] if pod["started"] is not None else end) - pod["waiting_since"])
         if pod["killed"] or pod["evicted_while_running"]:
             killed += 1
             if pod["started"] is not None and pod["stopped"] is not None:

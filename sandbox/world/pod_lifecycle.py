@@ -309,7 +309,9 @@ class PodLifecyclePart(WorldCore):
         if spec.scale and self._active_replicas(spec) >= self._replicas.get(f"{spec.namespace}/{spec.name}", 0):
             return  # a scaled ReplicaSet tops up to its current replicas only: scale-in victims stay gone
         pod.replaced = True
-        self._create_workload_pod(pod.template)
+        new = self._create_workload_pod(pod.template)
+        if pod.started is None and pod.stopped is not None:  # refused without ever running: the same work waits on
+            new.waiting_since = pod.waiting_since if pod.waiting_since is not None else pod.created
 
     def _replica_set_pods(self, spec: WorkloadSpec) -> list[PodSim]:
         key = f"{spec.namespace}/{spec.name}"

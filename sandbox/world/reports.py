@@ -264,6 +264,9 @@ class ReportsPart(WorldCore):
                         "memory_bytes": pod.requests.memory_bytes,
                         "extended": dict(pod.requests.scalars),
                         "created": seconds(pod.created),
+                        # Where its wait starts: its creation, or for a replacement of a pod ACI refused, the
+                        # creation of the first pod of that work.
+                        "waiting_since": seconds(pod.waiting_since if pod.waiting_since is not None else pod.created),
                         "bound": seconds(pod.bound),
                         "started": seconds(pod.started),
                         "finished": seconds(pod.finished),

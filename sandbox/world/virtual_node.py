@@ -192,7 +192,7 @@ class VirtualNodePart(WorldCore):
             # Its Job makes another after the Job controller's back-off: 10 s, doubled per failure of the Job,
             # at most 6 min (the documented pod failure back-off; backoffLimit is not modelled).
             failures = self._aci_job_failures[pod.workload] = self._aci_job_failures.get(pod.workload, 0) + 1
-            self._push(self._t + min(10.0 * 2 ** (failures - 1), 360.0), "job_backoff_over", pod)
+            self._push(self._t + min(10.0 * 2 ** min(failures - 1, 6), 360.0), "job_backoff_over", pod)
         else:
             self._aci_stuck[pod.uid] = pod
 

@@ -131,6 +131,9 @@ class AciUsage:
     creates_5min: int = 0
     creates_hour: int = 0
     headed_milli: int = 0  # CPU of new pods not yet scheduled that the virtual nodes would take
+    # CPU of pods pending while the virtual nodes are closed that they would take once opened: lifting the taint
+    # lets the scheduler bind all of them at once, so they must fit before it is lifted.
+    waiting_milli: int = 0
 
     @property
     def cores(self) -> float:
@@ -270,6 +273,10 @@ def decide_gate(usage: AciUsage, options: VirtualNodeOptions, *, closed: bool) -
         return Gate(True, f"ACI nearly full: {worst} (closes at {options.close_at:.0%})")
     if closed and fraction >= options.reopen_at:
         return Gate(True, f"ACI still busy: {worst} (opens below {options.reopen_at:.0%})")
+    backlog = (usage.cpu_milli + usage.headed_milli + usage.waiting_milli) / 1000
+    if closed and limits.cores and backlog / limits.cores >= options.reopen_at:
+        return Gate(True, f"{usage.waiting_milli / 1000:g} cores of pods wait for it: opening would take ACI to "
+                          f"{backlog:g} of {limits.cores} cores (opens below {options.reopen_at:.0%})")
     return Gate(False, f"ACI has room: {worst}")
 
 
@@ -354,8 +361,9 @@ def plan_virtual_nodes(snapshot: ClusterSnapshot, options: VirtualNodeOptions, *
         return VirtualNodePlan()
     on_virtual = [p for p in snapshot.pods if p.node_name in nodes]
     usage = aci_usage([*on_virtual, *finished], nodes, now=now)
-    usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in snapshot.pods if _headed(p, nodes)))
     closed = any(any(t.key == CLOSED_TAINT.key for t in n.taints) for n in nodes.values())
+    usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in snapshot.pods if _headed(p, nodes)),
+                    waiting_milli=sum(p.requests.cpu_milli for p in snapshot.pods if closed and _waiting(p, nodes)))
     decisions = tuple(decide(p, snapshot, options, now=now) for p in on_virtual if not p.is_finished)
     return VirtualNodePlan(tuple(sorted(nodes)), usage, decisions, decide_gate(usage, options, closed=closed))
 
@@ -371,6 +379,13 @@ def _headed(pod: Pod, nodes: Mapping[str, Node]) -> bool:
     if not any(t.tolerates(_VK_TAINT) for t in pod.tolerations):
         return False
     return aci_unsupported(pod, v2=any(is_v2(n) for n in nodes.values())) is None
+
+
+def _waiting(pod: Pod, nodes: Mapping[str, Node]) -> bool:
+    """A pending pod the scheduler gave up on that a virtual node would take once open."""
+    return (pod.node_name is None and pod.unschedulable and not pod.terminating
+            and any(t.tolerates(_VK_TAINT) for t in pod.tolerations)
+            and aci_unsupported(pod, v2=any(is_v2(n) for n in nodes.values())) is None)
 
 
 def as_pending(pod: Pod) -> Pod:

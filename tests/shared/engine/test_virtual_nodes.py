@@ -145,6 +145,9 @@ def test_usage_counts_cores_held_and_recent_creations_but_not_refused_pods() -> 
     (AciUsage(cpu_milli=80_000), True, True, "still busy"),  # between reopen (75%) and close (90%): stays closed
     (AciUsage(cpu_milli=70_000), True, False, "ACI has room"),
     (AciUsage(creates_5min=95), False, True, "95 container groups created in 5 min"),
+    # Room again, but 20 cores of pods wait for it: lifting the taint would bind them all at once.
+    (AciUsage(cpu_milli=60_000, waiting_milli=20_000), True, True, "20 cores of pods wait for it"),
+    (AciUsage(cpu_milli=40_000, waiting_milli=20_000), True, False, "ACI has room"),
     (AciUsage(creates_hour=280), False, True, "280 created in an hour"),
 ])
 def test_the_gate_closes_near_a_limit_and_reopens_well_below(usage: AciUsage, closed: bool, expect_closed: bool,

@@ -121,3 +121,24 @@ def test_backfill_actions_decode_as_the_kind_they_are() -> None:
     run_pending_poll(app.ports, app.settings, now=app.clock.now())
     sent = [decode_message(t) for t in app.take_queued()]
     assert sent and all(isinstance(a, Backfill) and a.group == VN for a in sent)
+
+
+def test_plan_shows_the_virtual_node_its_pods_decisions_and_the_moves() -> None:
+    from shared.services.plan import plan_now, render_text
+
+    app = _app({"name": "web", "kind": "ReplicaSet", "count": 6, "at": "5s", "spread": "0s",
+                "requests": {"cpu": "1", "memory": "2Gi"}}, boot="30s")
+    app.clock.advance(40)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    _run_actions(app)
+    app.clock.advance(60)  # the new VM is Ready: the plan would move pods back
+    report = plan_now(app.ports, app.settings, now=app.clock.now(), state=None)
+    data = report.as_dict()
+    assert {"group": VN, "backend": "virtual-node", "vm_size": "ACI", "min": 0, "max": 0, "capacity": 0} in data["groups"]
+    assert data["virtual_nodes"]["pods"] == len(_on(app, VN)) and not data["virtual_nodes"]["closed"]
+    assert all(d.startswith("backfill: ") for d in data["virtual_nodes"]["decisions"].values())
+    moves = [a for a in data["actions"] if a["kind"] == "backfill"]
+    assert moves and all(a["group"] == VN and a["to"] for a in moves)
+    text = render_text(report)
+    assert f"virtual nodes {VN}:" in text and "move back onto VMs:" in text
+    assert _on(app, VN) and app.take_queued() == []  # a plan moves nothing
