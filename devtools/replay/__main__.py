@@ -43,11 +43,23 @@ def _parser() -> argparse.ArgumentParser:
                      help="share of capacity increases that fail with QuotaExceeded (default 0)")
     one.add_argument("--aci-quota", type=int, default=None,
                      help="ACI core quota of the virtual node, for ours+vn and ca+vn (default 100)")
+    one.add_argument("--aci-creates", type=int, nargs=2, default=None, metavar=("PER_5MIN", "PER_HOUR"),
+                     help="ACI container groups that may be created per 5 minutes and per hour (default 100 300)")
     suite = commands.add_parser("suite", help="both traces, every policy, engine at scale, cold start (make bench)")
     suite.add_argument("--seed", type=int, default=0)
     suite.add_argument("--quick", action="store_true", help="engine at scale up to 1,000 nodes only")
     suite.add_argument("--out", type=Path, default=None, help="output directory (default out/bench)")
     return parser
+
+
+def _virtual_node(args: argparse.Namespace) -> dict[str, int] | None:
+    """The virtual node's limits from --aci-quota and --aci-creates; None leaves the sandbox's defaults."""
+    limits: dict[str, int] = {}
+    if args.aci_quota is not None:
+        limits["quota_cores"] = args.aci_quota
+    if args.aci_creates is not None:
+        limits["creates_per_5min"], limits["creates_per_hour"] = args.aci_creates
+    return limits or None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     pools = POOL_SETS[args.pools] if args.pools else POOL_SETS.get(args.trace, DEFAULT_POOLS)
     config = ReplayConfig(seed=args.seed, pools=pools, boot_median_s=args.boot_median, boot_p95_s=args.boot_p95,
                           provisioning_failure_rate=args.failure_rate, settings=dict(args.setting),
-                          virtual_node={"quota_cores": args.aci_quota} if args.aci_quota is not None else None)
+                          virtual_node=_virtual_node(args))
     try:
         outcome = replay(trace, args.policy, config)
     except ValueError as exc:  # a bad --setting (SettingsError names it) or a trace no pool can hold

@@ -111,13 +111,19 @@ def test_the_gate_opens_again_when_aci_has_room() -> None:
     assert [e.reason for e in app.events() if e.kind == "Node"] == ["VirtualNodeClosed", "VirtualNodeOpened"]
 
 
-def test_backfill_actions_decode_as_the_kind_they_are() -> None:
+def _vm_ready_for_six_on_aci() -> MemoryApp:
+    """Six replicas, three overflowed onto ACI; the scale-up they caused has a Ready VM now."""
     app = _app({"name": "web", "kind": "ReplicaSet", "count": 6, "at": "5s", "spread": "0s",
                 "requests": {"cpu": "1", "memory": "2Gi"}}, boot="30s")
     app.clock.advance(40)
     run_pending_poll(app.ports, app.settings, now=app.clock.now())
     _run_actions(app)
     app.clock.advance(60)
+    return app
+
+
+def test_backfill_actions_decode_as_the_kind_they_are() -> None:
+    app = _vm_ready_for_six_on_aci()
     run_pending_poll(app.ports, app.settings, now=app.clock.now())
     sent = [decode_message(t) for t in app.take_queued()]
     assert sent and all(isinstance(a, Backfill) and a.group == VN for a in sent)
@@ -126,12 +132,7 @@ def test_backfill_actions_decode_as_the_kind_they_are() -> None:
 def test_plan_shows_the_virtual_node_its_pods_decisions_and_the_moves() -> None:
     from shared.services.plan import plan_now, render_text
 
-    app = _app({"name": "web", "kind": "ReplicaSet", "count": 6, "at": "5s", "spread": "0s",
-                "requests": {"cpu": "1", "memory": "2Gi"}}, boot="30s")
-    app.clock.advance(40)
-    run_pending_poll(app.ports, app.settings, now=app.clock.now())
-    _run_actions(app)
-    app.clock.advance(60)  # the new VM is Ready: the plan would move pods back
+    app = _vm_ready_for_six_on_aci()  # the plan would move pods back
     report = plan_now(app.ports, app.settings, now=app.clock.now(), state=None)
     data = report.as_dict()
     assert {"group": VN, "backend": "virtual-node", "vm_size": "ACI", "min": 0, "max": 0, "capacity": 0} in data["groups"]
