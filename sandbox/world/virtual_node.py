@@ -193,6 +193,9 @@ class VirtualNodePart(WorldCore):
             # at most 6 min (the documented pod failure back-off; backoffLimit is not modelled).
             failures = self._aci_job_failures[pod.workload] = self._aci_job_failures.get(pod.workload, 0) + 1
             self._push(self._t + min(10.0 * 2 ** min(failures - 1, 6), 360.0), "job_backoff_over", pod)
+            ttl = pod.template.workload.ttl_after_finished if pod.template is not None else None
+            if ttl is not None:  # gone with the rest of its Job's finished pods, as a completed one would be
+                self._push(self._t + ttl, "ttl_expired", pod)
         else:
             self._aci_stuck[pod.uid] = pod
 
