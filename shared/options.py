@@ -82,6 +82,7 @@ def virtual_node_options(settings: Settings) -> VirtualNodeOptions:
         close_at=settings.virtual_node_close_at,
         reopen_at=settings.virtual_node_reopen_at,
         gate=settings.virtual_node_gating,
+        admission=settings.virtual_node_admission,
         expected_runtime=settings.virtual_node_expected_runtime,
         min_remaining=settings.virtual_node_min_remaining,
     )

@@ -116,6 +116,7 @@ class VirtualNodeOptions:
     close_at: float = 0.9  # fraction of a limit in use at which the virtual node is closed
     reopen_at: float = 0.75  # ... and below which it is opened again
     gate: bool = True  # VIRTUAL_NODE_GATING
+    admission: str = "open"  # VIRTUAL_NODE_ADMISSION: open | polled (decide_gate)
     expected_runtime: timedelta = timedelta(hours=1)  # what a long-running pod without a deadline has left
     min_remaining: timedelta = timedelta(minutes=5)  # moving a pod with less left never pays (a VM boots for minutes)
 
@@ -134,6 +135,7 @@ class AciUsage:
     # CPU of pods pending while the virtual nodes are closed that they would take once opened: lifting the taint
     # lets the scheduler bind all of them at once, so they must fit before it is lifted.
     waiting_milli: int = 0
+    waiting_pods: int = 0  # ... and how many: each would be a container group created
 
     @property
     def cores(self) -> float:
@@ -252,32 +254,50 @@ def aci_usage(pods: Iterable[Pod], names: Collection[str], *, now: datetime) -> 
 
 
 def decide_gate(usage: AciUsage, options: VirtualNodeOptions, *, closed: bool) -> Gate:
-    """Close the virtual nodes when any of ACI's limits is nearly used; open them when all are well below.
+    """Whether the virtual nodes should be closed to new pods (our taint on them), and why.
 
-    `closed`: whether they are closed now (our taint is on them), for the hysteresis.
+    `closed`: whether they are closed now. Either way they close when any of ACI's limits is nearly used
+    (VIRTUAL_NODE_CLOSE_AT). Closed, they open only when the pods waiting for them would fit too: lifting the
+    taint lets the scheduler bind all of them at once. With VIRTUAL_NODE_ADMISSION=open they then stay open
+    until a limit is nearly used again, and reopen below VIRTUAL_NODE_REOPEN_AT; with `polled` they are open
+    only for the poll after one that found pods waiting that fit, so a burst that arrives while they are
+    closed waits for a poll instead of being bound past ACI's limits and refused.
     """
-    limits = options.limits
-    cores = (usage.cpu_milli + usage.headed_milli) / 1000
-    headed = f" (+{usage.headed_milli / 1000:g} on the way)" if usage.headed_milli else ""
-    fractions = {
-        f"cores {usage.cores:g}{headed} of {limits.cores}": cores / limits.cores if limits.cores else 1.0,
-        f"{usage.creates_5min} container groups created in 5 min of {limits.creates_per_5min}":
-            usage.creates_5min / limits.creates_per_5min if limits.creates_per_5min else 1.0,
-        f"{usage.creates_hour} created in an hour of {limits.creates_per_hour}":
-            usage.creates_hour / limits.creates_per_hour if limits.creates_per_hour else 1.0,
-    }
-    worst, fraction = max(fractions.items(), key=lambda item: item[1])
     if not options.gate:
         return Gate(False, "gating off (VIRTUAL_NODE_GATING=false)")
-    if fraction >= options.close_at:
-        return Gate(True, f"ACI nearly full: {worst} (closes at {options.close_at:.0%})")
-    if closed and fraction >= options.reopen_at:
-        return Gate(True, f"ACI still busy: {worst} (opens below {options.reopen_at:.0%})")
-    backlog = (usage.cpu_milli + usage.headed_milli + usage.waiting_milli) / 1000
-    if closed and limits.cores and backlog / limits.cores >= options.reopen_at:
-        return Gate(True, f"{usage.waiting_milli / 1000:g} cores of pods wait for it: opening would take ACI to "
-                          f"{backlog:g} of {limits.cores} cores (opens below {options.reopen_at:.0%})")
-    return Gate(False, f"ACI has room: {worst}")
+    now_label, now = _fullest(usage, options.limits, 0, 0)
+    if now >= options.close_at:
+        return Gate(True, f"ACI nearly full: {now_label} (closes at {options.close_at:.0%})")
+    polled = options.admission == "polled"
+    if not closed:
+        if polled:
+            return Gate(True, "admitted what waited; closed until more pods wait (VIRTUAL_NODE_ADMISSION=polled)")
+        return Gate(False, f"ACI has room: {now_label}")
+    if polled and not usage.waiting_pods:
+        return Gate(True, "no pod waits for it (VIRTUAL_NODE_ADMISSION=polled)")
+    after_label, after = _fullest(usage, options.limits, usage.waiting_milli, usage.waiting_pods)
+    threshold = options.close_at if polled else options.reopen_at
+    if after >= threshold:
+        waiting = f"with the {usage.waiting_pods} pod(s) waiting for it, " if usage.waiting_pods else ""
+        return Gate(True, f"ACI still busy: {waiting}{after_label} (opens below {threshold:.0%})")
+    if usage.waiting_pods:
+        return Gate(False, f"ACI has room for the {usage.waiting_pods} pod(s) waiting for it: {after_label}")
+    return Gate(False, f"ACI has room: {after_label}")
+
+
+def _fullest(usage: AciUsage, limits: AciLimits, more_milli: int, more_groups: int) -> tuple[str, float]:
+    """The limit nearest to full, with `more` cores and container groups on top of what is used and on its way."""
+    milli = usage.cpu_milli + usage.headed_milli + more_milli
+    more = f" (+{(usage.headed_milli + more_milli) / 1000:g} on the way)" if usage.headed_milli or more_milli else ""
+    fives, hours = usage.creates_5min + more_groups, usage.creates_hour + more_groups
+    fractions = {
+        f"cores {usage.cores:g}{more} of {limits.cores}": milli / 1000 / limits.cores if limits.cores else 1.0,
+        f"{fives} container groups created in 5 min of {limits.creates_per_5min}":
+            fives / limits.creates_per_5min if limits.creates_per_5min else 1.0,
+        f"{hours} created in an hour of {limits.creates_per_hour}":
+            hours / limits.creates_per_hour if limits.creates_per_hour else 1.0,
+    }
+    return max(fractions.items(), key=lambda item: item[1])
 
 
 def vm_share_per_hour(pod: Pod, snapshot: ClusterSnapshot) -> float | None:
@@ -362,8 +382,9 @@ def plan_virtual_nodes(snapshot: ClusterSnapshot, options: VirtualNodeOptions, *
     on_virtual = [p for p in snapshot.pods if p.node_name in nodes]
     usage = aci_usage([*on_virtual, *finished], nodes, now=now)
     closed = any(any(t.key == CLOSED_TAINT.key for t in n.taints) for n in nodes.values())
+    waiting = [p for p in snapshot.pods if _waiting(p, nodes)] if closed else []
     usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in snapshot.pods if _headed(p, nodes)),
-                    waiting_milli=sum(p.requests.cpu_milli for p in snapshot.pods if closed and _waiting(p, nodes)))
+                    waiting_milli=sum(p.requests.cpu_milli for p in waiting), waiting_pods=len(waiting))
     decisions = tuple(decide(p, snapshot, options, now=now) for p in on_virtual if not p.is_finished)
     return VirtualNodePlan(tuple(sorted(nodes)), usage, decisions, decide_gate(usage, options, closed=closed))
 

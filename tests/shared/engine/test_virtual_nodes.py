@@ -146,13 +146,33 @@ def test_usage_counts_cores_held_and_recent_creations_but_not_refused_pods() -> 
     (AciUsage(cpu_milli=70_000), True, False, "ACI has room"),
     (AciUsage(creates_5min=95), False, True, "95 container groups created in 5 min"),
     # Room again, but 20 cores of pods wait for it: lifting the taint would bind them all at once.
-    (AciUsage(cpu_milli=60_000, waiting_milli=20_000), True, True, "20 cores of pods wait for it"),
-    (AciUsage(cpu_milli=40_000, waiting_milli=20_000), True, False, "ACI has room"),
+    (AciUsage(cpu_milli=60_000, waiting_milli=20_000, waiting_pods=20), True, True,
+     "with the 20 pod(s) waiting for it, cores 60 (+20 on the way) of 100"),
+    (AciUsage(cpu_milli=40_000, waiting_milli=20_000, waiting_pods=20), True, False,
+     "room for the 20 pod(s) waiting for it"),
+    # 80 container groups waiting would take the 5-minute creations to 90 of 100: each pod is one group.
+    (AciUsage(creates_5min=10, waiting_milli=8_000, waiting_pods=80), True, True, "90 container groups created in 5 min"),
     (AciUsage(creates_hour=280), False, True, "280 created in an hour"),
 ])
 def test_the_gate_closes_near_a_limit_and_reopens_well_below(usage: AciUsage, closed: bool, expect_closed: bool,
                                                             why: str) -> None:
     gate = decide_gate(usage, VirtualNodeOptions(), closed=closed)
+    assert gate.closed is expect_closed and why in gate.why
+
+
+POLLED = VirtualNodeOptions(admission="polled")
+
+
+@pytest.mark.parametrize("usage,closed,expect_closed,why", [
+    (AciUsage(), True, True, "no pod waits for it"),  # closed between admissions
+    (AciUsage(waiting_milli=30_000, waiting_pods=30), True, False, "room for the 30 pod(s) waiting for it"),
+    (AciUsage(cpu_milli=70_000, waiting_milli=30_000, waiting_pods=30), True, True, "ACI still busy"),  # would not fit
+    (AciUsage(cpu_milli=30_000), False, True, "admitted what waited; closed until more pods wait"),
+    (AciUsage(creates_5min=95), False, True, "ACI nearly full"),
+])
+def test_polled_admission_opens_only_for_pods_that_wait_and_fit(usage: AciUsage, closed: bool, expect_closed: bool,
+                                                               why: str) -> None:
+    gate = decide_gate(usage, POLLED, closed=closed)
     assert gate.closed is expect_closed and why in gate.why
 
 

@@ -143,3 +143,29 @@ def test_plan_shows_the_virtual_node_its_pods_decisions_and_the_moves() -> None:
     text = render_text(report)
     assert f"virtual nodes {VN}:" in text and "move back onto VMs:" in text
     assert _on(app, VN) and app.take_queued() == []  # a plan moves nothing
+
+
+def test_polled_admission_lets_a_burst_that_fits_in_after_one_poll_and_keeps_a_larger_one_out() -> None:
+    job = {"kind": "Job", "spread": "0s", "requests": {"cpu": "1", "memory": "1Gi"}, "duration": "20m"}
+    app = memory_app({
+        "name": "vn", "cluster_name": "vn", "arm_throttling": False, "boot_delay": "60s",
+        "virtual_node": {"quota_cores": 10, "start_latency": "20s"},
+        "node_groups": [{"resource_group": "rg-vn", "name": "pool", "vm_size": "Standard_D4s_v5",
+                         "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110},
+                         "min": 1, "max": 10, "initial": 1}],
+        "workloads": [{"tolerations": TOLERATE, "affinity": PREFER_VMS, **w} for w in (
+            {"name": "small", "count": 9, "at": "40s", **job}, {"name": "large", "count": 20, "at": "100s", **job})],
+    }, settings={"VIRTUAL_NODE_ADMISSION": "polled"})
+    app.clock.advance(30)
+    assert run_pending_poll(app.ports, app.settings, now=app.clock.now()).virtual.gate.closed  # nothing waits yet
+    app.clock.advance(30)  # the small burst arrived while closed: the VM took three, six wait
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert not result.virtual.gate.closed and "room for the 6 pod(s)" in result.virtual.gate.why
+    app.clock.advance(30)
+    assert len(_on(app, VN)) == 6  # admitted at once when the taint was lifted
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert result.virtual.gate.closed  # admitted: closed again before the large burst
+    app.clock.advance(30)  # the large burst (20 cores) arrives: 6 + 20 would not fit 10 cores
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert result.virtual.gate.closed and result.pending == 20 and result.plan.increases
+    assert app.world.report()["virtual_node"]["pods_refused"] == {"quota": 0, "rate": 0, "unsupported": 0}
