@@ -61,6 +61,11 @@ class Cluster(Protocol):
         """The ConfigMap's `data`, or None when it does not exist."""
         ...
 
+    def list_event_times(self, reason: str) -> list[tuple[datetime, int]]:
+        """(last time, count) of every core/v1 Event with this reason, all namespaces (the API server keeps
+        them an hour): e.g. virtual-kubelet's ProviderCreateSuccess, one per container group it created."""
+        ...
+
     def list_disruption_budgets(self) -> list[DisruptionBudget]:
         """Every PodDisruptionBudget (policy/v1) of every namespace, as the Eviction API enforces it now."""
         ...

@@ -15,6 +15,7 @@ deploy is refused with SkuNotAvailable.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ from sandbox.patching import merge_patch
 from sandbox.prices_api import LIST_PRICES_PER_HOUR
 from sandbox.world import World
 from shared.adapters.kubernetes import (
+    event_time,
     add_taint_patch,
     cordon_patch,
     daemonset_from_json,
@@ -167,6 +169,10 @@ class WorldCluster:
             })
         except KubeError as exc:
             raise _cluster_error(what, exc) from exc
+
+    def list_event_times(self, reason: str) -> list[tuple[datetime, int]]:
+        self._world.count_call("k8s", "LIST events", write=False)
+        return [event_time(obj) for obj in self._world.k8s_view("events") if obj.get("reason") == reason]
 
     def list_disruption_budgets(self) -> list[DisruptionBudget]:
         self._world.count_call("k8s", "LIST poddisruptionbudgets", write=False)

@@ -497,6 +497,13 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
     )
 
 
+def event_time(obj: Mapping[str, Any]) -> tuple[datetime, int]:
+    """A core/v1 Event's last time (lastTimestamp, else eventTime, else its creation) and count (at least 1)."""
+    when = obj.get("lastTimestamp") or obj.get("eventTime") or (obj.get("metadata") or {}).get("creationTimestamp")
+    count = obj.get("count")
+    return _timestamp(when), count if isinstance(count, int) and count > 0 else 1
+
+
 def daemonset_from_json(obj: Mapping[str, Any]) -> DaemonSet:
     """A DaemonSet (apps/v1) in the API's JSON shape: what its pod template asks of each node.
 
@@ -839,6 +846,13 @@ class KubernetesCluster:
                 return None
             raise
         return {str(k): str(v) for k, v in (raw.get("data") or {}).items()}
+
+    def list_event_times(self, reason: str) -> list[tuple[datetime, int]]:
+        """Events with this reason (a field selector the API server indexes): when each last happened, and how
+        often (an event repeated is one object with a count)."""
+        what = f"list events {reason}"
+        items = self._pages(what, self._core.list_event_for_all_namespaces, field_selector=f"reason={reason}")
+        return [event_time(o) for o in items]
 
     def list_disruption_budgets(self) -> list[DisruptionBudget]:
         """Every PodDisruptionBudget (policy/v1) of every namespace."""

@@ -55,6 +55,8 @@ from shared.engine.pod_rules import (
 )
 
 PROVIDER_FAILED = "ProviderFailed"  # virtual-kubelet's status.reason for a pod its provider refused
+# virtual-kubelet's Event on a pod whose container group its provider created (node/pod.go podEventCreateSuccess).
+PROVIDER_CREATE_SUCCESS = "ProviderCreateSuccess"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 # Lower than a VM pod's default 0, so a ReplicaSet scaling in removes its ACI pods first.
 VIRTUAL_NODE_DELETION_COST = "-100"
@@ -228,12 +230,13 @@ def holds_aci(pod: Pod) -> bool:
     return not pod.is_finished and pod.status_reason != PROVIDER_FAILED
 
 
-def aci_usage(pods: Iterable[Pod], names: Collection[str], *, now: datetime) -> AciUsage:
+def aci_usage(pods: Iterable[Pod], names: Collection[str], *, now: datetime,
+              creations: Sequence[tuple[datetime, int]] = ()) -> AciUsage:
     """ACI's use by the pods bound to the virtual nodes `names`.
 
-    Container groups are created when a pod is bound; the pod's start (status.startTime, else its creation)
-    stands in for the creation time, which the Kubernetes API does not show. Finished pods still listed
-    count towards the creation rate, which is why `pods` should include them when the caller has them.
+    Container groups created recently: virtual-kubelet's `ProviderCreateSuccess` events (`creations`: when,
+    how many), which the API server keeps an hour, since a short pod may start and finish between two polls and
+    never be seen; at least the pods seen whose start (status.startTime, else creation) is that recent.
     """
     count = cpu = memory = failed = five = hour = 0
     for pod in pods:
@@ -250,6 +253,8 @@ def aci_usage(pods: Iterable[Pod], names: Collection[str], *, now: datetime) -> 
             count += 1
             cpu += pod.requests.cpu_milli
             memory += pod.requests.memory_bytes
+    five = max(five, sum(n for at, n in creations if now - at <= timedelta(minutes=5)))
+    hour = max(hour, sum(n for at, n in creations if now - at <= timedelta(hours=1)))
     return AciUsage(count, cpu, memory, failed, five, hour)
 
 
@@ -370,17 +375,16 @@ def _minutes(value: timedelta) -> str:
 
 
 def plan_virtual_nodes(snapshot: ClusterSnapshot, options: VirtualNodeOptions, *, now: datetime,
-                       finished: Sequence[Pod] = ()) -> VirtualNodePlan:
+                       creations: Sequence[tuple[datetime, int]] = ()) -> VirtualNodePlan:
     """The virtual nodes of the snapshot, ACI's use, every pod's decision and the gate.
 
-    `finished`: pods of the virtual nodes that ended recently (the snapshot lists unfinished pods only); they
-    count towards the creation rate.
+    `creations`: container groups created recently, from virtual-kubelet's events (`aci_usage`).
     """
     nodes = virtual_nodes(snapshot.nodes)
     if not nodes:
         return VirtualNodePlan()
     on_virtual = [p for p in snapshot.pods if p.node_name in nodes]
-    usage = aci_usage([*on_virtual, *finished], nodes, now=now)
+    usage = aci_usage(on_virtual, nodes, now=now, creations=creations)
     closed = any(any(t.key == CLOSED_TAINT.key for t in n.taints) for n in nodes.values())
     waiting = [p for p in snapshot.pods if _waiting(p, nodes)] if closed else []
     usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in snapshot.pods if _headed(p, nodes)),

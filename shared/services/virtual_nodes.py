@@ -20,6 +20,7 @@ from shared.engine.virtual_nodes import (
     CLOSED_TAINT,
     DELETION_COST_ANNOTATION,
     DELETION_COST_OWNER_ANNOTATION,
+    PROVIDER_CREATE_SUCCESS,
     VirtualNodeOptions,
     VirtualNodePlan,
     deletion_cost_changes,
@@ -62,7 +63,9 @@ def plan_for(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *, now
     if not snapshot.prices and any(p.node_name for p in snapshot.pods if p.owner is not None):
         # Whether moving a pod pays needs VM prices (cached a day by the provider).
         snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
-    plan = plan_virtual_nodes(snapshot, options, now=now)
+    # Short pods may start and finish between polls: virtual-kubelet's events count their container groups.
+    creations = ports.cluster.list_event_times(PROVIDER_CREATE_SUCCESS)
+    plan = plan_virtual_nodes(snapshot, options, now=now, creations=creations)
     planned, after = planning_snapshot(snapshot, plan)
     return VirtualNodeRound(plan, options, planned, after, snapshot)
 

@@ -1,7 +1,7 @@
 """The Cluster contract: KubernetesCluster over the sandbox's Kubernetes API and WorldCluster in process.
 
 The world (tests/contract/worlds.py): nodes pool-a000000, pool-a000001 (group rg-contract/pool-a) and
-pool-manual000000; two `web` pods that a PodDisruptionBudget keeps both up, two `batch` Job pods that
+pool-manual000000, and the virtual node virtual-node-aci-linux with one `aci` pod on it; two `web` pods that a PodDisruptionBudget keeps both up, two `batch` Job pods that
 finish after 60 s, one `huge` pod that fits nowhere, and kube-proxy and mirror pods on the nodes.
 """
 
@@ -35,7 +35,10 @@ def test_both_implementations_read_the_same_world_the_same(twins: tuple[Opened, 
 def test_list_nodes(cluster_view: WorldSide[Cluster]) -> None:
     nodes = {n.name: n for n in cluster_view.port.list_nodes()}
 
-    assert sorted(nodes) == sorted([*worlds.POOL_A_NODES, worlds.MANUAL_NODE])
+    assert sorted(nodes) == sorted([*worlds.POOL_A_NODES, worlds.MANUAL_NODE, worlds.VIRTUAL_NODE])
+    virtual = nodes.pop(worlds.VIRTUAL_NODE)
+    assert virtual.labels["type"] == "virtual-kubelet" and virtual.instance is None
+    assert [t.key for t in virtual.taints] == ["virtual-kubelet.io/provider"]
     assert all(n.ready and not n.unschedulable and n.taints == () for n in nodes.values())
     node = nodes[NODE]
     assert node.allocatable.cpu_milli == 3860 and node.allocatable.pods == 110
@@ -125,6 +128,32 @@ def test_evict(cluster: WorldSide[Cluster]) -> None:
     remaining = {p.key: p for p in cluster.port.list_pods()}
     assert batch.key not in remaining or remaining[batch.key].terminating
     assert web.key in remaining and not remaining[web.key].terminating
+
+
+def test_get_pod_is_the_listed_pod_or_none(cluster_view: WorldSide[Cluster]) -> None:
+    [web] = named(cluster_view.port.list_pods(), "web-")[:1]
+    assert cluster_view.port.get_pod(web.namespace, web.name) == web
+    assert cluster_view.port.get_pod("default", "ghost") is None
+    assert cluster_view.port.get_pod("no-such-namespace", "ghost") is None
+
+
+def test_annotate_pod_merges_and_removes_and_ignores_a_missing_pod(cluster: WorldSide[Cluster]) -> None:
+    [web] = named(cluster.port.list_pods(), "web-")[:1]
+    cluster.port.annotate_pod(web.namespace, web.name, annotations={"example.com/a": "1", "example.com/b": "2"})
+    cluster.port.annotate_pod(web.namespace, web.name, annotations={"example.com/a": None})
+    after = cluster.port.get_pod(web.namespace, web.name)
+    assert after is not None and after.uid == web.uid
+    assert {k: v for k, v in after.annotations.items() if k.startswith("example.com/")} == {"example.com/b": "2"}
+    assert after.node_name == web.node_name and after.requests == web.requests  # nothing but the annotations
+    cluster.port.annotate_pod("default", "ghost", annotations={"example.com/a": "1"})  # no error
+
+
+def test_list_event_times_finds_virtual_kubelets_creations(cluster_view: WorldSide[Cluster]) -> None:
+    [aci] = named(cluster_view.port.list_pods(), "aci-")
+    assert aci.node_name == worlds.VIRTUAL_NODE
+    created = cluster_view.port.list_event_times("ProviderCreateSuccess")
+    assert [count for _, count in created] == [1]
+    assert cluster_view.port.list_event_times("NoSuchReason") == []
 
 
 def test_list_disruption_budgets(cluster_view: WorldSide[Cluster]) -> None:

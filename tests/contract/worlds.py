@@ -20,6 +20,7 @@ _D2 = {"cpu": "1900m", "memory": "6Gi"}
 
 POOL_A_NODES = ["pool-a000000", "pool-a000001"]
 MANUAL_NODE = "pool-manual000000"
+VIRTUAL_NODE = "virtual-node-aci-linux"
 
 SCENARIO: dict[str, Any] = {
     "name": "contract",
@@ -52,7 +53,12 @@ SCENARIO: dict[str, Any] = {
          "labels": {"app": "web"}},
         {"name": "batch", "kind": "Job", "count": 2, "requests": {"cpu": "500m", "memory": "256Mi"}, "duration": "60s"},
         {"name": "huge", "kind": "Pod", "count": 1, "requests": {"cpu": "64", "memory": "1Gi"}},
+        # One pod for the virtual node only (it selects it): created on ACI, with virtual-kubelet's events.
+        {"name": "aci", "kind": "ReplicaSet", "count": 1, "requests": {"cpu": "1", "memory": "1Gi"},
+         "node_selector": {"type": "virtual-kubelet"},
+         "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}]},
     ],
+    "virtual_node": {"start_latency": "20s"},
     # Both web pods must stay up: evicting either is refused.
     "pdbs": [{"name": "web", "selector": {"app": "web"}, "min_available": 2}],
 }

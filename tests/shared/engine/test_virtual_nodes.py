@@ -279,3 +279,11 @@ def test_no_virtual_node_means_no_plan() -> None:
 
 def test_limits_default_to_acis_documented_quota() -> None:
     assert AciLimits() == AciLimits(cores=100, creates_per_5min=100, creates_per_hour=300)
+
+
+def test_creations_come_from_virtual_kubelets_events_when_the_pods_are_gone() -> None:
+    # 90 short pods started and finished between two polls: only their ProviderCreateSuccess events remain.
+    events = [(T0 - timedelta(minutes=2), 60), (T0 - timedelta(minutes=4), 30), (T0 - timedelta(minutes=50), 100)]
+    usage = aci_usage([on_vn("a", started_at=T0 - timedelta(minutes=1))], {VN}, now=T0, creations=events)
+    assert (usage.creates_5min, usage.creates_hour) == (90, 190)
+    assert decide_gate(usage, VirtualNodeOptions(), closed=False).closed  # 90 of 100 per 5 min: close
