@@ -49,6 +49,7 @@ class PodSim:
     # For a pod that replaces one a virtual node's provider refused (it never ran): when the first pod of that
     # work was created. Its wait is measured from then, and the refused pod's is not measured at all.
     waiting_since: float | None = None
+    refused: bool = False  # a virtual node's provider refused it (ProviderFailed): it never ran
     holds_resources: bool = False  # counted in its node's used resources
     terminating: bool = False  # metadata.deletionTimestamp is set
     unplaceable: bool | None = None  # fits no node group even on an empty node (computed once, lazily)
@@ -81,8 +82,8 @@ def pod_outcome(pod: PodSim, phase: str | None) -> str:
         return "killed"
     if pod.evicted_while_running:
         return "evicted"
+    if pod.refused and phase in ("Failed", None):  # refused by a virtual node's provider (restartPolicy Never),
+        return "failed"  # whether or not its Job has removed it since
     if pod.deleted is not None or phase is None:
         return "deleted"
-    if phase == "Failed":  # failed without running: a virtual node's provider refused it (restartPolicy Never)
-        return "failed"
     return "running" if phase == "Running" else "pending"

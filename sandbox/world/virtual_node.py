@@ -178,6 +178,7 @@ class VirtualNodePart(WorldCore):
         """virtual-kubelet's handleProviderError: Pending, or Failed under restartPolicy Never; ProviderFailed."""
         self._aci_refused[refusal.kind] += 1
         self._aci_refused_uids.add(pod.uid)
+        pod.refused = True
         status = obj["status"]
         never = obj["spec"].get("restartPolicy") == "Never"
         status["phase"] = "Failed" if never else "Pending"

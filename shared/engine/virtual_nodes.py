@@ -167,6 +167,9 @@ class VirtualNodePlan:
     usage: AciUsage = AciUsage()
     decisions: tuple[PodDecision, ...] = ()
     gate: Gate = Gate(False, "")
+    # Pending pods the virtual nodes take when this poll opens them, and that would stay there (batch work):
+    # not demand for VMs, which would boot for work ACI is about to run.
+    admitted: frozenset[str] = frozenset()
 
     @property
     def demand(self) -> tuple[Pod, ...]:
@@ -390,7 +393,13 @@ def plan_virtual_nodes(snapshot: ClusterSnapshot, options: VirtualNodeOptions, *
     usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in snapshot.pods if _headed(p, nodes)),
                     waiting_milli=sum(p.requests.cpu_milli for p in waiting), waiting_pods=len(waiting))
     decisions = tuple(decide(p, snapshot, options, now=now) for p in on_virtual if not p.is_finished)
-    return VirtualNodePlan(tuple(sorted(nodes)), usage, decisions, decide_gate(usage, options, closed=closed))
+    gate = decide_gate(usage, options, closed=closed)
+    admitted: frozenset[str] = frozenset()
+    if closed and not gate.closed:
+        name = min(nodes)
+        admitted = frozenset(p.key for p in waiting
+                             if decide(replace(p, node_name=name), snapshot, options, now=now).verdict == "stays")
+    return VirtualNodePlan(tuple(sorted(nodes)), usage, decisions, gate, admitted)
 
 
 _VK_TAINT = Taint(VIRTUAL_KUBELET_TAINT_KEY, "azure", "NoSchedule")
@@ -420,12 +429,14 @@ def as_pending(pod: Pod) -> Pod:
 
 def planning_snapshot(snapshot: ClusterSnapshot, plan: VirtualNodePlan) -> tuple[ClusterSnapshot, frozenset[str]]:
     """The snapshot the scale-up planner sees: the virtual nodes' demand pods pending instead of bound, so
-    the same simulation plans VM room for them; and their keys (planned after the truly pending pods)."""
+    the same simulation plans VM room for them, and the pods this poll admits to them (`admitted`) no longer
+    waiting; and the demand pods' keys (planned after the truly pending pods)."""
     demand = plan.demand
-    if not demand:
+    if not demand and not plan.admitted:
         return snapshot, frozenset()
     keys = frozenset(p.key for p in demand)
-    pods = tuple(p for p in snapshot.pods if p.key not in keys) + demand
+    pods = tuple(replace(p, unschedulable=False) if p.key in plan.admitted else p
+                 for p in snapshot.pods if p.key not in keys) + demand
     return replace(snapshot, pods=pods), keys
 
 

@@ -287,3 +287,17 @@ def test_creations_come_from_virtual_kubelets_events_when_the_pods_are_gone() ->
     usage = aci_usage([on_vn("a", started_at=T0 - timedelta(minutes=1))], {VN}, now=T0, creations=events)
     assert (usage.creates_5min, usage.creates_hour) == (90, 190)
     assert decide_gate(usage, VirtualNodeOptions(), closed=False).closed  # 90 of 100 per 5 min: close
+
+
+def test_pods_a_closed_virtual_node_admits_now_are_not_vm_demand_if_they_would_stay_there() -> None:
+    closed_vn = replace(virtual_node(), taints=(VK_TAINT, CLOSED_TAINT))
+    job = replace(pod("render-0", pending=True, owner="Job"), tolerations=TOLERATES_VN)
+    web = replace(pod("web-0", pending=True, owner_name="web"), tolerations=TOLERATES_VN)
+    snap = replace(snapshot(nodes=[closed_vn], pods=[job, web], groups=[group("pool", target=0)]),
+                   prices={"rg/pool": 0.192})
+    plan = plan_virtual_nodes(snap, VirtualNodeOptions(admission="polled"), now=T0)
+    assert not plan.gate.closed and plan.admitted == {"default/render-0"}  # the Job's pod would finish on ACI
+    planned, _ = planning_snapshot(snap, plan)
+    simulation = simulate_scale_up(planned)
+    (increase,) = simulation.plan.increases
+    assert increase.pods == ("default/web-0",)  # a Deployment's pod is still worth a VM: it would move back
