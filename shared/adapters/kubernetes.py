@@ -775,13 +775,17 @@ class KubernetesCluster:
             if token is None:
                 return
 
-    def _read_node_json(self, name: str, what: str) -> dict[str, Any] | None:
+    def _json_or_none(self, what: str, method: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+        """One object read, or None when the API says it does not exist (404)."""
         try:
-            return self._json(what, self._core.read_node, name)
+            return self._json(what, method, *args)
         except KubernetesApiError as exc:
             if exc.status == 404:
                 return None
             raise
+
+    def _read_node_json(self, name: str, what: str) -> dict[str, Any] | None:
+        return self._json_or_none(what, self._core.read_node, name)
 
     @staticmethod
     def _converted(what: str, convert: Callable[[Mapping[str, Any]], Any], obj: Mapping[str, Any]) -> Any:
@@ -812,13 +816,8 @@ class KubernetesCluster:
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         what = f"get pod {namespace}/{name}"
-        try:
-            raw = self._json(what, self._core.read_namespaced_pod, name, namespace)
-        except KubernetesApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return self._converted(what, pod_from_json, raw)
+        raw = self._json_or_none(what, self._core.read_namespaced_pod, name, namespace)
+        return None if raw is None else self._converted(what, pod_from_json, raw)
 
     def annotate_pod(self, namespace: str, name: str, *, annotations: Mapping[str, str | None]) -> None:
         """A JSON merge patch of the pod's annotations: others' annotations stay, a None value removes one."""
@@ -839,13 +838,8 @@ class KubernetesCluster:
 
     def get_config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
         what = f"get configmap {namespace}/{name}"
-        try:
-            raw = self._json(what, self._core.read_namespaced_config_map, name, namespace)
-        except KubernetesApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return {str(k): str(v) for k, v in (raw.get("data") or {}).items()}
+        raw = self._json_or_none(what, self._core.read_namespaced_config_map, name, namespace)
+        return None if raw is None else {str(k): str(v) for k, v in (raw.get("data") or {}).items()}
 
     def list_event_times(self, reason: str) -> list[tuple[datetime, int]]:
         """Events with this reason (a field selector the API server indexes): when each last happened, and how
