@@ -570,11 +570,12 @@ SPECS: tuple[Spec, ...] = (
          "Taint virtual nodes `vmss-autoscaler.io/virtual-node-full=true:NoSchedule` while ACI's quota or "
          "creation rate is nearly used, so overflow stays pending and the scale sets grow instead of ACI "
          "refusing pods; the taint is lifted when room returns."),
-    Spec("VIRTUAL_NODE_ADMISSION", "virtual_node_admission", "open", _choice("open", "polled"),
-         "`open`: virtual nodes stay open until ACI is nearly full (the gate), so overflow reaches ACI at once; "
-         "`polled`: they are closed except for the poll after one that found pods waiting for them that fit ACI's "
-         "room, so a burst larger than the room waits (and grows the scale sets) instead of being refused by ACI "
-         "(for batch farms whose bursts exceed ACI's limits; costs up to one `PENDING_POLL_SCHEDULE` interval of wait)."),
+    Spec("VIRTUAL_NODE_ADMISSION", "virtual_node_admission", "polled", _choice("open", "polled"),
+         "`polled`: virtual nodes are closed (the gate's taint) except for the poll interval after a pending poll "
+         "found pods waiting for them that fit ACI's room, so a burst larger than the room waits and grows the "
+         "scale sets instead of being bound past ACI's limits and refused (a wait of up to one "
+         "`PENDING_POLL_SCHEDULE` interval). `open`: they stay open until ACI is nearly full, so overflow reaches "
+         "ACI at once, for workloads whose pods arrive a few at a time."),
     Spec("VIRTUAL_NODE_CLOSE_AT", "virtual_node_close_at", "0.9", _fraction,
          "Fraction of an ACI limit (`ACI_QUOTA_CORES`, `ACI_CREATES_PER_5MIN`, `ACI_CREATES_PER_HOUR`) in use at "
          "which virtual nodes are closed."),

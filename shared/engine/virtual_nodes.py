@@ -118,7 +118,7 @@ class VirtualNodeOptions:
     close_at: float = 0.9  # fraction of a limit in use at which the virtual node is closed
     reopen_at: float = 0.75  # ... and below which it is opened again
     gate: bool = True  # VIRTUAL_NODE_GATING
-    admission: str = "open"  # VIRTUAL_NODE_ADMISSION: open | polled (decide_gate)
+    admission: str = "polled"  # VIRTUAL_NODE_ADMISSION: polled | open (decide_gate)
     expected_runtime: timedelta = timedelta(hours=1)  # what a long-running pod without a deadline has left
     min_remaining: timedelta = timedelta(minutes=5)  # moving a pod with less left never pays (a VM boots for minutes)
 

@@ -138,6 +138,9 @@ def test_usage_counts_cores_held_and_recent_creations_but_not_refused_pods() -> 
     assert usage.creates_hour == 3
 
 
+OPEN = VirtualNodeOptions(admission="open")
+
+
 @pytest.mark.parametrize("usage,closed,expect_closed,why", [
     (AciUsage(cpu_milli=50_000), False, False, "ACI has room"),
     (AciUsage(cpu_milli=90_000), False, True, "cores 90 of 100"),
@@ -156,7 +159,7 @@ def test_usage_counts_cores_held_and_recent_creations_but_not_refused_pods() -> 
 ])
 def test_the_gate_closes_near_a_limit_and_reopens_well_below(usage: AciUsage, closed: bool, expect_closed: bool,
                                                             why: str) -> None:
-    gate = decide_gate(usage, VirtualNodeOptions(), closed=closed)
+    gate = decide_gate(usage, OPEN, closed=closed)
     assert gate.closed is expect_closed and why in gate.why
 
 
@@ -183,8 +186,8 @@ def test_gating_off_never_closes() -> None:
 def test_plan_sees_the_taint_already_on_the_node_for_hysteresis() -> None:
     tainted = replace(virtual_node(), taints=(VK_TAINT, CLOSED_TAINT))
     pods = [on_vn(f"w{i}", cpu=10, owner_name="big") for i in range(8)]  # 80 of 100 cores
-    open_plan = plan_virtual_nodes(snapshot(nodes=[virtual_node()], pods=pods), VirtualNodeOptions(), now=T0)
-    held = plan_virtual_nodes(snapshot(nodes=[tainted], pods=pods), VirtualNodeOptions(), now=T0)
+    open_plan = plan_virtual_nodes(snapshot(nodes=[virtual_node()], pods=pods), OPEN, now=T0)
+    held = plan_virtual_nodes(snapshot(nodes=[tainted], pods=pods), OPEN, now=T0)
     assert not open_plan.gate.closed and held.gate.closed
 
 

@@ -18,7 +18,7 @@ PREFER_VMS = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution"
     "matchExpressions": [{"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}]}}]}}
 
 
-def _app(*workloads: dict[str, Any], quota: int = 100, boot: str = "60s") -> MemoryApp:
+def _app(*workloads: dict[str, Any], quota: int = 100, boot: str = "60s", admission: str = "polled") -> MemoryApp:
     return memory_app({
         "name": "vn", "cluster_name": "vn", "arm_throttling": False, "boot_delay": boot, "delete_delay": "20s",
         "virtual_node": {"quota_cores": quota, "start_latency": "20s"},
@@ -26,7 +26,7 @@ def _app(*workloads: dict[str, Any], quota: int = 100, boot: str = "60s") -> Mem
                          "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110},
                          "min": 1, "max": 10, "initial": 1}],
         "workloads": [{"tolerations": TOLERATE, "affinity": PREFER_VMS, **workload} for workload in workloads],
-    }, settings={"ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s"})
+    }, settings={"ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s", "VIRTUAL_NODE_ADMISSION": admission})
 
 
 def _on(app: MemoryApp, node: str) -> list[Any]:
@@ -100,7 +100,7 @@ def test_the_gate_closes_near_the_quota_so_overflow_pends_and_grows_the_scale_se
 
 def test_the_gate_opens_again_when_aci_has_room() -> None:
     app = _app({"name": "render", "kind": "Job", "count": 6, "at": "5s", "spread": "0s",
-                "requests": {"cpu": "1", "memory": "1Gi"}, "duration": "2m"}, quota=3)
+                "requests": {"cpu": "1", "memory": "1Gi"}, "duration": "2m"}, quota=3, admission="open")
     app.clock.advance(40)
     assert run_pending_poll(app.ports, app.settings, now=app.clock.now()).virtual.gate.closed
     app.clock.advance(200)  # the Jobs on ACI finished: their container groups are gone
@@ -112,9 +112,10 @@ def test_the_gate_opens_again_when_aci_has_room() -> None:
 
 
 def _vm_ready_for_six_on_aci() -> MemoryApp:
-    """Six replicas, three overflowed onto ACI; the scale-up they caused has a Ready VM now."""
+    """Six replicas, three overflowed onto ACI; the scale-up they caused has a Ready VM now (the virtual node
+    left open)."""
     app = _app({"name": "web", "kind": "ReplicaSet", "count": 6, "at": "5s", "spread": "0s",
-                "requests": {"cpu": "1", "memory": "2Gi"}}, boot="30s")
+                "requests": {"cpu": "1", "memory": "2Gi"}}, boot="30s", admission="open")
     app.clock.advance(40)
     run_pending_poll(app.ports, app.settings, now=app.clock.now())
     _run_actions(app)
