@@ -58,9 +58,10 @@ class _Meter:
 
 def plan_for(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *, now: datetime) -> VirtualNodeRound:
     options = virtual_node_options(settings)
-    if not virtual_nodes(snapshot.nodes):
+    names = virtual_nodes(snapshot.nodes)
+    if not names:
         return VirtualNodeRound(VirtualNodePlan(), options, snapshot, frozenset(), snapshot)
-    if not snapshot.prices and any(p.node_name for p in snapshot.pods if p.owner is not None):
+    if not snapshot.prices and any(p.node_name in names for p in snapshot.pods if p.owner is not None):
         # Whether moving a pod pays needs VM prices (cached a day by the provider).
         snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
     # Short pods may start and finish between polls: virtual-kubelet's events count their container groups.
