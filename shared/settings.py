@@ -567,7 +567,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("VIRTUAL_NODE_MIN_REMAINING", "virtual_node_min_remaining", "5m", _nonnegative_duration,
          "A pod expected to finish within this long stays on ACI: a VM for it would boot for minutes."),
     Spec("VIRTUAL_NODE_GATING", "virtual_node_gating", "true", _bool,
-         "Taint virtual nodes `vmss-autoscaler.io/virtual-node-full=true:NoSchedule` while ACI's quota or "
+         "Taint virtual nodes `vmss-autoscaler.io/virtual-node-closed=aci-full:NoSchedule` while ACI's quota or "
          "creation rate is nearly used, so overflow stays pending and the scale sets grow instead of ACI "
          "refusing pods; the taint is lifted when room returns."),
     Spec("VIRTUAL_NODE_ADMISSION", "virtual_node_admission", "polled", _choice("open", "polled"),

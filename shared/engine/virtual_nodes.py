@@ -62,7 +62,10 @@ DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 VIRTUAL_NODE_DELETION_COST = "-100"
 # Marks the deletion cost as ours: only an annotation we set is ever changed or removed by us.
 DELETION_COST_OWNER_ANNOTATION = "vmss-autoscaler.io/deletion-cost"
-CLOSED_TAINT = Taint("vmss-autoscaler.io/virtual-node-full", "true", "NoSchedule")
+# Our taint closing a virtual node; its value says why: an ACI limit nearly used, or between polled admissions.
+CLOSED_TAINT_KEY = "vmss-autoscaler.io/virtual-node-closed"
+CLOSED_TAINT = Taint(CLOSED_TAINT_KEY, "aci-full", "NoSchedule")
+ADMISSION_TAINT = Taint(CLOSED_TAINT_KEY, "admission", "NoSchedule")
 
 # Azure Container Instances, per region and subscription (facts/burst-and-spot.md, "ACI limits and price").
 DEFAULT_QUOTA_CORES = 100
@@ -157,6 +160,12 @@ class PodDecision:
 class Gate:
     closed: bool
     why: str
+    full: bool = False  # closed because an ACI limit is (nearly) used, not only between polled admissions
+
+    @property
+    def taint(self) -> Taint | None:
+        """The taint the virtual nodes carry while closed, its value saying why; None when open."""
+        return None if not self.closed else CLOSED_TAINT if self.full else ADMISSION_TAINT
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +284,7 @@ def decide_gate(usage: AciUsage, options: VirtualNodeOptions, *, closed: bool) -
         return Gate(False, "gating off (VIRTUAL_NODE_GATING=false)")
     now_label, now = _fullest(usage, options.limits, 0, 0)
     if now >= options.close_at:
-        return Gate(True, f"ACI nearly full: {now_label} (closes at {options.close_at:.0%})")
+        return Gate(True, f"ACI nearly full: {now_label} (closes at {options.close_at:.0%})", full=True)
     polled = options.admission == "polled"
     if not closed:
         if polled:
@@ -287,7 +296,7 @@ def decide_gate(usage: AciUsage, options: VirtualNodeOptions, *, closed: bool) -
     threshold = options.close_at if polled else options.reopen_at
     if after >= threshold:
         waiting = f"with the {usage.waiting_pods} pod(s) waiting for it, " if usage.waiting_pods else ""
-        return Gate(True, f"ACI still busy: {waiting}{after_label} (opens below {threshold:.0%})")
+        return Gate(True, f"ACI still busy: {waiting}{after_label} (opens below {threshold:.0%})", full=True)
     if usage.waiting_pods:
         return Gate(False, f"ACI has room for the {usage.waiting_pods} pod(s) waiting for it: {after_label}")
     return Gate(False, f"ACI has room: {after_label}")
@@ -388,7 +397,7 @@ def plan_virtual_nodes(snapshot: ClusterSnapshot, options: VirtualNodeOptions, *
         return VirtualNodePlan()
     on_virtual = [p for p in snapshot.pods if p.node_name in nodes]
     usage = aci_usage(on_virtual, nodes, now=now, creations=creations)
-    closed = any(any(t.key == CLOSED_TAINT.key for t in n.taints) for n in nodes.values())
+    closed = any(any(t.key == CLOSED_TAINT_KEY for t in n.taints) for n in nodes.values())
     waiting = [p for p in snapshot.pods if _waiting(p, nodes)] if closed else []
     usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in snapshot.pods if _headed(p, nodes)),
                     waiting_milli=sum(p.requests.cpu_milli for p in waiting), waiting_pods=len(waiting))
@@ -526,7 +535,7 @@ def status_of(plan: VirtualNodePlan, options: VirtualNodeOptions, *, limit: int 
 
 
 __all__ = [
-    "CLOSED_TAINT", "DELETION_COST_ANNOTATION", "PROVIDER_FAILED", "VIRTUAL_KUBELET_TAINT_KEY", "AciLimits",
+    "ADMISSION_TAINT", "CLOSED_TAINT", "CLOSED_TAINT_KEY", "DELETION_COST_ANNOTATION", "PROVIDER_FAILED", "VIRTUAL_KUBELET_TAINT_KEY", "AciLimits",
     "AciPrices", "AciUsage", "BackfillMove", "Gate", "PodDecision", "VirtualNodeOptions", "VirtualNodePlan",
     "VirtualNodeStatus", "aci_unsupported", "aci_usage", "as_pending", "decide", "decide_gate",
     "deletion_cost_changes", "plan_virtual_nodes", "planning_snapshot", "select_backfill", "status_of",

@@ -18,6 +18,7 @@ from shared.domain import ClusterSnapshot
 from shared.engine.scale_up import ScaleUpSimulation
 from shared.engine.virtual_nodes import (
     CLOSED_TAINT,
+    CLOSED_TAINT_KEY,
     DELETION_COST_ANNOTATION,
     DELETION_COST_OWNER_ANNOTATION,
     PROVIDER_CREATE_SUCCESS,
@@ -101,22 +102,35 @@ def act(ports: Ports, settings: Settings, round_: VirtualNodeRound, simulation: 
 
 
 def _gate(ports: Ports, settings: Settings, round_: VirtualNodeRound, *, now: datetime) -> None:
-    """Put our taint on the virtual nodes while ACI is nearly full; take it off when room returns."""
+    """Put our taint on the virtual nodes while they are to be closed (its value saying why), take it off when
+    they open.
+
+    Closing because an ACI limit is nearly used (value `aci-full`) is a warning and a `VirtualNodeClosed` event,
+    and opening from it a `VirtualNodeOpened` event; the routine closing and opening of polled admission
+    (value `admission`) is only logged.
+    """
     if settings.dry_run:
         return
+    gate = round_.plan.gate
+    wanted = gate.taint
     for node in round_.observed.nodes:
         if node.name not in round_.plan.nodes:
             continue
-        tainted = any(t.key == CLOSED_TAINT.key for t in node.taints)
-        if round_.plan.gate.closed and not tainted:
-            ports.cluster.add_taint(node.name, taint=CLOSED_TAINT)
-            log.warning("virtual node %s closed to new pods: %s", node.name, round_.plan.gate.why)
-            ports.events.emit(ClusterEvent("default", "Node", node.name, "", "VirtualNodeClosed", round_.plan.gate.why, now,
+        current = next((t for t in node.taints if t.key == CLOSED_TAINT_KEY), None)
+        if current == wanted:
+            continue
+        if current is not None:
+            ports.cluster.remove_taint(node.name, taint_key=CLOSED_TAINT_KEY)
+        if wanted is not None:
+            ports.cluster.add_taint(node.name, taint=wanted)
+        if wanted == CLOSED_TAINT:
+            log.warning("virtual node %s closed to new pods: %s", node.name, gate.why)
+            ports.events.emit(ClusterEvent("default", "Node", node.name, "", "VirtualNodeClosed", gate.why, now,
                                            "Warning"))
-        elif not round_.plan.gate.closed and tainted:
-            ports.cluster.remove_taint(node.name, taint_key=CLOSED_TAINT.key)
-            log.info("virtual node %s open again: %s", node.name, round_.plan.gate.why)
-            ports.events.emit(ClusterEvent("default", "Node", node.name, "", "VirtualNodeOpened", round_.plan.gate.why, now))
+        else:
+            log.info("virtual node %s %s: %s", node.name, "closed" if wanted else "open", gate.why)
+            if current == CLOSED_TAINT:
+                ports.events.emit(ClusterEvent("default", "Node", node.name, "", "VirtualNodeOpened", gate.why, now))
 
 
 def _mark_deletion_cost(ports: Ports, settings: Settings, round_: VirtualNodeRound, *, now: datetime) -> None:

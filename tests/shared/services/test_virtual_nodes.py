@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.actions import Backfill, decode_message
-from shared.engine.virtual_nodes import CLOSED_TAINT, DELETION_COST_ANNOTATION, VIRTUAL_NODE_DELETION_COST
+from shared.engine.virtual_nodes import CLOSED_TAINT_KEY, DELETION_COST_ANNOTATION, VIRTUAL_NODE_DELETION_COST
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from tests.memory_app import MemoryApp, memory_app
@@ -89,7 +89,7 @@ def test_the_gate_closes_near_the_quota_so_overflow_pends_and_grows_the_scale_se
     result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
     assert result.virtual.gate.closed and "cores 3 of 3" in result.virtual.gate.why
     node = app.ports.cluster.get_node(VN)
-    assert node is not None and any(t.key == CLOSED_TAINT.key for t in node.taints)
+    assert node is not None and any(t.key == CLOSED_TAINT_KEY for t in node.taints)
     assert [e.reason for e in app.events() if e.kind == "Node"] == ["VirtualNodeClosed"]
     # The second wave finds the virtual node closed (not refused by ACI): it pends and grows the scale set.
     app.clock.advance(30)
@@ -107,7 +107,7 @@ def test_the_gate_opens_again_when_aci_has_room() -> None:
     result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
     assert not result.virtual.gate.closed
     node = app.ports.cluster.get_node(VN)
-    assert node is not None and not any(t.key == CLOSED_TAINT.key for t in node.taints)
+    assert node is not None and not any(t.key == CLOSED_TAINT_KEY for t in node.taints)
     assert [e.reason for e in app.events() if e.kind == "Node"] == ["VirtualNodeClosed", "VirtualNodeOpened"]
 
 
@@ -159,6 +159,10 @@ def test_polled_admission_lets_a_burst_that_fits_in_after_one_poll_and_keeps_a_l
     }, settings={"VIRTUAL_NODE_ADMISSION": "polled"})
     app.clock.advance(30)
     assert run_pending_poll(app.ports, app.settings, now=app.clock.now()).virtual.gate.closed  # nothing waits yet
+    node = app.ports.cluster.get_node(VN)
+    assert node is not None and [(t.key, t.value) for t in node.taints if t.key == CLOSED_TAINT_KEY] == [
+        (CLOSED_TAINT_KEY, "admission")]  # closed between admissions: the taint's value says so
+    assert not [e for e in app.events() if e.kind == "Node"]  # routine: no event
     app.clock.advance(30)  # the small burst arrived while closed: the VM took three, six wait
     result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
     assert not result.virtual.gate.closed and "room for the 6 pod(s)" in result.virtual.gate.why
