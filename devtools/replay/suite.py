@@ -103,9 +103,11 @@ def evaluate_vn_targets(per_policy: Mapping[str, Mapping[str, Any]], *, batch: b
                             f"{p95:.0f} s vs {ours['pending_wait_s']['p95']:.0f} s"})
         if theirs is not None:
             cheaper = mine["cost"] < theirs["cost"] and p95 <= theirs["pending_wait_s"]["p95"]
+            done = (f"; ca+vn completed {theirs['pods_completed']:,} of {theirs['pods']:,} pods"
+                    if "pods_completed" in theirs and "pods" in theirs else "")
             targets.append({"name": f"ours+vn at {quota} cores: cheaper than ca+vn at equal or lower p95 wait",
                             "met": cheaper, "detail": f"cost ${mine['cost']:,.2f} vs ${theirs['cost']:,.2f}, p95 "
-                            f"{p95:.0f} s vs {theirs['pending_wait_s']['p95']:.0f} s"})
+                            f"{p95:.0f} s vs {theirs['pending_wait_s']['p95']:.0f} s{done}"})
         targets.append({"name": f"ours+vn at {quota} cores: no running pod killed", "met": mine["pods_killed"] == 0,
                         "detail": f"{mine['pods_killed']} killed"})
     return targets
