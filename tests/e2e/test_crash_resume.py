@@ -27,7 +27,12 @@ def crash(tmp_path_factory: pytest.TempPathFactory, azurite: str) -> Run:
     # Depending on `azurite` makes run_scenario reuse the suite's shared Azurite instead of owning one.
     return run_scenario("crash-resume", tmp_path_factory.mktemp("crash-resume"), PROMISES, speed=90,
                         wall_timeout=150, kill_runner_during="drain",
-                        extra_settings={"SCALE_ACTIONS_QUEUE": f"e2e-crash-{uuid.uuid4().hex[:12]}"})
+                        # A message the killed runner held comes back after the runner's 30 s (wall) lease: 45 sim
+                        # minutes at speed 90. The orphan sweep gives a removal up after 3 x ACTION_LEASE of sim time
+                        # (15 min by default), so when the kill lands inside a step, not between two, the sweep won
+                        # the race now and then (measured: 2 of 12 runs). 20m puts it after the redelivery.
+                        extra_settings={"SCALE_ACTIONS_QUEUE": f"e2e-crash-{uuid.uuid4().hex[:12]}",
+                                        "ACTION_LEASE": "20m"})
 
 
 def test_the_demo_kills_the_runner_during_a_drain_for_this_scenario() -> None:
