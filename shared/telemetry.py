@@ -417,6 +417,19 @@ def pod_backfilled(*, failed: bool) -> None:
 
 
 @_never_raises
+def note_virtual_node_decisions(*, backfill: int, stays: int, failed: int, admitted: int, closed: bool,
+                                why: str) -> None:
+    """The pending poll's virtual-node decisions, as attributes of its span (the poll's trace)."""
+    span = trace.get_current_span()
+    span.set_attribute("autoscaler.virtual_nodes.backfill", backfill)
+    span.set_attribute("autoscaler.virtual_nodes.stays", stays)
+    span.set_attribute("autoscaler.virtual_nodes.refused_by_aci", failed)
+    span.set_attribute("autoscaler.virtual_nodes.admitted", admitted)
+    span.set_attribute("autoscaler.virtual_nodes.closed", closed)
+    span.set_attribute("autoscaler.virtual_nodes.gate", why[:256])
+
+
+@_never_raises
 def record_virtual_nodes(*, pods: int, cores: float, quota: int, failed: int, closed: bool, core_seconds: float,
                          cost_usd: float) -> None:
     """One pending poll's view of the virtual nodes: ACI pods and cores (gauges), and the core-seconds and

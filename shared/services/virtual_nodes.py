@@ -95,6 +95,9 @@ def act(ports: Ports, settings: Settings, round_: VirtualNodeRound, simulation: 
             log.info("backfill decided: %s off %s onto room on %s (%s)", move.pod.key, move.pod.node_name, move.to,
                      move.why)
     usage = plan.usage
+    telemetry.note_virtual_node_decisions(backfill=plan.count("backfill"), stays=plan.count("stays"),
+                                          failed=plan.count("failed"), admitted=len(plan.admitted),
+                                          closed=plan.gate.closed, why=plan.gate.why)
     log.info("virtual nodes %s: %d pod(s) on ACI, %g of %d cores, %d refused; backfill %d, stay %d; %s; %s",
              ", ".join(plan.nodes), usage.pods, usage.cores, round_.options.limits.cores, usage.failed,
              plan.count("backfill"), plan.count("stays"), "closed" if plan.gate.closed else "open", plan.gate.why)

@@ -11,6 +11,7 @@ from shared.engine.virtual_nodes import CLOSED_TAINT_KEY, DELETION_COST_ANNOTATI
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from tests.memory_app import MemoryApp, memory_app
+from tests.shared.services.telemetry_capture import Telemetry, telemetry  # noqa: F401  (the fixture)
 
 VN = "virtual-node-aci-linux"
 TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}]
@@ -174,3 +175,19 @@ def test_polled_admission_lets_a_burst_that_fits_in_after_one_poll_and_keeps_a_l
     result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
     assert result.virtual.gate.closed and result.pending == 20 and result.plan.increases
     assert app.world.report()["virtual_node"]["pods_refused"] == {"quota": 0, "rate": 0, "unsupported": 0}
+
+
+def test_the_polls_trace_and_metrics_carry_the_virtual_node_decisions(telemetry: Telemetry) -> None:
+    app = _app({"name": "web", "kind": "ReplicaSet", "count": 8, "at": "5s", "spread": "0s",
+                "requests": {"cpu": "1", "memory": "2Gi"}}, admission="open")
+    app.clock.advance(40)
+    on_aci = len(_on(app, VN))
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    (span,) = telemetry.spans_named("poll_pending_pods")
+    attributes = dict(span.attributes or {})
+    assert attributes["autoscaler.virtual_nodes.backfill"] == on_aci
+    assert attributes["autoscaler.virtual_nodes.closed"] is False
+    assert "ACI has room" in attributes["autoscaler.virtual_nodes.gate"]
+    assert telemetry.last("vmss_autoscaler_aci_pods") == on_aci
+    assert telemetry.last("vmss_autoscaler_aci_cores") == on_aci  # 1 CPU each
+    assert telemetry.last("vmss_autoscaler_aci_core_quota") == 100
