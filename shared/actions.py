@@ -371,19 +371,12 @@ def _action_of(body: dict[str, Any]) -> ScaleAction:
                    else _parse_targets(body["nodes"], version=version))
     if body["step"] not in steps:
         raise InvalidAction(f"unknown step {body['step']!r} for {kind} (expected one of {', '.join(steps)})")
-    created_at = _parse_time(body, "created_at")
-    expires_at = _parse_time(body, "expires_at")
-    if expires_at < created_at:
-        raise InvalidAction("expires_at is before created_at")
+    common = _common_fields(body)
     target_size = None
     if kind == "scale_up":
         target_size = body["target_size"]
         if not isinstance(target_size, int) or isinstance(target_size, bool) or target_size < 1:
             raise InvalidAction(f"target_size must be a positive integer, got {target_size!r}")
-    attempt = body.get("attempt", 0)
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
-        raise InvalidAction(f"attempt must be a non-negative integer, got {attempt!r}")
-    step_started_at = _parse_time(body, "step_started_at") if body.get("step_started_at") is not None else None
     from_size = body.get("from_size")
     if from_size is not None and (not isinstance(from_size, int) or isinstance(from_size, bool) or from_size < 0):
         raise InvalidAction(f"from_size must be a non-negative integer, got {from_size!r}")
@@ -397,10 +390,6 @@ def _action_of(body: dict[str, Any]) -> ScaleAction:
         raise InvalidAction(f"start_instances names {len(starting)} instances; at most {MAX_NODES_PER_ACTION}")
     for index, instance in enumerate(starting):
         _check_length(f"start_instances[{index}]", instance, MAX_LENGTHS["instance"])
-    common: dict[str, Any] = dict(
-        id=body["id"], group=body["group"], created_at=created_at, expires_at=expires_at, step=body["step"],
-        reason=body.get("reason", ""), attempt=attempt, step_started_at=step_started_at, **_trace_context(body),
-    )
     if kind == "scale_down":
         return ScaleDown(targets=targets, removal_kind=_informational(body, "removal_kind", _REMOVAL_KIND), **common)
     assert target_size is not None
@@ -441,17 +430,23 @@ def _backfill_of(body: dict[str, Any]) -> Backfill:
         if not _DNS_SUBDOMAIN.match(pod[part]):
             raise InvalidAction(f"pod.{part} {pod[part][:80]!r} is not a Kubernetes name")
     _check_length("pod.uid", pod["uid"], 64)
-    created_at, expires_at = _parse_time(body, "created_at"), _parse_time(body, "expires_at")
+    return Backfill(namespace=pod["namespace"], pod=pod["name"], uid=pod["uid"], to=body.get("to", ""),
+                    **_common_fields(body))
+
+
+def _common_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """What every action kind carries (`_Action`), validated: identity, life, step, attempt, trace context."""
+    created_at = _parse_time(body, "created_at")
+    expires_at = _parse_time(body, "expires_at")
     if expires_at < created_at:
         raise InvalidAction("expires_at is before created_at")
     attempt = body.get("attempt", 0)
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
         raise InvalidAction(f"attempt must be a non-negative integer, got {attempt!r}")
     step_started_at = _parse_time(body, "step_started_at") if body.get("step_started_at") is not None else None
-    return Backfill(id=body["id"], group=body["group"], created_at=created_at, expires_at=expires_at,
-                    step=body["step"], reason=body.get("reason", ""), attempt=attempt,
-                    step_started_at=step_started_at, namespace=pod["namespace"], pod=pod["name"], uid=pod["uid"],
-                    to=body.get("to", ""), **_trace_context(body))
+    return dict(id=body["id"], group=body["group"], created_at=created_at, expires_at=expires_at, step=body["step"],
+                reason=body.get("reason", ""), attempt=attempt, step_started_at=step_started_at,
+                **_trace_context(body))
 
 
 # Informational fields (telemetry only) are never a reason to reject an action: malformed, they are dropped.

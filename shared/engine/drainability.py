@@ -72,10 +72,11 @@ class PodVerdict:
     reason: str = ""  # why it pins the node (a KeptReason, with its code), or why it is waited for
 
 
-def is_batch(pod: Pod, rules: DrainRules) -> bool:
+def is_batch(pod: Pod, batch_selector: LabelSelector | None) -> bool:
+    """Batch work: a Job's pod, or one BATCH_POD_SELECTOR selects. Left to finish where it runs."""
     if pod.owner is not None and pod.owner.kind == "Job":
         return True
-    return rules.batch_selector is not None and rules.batch_selector.matches(pod.labels)
+    return batch_selector is not None and batch_selector.matches(pod.labels)
 
 
 def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = (), *,
@@ -102,7 +103,7 @@ def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = 
     if pod.annotations.get(DO_NOT_DISRUPT) == "true":
         return PodVerdict(pod, Disposition.PIN, KeptReason(
             reasons.DO_NOT_DISRUPT, f"pod {pod.key} has annotation {DO_NOT_DISRUPT}=true"))
-    if rules.protect_batch and is_batch(pod, rules):
+    if rules.protect_batch and is_batch(pod, rules.batch_selector):
         return PodVerdict(pod, Disposition.WAIT, f"batch pod {pod.key} is running")
     if rules.skip_local_storage and pod.local_volumes:
         allowed = {v.strip() for v in pod.annotations.get(SAFE_TO_EVICT_LOCAL_VOLUMES, "").split(",") if v.strip()}

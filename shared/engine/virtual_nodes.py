@@ -44,6 +44,7 @@ from shared.domain import (
     Resources,
     Taint,
 )
+from shared.engine.drainability import is_batch
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.predicates import check
 from shared.engine.pod_rules import (
@@ -75,7 +76,7 @@ MAX_GROUP_MILLICORES = 31_000  # one standard container group: 31 vCPU, 240 GB
 MAX_GROUP_MEMORY_BYTES = 240 * 10**9
 # Linux pay-as-you-go per second. No current public figure was verified (the facts say so); these are the
 # list prices as commonly quoted for a main region ($0.0486 per vCPU-hour, $0.00533 per GB-hour). Override
-# with ACI_PRICES.
+# with ACI_PRICE_VCPU_SECOND and ACI_PRICE_GB_SECOND.
 DEFAULT_VCPU_SECOND = 0.0000135
 DEFAULT_GB_SECOND = 0.0000015
 GB = 10**9  # ACI bills memory per GB
@@ -342,12 +343,6 @@ def expected_remaining(pod: Pod, options: VirtualNodeOptions, *, now: datetime) 
     return options.expected_runtime
 
 
-def _is_batch(pod: Pod, options: VirtualNodeOptions) -> bool:
-    if pod.owner is not None and pod.owner.kind == "Job":
-        return True
-    return options.batch_selector is not None and options.batch_selector.matches(pod.labels)
-
-
 def decide(pod: Pod, snapshot: ClusterSnapshot, options: VirtualNodeOptions, *, now: datetime) -> PodDecision:
     """One pod on a virtual node: stays, backfill or failed (see the module docstring), with why."""
     aci = options.prices.per_hour(pod.requests)
@@ -356,7 +351,7 @@ def decide(pod: Pod, snapshot: ClusterSnapshot, options: VirtualNodeOptions, *, 
         return PodDecision(pod, "failed", f"ACI refused it (ProviderFailed: {message[:200]})", aci)
     if pod.terminating:
         return PodDecision(pod, "stays", "terminating", aci)
-    if _is_batch(pod, options):
+    if is_batch(pod, options.batch_selector):
         return PodDecision(pod, "stays", "batch work finishes where it started", aci)
     if pod.owner is None:
         return PodDecision(pod, "stays", "no controller would re-create it elsewhere", aci)
@@ -398,8 +393,9 @@ def plan_virtual_nodes(snapshot: ClusterSnapshot, options: VirtualNodeOptions, *
     on_virtual = [p for p in snapshot.pods if p.node_name in nodes]
     usage = aci_usage(on_virtual, nodes, now=now, creations=creations)
     closed = any(any(t.key == CLOSED_TAINT_KEY for t in n.taints) for n in nodes.values())
-    waiting = [p for p in snapshot.pods if _waiting(p, nodes)] if closed else []
-    usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in snapshot.pods if _headed(p, nodes)),
+    v2 = any(is_v2(n) for n in nodes.values())
+    waiting = [p for p in snapshot.pods if _waiting(p, v2=v2)] if closed else []
+    usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in snapshot.pods if _headed(p, v2=v2)),
                     waiting_milli=sum(p.requests.cpu_milli for p in waiting), waiting_pods=len(waiting))
     decisions = tuple(decide(p, snapshot, options, now=now) for p in on_virtual if not p.is_finished)
     gate = decide_gate(usage, options, closed=closed)
@@ -414,21 +410,21 @@ def plan_virtual_nodes(snapshot: ClusterSnapshot, options: VirtualNodeOptions, *
 _VK_TAINT = Taint(VIRTUAL_KUBELET_TAINT_KEY, "azure", "NoSchedule")
 
 
-def _headed(pod: Pod, nodes: Mapping[str, Node]) -> bool:
+def _headed(pod: Pod, *, v2: bool) -> bool:
     """A new pod, not yet tried by the scheduler, that a virtual node would take if no VM fits it: it counts
     against ACI's quota before it gets there, so the gate closes before ACI refuses anything."""
-    if pod.node_name is not None or pod.unschedulable or pod.terminating or pod.is_finished:
-        return False
-    if not any(t.tolerates(_VK_TAINT) for t in pod.tolerations):
-        return False
-    return aci_unsupported(pod, v2=any(is_v2(n) for n in nodes.values())) is None
+    return pod.node_name is None and not pod.unschedulable and _aci_would_take(pod, v2=v2)
 
 
-def _waiting(pod: Pod, nodes: Mapping[str, Node]) -> bool:
+def _waiting(pod: Pod, *, v2: bool) -> bool:
     """A pending pod the scheduler gave up on that a virtual node would take once open."""
-    return (pod.node_name is None and pod.unschedulable and not pod.terminating
-            and any(t.tolerates(_VK_TAINT) for t in pod.tolerations)
-            and aci_unsupported(pod, v2=any(is_v2(n) for n in nodes.values())) is None)
+    return pod.node_name is None and pod.unschedulable and _aci_would_take(pod, v2=v2)
+
+
+def _aci_would_take(pod: Pod, *, v2: bool) -> bool:
+    """A live pod that tolerates the virtual node and that ACI can run."""
+    return (not pod.terminating and not pod.is_finished and any(t.tolerates(_VK_TAINT) for t in pod.tolerations)
+            and aci_unsupported(pod, v2=v2) is None)
 
 
 def as_pending(pod: Pod) -> Pod:

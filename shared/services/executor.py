@@ -1,9 +1,10 @@
 """The executor: runs one scale action message, one step at a time (and hands scale-down rounds to the poll).
 
 Each action kind is a step table (`shared.services.execution.StepTable`): `scale_up_steps`,
-`scale_down_steps` and `backfill_steps` (moving a pod off a virtual node) today. This module is the protocol around them: decode, expire, hold a delivery
-to what the ledger recorded, claim the step, run the named step's handler, and turn faults into
-retries or recorded failures. A new action kind is one new step table added to `TABLES`.
+`scale_down_steps` and `backfill_steps` (moving a pod off a virtual node) today. This module is the
+protocol around them: decode, expire, hold a delivery to what the ledger recorded, claim the step, run
+the named step's handler, and turn faults into retries or recorded failures. A new action kind is one
+new step table added to `TABLES`.
 
 Each step re-checks the world, does its external effect idempotently, then
 either finishes the action or enqueues the next step (possibly delayed) before

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from shared import telemetry
 from shared.actions import new_backfill
-from shared.domain import ClusterSnapshot
+from shared.domain import ClusterSnapshot, Resources
 from shared.engine.scale_up import ScaleUpSimulation
 from shared.engine.virtual_nodes import (
     CLOSED_TAINT,
@@ -162,7 +162,7 @@ def _meter(settings: Settings, round_: VirtualNodeRound, *, now: datetime) -> No
         # At most one poll interval's worth: a function instance that slept long did not see the time between.
         seconds = min(max((now - _Meter.last).total_seconds(), 0.0), 600.0)
     _Meter.last = now
-    cost = seconds * (usage.cores * prices.vcpu_second + usage.memory_bytes / 10**9 * prices.gb_second)
+    cost = seconds / 3600 * prices.per_hour(Resources(cpu_milli=usage.cpu_milli, memory_bytes=usage.memory_bytes))
     telemetry.record_virtual_nodes(pods=usage.pods, cores=usage.cores, quota=round_.options.limits.cores,
                                    failed=usage.failed, closed=round_.plan.gate.closed,
                                    core_seconds=seconds * usage.cores, cost_usd=cost)
