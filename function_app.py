@@ -38,6 +38,17 @@ def sweep_state(timer: func.TimerRequest) -> None:
     run_state_sweep(context.ports, context.settings, now=context.ports.clock.now())
 
 
+@app.event_grid_trigger(arg_name="event")
+def on_scheduled_event(event: func.EventGridEvent) -> None:
+    """Azure's spot Preempt notice (Scheduled Events via Event Grid) -> node cordoned, pods evicted, replacements."""
+    from shared.services.preemption import handle_scheduled_event
+
+    context = get_context()
+    handle_scheduled_event(context.ports, context.settings, {
+        "id": event.id, "subject": event.subject, "eventType": event.event_type, "data": event.get_json(),
+    }, now=context.ports.clock.now())
+
+
 @app.queue_trigger(arg_name="message", queue_name="%SCALE_ACTIONS_QUEUE%", connection="AzureWebJobsStorage")
 def execute_scale_action(message: func.QueueMessage) -> None:
     """One step of one scale action; raising hands the message back to the host for a retry."""

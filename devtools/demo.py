@@ -517,6 +517,11 @@ def build_summary(
         "render_queue": report.get("render_queue"),
         # The scenario's virtual node (sandbox `virtual_node`): ACI pods started and refused, cost, where pods ended.
         "virtual_node": report.get("virtual_node"),
+        # Spot scale sets (sandbox `evictions`, `spot_capacity`): evictions, lost work, stale Nodes, fallbacks;
+        # and the Compute quotas (sandbox `quotas`): peak usage and the capacity requests refused for quota.
+        "spot": report.get("spot"),
+        "spot_outcome": spot_outcome(report),
+        "quota": report.get("quota"),
         # What the autoscaler made of it: pods left on ACI, moved back onto VMs, and how long they stayed there.
         "virtual_node_outcome": virtual_node_outcome(report),
         # How long after becoming removable each node removed while empty started to be deleted (seconds).
@@ -542,6 +547,35 @@ def build_summary(
         "runner": {"timer_invocations": runner.stats.timer_invocations, "queue_invocations": runner.stats.queue_invocations,
                    "failures": runner.stats.failures, "poisoned": runner.stats.poisoned},
     }
+
+
+NOTICE_SECONDS = 30.0  # Azure's Preempt notice comes (at least) this long before the eviction
+
+
+def spot_outcome(report: dict[str, Any]) -> dict[str, Any] | None:
+    """How the autoscaler answered each spot eviction (None without any).
+
+    `notice_lead_s_min`: for evictions announced by a Preempt notice, the least time by which a capacity increase
+    made after the notice came before the VM went (positive: replacements asked for before the VM was gone;
+    None for one never answered); `no_notice_lag_s_max`: for evictions without notice, the most time from the
+    VM going to the next capacity increase; `unanswered`: evictions no capacity increase followed.
+    """
+    spot = report.get("spot")
+    if not spot or not spot.get("eviction_log"):
+        return None
+    increases = sorted(e["t"] for e in spot.get("capacity_increases", []) if e.get("outcome") == "ok")
+    leads, lags, unanswered = [], [], 0
+    for eviction in spot["eviction_log"]:
+        since = eviction["t"] - NOTICE_SECONDS if eviction["notice"] else eviction["t"]
+        first = next((t for t in increases if t >= since), None)
+        if first is None:
+            unanswered += 1
+        elif eviction["notice"]:
+            leads.append(round(eviction["t"] - first, 1))
+        else:
+            lags.append(round(first - eviction["t"], 1))
+    return {"notice_lead_s_min": min(leads) if leads else None, "no_notice_lag_s_max": max(lags) if lags else None,
+            "unanswered": unanswered}
 
 
 def virtual_node_outcome(report: dict[str, Any]) -> dict[str, Any] | None:

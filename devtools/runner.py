@@ -5,7 +5,9 @@ the timer triggers on their NCRONTAB schedules in the clock's time (the sandbox'
 accelerated clock, or real time), and feeds the queue trigger from the Azurite
 queue with the host's semantics: base64 messages, a failed invocation leaves the
 message for a retry after host.json's visibilityTimeout, and a message that has
-failed maxDequeueCount times moves to `<queue>-poison`.
+failed maxDequeueCount times moves to `<queue>-poison`. Event Grid triggers get
+the sandbox's events (GET /sandbox/eventgrid/events) with Event Grid's
+at-least-once delivery and retries (devtools.eventgrid_delivery).
 
 Run `python -m devtools.runner --help`; users with Core Tools run `func start`
 with the same settings instead (see docs/local-development.md).
@@ -28,6 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from devtools.eventgrid_delivery import EventGridDelivery, EventGridFunction, EventsFetch, EventsSourceMissing
 from shared.schedules import Schedule, parse_ncrontab
 from shared.ports import Clock
 from shared.adapters.storage_connection import StorageError
@@ -36,6 +39,9 @@ from shared.settings import SPECS
 log = logging.getLogger("devtools.runner")
 MAX_STORAGE_BACKOFF = 30.0  # seconds between queue polls while storage keeps failing
 ROOT = Path(__file__).resolve().parents[1]
+
+
+EVENTS_POLL_SECONDS = 0.5  # wall seconds between two asks of the sandbox's Event Grid events
 
 
 @dataclass(frozen=True)
@@ -101,9 +107,23 @@ def app_functions(app: Any) -> list[Any]:
     return _INDEXED[id(app)]
 
 
+@dataclass(frozen=True)
+class IndexedFunctions:
+    timers: list[TimerFunction]
+    queues: list[QueueFunction]
+    event_grid: list[EventGridFunction]
+
+
 def index_app(app: Any, env: Mapping[str, str]) -> tuple[list[TimerFunction], list[QueueFunction]]:
+    """The timer and queue functions (`index_functions` has the Event Grid functions too)."""
+    indexed = index_functions(app, env)
+    return indexed.timers, indexed.queues
+
+
+def index_functions(app: Any, env: Mapping[str, str]) -> IndexedFunctions:
     timers: list[TimerFunction] = []
     queues: list[QueueFunction] = []
+    event_grid: list[EventGridFunction] = []
     for function in app_functions(app):
         trigger = function.get_trigger()
         binding = trigger.get_dict_repr()
@@ -118,9 +138,11 @@ def index_app(app: Any, env: Mapping[str, str]) -> tuple[list[TimerFunction], li
                 QueueFunction(function.get_function_name(), resolve_expression(binding["queueName"], env),
                               binding["connection"], function.get_user_function(), binding["name"])
             )
+        elif binding["type"] == "eventGridTrigger":
+            event_grid.append(EventGridFunction(function.get_function_name(), function.get_user_function(), binding["name"]))
         else:
             raise ValueError(f"the local runner does not support {binding['type']} ({function.get_function_name()})")
-    return timers, queues
+    return IndexedFunctions(timers, queues, event_grid)
 
 
 class _TimerInfo:
@@ -140,6 +162,8 @@ class RunnerStats:
     queue_invocations: int = 0
     failures: int = 0
     poisoned: int = 0
+    event_invocations: int = 0
+    dead_lettered: int = 0
 
 
 class LocalRunner:
@@ -152,8 +176,10 @@ class LocalRunner:
         queue: Any,  # shared.adapters.action_queue.StorageActionQueue: receive/delete/poison
         host: HostQueueConfig | None = None,
         duplicate_delivery: bool = False,
+        events: EventsFetch | None = None,  # the Event Grid events source; None: Event Grid functions get no events
     ) -> None:
-        self.timers, queue_functions = index_app(app, env)
+        indexed = index_functions(app, env)
+        self.timers, queue_functions = indexed.timers, indexed.queues
         if len(queue_functions) != 1:
             raise ValueError(f"expected one queue-triggered function, found {len(queue_functions)}")
         self.queue_function = queue_functions[0]
@@ -170,6 +196,38 @@ class LocalRunner:
         threads = int(env.get("PYTHON_THREADPOOL_THREAD_COUNT") or 0) or min(32, (os.cpu_count() or 1) + 4)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="runner-queue")
         self._pool_dup = ThreadPoolExecutor(max_workers=max(2, self._host.batch_size), thread_name_prefix="runner-dup")
+        # Event Grid invocations share the worker's thread pool with the queue's, as in the host.
+        self.events = EventGridDelivery(indexed.event_grid, events, clock=clock, pool=self._pool, count=self._count_event)
+
+    @property
+    def event_grid_functions(self) -> list[EventGridFunction]:
+        return self.events.functions
+
+    def _count_event(self, kind: str) -> None:
+        with self._stats_lock:
+            if kind == "invocation":
+                self.stats.event_invocations += 1
+            elif kind == "failure":
+                self.stats.failures += 1
+            elif kind == "dead_lettered":
+                self.stats.dead_lettered += 1
+
+    def poll_events(self) -> list[Future[None]]:
+        """Take new Event Grid events and start the due deliveries (retries included) on the thread pool;
+        returns the deliveries started. Called on every timer tick; never raises."""
+        try:
+            return self.events.poll()
+        except Exception:
+            log.exception("Event Grid delivery failed to poll")
+            return []
+
+    def drain_events(self, *, timeout: float | None = None) -> None:
+        """Wait for the running Event Grid deliveries (not for retries still to come)."""
+        for future in self.events.in_flight():
+            try:
+                future.result(timeout=timeout)
+            except Exception:
+                log.exception("Event Grid delivery failed")
 
     def fire_due_timers(self) -> None:
         now = self._clock.now()
@@ -279,8 +337,13 @@ class LocalRunner:
         stop = threading.Event()
 
         def timers() -> None:
+            next_events = 0.0
             while not stop.is_set():
                 self.fire_due_timers()
+                # Event Grid pushes within about a second; asking the sandbox every tick would only load it.
+                if time.monotonic() >= next_events:
+                    next_events = time.monotonic() + EVENTS_POLL_SECONDS
+                    self.poll_events()
                 stop.wait(tick_seconds)
 
         timer_thread = threading.Thread(target=timers, name="runner-timers", daemon=True)
@@ -321,6 +384,7 @@ class LocalRunner:
             for future in in_flight:
                 self._settle(future, timeout=60)
             timer_thread.join(timeout=60)
+            self.drain_events(timeout=60)
 
     def _settle(self, future: Future[None], *, timeout: float | None = None) -> None:
         """An invocation's end: a storage failure while deleting or poisoning its message is logged (the
@@ -331,9 +395,12 @@ class LocalRunner:
             log.warning("queue storage failed after an invocation (%s); the message will be delivered again", exc)
 
     def run_once(self, *, settle_seconds: float = 0.0) -> None:
-        """Run-once mode: fire every timer now, then drain the queue (waiting `settle_seconds` for delayed steps)."""
+        """Run-once mode: fire every timer now, deliver the Event Grid events there are (once: a failed one is
+        not retried), then drain the queue (waiting `settle_seconds` for delayed steps)."""
         for timer in self.timers:
             self.fire_timer(timer)
+        self.poll_events()
+        self.drain_events()
         quiet_since = time.monotonic()
         while True:
             if self.process_queue():
@@ -389,7 +456,8 @@ def build_runner(env: Mapping[str, str], *, sandbox_url: str | None = None, dupl
     from shared.context import SystemClock, build_context, install_context
     from shared.settings import SettingsError
 
-    clock: Clock = SandboxClock.connect(sandbox_url, ca_path=env.get("ARM_CA_BUNDLE", "")) if sandbox_url else SystemClock()
+    ca_path = env.get("ARM_CA_BUNDLE", "")
+    clock: Clock = SandboxClock.connect(sandbox_url, ca_path=ca_path) if sandbox_url else SystemClock()
     try:
         context = build_context(env, clock=clock)
     except SettingsError as exc:
@@ -399,7 +467,35 @@ def build_runner(env: Mapping[str, str], *, sandbox_url: str | None = None, dupl
     import function_app
 
     return LocalRunner(function_app.app, env=env, clock=clock, queue=context.ports.queue,
-                       duplicate_delivery=duplicate_delivery)
+                       duplicate_delivery=duplicate_delivery,
+                       events=sandbox_events_source(sandbox_url, ca_path=ca_path) if sandbox_url else None)
+
+
+def sandbox_get_json(url: str, path: str, *, ca_path: str, timeout: float = 10.0) -> Any:
+    """GET one of the sandbox's endpoints (HTTPS, its CA) and parse the JSON answer; urllib's errors propagate."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=ca_path or None)
+    with urllib.request.urlopen(f"{url.rstrip('/')}{path}", context=context, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def sandbox_events_source(url: str, *, ca_path: str) -> EventsFetch:
+    """The sandbox's Event Grid events after a seq (GET /sandbox/eventgrid/events?after=<seq>); a 404 (a sandbox
+    without the endpoint) raises EventsSourceMissing."""
+    import urllib.error
+
+    def fetch(after: int) -> list[Mapping[str, Any]]:
+        try:
+            body = sandbox_get_json(url, f"/sandbox/eventgrid/events?after={int(after)}", ca_path=ca_path, timeout=5.0)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise EventsSourceMissing(f"{url} answers 404 to /sandbox/eventgrid/events") from exc
+            raise
+        return list(body.get("events", []))
+
+    return fetch
 
 
 class SandboxClock:
@@ -412,12 +508,7 @@ class SandboxClock:
 
     @classmethod
     def connect(cls, url: str, *, ca_path: str) -> SandboxClock:
-        import ssl
-        import urllib.request
-
-        context = ssl.create_default_context(cafile=ca_path or None)
-        with urllib.request.urlopen(f"{url.rstrip('/')}/sandbox/clock", context=context, timeout=10) as response:
-            body = json.loads(response.read())
+        body = sandbox_get_json(url, "/sandbox/clock", ca_path=ca_path)
         return cls(datetime.fromisoformat(body["now"].replace("Z", "+00:00")), float(body["speed"]))
 
     def now(self) -> datetime:

@@ -126,6 +126,9 @@ param alertEmail string = ''
 @minValue(1)
 param failedScaleUpThreshold int = 3
 
+@description('Deliver Azure Scheduled Events (the spot Preempt notice, preview) to the app through an Event Grid system topic, so a spot node is drained in the 30 s before its VM goes.')
+param enableScheduledEvents bool = false
+
 // --- Names ----------------------------------------------------------------------------------------------
 
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
@@ -295,6 +298,17 @@ module functionApp 'modules/functionapp.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     autoscalerSettings: autoscalerSettings
     extraAppSettings: extraAppSettings
+  }
+}
+
+module scheduledEvents 'modules/scheduled-events.bicep' = if (enableScheduledEvents) {
+  name: 'scheduled-events'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    functionAppId: functionApp.outputs.id
+    topicName: 'evgt-scheduled-events-${resourceToken}'
   }
 }
 

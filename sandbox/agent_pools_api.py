@@ -9,7 +9,8 @@ stable spec's examples (AgentPoolsGet, AgentPoolsCreate_Update, AgentPoolsDelete
 - `GET .../agentPools` (`{"value": [...]}`) and `GET .../agentPools/{pool}`: each pool with `properties`
   `count` (its scale set's capacity), `vmSize`, `mode`, `type: VirtualMachineScaleSets`,
   `enableAutoScaling`, `minCount`/`maxCount` (when autoscaling), `scaleDownMode`, `nodeLabels`,
-  `nodeTaints`, `tags`, `orchestratorVersion`, `provisioningState`, `powerState`, `eTag`, ...
+  `nodeTaints`, `tags`, `orchestratorVersion`, `provisioningState`, `powerState`, `eTag`, ... and for a Spot pool
+  `scaleSetPriority`, `scaleSetEvictionPolicy`, `spotMaxPrice` (`sandbox.spot`; a PUT may not change them).
 - `PUT .../agentPools/{pool}` with the whole pool: 200 with the pool and `Azure-AsyncOperation` (what
   `begin_create_or_update` polls, then GETs the pool). A new `count` scales the scale set
   (`Scaling` until done; see `sandbox.world.agent_pools`); tags, mode and the autoscaler flag and bounds
@@ -36,7 +37,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-from sandbox import agent_pools
+from sandbox import agent_pools, spot
 from sandbox.compute import InstanceSim
 from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
@@ -140,6 +141,7 @@ def pool_properties(world: World, pool: AgentPoolSim) -> dict[str, Any]:
         "enableFIPS": False,
         "enableEncryptionAtHost": False,
         "enableUltraSSD": False,
+        **spot.agent_pool_priority(spec.priority, spec.eviction_policy, spec.max_price),  # Spot pools only
     }
     if pool.enable_auto_scaling:
         properties["minCount"], properties["maxCount"] = pool.min_count, pool.max_count
@@ -295,6 +297,12 @@ def _put_agent_pool(world: World, request: Request, params: dict[str, str], api_
         ("availabilityZones", list(spec.zones), lambda v: sorted(map(str, v)) if isinstance(v, list) else v),
         ("maxPods", spec.allocatable.pods, lambda v: v),
         ("osDiskSizeGB", _OS_DISK_SIZE_GB, lambda v: v),
+        # Fixed at creation (spot-node-pool.md): priority and max price; the eviction policy likewise (unverified).
+        # A Regular pool's eviction policy and max price mean nothing: left unchecked.
+        ("scaleSetPriority", spec.priority, lambda v: str(v).lower()),
+        *([("scaleSetEvictionPolicy", spec.eviction_policy, lambda v: str(v).lower()),
+           ("spotMaxPrice", spec.max_price, lambda v: float(v) if isinstance(v, int | float) else v)]
+          if spec.priority == "Spot" else []),
     ]
     for key, current, normalise in immutable:
         if not _unchanged(properties, key, current, normalise=normalise):

@@ -38,6 +38,9 @@ Shaped after what azure-mgmt-compute 39 sends and accepts:
   other cluster is 404 ResourceNotFound.
 - The same cluster's GET, agent pools (list, get, PUT), deleteMachines, machines and AKS operations live in
   `sandbox.agent_pools_api` (registered below: its ROUTES, OPERATIONS, HANDLERS; faults name the pool).
+- The Compute usages list (quota) and simulateEviction of Spot VMs live in `sandbox.spot_api` (registered below).
+  A Spot scale set's `virtualMachineProfile` carries `priority`, `evictionPolicy` and `billingProfile.maxPrice`
+  (`sandbox.spot.priority_profile`); growing one is checked against quota and Spot capacity by the world.
 
 Every request needs a bearer token from `world.identity` that is unexpired and issued for
 ARM's audience (`https://management.azure.com`, or the URL the server serves ARM at):
@@ -52,7 +55,6 @@ seconds by the clock's speed (in-process callers see sim seconds).
 from __future__ import annotations
 
 import json
-import math
 import re
 import uuid
 from collections.abc import Callable
@@ -60,7 +62,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from sandbox import agent_pools_api, flexible
+from sandbox import agent_pools_api, flexible, quota, spot, spot_api
 from sandbox.compute import InstanceSim, Operation, ScaleSetSim
 from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
@@ -101,6 +103,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("POST", _AKS + r"/listClusterUserCredential", "list_cluster_user_credential"),
         *flexible.ROUTES,  # Flexible members: plain VMs and standalone NICs
         *agent_pools_api.ROUTES,  # the managed cluster's agent pools, machines and AKS operations
+        *spot_api.ROUTES,  # the usages list, simulateEviction
     ]
 ]
 # operation name in the report, write?, throttling bucket
@@ -126,6 +129,7 @@ OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     "list_cluster_user_credential": ("POST listClusterUserCredential", False, None),
     **flexible.OPERATIONS,
     **agent_pools_api.OPERATIONS,
+    **spot_api.OPERATIONS,
 }
 _DEFAULT_CODES = {
     400: "BadRequest", 401: "AuthenticationFailed", 403: "AuthorizationFailed", 404: "NotFound", 409: "Conflict",
@@ -192,7 +196,7 @@ def _refused_token(world: World, token: str) -> Response | None:
 def _dispatch(world: World, request: Request, name: str, params: dict[str, str], api_version: str) -> Response:
     label, write, bucket = OPERATIONS[name]
     world.count_call("arm", label, write=write)
-    fault_resource = flexible.fault_resource(world, name, params, request) or (
+    fault_resource = flexible.fault_resource(world, name, params, request) or spot_api.fault_resource(world, name, params) or (
         "metrics" if name == "metrics"
         else params.get("pool") or agent_pools_api.FAULT_RESOURCES.get(name)  # an agent pool's name
         or params.get("cluster") or params.get("vmss")
@@ -295,6 +299,7 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
                         "diskSizeGB": 128,
                     },
                 },
+                **spot.priority_profile(spec.priority, spec.eviction_policy, spec.max_price),
             },
             "provisioningState": world.provisioning_state(group),
             "overprovision": False,
@@ -416,7 +421,6 @@ def _operation_json(world: World, op: Operation) -> dict[str, Any]:
 
 _GIB = 1024**3
 _GPU = "nvidia.com/gpu"
-_SKU_NAME = re.compile(r"^Standard_(?P<series>[A-Z]+)\d+(?:-\d+)?(?P<features>[a-z]*)(?P<rest>(?:_[A-Za-z0-9]+)*)$", re.IGNORECASE)
 # The real list mixes resource types; these two keep a client honest about filtering on resourceType.
 _OTHER_SKUS: tuple[dict[str, Any], ...] = (
     {"resourceType": "availabilitySets", "name": "Aligned",
@@ -438,19 +442,10 @@ def is_restricted(world: World, vm_size: str) -> bool:
     return vm_size.lower() in {name.lower() for name in world.scenario.restricted_vm_sizes}
 
 
-def _family(name: str) -> str:
-    """An approximation of ARM's quota family (standardDSv5Family for Standard_D4s_v5); the autoscaler never reads it."""
-    match = _SKU_NAME.match(name)
-    if match is None:
-        return "standardFamily"
-    version = match["rest"].rsplit("_", 1)[-1] if match["rest"] else ""
-    return f"standard{match['series'].upper()}{match['features'].upper()}{version}Family"
-
-
 def sku_json(world: World, name: str, capacity: Amounts, location: str) -> dict[str, Any]:
     """One virtualMachines ResourceSku: capability values are strings, as ARM sends them."""
     zones = sorted({"1", "2", "3"} | {z for g in world.scenario.node_groups if g.vm_size.lower() == name.lower() for z in g.zones})
-    vcpus = str(math.ceil(capacity.cpu_milli / 1000))
+    vcpus = str(quota.vcpus(capacity))
     capabilities = [
         {"name": "vCPUs", "value": vcpus},
         {"name": "MemoryGB", "value": f"{round(capacity.memory_bytes / _GIB, 2):g}"},
@@ -471,7 +466,7 @@ def sku_json(world: World, name: str, capacity: Amounts, location: str) -> dict[
         "name": name,
         "tier": "Standard",
         "size": name.split("_", 1)[-1],
-        "family": _family(name),
+        "family": quota.vm_family(name),  # the usages API's family name (sandbox.quota: the rule)
         "locations": [location],
         "locationInfo": [{"location": location, "zones": zones, "zoneDetails": []}],
         "capabilities": capabilities,
@@ -537,6 +532,7 @@ def _update(world: World, request: Request, params: dict[str, str], api_version:
     capacity, tags = _capacity_request(group, request)
     if capacity > group.capacity and is_restricted(world, group.spec.vm_size):
         message = default_scale_up_message("SkuNotAvailable", group.spec.vm_size, group.spec.location)
+        world.note_refused_increase(group, capacity, "SkuNotAvailable")
         raise ArmError(409, "SkuNotAvailable", message, "sku.name")
     op = world.set_capacity(group, capacity, tags)
     async_url, _ = _operation_urls(world, request, group, op, api_version)
@@ -859,4 +855,5 @@ _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] 
     "list_cluster_user_credential": _list_cluster_user_credential,
     **flexible.HANDLERS,
     **agent_pools_api.HANDLERS,
+    **spot_api.HANDLERS,
 }

@@ -4,7 +4,8 @@ A target is (api, method, resource): api is "k8s", "arm" or "loganalytics"; meth
 an HTTP verb or "*"; resource is, for k8s, the resource name in the URL ("pods",
 "nodes", "eviction", "events", "configmaps", "poddisruptionbudgets", ...), for arm,
 the scale set name (or "operations" for LRO polls, "metrics" for Azure Monitor
-metrics of any scale set, the managed cluster's name for listClusterUserCredential),
+metrics of any scale set, the managed cluster's name for listClusterUserCredential, "usages" for the
+Compute usages list),
 for loganalytics "query", "*" matching anything.
 """
 

@@ -59,6 +59,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
+from sandbox import spot
 from sandbox.compute import InstanceSim, Operation, ScaleSetSim
 from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
@@ -286,6 +287,7 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
                         }
                     ],
                 },
+                **spot.priority_profile(spec.priority, spec.eviction_policy, spec.max_price),
             },
             "provisioningState": world.provisioning_state(group),
             "uniqueId": group.unique_id,
@@ -346,6 +348,8 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_vie
                 ]
             },
             "virtualMachineScaleSet": {"id": vmss_id(world, group)},
+            # A member is a plain VM: it carries its scale set's priority, eviction policy and max price itself.
+            **spot.priority_profile(group.spec.priority, group.spec.eviction_policy, group.spec.max_price),
             "provisioningState": inst.state,
             "timeCreated": rfc3339_micro(world.start + timedelta(seconds=inst.created_at)),
         },

@@ -27,6 +27,9 @@ from sandbox import aci
 from sandbox.agent_pools import COMPUTER_NAME_PREFIX, AgentPoolError, AgentPoolSpec, check_pools, expand_node_group
 from sandbox.podspec import HostPort, SpecError, parse_affinity, parse_spread_constraints
 from sandbox.resources import EPHEMERAL_STORAGE, Amounts, parse_scalar
+from sandbox.spot import SCALE_SET_EVICTION_DEFAULT, SPOT_LABEL_KEY, SPOT_LABEL_VALUE, SPOT_TAINT, EvictionPolicy, Priority
+from sandbox.spot_spec import NODE_GROUP_FIELDS, TOP_LEVEL_FIELDS, EvictionSpec, SpotCapacitySpec, SpotSpecError
+from sandbox.spot_spec import parse_priority, parse_sections
 from sandbox.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration, parse_time
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -130,6 +133,10 @@ class NodeGroupSpec:
     initial_age: timedelta = timedelta(hours=1)  # how long before the start the initial nodes registered
     orchestration: Orchestration = "Uniform"  # one of ORCHESTRATIONS
     agent_pool: AgentPoolSpec | None = None  # the AKS agent pool this scale set is behind (sandbox.agent_pools)
+    # Spot VMs (sandbox.spot, sandbox.spot_spec): a Spot group's nodes carry the Spot label and taint already.
+    priority: Priority = "Regular"
+    eviction_policy: EvictionPolicy = SCALE_SET_EVICTION_DEFAULT  # what an eviction does to a Spot VM
+    max_price: float = -1.0  # billingProfile.maxPrice; -1: never evicted for price
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +300,12 @@ class Scenario:
     render_queue: RenderQueueSpec | None = None
     # An AKS virtual node backed by Azure Container Instances (`virtual_node`); None: no virtual node.
     virtual_node: VirtualNodeSpec | None = None
+    # Spot capacity, the subscription's vCPU quotas, Spot evictions, and whether a cloud node lifecycle controller
+    # deletes an evicted VM's Node (sandbox.spot_spec; the world's sandbox.world.spot and sandbox.world.quota).
+    spot_capacity: tuple[SpotCapacitySpec, ...] = ()
+    quotas: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    evictions: tuple[EvictionSpec, ...] = ()
+    cloud_node_lifecycle: bool = False
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -539,7 +552,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "deallocate_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes", "expect_unschedulable",
-            "expect_at_most", "expect_at_least", "render_queue", "virtual_node",
+            "expect_at_most", "expect_at_least", "render_queue", "virtual_node", *TOP_LEVEL_FIELDS,
         },
         {"node_groups"},
     )
@@ -639,6 +652,10 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         scenario = replace(scenario, render_queue=_render_queue(top["render_queue"], "$.render_queue", scenario.daemonsets))
     if "virtual_node" in top:
         scenario = replace(scenario, virtual_node=_virtual_node(top["virtual_node"], "$.virtual_node", scenario))
+    try:
+        scenario = replace(scenario, **parse_sections(top, groups))
+    except SpotSpecError as exc:
+        raise _Invalid(exc.path, exc.problem) from None
     return scenario
 
 
@@ -800,7 +817,7 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         {
             "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
             "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
-            "annotations", "initial_age", "orchestration",
+            "annotations", "initial_age", "orchestration", *NODE_GROUP_FIELDS,
         },
         {"resource_group", "name", "vm_size", "allocatable"},
     )
@@ -832,6 +849,15 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         obj.get("computer_name_prefix", name.lower()), f"{path}.computer_name_prefix",
         _PREFIX if pool is None else COMPUTER_NAME_PREFIX, "computer name prefix",
     )
+    try:
+        priority, eviction_policy, max_price = parse_priority(obj, path, agent_pool=pool is not None)
+    except SpotSpecError as exc:
+        raise _Invalid(exc.path, exc.problem) from None
+    labels = _string_map(obj.get("labels", {}), f"{path}.labels")
+    taints = _items(obj, "taints", path, _taint)
+    if priority == "Spot":  # as AKS stamps Spot nodes: pods must tolerate the taint to land there
+        labels = MappingProxyType({**labels, SPOT_LABEL_KEY: SPOT_LABEL_VALUE})
+        taints = taints if SPOT_TAINT in taints else (*taints, SPOT_TAINT)
     return NodeGroupSpec(
         resource_group=_str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name"),
         name=name,
@@ -843,8 +869,8 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         initial=initial,
         autoscaled=autoscaled,
         location=_str(obj.get("location", location), f"{path}.location"),
-        labels=_string_map(obj.get("labels", {}), f"{path}.labels"),
-        taints=_items(obj, "taints", path, _taint),
+        labels=labels,
+        taints=taints,
         zones=zones,
         tags=_string_map(obj.get("tags", {}), f"{path}.tags"),
         computer_name_prefix=prefix,
@@ -854,6 +880,9 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         initial_age=_initial_age(obj.get("initial_age", "1h"), f"{path}.initial_age"),
         orchestration=orchestration,
         agent_pool=pool,
+        priority=priority,
+        eviction_policy=eviction_policy,
+        max_price=max_price,
     )
 
 

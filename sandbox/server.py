@@ -12,6 +12,10 @@ TLS material comes from `trustme` at start: a throwaway CA (written to
 official clients verify the connection exactly as they would against the real
 services. A ticker thread moves the world to `clock.now()` every ~100 ms of wall
 time and every request does so first, under `world.lock`.
+
+Controls under `/sandbox/`: the clock (`GET /sandbox/clock`, `POST /sandbox/clock/advance` with a manual
+clock), `GET /sandbox/report` and `/sandbox/state`, faults (`GET`/`POST /sandbox/faults`) and the Event Grid
+events the world published (`GET /sandbox/eventgrid/events?after=<seq>`: Spot eviction notices).
 """
 
 from __future__ import annotations
@@ -373,6 +377,13 @@ class SandboxServer:
             return json_response(200, world.report())
         if route == ("GET", "/sandbox/state"):
             return json_response(200, world.state())
+        if route == ("GET", "/sandbox/eventgrid/events"):
+            # Spot eviction notices as Event Grid would deliver them (sandbox.scheduled_events), after a sequence number.
+            try:
+                after = int(request.query.get("after", "0"))
+            except ValueError:
+                return json_response(400, {"error": "after must be a whole number (the last seq already read)"})
+            return json_response(200, {"events": world.eventgrid_events(after)})
         if route == ("GET", "/sandbox/faults"):
             return json_response(200, {"faults": world.faults()})
         if route == ("POST", "/sandbox/faults"):

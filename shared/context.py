@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from shared.ports import ActionQueue, BacklogSource, Clock, NodeGroupProvider, NodeUsageSource, Ports, StateStore
+from shared.ports import ActionQueue, BacklogSource, Clock, NodeGroupProvider, NodeUsageSource, Ports, QuotaSource, StateStore
 from shared.settings import Settings, load_settings, misspelt_settings
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
         events=EventRecorder(KubernetesEventSink(cluster.api_client)),
         usage=_usage_source(settings, credential),
         backlog=backlog,
+        quota=_quota_source(settings, credential),
     )
 
 
@@ -117,6 +118,15 @@ class _NoStorage:
 
     def __getattr__(self, name: str) -> Any:
         raise RuntimeError(f"no storage connected: {name} is not available here")
+
+
+def _quota_source(settings: Settings, credential: TokenCredential) -> QuotaSource | None:
+    """The Compute usages reader (QUOTA_AWARE); None when off."""
+    if not settings.quota_aware:
+        return None
+    from shared.adapters.compute_usages import ComputeUsages
+
+    return ComputeUsages.from_settings(settings, credential=credential)
 
 
 def _usage_source(settings: Settings, credential: TokenCredential) -> NodeUsageSource | None:

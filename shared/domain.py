@@ -35,6 +35,13 @@ AKS_AGENT_POOL = "aks-agentpool"
 VIRTUAL_NODE = "virtual-node"
 
 # Well-known node labels the engine reasons about (kubelet and cloud-provider conventions).
+# Spot capacity, as AKS marks it (and as we ask other clusters' spot nodes to be marked): a label, and a
+# NoSchedule taint with the same key and value, so only pods that tolerate eviction land there.
+SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
+SPOT_VALUE = "spot"
+REGULAR = "Regular"  # ARM's priority of on-demand VMs
+SPOT = "Spot"
+
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_ZONE_LEGACY = "failure-domain.beta.kubernetes.io/zone"
@@ -580,6 +587,9 @@ class Node:
     ready: bool = False
     unschedulable: bool = False  # spec.unschedulable (cordoned)
     internal_ips: tuple[str, ...] = ()  # status.addresses of type InternalIP: a key for mapping by IP
+    # Types of the node's conditions other than Ready whose status is True (an in-cluster agent's signal, e.g.
+    # a termination handler's condition: SPOT_EVICTION_SIGNAL=condition:<type>).
+    conditions: frozenset[str] = frozenset()
     # Set by the services from node mapping (engine.node_mapping): `mapped` says it was decided, and
     # `mapped_to` is the instance (None: unmanaged or ambiguous, never touched). Until then, the
     # providerID alone names the instance, as cloud-provider-azure writes it.
@@ -621,6 +631,64 @@ class VmSizeCapacity:
     memory_bytes: int
     gpus: int = 0
     restriction: str = ""
+    family: str = ""  # the SKU's quota family (`standardDSv5Family`): which Compute usage its cores count against
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaUsage:
+    """One Compute usage of a location (`GET .../locations/{location}/usages`): vCPUs in use of a quota.
+
+    `name` is ARM's `name.value`: `cores` (total regional vCPUs), `lowPriorityCores` (spot), or a family
+    (`standardDSv5Family`); other usages (virtualMachines, ...) are kept but never planned against.
+    """
+
+    name: str
+    current: int
+    limit: int
+    localized: str = ""
+
+
+ANY_OFFERING = "*"  # an offering key's priority or name that covers every value
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OfferingKey:
+    """What a mark covers in one location: a VM size (`scope` "size"), a quota family ("family") or every size
+    ("priority", name `*`), in one zone ("" = regional, or every zone) and of one priority (Regular, Spot or `*`)."""
+
+    location: str
+    scope: str
+    name: str
+    zone: str = ""
+    priority: str = ANY_OFFERING
+
+    @property
+    def text(self) -> str:
+        """The key as one string (the state row's key): `westeurope/size/standard_d4s_v5/1/Spot`."""
+        return "/".join((self.location, self.scope, self.name, self.zone, self.priority))
+
+    @classmethod
+    def parse(cls, text: str) -> OfferingKey:
+        parts = text.split("/")
+        if len(parts) != 5:
+            raise ValueError(f"offering key {text!r}: expected location/scope/name/zone/priority")
+        return cls(*parts)
+
+
+@dataclass(frozen=True, slots=True)
+class UnavailableOffering:
+    """One mark: `key` may not be asked for before `until`, because `group`'s scale-up failed with `code`."""
+
+    key: OfferingKey
+    until: datetime
+    since: datetime
+    kind: str
+    code: str
+    group: str = ""
+    message: str = ""  # the start of Azure's message, for operators
+
+    def live(self, now: datetime) -> bool:
+        return now < self.until
 
 
 @dataclass(frozen=True, slots=True)
@@ -639,10 +707,17 @@ class Instance:
     computer_name: str = ""
     private_ips: tuple[str, ...] = ()
     resource_id: str = ""
+    # The instance view's PowerState code without its prefix (running, deallocated, ...); "" when not read
+    # (`list_instances(power_state=True)` reads it: only spot groups need it, to see evictions).
+    power_state: str = ""
 
     @property
     def deleting(self) -> bool:
         return self.provisioning_state.lower() == "deleting"
+
+    @property
+    def deallocated(self) -> bool:
+        return self.power_state.lower() in ("deallocated", "deallocating")
 
 
 @dataclass(frozen=True, slots=True)
@@ -666,6 +741,10 @@ class NodeGroup:
     # Why the autoscaler must not act on this group although it is marked for it (e.g. an AKS pool whose own
     # cluster autoscaler is on); "" for a group it manages. Refused groups are reported, never planned for.
     refused: str = ""
+    # ARM's VM priority: Regular (on demand) or Spot; a spot VM is evicted by Azure when it needs the capacity
+    # back, per `eviction_policy` (Delete: gone; Deallocate: stopped, still in the capacity).
+    priority: str = REGULAR
+    eviction_policy: str = ""
     # Filled in by the services from the group's state, never by a provider:
     stopped: int = 0  # of the capacity, instances we deallocated (SCALE_DOWN_MODE=deallocate): no node, none coming
     written_off: int = 0  # nodes asked for that the planner no longer counts on (a ProvisionTimeout backoff)
@@ -682,6 +761,10 @@ class NodeGroup:
     @property
     def id(self) -> str:
         return group_id(self.resource_group, self.name)
+
+    @property
+    def is_spot(self) -> bool:
+        return self.priority.lower() == SPOT.lower()
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ def scale_up_options(settings: Settings, *, now: datetime) -> ScaleUpOptions:
         pod_rules=PodRules(settings.expendable_pods_priority_cutoff, settings.new_pod_scale_up_delay),
         balance_similar=settings.balance_similar_node_groups,
         balancing_ignored_labels=settings.balancing_ignore_labels,
+        spot_first=settings.spot_first,
     )
 
 

@@ -14,7 +14,20 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from shared.actions import ScaleAction, ScaleDownRound
-from shared.domain import DaemonSet, DisruptionBudget, GroupState, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
+from shared.domain import (
+    DaemonSet,
+    DisruptionBudget,
+    GroupState,
+    Instance,
+    Node,
+    NodeGroup,
+    Pod,
+    QuotaUsage,
+    Taint,
+    UnavailableOffering,
+    VmSizeCapacity,
+)
+
 
 
 class Clock(Protocol):
@@ -186,10 +199,12 @@ class NodeGroupProvider(Protocol):
         """One instance of the group, or None when it does not exist."""
         ...
 
-    def list_instances(self, group: NodeGroup) -> list[Instance]:
+    def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
         """Every instance of the group in one (high-cost) call: cheaper than a GET per instance for several.
 
-        Each with the keys node mapping reads: instance id, computer name, ARM id (not private IPs).
+        Each with the keys node mapping reads: instance id, computer name, ARM id (not private IPs);
+        `power_state` also reads each instance's power state (the instance view), which spot eviction
+        detection needs (a backend that cannot tell leaves it "").
         """
         ...
 
@@ -296,6 +311,14 @@ class StateStore(Protocol):
 
     def delete_ledger_entry(self, entry: LedgerEntry) -> bool: ...
 
+    # Unavailable offerings (engine.offerings): one row per key, replaced by a later mark of the same key
+    # (the services keep the longer-lived of two); expired rows are deleted by the state sweep.
+    def list_offerings(self) -> list[UnavailableOffering]: ...
+
+    def put_offering(self, mark: UnavailableOffering) -> None: ...
+
+    def delete_offering(self, key: str) -> None: ...
+
 
 # --- Measured usage (Azure Monitor) ---------------------------------------------
 
@@ -311,6 +334,23 @@ class BacklogSource(Protocol):
     def get_backlog(self) -> int:
         """Messages waiting now (approximate, as the queue service counts them). Raises UsageUnavailable."""
         ...
+
+
+class QuotaUnavailable(RuntimeError):
+    """The Compute usages could not be read; the planner then caps nothing and Azure is the judge."""
+
+
+class QuotaSource(Protocol):
+    """The subscription's Compute quotas per location (`GET .../locations/{location}/usages`).
+
+    Reads are cached a few minutes per location (QUOTA_CACHE); `refresh` reads again at once (after a
+    quota refusal). `note_requested` adds vCPUs we asked for since the last read to what the next answers
+    report in use, so the polls between two reads never plan the same room twice.
+    """
+
+    def list_usages(self, location: str, *, refresh: bool = False) -> list[QuotaUsage]: ...
+
+    def note_requested(self, location: str, names: Sequence[str], vcpus: int) -> None: ...
 
 
 class UsageUnavailable(RuntimeError):
@@ -364,3 +404,4 @@ class Ports:
     events: EventSink
     usage: NodeUsageSource | None = None  # None: USAGE_SOURCE=none, scale-down goes by requests alone
     backlog: BacklogSource | None = None  # None: LOAD_BACKLOG_QUEUE unset, load-driven groups follow CPU alone
+    quota: QuotaSource | None = None  # None: QUOTA_AWARE=false, scale-ups are capped by Azure's refusals alone

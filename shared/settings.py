@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 from shared.engine.expanders import EXPANDERS, parse_expander_chain, parse_priorities
 from shared.engine.node_mapping import parse_mapping_method
 from shared.engine.limits import ClusterLimits, parse_min_max
+from shared.engine.offerings import Lifetimes, OfferingError, parse_lifetimes
+from shared.engine.spot import EvictionSignal
 from shared.domain import LabelSelector
 from shared.engine.selectors import parse_label_selector
 from shared.quantities import parse_duration
@@ -132,6 +134,17 @@ def _namespaces(text: str) -> tuple[str, ...]:
 def _labels(text: str) -> tuple[str, ...]:
     """Label keys, comma-separated; may be empty."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _offering_lifetimes(text: str) -> Lifetimes:
+    try:
+        return parse_lifetimes(text, parse_duration=_positive_duration)
+    except OfferingError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _eviction_signal(text: str) -> EvictionSignal | None:
+    return EvictionSignal.parse(text)
 
 
 def _label_selector(text: str) -> LabelSelector | None:
@@ -591,6 +604,26 @@ SPECS: tuple[Spec, ...] = (
          "ACI Linux price per vCPU-second, USD (no verified public figure: set your region's)."),
     Spec("ACI_PRICE_GB_SECOND", "aci_price_gb_second", "0.0000015", _price,
          "ACI Linux price per GB-second of memory, USD."),
+    Spec("QUOTA_AWARE", "quota_aware", "true", _bool,
+         "Read the subscription's Compute quotas (the usages API, per region) and cap every scale-up at the vCPUs "
+         "its family and regional quotas (spot: the low-priority quota) have left; the rest is planned on the next "
+         "group in the same poll. `false`: ask, and learn from Azure's refusals. See docs/spot-and-quota.md."),
+    Spec("QUOTA_CACHE", "quota_cache", "3m", _positive_duration,
+         "How long one read of a region's Compute usages is used before it is read again (it is read again at "
+         "once after a quota refusal)."),
+    Spec("UNAVAILABLE_OFFERING_TTL", "unavailable_offering_ttl", "", _offering_lifetimes,
+         "Override how long a refusal marks its VM size (or family, or all spot) unavailable, per failure kind: "
+         "`spot-capacity=1h,sku-not-available=23h,zonal-allocation=1h,allocation=1h,overconstrained=1h,"
+         "family-quota=10m,family-quota-zero=1h,low-priority-quota=1h` are the defaults (Karpenter's)."),
+    Spec("SPOT_FIRST", "spot_first", "true", _bool,
+         "Plan pods that tolerate spot (`kubernetes.azure.com/scalesetpriority=spot:NoSchedule`) onto spot "
+         "groups first, whatever `EXPANDER` says among the rest; `false`: spot groups are one option among others."),
+    Spec("ON_DEMAND_POD_SELECTOR", "on_demand_pod_selector", "", _label_selector,
+         "Pods this label selector picks are never planned onto spot groups, even when they tolerate spot."),
+    Spec("SPOT_EVICTION_SIGNAL", "spot_eviction_signal", "", _eviction_signal,
+         "A taint (`taint:<key>`) or node condition (`condition:<type>`) an in-cluster agent puts on a node about "
+         "to be evicted; such a node is handled as on Azure's Preempt notice (cordoned, pods evicted, replacements "
+         "planned). Empty: none."),
     Spec("USAGE_WINDOW", "usage_window", "10m", _usage_window,
          "Measured usage is averaged over this long, back from now; at least `1m`."),
     Spec("LOG_ANALYTICS_WORKSPACE_ID", "log_analytics_workspace_id", "", _workspace_id,
@@ -720,6 +753,12 @@ class Settings:
     aci_price_vcpu_second: float
     aci_price_gb_second: float
     usage_window: timedelta
+    quota_aware: bool
+    quota_cache: timedelta
+    unavailable_offering_ttl: Lifetimes
+    spot_first: bool
+    on_demand_pod_selector: LabelSelector | None
+    spot_eviction_signal: EvictionSignal | None
     load_driven_groups: tuple[str, ...]
     load_scale_up_cpu: float  # fraction
     load_scale_up_cooldown: timedelta

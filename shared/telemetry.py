@@ -122,6 +122,20 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
                "Estimated ACI cost from the same reckoning, at ACI_PRICE_VCPU_SECOND and ACI_PRICE_GB_SECOND."),
     MetricSpec(_OURS + "backfilled_pods_total", "counter", ("refused_by_aci",), "{pod}",
                "Pods moved off virtual nodes onto VM room (`refused_by_aci`: true for pods ACI had refused)."),
+    MetricSpec(_OURS + "offering_refusals_total", "counter", ("node_group", "kind", "error_code"), "{refusal}",
+               "Scale-ups refused for capacity or quota that marked offerings unavailable, by failure kind "
+               "(spot-capacity, zonal-allocation, family-quota, ...)."),
+    MetricSpec(_OURS + "unavailable_offerings", "gauge", ("kind",), "{offering}",
+               "Offerings (VM size, family or all spot, per zone and priority) marked unavailable now, by failure kind."),
+    MetricSpec(_OURS + "quota_capped_groups", "gauge", (), "{pod}",
+               "Pods left unplaced in the last pending poll because a Compute quota capped the groups that could take them."),
+    MetricSpec(_OURS + "spot_evictions_total", "counter", ("node_group", "how"), "{node}",
+               "Spot nodes lost to Azure evictions, by how we learnt it: notice (Preempt via Event Grid), signal "
+               "(an in-cluster agent's taint or condition), deleted or deallocated (seen from the scale set)."),
+    MetricSpec(_OURS + "spot_evicted_pods_total", "counter", ("batch",), "{pod}",
+               "Pods on spot nodes when they were evicted (`batch`: Job or BATCH_POD_SELECTOR pods, whose work is lost)."),
+    MetricSpec(_OURS + "spot_lost_work_seconds_total", "counter", (), "s",
+               "Run time batch pods had done when their spot node was evicted: work to do again."),
     MetricSpec(_OURS + "last_success", "gauge", ("activity",), "s",
                "Unix time of the last scale-up (scaleUp) and scale-down (scaleDown) action that succeeded."),
     MetricSpec(_OURS + "function_duration_seconds", "histogram", ("function",), "s",
@@ -143,6 +157,8 @@ EVENTS: Mapping[str, tuple[str, ...]] = {
     "ScaleDown": ACTION_DIMENSIONS,
     "Backfill": ACTION_DIMENSIONS,  # a pod moved off a virtual node (`group` is the virtual node)
     "ScaleActionRejected": REJECTED_DIMENSIONS,
+    # A spot node evicted (or about to be): how we learnt it, its pods, and the batch work lost.
+    "SpotEviction": ("node", "group", "how", "pods", "batch_pods", "lost_seconds", "replacements"),
 }
 # Flat dimensions some log records carry (the `traces` table): a kept node and its reason code, the usage source.
 LOG_DIMENSIONS = ("node", "kept_reason", "usage_source", "usage_available")
@@ -452,6 +468,40 @@ def message_rejected(action_id: str, reason: str, *, dry_run: bool = False) -> N
         "action_id": action_id, "reason": reason[:1000], "outcome": "rejected", "detail": reason[:1000],
         "error_code": "InvalidMessage", "poison": "true", "dry_run": "true" if dry_run else "false",
     })
+
+
+def offering_unavailable(group: str, *, kind: str, code: str, marks: int) -> None:
+    """A refusal marked `marks` offerings unavailable."""
+    _add(_OURS + "offering_refusals_total", 1, node_group=group, kind=kind, error_code=code)
+
+
+_offering_kinds_reported: set[str] = set()
+
+
+def record_offerings(marks_by_kind: Mapping[str, int], *, quota_capped: int) -> None:
+    """One pending poll's view: live unavailable offerings per kind (kinds gone report 0), groups capped by quota."""
+    for kind in _offering_kinds_reported - set(marks_by_kind):
+        _set(_OURS + "unavailable_offerings", 0, kind=kind)
+    for kind, count in marks_by_kind.items():
+        _set(_OURS + "unavailable_offerings", count, kind=kind)
+    _offering_kinds_reported.clear()
+    _offering_kinds_reported.update(marks_by_kind)
+    _set(_OURS + "quota_capped_groups", quota_capped)
+
+
+def spot_eviction(node: str, *, group: str, how: str, pods: int, batch_pods: int, lost_seconds: float,
+                  replacements: int) -> None:
+    _add(_OURS + "spot_evictions_total", 1, node_group=group, how=how)
+    if pods - batch_pods > 0:
+        _add(_OURS + "spot_evicted_pods_total", pods - batch_pods, batch="false")
+    if batch_pods > 0:
+        _add(_OURS + "spot_evicted_pods_total", batch_pods, batch="true")
+    if lost_seconds > 0:
+        _add(_OURS + "spot_lost_work_seconds_total", lost_seconds)
+    _event("SpotEviction", f"SpotEviction {node} ({how}): {pods} pod(s), {batch_pods} batch, "
+           f"{lost_seconds:.0f} s of batch work lost", {
+               "node": node, "group": group, "how": how, "pods": pods, "batch_pods": batch_pods,
+               "lost_seconds": round(lost_seconds, 1), "replacements": replacements})
 
 
 def _event(name: str, message: str, dimensions: Mapping[str, Any]) -> None:

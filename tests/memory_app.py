@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from devtools.replay.memory import MemoryQueue
-from devtools.replay.world_ports import WorldCluster, WorldCompute
+from devtools.replay.world_ports import WorldCluster, WorldCompute, WorldQuota
 from devtools.runner import HostQueueConfig
 from sandbox import aci
 from sandbox.clock import ManualClock
@@ -149,5 +149,6 @@ def memory_app(scenario: Mapping[str, Any] | Scenario | str, *, settings: Mappin
         queue=queue,
         clock=clock,
         events=EventRecorder(sink),
+        quota=WorldQuota(world) if app_settings.quota_aware else None,
     )
     return MemoryApp(world, clock, app_settings, ports, queue, sink)

@@ -10,13 +10,14 @@ def bindings() -> dict[str, dict]:
     return {f.get_function_name(): f.get_trigger().get_dict_repr() for f in app_functions(function_app.app)}
 
 
-def test_exactly_four_functions_with_their_triggers() -> None:
+def test_exactly_five_functions_with_their_triggers() -> None:
     found = {name: (b["type"], b.get("schedule") or b.get("queueName")) for name, b in bindings().items()}
     assert found == {
         "poll_pending_pods": ("timerTrigger", "%PENDING_POLL_SCHEDULE%"),
         "poll_utilization": ("timerTrigger", "%UTILIZATION_POLL_SCHEDULE%"),
         "sweep_state": ("timerTrigger", "%STATE_SWEEP_SCHEDULE%"),
         "execute_scale_action": ("queueTrigger", "%SCALE_ACTIONS_QUEUE%"),
+        "on_scheduled_event": ("eventGridTrigger", None),
     }
 
 

@@ -5,7 +5,8 @@ a VM node; its container group running, on a virtual node), or to the end of the
 never ran (a policy that leaves pods waiting is not flattered by leaving them out). A pod ACI refused
 (never running) is not counted itself: its Job's replacement waits from the refused pod's creation. Cost adds what ACI
 bills for a virtual node's pods, if the world has one. Work lost is the run time of pods killed or
-evicted while running: their replacements start over.
+evicted while running: their replacements start over. A run with spot pools bills their node-seconds at the spot
+price and adds a `spot` part (devtools.replay.spot.spot_section).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from devtools.replay.harness import DAEMONSET_CPU_MILLI, DAEMONSET_MEMORY_MIB, MIB, pool_of
 from devtools.replay.pools import Pool
+from devtools.replay.spot import spot_section
 from devtools.replay.traces import TracePod
 from sandbox.metrics import percentile
 from sandbox.world import World
@@ -133,7 +135,7 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
     if report.get("virtual_node") is not None:  # pods bursting to ACI are paid per second, not per node
         cost += report["virtual_node"]["cost_usd"]
     api = report["api_calls"]
-    return {
+    result = {
         "node_seconds": round(report["node_seconds"], 1),
         "cost": round(cost, 4),
         "cost_vs_oracle": round(cost / oracle_cost, 4) if oracle_cost else None,
@@ -148,6 +150,9 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
         "pods_completed": report["pods_completed"],
         "nodes_max": report["nodes_max"],
     }
+    if any(pool.is_spot for pool in pools):  # the spot tier: evictions, lost work, where capacity ran, quota
+        result["spot"] = spot_section(report, pools)
+    return result
 
 
 def timeline_series(world: World) -> dict[str, list[float]]:

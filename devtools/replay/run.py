@@ -9,10 +9,11 @@ from typing import Any
 
 from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable
 from devtools.replay.metrics import demand_curve, oracle_result, run_result, static_sizes, timeline_series
-from devtools.replay.policies import POLICIES, VIRTUAL_NODE_POLICIES, Static
-from devtools.replay.policies.ca import ClusterAutoscaler
+from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES, Static
+from devtools.replay.policies.ca import CA_SPOT_SETTINGS, ClusterAutoscaler
 from devtools.replay.policies.ours import Ours
 from devtools.replay.policies.vmss_cpu import VmssCpuAutoscale
+from devtools.replay.spot import billed_pools
 from devtools.replay.traces import Trace
 
 
@@ -36,6 +37,11 @@ def replay(
             config = replace(config, virtual_node={})  # the sandbox's defaults: ACI's documented quota
     elif config.virtual_node is not None:
         config = replace(config, virtual_node=None)  # the VM-only policies run without one
+    if policy in SPOT_POLICIES:
+        if config.spot is None:
+            config = replace(config, spot={})  # the spot tier's defaults (devtools.replay.spot)
+    elif config.spot is not None:
+        config = replace(config, spot=None)  # the on-demand policies run without spot pools
     pods, left_out = placeable(trace, config.pools)
     if not pods:
         raise ValueError(f"trace {trace.name}: no pod fits any pool ({', '.join(p.name for p in config.pools)})")
@@ -53,14 +59,17 @@ def replay(
         world = build_world(trace, config)
     run = Replay(world, config)
     chosen: Any
-    if policy in ("ours", "ours+vn"):
+    if policy in ("ours", "ours+vn", "ours+spot"):
         chosen = Ours(run)
     elif policy in ("ca", "ca+vn"):
         chosen = ClusterAutoscaler(run)
+    elif policy == "ca+spot":
+        chosen = ClusterAutoscaler(run, settings=CA_SPOT_SETTINGS)
     elif policy == "vmss-cpu":
         chosen = VmssCpuAutoscale(run)
     else:
         chosen = Static()
     run.run(chosen, progress=progress)
-    result = run_result(world, config.pools, scale_actions=chosen.scale_actions(), oracle_cost=oracle["cost"])
+    result = run_result(world, billed_pools(config.pools, config.spot), scale_actions=chosen.scale_actions(),
+                        oracle_cost=oracle["cost"])
     return ReplayOutcome(policy, result, timeline_series(world), demand, left_out, run.wakeups)

@@ -15,11 +15,13 @@ deploy is refused with SkuNotAvailable.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
+from sandbox.quota import vm_family
 from sandbox.arm_api import OPERATIONS, is_restricted, vm_size_catalogue
 from sandbox.compute import Operation as SimOperation
 from sandbox.compute import ScaleSetSim
@@ -40,8 +42,19 @@ from shared.adapters.kubernetes import (
     uncordon_patch,
 )
 from shared import discovery_tags
-from shared.domain import UNIFORM_SCALE_SET, DaemonSet, DisruptionBudget, Instance, Node, NodeGroup, Pod, Taint, VmSizeCapacity
-from shared.ports import ClusterError, ComputeError, EvictionOutcome, Operation
+from shared.domain import (
+    UNIFORM_SCALE_SET,
+    DaemonSet,
+    DisruptionBudget,
+    Instance,
+    Node,
+    NodeGroup,
+    Pod,
+    QuotaUsage,
+    Taint,
+    VmSizeCapacity,
+)
+from shared.ports import ClusterError, ComputeError, EvictionOutcome, Operation, QuotaUnavailable
 
 _GPU = "nvidia.com/gpu"
 _FINISHED = ("Succeeded", "Failed")
@@ -305,6 +318,8 @@ class WorldCompute:
             resource_group=sim.resource_group, name=sim.name, min_size=limits[0], max_size=limits[1],
             capacity=sim.capacity, vm_size=sim.spec.vm_size, tags=dict(tags), zones=sim.spec.zones,
             location=sim.spec.location, provider=self.kind,
+            priority=sim.spec.priority,
+            eviction_policy=sim.spec.eviction_policy if sim.spec.priority == "Spot" else "",
         )
 
     def _changed(self, run: Any) -> Operation:
@@ -335,11 +350,15 @@ class WorldCompute:
         self._arm("get", group=sim)
         return self._as_group(sim)
 
-    def list_instances(self, group: NodeGroup) -> list[Instance]:
-        """Every instance of the scale set: the high-cost list (the real adapter has it for diagnostics)."""
+    def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
+        """Every instance of the scale set: the high-cost list; `power_state` as the instance view gives it."""
         sim = self._sim(group)
         self._arm("list_vms", group=sim)
-        return [self._instance(sim, i) for i in self._world.instances(sim)]
+        listed = [self._instance(sim, i) for i in self._world.instances(sim)]
+        if power_state:
+            powers = {str(i.instance_id): str(getattr(i, "power", "")) for i in self._world.instances(sim)}
+            listed = [replace(i, power_state=powers.get(i.instance_id, "")) for i in listed]
+        return listed
 
     def _instance(self, sim: ScaleSetSim, inst: Any) -> Instance:
         """As VmssCompute converts the ARM double's VM: id, state, computer name and ARM id (no IPs)."""
@@ -370,7 +389,8 @@ class WorldCompute:
         return [
             VmSizeCapacity(name, -(-capacity.cpu_milli // 1000), capacity.memory_bytes, capacity.scalar(_GPU),
                            # the ARM double's Location restriction, as VmssCompute reads it
-                           restriction="NotAvailableForSubscription" if is_restricted(self._world, name) else "")
+                           restriction="NotAvailableForSubscription" if is_restricted(self._world, name) else "",
+                           family=vm_family(name))
             for name, capacity in vm_size_catalogue(self._world).values()
         ]
 
@@ -419,3 +439,24 @@ class WorldCompute:
     get_delete_operation = _get_operation
     get_deallocate_operation = _get_operation
     get_start_operation = _get_operation
+
+
+class WorldQuota:
+    """`QuotaSource` over the world's usages (what the usages double serves), read fresh every time: the
+    replay's virtual time makes a cache pointless, and the real adapter's cache is tested on its own."""
+
+    name = "world-usages"
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+
+    def list_usages(self, location: str, *, refresh: bool = False) -> list[QuotaUsage]:
+        try:
+            listed = self._world.usages(self._world.subscription_id, location)
+        except ArmError as exc:
+            raise QuotaUnavailable(f"{exc.code}: {exc.message}") from exc
+        return [QuotaUsage(u["name"]["value"], int(u["currentValue"]), int(u["limit"]), u["name"]["localizedValue"])
+                for u in listed]
+
+    def note_requested(self, location: str, names: Sequence[str], vcpus: int) -> None:
+        """Nothing to remember: every read is fresh."""

@@ -20,6 +20,9 @@ order an autoscaler calls in. Internally times are float seconds since `start`.
 - `scale_sets`: scale sets and instances, capacity, delete, deallocate and start, operations, throttling
 - `fault_injection`: injected API faults and scale-up failures, call counting
 - `agent_pools`: AKS agent pools over their scale sets (count, deleteMachines, machines), their operations
+- `quota`: the subscription's regional vCPU quotas, what every VM counts against them, refusals, the usages API
+- `spot`: Spot capacity and admitting capacity increases (quota first), Spot evictions, their Scheduled Events
+  (Event Grid), the Nodes evicted VMs leave behind
 - `kube_resources`: the Kubernetes API calls (list, get, create, replace, delete)
 - `render_queue`: the scenario's `render_queue`, frames a render manager hands to a DaemonSet's pods
 - `virtual_node`: the scenario's `virtual_node`, virtual-kubelet's Node and Azure Container Instances running
@@ -51,6 +54,7 @@ from sandbox.world.fault_injection import FaultInjectionPart
 from sandbox.world.kube_resources import MAX_EVENTS, KubeResourcesPart
 from sandbox.world.nodes import TO_BE_DELETED_TAINT, NodesPart, RemovalStart
 from sandbox.world.pod_lifecycle import CPU_USAGE_ANNOTATION, DURATION_ANNOTATION, PodLifecyclePart
+from sandbox.world.quota import QuotaPart
 from sandbox.world.render_queue import RenderQueuePart
 from sandbox.world.reports import NodeCpu, ReportsPart
 from sandbox.world.scale_sets import (
@@ -61,6 +65,7 @@ from sandbox.world.scale_sets import (
     ScaleSetsPart,
 )
 from sandbox.world.scheduler import SchedulerPart
+from sandbox.world.spot import SpotPart
 from sandbox.world.virtual_node import VirtualNodePart, VirtualNodeUsage
 
 __all__ = [
@@ -88,6 +93,8 @@ class World(
     RenderQueuePart,
     KubeResourcesPart,
     AgentPoolsPart,
+    SpotPart,
+    QuotaPart,
     FaultInjectionPart,
     ScaleSetsPart,
     NodesPart,
@@ -116,12 +123,15 @@ class World(
         self._init_kube_state()
         self._init_render_state()
         self._init_virtual_node_state()
+        self._init_quota_state()
+        self._init_spot_state()
         self._init_namespaces()
         self._init_pdbs()
         self._init_daemonsets()
         self._init_scale_sets()
         self._init_static_nodes()
         self._init_agent_pools()  # draws no ids: worlds without pools are unchanged
+        self._init_spot()  # draws no ids (its own streams): worlds without evictions are unchanged
         self._init_virtual_node()  # draws ids only for a virtual node: worlds without one are unchanged
         self._schedule_workloads()
         self._init_render_queue()  # draws from its own stream only: worlds without one are unchanged
@@ -170,6 +180,10 @@ class World(
             "frame_done": self._on_frame_done,
             "aci_started": self._on_aci_started,
             "job_backoff_over": self._replace,
+            "spot_notice": self._on_spot_notice,
+            "spot_evict": self._on_spot_evict,
+            "spot_candidate": self._on_spot_candidate,
+            "spot_node_gc": self._on_spot_node_gc,
         }
         handlers[kind](payload)
         self._dirty = True

@@ -182,7 +182,10 @@ class AgentPoolsPart(WorldCore):
             if count > current and _restricted(self.scenario.restricted_vm_sizes, group.spec.vm_size):
                 # As the scale set double refuses it; what AKS answers for a restricted size is unverified.
                 message = default_scale_up_message("SkuNotAvailable", group.spec.vm_size, group.spec.location)
+                self._log_increase(group, "capacity", current, count, "SkuNotAvailable")
                 raise ArmError(409, "SkuNotAvailable", message, "properties.vmSize")
+            # Growing first: a refusal for quota or Spot capacity (sandbox.world.spot) leaves the pool unchanged.
+            compute = self.set_capacity(group, count) if count > current else None
             pool.mode, pool.enable_auto_scaling = mode, enable_auto_scaling
             pool.min_count, pool.max_count = min_count, max_count
             if tags is not None and dict(tags) != pool.tags:
@@ -190,8 +193,7 @@ class AgentPoolsPart(WorldCore):
                 group.tags = {k: v for k, v in group.tags.items() if k not in pool.tags} | dict(tags)
                 group.generation += 1
                 pool.tags = dict(tags)
-            if count > current:
-                compute = self.set_capacity(group, count)
+            if compute is not None:
                 op = self._pool_operation(pool, "scale", compute, created=compute.instance_ids)
             elif count < current:
                 op = self._pool_operation(pool, "scale", self._scale_in(group, current - count))

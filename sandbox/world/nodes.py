@@ -268,6 +268,7 @@ class NodesPart(WorldCore):
         for pod in [p for p in self._live.values() if p.node == name]:
             self._remove_pod(pod)  # pod garbage collection of pods bound to a missing node
         node = self._store.drop("nodes", "", name)
+        self._spot_node_removed(name)  # a Node left by an evicted VM is stale no more (sandbox.world.spot)
         self._by_node.pop(name, None)
         self._static_nodes.pop(name, None)  # deleted through the API: the world does not bring it back
         return node

@@ -323,6 +323,10 @@ class ReportsPart(WorldCore):
                 "render_queue": self.render_queue_report(),
                 # The scenario's virtual node (ACI use, refusals, billing, where pods ended); None without one.
                 "virtual_node": self.virtual_node_report(),
+                # Spot evictions, their notices and what they cost, Spot capacity failures and every capacity increase
+                # (sandbox.world.spot); the vCPU quotas, their peak usage and the requests refused (sandbox.world.quota).
+                "spot": self.spot_report(),
+                "quota": self.quota_report(),
                 # Each scenario workload's kind, by "<namespace>/<name>" as pods name their workload.
                 "workload_kinds": {f"{w.namespace}/{w.name}": w.kind for w in self.scenario.workloads},
                 "timeline": copy.deepcopy(self.timeline),

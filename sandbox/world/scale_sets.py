@@ -6,7 +6,8 @@ poll (`Operation`, by id), the throttling token buckets, and the counts of insta
 peak, and those created by scale-ups. It answers the ARM surface's scale set calls: PATCH capacity
 (grow, shrink, or an injected allocation failure), delete, deallocate and start instances, and
 finishes each operation when its instances get where it sent them. Node objects are
-`sandbox.world.nodes`; injected failures come from `sandbox.world.fault_injection`.
+`sandbox.world.nodes`; injected failures come from `sandbox.world.fault_injection`; growing and starting
+instances are first admitted (vCPU quota, Spot capacity) by `sandbox.world.spot`.
 """
 
 from __future__ import annotations
@@ -205,15 +206,20 @@ class ScaleSetsPart(WorldCore):
                     400, "InvalidParameter", f"The value {capacity} of parameter 'sku.capacity' is out of range. "
                     f"The value must be between 0 and {MAX_CAPACITY}, inclusive.", "sku.capacity",
                 )
+            active = group.active()
+            current = len(active)  # capacity can run ahead of instances while an injected failure is pending
+            if capacity > current:
+                # Quota, then Spot capacity (sandbox.world.spot): a refusal raises before anything changes; a Spot
+                # allocation failure is armed at the front of scale_up_failures, consumed just below.
+                self._admit_capacity_increase(group, current, capacity)
             if tags is not None:
                 group.tags = dict(tags)
             op = Operation(op_id=self._uid(), kind="scale", group_key=group.key, started_at=self._t)
             self._operations[op.op_id] = op
-            active = group.active()
-            current = len(active)  # capacity can run ahead of instances while an injected failure is pending
             group.generation += 1
             if capacity > current and group.scale_up_failures:
                 failure = group.scale_up_failures[0]
+                self._log_increase(group, "capacity", group.capacity, capacity, failure.code)
                 failure.remaining -= 1
                 if failure.remaining <= 0:
                     group.scale_up_failures.pop(0)
@@ -223,8 +229,10 @@ class ScaleSetsPart(WorldCore):
                 self._push(self._t + SCALE_UP_FAILURE_DELAY, "op_fail", op)
                 return op
             if capacity > current:
+                self._log_increase(group, "capacity", group.capacity, capacity, "ok")
                 created = [self._new_instance(group) for _ in range(capacity - current)]
                 op.instance_ids = frozenset(i.instance_id for i in created)
+                self._note_quota_peaks()
             elif capacity < current:
                 victims = active[capacity:]
                 for inst in victims:
@@ -294,10 +302,23 @@ class ScaleSetsPart(WorldCore):
         registers Ready under the same name. Starting or running ones are left as they are (a no-op success)."""
         with self.lock:
             targets = self._power_targets(group, instance_ids, "start")
+            # Quota and Spot capacity (sandbox.world.spot): a refusal raises before anything changes.
+            failure = self._admit_start(group, targets)
             for inst in targets:
                 self.counters.instances_started[f"{group.name}/{inst.arm_id}"] += 1
+            if failure is not None:  # a Spot allocation failure: the operation fails later, no instance starts
+                op = Operation(
+                    op_id=self._uid(), kind="start", group_key=group.key, started_at=self._t,
+                    instance_ids=frozenset(i.instance_id for i in targets), error_code=failure[0],
+                    error_message=failure[1],
+                )
+                self._operations[op.op_id] = op
+                self._push(self._t + SCALE_UP_FAILURE_DELAY, "op_fail", op)
+                return op
+            for inst in targets:
                 if inst.power in ("deallocating", "deallocated"):
                     self._start_boot(inst)
+            self._note_quota_peaks()
             return self._power_operation(group, "start", targets)
 
     def _power_targets(self, group: ScaleSetSim, instance_ids: list[str] | None, verb: str) -> list[InstanceSim]:

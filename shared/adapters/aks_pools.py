@@ -150,6 +150,10 @@ class AksAgentPools:
             location=self._cluster_location(),
             provider=self.kind,
             refused=refused,
+            # AKS spot pools: scaleSetPriority Spot, eviction Delete unless set (AKS's default).
+            priority="Spot" if _text(getattr(pool, "scale_set_priority", None)).lower() == "spot" else "Regular",
+            eviction_policy=(_text(getattr(pool, "scale_set_eviction_policy", None)) or "Delete")
+            if _text(getattr(pool, "scale_set_priority", None)).lower() == "spot" else "",
         )
 
     @staticmethod
@@ -169,7 +173,7 @@ class AksAgentPools:
 
     # -- instances ----------------------------------------------------------------------
 
-    def list_instances(self, group: NodeGroup) -> list[Instance]:
+    def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
         """The pool's machines: name (= node name), VM id and IPs, in one list."""
         machines = self._arm(f"list machines of agent pool {group.name}",
                              lambda: list(self._client.machines.list(self._resource_group, self._cluster, group.name)))

@@ -293,7 +293,26 @@ def _instance(vm: VirtualMachineScaleSetVM) -> Instance:
         provisioning_state=_text(vm.provisioning_state),
         computer_name=_text(getattr(os_profile, "computer_name", None)),
         resource_id=_text(vm.id),
+        power_state=power_state(getattr(vm, "instance_view", None)),
     )
+
+
+def power_state(instance_view: Any) -> str:
+    """`PowerState/deallocated` among the instance view's statuses -> "deallocated"; "" without a view."""
+    for status in getattr(instance_view, "statuses", None) or ():
+        code = _text(getattr(status, "code", None))
+        if code.lower().startswith("powerstate/"):
+            return code.split("/", 1)[1].lower()
+    return ""
+
+
+def _priority(vmss: VirtualMachineScaleSet) -> tuple[str, str]:
+    """The scale set's VM priority (Regular or Spot; Low is spot's old name) and spot eviction policy."""
+    profile = vmss.virtual_machine_profile
+    priority = _text(getattr(profile, "priority", None)) or "Regular"
+    if priority.lower() in ("spot", "low"):
+        return "Spot", _text(getattr(profile, "eviction_policy", None)) or "Deallocate"
+    return "Regular", ""
 
 
 def _private_ips(nics: Iterable[Any]) -> dict[str, tuple[str, ...]]:
@@ -355,6 +374,7 @@ def _vm_size(sku: ResourceSku, location: str) -> VmSizeCapacity | None:
         memory_bytes=int(memory_gib * _GIB),
         gpus=int(gpus),
         restriction=_location_restriction(sku, location),
+        family=_text(getattr(sku, "family", None)),
     )
 
 
@@ -550,7 +570,10 @@ class VmssCompute:
         if sku is None or not sku.name:
             log.warning("scale set %s skipped: it reports no sku", label)
             return None
+        priority, eviction_policy = _priority(vmss)
         return NodeGroup(
+            priority=priority,
+            eviction_policy=eviction_policy,
             resource_group=resource_group,
             name=_text(vmss.name),
             min_size=limits[0],
@@ -563,11 +586,13 @@ class VmssCompute:
             provider=kind,
         )
 
-    def list_instances(self, group: NodeGroup) -> list[Instance]:
-        """Every instance of the scale set: a high-cost call (10 a minute per scale set), for diagnostics."""
+    def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
+        """Every instance of the scale set: a high-cost call (10 a minute per scale set); `power_state` expands
+        the instance view (spot eviction detection)."""
+        extra = {"expand": "instanceView"} if power_state else {}
         vms = self._arm(
             f"list instances of scale set {group.resource_group}/{group.name}",
-            lambda: list(self._client.virtual_machine_scale_set_vms.list(group.resource_group, group.name)),
+            lambda: list(self._client.virtual_machine_scale_set_vms.list(group.resource_group, group.name, **extra)),
         )
         return [_instance(vm) for vm in vms]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from azure.core.polling import LROPoller
 
-from shared.adapters.compute import VmssCompute, _private_ips, _text, found_or_none
+from shared.adapters.compute import VmssCompute, _private_ips, _text, found_or_none, power_state
 from shared.domain import FLEXIBLE_SCALE_SET, Instance, NodeGroup
 from shared.ports import ComputeError, Operation
 
@@ -56,12 +56,13 @@ class FlexCompute(VmssCompute):
         return (f"/subscriptions/{subscription}/resourceGroups/{group.resource_group}"
                 f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}")
 
-    def list_instances(self, group: NodeGroup) -> list[Instance]:
-        """The scale set's member VMs, in one filtered VM list."""
+    def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
+        """The scale set's member VMs, in one filtered VM list (with their instance views for `power_state`)."""
         member_filter = f"'virtualMachineScaleSet/id' eq '{self._scale_set_id(group)}'"
+        extra = {"expand": "instanceView"} if power_state else {}
         vms = self._arm(
             f"list member VMs of scale set {group.resource_group}/{group.name}",
-            lambda: list(self._client.virtual_machines.list(group.resource_group, filter=member_filter)),
+            lambda: list(self._client.virtual_machines.list(group.resource_group, filter=member_filter, **extra)),
         )
         return [_member(vm) for vm in vms if self._is_member(group, vm)]
 
@@ -133,6 +134,7 @@ def _member(vm: Any) -> Instance:
         provisioning_state=_text(vm.provisioning_state),
         computer_name=_text(getattr(getattr(vm, "os_profile", None), "computer_name", None)),
         resource_id=_text(vm.id),
+        power_state=power_state(getattr(vm, "instance_view", None)),
     )
 
 

@@ -586,6 +586,8 @@ def node_from_json(obj: Mapping[str, Any]) -> Node:
         internal_ips=tuple(
             a["address"] for a in status.get("addresses") or () if a.get("type") == "InternalIP" and a.get("address")
         ),
+        conditions=frozenset(c.get("type", "") for c in status.get("conditions") or ()
+                             if c.get("status") == "True" and c.get("type") not in ("Ready", None)),
     )
 
 

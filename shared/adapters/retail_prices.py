@@ -127,9 +127,12 @@ class RetailPrices:
         groups = list(groups)
         prices: dict[str, float] = {}
         for location in {g.location.lower() for g in groups}:
-            mine = [g for g in groups if g.location.lower() == location]
-            by_size = self.get_vm_prices(location, {g.vm_size for g in mine})
-            prices.update({g.id: by_size[g.vm_size.lower()] for g in mine if g.vm_size.lower() in by_size})
+            for spot in (False, True):  # a spot group is priced at the size's Spot meter
+                mine = [g for g in groups if g.location.lower() == location and g.is_spot == spot]
+                if not mine:
+                    continue
+                by_size = self.get_vm_prices(location, {g.vm_size for g in mine}, spot=spot)
+                prices.update({g.id: by_size[g.vm_size.lower()] for g in mine if g.vm_size.lower() in by_size})
         return prices
 
     def get_vm_prices(self, location: str, vm_sizes: Iterable[str], *, spot: bool = False) -> dict[str, float]:

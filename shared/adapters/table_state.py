@@ -39,7 +39,7 @@ from shared.adapters.storage_connection import (
     storage_errors,
     table_service_client,
 )
-from shared.domain import GroupState
+from shared.domain import GroupState, OfferingKey, UnavailableOffering
 from shared.ports import LedgerEntry, LedgerStatus
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 GROUP_PARTITION = "group"
 UNNEEDED_PARTITION = "unneeded"
 LEDGER_PARTITION = "ledger"
+OFFERING_PARTITION = "offering"
 
 # Characters Table storage rejects in PartitionKey/RowKey, plus '%' so the escaping is reversible.
 _FORBIDDEN_IN_KEYS = frozenset("/\\#?%")
@@ -187,6 +188,33 @@ class TableStateStore:
             # The SDK already treats a missing row (404) as success.
             self._table.delete_entity(UNNEEDED_PARTITION, encode_key(node_name))
 
+    # --- unavailable offerings ------------------------------------------------------
+
+    def list_offerings(self) -> list[UnavailableOffering]:
+        entities = self._query_partition(OFFERING_PARTITION, what="list unavailable offerings")
+        return [_offering_from_entity(entity) for entity in entities]
+
+    def put_offering(self, mark: UnavailableOffering) -> None:
+        entity = {
+            "PartitionKey": OFFERING_PARTITION,
+            "RowKey": encode_key(mark.key.text),
+            "Key": mark.key.text,
+            "Until": _utc(mark.until, "until"),
+            "Since": _utc(mark.since, "since"),
+            "Kind": mark.kind,
+            "Code": mark.code,
+            "Group": mark.group,
+            "Message": mark.message,
+        }
+        self._ensure_table()
+        with storage_errors(f"mark offering {mark.key.text!r} unavailable", endpoint=self._endpoint):
+            self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+    def delete_offering(self, key: str) -> None:
+        self._ensure_table()
+        with storage_errors(f"forget unavailable offering {key!r}", endpoint=self._endpoint):
+            self._table.delete_entity(OFFERING_PARTITION, encode_key(key))
+
     # --- ledger -------------------------------------------------------------------
 
     def get_ledger_entry(self, action_id: str) -> LedgerEntry | None:
@@ -280,6 +308,14 @@ class TableStateStore:
                     raise
                 return False  # 404: the row was deleted since it was read, which is a change too
         return True
+
+
+def _offering_from_entity(entity: TableEntity) -> UnavailableOffering:
+    return UnavailableOffering(
+        key=OfferingKey.parse(entity["Key"]), until=_time(entity["Until"]), since=_time(entity["Since"]),
+        kind=entity.get("Kind", ""), code=entity.get("Code", ""), group=entity.get("Group", ""),
+        message=entity.get("Message", ""),
+    )
 
 
 def _ledger_to_entity(entry: LedgerEntry) -> dict[str, Any]:

@@ -58,6 +58,7 @@ from shared.engine.limits import (
     similar_groups,
 )
 from shared.engine.placement import NodeView, PlacementState
+from shared.engine.quota import Quota
 from shared.engine.pod_rules import PodRules, is_virtual_node, split_demand
 from shared.engine.predicates import (
     SpreadPlan,
@@ -103,6 +104,12 @@ class ScaleUpOptions:
     # Pending pods planned after all the others (keys): pods running on a virtual node that are demand for VMs
     # (engine.virtual_nodes), which take free room only after the pods that really wait.
     after: frozenset[str] = frozenset()
+    # vCPUs left in the subscription's Compute quotas (engine.quota): each group's increase is capped at what
+    # its quotas allow, and the pods beyond go to the next group in the same plan. None: quotas are not read.
+    quota: Quota | None = None
+    # Spot groups are tried first for pods that tolerate them (SPOT_FIRST): each round, when some spot group can
+    # take pods, only spot options reach the expander.
+    spot_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +487,7 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
     groups = sorted(snapshot.groups, key=lambda g: g.id)
     estimates: dict[str, _Option | None] = {}
     estimated_room: dict[str, int] = {}
+    quota = options.quota
     while remaining:
         for group in groups:
             # Per-group max, MAX_NODES_PER_SCALE_UP and the cluster-wide node, core and memory limits.
@@ -497,6 +505,11 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
             room[group.id] = allowance.count
             if allowance.reason and allowance.reason != "max nodes per scale-up reached":  # _why_not says it with N
                 room_reason[group.id] = allowance.reason
+            if quota is not None:
+                cap, why = quota.allowed(group)
+                if cap is not None and cap < room[group.id]:
+                    room[group.id] = cap
+                    room_reason[group.id] = f"quota: {why}"
         # Without affinity, anti-affinity or spread among the pods left, one group's new nodes
         # cannot change another's estimate: an estimate stays valid until a pod it placed is
         # taken by the group chosen, and only those are estimated again.
@@ -513,13 +526,19 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
                 candidates.append(option)
         if not candidates:
             break
+        if options.spot_first:
+            candidates = [o for o in candidates if o.group.is_spot] or candidates
         best = _expand(candidates, plans, options)
         chosen = [best]
         if options.balance_similar:
             chosen = _balanced(best, candidates, plans, state, classes, totals, added, options) or chosen
+            if quota is not None and not _within_quota(chosen, quota):
+                chosen = [best]  # balancing splits without looking at quotas; the best option alone fits them
         placed: set[int] = set()
         for option in chosen:
             _commit(option, plans[option.group.id], state, steps)
+            if quota is not None:
+                quota = quota.consume(option.group, option.nodes)
             totals = totals.plus(option.nodes, plans[option.group.id].template.allocatable)
             room[option.group.id] -= option.nodes
             nodes, pods = added.get(option.group.id, (0, []))
@@ -545,6 +564,15 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
                        ignored=dict(split.ignored), reclaimed={n: tuple(p) for n, p in reclaimed.items()},
                        limited=limited)
     return ScaleUpSimulation(plan, tuple(steps))
+
+
+def _within_quota(options: Sequence[_Option], quota: Quota) -> bool:
+    for option in options:
+        cap, _ = quota.allowed(option.group)
+        if cap is not None and option.nodes > cap:
+            return False
+        quota = quota.consume(option.group, option.nodes)
+    return True
 
 
 @dataclass(frozen=True, slots=True)

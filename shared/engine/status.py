@@ -55,6 +55,10 @@ class StatusInputs:
     # The virtual nodes as the pending poll saw them; None (the utilisation poll, or none there) keeps what
     # was last written.
     virtual_nodes: VirtualNodeStatus | None = None
+    # Offerings Azure refused lately, in words (engine.offerings.describe), and spot nodes lost this poll
+    # (node -> how); None (the utilisation poll) keeps what the pending poll last wrote.
+    unavailable_offerings: tuple[str, ...] | None = None
+    spot_evictions: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +218,15 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
         wide["virtualNodes"] = virtual_nodes_doc(inputs.virtual_nodes, now=now)
     elif prev_wide.get("virtualNodes") and inputs.scale_up_needed is None:
         wide["virtualNodes"] = prev_wide["virtualNodes"]  # the pending poll's, as it last wrote it
+    if inputs.unavailable_offerings is not None:
+        if inputs.unavailable_offerings:
+            wide["unavailableOfferings"] = list(inputs.unavailable_offerings)
+        if inputs.spot_evictions:
+            wide["spotEvictions"] = [{"node": node, "how": how} for node, how in sorted(inputs.spot_evictions.items())]
+    else:
+        for key in ("unavailableOfferings", "spotEvictions"):  # the pending poll's, as it last wrote them
+            if prev_wide.get(key):
+                wide[key] = prev_wide[key]
     if snapshot.refused:  # marked for us, never acted on (e.g. an AKS pool autoscaled by AKS): say why
         wide["refusedNodeGroups"] = [{"name": gid, "reason": why} for gid, why in sorted(snapshot.refused.items())]
     return {"time": go_time(now), "autoscalerStatus": "Running", "clusterWide": wide, "nodeGroups": groups}

@@ -48,6 +48,8 @@ from shared.domain import (
     LABEL_REGION_LEGACY,
     LABEL_ZONE,
     LABEL_ZONE_LEGACY,
+    SPOT_LABEL,
+    SPOT_VALUE,
     Node,
     NodeGroup,
     NodeTemplate,
@@ -167,12 +169,18 @@ def template_from_tags(group: NodeGroup, *, vm_sizes: Mapping[str, VmSizeCapacit
     if sized is not None and nvidia_gpus(sized[0]) > 0:
         labels[ACCELERATOR_LABEL] = "nvidia"
     taints: list[Taint] = []
+    if group.is_spot:
+        # As AKS marks spot nodes (and as a spot group's nodes are expected to be marked): only pods that
+        # tolerate eviction are planned there. Tags below may say otherwise.
+        labels[SPOT_LABEL] = SPOT_VALUE
+        taints.append(Taint(SPOT_LABEL, SPOT_VALUE, "NoSchedule"))
     resources: dict[str, str] = {}
     for kind, name, value in _template_tags(group):
         if kind == "label":
             labels[name] = value
         elif kind == "taint":
             taint_value, _, effect = value.rpartition(":")
+            taints = [t for t in taints if t.key != name]
             taints.append(Taint(name, taint_value, effect or "NoSchedule"))
         elif kind == "resources":
             resources[name] = value
@@ -231,6 +239,8 @@ def apply_resource_tags(base: Resources, tags: Mapping[str, str]) -> Resources:
 
 
 def _is_autoscaler_taint(taint: Taint) -> bool:
+    # Ours (`vmss-autoscaler.io/...`, e.g. a spot node under a Preempt notice) and CA's say what happens to that
+    # node, not what a new node of its group would look like.
     return taint.key in ("ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler") or taint.key.startswith(
-        "node.kubernetes.io/"
+        ("node.kubernetes.io/", "vmss-autoscaler.io/")
     )

@@ -40,8 +40,13 @@ def deallocated_max(settings: Settings, group: NodeGroup) -> int | None:
 
 
 def removal_verb(settings: Settings, group: NodeGroup) -> str:
-    """`delete`, or `deallocate` with SCALE_DOWN_MODE=deallocate unless the group may keep none stopped (cap 0)."""
+    """`delete`, or `deallocate` with SCALE_DOWN_MODE=deallocate unless the group may keep none stopped (cap 0)
+    or is spot with eviction policy Delete."""
     if settings.scale_down_mode != "deallocate":
+        return "delete"
+    if group.is_spot and group.eviction_policy.lower() != "deallocate":
+        # A spot VM whose eviction policy is Delete is never deallocated and restarted: Azure would delete it
+        # at its next eviction anyway, and a restart competes for spot capacity a new VM would get as well.
         return "delete"
     return "delete" if deallocated_max(settings, group) == 0 else "deallocate"
 

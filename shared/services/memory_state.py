@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from shared.domain import GroupState
+from shared.domain import GroupState, UnavailableOffering
+
 from shared.ports import LedgerEntry, StateStore
 
 
@@ -28,6 +29,7 @@ class MemoryStateStore:
         self._unneeded: dict[str, datetime | None] | None = None  # None: not read yet; a None value: cleared
         self._ledger: dict[str, LedgerEntry] = {}
         self._deleted: set[str] = set()  # ledger entries deleted here (over the base's)
+        self._offerings: dict[str, UnavailableOffering | None] | None = None  # as _unneeded
         self._serial = 0
 
     def _etag(self) -> str:
@@ -107,6 +109,26 @@ class MemoryStateStore:
         self._ledger.pop(entry.action_id, None)
         self._deleted.add(entry.action_id)  # hides the base's row too
         return True
+
+
+    def _offering_map(self) -> dict[str, UnavailableOffering | None]:
+        if self._offerings is None:
+            self._offerings = {m.key.text: m for m in self._base.list_offerings()} if self._base else {}
+        return self._offerings
+
+    def list_offerings(self) -> list[UnavailableOffering]:
+        return [m for m in self._offering_map().values() if m is not None]
+
+    def put_offering(self, mark: UnavailableOffering) -> None:
+        _aware(mark.until, "until")
+        _aware(mark.since, "since")
+        self._offering_map()[mark.key.text] = mark
+
+    def delete_offering(self, key: str) -> None:
+        if self._base is None:
+            self._offering_map().pop(key, None)
+        else:
+            self._offering_map()[key] = None  # hides the base's row
 
 
 def _aware(moment: datetime, name: str) -> None:

@@ -26,11 +26,13 @@ from shared.engine.scale_up import (
     simulate_scale_up,
 )
 from shared.engine.load import LoadPlan
+from shared.engine.offerings import describe
+from shared.engine.spot import Eviction, keep_off_spot
 from shared.engine.virtual_nodes import VirtualNodePlan, plan_virtual_nodes, planning_snapshot, status_of
 from shared.options import scale_up_options, virtual_node_options
 from shared.ports import Ports
 from shared.services.events import scale_up_events
-from shared.services import virtual_nodes
+from shared.services import offerings, spot, virtual_nodes
 from shared.services.load import plan_load_increases
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.status import publish_status, status_inputs
@@ -50,6 +52,8 @@ class PendingPollResult:
     enqueued: tuple[str, ...]  # action ids
     observed: ClusterSnapshot | None = None  # what the poll saw (None: it skipped); `plan` shows groups and nodes
     virtual: VirtualNodePlan = VirtualNodePlan()  # the virtual nodes: ACI's use, each pod's decision, the gate
+    evictions: tuple[Eviction, ...] = ()  # spot nodes lost (or about to be) that this poll saw
+    limits: offerings.PlanningLimits = offerings.PlanningLimits()  # unavailable offerings and quotas planned with
 
 
 def priority_rules(ports: Ports, settings: Settings) -> Priorities:
@@ -88,8 +92,15 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
     observed = snapshot = running_sizes(snapshot, states)
     snapshot, backed_off = _apply_backoff(ports, snapshot, states, settings, now=now)
-    options = replace(scale_up_options(settings, now=now), unavailable=backed_off,
-                      reclaimable=reclaimable_nodes(states.values()))
+    # Spot evictions: the lost nodes leave the snapshot and their pods' replacements are planned now.
+    snapshot, evictions = spot.find_and_handle(ports, settings, snapshot, states, now=now)
+    snapshot = running_sizes(snapshot, states)  # instances Azure deallocated are stopped capacity from now on
+    # Offerings Azure refused lately, and what the quotas have left: groups blocked, increases capped.
+    limits = offerings.planning_limits(ports, settings, snapshot.groups, now=now)
+    unavailable = {**limits.blocked, **backed_off}
+    snapshot = replace(snapshot, pods=keep_off_spot(snapshot.pods, settings.on_demand_pod_selector))
+    options = replace(scale_up_options(settings, now=now), unavailable=unavailable,
+                      reclaimable=reclaimable_nodes(states.values()), quota=limits.quota)
     if "priority" in settings.expander:
         options = replace(options, priorities=priority_rules(ports, settings))
     if "price" in settings.expander:
@@ -100,11 +111,22 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     options = replace(options, after=virtual.after)
     simulation = simulate_scale_up(virtual.snapshot, options=options)
     plan = simulation.plan
-    load = plan_load_increases(ports, settings, snapshot, states, unavailable=backed_off, now=now)
+    load = plan_load_increases(ports, settings, snapshot, states, unavailable=unavailable, now=now)
     plan = _with_load(plan, load)
     why_load = {i.group_id: i.why for i in load.increases}
     enqueued = []
+    planned_groups = {g.id: g for g in virtual.snapshot.groups}
     for increase in plan.increases:
+        planned = planned_groups.get(increase.group_id)
+        if planned is not None and planned.written_off:
+            # Nodes written off (a spot VM under a Preempt notice) are still in the capacity the executor counts:
+            # the target it is sent is in its terms, within the group's max (a replacement beyond max waits for
+            # the VM to go).
+            target = min(increase.new_target + planned.written_off, planned.max_size)
+            if target <= planned.capacity - planned.stopped:
+                continue
+            increase = replace(increase, new_target=target,
+                               current_target=increase.current_target + planned.written_off)
         # The poll time makes the id unique per decision; two polls deciding the same
         # increase are reconciled by the executor, which skips a group already at its target.
         action_id = f"scale-up:{increase.group_id}:{increase.new_target}:{now:%Y%m%dT%H%M%SZ}"
@@ -113,6 +135,10 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
             f", {hidden} on virtual nodes" if hidden else "")
         if increase.group_id in why_load:
             reason = f"load: {why_load[increase.group_id]}" + (f"; {reason}" if increase.pods else "")
+        group = next((g for g in snapshot.groups if g.id == increase.group_id), None)
+        if group is not None:
+            # Until the executor asks Azure (and reads the quotas afresh), later polls count this decision as used.
+            offerings.note_requested(ports, limits.quota, group, increase.delta)
         ports.queue.send(
             new_scale_up(
                 action_id=action_id,
@@ -137,15 +163,27 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     for event in scale_up_events(virtual.snapshot, plan, now=now):
         ports.events.emit(event)
     result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued),
-                               observed=observed, virtual=virtual.plan)
-    telemetry.record_pending_poll(observed, states, backed_off, pending=result.pending, now=now,
+                               observed=observed, virtual=virtual.plan, evictions=tuple(evictions), limits=limits)
+    telemetry.record_offerings(_by_kind(limits), quota_capped=sum(
+        1 for why in plan.unplaceable.values() if "quota:" in why))
+    telemetry.record_pending_poll(observed, states, unavailable, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
     publish_status(ports, settings, observed, status_inputs(
-        settings, group_states=states, unneeded=None, backoff=backed_off,
+        # A group an unavailable offering blocks shows as backed off, with the mark's reason.
+        settings, group_states=states, unneeded=None, backoff=unavailable,
         scale_up_needed=frozenset(i.group_id for i in plan.increases), unschedulable_pods=result.pending,
         virtual_nodes=status_of(virtual.plan, virtual.options) if virtual.plan.nodes else None,
+        unavailable_offerings=tuple(describe(m) for m in limits.marks),
+        spot_evictions={e.node: e.how for e in evictions},
     ), now=now)
     return result
+
+
+def _by_kind(limits: offerings.PlanningLimits) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for mark in limits.marks:
+        counts[mark.kind] = counts.get(mark.kind, 0) + 1
+    return counts
 
 
 def _with_load(plan: ScaleUpPlan, load: LoadPlan) -> ScaleUpPlan:

@@ -17,6 +17,7 @@ from typing import Any
 
 from shared.actions import Backfill, ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
 from shared.domain import VIRTUAL_NODE
+from shared.engine.offerings import describe
 from shared.ports import ClusterEvent, Ports, StateStore
 from shared.services.memory_state import MemoryStateStore
 from shared.services.pending import PendingPollResult, run_pending_poll
@@ -73,6 +74,11 @@ class PlanReport:
             "groups": self._groups(),
             "nodes": self._nodes(),
             "virtual_nodes": self._virtual(),
+            "unavailable_offerings": [describe(m) for m in self.pending.limits.marks],
+            "quota_left": {f"{location}/{self.pending.limits.quota.names.get(name, name)}": left
+                           for (location, name), left in sorted(self.pending.limits.quota.remaining.items())}
+            if self.pending.limits.quota is not None else {},
+            "spot_evictions": {e.node: e.how for e in self.pending.evictions},
             "actions": [{"id": a.id, "kind": a.kind, "group": a.group,
                          "target_size": a.target_size if isinstance(a, ScaleUp) else None,
                          "nodes": [t.node for t in a.targets] if isinstance(a, ScaleDown) else [],

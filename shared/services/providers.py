@@ -118,8 +118,8 @@ class ProviderRouter:
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
         return self._of(group).get_instance(group, instance_id)
 
-    def list_instances(self, group: NodeGroup) -> list[Instance]:
-        return self._of(group).list_instances(group)
+    def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
+        return self._of(group).list_instances(group, power_state=power_state)
 
     def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
         return self._of(group).list_private_ips(group)

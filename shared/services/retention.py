@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared import telemetry
+from shared.services.offerings import forget_expired
 from shared.ports import Ports
 from shared.settings import Settings
 
@@ -56,6 +57,9 @@ def _sweep(ports: Ports, settings: Settings, *, now: datetime, limit: int) -> Sw
             ports.state.clear_unneeded(node)
             unneeded_deleted += 1
     more_left = len(finished) >= limit or unneeded_deleted >= budget > 0
-    log.info("state sweep: %d ledger row(s) and %d unneeded row(s) older than %s removed%s", ledger_deleted,
-             unneeded_deleted, cutoff.isoformat(), "; more left for the next run" if more_left else "")
+    # Unavailable offerings mean nothing once expired (the planner ignores them): their rows go at once.
+    offerings_deleted = forget_expired(ports, now=now)
+    log.info("state sweep: %d ledger row(s) and %d unneeded row(s) older than %s removed, %d expired offering "
+             "mark(s)%s", ledger_deleted, unneeded_deleted, cutoff.isoformat(), offerings_deleted,
+             "; more left for the next run" if more_left else "")
     return SweepResult(ledger_deleted, unneeded_deleted, more_left)

@@ -1,7 +1,10 @@
 """The scale-up action's steps: `resize` grows one group (starting deallocated instances first), `confirm`
 follows the ARM operation until the capacity is there or the attempt failed.
 
-resize ──> confirm ──> (succeeded | failed: group backed off, capacity asked for given back)
+resize ──> confirm ──> (succeeded | failed: capacity asked for given back, then
+                         refused for capacity or quota: the offering marked unavailable, and the pending pods
+                                                        re-planned at once onto the next group (the same poll);
+                         any other failure: the group backed off)
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from shared.actions import ScaleUp
 from shared.domain import NodeGroup
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.limits import allowed_target
+from shared.engine.quota import capped_target
 from shared.engine.pod_rules import is_virtual_node
 from shared.ports import ComputeError, LedgerEntry, Operation
 from shared.services.execution import ExecutionResult, Run, Step, StepTable, untag
+from shared.services import offerings
 from shared.services.observe import observe, running_sizes
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,17 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
         return run.finish(action, entry, "skipped", f"group already at {running} >= {target}", now=now,
                           old_size=running)
     allowed, limit = _allowed_target(run, group, target, now=now)
+    if allowed <= running:
+        return run.finish(action, entry, "skipped", f"{limit} at execution: {group.id} stays at {running}",
+                          now=now, old_size=running)
+    limits = offerings.planning_limits(run.ports, run.settings, [group], now=now, fresh=True)
+    if group.id in limits.blocked:
+        return run.finish(action, entry, "skipped", f"{limits.blocked[group.id]}: {group.id} stays at {running}",
+                          now=now, old_size=running)
+    # Quotas, again at execution: what other groups took since the poll decided is no longer there.
+    within, why = capped_target(replace(group, capacity=running), allowed, limits.quota)
+    if within < allowed:
+        allowed, limit = within, f"quota: {why}"
     if allowed <= running:
         return run.finish(action, entry, "skipped", f"{limit} at execution: {group.id} stays at {running}",
                           now=now, old_size=running)
@@ -74,6 +90,8 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
                 raise
             # ARM refused at once (quota, SKU, policy): the same outcome as a failed operation.
             operation = Operation(token="", status="Failed", error_code=exc.code, error_message=str(exc))
+        else:
+            offerings.note_requested(run.ports, limits.quota, group, grow if group.is_spot else need)
     assert operation is not None
     # With both, the capacity PATCH is followed; instances that fail to start show up as nodes that
     # never become Ready, which MAX_NODE_PROVISION_TIME turns into a backoff.
@@ -105,14 +123,40 @@ def succeeded(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, kind: str,
 def failed(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, detail: str, code: str, kind: str,
            now: datetime) -> ExecutionResult:
     starting = set(action.starting) if kind == "start" else set()
-    # Instances that did not start are deallocated still: they go back on the group's list.
-    run.update_group(action.group, lambda s: replace(after_failure(s, now=now, code=code),
-                                                      stopped=s.stopped | starting))
+    group = run.ports.provider.get_node_group(action.group)
+    classified = offerings.record_refusal(run.ports, run.settings, group, code=code, message=detail, now=now) \
+        if group is not None else None
+    if classified is not None and classified.kind:
+        # The offering is marked: every group of it is skipped while the mark lives, this one included; no backoff.
+        run.update_group(action.group, lambda s: replace(s, last_failure=now, backoff_reason=code,
+                                                          stopped=s.stopped | starting))
+    else:
+        # Instances that did not start are deallocated still: they go back on the group's list.
+        run.update_group(action.group, lambda s: replace(after_failure(s, now=now, code=code),
+                                                          stopped=s.stopped | starting))
     _return_capacity(run, action)
-    log.warning("scale-up of %s failed (%s): group in backoff, pods go to the next best group", action.group, code)
+    log.warning("scale-up of %s failed (%s): pods go to the next best group now", action.group, code)
     run.status_event("FailedToScaleUpGroup", f"Scale-up failed for group {action.group}: {detail}", now=now,
                      type="Warning")
-    return run.finish(action, entry, "failed", detail, now=now, error_code=code)
+    result = run.finish(action, entry, "failed", detail, now=now, error_code=code)
+    if code in ALLOCATION_FAILURES or (classified is not None and (classified.kind or classified.quota)):
+        _replan(run, now=now)
+    return result
+
+
+def _replan(run: Run[ScaleUp], *, now: datetime) -> None:
+    """The fallback within the same poll: plan the pending pods again now, with the refused group (or its
+    offering) unavailable, rather than at the next scheduled poll."""
+    from shared.services.pending import run_pending_poll  # the pending poll imports the executor's steps' kin
+
+    if run.settings.dry_run:
+        return
+    try:
+        result = run_pending_poll(run.ports, run.settings, now=now)
+    except Exception:  # noqa: BLE001 - the scheduled poll plans them anyway; never fail the finished step
+        log.exception("re-planning after the failed scale-up failed; the next pending poll plans the pods")
+        return
+    log.info("re-planned after the failed scale-up: %d action(s) enqueued", len(result.enqueued))
 
 
 def _return_capacity(run: Run[ScaleUp], action: ScaleUp) -> None:

@@ -60,10 +60,12 @@ def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],
                   unneeded: Mapping[str, datetime] | None,
                   backoff: Mapping[str, str] | None = None, scale_up_needed: frozenset[str] = frozenset(),
                   unschedulable_pods: int = 0, waiting_for_slots: Mapping[str, int] | None = None,
-                  virtual_nodes: VirtualNodeStatus | None = None) -> StatusInputs:
+                  virtual_nodes: VirtualNodeStatus | None = None,
+                  unavailable_offerings: tuple[str, ...] | None = None,
+                  spot_evictions: Mapping[str, str] | None = None) -> StatusInputs:
     return StatusInputs(
         group_states=group_states, unneeded=unneeded, backoff=dict(backoff or {}),
         scale_up_needed=scale_up_needed, unschedulable_pods=unschedulable_pods,
         max_node_provision_time=settings.max_node_provision_time, waiting_for_slots=waiting_for_slots,
-        virtual_nodes=virtual_nodes,
+        virtual_nodes=virtual_nodes, unavailable_offerings=unavailable_offerings, spot_evictions=spot_evictions,
     )

@@ -259,3 +259,28 @@ def test_a_naive_time_in_a_ledger_write_or_query_is_refused(store: StateStore) -
     with pytest.raises(ValueError, match="timezone-aware"):
         store.list_finished_ledger(updated_before=naive, limit=10)
     assert store.update_ledger_entry(replace(read, status="done"))  # `read`'s etag still holds: nothing was written
+
+
+# --- unavailable offerings --------------------------------------------------------------------------------
+
+
+def test_unavailable_offerings_put_list_replace_and_delete(store: StateStore) -> None:
+    from shared.domain import OfferingKey, UnavailableOffering
+
+    spot = OfferingKey("westeurope", "size", "standard_d4s_v5", "1", "Spot")
+    family = OfferingKey("westeurope", "family", "standarddsv5family", "", "Regular")
+    first = UnavailableOffering(spot, until=at(60), since=at(0), kind="spot-capacity", code="SkuNotAvailable",
+                                group=GROUP, message="no spot capacity")
+    store.put_offering(first)
+    store.put_offering(UnavailableOffering(family, until=at(10).astimezone(CET), since=at(0), kind="family-quota",
+                                           code="OperationNotAllowed"))
+    assert {m.key: (m.until, m.kind, m.code, m.group) for m in store.list_offerings()} == {
+        spot: (at(60), "spot-capacity", "SkuNotAvailable", GROUP),
+        family: (at(10), "family-quota", "OperationNotAllowed", ""),
+    }
+    store.put_offering(replace(first, until=at(120)))  # one row per key: a later mark replaces it
+    assert sorted((m.key.text, m.until) for m in store.list_offerings()) == sorted(
+        [(spot.text, at(120)), (family.text, at(10))])
+    store.delete_offering(spot.text)
+    store.delete_offering(spot.text)  # gone already: no error
+    assert [m.key for m in store.list_offerings()] == [family]

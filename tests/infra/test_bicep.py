@@ -113,7 +113,8 @@ SPEC_DEFAULTS = {spec.name: spec.default for spec in SPECS}
 
 def test_every_bicep_file_parses_and_the_layout_is_complete() -> None:
     files = bicep_files()
-    assert set(files) == {"main.bicep", *EXPECTED_ASSIGNMENTS, "modules/identity.bicep", "modules/functionapp.bicep"}
+    assert set(files) == {"main.bicep", *EXPECTED_ASSIGNMENTS, "modules/identity.bicep", "modules/functionapp.bicep",
+                          "modules/scheduled-events.bicep"}
     for relative in files:
         assert parse(relative), relative
 

@@ -49,6 +49,12 @@ CONTRACT = {
     "vmss_autoscaler_arm_throttled_requests_total": ("counter", ("operation",)),
     "vmss_autoscaler_failed_scale_ups_by_code_total": ("counter", ("node_group", "error_code")),
     "vmss_autoscaler_last_success": ("gauge", ("activity",)),
+    "vmss_autoscaler_offering_refusals_total": ("counter", ("node_group", "kind", "error_code")),
+    "vmss_autoscaler_unavailable_offerings": ("gauge", ("kind",)),
+    "vmss_autoscaler_quota_capped_groups": ("gauge", ()),
+    "vmss_autoscaler_spot_evictions_total": ("counter", ("node_group", "how")),
+    "vmss_autoscaler_spot_evicted_pods_total": ("counter", ("batch",)),
+    "vmss_autoscaler_spot_lost_work_seconds_total": ("counter", ()),
 }
 
 # cluster-autoscaler's metrics as its metrics.go declares them (name: label names); ours under its prefix
@@ -81,7 +87,8 @@ def test_the_metric_contract_holds() -> None:
 
 
 def test_events_carry_the_documented_dimensions() -> None:
-    assert set(EVENTS) == {"ScaleUp", "ScaleDown", "Backfill", "ScaleActionRejected"}
+    assert set(EVENTS) == {"ScaleUp", "ScaleDown", "Backfill", "ScaleActionRejected", "SpotEviction"}
+    assert {"node", "group", "how", "pods", "batch_pods", "lost_seconds"} <= set(EVENTS["SpotEviction"])
     for name in ("ScaleUp", "ScaleDown", "Backfill"):
         assert {"action_id", "group", "old_size", "new_size", "node", "reason", "outcome", "error_code", "poison",
                 "dry_run", "decided_at"} <= set(EVENTS[name])

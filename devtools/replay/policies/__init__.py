@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-POLICIES = ("ours", "ca", "vmss-cpu", "static", "oracle", "ours+vn", "ca+vn")
+POLICIES = ("ours", "ca", "vmss-cpu", "static", "oracle", "ours+vn", "ca+vn", "ours+spot", "ca+spot")
 # The same controllers with a virtual node (ACI) beside the pools: the run's ReplayConfig.virtual_node sets its
 # quota, start latency and prices (the sandbox's defaults when it has none).
 VIRTUAL_NODE_POLICIES = ("ours+vn", "ca+vn")
+# The same controllers with a spot twin of every pool (devtools.replay.spot): ours spot-first, acting on Azure's
+# Preempt notices as Event Grid delivers them; CA with its priority expander preferring the spot pools. The run's
+# ReplayConfig.spot sets the eviction rate, notice and prices (the tier's defaults when it has none).
+SPOT_POLICIES = ("ours+spot", "ca+spot")
 
 
 class Static:

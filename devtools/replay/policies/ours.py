@@ -16,6 +16,7 @@ from sandbox import aci
 from shared.schedules import Schedule, parse_ncrontab
 from devtools.replay.harness import CLUSTER_NAME, RESOURCE_GROUP, Replay, clock_of
 from devtools.replay.memory import MemoryQueue, MemoryStateStore
+from devtools.replay.world_ports import WorldQuota
 from devtools.runner import HostQueueConfig
 from shared.ports import ClusterEvent, Ports
 from shared.services.events import EventRecorder
@@ -63,6 +64,7 @@ class Ours:
         self.ports = Ports(
             cluster=replay.cluster, provider=replay.compute, state=self.state, queue=self.queue, clock=clock,
             events=EventRecorder(_CountingSink()),
+            quota=WorldQuota(replay.world) if self.settings.quota_aware else None,
         )
         self.executor = Executor(self.ports, self.settings)
         start = replay.world.now

@@ -462,7 +462,7 @@ def test_vm_sizes_are_the_locations_vm_skus_as_the_sandbox_describes_its_nodes(w
     sizes = {s.name: s for s in compute.list_vm_sizes("WestEurope")}
     assert sorted(sizes) == ["Standard_D2s_v5", "Standard_D4s_v5"]  # the disk and availability-set SKUs are left out
     assert sizes["Standard_D4s_v5"].vcpus == 4
-    assert sizes["Standard_D2s_v5"] == VmSizeCapacity("Standard_D2s_v5", 2, 6 * GIB)
+    assert sizes["Standard_D2s_v5"] == VmSizeCapacity("Standard_D2s_v5", 2, 6 * GIB, family="standardDSv5Family")
     assert compute.list_vm_sizes("japaneast") == []
 
 

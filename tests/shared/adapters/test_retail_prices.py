@@ -98,6 +98,18 @@ def test_the_provider_prices_each_group_by_its_size_and_location(server: Sandbox
     }
 
 
+def test_a_spot_group_is_priced_at_its_sizes_spot_meter(server: SandboxServer) -> None:
+    from dataclasses import replace
+
+    prices = RetailPrices.from_settings(settings_for(server))
+    groups = [replace(g, location="eastus") for g in VmssCompute.from_settings(settings_for(server)).list_node_groups()
+              if g.vm_size == "Standard_D4s_v5"][:1]
+    assert groups
+    regular, spot = groups[0], replace(groups[0], name=groups[0].name + "-spot", priority="Spot")
+    got = prices.get_group_prices([regular, spot])
+    assert got == {regular.id: D4, spot.id: pytest.approx(D4 * 0.2)}
+
+
 # --- without a server ---------------------------------------------------------------------------------
 
 

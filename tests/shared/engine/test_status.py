@@ -211,3 +211,19 @@ def test_a_cluster_of_provider_id_nodes_says_so_and_lists_nobody() -> None:
     snapshot = replace(_snapshot(node("a0", group_name="pool-a")), mapped_by={"a0": "provider-id"})
     mapping = build_status(snapshot, _inputs(), now=T0)["clusterWide"]["nodeMapping"]
     assert mapping == {"mapped": {"provider-id": 1}, "unmanaged": 0, "ambiguous": 0}
+
+
+def test_unavailable_offerings_and_spot_evictions_are_shown_and_kept_by_the_other_poll() -> None:
+    full = _snapshot(*(node(f"a{i}", group_name="pool-a", instance=i) for i in range(4)), node("b0", group_name="pool-b"))
+    marks = ("offering standard_d4s_v5 (Spot) in westeurope zone 1 unavailable until 2026-11-21T13:00:00+00:00 "
+             "after SkuNotAvailable (spot-capacity)",)
+    pending = build_status(full, _inputs(unavailable_offerings=marks, spot_evictions={"a3": "deleted"}), now=T0)
+    wide = pending["clusterWide"]
+    assert wide["unavailableOfferings"] == list(marks)
+    assert wide["spotEvictions"] == [{"node": "a3", "how": "deleted"}]
+    # The utilisation poll (None) keeps what the pending poll wrote; a pending poll with none clears them.
+    kept = build_status(full, _inputs(), now=T0 + timedelta(minutes=1), previous=parse_previous(render_status(pending)))
+    assert kept["clusterWide"]["unavailableOfferings"] == list(marks)
+    cleared = build_status(full, _inputs(unavailable_offerings=(), spot_evictions={}), now=T0 + timedelta(minutes=2),
+                           previous=parse_previous(render_status(kept)))
+    assert "unavailableOfferings" not in cleared["clusterWide"] and "spotEvictions" not in cleared["clusterWide"]

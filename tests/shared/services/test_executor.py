@@ -558,7 +558,8 @@ def test_a_skipped_decision_does_not_block_the_next_one(app: App) -> None:
 
 # -- failures and backoff ----------------------------------------------------------------------------------
 
-def test_failed_scale_up_backs_the_group_off_and_returns_capacity(app: App) -> None:
+def test_failed_scale_up_marks_its_offering_and_returns_capacity(app: App) -> None:
+    """A family quota refusal marks the family unavailable (10 minutes) instead of backing the group off."""
     app.world.fail_next_scale_up("pool", code="QuotaExceeded")
     result = app.run(scale_up(app, 5))
     while result.outcome == "waiting":
@@ -568,8 +569,11 @@ def test_failed_scale_up_backs_the_group_off_and_returns_capacity(app: App) -> N
         result = app.run(json.dumps(message))
     assert result.outcome == "failed" and "QuotaExceeded" in result.detail
     state = app.context.ports.state.get_group(GROUP)
-    assert state.backoff_reason == "QuotaExceeded" and state.backoff_failures == 1
-    assert state.backoff_until is not None and state.backoff_until > app.clock.now()
+    assert state.backoff_reason == "QuotaExceeded" and state.backoff_failures == 0 and state.backoff_until is None
+    [mark] = app.context.ports.state.list_offerings()
+    assert (mark.key.scope, mark.key.name, mark.kind, mark.group) == (
+        "family", "standarddsv5family", "family-quota", GROUP)
+    assert mark.until == mark.since + timedelta(minutes=10) and mark.live(app.clock.now())
     group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.capacity == 3  # the un-provisioned capacity is not kept
     assert app.poison() == []  # a quota error is an outcome, not a poison message

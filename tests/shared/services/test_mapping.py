@@ -22,7 +22,7 @@ class Listing:
     ips: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
 
-    def list_instances(self, group: NodeGroup) -> list[Instance]:
+    def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
         self.calls.append(f"list_instances {group.name}")
         return self.instances.get(group.name, [])
 

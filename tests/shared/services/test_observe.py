@@ -77,7 +77,7 @@ def test_an_empty_group_is_sized_from_the_skus_api_listed_once(observer_for: Any
     template = snapshot.templates[EMPTY]
     assert template.source == "vm-size:skus-api"
     # The sandbox describes Standard_D2s_v5 by what its nodes report: 2 vCPUs, 6 GiB.
-    assert snapshot.vm_sizes == {"standard_d2s_v5": VmSizeCapacity("Standard_D2s_v5", 2, 6 * GIB)}
+    assert snapshot.vm_sizes == {"standard_d2s_v5": VmSizeCapacity("Standard_D2s_v5", 2, 6 * GIB, family="standardDSv5Family")}
     assert template.allocatable == allocatable_for_capacity(snapshot.vm_sizes["standard_d2s_v5"])
     assert snapshot.templates["rg-it/pool-a"].source == "live-node"
     observer.observe()

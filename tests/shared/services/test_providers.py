@@ -32,7 +32,7 @@ class Memory:
         self.calls.append(("get_instance", group.id))
         return Instance(instance_id)
 
-    def list_instances(self, group: NodeGroup) -> list[Instance]:
+    def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
         self.calls.append(("list_instances", group.id))
         return []
 

@@ -166,7 +166,7 @@ def test_evictions_are_counted_and_a_scale_down_without_a_kind_is_underutilized(
     assert all(s.parent is None for s in telemetry.spans if s.name.startswith("execute_scale_action"))
 
 
-def test_a_failed_scale_up_counts_its_arm_error_code_and_backs_the_group_off(app: App, telemetry: Telemetry) -> None:
+def test_a_failed_scale_up_counts_its_arm_error_code_and_reports_the_group_blocked(app: App, telemetry: Telemetry) -> None:
     app.server.world.fail_next_scale_up("pool", code="QuotaExceeded")
     outcomes = walk(app, scale_up(app, 5), step_seconds=30)
     assert outcomes[-1] == "failed"
@@ -176,8 +176,12 @@ def test_a_failed_scale_up_counts_its_arm_error_code_and_backs_the_group_off(app
     [event] = telemetry.events("ScaleUp")
     assert (event.dimensions["outcome"], event.dimensions["error_code"], event.dimensions["poison"]) == (
         "failed", "QuotaExceeded", "false")
+    assert telemetry.total(OURS + "offering_refusals_total", node_group=GROUP, kind="family-quota",
+                           error_code="QuotaExceeded") == 1
     run_pending_poll(app.context.ports, app.context.settings, now=app.clock.now())
+    # The family's offering is marked: the group is reported in backoff, as CA reports a group it skips.
     assert telemetry.last(CA + "node_group_backoff_status", node_group=GROUP, reason="QuotaExceeded") == 1
+    assert telemetry.last(OURS + "unavailable_offerings", kind="family-quota") == 1
 
 
 def test_nodes_that_never_become_ready_are_a_failed_scale_up(app: App, telemetry: Telemetry) -> None:

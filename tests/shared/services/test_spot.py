@@ -1,0 +1,127 @@
+"""Spot and quota through the services: the fallback within the same poll, partial scale-ups within quota,
+evictions seen from the scale set, and the Preempt notice. In-memory ports over the sandbox's world."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.actions import ScaleUp, decode_message
+from shared.engine.spot import DELETED, NOTICE
+from shared.services.executor import Executor
+from shared.services.pending import run_pending_poll
+from shared.services.preemption import handle_scheduled_event
+from shared.services.spot import PREEMPTED_TAINT
+from tests.memory_app import MemoryApp, memory_app
+
+SETTINGS = {"ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s"}
+
+
+def _scale_ups(texts: list[str]) -> dict[str, int]:
+    """Group name -> target of the scale-up actions among the texts."""
+    actions = [decode_message(t) for t in texts]
+    return {a.group.rsplit("/", 1)[-1]: a.target_size for a in actions if isinstance(a, ScaleUp)}
+
+
+def _execute_all(app: MemoryApp, *, rounds: int = 30) -> list[str]:
+    """Run every action to its end; the texts of the scale-ups sent meanwhile (re-plans included)."""
+    executor, sent = Executor(app.ports, app.settings), []
+    for _ in range(rounds):
+        texts = app.take_queued()
+        if not texts:
+            break
+        sent += texts
+        for text in texts:
+            executor.execute(text, now=app.clock.now())
+        app.clock.advance(5)
+    return sent
+
+
+def test_a_spot_refusal_falls_back_to_on_demand_before_the_next_poll() -> None:
+    app = memory_app("spot-fallback", settings=SETTINGS)
+    app.clock.advance(65)  # every Job is pending; the next scheduled poll is 30 s away
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    first = app.take_queued()
+    assert _scale_ups(first) == {"pool-spot": 6}  # spot first for pods that tolerate it
+    started = app.clock.now()
+    executor = Executor(app.ports, app.settings)
+    for text in first:
+        executor.execute(text, now=app.clock.now())  # Azure refuses: SkuNotAvailable, and the executor re-plans
+    fallback = app.take_queued()
+    assert _scale_ups(fallback) == {"pool-od": 6}  # the same pods, on demand, without waiting for a poll
+    assert app.clock.now() == started  # in the same invocation: no poll in between
+    [mark] = app.ports.state.list_offerings()
+    assert (mark.key.scope, mark.key.priority, mark.kind) == ("size", "Spot", "spot-capacity")
+    # While the mark lives, later polls never ask the spot group again.
+    _execute_all(app)
+    app.clock.advance(30)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert "pool-spot" not in _scale_ups(app.queued())
+
+
+def test_a_partial_scale_up_takes_what_the_quota_allows_and_the_rest_goes_elsewhere() -> None:
+    app = memory_app("quota-partial", settings=SETTINGS)
+    app.clock.advance(60)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert _scale_ups(app.queued()) == {"pool-d4": 3, "pool-e4": 7}
+    _execute_all(app)
+    report = app.world.report()["quota"]
+    assert report["refused_requests"] == 0 and report["peak_usage"]["standardDSv5Family"] <= 14
+
+
+def _spot_app() -> MemoryApp:
+    app = memory_app("spot-eviction", settings=SETTINGS)
+    app.clock.advance(60)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    _execute_all(app)
+    app.clock.advance(300)  # the nodes are up, the Jobs run
+    return app
+
+
+def _spot_nodes(app: MemoryApp) -> dict[str, Any]:
+    return {n.name: n for n in app.ports.cluster.list_nodes() if n.name.startswith("pool-spot")}
+
+
+def test_an_eviction_without_notice_is_seen_within_a_poll_and_replaced_at_once() -> None:
+    app = _spot_app()
+    before = _spot_nodes(app)
+    app.clock.advance(13 * 60 - 360 + 1)  # the scenario's second eviction (13 min) has happened; the first too
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    gone = {e.node for e in result.evictions if e.how == DELETED}
+    assert gone and gone <= set(before)
+    assert not gone & set(_spot_nodes(app))  # the Node objects left behind are deleted in the same poll
+    assert sum(_scale_ups(app.queued()).values()) >= 1  # replacements asked for in the same poll
+
+
+def test_a_preempt_notice_cordons_evicts_and_asks_for_the_replacement_before_the_vm_goes() -> None:
+    app = _spot_app()
+    node = sorted(_spot_nodes(app))[-1]
+    group = app.world.scale_set(app.world.subscription_id, "rg-sandbox-nodes", "pool-spot")
+    instance_id = node.removeprefix("pool-spot").lstrip("0") or "0"
+    vm = (f"/subscriptions/{app.world.subscription_id}/resourceGroups/rg-sandbox-nodes/providers/"
+          f"Microsoft.Compute/virtualMachineScaleSets/pool-spot/virtualMachines/{instance_id}")
+    capacity = group.capacity
+    event = {"id": "e1", "subject": vm, "eventType": "Microsoft.Maintenance.ScheduledEventCreated",
+             "data": {"EventType": "Preempt", "Resources": [f"pool-spot_{instance_id}"]}}
+    result = handle_scheduled_event(app.ports, app.settings, event, now=app.clock.now())
+    assert result.outcome == "acted" and result.nodes == (node,)
+    cordoned = app.ports.cluster.get_node(node)
+    assert cordoned is not None and cordoned.unschedulable
+    assert any(t.key == PREEMPTED_TAINT.key for t in cordoned.taints)
+    assert all(p.terminating for p in app.ports.cluster.list_pods_on_node(node) if not p.is_daemonset)
+    # The replacement's capacity is asked for now: one more than the group holds, its VM still there.
+    assert _scale_ups(app.queued()).get("pool-spot", 0) == capacity + 1
+    # A poll before the VM goes sees the node as going and asks for nothing more.
+    app.take_queued()
+    again = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert {e.how for e in again.evictions} == {NOTICE}
+    assert "pool-spot" not in _scale_ups(app.queued()) or _scale_ups(app.queued())["pool-spot"] <= capacity + 1
+
+
+def test_a_notice_for_a_vm_that_is_not_ours_is_ignored() -> None:
+    app = _spot_app()
+    event = {"id": "e2", "subject": "/subscriptions/x/resourceGroups/other/providers/Microsoft.Compute/"
+             "virtualMachines/someone-elses", "data": {"EventType": "Preempt", "Resources": ["someone-elses"]}}
+    assert handle_scheduled_event(app.ports, app.settings, event, now=app.clock.now()).outcome == "ignored"
+    assert not any(n.unschedulable for n in _spot_nodes(app).values())
+    freeze = {"id": "e3", "subject": "", "data": {"EventType": "Freeze", "Resources": ["pool-spot_0"]}}
+    assert handle_scheduled_event(app.ports, app.settings, freeze, now=app.clock.now()).outcome == "ignored"
