@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -21,7 +21,6 @@ from shared import telemetry
 from shared.domain import ClusterSnapshot, GroupState, Instance, Node, Pod, Taint
 from shared.engine.drainability import is_batch
 from shared.engine.spot import (
-    DEALLOCATED,
     NOTICE,
     SIGNAL,
     Eviction,
@@ -153,10 +152,3 @@ def _record_stopped(ports: Ports, states: dict[str, GroupState], evictions: Sequ
         except StateConflict as exc:
             log.warning("%s; the next poll records it", exc)
 
-
-def evicted_keys(evictions: Sequence[Eviction]) -> Mapping[str, str]:
-    """Node -> how it was lost, for the poll's result and status."""
-    return {e.node: e.how for e in evictions}
-
-
-__all__ = ["DEALLOCATED", "PREEMPTED_TAINT", "act_on_notice", "evicted_keys", "find_and_handle"]

@@ -48,6 +48,12 @@ def _problems(env: Mapping[str, str], **options: object) -> list[str]:
     ("ARM_ENDPOINT", "management.azure.com", "must be an https:// URL"),
     ("SCALE_DOWN_UTILIZATION_THRESHOLD", "50", "must be a fraction from 0 to 1"),
     ("SCALE_DOWN_UTILIZATION_THRESHOLD", "-0.1", "must be a fraction from 0 to 1"),
+    ("UNAVAILABLE_OFFERING_TTL", "spot=1h", "with a kind among spot-capacity"),
+    ("UNAVAILABLE_OFFERING_TTL", "family-quota=never", "family-quota=never"),
+    ("UNAVAILABLE_OFFERING_TTL", "allocation=0s", "must be longer than zero"),
+    ("SPOT_EVICTION_SIGNAL", "label:evict", "expected taint:<key> or condition:<type>"),
+    ("QUOTA_CACHE", "0s", "must be longer than zero"),
+    ("ON_DEMAND_POD_SELECTOR", "tier in (db", "ON_DEMAND_POD_SELECTOR"),
 ])
 def test_a_bad_value_is_named_with_what_is_wrong(name: str, value: str, says: str) -> None:
     problems = _problems({name: value})
@@ -63,6 +69,9 @@ def test_a_bad_value_is_named_with_what_is_wrong(name: str, value: str, says: st
     ("ARM_ENDPOINT", "https://management.usgovcloudapi.net/"),
     ("SCALE_DOWN_UTILIZATION_THRESHOLD", "0"),  # as cluster-autoscaler's: no node is a candidate
     ("SCALE_DOWN_GPU_UTILIZATION_THRESHOLD", "1"),
+    ("UNAVAILABLE_OFFERING_TTL", "spot-capacity=30m, family-quota-zero=2h"),
+    ("SPOT_EVICTION_SIGNAL", "condition:PreemptScheduled"),
+    ("ON_DEMAND_POD_SELECTOR", "tier in (db,ledger)"),
 ])
 def test_values_at_the_limits_are_accepted(name: str, value: str) -> None:
     load_settings({**REQUIRED, name: value})

@@ -532,6 +532,12 @@ def test_node_readiness(conditions: list[dict[str, str]], ready: bool) -> None:
     assert node_from_json(node_json(conditions=conditions)).ready is ready
 
 
+def test_a_nodes_true_conditions_other_than_ready_are_kept_for_agents_signals() -> None:
+    conditions = [{"type": "Ready", "status": "True"}, {"type": "MemoryPressure", "status": "False"},
+                  {"type": "PreemptScheduled", "status": "True"}, {"type": "KernelDeadlock", "status": "Unknown"}]
+    assert node_from_json(node_json(conditions=conditions)).conditions == frozenset({"PreemptScheduled"})
+
+
 def test_a_full_node() -> None:
     provider_id = (
         "azure:///subscriptions/sub/resourceGroups/RG-Nodes/providers/Microsoft.Compute/"

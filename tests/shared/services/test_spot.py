@@ -125,3 +125,31 @@ def test_a_notice_for_a_vm_that_is_not_ours_is_ignored() -> None:
     assert not any(n.unschedulable for n in _spot_nodes(app).values())
     freeze = {"id": "e3", "subject": "", "data": {"EventType": "Freeze", "Resources": ["pool-spot_0"]}}
     assert handle_scheduled_event(app.ports, app.settings, freeze, now=app.clock.now()).outcome == "ignored"
+
+
+def test_an_agents_signal_is_handled_as_a_notice_and_a_dry_run_touches_nothing() -> None:
+    from shared.domain import Taint
+
+    for dry_run in ("true", "false"):
+        app = memory_app("spot-eviction", settings={**SETTINGS, "SPOT_EVICTION_SIGNAL": "taint:example.com/evicting",
+                                                    "DRY_RUN": dry_run})
+        app.clock.advance(60)
+        if dry_run == "true":
+            # Dry run plans but never acts: grow the set by hand so there are nodes to signal.
+            group = app.world.scale_set(app.world.subscription_id, "rg-sandbox-nodes", "pool-spot")
+            app.world.set_capacity(group, 2)
+        else:
+            run_pending_poll(app.ports, app.settings, now=app.clock.now())
+            _execute_all(app)
+        app.clock.advance(300)
+        node = sorted(_spot_nodes(app))[0]
+        app.ports.cluster.add_taint(node, taint=Taint("example.com/evicting"))
+        result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+        assert {e.node: e.how for e in result.evictions} == {node: "signal"}
+        seen = app.ports.cluster.get_node(node)
+        assert seen is not None
+        if dry_run == "true":
+            assert not seen.unschedulable and not any(p.terminating for p in app.ports.cluster.list_pods_on_node(node))
+        else:
+            assert seen.unschedulable and any(t.key == PREEMPTED_TAINT.key for t in seen.taints)
+            assert all(p.terminating for p in app.ports.cluster.list_pods_on_node(node) if not p.is_daemonset)
