@@ -28,6 +28,7 @@ from shared.engine.drainability import is_batch
 from shared.engine.spot import NOTICE, Eviction
 from shared.ports import Ports
 from shared.services.observe import observe
+from shared.services.pending import run_pending_poll
 from shared.services.spot import act_on_notice
 from shared.settings import Settings
 
@@ -112,8 +113,6 @@ def handle_scheduled_event(ports: Ports, settings: Settings, event: Mapping[str,
         log.info("Preempt notice for %s: no node of ours runs there; ignored", ", ".join(vms))
         return NoticeResult("ignored", f"no node of a spot group of ours runs on {', '.join(vms)}")
     # Replacements now: the poll sees the cordoned nodes as going and plans their pods elsewhere.
-    from shared.services.pending import run_pending_poll
-
     result = run_pending_poll(ports, settings, now=now)
     return NoticeResult("acted", f"{len(acted)} node(s) cordoned and drained before eviction", tuple(acted),
                         result.enqueued)

@@ -23,6 +23,7 @@ from shared.ports import ComputeError, LedgerEntry, Operation
 from shared.services.execution import ExecutionResult, Run, Step, StepTable, untag
 from shared.services import offerings
 from shared.services.observe import observe, running_sizes
+from shared.services.pending import run_pending_poll
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +148,6 @@ def failed(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, detail: str, 
 def _replan(run: Run[ScaleUp], *, now: datetime) -> None:
     """The fallback within the same poll: plan the pending pods again now, with the refused group (or its
     offering) unavailable, rather than at the next scheduled poll."""
-    from shared.services.pending import run_pending_poll  # the pending poll imports the executor's steps' kin
-
     if run.settings.dry_run:
         return
     try:
