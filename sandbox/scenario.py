@@ -28,7 +28,12 @@ from sandbox.agent_pools import COMPUTER_NAME_PREFIX, AgentPoolError, AgentPoolS
 from sandbox.podspec import HostPort, SpecError, parse_affinity, parse_spread_constraints
 from sandbox.resources import EPHEMERAL_STORAGE, Amounts, parse_scalar
 from sandbox.spot import SCALE_SET_EVICTION_DEFAULT, SPOT_LABEL_KEY, SPOT_LABEL_VALUE, SPOT_TAINT, EvictionPolicy, Priority
-from sandbox.spot_spec import NODE_GROUP_FIELDS, TOP_LEVEL_FIELDS, EvictionSpec, SpotCapacitySpec, SpotSpecError
+from sandbox.spec_fields import FieldError as _Invalid  # raised while walking the document; turned into ScenarioError
+from sandbox.spec_fields import listed as _list
+from sandbox.spec_fields import obj as _obj
+from sandbox.spec_fields import typename as _typename
+from sandbox.spec_fields import whole as _int
+from sandbox.spot_spec import NODE_GROUP_FIELDS, TOP_LEVEL_FIELDS, EvictionSpec, SpotCapacitySpec
 from sandbox.spot_spec import parse_priority, parse_sections
 from sandbox.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration, parse_time
 
@@ -57,15 +62,6 @@ class ScenarioError(ValueError):
     def __init__(self, source: str, path: str, problem: str) -> None:
         super().__init__(f"{source}: {path}: {problem}")
         self.source = source
-        self.path = path
-        self.problem = problem
-
-
-class _Invalid(Exception):
-    """Raised while walking the document; turned into ScenarioError with the file name."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(problem)
         self.path = path
         self.problem = problem
 
@@ -360,24 +356,6 @@ _RG_NAME = re.compile(r"^[-\w._()]{1,90}$")
 _PREFIX = re.compile(r"^[a-z0-9][-a-z0-9]{0,14}$")
 
 
-def _obj(value: Any, path: str, allowed: set[str], required: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _Invalid(path, f"must be an object, got {_typename(value)}")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise _Invalid(f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
-    missing = sorted(required - set(value))
-    if missing:
-        raise _Invalid(f"{path}.{missing[0]}", "required field is missing")
-    return value
-
-
-def _typename(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number"
-    )
-
-
 def _str(value: Any, path: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
     if not isinstance(value, str) or not value:
         raise _Invalid(path, f"must be a non-empty string, got {_typename(value)}")
@@ -389,14 +367,6 @@ def _str(value: Any, path: str, pattern: re.Pattern[str] | None = None, what: st
 def _bool(value: Any, path: str) -> bool:
     if not isinstance(value, bool):
         raise _Invalid(path, f"must be true or false, got {_typename(value)}")
-    return value
-
-
-def _int(value: Any, path: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Invalid(path, f"must be a whole number, got {_typename(value)}")
-    if value < minimum:
-        raise _Invalid(path, f"must be at least {minimum}, got {value}")
     return value
 
 
@@ -420,12 +390,6 @@ def _string_map(value: Any, path: str) -> Mapping[str, str]:
         if not isinstance(item, str):
             raise _Invalid(f"{path}.{key}", f"must be a string, got {_typename(item)}")
     return MappingProxyType(dict(value))
-
-
-def _list(value: Any, path: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise _Invalid(path, f"must be a list, got {_typename(value)}")
-    return value
 
 
 def _items(obj: Mapping[str, Any], key: str, path: str, read: Callable[[Any, str], Any]) -> tuple[Any, ...]:
@@ -652,11 +616,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         scenario = replace(scenario, render_queue=_render_queue(top["render_queue"], "$.render_queue", scenario.daemonsets))
     if "virtual_node" in top:
         scenario = replace(scenario, virtual_node=_virtual_node(top["virtual_node"], "$.virtual_node", scenario))
-    try:
-        scenario = replace(scenario, **parse_sections(top, groups))
-    except SpotSpecError as exc:
-        raise _Invalid(exc.path, exc.problem) from None
-    return scenario
+    return replace(scenario, **parse_sections(top, groups))
 
 
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS subdomain, as Node names are
@@ -849,10 +809,7 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         obj.get("computer_name_prefix", name.lower()), f"{path}.computer_name_prefix",
         _PREFIX if pool is None else COMPUTER_NAME_PREFIX, "computer name prefix",
     )
-    try:
-        priority, eviction_policy, max_price = parse_priority(obj, path, agent_pool=pool is not None)
-    except SpotSpecError as exc:
-        raise _Invalid(exc.path, exc.problem) from None
+    priority, eviction_policy, max_price = parse_priority(obj, path, agent_pool=pool is not None)
     labels = _string_map(obj.get("labels", {}), f"{path}.labels")
     taints = _items(obj, "taints", path, _taint)
     if priority == "Spot":  # as AKS stamps Spot nodes: pods must tolerate the taint to land there

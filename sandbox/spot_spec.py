@@ -38,19 +38,14 @@ from sandbox.spot import (
     EvictionPolicy,
     Priority,
 )
-from sandbox.units import parse_duration
+from sandbox.spec_fields import FieldError, choice, duration, listed, obj, text, typename, whole
 
 TOP_LEVEL_FIELDS = frozenset({"spot_capacity", "quotas", "evictions", "cloud_node_lifecycle"})
 NODE_GROUP_FIELDS = frozenset({"priority", "eviction_policy", "max_price"})
 
 
-class SpotSpecError(ValueError):
-    """An invalid Spot or quota field: the JSON path and the problem (sandbox.scenario reports both)."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = path
-        self.problem = problem
+# Kept as this module's name for its errors (sandbox.scenario catches it); one class with the scenario's own.
+SpotSpecError = FieldError
 
 
 class _Group(Protocol):
@@ -92,59 +87,11 @@ class EvictionSpec:
 # ---------------------------------------------------------------------------- small readers
 
 
-def _typename(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number"
-    )
-
-
-def _obj(value: Any, path: str, allowed: set[str], required: set[str]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise SpotSpecError(path, f"must be an object, got {_typename(value)}")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise SpotSpecError(f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
-    missing = sorted(required - set(value))
-    if missing:
-        raise SpotSpecError(f"{path}.{missing[0]}", "required field is missing")
-    return value
-
-
-def _int(value: Any, path: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpotSpecError(path, f"must be a whole number, got {_typename(value)}")
-    if value < minimum:
-        raise SpotSpecError(path, f"must be at least {minimum}, got {value}")
-    return value
-
-
-def _duration(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise SpotSpecError(path, f"must be a duration such as '90s' or a number of seconds, got {_typename(value)}")
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise SpotSpecError(path, str(exc)) from None
-
-
-def _str(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise SpotSpecError(path, f"must be a non-empty string, got {_typename(value)}")
-    return value
-
-
-def _choice(value: Any, path: str, allowed: Sequence[str], what: str) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        shown = repr(value) if isinstance(value, str) else _typename(value)
-        raise SpotSpecError(path, f"{shown} is not {what} (allowed: {', '.join(allowed)})")
-    return value
+_typename, _obj, _int, _duration, _str, _choice = typename, obj, whole, duration, text, choice
 
 
 def _list(obj: Mapping[str, Any], key: str, path: str) -> list[Any]:
-    value = obj.get(key, [])
-    if not isinstance(value, list):
-        raise SpotSpecError(f"{path}.{key}", f"must be a list, got {_typename(value)}")
-    return value
+    return listed(obj.get(key, []), f"{path}.{key}")
 
 
 # ---------------------------------------------------------------------------- node groups
