@@ -29,7 +29,9 @@ from typing import Any
 
 # The policies in the order the table reads best: ours first, then what it is compared with,
 # the oracle (the lower bound) last. Policies not named here follow, alphabetically.
-POLICY_ORDER = ("ours", "ca", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000", "vmss-cpu", "static", "oracle")
+POLICY_ORDER = ("ours", "ca", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
+                "ours+spot", "ca+spot", "ours+spot@5%", "ca+spot@5%", "ours+spot@20%", "ca+spot@20%",
+                "ours+spot@5%,quota320", "ca+spot@5%,quota320", "vmss-cpu", "static", "oracle")
 DEMAND_KEY = "_demand"
 MISSING = "–"  # en dash: a metric that does not apply to the policy (e.g. the oracle's pending waits)
 # Above this many points a line is decimated to MAX_PLOT_POINTS // 3 buckets, about one per pixel
@@ -44,6 +46,14 @@ HEADERS = (
     "policy", "node-hours", "cost ($)", "cost vs oracle",
     "pending wait p50 (s)", "pending wait p95 (s)", "pending wait p99 (s)", "pending wait max (s)",
     "pods killed", "work lost", "scale actions", "ARM reads", "ARM writes", "throttle violations", "pods completed",
+)
+# The spot tier's own figures (results' `spot` part), one row per policy that ran with spot pools. "died with the
+# VM": pods running when their spot VM was evicted; "moved at the notice": pods evicted on the Preempt notice.
+# "work lost (all)" is the main table's: every running pod killed or evicted, whatever the reason.
+SPOT_HEADERS = (
+    "policy", "cost ($)", "cost vs ours", "spot share of node-hours", "pending wait p95 (s)", "VMs evicted",
+    "notices", "pods moved at the notice", "pods died with the VM", "Job pods died with the VM",
+    "work lost with the VM", "work lost (all)", "quota refusals",
 )
 
 
@@ -62,6 +72,7 @@ class TraceSection:
     note: str | None
     rows: tuple[tuple[str, ...], ...]  # cells in HEADERS order, already formatted
     targets: tuple[Target, ...]
+    spot_rows: tuple[tuple[str, ...], ...] = ()  # cells in SPOT_HEADERS order, for the policies with spot pools
 
 
 # --- formatting -------------------------------------------------------------------------------
@@ -126,6 +137,27 @@ def policy_row(policy: str, metrics: Mapping[str, Any] | None) -> tuple[str, ...
     )
 
 
+def spot_row(policy: str, metrics: Mapping[str, Any]) -> tuple[str, ...]:
+    """One spot policy's formatted cells, in SPOT_HEADERS order."""
+    spot = metrics.get("spot") or {}
+    share = _number(spot.get("spot_share"))
+    return (
+        policy,
+        _fmt(metrics.get("cost"), ",.2f"),
+        _fmt(spot.get("cost_vs_ours"), ",.2f", "x"),
+        MISSING if share is None else f"{share:.0%}",
+        _fmt_int((metrics.get("pending_wait_s") or {}).get("p95")),
+        _fmt_int(spot.get("evictions")),
+        _fmt_int(spot.get("notices_published")),
+        _fmt_int(spot.get("pods_moved_before_eviction")),
+        _fmt_int(spot.get("evicted_pods")),
+        _fmt_int(spot.get("evicted_job_pods")),
+        _fmt_work_lost(spot.get("lost_work_s")),
+        _fmt_work_lost(metrics.get("work_lost_s")),
+        _fmt_int(spot.get("quota_refused_requests")),
+    )
+
+
 def _completed(m: Mapping[str, Any]) -> str:
     """Completed of all pods run (replacements included): a cheap run that left work undone shows here."""
     done, total = _number(m.get("pods_completed")), _number(m.get("pods"))
@@ -147,7 +179,9 @@ def sections(results: Mapping[str, Any]) -> list[TraceSection]:
             for t in all_targets.get(trace) or ()
         )
         rows = tuple(policy_row(p, per_policy[p]) for p in ordered_policies(per_policy))
-        out.append(TraceSection(str(trace), str(note) if note else None, rows, targets))
+        spot_rows = tuple(spot_row(p, per_policy[p]) for p in ordered_policies(per_policy)
+                          if isinstance(per_policy[p], Mapping) and per_policy[p].get("spot"))
+        out.append(TraceSection(str(trace), str(note) if note else None, rows, targets, spot_rows))
     return out
 
 
@@ -160,7 +194,12 @@ def _prices_line(results: Mapping[str, Any]) -> str | None:
         parts.append(f"as of {prices['date']}")
     if prices.get("source"):
         parts.append(f"source: {prices['source']}")
-    return ", ".join(parts) + "."
+    line = ", ".join(parts) + "."
+    spot = prices.get("spot")
+    if isinstance(spot, Mapping) and (spot.get("date") or spot.get("source")):
+        line += " Spot prices" + (f" as of {spot['date']}" if spot.get("date") else "")
+        line += (f", source: {spot['source']}" if spot.get("source") else "") + "."
+    return line
 
 
 # --- markdown ---------------------------------------------------------------------------------
@@ -180,6 +219,12 @@ def markdown_table(results: Mapping[str, Any]) -> str:
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(HEADERS) - 1)) + "|")
         lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in section.rows]
         lines.append("")
+        if section.spot_rows:
+            lines += ["Spot:", ""]
+            lines.append("| " + " | ".join(SPOT_HEADERS) + " |")
+            lines.append("|" + "|".join(["---"] + ["---:"] * (len(SPOT_HEADERS) - 1)) + "|")
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in section.spot_rows]
+            lines.append("")
         if section.targets:
             lines.append("Targets:")
             lines += [f"- {'met' if t.met else '**MISSED**'}: {t.name}" + (f" — {t.detail}" if t.detail else "")
@@ -336,8 +381,15 @@ def _e(text: Any) -> str:
 
 
 def _html_table(section: TraceSection) -> list[str]:
-    out = ["<table>", "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in HEADERS) + "</tr></thead>", "<tbody>"]
-    out += ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in section.rows]
+    out = _html_rows(HEADERS, section.rows)
+    if section.spot_rows:
+        out += ["<p>Spot:</p>", *_html_rows(SPOT_HEADERS, section.spot_rows)]
+    return out
+
+
+def _html_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    out = ["<table>", "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in headers) + "</tr></thead>", "<tbody>"]
+    out += ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows]
     out += ["</tbody>", "</table>"]
     return out
 

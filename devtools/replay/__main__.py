@@ -2,6 +2,8 @@
 
     python -m devtools.replay replay --trace alibaba2018 --policy ours [--json out.json]
     python -m devtools.replay replay --trace my-pods.csv --policy ours --setting SCALE_DOWN_UNNEEDED_TIME=5m
+    python -m devtools.replay replay --trace alibaba2018 --policy ours+spot --spot-eviction-rate 0.2 \
+        --quota-low-priority-cores 320
     python -m devtools.replay suite            # what `make bench` runs
 
 A trace is a name (alibaba2018, alibaba2023) or a file in the pod-arrival format of docs/traces.md.
@@ -13,9 +15,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from devtools.replay.policies import POLICIES
+from devtools.replay.policies import POLICIES, SPOT_POLICIES
 from devtools.replay.pools import DEFAULT_POOLS, POOL_SETS
+from devtools.replay.spot import SpotTier, quiet_spot_logs
 
 
 def _setting(text: str) -> tuple[str, str]:
@@ -45,6 +49,25 @@ def _parser() -> argparse.ArgumentParser:
                      help="ACI core quota of the virtual node, for ours+vn and ca+vn (default 100)")
     one.add_argument("--aci-creates", type=int, nargs=2, default=None, metavar=("PER_5MIN", "PER_HOUR"),
                      help="ACI container groups that may be created per 5 minutes and per hour (default 100 300)")
+    spot = one.add_argument_group("spot tier (ours+spot, ca+spot; devtools/replay/spot.py)")
+    spot.add_argument("--spot-eviction-rate", type=float, default=None, metavar="PER_HOUR",
+                      help="spot evictions per running spot instance-hour, a Poisson process (default 0.05, assumed; "
+                           "0: none)")
+    spot.add_argument("--spot-no-notice", action="store_true",
+                      help="evict without the 30 s Preempt Scheduled Event (default: with it)")
+    spot.add_argument("--spot-eviction-policy", choices=("Delete", "Deallocate"), default=None,
+                      help="the spot scale sets' eviction policy (default Delete, as AKS spot pools)")
+    spot.add_argument("--spot-price-fraction", type=float, default=None, metavar="FRACTION",
+                      help="bill spot instances at this fraction of on-demand (default: the shipped table, "
+                           "devtools/replay/spot_prices.py)")
+    spot.add_argument("--spot-stale-nodes", action="store_true",
+                      help="leave an evicted VM's Node behind, NotReady (no cloud node lifecycle controller, as on "
+                           "k3s or kubeadm); default: deleted 10 s after the eviction")
+    quota = one.add_argument_group("Compute quota (every policy)")
+    quota.add_argument("--quota-low-priority-cores", type=int, default=None, metavar="VCPUS",
+                       help="the subscription's lowPriorityCores quota: spot vCPUs in the region (default unlimited)")
+    quota.add_argument("--quota-cores", type=int, default=None, metavar="VCPUS",
+                       help="the subscription's total regional vCPU quota for on-demand VMs (default unlimited)")
     suite = commands.add_parser("suite", help="both traces, every policy, engine at scale, cold start (make bench)")
     suite.add_argument("--seed", type=int, default=0)
     suite.add_argument("--quick", action="store_true", help="engine at scale up to 1,000 nodes only")
@@ -60,6 +83,31 @@ def _virtual_node(args: argparse.Namespace) -> dict[str, int] | None:
     if args.aci_creates is not None:
         limits["creates_per_5min"], limits["creates_per_hour"] = args.aci_creates
     return limits or None
+
+
+def _spot(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The spot tier from the --spot-* flags; None leaves the tier's defaults (spot policies only use it)."""
+    tier: dict[str, Any] = {}
+    if args.spot_eviction_rate is not None:
+        tier["eviction_rate_per_hour"] = args.spot_eviction_rate
+    if args.spot_no_notice:
+        tier["notice"] = False
+    if args.spot_eviction_policy is not None:
+        tier["eviction_policy"] = args.spot_eviction_policy
+    if args.spot_price_fraction is not None:
+        tier["price_fraction"] = args.spot_price_fraction
+    if args.spot_stale_nodes:
+        tier["cloud_node_lifecycle"] = False
+    return tier or None
+
+
+def _quotas(args: argparse.Namespace) -> dict[str, int]:
+    quotas: dict[str, int] = {}
+    if args.quota_low_priority_cores is not None:
+        quotas["lowPriorityCores"] = args.quota_low_priority_cores
+    if args.quota_cores is not None:
+        quotas["cores"] = args.quota_cores
+    return quotas
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.failure_rate <= 1.0:
         print(f"--failure-rate must be between 0 and 1, got {args.failure_rate}", file=sys.stderr)
         return 2
+    quiet_spot_logs()
+    spot = _spot(args)
+    if spot is not None and args.policy not in SPOT_POLICIES:
+        print(f"the --spot-* flags apply to {' and '.join(SPOT_POLICIES)} only", file=sys.stderr)
+        return 2
+    try:
+        SpotTier.of(spot)
+    except ValueError as exc:
+        print(f"bad spot tier: {exc}", file=sys.stderr)
+        return 2
+    if any(v < 0 for v in _quotas(args).values()):
+        print("a quota must be at least 0", file=sys.stderr)
+        return 2
     try:
         trace = load_trace(args.trace, seed=args.seed)
     except (TraceError, OSError) as exc:
@@ -86,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     pools = POOL_SETS[args.pools] if args.pools else POOL_SETS.get(args.trace, DEFAULT_POOLS)
     config = ReplayConfig(seed=args.seed, pools=pools, boot_median_s=args.boot_median, boot_p95_s=args.boot_p95,
                           provisioning_failure_rate=args.failure_rate, settings=dict(args.setting),
-                          virtual_node=_virtual_node(args))
+                          virtual_node=_virtual_node(args), spot=spot, quotas=_quotas(args))
     try:
         outcome = replay(trace, args.policy, config)
     except ValueError as exc:  # a bad --setting (SettingsError names it) or a trace no pool can hold

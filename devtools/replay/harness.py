@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from devtools.replay.pools import DEFAULT_POOLS, Pool
+from devtools.replay.spot import SPOT_TOLERATION, SpotTier
 from devtools.replay.traces import Trace, TracePod
 from devtools.replay.world_ports import WorldCluster, WorldCompute
 from sandbox.resources import Amounts
@@ -60,6 +61,12 @@ class ReplayConfig:
     # The virtual-node tier (the sandbox scenario's `virtual_node`: ACI quota, start latency, prices); None: none.
     # With it, every trace pod tolerates the virtual node and prefers VM nodes (the documented overflow pattern).
     virtual_node: Mapping[str, Any] | None = None
+    # The spot tier (devtools.replay.spot.SpotTier's fields: eviction rate, notice, eviction policy, ...); None: none.
+    # With it, every pool has a spot twin `<pool>-spot`, every trace pod tolerates spot, and Azure evicts.
+    spot: Mapping[str, Any] | None = None
+    # The subscription's regional vCPU quotas (the scenario's `quotas`: `lowPriorityCores`, `cores`, families);
+    # empty: unlimited.
+    quotas: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class Policy(Protocol):
@@ -110,6 +117,8 @@ def build_world(
     """The cluster at t=0 (pools at `initial` nodes, default their min) with the trace's pods scheduled to arrive."""
     pods, _ = placeable(trace, config.pools)
     last_end = max((p.at + p.duration for p in pods), default=0.0)
+    spot = SpotTier.of(config.spot)
+    twins = spot.pools(config.pools) if spot is not None else ()
     scenario: dict[str, Any] = {
         "name": f"replay-{trace.name}",
         "cluster_name": CLUSTER_NAME,
@@ -118,7 +127,7 @@ def build_world(
         "boot_delay": {"median": config.boot_median_s, "p95": config.boot_p95_s, "max": config.boot_max_s},
         "node_groups": [
             pool.node_group(resource_group=RESOURCE_GROUP, initial=(initial or {}).get(pool.name, pool.min_size), fixed=fixed)
-            for pool in config.pools
+            for pool in (*config.pools, *twins)
         ],
         "daemonsets": [{
             "name": "kube-proxy", "namespace": "kube-system",
@@ -127,6 +136,10 @@ def build_world(
     }
     if config.virtual_node is not None:
         scenario["virtual_node"] = dict(config.virtual_node)
+    if spot is not None:
+        scenario.update(spot.scenario(config.pools))
+    if config.quotas:
+        scenario["quotas"] = dict(config.quotas)
     world = World(scenario, seed=config.seed)
     specs: dict[str, WorkloadSpec] = {}
     for index, pod in enumerate(pods):
@@ -138,7 +151,8 @@ def build_world(
                 cpu=Dist.fixed(pod.cpu_milli), memory=Dist.fixed(pod.memory_bytes), duration=None,
                 labels=MappingProxyType({"job-name": name, "batch.kubernetes.io/job-name": name}),
                 tolerations=((_GPU_TOLERATION,) if pod.gpus else ()) + (
-                    (_VN_TOLERATION,) if config.virtual_node is not None else ()),
+                    (_VN_TOLERATION,) if config.virtual_node is not None else ()) + (
+                    (SPOT_TOLERATION,) if spot is not None else ()),
                 affinity=_PREFER_VMS if config.virtual_node is not None else None,
                 ttl_after_finished=config.job_ttl_s,
             )

@@ -5,13 +5,16 @@ as Microsoft's public price list showed them when the table was written (PRICE_D
 are not fetched (nothing here reaches the internet): comparisons between policies use the same
 table, so their ratios do not depend on its exactness. The table lives with the sandbox's Retail
 Prices double (`sandbox.prices_api`), so the replay and the `price` expander see the same prices.
+A spot pool (`Pool.spot_twin`, the replay's spot tier) is billed at its size's spot fraction of that
+price (`devtools.replay.spot_prices`, dated, assumed).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from devtools.replay.spot_prices import spot_fraction
 from sandbox.prices_api import LIST_PRICES_PER_HOUR, PRICE_DATE, PRICE_SOURCE
 
 __all__ = ["POOL_SETS", "PRICE_DATE", "PRICE_SOURCE", "PRICES_PER_HOUR", "Pool"]
@@ -31,13 +34,29 @@ class Pool:
     gpus: int = 0
     max_size: int = 1000
     min_size: int = 0
+    priority: str = "Regular"  # "Spot": a spot scale set (see spot_twin)
+    eviction_policy: str = "Delete"  # a spot pool's (AKS's default for spot pools); ignored on Regular ones
+    spot_price_fraction: float | None = None  # a spot pool's price over on-demand; None: the shipped table
+
+    @property
+    def is_spot(self) -> bool:
+        return self.priority == "Spot"
 
     @property
     def price_per_hour(self) -> float:
         try:
-            return PRICES_PER_HOUR[self.vm_size]
+            on_demand = PRICES_PER_HOUR[self.vm_size]
         except KeyError:
             raise ValueError(f"pool {self.name}: no price for VM size {self.vm_size} in the shipped table") from None
+        if not self.is_spot:
+            return on_demand
+        fraction = self.spot_price_fraction if self.spot_price_fraction is not None else spot_fraction(self.vm_size)
+        return on_demand * fraction
+
+    def spot_twin(self, *, eviction_policy: str = "Delete", price_fraction: float | None = None) -> Pool:
+        """The same pool as a spot scale set, `<name>-spot`: same size, limits and taints; billed at the spot price."""
+        return replace(self, name=f"{self.name}-spot", priority="Spot", eviction_policy=eviction_policy,
+                       spot_price_fraction=price_fraction)
 
     def node_group(self, *, resource_group: str, initial: int = 0, fixed: bool = False) -> dict[str, Any]:
         """The pool as a sandbox scenario node group; `fixed` pins it at `initial` (min = max)."""
@@ -51,6 +70,9 @@ class Pool:
         if self.gpus:  # GPU nodes keep CPU-only pods off, as operators taint them
             group["taints"] = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
             group["labels"] = {"accelerator": "nvidia"}
+        if self.is_spot:  # the sandbox stamps AKS's spot label and taint on its nodes
+            group["priority"] = "Spot"
+            group["eviction_policy"] = self.eviction_policy
         return group
 
 

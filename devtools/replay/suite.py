@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from devtools.replay.harness import ReplayConfig
-from devtools.replay.policies import POLICIES, VIRTUAL_NODE_POLICIES
+from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES
 from devtools.replay.pools import POOL_SETS, PRICE_DATE, PRICE_SOURCE, PRICES_PER_HOUR
 from devtools.replay.run import ReplayOutcome, replay
+from devtools.replay.spot import SpotTier, quiet_spot_logs
+from devtools.replay.spot_prices import SPOT_PRICE_DATE, SPOT_PRICE_FRACTION, SPOT_PRICE_SOURCE
 from devtools.replay.traces import Trace, load_trace, trace_stats
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +42,17 @@ VN_TIERS: Mapping[int, Mapping[str, int]] = {
 VN_QUOTAS = tuple(VN_TIERS)
 VN_TARGET_P95_S = 60.0  # ours+vn at the raised quota, on the batch trace
 VN_TARGET_COST_SHARE = 0.5  # ... at most this share of ours without the virtual node
+# The spot tier (devtools/replay/spot.py): each spot policy's results are keyed `<policy>@<tier>`. The eviction
+# rates are assumptions (Azure shows buckets 0-5 %, ..., 20 %+ per hour): the lowest bucket's upper edge, where the
+# targets are judged, and the highest; then the first with a lowPriorityCores quota of 320 vCPUs (20 D16 nodes,
+# a quarter of alibaba2018's unconstrained peak), which the batch trace's bursts exceed.
+SPOT_TIERS: Mapping[str, Mapping[str, Any]] = {
+    "5%": {"spot": {"eviction_rate_per_hour": 0.05}},
+    "20%": {"spot": {"eviction_rate_per_hour": 0.20}},
+    "5%,quota320": {"spot": {"eviction_rate_per_hour": 0.05}, "quotas": {"lowPriorityCores": 320}},
+}
+SPOT_TARGET_TIER = "5%"
+SPOT_TARGET_COST_SHARE = 0.5  # ours+spot at most this share of ours (on demand), on the batch trace
 
 
 def config_for(trace: str, *, seed: int = 0, **changes: Any) -> ReplayConfig:
@@ -113,15 +126,72 @@ def evaluate_vn_targets(per_policy: Mapping[str, Mapping[str, Any]], *, batch: b
     return targets
 
 
-def runs_of(policies: tuple[str, ...]) -> list[tuple[str, str, int | None]]:
-    """(result key, policy, ACI quota) for each replay: a virtual-node policy once per quota."""
-    runs: list[tuple[str, str, int | None]] = []
+def evaluate_spot_targets(per_policy: Mapping[str, Mapping[str, Any]], *, batch: bool) -> list[dict[str, Any]]:
+    """The spot tier's targets: on the batch trace at SPOT_TARGET_TIER, ours+spot costs at most half of ours (on
+    demand) at the same p95 wait (ours' p95 + WAIT_SLACK_S at most); at every tier, it throws away less running work
+    than ca+spot (`work_lost_s`: every running pod killed or evicted, those ours moved off at a notice included)."""
+    ours = per_policy.get("ours")
+    targets: list[dict[str, Any]] = []
+    for tier in SPOT_TIERS:
+        mine, theirs = per_policy.get(f"ours+spot@{tier}"), per_policy.get(f"ca+spot@{tier}")
+        if mine is None:
+            continue
+        p95 = mine["pending_wait_s"]["p95"]
+        if batch and ours is not None and tier == SPOT_TARGET_TIER:
+            share = mine["cost"] / ours["cost"] if ours["cost"] else float("inf")
+            spot = mine.get("spot") or {}
+            even = _break_even_fraction(mine, ours)
+            targets.append({
+                "name": f"ours+spot at {tier}: cost at most {SPOT_TARGET_COST_SHARE:.1f}x ours (on demand)",
+                "met": share <= SPOT_TARGET_COST_SHARE,
+                "detail": f"{share:.2f}x (${mine['cost']:,.2f} vs ${ours['cost']:,.2f}; spot {spot.get('spot_share', 0):.0%} "
+                          f"of node-hours" + (f"; still met up to a spot price of {even:.2f}x on demand)" if even else ")"),
+            })
+            limit = ours["pending_wait_s"]["p95"] + WAIT_SLACK_S
+            targets.append({"name": f"ours+spot at {tier}: p95 wait no more than ours' + {WAIT_SLACK_S:.0f} s",
+                            "met": p95 <= limit, "detail": f"{p95:.0f} s vs {ours['pending_wait_s']['p95']:.0f} s"})
+        if theirs is not None:
+            lost, their_lost = mine["work_lost_s"], theirs["work_lost_s"]
+            mine_spot, their_spot = mine.get("spot") or {}, theirs.get("spot") or {}
+            targets.append({
+                "name": f"ours+spot at {tier}: less running work lost than ca+spot",
+                "met": lost < their_lost or lost == 0,
+                "detail": f"{lost:,.0f} s vs {their_lost:,.0f} s ({mine_spot.get('evictions', 0)} vs "
+                          f"{their_spot.get('evictions', 0)} VMs evicted; pods died with the VM "
+                          f"{mine_spot.get('evicted_pods', 0)} vs {their_spot.get('evicted_pods', 0)}, moved off at "
+                          f"the notice {mine_spot.get('pods_moved_before_eviction', 0)} vs "
+                          f"{their_spot.get('pods_moved_before_eviction', 0)})",
+            })
+    return targets
+
+
+def _break_even_fraction(mine: Mapping[str, Any], ours: Mapping[str, Any]) -> float | None:
+    """The spot price fraction at which ours+spot would cost exactly SPOT_TARGET_COST_SHARE of ours, all else equal."""
+    spot = mine.get("spot") or {}
+    at_on_demand = spot.get("spot_cost_at_on_demand") or 0.0
+    if at_on_demand <= 0:
+        return None
+    on_demand_part = mine["cost"] - spot.get("spot_cost", 0.0)
+    return max(0.0, (SPOT_TARGET_COST_SHARE * ours["cost"] - on_demand_part) / at_on_demand)
+
+
+def runs_of(policies: tuple[str, ...]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(result key, policy, ReplayConfig changes) for each replay: a virtual-node policy once per ACI quota, a spot
+    policy once per spot tier."""
+    runs: list[tuple[str, str, dict[str, Any]]] = []
     for policy in policies:
         if policy in VIRTUAL_NODE_POLICIES:
-            runs += [(f"{policy}@{quota}", policy, quota) for quota in VN_QUOTAS]
+            runs += [(f"{policy}@{quota}", policy, {"virtual_node": dict(VN_TIERS[quota])}) for quota in VN_QUOTAS]
+        elif policy in SPOT_POLICIES:
+            runs += [(f"{policy}@{tier}", policy, {k: dict(v) for k, v in changes.items()})
+                     for tier, changes in SPOT_TIERS.items()]
         else:
-            runs.append((policy, policy, None))
+            runs.append((policy, policy, {}))
     return runs
+
+
+def _jsonable(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def replay_section(
@@ -137,10 +207,10 @@ def replay_section(
         config = config_for(name, seed=seed)
         results[name], series[name] = {}, {}
         outcome: ReplayOutcome | None = None
-        for key, policy, quota in runs_of(policies):
+        for key, policy, changes in runs_of(policies):
             label = f"{name} / {key}"
             started = time.perf_counter()
-            run_config = config if quota is None else replace(config, virtual_node=dict(VN_TIERS[quota]))
+            run_config = replace(config, **changes) if changes else config
             outcome = replay(trace, policy, run_config, progress=lambda f, label=label: step(label, f))
             results[name][key] = {**outcome.result, "wall_s": round(time.perf_counter() - started, 1)}
             if outcome.series:
@@ -152,13 +222,27 @@ def replay_section(
         facts[name] = {
             "note": trace.note, "source": trace.source, "pods": len(trace.pods), "pods_left_out": outcome.pods_left_out,
             "stats": asdict(stats), "pools": [asdict(p) | {"price_per_hour": p.price_per_hour} for p in config.pools],
-            "config": {f.name: getattr(config, f.name) for f in fields(config) if f.name not in ("pools", "settings")},
+            "config": {f.name: _jsonable(getattr(config, f.name)) for f in fields(config)
+                       if f.name not in ("pools", "settings")},
         }
+        if any(policy in SPOT_POLICIES for policy in policies):
+            facts[name]["spot_tiers"] = {tier: {"spot": SpotTier.of(c.get("spot")).as_json(),  # type: ignore[union-attr]
+                                                "quotas": dict(c.get("quotas") or {})}
+                                         for tier, c in SPOT_TIERS.items()}
+            facts[name]["spot_pools"] = [asdict(p) | {"price_per_hour": p.price_per_hour}
+                                         for p in SpotTier().pools(config.pools)]
+            ours_cost = (results[name].get("ours") or {}).get("cost")
+            for key, result in results[name].items():
+                if "spot" in result and ours_cost:
+                    result["spot"]["cost_vs_ours"] = round(result["cost"] / ours_cost, 4)
         if name == BATCH_TRACE and "ours" in results[name]:
             targets[name] = evaluate_targets(results[name], config)
         vn_targets = evaluate_vn_targets(results[name], batch=name == BATCH_TRACE)
         if vn_targets:
             targets[name] = [*targets.get(name, []), *vn_targets]
+        spot_targets = evaluate_spot_targets(results[name], batch=name == BATCH_TRACE)
+        if spot_targets:
+            targets[name] = [*targets.get(name, []), *spot_targets]
     return results, facts, targets, series
 
 
@@ -168,6 +252,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
 
     from devtools import bench, bench_report, bench_scale
 
+    quiet_spot_logs()
     traces = {name: load_trace(name, seed=seed) for name in TRACES}
     steps = len(traces) * len(runs_of(POLICIES)) + 3
     with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
@@ -199,7 +284,8 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         "command": "make bench",
         "machine": {"python": platform.python_version(), "cpus": _cpus()},
         "seed": seed,
-        "prices": {"date": PRICE_DATE, "currency": "USD", "source": PRICE_SOURCE, "per_hour": PRICES_PER_HOUR},
+        "prices": {"date": PRICE_DATE, "currency": "USD", "source": PRICE_SOURCE, "per_hour": PRICES_PER_HOUR,
+                   "spot": {"date": SPOT_PRICE_DATE, "source": SPOT_PRICE_SOURCE, "fraction": SPOT_PRICE_FRACTION}},
         "traces": facts,
         "targets": targets,
         "replay": replays,

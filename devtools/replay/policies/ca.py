@@ -7,10 +7,18 @@ One control loop every `--scan-interval` (10 s), acting synchronously as CA's Ru
    (it updates its cache after IncreaseSize). In-flight capacity changes are polled each loop.
 2. Provisioning: nodes asked for that have not registered within `--max-node-provision-time`
    (15 min) put the group into exponential backoff (5 min doubling to 30 min) and CA gives the
-   missing instances up (DecreaseTargetSize). A failed capacity change backs off the same way.
+   missing instances up (DecreaseTargetSize). An increase is done when no node is upcoming against
+   the target CA's cache holds (so an instance that left the scale set meanwhile, e.g. a spot VM
+   evicted with policy Delete, is not waited for). A capacity change Azure refuses at once (a 409
+   such as a quota refusal: IncreaseSize returns the error) backs the group off at once, as CA does;
+   so does a long-running operation that fails, where CA on Azure (its fast backoff is off by
+   default, ../shared/facts/burst-and-spot.md) would wait for the 15 min: that favours CA.
 3. Scale-up: unschedulable pods, a binpacking estimate over each group's template node and the
    `least-waste` expander (our planner implements the same estimator and expander, so it is
-   reused), one group per loop as CA's expander picks one option.
+   reused), one group per loop as CA's expander picks one option. CA has no spot-first rule: for
+   `ca+spot` the `priority` expander prefers the spot scale sets (`CA_SPOT_SETTINGS`). CA reads no
+   Scheduled Events: a spot VM's Preempt notice does nothing; its pods die with the VM and their
+   replacements are pending pods like any other.
 4. Scale-down, skipped in a loop that scaled up, within `--scale-down-delay-after-add` (10 min) of
    the last scale-up and `--scale-down-delay-after-failure` (3 min): a node is unneeded when its
    requests (DaemonSet pods counted: `--ignore-daemonsets-utilization=false`) are under 0.5 of
@@ -23,7 +31,9 @@ One control loop every `--scan-interval` (10 s), acting synchronously as CA's Ru
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -51,6 +61,15 @@ CA_SETTINGS = {
     "SCALE_DOWN_IGNORE_DAEMONSETS_UTILIZATION": "false",
     "MAX_SCALE_DOWN_PARALLELISM": str(MAX_EMPTY_BULK_DELETE),
     "EXPANDER": "least-waste",
+    "SPOT_FIRST": "false",  # CA has no spot-first rule: spot groups are options like any other, the expander decides
+}
+# `ca+spot`: the priority expander preferring the spot scale sets (`<pool>-spot`), least-waste among equals:
+# `--expander=priority,least-waste` and the ConfigMap cluster-autoscaler-priority-expander with these priorities.
+SPOT_PRIORITIES = {"50": ["spot"], "10": [".*"]}
+CA_SPOT_SETTINGS = {
+    **CA_SETTINGS,
+    "EXPANDER": "priority,least-waste",
+    "PRIORITY_EXPANDER_CONFIG": json.dumps(SPOT_PRIORITIES),
 }
 
 
@@ -73,14 +92,16 @@ class _Drain:
 class ClusterAutoscaler:
     name = "ca"
 
-    def __init__(self, replay: Replay) -> None:
+    def __init__(self, replay: Replay, *, settings: Mapping[str, str] = CA_SETTINGS) -> None:
         self._replay = replay
         self._cluster = replay.cluster
         self._compute = replay.compute
         self._start = replay.world.now
-        self._settings = replay_settings(replay, CA_SETTINGS)
+        self._settings = replay_settings(replay, settings)
         self._down_options = scale_down_options(self._settings)
         self._groups: dict[str, NodeGroup] = {}
+        # Each group's target as CA's size cache has it: the last listing's capacity, or what CA set since.
+        self._listed: dict[str, int] = {}
         self._groups_at: datetime | None = None
         self._instances_at: dict[str, datetime] = {}
         self._vm_sizes: dict[str, object] | None = None
@@ -115,6 +136,7 @@ class ClusterAutoscaler:
     def _refresh(self, now: datetime) -> None:
         if self._groups_at is None or now - self._groups_at >= GROUPS_TTL:
             listed = {g.id: g for g in self._compute.list_node_groups()}
+            self._listed = {gid: g.capacity for gid, g in listed.items()}
             for gid, group in listed.items():
                 known = self._groups.get(gid)
                 # An increase still in flight keeps CA's own target, as its cache does.
@@ -147,6 +169,7 @@ class ClusterAutoscaler:
     def _set_target(self, gid: str, target: int) -> None:
         if gid in self._groups:
             self._groups[gid] = replace(self._groups[gid], capacity=target)
+        self._listed[gid] = target  # CA sets its cached size when it changes it, until the next refresh
 
     # -- provisioning ---------------------------------------------------------------------
 
@@ -170,7 +193,9 @@ class ClusterAutoscaler:
                 self._back_off(inc.group_id, op.error_code or "ProvisioningFailed", now)
                 self._set_target(inc.group_id, registered.get(inc.group_id, 0))
                 continue
-            if registered.get(inc.group_id, 0) >= inc.target:
+            # Done when no node is still upcoming: CA counts against the target the cloud reports once its cache is
+            # refreshed, so instances that left the scale set meanwhile (a spot eviction, a deletion) are not waited for.
+            if registered.get(inc.group_id, 0) >= min(inc.target, self._listed.get(inc.group_id, inc.target)):
                 continue
             if now >= inc.deadline:
                 # Long-unregistered nodes: back off and give up the instances that never came.

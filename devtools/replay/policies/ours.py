@@ -3,13 +3,19 @@
 The two timers fire on their NCRONTAB schedules from the settings; the queue trigger runs each
 message when it becomes visible, and a delivery that raises comes back after host.json's
 visibility timeout, going to poison after its maxDequeueCount, as the Functions host does.
+
+With spot scale sets in the world, the Event Grid trigger (`on_scheduled_event`) runs too: each
+Scheduled Event the world publishes (a spot VM's Preempt notice, 30 s before its eviction) is handed
+to `handle_scheduled_event` `EVENT_GRID_DELIVERY` after its publication (the world says when the next
+one may come), first in that wake-up, so the actions it enqueues run in the same wake-up. A handler that raises is not retried (Event Grid
+would retry for up to a day; a notice retried after the VM is gone is worth nothing).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sandbox import aci
@@ -22,10 +28,14 @@ from shared.ports import ClusterEvent, Ports
 from shared.services.events import EventRecorder
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
+from shared.services.preemption import handle_scheduled_event
 from shared.services.utilization import run_utilization_poll
 from shared.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
+
+# From a Scheduled Event's publication to the function's invocation: Event Grid pushes within seconds (best effort).
+EVENT_GRID_DELIVERY = timedelta(seconds=1)
 
 
 class _CountingSink:
@@ -74,15 +84,40 @@ class Ours:
             schedule = parse_ncrontab(expression)
             self._timers.append((schedule, run, schedule.next_after(start)))
         self.errors = 0
+        self._world = replay.world
+        # The Event Grid subscription to Scheduled Events exists where there are spot groups (enableScheduledEvents).
+        self._event_grid = any(g.priority == "Spot" for g in replay.world.scenario.node_groups)
+        self._events_seen = 0  # the last Event Grid sequence number handed to the function
+        self.notices: list[tuple[datetime, str, str]] = []  # (when handled, event id, outcome), for tests and reports
 
     def next_wakeup(self, now: datetime) -> datetime | None:
         times = [due for _, _, due in self._timers]
         visible = self.queue.next_visible()
         if visible is not None:
             times.append(visible)
+        if self._event_grid:
+            published = self._world.next_notice_at()
+            if published is not None:
+                times.append(self._world.start + timedelta(seconds=published) + EVENT_GRID_DELIVERY)
         return min(times)
 
+    def _deliver_events(self, now: datetime) -> None:
+        """Every Scheduled Event published since the last delivery, to the Event Grid-triggered function."""
+        for entry in self._world.eventgrid_events(self._events_seen):
+            self._events_seen = entry["seq"]
+            event = entry["event"]
+            try:
+                result = handle_scheduled_event(self.ports, self.settings, event, now=now)
+            except Exception:
+                self.errors += 1
+                log.warning("on_scheduled_event failed at %s", now, exc_info=True)
+                self.notices.append((now, str(event.get("id")), "failed"))
+                continue
+            self.notices.append((now, str(event.get("id")), result.outcome))
+
     def wake(self, now: datetime) -> None:
+        if self._event_grid:
+            self._deliver_events(now)
         for index, (schedule, run, due) in enumerate(self._timers):
             if due <= now:
                 self._timers[index] = (schedule, run, schedule.next_after(now))

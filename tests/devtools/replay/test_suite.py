@@ -9,7 +9,7 @@ import pytest
 
 from devtools.replay.__main__ import main
 from devtools.replay.harness import ReplayConfig
-from devtools.replay.suite import evaluate_targets, pending_poll_interval_s, replay_section
+from devtools.replay.suite import SPOT_TIERS, evaluate_targets, pending_poll_interval_s, replay_section
 from devtools.replay.traces import read_pod_arrivals
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "traces"
@@ -43,14 +43,18 @@ def test_replay_section_fills_every_field_for_every_policy() -> None:
     trace = read_pod_arrivals(FIXTURES / "pods.json")
     results, facts, targets, series = replay_section({"tiny": trace}, seed=0)
     vn = {f"{policy}@{quota}" for policy in ("ours+vn", "ca+vn") for quota in (100, 1000)}
-    assert set(results["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "oracle"} | vn
+    spot = {f"{policy}@{tier}" for policy in ("ours+spot", "ca+spot") for tier in SPOT_TIERS}
+    assert set(results["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "oracle"} | vn | spot
     for policy, result in results["tiny"].items():
         assert RESULT_FIELDS <= set(result), policy
         assert set(result["pending_wait_s"]) == {"p50", "p95", "p99", "max"}
     assert facts["tiny"]["pods"] == 4 and facts["tiny"]["note"]
-    # ours' targets belong to the batch trace only; ours+vn is held to ca+vn on every trace.
-    assert {t["name"].split(":")[0] for t in targets["tiny"]} == {"ours+vn at 100 cores", "ours+vn at 1000 cores"}
-    assert set(series["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "_demand"} | vn
+    # ours' targets belong to the batch trace only; ours+vn is held to ca+vn, ours+spot to ca+spot, on every trace.
+    assert {t["name"].split(":")[0] for t in targets["tiny"]} == {
+        "ours+vn at 100 cores", "ours+vn at 1000 cores", *(f"ours+spot at {tier}" for tier in SPOT_TIERS)}
+    assert set(series["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "_demand"} | vn | spot
+    assert all("spot" in results["tiny"][key] for key in spot) and "spot" not in results["tiny"]["ours"]
+    json.dumps(facts)  # the facts (spot tiers and pools included) go to results.json as they are
 
 
 def _vn(cost: float, p95: float, killed: int = 0) -> dict:
