@@ -824,6 +824,9 @@ class GroupState:
     # ARM throttled a removal of the group's instances (429) until then: its budget of writes per scale set
     # is spent, so the scale-down planner gives the slots to other groups meanwhile.
     throttled_until: datetime | None = None
+    # Spot instances Azure announced it will evict (a Preempt notice), and when (the notice's NotBefore): their
+    # nodes are drained as soon as they are seen, even if the notice came before the node registered.
+    preempted: Mapping[str, datetime] = field(default_factory=dict)
     etag: str | None = None  # None: the row does not exist yet
 
     def without_removal(self, node: str) -> GroupState:

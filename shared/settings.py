@@ -620,6 +620,10 @@ SPECS: tuple[Spec, ...] = (
          "groups first, whatever `EXPANDER` says among the rest; `false`: spot groups are one option among others."),
     Spec("ON_DEMAND_POD_SELECTOR", "on_demand_pod_selector", "", _label_selector,
          "Pods this label selector picks are never planned onto spot groups, even when they tolerate spot."),
+    Spec("SPOT_NOTICE_BATCH_PODS", "spot_notice_batch_pods", "keep", _choice("keep", "evict"),
+         "On a spot node's eviction notice, batch pods (Jobs, `BATCH_POD_SELECTOR`) are `keep`: left to run, since "
+         "evicting one 30 s early saves none of its work and it may finish in time (its replacement is planned at "
+         "once all the same); `evict`: evicted with the other pods."),
     Spec("SPOT_EVICTION_SIGNAL", "spot_eviction_signal", "", _eviction_signal,
          "A taint (`taint:<key>`) or node condition (`condition:<type>`) an in-cluster agent puts on a node about "
          "to be evicted; such a node is handled as on Azure's Preempt notice (cordoned, pods evicted, replacements "
@@ -759,6 +763,7 @@ class Settings:
     spot_first: bool
     on_demand_pod_selector: LabelSelector | None
     spot_eviction_signal: EvictionSignal | None
+    spot_notice_batch_pods: str  # keep | evict
     load_driven_groups: tuple[str, ...]
     load_scale_up_cpu: float  # fraction
     load_scale_up_cooldown: timedelta

@@ -504,6 +504,12 @@ def spot_eviction(node: str, *, group: str, how: str, pods: int, batch_pods: int
                "lost_seconds": round(lost_seconds, 1), "replacements": replacements})
 
 
+def spot_work_lost(seconds: float) -> None:
+    """Batch work that died with a spot VM after its notice was recorded (pods left to finish that did not)."""
+    if seconds > 0:
+        _add(_OURS + "spot_lost_work_seconds_total", seconds)
+
+
 def _event(name: str, message: str, dimensions: Mapping[str, Any]) -> None:
     _events.info(message, extra={CUSTOM_EVENT_KEY: name, **dimensions})
 

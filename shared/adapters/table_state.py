@@ -1,14 +1,16 @@
 """`StateStore` on Azure Table storage: cooldowns, unneeded-since times and the action ledger.
 
 Adapter module: every method except the key helpers does network I/O through
-azure-data-tables. One table holds three partitions:
+azure-data-tables. One table holds four partitions:
 
 - `group`:    one row per node group (GroupState); `Deleting` is a JSON object: node name -> action id,
               `Committed` a JSON list of those nodes whose delete is under way, `Reclaim` a JSON
               object: node name -> ISO time pending pods asked for it back, `Stopped` a JSON list of
-              the instance ids we deallocated.
+              the instance ids we deallocated, `Preempted` a JSON object: spot instance id -> the ISO
+              time Azure said it would evict it.
 - `unneeded`: one row per node that is unneeded, with `Since`.
 - `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
+- `offering`: one row per unavailable offering (its key, `Until`, `Since`, `Kind`, `Code`, `Group`, `Message`).
 
 Row keys are the group id, node name or action id, escaped by `encode_key` because Table
 storage forbids `/ \\ # ?` and control characters in keys (group ids are `rg/vmss`); the
@@ -135,6 +137,7 @@ class TableStateStore:
             backoff_failures=int(entity.get("BackoffFailures") or 0),
             backoff_reason=str(entity.get("BackoffReason") or ""),
             throttled_until=_time_or_none(entity.get("ThrottledUntil")),
+            preempted={i: _parse_iso(at) for i, at in json.loads(entity.get("Preempted") or "{}").items()},
             etag=entity.metadata["etag"],
         )
 
@@ -150,6 +153,8 @@ class TableStateStore:
                                      if i in state.stopped}, sort_keys=True),
             "Reclaim": json.dumps({node: _utc(at, "Reclaim").isoformat() for node, at in state.reclaim.items()},
                                   sort_keys=True),
+            "Preempted": json.dumps({i: _utc(at, "Preempted").isoformat() for i, at in state.preempted.items()},
+                                    sort_keys=True),
             "BackoffFailures": state.backoff_failures,
             "BackoffReason": state.backoff_reason,
         }

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shared.domain import (
+    DEFAULT_GRACE_SECONDS,
     SPOT_LABEL,
     SPOT_VALUE,
     ClusterSnapshot,
@@ -104,8 +105,9 @@ def find_evictions(snapshot: ClusterSnapshot, instances: Mapping[str, Sequence[I
                    states: Mapping[str, GroupState], *, signal: EvictionSignal | None = None,
                    noticed: Collection[str] = (), batch: Collection[str] = ()) -> list[Eviction]:
     """The spot evictions the snapshot shows. `instances`: the listed instances (with power state) of the spot
-    groups that were read; `noticed`: nodes a Preempt notice named (handled already, reported as such);
-    `batch`: pod keys counted as batch work (Jobs or BATCH_POD_SELECTOR)."""
+    groups that were read; `noticed`: nodes carrying our notice taint; a node whose instance its group's state
+    holds as preempted (`GroupState.preempted`) is under notice too; `batch`: pod keys counted as batch work
+    (Jobs or BATCH_POD_SELECTOR)."""
     spot = {g.id: g for g in snapshot.groups if g.is_spot}
     found: list[Eviction] = []
     for node in snapshot.nodes:
@@ -124,7 +126,7 @@ def find_evictions(snapshot: ClusterSnapshot, instances: Mapping[str, Sequence[I
                 how = DELETED
             elif instance.deallocated and (state is None or ref.instance_id not in state.stopped):
                 how = DEALLOCATED
-        if not how and node.name in noticed:
+        if not how and (node.name in noticed or (state is not None and ref.instance_id in state.preempted)):
             how = NOTICE
         if not how and signal is not None and signal.on(node):
             how = SIGNAL
@@ -153,11 +155,15 @@ def replacement_demand(snapshot: ClusterSnapshot, evictions: Sequence[Eviction])
             stand_ins.setdefault((pod.namespace, pod.owner.kind, pod.owner.name), []).append(pod)
     covered: set[str] = set()
     for owner, olds in stand_ins.items():
-        since = min(p.deleted_at or p.created_at for p in olds)
+        # Only a pod already asked to go (evicted on the notice) can have a replacement by now.
+        going = [p for p in olds if p.deleted_at is not None]
+        if not going:
+            continue
+        since = min(_asked_to_go(p) for p in going)
         fresh = sorted((p for p in snapshot.pods if p.node_name is None and p.owner is not None
                         and (p.namespace, p.owner.kind, p.owner.name) == owner and p.created_at >= since
                         and p.key not in dying), key=lambda p: p.created_at)
-        covered |= {p.key for p in fresh[:len(olds)]}
+        covered |= {p.key for p in fresh[:len(going)]}
     pods = []
     for pod in snapshot.pods:
         if pod.key in covered:
@@ -175,6 +181,35 @@ def replacement_demand(snapshot: ClusterSnapshot, evictions: Sequence[Eviction])
     groups = tuple(replace(g, written_off=g.written_off + going[g.id]) if g.id in going else g for g in snapshot.groups)
     return replace(snapshot, nodes=tuple(n for n in snapshot.nodes if n.name not in gone), pods=tuple(pods),
                    groups=groups)
+
+
+def preempted_without_node(snapshot: ClusterSnapshot, states: Mapping[str, GroupState]) -> dict[str, int]:
+    """Group id -> instances under a notice that no node maps to yet (still booting when the notice came)."""
+    mapped = {(n.instance.group_id, n.instance.instance_id) for n in snapshot.nodes if n.instance is not None}
+    out: dict[str, int] = {}
+    for group in snapshot.groups:
+        state = states.get(group.id)
+        if state is None or not group.is_spot:
+            continue
+        count = sum(1 for instance in state.preempted if (group.id, instance) not in mapped)
+        if count:
+            out[group.id] = count
+    return out
+
+
+def write_off(snapshot: ClusterSnapshot, counts: Mapping[str, int]) -> ClusterSnapshot:
+    """The snapshot with these instances of each group written off: not counted on as nodes on their way."""
+    if not counts:
+        return snapshot
+    return replace(snapshot, groups=tuple(replace(g, written_off=g.written_off + counts[g.id]) if g.id in counts else g
+                                          for g in snapshot.groups))
+
+
+def _asked_to_go(pod: Pod) -> datetime:
+    """When the pod was asked to terminate: its deletionTimestamp is that moment plus its grace period (the API
+    sets it to when the kubelet must be done)."""
+    assert pod.deleted_at is not None
+    return pod.deleted_at - timedelta(seconds=pod.termination_grace_seconds or DEFAULT_GRACE_SECONDS)
 
 
 def stopped_by_eviction(evictions: Sequence[Eviction]) -> dict[str, set[str]]:

@@ -149,6 +149,8 @@ def _check_group_times(state: GroupState) -> None:
             _aware(moment, "StoppedAt")
     for moment in state.reclaim.values():
         _aware(moment, "Reclaim")
+    for moment in state.preempted.values():
+        _aware(moment, "Preempted")
 
 
 def _check_ledger_times(entry: LedgerEntry) -> None:

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
-from shared.domain import ClusterSnapshot, InstanceRef
+from shared.domain import NodeGroup
 from shared.engine.drainability import is_batch
 from shared.engine.spot import NOTICE, Eviction
 from shared.ports import Ports
 from shared.services.observe import observe
 from shared.services.pending import run_pending_poll
-from shared.services.spot import act_on_notice
+from shared.services.spot import act_on_notice, record_notice
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ _PLAIN_VM = re.compile(
     r"/subscriptions/[^/]+/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute/virtualmachines/(?P<vm>[^/]+)$",
     re.IGNORECASE)
 _IMDS_UNIFORM = re.compile(r"^(?P<vmss>.+)_(?P<id>\d+)$")  # IMDS names a Uniform instance `<vmss>_<id>`
+MINIMUM_NOTICE = timedelta(seconds=30)  # a Preempt notice comes at least this long before the eviction
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,19 +73,39 @@ def named_vms(event: Mapping[str, Any]) -> tuple[str, list[str]]:
     return kind, names
 
 
-def _matches(ref: InstanceRef, vm: str, snapshot: ClusterSnapshot) -> bool:
-    """Whether an event's VM (ARM id or IMDS name) is the instance `ref` points at."""
-    uniform = _UNIFORM_VM.search(vm)
-    if uniform is not None:
-        return (uniform["rg"].lower(), uniform["vmss"].lower(), uniform["id"].lower()) == (
-            ref.resource_group.lower(), ref.scale_set.lower(), ref.instance_id.lower())
-    plain = _PLAIN_VM.search(vm)
-    if plain is not None:  # a Flexible member: its instance id is the VM name
-        return (plain["rg"].lower(), plain["vm"].lower()) == (ref.resource_group.lower(), ref.instance_id.lower())
-    imds = _IMDS_UNIFORM.match(vm)
-    if imds is not None and (imds["vmss"].lower(), imds["id"]) == (ref.scale_set.lower(), ref.instance_id):
-        return True
-    return vm.lower() == ref.instance_id.lower()  # a Flexible member's IMDS name is its VM name
+def not_before(event: Mapping[str, Any], *, now: datetime) -> datetime:
+    """When Azure will evict: the notice's `NotBefore` (RFC 1123), else 30 s from now (the minimum notice)."""
+    data = event.get("data") or {}
+    text = _field(data, "NotBefore") if isinstance(data, Mapping) else None
+    if isinstance(text, str) and text.strip():
+        try:
+            when = parsedate_to_datetime(text)
+            return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+        except (TypeError, ValueError):
+            log.warning("Preempt notice with an unreadable NotBefore %r; taking 30 s from now", text)
+    return now + MINIMUM_NOTICE
+
+
+def _instances_named(ports: Ports, groups: Sequence[NodeGroup], vms: Sequence[str]) -> list[tuple[NodeGroup, str]]:
+    """(group, instance id) of our spot groups' instances the event names, whether or not a node runs there."""
+    found: list[tuple[NodeGroup, str]] = []
+    for vm in vms:
+        uniform, imds, plain = _UNIFORM_VM.search(vm), _IMDS_UNIFORM.match(vm), _PLAIN_VM.search(vm)
+        for group in groups:
+            if uniform is not None:
+                hit = (uniform["rg"].lower(), uniform["vmss"].lower()) == (group.resource_group.lower(), group.name.lower())
+                instance = uniform["id"]
+            elif imds is not None:
+                hit, instance = imds["vmss"].lower() == group.name.lower(), imds["id"]
+            elif plain is not None and plain["rg"].lower() == group.resource_group.lower():
+                # A Flexible member: its instance id is its VM name; only a listing says whose member it is.
+                instance = plain["vm"]
+                hit = any(i.instance_id.lower() == instance.lower() for i in ports.provider.list_instances(group))
+            else:
+                continue
+            if hit and (group, instance) not in found:
+                found.append((group, instance))
+    return found
 
 
 def handle_scheduled_event(ports: Ports, settings: Settings, event: Mapping[str, Any], *, now: datetime) -> NoticeResult:
@@ -95,11 +117,21 @@ def handle_scheduled_event(ports: Ports, settings: Settings, event: Mapping[str,
         return NoticeResult("ignored", "the Preempt event names no VM")
     snapshot = observe(ports, now=now, node_mapping=settings.node_mapping)
     spot = {g.id: g for g in snapshot.groups if g.is_spot}
+    named = _instances_named(ports, list(spot.values()), vms)
+    if not named:
+        log.info("Preempt notice for %s: no instance of a spot group of ours; ignored", ", ".join(vms))
+        return NoticeResult("ignored", f"no instance of a spot group of ours is {', '.join(vms)}")
+    due = not_before(event, now=now)
+    if not settings.dry_run:
+        # Held until the eviction is seen: a node that registers meanwhile is drained the moment a poll sees it.
+        for group, instance in named:
+            record_notice(ports, group.id, instance, not_before=due)
     batch = {p.key for p in snapshot.pods if is_batch(p, settings.batch_pod_selector)}
+    going = {(group.id, instance.lower()) for group, instance in named}
     acted: list[str] = []
     for node in snapshot.nodes:
         ref = node.instance
-        if ref is None or ref.group_id not in spot or not any(_matches(ref, vm, snapshot) for vm in vms):
+        if ref is None or (ref.group_id, ref.instance_id.lower()) not in going:
             continue
         pods = [p for p in snapshot.pods_on(node.name) if not p.is_daemonset and not p.is_mirror]
         eviction = Eviction(node.name, ref.group_id, ref.instance_id, NOTICE, tuple(p.key for p in pods),
@@ -109,10 +141,7 @@ def handle_scheduled_event(ports: Ports, settings: Settings, event: Mapping[str,
         else:
             act_on_notice(ports, settings, snapshot, eviction, now=now)
         acted.append(node.name)
-    if not acted:
-        log.info("Preempt notice for %s: no node of ours runs there; ignored", ", ".join(vms))
-        return NoticeResult("ignored", f"no node of a spot group of ours runs on {', '.join(vms)}")
-    # Replacements now: the poll sees the cordoned nodes as going and plans their pods elsewhere.
+    # Replacements now: the poll sees the nodes (and instances not yet nodes) as going and plans their pods elsewhere.
     result = run_pending_poll(ports, settings, now=now)
-    return NoticeResult("acted", f"{len(acted)} node(s) cordoned and drained before eviction", tuple(acted),
-                        result.enqueued)
+    return NoticeResult("acted", f"{len(named)} instance(s) under notice, {len(acted)} node(s) cordoned and drained "
+                        "before eviction", tuple(acted), result.enqueued)

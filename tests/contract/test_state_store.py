@@ -51,6 +51,7 @@ def test_every_group_field_round_trips(store: StateStore) -> None:
         backoff_failures=3,
         backoff_reason="QuotaExceeded",
         throttled_until=at(8),
+        preempted={"7": at(9), "vm-flex_1a2b3c4d": at(10).astimezone(CET)},
     )
     assert store.update_group(written)
 

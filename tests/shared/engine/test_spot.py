@@ -162,3 +162,20 @@ def test_a_node_under_notice_is_written_off_so_its_replacement_gets_new_capacity
     from shared.engine.templates import template_from_node
     noticed = next(n for n in snap.nodes if n.name == "spot-0")
     assert not any(t.key.startswith("vmss-autoscaler.io/") for t in template_from_node(noticed, SPOT_GROUP).taints)
+
+
+def test_a_replacement_made_within_the_grace_period_is_not_planned_twice() -> None:
+    """The API sets deletionTimestamp to the request time plus the grace period: the replacement is older."""
+    from datetime import timedelta
+
+    from tests.builders import T0
+    snap, _ = world()
+    evicted = replace(next(p for p in snap.pods if p.name == "web-a"), terminating=True,
+                      deleted_at=T0 + timedelta(seconds=20), termination_grace_seconds=20)
+    fresh = replace(pod("web-a2", pending=True, owner_name=evicted.owner.name), created_at=T0 + timedelta(seconds=1))
+    other = replace(pod("web-z", pending=True, owner_name=evicted.owner.name), created_at=T0 - timedelta(minutes=5))
+    snap = replace(snap, pods=tuple(evicted if p.name == "web-a" else p for p in snap.pods) + (fresh, other))
+    found = find_evictions(snap, {}, {SPOT_GROUP.id: GroupState(SPOT_GROUP.id)}, noticed=("spot-0",))
+    planning = replacement_demand(snap, found)
+    waiting = {p.name for p in planning.pods if p.node_name is None and p.owner and p.owner.name == evicted.owner.name}
+    assert waiting == {"web-a", "web-z"}  # the stand-in, and a pending replica older than the eviction

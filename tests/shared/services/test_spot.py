@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from shared.actions import ScaleUp, decode_message
 from shared.engine.spot import DELETED, NOTICE
 from shared.services.executor import Executor
@@ -68,8 +70,8 @@ def test_a_partial_scale_up_takes_what_the_quota_allows_and_the_rest_goes_elsewh
     assert report["refused_requests"] == 0 and report["peak_usage"]["standardDSv5Family"] <= 14
 
 
-def _spot_app() -> MemoryApp:
-    app = memory_app("spot-eviction", settings=SETTINGS)
+def _spot_app(**settings: str) -> MemoryApp:
+    app = memory_app("spot-eviction", settings={**SETTINGS, **settings})
     app.clock.advance(60)
     run_pending_poll(app.ports, app.settings, now=app.clock.now())
     _execute_all(app)
@@ -92,8 +94,9 @@ def test_an_eviction_without_notice_is_seen_within_a_poll_and_replaced_at_once()
     assert sum(_scale_ups(app.queued()).values()) >= 1  # replacements asked for in the same poll
 
 
-def test_a_preempt_notice_cordons_evicts_and_asks_for_the_replacement_before_the_vm_goes() -> None:
-    app = _spot_app()
+@pytest.mark.parametrize("batch_pods", ["keep", "evict"])
+def test_a_preempt_notice_cordons_evicts_and_asks_for_the_replacement_before_the_vm_goes(batch_pods: str) -> None:
+    app = _spot_app(SPOT_NOTICE_BATCH_PODS=batch_pods)
     node = sorted(_spot_nodes(app))[-1]
     group = app.world.scale_set(app.world.subscription_id, "rg-sandbox-nodes", "pool-spot")
     instance_id = node.removeprefix("pool-spot").lstrip("0") or "0"
@@ -107,7 +110,11 @@ def test_a_preempt_notice_cordons_evicts_and_asks_for_the_replacement_before_the
     cordoned = app.ports.cluster.get_node(node)
     assert cordoned is not None and cordoned.unschedulable
     assert any(t.key == PREEMPTED_TAINT.key for t in cordoned.taints)
-    assert all(p.terminating for p in app.ports.cluster.list_pods_on_node(node) if not p.is_daemonset)
+    # The node's pods are Jobs: left to finish (`keep`, the default) or evicted with the rest (`evict`).
+    pods = [p for p in app.ports.cluster.list_pods_on_node(node) if not p.is_daemonset]
+    jobs = [p for p in pods if p.owner is not None and p.owner.kind == "Job"]
+    assert jobs and all(p.terminating == (batch_pods == "evict") for p in jobs)
+    assert all(p.terminating for p in pods if p not in jobs)  # the web pod goes at once either way
     # The replacement's capacity is asked for now: one more than the group holds, its VM still there.
     assert _scale_ups(app.queued()).get("pool-spot", 0) == capacity + 1
     # A poll before the VM goes sees the node as going and asks for nothing more.
@@ -152,4 +159,30 @@ def test_an_agents_signal_is_handled_as_a_notice_and_a_dry_run_touches_nothing()
             assert not seen.unschedulable and not any(p.terminating for p in app.ports.cluster.list_pods_on_node(node))
         else:
             assert seen.unschedulable and any(t.key == PREEMPTED_TAINT.key for t in seen.taints)
-            assert all(p.terminating for p in app.ports.cluster.list_pods_on_node(node) if not p.is_daemonset)
+            # Its replacement goes to the spot group: a node under a signal is no template for its group.
+            assert "pool-spot" in _scale_ups(app.queued())
+
+
+def test_a_notice_before_the_node_registers_is_held_until_the_node_comes_and_the_vm_goes() -> None:
+    app = memory_app("spot-eviction", settings=SETTINGS)
+    app.clock.advance(60)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    _execute_all(app, rounds=2)  # the set is grown; its VMs boot for 90-150 s
+    assert not _spot_nodes(app)
+    group_id = "rg-sandbox-nodes/pool-spot"
+    event = {"id": "e4", "subject": "", "data": {"EventType": "Preempt", "Resources": ["pool-spot_5"],
+                                                  "NotBefore": "Mon, 07 Jan 2030 09:30:00 GMT"}}
+    result = handle_scheduled_event(app.ports, app.settings, event, now=app.clock.now())
+    assert result.outcome == "acted" and result.nodes == ()
+    assert set(app.ports.state.get_group(group_id).preempted) == {"5"}
+    assert _scale_ups(app.take_queued()).get("pool-spot") == 7  # its replacement, before the node even exists
+    app.clock.advance(240)  # the node registers: the next poll drains it
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    noticed = next(n for n in _spot_nodes(app).values() if n.name == "pool-spot000005")
+    assert noticed.unschedulable and any(t.key == PREEMPTED_TAINT.key for t in noticed.taints)
+    # Once the VM is gone the notice is forgotten.
+    group = app.world.scale_set(app.world.subscription_id, "rg-sandbox-nodes", "pool-spot")
+    app.world.delete_instances(group, ["5"])
+    app.clock.advance(120)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert app.ports.state.get_group(group_id).preempted == {}
