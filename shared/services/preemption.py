@@ -4,9 +4,10 @@ Azure publishes Scheduled Events, the spot `Preempt` notice included (at least 3
 to the Event Grid system topic `Microsoft.Maintenance.ScheduledEvents` (preview). The Event Grid-triggered
 function hands each event here. Nothing in an event is trusted that our own reads can tell us: the VM it
 names must be an instance of one of our spot groups, and the node is found by our own node mapping.
-Then, at once: the node is cordoned with our taint, its pods are evicted (no waiting for batch pods: they
-die with the VM), the eviction is recorded, and the pending pods are planned again so the replacements'
-capacity is asked for before the VM is gone.
+Then, at once: the notice is held in the group's state (a node not registered yet is drained when it
+comes), the node is cordoned with our taint, its pods are evicted (batch pods per SPOT_NOTICE_BATCH_PODS),
+the eviction is recorded, and the pending pods are planned again so the replacements' capacity is asked for
+before the VM is gone.
 
 The data schema of that topic's events is not published in a form we could verify; we read the IMDS
 Scheduled Events fields (`EventType`, `Resources`, `NotBefore`) in `data`, case-insensitively, and the VM
@@ -24,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from shared.domain import NodeGroup
+from shared.domain import FLEXIBLE_SCALE_SET, NodeGroup
 from shared.engine.drainability import is_batch
 from shared.engine.spot import NOTICE, Eviction
 from shared.ports import Ports
@@ -92,15 +93,19 @@ def _instances_named(ports: Ports, groups: Sequence[NodeGroup], vms: Sequence[st
     for vm in vms:
         uniform, imds, plain = _UNIFORM_VM.search(vm), _IMDS_UNIFORM.match(vm), _PLAIN_VM.search(vm)
         for group in groups:
-            if uniform is not None:
+            flexible = group.provider == FLEXIBLE_SCALE_SET
+            if flexible and (plain is not None or "/" not in vm):
+                # A Flexible member: its instance id is its VM name (IMDS names it so too); only a listing says
+                # whose member it is.
+                if plain is not None and plain["rg"].lower() != group.resource_group.lower():
+                    continue
+                instance = plain["vm"] if plain is not None else vm
+                hit = any(i.instance_id.lower() == instance.lower() for i in ports.provider.list_instances(group))
+            elif uniform is not None:
                 hit = (uniform["rg"].lower(), uniform["vmss"].lower()) == (group.resource_group.lower(), group.name.lower())
                 instance = uniform["id"]
-            elif imds is not None:
+            elif imds is not None and not flexible:
                 hit, instance = imds["vmss"].lower() == group.name.lower(), imds["id"]
-            elif plain is not None and plain["rg"].lower() == group.resource_group.lower():
-                # A Flexible member: its instance id is its VM name; only a listing says whose member it is.
-                instance = plain["vm"]
-                hit = any(i.instance_id.lower() == instance.lower() for i in ports.provider.list_instances(group))
             else:
                 continue
             if hit and (group, instance) not in found:

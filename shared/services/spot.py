@@ -4,7 +4,9 @@
   evicted nodes and the nodes under a notice or an agent's signal, acts on them, and returns the snapshot the
   planner sees (those nodes gone, their pods' replacements pending), so replacements are asked for now;
 - `act_on_notice`: a node about to go (a notice or a signal): cordoned with our taint, its pods evicted at
-  once (batch pods too: they die with the VM anyway), the eviction recorded;
+  once (batch pods left to finish unless SPOT_NOTICE_BATCH_PODS=evict: evicting them early saves no work), the
+  eviction recorded; a notice is held in the group's state (`record_notice`), so a node that registers after
+  it is drained as soon as a poll sees it;
 - a node whose VM is gone (deleted, or deallocated by Azure) has its Node object deleted, so its pods are
   garbage-collected and recreated at once rather than after the node lifecycle controller's five minutes;
   a deallocated instance becomes stopped capacity of its group, started again before new instances.
@@ -22,8 +24,6 @@ from shared.domain import ClusterSnapshot, GroupState, Instance, Node, Pod, Tain
 from shared.engine.drainability import is_batch
 from shared.engine.templates import build_templates
 from shared.engine.spot import (
-    NOTICE,
-    SIGNAL,
     Eviction,
     find_evictions,
     lost_seconds,

@@ -186,3 +186,28 @@ def test_a_notice_before_the_node_registers_is_held_until_the_node_comes_and_the
     app.clock.advance(120)
     run_pending_poll(app.ports, app.settings, now=app.clock.now())
     assert app.ports.state.get_group(group_id).preempted == {}
+
+
+@pytest.mark.parametrize("event,kind,vms", [
+    ({"subject": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/p/virtualMachines/3",
+      "data": {"EventType": "Preempt", "Resources": ["p_3"]}}, "Preempt",
+     ["p_3", "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/p/virtualMachines/3"]),
+    ({"subject": "", "data": {"eventtype": "Preempt", "resources": ["vm1", 7]}}, "Preempt", ["vm1"]),  # any case
+    ({"subject": "x", "data": "not an object"}, "", []),
+    ({"data": {"EventType": "Reboot"}}, "Reboot", []),
+])
+def test_what_a_scheduled_event_names(event: dict[str, Any], kind: str, vms: list[str]) -> None:
+    from shared.services.preemption import named_vms
+
+    assert named_vms(event) == (kind, vms)
+
+
+def test_the_notice_time_is_its_not_before_or_thirty_seconds() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from shared.services.preemption import not_before
+
+    now = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
+    assert not_before({"data": {"NotBefore": "Mon, 07 Jan 2030 09:00:45 GMT"}}, now=now) == now + timedelta(seconds=45)
+    assert not_before({"data": {"NotBefore": "soon"}}, now=now) == now + timedelta(seconds=30)
+    assert not_before({"data": {}}, now=now) == now + timedelta(seconds=30)
