@@ -140,7 +140,8 @@ def test_ours_gets_each_notice_within_a_second_and_moves_pods_off_before_the_evi
         return real(ports, settings, event, now=now)
 
     monkeypatch.setattr(ours_module, "handle_scheduled_event", spy)
-    config = replace(CONFIG, spot={"eviction_rate_per_hour": 2.0})
+    # The trace's pods are Jobs, which a notice leaves to finish by default: here they are moved, to see it done.
+    config = replace(CONFIG, spot={"eviction_rate_per_hour": 2.0}, settings={"SPOT_NOTICE_BATCH_PODS": "evict"})
     run, ours = _run("ours+spot", long_jobs(), config)
     published = {e["event"]["id"]: e["event"] for e in run.world.eventgrid_events()}
     spot = run.world.report()["spot"]
@@ -289,3 +290,11 @@ def test_same_seed_same_evictions_and_numbers(policy: str) -> None:
     config = replace(CONFIG, spot={"eviction_rate_per_hour": 2.0})
     first, second = replay(long_jobs(), policy, config), replay(long_jobs(), policy, config)
     assert first.result == second.result and first.result["spot"]["evictions"] >= 1
+
+
+def test_by_default_a_notice_leaves_jobs_to_finish_but_cordons_their_node() -> None:
+    run, ours = _run("ours+spot", long_jobs(), replace(CONFIG, spot={"eviction_rate_per_hour": 2.0}))
+    spot = run.world.report()["spot"]
+    assert spot["notices_published"] >= 2 and ours.errors == 0
+    assert spot["pods_moved_before_eviction"] == 0  # Jobs run on: evicting them early would save none of their work
+    assert {outcome for _, _, outcome in ours.notices} == {"acted"}
