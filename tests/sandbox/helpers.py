@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 RG = "rg-test"
 POOL = "pool-a"
+SUB = "11111111-2222-3333-4444-555555555555"  # BASE's subscription
+START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
+VMSS = f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets"
+ARM_TOKEN = "arm-token"  # what `grant` issues for ARM in tests of a World without a server
+ARM_AUTH = {"Authorization": f"Bearer {ARM_TOKEN}", "Host": "127.0.0.1:8443"}
 
 BASE: dict[str, Any] = {
     "name": "small",
     "cluster_name": "test-cluster",
-    "subscription_id": "11111111-2222-3333-4444-555555555555",
+    "subscription_id": SUB,
     "location": "westeurope",
     "duration": "2h",
     "arm_throttling": False,

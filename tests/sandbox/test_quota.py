@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,15 +17,10 @@ from sandbox.server import SandboxServer
 from sandbox.wire import Request
 from sandbox.world import World
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client
-from tests.sandbox.helpers import POOL, RG, grant, scenario
+from tests.sandbox.helpers import ARM_AUTH, ARM_TOKEN, POOL, RG, START, SUB, VMSS, grant, scenario
 
-START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
-SUB = "11111111-2222-3333-4444-555555555555"
 SPOT = "pool-s"
 F8 = "pool-f8"
-VMSS = f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets"
-ARM_TOKEN = "arm-token"
-ARM_AUTH = {"Authorization": f"Bearer {ARM_TOKEN}", "Host": "127.0.0.1:8443"}
 LINK = "https://docs.microsoft.com/en-us/azure/azure-supportability/per-vm-quota-requests"
 
 

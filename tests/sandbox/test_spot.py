@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -21,14 +20,9 @@ from sandbox.server import SandboxServer
 from sandbox.wire import Request
 from sandbox.world import World
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client
-from tests.sandbox.helpers import POOL, RG, grant, job, scenario
+from tests.sandbox.helpers import ARM_AUTH, ARM_TOKEN, POOL, RG, START, SUB, VMSS, grant, job, scenario
 
-START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
-SUB = "11111111-2222-3333-4444-555555555555"
 REGULAR = "pool-r"
-VMSS = f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets"
-ARM_TOKEN = "arm-token"
-ARM_AUTH = {"Authorization": f"Bearer {ARM_TOKEN}", "Host": "127.0.0.1:8443"}
 SPOT_KEY = "kubernetes.azure.com/scalesetpriority"
 TOLERATE_SPOT = [{"key": SPOT_KEY, "operator": "Equal", "value": "spot", "effect": "NoSchedule"}]
 # helpers.BASE: boot 60 s (provisioned at 30 s), delete 30 s, node removal 10 s
