@@ -238,6 +238,9 @@ class SpreadIndex:
 SpreadKey = Hashable
 
 
+_COMPACT_AT = 4096  # stale entries of dropped nodes tolerated before the lists are compacted
+
+
 class PlacementState:
     """Nodes and the pods on them (placed or planned), with the indexes the stateful filters need.
 
@@ -270,6 +273,11 @@ class PlacementState:
         self._memo: dict[tuple[str, int], tuple[Pod, object]] = {}
         # Undo log: ("node", name) or ("pod", pod, node name, requests), newest last.
         self._journal: list[tuple[object, ...]] = []
+        # Nodes dropped for good (drop_node) whose pods' entries are still in _by_namespace and _by_pair: skipped
+        # by readers and compacted away in bulk. Rebuilding those lists at each drop made a scale-down pass
+        # quadratic in the cluster's pods (measured: 3.4 s of a 1,000-node pass went to it).
+        self._dropped: set[str] = set()
+        self._stale = 0
 
     # -- building -------------------------------------------------------------------
 
@@ -338,13 +346,23 @@ class PlacementState:
         leaving = self._pods.get(name, ())
         for pod in leaving:
             self._count(pod, name, -1)
-        for namespace in {pod.namespace for pod in leaving}:
-            self._by_namespace[namespace] = [e for e in self._by_namespace[namespace] if e[1] != name]
-        if self._by_pair is not None:
-            for pair in {pair for pod in leaving for pair in pod.labels.items()}:
-                if pair in self._by_pair:
-                    self._by_pair[pair] = [e for e in self._by_pair[pair] if e[1] != name]
         self._remove_node(name)
+        if leaving:
+            self._dropped.add(name)
+            self._stale += len(leaving)
+            if self._stale >= _COMPACT_AT and 4 * self._stale >= sum(len(v) for v in self._by_namespace.values()):
+                self._compact()
+
+    def _compact(self) -> None:
+        """Remove the entries of dropped nodes from the pod lists, keeping the order of the rest (rollback pops)."""
+        dropped = self._dropped
+        for namespace, placed in self._by_namespace.items():
+            self._by_namespace[namespace] = [e for e in placed if e[1] not in dropped]
+        if self._by_pair is not None:
+            for pair, placed in self._by_pair.items():
+                self._by_pair[pair] = [e for e in placed if e[1] not in dropped]
+        self._dropped = set()
+        self._stale = 0
 
     def checkpoint(self) -> int:
         return len(self._journal)
@@ -485,6 +503,8 @@ class PlacementState:
     # -- internals --------------------------------------------------------------------
 
     def _add_node(self, view: NodeView) -> None:
+        if view.name in self._dropped:
+            self._compact()  # a name back after a drop: its old entries must not count for the new node
         self._nodes[view.name] = view
         if view.reserved_ports:
             self._ports[view.name] = list(view.reserved_ports)
@@ -600,10 +620,15 @@ class PlacementState:
                     for pod, node_name in placed:
                         for pair in pod.labels.items():
                             self._by_pair.setdefault(pair, []).append((pod, node_name))
-            return self._by_pair.get(selector.match_labels[0], ())
-        if namespaces == _ALL:
-            return (entry for placed in self._by_namespace.values() for entry in placed)
-        return (entry for ns in namespaces for entry in self._by_namespace.get(ns, ()))
+            found: Iterable[tuple[Pod, str]] = self._by_pair.get(selector.match_labels[0], ())
+        elif namespaces == _ALL:
+            found = (entry for placed in self._by_namespace.values() for entry in placed)
+        else:
+            found = (entry for ns in namespaces for entry in self._by_namespace.get(ns, ()))
+        if self._dropped:
+            dropped = self._dropped
+            return (entry for entry in found if entry[1] not in dropped)
+        return found
 
     def _build_term(self, key: TermKey) -> _TermCounts:
         topology_key, selector, namespaces = key

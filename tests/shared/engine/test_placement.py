@@ -290,6 +290,29 @@ def test_drop_node_removes_the_node_and_its_pods_for_good() -> None:
     assert not state.has_node("n1")
 
 
+@pytest.mark.parametrize("compact_at", [1, 10**9])  # compacted at once, or never: the same answers
+def test_dropped_nodes_pods_match_nothing_later_and_planned_pods_still_roll_back(
+        compact_at: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shared.engine.placement as placement
+
+    monkeypatch.setattr(placement, "_COMPACT_AT", compact_at)
+    nodes = [view(f"n{i}", zone=f"z{i % 2}") for i in range(6)]
+    web = [pod(f"web-{i}", labels={"app": "web"}, node_name=f"n{i}") for i in range(6)]
+    state = PlacementState.from_cluster(nodes, web)
+    mark = state.checkpoint()
+    placed(state, pod("new-web", labels={"app": "web"}), "n5")
+    for name in ("n0", "n1", "n2"):
+        state.drop_node(name)
+    key = term_key(affinity(ZONE, sel(app="web")), "default")
+    assert key is not None
+    assert state.term_counts(key) == ({"z1": 3, "z0": 1}, 4)  # built after the drops: only pods still there
+    state.rollback(mark)
+    assert state.term_counts(key) == ({"z1": 2, "z0": 1}, 3)
+    # A node added again under a dropped name starts empty.
+    state.add_node(view("n0", zone="z0"))
+    assert state.term_counts(term_key(affinity(HOST, sel(app="web")), "default"))[0].get("n0") is None
+
+
 def test_drop_node_refuses_a_node_that_received_planned_pods() -> None:
     state = PlacementState.from_cluster([view("n1"), view("n2")], [])
     placed(state, pod("moved"), "n1")
