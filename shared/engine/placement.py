@@ -278,6 +278,8 @@ class PlacementState:
         # quadratic in the cluster's pods (measured: 3.4 s of a 1,000-node pass went to it).
         self._dropped: set[str] = set()
         self._stale = 0
+        # Journaled placements per node: what drop_node checks, without scanning the journal each time.
+        self._journaled_on: dict[str, int] = {}
 
     # -- building -------------------------------------------------------------------
 
@@ -334,6 +336,7 @@ class PlacementState:
             raise KeyError(f"unknown node {node_name}")
         self._place(pod, node_name, requests)
         self._journal.append(("pod", pod, node_name, requests))
+        self._journaled_on[node_name] = self._journaled_on.get(node_name, 0) + 1
 
     def drop_node(self, name: str) -> None:
         """The node and its pods leave for good (a scale-down candidate that passed): they count nowhere now.
@@ -341,7 +344,7 @@ class PlacementState:
         Not journaled, so not undone by a rollback: call it only when no checkpoint taken before
         it will be rolled back, and on a node no journaled placement went to.
         """
-        if any(entry[0] == "pod" and entry[2] == name for entry in self._journal):
+        if self._journaled_on.get(name):
             raise ValueError(f"node {name} received planned pods; it cannot be dropped")
         leaving = self._pods.get(name, ())
         for pod in leaving:
@@ -375,6 +378,7 @@ class PlacementState:
                 _, pod, node_name, requests = entry
                 assert isinstance(pod, Pod) and isinstance(node_name, str) and isinstance(requests, Resources)
                 self._unplace(pod, node_name, requests)
+                self._journaled_on[node_name] -= 1
             else:
                 name = entry[1]
                 assert isinstance(name, str)
