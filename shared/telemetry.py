@@ -127,8 +127,8 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
                "(spot-capacity, zonal-allocation, family-quota, ...)."),
     MetricSpec(_OURS + "unavailable_offerings", "gauge", ("kind",), "{offering}",
                "Offerings (VM size, family or all spot, per zone and priority) marked unavailable now, by failure kind."),
-    MetricSpec(_OURS + "quota_capped_groups", "gauge", (), "{pod}",
-               "Pods left unplaced in the last pending poll because a Compute quota capped the groups that could take them."),
+    MetricSpec(_OURS + "quota_capped_groups", "gauge", (), "{group}",
+               "Node groups whose increase a Compute quota capped in the last pending poll."),
     MetricSpec(_OURS + "spot_evictions_total", "counter", ("node_group", "how"), "{node}",
                "Spot nodes lost to Azure evictions, by how we learnt it: notice (Preempt via Event Grid), signal "
                "(an in-cluster agent's taint or condition), deleted or deallocated (seen from the scale set)."),

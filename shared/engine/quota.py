@@ -89,11 +89,6 @@ def quota_view(usages: Mapping[str, Sequence[QuotaUsage]], sizes: Sequence[VmSiz
     return Quota(remaining, {size.name.lower(): (size.family.lower(), size.vcpus) for size in sizes}, names)
 
 
-def usage_names(group: NodeGroup, quota: Quota) -> tuple[str, ...]:
-    """The quota names (as the usages API spells them, lower-cased) a node of the group counts against."""
-    return quota.pools(group)
-
-
 def capped_target(group: NodeGroup, target: int, quota: Quota | None) -> tuple[int, str | None]:
     """The largest size up to `target` the group's quotas allow now (the executor's check before it asks)."""
     if quota is None or target <= group.capacity:

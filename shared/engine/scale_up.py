@@ -135,6 +135,7 @@ class ScaleUpPlan:
     # (pod -> group id). cluster-autoscaler estimates with node-count limits only and caps the count by
     # cores and memory afterwards, so it names these pods among those that triggered the scale-up.
     limited: Mapping[str, str] = field(default_factory=dict)
+    quota_capped: tuple[str, ...] = ()  # groups whose increase a Compute quota held below what else allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,6 +489,7 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
     estimates: dict[str, _Option | None] = {}
     estimated_room: dict[str, int] = {}
     quota = options.quota
+    capped: set[str] = set()
     while remaining:
         for group in groups:
             # Per-group max, MAX_NODES_PER_SCALE_UP and the cluster-wide node, core and memory limits.
@@ -510,6 +512,7 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
                 if cap is not None and cap < room[group.id]:
                     room[group.id] = cap
                     room_reason[group.id] = f"quota: {why}"
+                    capped.add(group.id)
         # Without affinity, anti-affinity or spread among the pods left, one group's new nodes
         # cannot change another's estimate: an estimate stays valid until a pod it placed is
         # taken by the group chosen, and only those are estimated again.
@@ -562,7 +565,7 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
     limited = _limited(remaining, classes, plans, room, room_reason, added, state)
     plan = ScaleUpPlan(increases=increases, absorbed=tuple(absorbed), unplaceable=unplaceable,
                        ignored=dict(split.ignored), reclaimed={n: tuple(p) for n, p in reclaimed.items()},
-                       limited=limited)
+                       limited=limited, quota_capped=tuple(sorted(capped)))
     return ScaleUpSimulation(plan, tuple(steps))
 
 

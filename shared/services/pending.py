@@ -8,6 +8,7 @@ on by the executor), and only then new nodes.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -135,10 +136,9 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
             f", {hidden} on virtual nodes" if hidden else "")
         if increase.group_id in why_load:
             reason = f"load: {why_load[increase.group_id]}" + (f"; {reason}" if increase.pods else "")
-        group = next((g for g in snapshot.groups if g.id == increase.group_id), None)
-        if group is not None:
+        if planned is not None:
             # Until the executor asks Azure (and reads the quotas afresh), later polls count this decision as used.
-            offerings.note_requested(ports, limits.quota, group, increase.delta)
+            offerings.note_requested(ports, limits.quota, planned, increase.delta)
         ports.queue.send(
             new_scale_up(
                 action_id=action_id,
@@ -164,8 +164,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         ports.events.emit(event)
     result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued),
                                observed=observed, virtual=virtual.plan, evictions=tuple(evictions), limits=limits)
-    telemetry.record_offerings(_by_kind(limits), quota_capped=sum(
-        1 for why in plan.unplaceable.values() if "quota:" in why))
+    telemetry.record_offerings(Counter(mark.kind for mark in limits.marks), quota_capped=len(plan.quota_capped))
     telemetry.record_pending_poll(observed, states, unavailable, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
     publish_status(ports, settings, observed, status_inputs(
@@ -177,13 +176,6 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         spot_evictions={e.node: e.how for e in evictions},
     ), now=now)
     return result
-
-
-def _by_kind(limits: offerings.PlanningLimits) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for mark in limits.marks:
-        counts[mark.kind] = counts.get(mark.kind, 0) + 1
-    return counts
 
 
 def _with_load(plan: ScaleUpPlan, load: LoadPlan) -> ScaleUpPlan:

@@ -140,8 +140,7 @@ def failed(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, detail: str, 
     run.status_event("FailedToScaleUpGroup", f"Scale-up failed for group {action.group}: {detail}", now=now,
                      type="Warning")
     result = run.finish(action, entry, "failed", detail, now=now, error_code=code)
-    if code in ALLOCATION_FAILURES or (classified is not None and (classified.kind or classified.quota)):
-        _replan(run, now=now)
+    _replan(run, now=now)  # the group is marked or backed off now: its pods go elsewhere
     return result
 
 

@@ -64,6 +64,7 @@ def test_partial_scale_up_takes_what_fits_and_plans_the_rest_elsewhere() -> None
     by_group = {i.group_id: i.delta for i in plan.increases}
     assert by_group[d4.id] == 3  # 12 vCPUs left in the family: three D4s (least-waste prefers D4 for 3-CPU, 12-GiB pods)
     assert sum(len(i.pods) for i in plan.increases) == 10 and not plan.unplaceable
+    assert plan.quota_capped == (d4.id,)
     # The invariant: no group's increase exceeds what its quotas allow.
     for increase in plan.increases:
         grp = next(g for g in (d4, f8) if g.id == increase.group_id)
