@@ -14,11 +14,11 @@ from __future__ import annotations
 import gc
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import urllib3
 from kubernetes.client import (
@@ -34,6 +34,18 @@ from kubernetes.client import (
 )
 from kubernetes.client.exceptions import ApiException
 
+from shared.adapters.kube_decode import (
+    BudgetItem,
+    DaemonSetItem,
+    EventItem,
+    Malformed,
+    NodeItem,
+    PodItem,
+    Unchanged,
+    decode_page,
+    identity,
+    item_key,
+)
 from shared.domain import (
     EMPTY_MAP,
     DaemonSet,
@@ -425,7 +437,8 @@ def _runtime_features(spec: Mapping[str, Any]) -> tuple[str, ...]:
     """What the pod asks of its host that a virtual node may not offer (`Pod.runtime_features`)."""
     features = [name for key, name in _HOST_NAMESPACES if spec.get(key)]
     containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-    if any(((c.get("securityContext") or {}).get("privileged")) for c in containers if isinstance(c, Mapping)):
+    # A container is a dict (plain JSON) or a typed struct (kube_decode) that answers `get` alike.
+    if any(((c.get("securityContext") or {}).get("privileged")) for c in containers if hasattr(c, "get")):
         features.append("privileged")
     if spec.get("initContainers"):
         features.append("init-containers")
@@ -562,6 +575,40 @@ def disruption_budget_from_json(obj: Mapping[str, Any]) -> DisruptionBudget:
     )
 
 
+_UNREADABLE = "unreadable object"
+
+
+def unreadable_pod(metadata: Mapping[str, Any], spec: Mapping[str, Any], error: str) -> Pod | None:
+    """A pod we could not read, as a placeholder that keeps every decision about it conservative.
+
+    It keeps its identity and node (so its node is never taken for empty), has no owner (so the
+    node is never drained under it) and an unsupported construct (so, pending, it is reported and
+    never planned for). None when not even its name and node can be read: then it is only reported.
+    """
+    name, namespace, node = metadata.get("name"), metadata.get("namespace", ""), spec.get("nodeName")
+    if not isinstance(name, str) or not isinstance(namespace, str) or not isinstance(node, str | None):
+        return None
+    uid = metadata.get("uid")
+    return Pod(namespace=namespace, name=name, uid=uid if isinstance(uid, str) else "", requests=Resources(pods=1),
+               created_at=_EPOCH, node_name=node or None, phase="Running" if node else "Pending",
+               unsupported=(f"{_UNREADABLE}: {error}"[:300],))
+
+
+def unreadable_node(metadata: Mapping[str, Any], spec: Mapping[str, Any], error: str) -> Node | None:
+    """A node we could not read, as a placeholder: no room, cordoned and NotReady (nothing is planned onto it and
+    it is no group's template), never scaled down (the scale-down-disabled annotation, which the planner checks
+    before readiness), but still there, so its instance is not taken for one that never registered. None when
+    not even its name can be read."""
+    name, provider_id = metadata.get("name"), spec.get("providerID")
+    if not isinstance(name, str) or not name:
+        return None
+    return Node(name=name, allocatable=Resources(), created_at=_EPOCH,
+                provider_id=provider_id if isinstance(provider_id, str) else "",
+                annotations=MappingProxyType({"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true",
+                                              "vmss-autoscaler.io/unreadable": error[:300]}),
+                ready=False, unschedulable=True)
+
+
 def _taint(raw: Mapping[str, Any]) -> Taint:
     return Taint(key=raw.get("key", ""), value=raw.get("value") or "", effect=raw.get("effect") or "NoSchedule")
 
@@ -652,6 +699,21 @@ def gc_paused() -> Iterator[None]:
 
 # --- The adapter ---------------------------------------------------------------
 
+_R = TypeVar("_R")
+_V = TypeVar("_V")
+_Item = TypeVar("_Item", bound=Any)
+
+
+def _no_placeholder(metadata: Mapping[str, Any], spec: Mapping[str, Any], error: str) -> None:
+    return None
+
+
+def _readable(what: str, item: Any) -> Any:
+    if isinstance(item, Malformed):
+        metadata, _spec = identity(item.raw)
+        raise ClusterError(f"{what}: cannot read {metadata.get('name', '?')!r}: {item.error}")
+    return item
+
 
 def _api_message(exc: ApiException) -> str:
     """The `message` of the Status object the API server sends with an error, when there is one."""
@@ -701,6 +763,9 @@ class KubernetesCluster:
         self._timeout = request_timeout
         self._page_size = page_size
         self._conflict_retries = conflict_retries
+        # Warm reuse between polls of one Function instance: the last full list's conversions.
+        self._warm_nodes: dict[tuple[str, str], Node] = {}
+        self._warm_pods: dict[tuple[str, str], Pod] = {}
 
     @classmethod
     def from_settings(
@@ -747,16 +812,88 @@ class KubernetesCluster:
         except urllib3.exceptions.HTTPError as exc:
             raise KubernetesApiError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
-    def _json(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def _read(self, what: str, method: Callable[..., Any], parse: Callable[[bytes], _R], *args: Any,
+              **kwargs: Any) -> _R:
+        """One call's response body, parsed by `parse`; a body that does not parse is a KubernetesApiError."""
         response = self._call(what, method, *args, **kwargs)
         try:
-            return json.loads(response.data)
+            return parse(response.data)
         except urllib3.exceptions.HTTPError as exc:
             raise KubernetesApiError(f"{what}: reading the response: {exc}") from exc
         except ValueError as exc:
             raise KubernetesApiError(f"{what}: the response is not JSON: {exc}") from exc
         finally:
             response.release_conn()
+
+    def _json(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self._read(what, method, json.loads, *args, **kwargs)  # type: ignore[no-any-return]
+
+    def _typed_items(self, what: str, method: Callable[..., Any], kind: type[_Item], *,
+                     known: Container[tuple[str, str]] | None = None, **kwargs: Any
+                     ) -> Iterator[_Item | Malformed | Unchanged]:
+        """Every item of a list call as a typed struct (`kube_decode`), page by page (`limit` and `continue`);
+        items whose (uid, resourceVersion) is in `known` are not decoded."""
+        token: str | None = None
+        while True:
+            page = self._read(what, method, lambda data: decode_page(data, kind, known=known), limit=self._page_size,
+                              _continue=token, **kwargs)
+            yield from page.items
+            token = page.continue_token
+            if token is None:
+                return
+
+    def _typed_list(self, what: str, method: Callable[..., Any], kind: type[_Item],
+                    convert: Callable[[Any], _V], unreadable: Callable[[Mapping[str, Any], Mapping[str, Any], str], _V | None],
+                    *, warm: dict[tuple[str, str], _V] | None = None, **kwargs: Any) -> list[_V]:
+        """A list call's items converted, malformed ones reported and replaced by `unreadable`'s placeholder.
+
+        `warm`: the conversions of the previous full list by (uid, resourceVersion); an item seen unchanged is
+        not converted again. It is replaced in place by this list's entries only, so objects gone from the
+        cluster are dropped and its size follows the cluster's.
+        """
+        out: list[_V] = []
+        fresh: dict[tuple[str, str], _V] = {}
+        reused = 0
+        for item in self._typed_items(what, method, kind, known=warm or None, **kwargs):
+            if isinstance(item, Unchanged):
+                value = fresh[item.key] = warm[item.key]  # type: ignore[index]
+                out.append(value)
+                reused += 1
+                continue
+            if isinstance(item, Malformed):
+                metadata, spec = identity(item.raw)
+                self._report_unreadable(what, metadata, item.error, unreadable(metadata, spec, item.error), out)
+                continue
+            key = item_key(item) if warm is not None else None
+            try:
+                value = convert(item)
+            except (ValueError, TypeError, AttributeError) as exc:  # a malformed quantity, timestamp or field
+                metadata = item.get("metadata") or {}
+                spec = item.get("spec") or {}
+                meta = {k: metadata.get(k) for k in ("name", "namespace", "uid")}
+                declared = getattr(type(spec), "__struct_fields__", None)  # a struct's `get` knows only its fields
+                node_spec = {k: spec.get(k) for k in ("nodeName", "providerID") if declared is None or k in declared}
+                self._report_unreadable(what, meta, str(exc), unreadable(meta, node_spec, str(exc)), out)
+                continue
+            if key is not None:
+                fresh[key] = value
+            out.append(value)
+        if warm is not None:
+            warm.clear()
+            warm.update(fresh)
+            log.debug("%s: %d of %d objects unchanged since the last list", what, reused, len(out))
+        return out
+
+    @staticmethod
+    def _report_unreadable(what: str, metadata: Mapping[str, Any], error: str, placeholder: _V | None,
+                           out: list[_V]) -> None:
+        name = f"{metadata.get('namespace') or ''}/{metadata.get('name') or '?'}".lstrip("/")
+        if placeholder is None:
+            log.error("%s: skipped an object that cannot be read (%s): %s", what, name, error)
+            return
+        log.error("%s: cannot read %s (%s); it is kept as a placeholder that nothing is planned onto or removes",
+                  what, name, error)
+        out.append(placeholder)
 
     def _discard(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         response = self._call(what, method, *args, **kwargs)
@@ -766,16 +903,6 @@ class KubernetesCluster:
             pass  # the call succeeded; an unread body is no reason to fail it
         finally:
             response.release_conn()
-
-    def _pages(self, what: str, method: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
-        """Every item of a list call, page by page (`limit` and `continue`)."""
-        token: str | None = None
-        while True:
-            page = self._json(what, method, limit=self._page_size, _continue=token, **kwargs)
-            yield from page.get("items") or ()
-            token = (page.get("metadata") or {}).get("continue") or None
-            if token is None:
-                return
 
     def _json_or_none(self, what: str, method: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
         """One object read, or None when the API says it does not exist (404)."""
@@ -790,7 +917,7 @@ class KubernetesCluster:
         return self._json_or_none(what, self._core.read_node, name)
 
     @staticmethod
-    def _converted(what: str, convert: Callable[[Mapping[str, Any]], Any], obj: Mapping[str, Any]) -> Any:
+    def _converted(what: str, convert: Callable[[Any], Any], obj: Any) -> Any:
         try:
             return convert(obj)
         except ValueError as exc:  # a malformed quantity or timestamp
@@ -800,16 +927,18 @@ class KubernetesCluster:
     # -- reads ------------------------------------------------------------------
 
     def list_nodes(self) -> list[Node]:
-        what = "list nodes"
+        """Every Node. One that cannot be read is logged and kept as a placeholder (`unreadable_node`)."""
         with gc_paused():
-            return [self._converted(what, node_from_json, o) for o in self._pages(what, self._core.list_node)]
+            return self._typed_list("list nodes", self._core.list_node, NodeItem, node_from_json, unreadable_node,
+                                    warm=self._warm_nodes)
 
     def list_pods(self) -> list[Pod]:
-        """Every unfinished pod (phase Succeeded/Failed are filtered by the server)."""
-        what = "list pods"
+        """Every unfinished pod (phase Succeeded/Failed are filtered by the server).
+
+        One that cannot be read is logged and kept as a placeholder (`unreadable_pod`)."""
         with gc_paused():
-            items = self._pages(what, self._core.list_pod_for_all_namespaces, field_selector=_UNFINISHED)
-            return [self._converted(what, pod_from_json, o) for o in items]
+            return self._typed_list("list pods", self._core.list_pod_for_all_namespaces, PodItem, pod_from_json,
+                                    unreadable_pod, warm=self._warm_pods, field_selector=_UNFINISHED)
 
     def get_node(self, name: str) -> Node | None:
         what = f"get node {name}"
@@ -835,8 +964,8 @@ class KubernetesCluster:
         """The node's unfinished pods: finished ones hold no resources and need no eviction."""
         what = f"list pods on node {node_name}"
         selector = f"spec.nodeName={node_name},{_UNFINISHED}"
-        items = self._pages(what, self._core.list_pod_for_all_namespaces, field_selector=selector)
-        return [self._converted(what, pod_from_json, o) for o in items]
+        return self._typed_list(what, self._core.list_pod_for_all_namespaces, PodItem, pod_from_json, unreadable_pod,
+                                field_selector=selector)
 
     def get_config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
         what = f"get configmap {namespace}/{name}"
@@ -846,21 +975,22 @@ class KubernetesCluster:
     def list_event_times(self, reason: str) -> list[tuple[datetime, int]]:
         """Events with this reason (a field selector the API server indexes): when each last happened, and how
         often (an event repeated is one object with a count)."""
-        what = f"list events {reason}"
-        items = self._pages(what, self._core.list_event_for_all_namespaces, field_selector=f"reason={reason}")
-        return [event_time(o) for o in items]
+        return self._typed_list(f"list events {reason}", self._core.list_event_for_all_namespaces, EventItem,
+                                event_time, _no_placeholder, field_selector=f"reason={reason}")
 
     def list_disruption_budgets(self) -> list[DisruptionBudget]:
-        """Every PodDisruptionBudget (policy/v1) of every namespace."""
+        """Every PodDisruptionBudget (policy/v1) of every namespace.
+
+        One that cannot be read fails the call: leaving it out could let an eviction through it guards."""
         what = "list poddisruptionbudgets"
-        items = self._pages(what, self._policy.list_pod_disruption_budget_for_all_namespaces)
-        return [self._converted(what, disruption_budget_from_json, o) for o in items]
+        items = self._typed_items(what, self._policy.list_pod_disruption_budget_for_all_namespaces, BudgetItem)
+        return [self._converted(what, disruption_budget_from_json, _readable(what, o)) for o in items]
 
     def list_daemonsets(self) -> list[DaemonSet]:
-        """Every DaemonSet (apps/v1) of every namespace."""
-        what = "list daemonsets"
-        items = self._pages(what, self._apps.list_daemon_set_for_all_namespaces)
-        return [self._converted(what, daemonset_from_json, o) for o in items]
+        """Every DaemonSet (apps/v1) of every namespace; one that cannot be read is logged and left out (its pods
+        then count on the nodes that run them, not on new ones)."""
+        return self._typed_list("list daemonsets", self._apps.list_daemon_set_for_all_namespaces, DaemonSetItem,
+                                daemonset_from_json, _no_placeholder)
 
     # -- writes -----------------------------------------------------------------
 
