@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools.replay.harness import ReplayConfig
+from devtools.replay.metrics import bound_for, with_cost_vs_bound
 from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES
 from devtools.replay.pools import POOL_SETS, PRICE_DATE, PRICE_SOURCE, PRICES_PER_HOUR
 from devtools.replay.run import ReplayOutcome, replay
@@ -206,17 +207,21 @@ def replay_section(
     for name, trace in traces.items():
         config = config_for(name, seed=seed)
         results[name], series[name] = {}, {}
+        # The feasible bound is the same for every run of the trace: on-demand pools, the base config's boots.
+        bound = bound_for(trace, config)
         outcome: ReplayOutcome | None = None
         for key, policy, changes in runs_of(policies):
             label = f"{name} / {key}"
             started = time.perf_counter()
             run_config = replace(config, **changes) if changes else config
             outcome = replay(trace, policy, run_config, progress=lambda f, label=label: step(label, f))
-            results[name][key] = {**outcome.result, "wall_s": round(time.perf_counter() - started, 1)}
+            results[name][key] = {**with_cost_vs_bound(outcome.result, bound["cost"]),
+                                  "wall_s": round(time.perf_counter() - started, 1)}
             if outcome.series:
                 series[name][key] = outcome.series
             step(label, 1.0)
         assert outcome is not None
+        results[name]["bound"] = bound
         series[name]["_demand"] = outcome.demand
         stats = trace_stats(trace)
         facts[name] = {

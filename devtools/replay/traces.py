@@ -4,7 +4,9 @@ Two public Alibaba traces (see ../shared/traces/README.md) and one format of our
 a `Trace`: a sorted tuple of `TracePod`s and a `note` that says, with its numbers, how the trace was
 sampled, windowed or compressed. Every report prints the note, so a figure is never quoted without
 the cut of the trace it came from. docs/traces.md documents the formats, the defaults and the
-statistics they give; keep the three in step.
+statistics they give; keep the three in step. A path to a raw public file (an openb pod list as
+published, the 2018 batch tasks as CloudSimPy lays them out) is recognised by its header (`raw_format`)
+and read like the named trace.
 
 The Alibaba traces are far larger (2018: 2.55M pods, peak ~132k cores) or far sparser (2023: ~10 pods
 an hour over 30 days) than a few simulated hours of a Python discrete-event replay can use, so each
@@ -58,6 +60,15 @@ ALIBABA2018_MACHINE_MEMORY_GIB = 384.0
 # alibaba2023 defaults: the busiest day and a half (days 147.5-149), arrivals 4.5x faster, so 8 h.
 ALIBABA2023_WINDOW_DAYS = (147.5, 149.0)
 ALIBABA2023_TIME_COMPRESSION = 4.5
+
+# The raw public files' headers as published, and the columns their readers need. A file given by path
+# whose header holds a reader's columns is read by that reader with the named trace's defaults.
+ALIBABA2018_HEADER = ("", "submit_time", "duration", "cpu", "memory", "job_id", "task_id", "instances_num", "disk")
+ALIBABA2018_REQUIRED = ("submit_time", "duration", "cpu", "memory", "job_id", "instances_num")
+ALIBABA2023_HEADER = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
+                      "creation_time", "deletion_time", "scheduled_time")
+ALIBABA2023_REQUIRED = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time",
+                        "scheduled_time")
 
 _USER_FIELDS = ("at", "duration", "cpu", "memory", "gpu", "job")
 _USER_REQUIRED = ("at", "duration", "cpu", "memory")
@@ -192,16 +203,19 @@ def _percentile(ordered: Sequence[float], q: float) -> float:
 
 
 def load_trace(name_or_path: str | Path, *, seed: int = 0, **options: Any) -> Trace:
-    """A trace by name ("alibaba2018", "alibaba2023": the files in TRACE_DIR) or a path in our user format.
+    """A trace by name ("alibaba2018", "alibaba2023": the files in TRACE_DIR) or a path.
 
+    A path is a raw public trace file when its header says so (`raw_format`: an Alibaba openb pod list
+    as published, the 2018 batch tasks in CloudSimPy's jobs.csv layout), read as the named trace is,
+    with the same defaults; otherwise it is in our user format (CSV or JSON).
     `seed` chooses the sampled jobs of alibaba2018; the other traces are not sampled and ignore it.
     `options` go to the reader (`read_alibaba2018`, `read_alibaba2023`); the user format takes none.
     """
     if isinstance(name_or_path, str) and name_or_path in TRACE_FILES:
-        path = TRACE_DIR / TRACE_FILES[name_or_path]
-        if name_or_path == "alibaba2018":
-            return read_alibaba2018(path, seed=seed, **options)
-        return read_alibaba2023(path, **options)
+        return _read_raw(name_or_path, TRACE_DIR / TRACE_FILES[name_or_path], seed=seed, **options)
+    fmt = raw_format(name_or_path)
+    if fmt is not None:
+        return _read_raw(fmt, Path(name_or_path), seed=seed, **options)
     if options:
         raise TypeError(f"the user trace format takes no options, got {', '.join(sorted(options))}")
     path = Path(name_or_path)
@@ -211,6 +225,61 @@ def load_trace(name_or_path: str | Path, *, seed: int = 0, **options: Any) -> Tr
         known = ", ".join([*TRACE_FILES, *sorted(p.stem for p in SCENARIO_DIR.glob("*.json"))])
         raise TraceError(str(path), "", "", f"no such trace: neither a known name ({known}) nor a file")
     return read_pod_arrivals(path)
+
+
+def _read_raw(fmt: str, path: Path, *, seed: int, **options: Any) -> Trace:
+    if fmt == "alibaba2018":
+        return read_alibaba2018(path, seed=seed, **options)
+    return read_alibaba2023(path, **options)
+
+
+# format -> (its header as published, the columns its reader needs)
+_RAW_FORMATS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "alibaba2018": (ALIBABA2018_HEADER, ALIBABA2018_REQUIRED),
+    "alibaba2023": (ALIBABA2023_HEADER, ALIBABA2023_REQUIRED),
+}
+_RAW_WORDS: Mapping[str, str] = {
+    "alibaba2018": "Alibaba 2018 batch tasks in CloudSimPy's jobs.csv layout",
+    "alibaba2023": "Alibaba 2023 openb pod list",
+}
+# A header is "almost" a raw format with at least this many of its published columns that our user format
+# lacks: one column of ours (duration, cpu, memory) or one stray name is a user file with a typo, not a raw trace.
+_RAW_LOOKALIKE_COLUMNS = 2
+
+
+def raw_format(path: str | Path) -> str | None:
+    """Which raw public trace a file is ("alibaba2018", "alibaba2023"), from its header; None for anything else.
+
+    A header holding every column a reader needs is that format (extra columns are fine). A header
+    that shares at least two of a format's published columns outside our user format, but lacks some
+    the reader needs, is a TraceError naming the format and the missing columns. JSON files, files
+    that do not exist and headers like neither (our user format, a headerless CSV) give None: the
+    user-format reader reports them as it always has.
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".json" or not path.is_file():
+        return None
+    source = str(path)
+    with _open(path) as handle:
+        header = next(csv.reader(handle), None)
+    if not header:
+        return None
+    names = {name.strip() for name in header}
+    best: tuple[int, str, list[str]] | None = None
+    for fmt, (published, required) in _RAW_FORMATS.items():
+        missing = [name for name in required if name not in names]
+        if not missing:
+            return fmt
+        shared = sum(1 for name in published if name and name not in _USER_FIELDS and name in names)
+        if shared >= _RAW_LOOKALIKE_COLUMNS and (best is None or shared > best[0]):
+            best = (shared, fmt, missing)
+    if best is None:
+        return None
+    _, fmt, missing = best
+    plural = "s" if len(missing) > 1 else ""
+    raise TraceError(source, "line 1", ", ".join(missing),
+                     f"missing column{plural}: the header looks like the {_RAW_WORDS[fmt]} ({fmt}), whose reader "
+                     f"needs {', '.join(_RAW_FORMATS[fmt][1])}")
 
 
 def read_scenario(name_or_path: str | Path, *, seed: int = 0) -> Trace:
@@ -354,7 +423,7 @@ def read_alibaba2018(
     memory_mib_per_fraction = machine_memory_gib * 1024
     with _open(path) as handle:
         reader = csv.reader(handle)
-        columns = _header(reader, source, ("submit_time", "duration", "cpu", "memory", "job_id", "instances_num"))
+        columns = _header(reader, source, ALIBABA2018_REQUIRED)
         width = len(columns)  # the header's width, the unnamed index column included
         i_submit, i_duration, i_cpu = columns["submit_time"], columns["duration"], columns["cpu"]
         i_memory, i_job, i_instances = columns["memory"], columns["job_id"], columns["instances_num"]
@@ -473,7 +542,7 @@ def read_alibaba2023(
     skipped: Counter[str] = Counter()
     cut = shared_gpu = no_memory = 0
     pods: list[TracePod] = []
-    required = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time", "scheduled_time")
+    required = ALIBABA2023_REQUIRED
     with _open(path) as handle:
         reader = csv.reader(handle)
         columns = _header(reader, source, required)

@@ -78,7 +78,7 @@ def test_markdown_has_one_table_per_trace_with_policies_in_order() -> None:
     assert len(tables) == 2
     for table in tables:
         header, *rows = table
-        assert header[0] == "policy" and len(header) == 15
+        assert header[0] == "policy" and len(header) == 16
         assert [r[0] for r in rows] == [*ORDER, "zeta"]
         assert all(len(r) == len(header) for r in rows)
 

@@ -44,9 +44,9 @@ def test_replay_section_fills_every_field_for_every_policy() -> None:
     results, facts, targets, series = replay_section({"tiny": trace}, seed=0)
     vn = {f"{policy}@{quota}" for policy in ("ours+vn", "ca+vn") for quota in (100, 1000)}
     spot = {f"{policy}@{tier}" for policy in ("ours+spot", "ca+spot") for tier in SPOT_TIERS}
-    assert set(results["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "oracle"} | vn | spot
+    assert set(results["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "oracle", "bound"} | vn | spot
     for policy, result in results["tiny"].items():
-        assert RESULT_FIELDS <= set(result), policy
+        assert RESULT_FIELDS | {"cost_vs_bound"} <= set(result), policy
         assert set(result["pending_wait_s"]) == {"p50", "p95", "p99", "max"}
     assert facts["tiny"]["pods"] == 4 and facts["tiny"]["note"]
     # ours' targets belong to the batch trace only; ours+vn is held to ca+vn, ours+spot to ca+spot, on every trace.
