@@ -282,19 +282,46 @@ def item_key(item: _Object) -> tuple[str, str] | None:
     return None if meta is None else _key(meta.uid, meta.resourceVersion)
 
 
-class _Identity(Struct, gc=False):
-    """What little of a malformed item may still be read: who it is and where it runs."""
+class _IdentityMeta(Struct, gc=False):
+    name: Any = None
+    namespace: Any = None
+    uid: Any = None
 
-    metadata: Any = None
-    spec: Any = None
+
+class _IdentitySpec(Struct, gc=False):
+    nodeName: Any = None
+    providerID: Any = None
+
+
+class _Identity(Struct, gc=False):
+    """What little of a malformed item may still be read: who it is and where it runs, each part on its own."""
+
+    # Raw cannot be in a union: an absent part is an empty Raw.
+    metadata: Raw = Raw(b"")
+    spec: Raw = Raw(b"")
 
 
 _IDENTITY = msgspec.json.Decoder(_Identity)
+_IDENTITY_META = msgspec.json.Decoder(_IdentityMeta)
+_IDENTITY_SPEC = msgspec.json.Decoder(_IdentitySpec)
 
 
 def identity(raw: Raw) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A malformed item's metadata and spec as plain JSON (empty where they are not objects)."""
-    found = _decode(_IDENTITY, raw)
-    metadata = found.metadata if isinstance(found.metadata, dict) else {}
-    spec = found.spec if isinstance(found.spec, dict) else {}
-    return metadata, spec
+    """A malformed item's name, namespace and uid, and its node (pods) or providerID (nodes), as far as they can be
+    read; empty where not even that much can (the item, its metadata or its spec is no object)."""
+    try:
+        found = _IDENTITY.decode(raw)
+    except msgspec.DecodeError:
+        return {}, {}
+    return (_fields(_IDENTITY_META, found.metadata, ("name", "namespace", "uid")),
+            _fields(_IDENTITY_SPEC, found.spec, ("nodeName", "providerID")))
+
+
+def _fields(decoder: msgspec.json.Decoder[Any], raw: Raw, names: tuple[str, ...]) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        part = decoder.decode(raw)
+    except msgspec.DecodeError:
+        return {}
+    return {name: getattr(part, name) for name in names if getattr(part, name) is not None}

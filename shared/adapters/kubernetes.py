@@ -850,9 +850,11 @@ class KubernetesCluster:
                 value = convert(item)
             except (ValueError, TypeError, AttributeError) as exc:  # a malformed quantity, timestamp or field
                 metadata = item.get("metadata") or {}
-                spec = item.get("spec") or {}
-                meta = {k: metadata.get(k) for k in ("name", "namespace", "uid")}
-                declared = getattr(type(spec), "__struct_fields__", None)  # a struct's `get` knows only its fields
+                # A struct's `get` knows only the fields it declares (an Event has no spec, a pod no providerID).
+                spec = (item.get("spec") if "spec" in type(item).__struct_fields__ else None) or {}
+                meta = {"name": metadata.get("name"), "namespace": metadata.get("namespace", ""),
+                        "uid": metadata.get("uid")}
+                declared = getattr(type(spec), "__struct_fields__", None)
                 node_spec = {k: spec.get(k) for k in ("nodeName", "providerID") if declared is None or k in declared}
                 self._report_unreadable(what, meta, str(exc), unreadable(meta, node_spec, str(exc)), out)
                 continue
