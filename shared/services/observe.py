@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 
@@ -11,6 +13,7 @@ from shared.domain import (
     AKS_AGENT_POOL,
     ClusterSnapshot,
     DaemonSet,
+    DisruptionBudget,
     GroupState,
     Node,
     NodeGroup,
@@ -34,17 +37,21 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_map
     `with_budgets` also lists PodDisruptionBudgets, which only scale-down needs. Each node is mapped to
     its instance by `node_mapping` (NODE_MAPPING; services.mapping says what that reads).
     """
-    listed = ports.provider.list_node_groups()
-    refused = {g.id: g.refused for g in listed if g.refused}
-    for group_id, why in refused.items():
-        log.warning("node group %s is marked for this autoscaler but refused: %s", group_id, why)
-    groups = [g for g in listed if not g.refused]
-    mapped = map_cluster(ports.provider, ports.cluster.list_nodes(), groups, method=node_mapping)
+    # The pod list is the long read (hundreds of pages in a big cluster); it runs beside discovery and the node
+    # list, which wait on ARM and on the API server, instead of after them. The smaller lists follow it there.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="observe") as reader:
+        later = reader.submit(contextvars.copy_context().run, _list_pods_and_more, ports, with_budgets)
+        # Should this thread's reads fail, that error is the poll's (the pool waits for the other read, whose
+        # own failure then says nothing new).
+        listed = ports.provider.list_node_groups()
+        refused = {g.id: g.refused for g in listed if g.refused}
+        for group_id, why in refused.items():
+            log.warning("node group %s is marked for this autoscaler but refused: %s", group_id, why)
+        groups = [g for g in listed if not g.refused]
+        mapped = map_cluster(ports.provider, ports.cluster.list_nodes(), groups, method=node_mapping)
+        pods, budgets, daemonsets = later.result()  # its failure, if any, is raised here
     nodes, groups = list(mapped.nodes), list(mapped.groups)
     _report_unmapped(mapped.mapping)
-    pods = ports.cluster.list_pods()
-    budgets = ports.cluster.list_disruption_budgets() if with_budgets else []
-    daemonsets = ports.cluster.list_daemonsets()
     vm_sizes = scale_from_zero_sizes(ports.provider, groups, nodes)
     templates = build_templates(groups, nodes, vm_sizes=vm_sizes)
     _cross_check_daemonsets(daemonsets, nodes, pods, templates)
@@ -63,6 +70,12 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_map
         ambiguous=frozenset(u.node_name for u in mapped.mapping.ambiguous),
         refused=refused,
     )
+
+
+def _list_pods_and_more(ports: Ports, with_budgets: bool) -> tuple[list[Pod], list[DisruptionBudget], list[DaemonSet]]:
+    pods = ports.cluster.list_pods()
+    budgets = ports.cluster.list_disruption_budgets() if with_budgets else []
+    return pods, budgets, ports.cluster.list_daemonsets()
 
 
 _AKS_POOL_LABEL = "kubernetes.azure.com/agentpool"
