@@ -98,7 +98,7 @@ param scaleActionsQueue string = 'scale-actions'
 param stateTable string = 'autoscalerstate'
 
 @description('PENDING_POLL_SCHEDULE: six-field NCRONTAB.')
-param pendingPollSchedule string = '*/30 * * * * *'
+param pendingPollSchedule string = '*/10 * * * * *'
 
 @description('UTILIZATION_POLL_SCHEDULE: six-field NCRONTAB.')
 param utilizationPollSchedule string = '0 * * * * *'

@@ -32,7 +32,7 @@ def test_timers_do_not_run_on_startup_and_queue_uses_host_storage() -> None:
 def test_schedules_resolve_to_documented_defaults_and_overrides() -> None:
     timers, queues = index_app(function_app.app, {})
     assert {t.name: t.expression for t in timers} == {
-        "poll_pending_pods": "*/30 * * * * *",
+        "poll_pending_pods": "*/10 * * * * *",
         "poll_utilization": "0 * * * * *",
         "sweep_state": "0 7 * * * *",
     }

@@ -26,7 +26,7 @@ from devtools import demo
 from sandbox.compute import computer_name
 from sandbox.scenario import DaemonSetSpec, Dist, NodeGroupSpec, Scenario, load_scenario
 
-POLL_PENDING_S = 30.0  # poll_pending_pods' schedule (every 30 s)
+POLL_PENDING_S = 30.0  # a bound on the wait for a pending poll: the schedule is every 10 s, 30 s leaves slack
 POLL_UTILIZATION_S = 60.0  # poll_utilization's schedule (every 60 s)
 # What a pod may wait beyond one pending poll and its node's boot: the scale-up action's queue hops and the
 # runner's wall-time jitter (one wall second is 30-90 sandbox seconds in these runs) take up to two more polls.

@@ -14,6 +14,7 @@ would retry for up to a day; a notice retried after the VM is gone is worth noth
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -78,12 +79,17 @@ class Ours:
         )
         self.executor = Executor(self.ports, self.settings)
         start = replay.world.now
-        self._timers: list[tuple[Schedule, Callable[..., Any], datetime]] = []
-        for expression, run in ((self.settings.pending_poll_schedule, run_pending_poll),
-                                (self.settings.utilization_poll_schedule, run_utilization_poll)):
+        # (function name as function_app.py names it, its schedule, what it runs, when it is next due)
+        self._timers: list[tuple[str, Schedule, Callable[..., Any], datetime]] = []
+        for function, expression, run in (
+                ("poll_pending_pods", self.settings.pending_poll_schedule, run_pending_poll),
+                ("poll_utilization", self.settings.utilization_poll_schedule, run_utilization_poll)):
             schedule = parse_ncrontab(expression)
-            self._timers.append((schedule, run, schedule.next_after(start)))
+            self._timers.append((function, schedule, run, schedule.next_after(start)))
         self.errors = 0
+        # Function executions the replay ran, by function name, failed ones included (Flex Consumption bills
+        # every execution): what devtools.replay.reaction prices per day.
+        self.executions: Counter[str] = Counter()
         self._world = replay.world
         # The Event Grid subscription to Scheduled Events exists where there are spot groups (enableScheduledEvents).
         self._event_grid = any(g.priority == "Spot" for g in replay.world.scenario.node_groups)
@@ -91,7 +97,7 @@ class Ours:
         self.notices: list[tuple[datetime, str, str]] = []  # (when handled, event id, outcome), for tests and reports
 
     def next_wakeup(self, now: datetime) -> datetime | None:
-        times = [due for _, _, due in self._timers]
+        times = [due for _, _, _, due in self._timers]
         visible = self.queue.next_visible()
         if visible is not None:
             times.append(visible)
@@ -106,6 +112,7 @@ class Ours:
         for entry in self._world.eventgrid_events(self._events_seen):
             self._events_seen = entry["seq"]
             event = entry["event"]
+            self.executions["on_scheduled_event"] += 1
             try:
                 result = handle_scheduled_event(self.ports, self.settings, event, now=now)
             except Exception:
@@ -118,9 +125,10 @@ class Ours:
     def wake(self, now: datetime) -> None:
         if self._event_grid:
             self._deliver_events(now)
-        for index, (schedule, run, due) in enumerate(self._timers):
+        for index, (function, schedule, run, due) in enumerate(self._timers):
             if due <= now:
-                self._timers[index] = (schedule, run, schedule.next_after(now))
+                self._timers[index] = (function, schedule, run, schedule.next_after(now))
+                self.executions[function] += 1
                 try:
                     run(self.ports, self.settings, now=now)
                 except Exception:  # the host logs a failed timer run and fires it again next time
@@ -130,6 +138,7 @@ class Ours:
             message = self.queue.take_due(now)
             if message is None:
                 break
+            self.executions["execute_scale_action"] += 1
             try:
                 self.executor.execute(message.text, now=now)
             except Exception:  # the host makes the message visible again, or poisons it

@@ -49,8 +49,10 @@ def test_replay_section_fills_every_field_for_every_policy() -> None:
         assert RESULT_FIELDS | {"cost_vs_bound"} <= set(result), policy
         assert set(result["pending_wait_s"]) == {"p50", "p95", "p99", "max"}
     assert facts["tiny"]["pods"] == 4 and facts["tiny"]["note"]
-    # ours' targets belong to the batch trace only; ours+vn is held to ca+vn, ours+spot to ca+spot, on every trace.
+    # ours' cost targets belong to the batch trace only, its wait against ca's to the others; ours+vn is held to
+    # ca+vn, ours+spot to ca+spot, on every trace.
     assert {t["name"].split(":")[0] for t in targets["tiny"]} == {
+        "p95 wait at most ca's, at most 5% dearer",
         "ours+vn at 100 cores", "ours+vn at 1000 cores", *(f"ours+spot at {tier}" for tier in SPOT_TIERS)}
     assert set(series["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "_demand"} | vn | spot
     assert all("spot" in results["tiny"][key] for key in spot) and "spot" not in results["tiny"]["ours"]
@@ -86,7 +88,25 @@ def _result(cost: float, vs_oracle: float, p95: float, killed: int = 0) -> dict:
 ])
 def test_targets_for_ours(ours: dict, ca: dict, met: list[bool]) -> None:
     config = ReplayConfig()
-    assert pending_poll_interval_s(config) == 30.0  # the default schedule, every 30 s
+    assert pending_poll_interval_s(config) == 10.0  # the default schedule, every 10 s
     targets = evaluate_targets({"ours": ours, "ca": ca}, config)
     assert [t["met"] for t in targets] == met
-    assert "360 s" in targets[1]["detail"]  # boot p95 300 + poll 30 + 30
+    assert "340 s" in targets[1]["detail"]  # boot p95 300 + poll 10 + 30
+
+
+@pytest.mark.parametrize(("ours", "ca", "met"), [
+    (_result(105, 1.0, 60), _result(100, 1.0, 60), True),  # as fast, 5 % dearer: the limit
+    (_result(106, 1.0, 50), _result(100, 1.0, 60), False),  # faster but 6 % dearer
+    (_result(90, 1.0, 61), _result(100, 1.0, 60), False),  # cheaper but slower
+])
+def test_the_wait_target_on_the_other_traces(ours: dict, ca: dict, met: bool) -> None:
+    from devtools.replay.suite import evaluate_wait_targets
+    [target] = evaluate_wait_targets({"ours": ours, "ca": ca})
+    assert target["met"] is met, target
+
+
+def test_the_bound_target_on_the_batch_trace() -> None:
+    within, beyond = (_result(105, 1.05, 100) | {"cost_vs_bound": ratio} for ratio in (3.0, 3.1))
+    assert evaluate_targets({"ours": within}, ReplayConfig())[-1]["met"] is True
+    assert evaluate_targets({"ours": beyond}, ReplayConfig())[-1] == {
+        "name": "cost within 3x of the feasible bound", "met": False, "detail": "3.10x at p95 100 s"}
