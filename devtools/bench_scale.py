@@ -5,7 +5,7 @@
    RSS is its own. The tick is:
 
    a) observe: the real `KubernetesCluster` adapter lists nodes, pods and PodDisruptionBudgets through
-      the official client with `_preload_content=False`, page by page (`limit=500`, `continue`), and
+      the official client with `_preload_content=False`, page by page (`limit=2000`, DEFAULT_PAGE_SIZE, and `continue`), and
       converts each page's items (typed decoding, `shared.adapters.kube_decode`, then `node_from_json` /
       `pod_from_json` / `disruption_budget_from_json`); `shared.services.observe.observe` assembles the snapshot (templates
       included). Only the socket is replaced: `ReplayApiClient.call_api` answers each request with the
@@ -17,7 +17,7 @@
       new nodes and scale-down simulates moving the pods of hundreds of candidates.
 
    The NAIVE path for (a) lists the same pages with the official client as it is usually called
-   (`CoreV1Api.list_node(limit=500, _continue=...)`, preloaded): the client decodes each page and
+   (`CoreV1Api.list_node(limit=2000, _continue=...)`, preloaded): the client decodes each page and
    deserialises it into its models (`ApiClient.response_deserialize` -> `deserialize` -> V1NodeList /
    V1PodList / V1PodDisruptionBudgetList), and to reach the same snapshot each item is turned back into
    the API's JSON shape with `ApiClient.sanitize_for_serialization` and converted by the same
@@ -601,9 +601,11 @@ class ReplayApiClient(ApiClient):
     `limit` must be the page size the pages were cut at; `continue` picks the page.
     """
 
-    def __init__(self, raw: RawCluster) -> None:
+    def __init__(self, raw: RawCluster, *, latency_s: float = 0.0) -> None:
+        """`latency_s`: a round trip's wait before each answer (slept, so other threads run meanwhile)."""
         super().__init__(Configuration(host="https://bench.invalid"))
         self._raw = raw
+        self._latency_s = latency_s
         self._by_token = {path: {page.continue_in: page for page in pages} for path, pages in raw.pages.items()}
         self.requests: list[str] = []
 
@@ -620,6 +622,8 @@ class ReplayApiClient(ApiClient):
         if limit != self._raw.page_size:
             raise ValueError(f"{url}: the pages were recorded with limit={self._raw.page_size}, not {limit}")
         page = pages[query.get("continue", [None])[0]]
+        if self._latency_s:
+            time.sleep(self._latency_s)
         return rest.RESTResponse(_Body(200, page.read()))
 
 

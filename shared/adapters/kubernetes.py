@@ -89,7 +89,11 @@ _MERGE_PATCH = "application/merge-patch+json"
 # Connect within 5 s, and never wait more than 30 s between bytes: a hung API
 # server must not hold a function invocation for its whole timeout.
 DEFAULT_REQUEST_TIMEOUT: Final = (5.0, 30.0)
-DEFAULT_PAGE_SIZE: Final = 500
+# Items per list page. `python -m devtools.measure_paging` (1,000 nodes x 30 heavy pods): decoding costs the same
+# at any page size (2.0 s at 500, 1.8 s at 2,000, loaded machine), the peak memory grows with the page (84 MiB at
+# 500, 112 at 2,000, 169 at 5,000), and every page is a round trip: 65 requests at 500, 19 at 2,000, so at 20 ms
+# a round trip 0.9 s less waiting (4.5 s at 5,000 nodes). kubectl pages at 500.
+DEFAULT_PAGE_SIZE: Final = 2000
 
 
 class KubernetesApiError(ClusterError):

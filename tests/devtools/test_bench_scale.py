@@ -76,7 +76,7 @@ def test_lists_are_paged_as_the_api_server_pages_them(source: ClusterSnapshot, r
     assert len(client.requests) == len(raw.pages[PODS_PATH])
     assert all(f"limit={PAGE}" in url for url in client.requests)
     assert sum("continue=" in url for url in client.requests) == len(raw.pages[PODS_PATH]) - 1
-    assert raw_cluster(source).page_size == DEFAULT_PAGE_SIZE == 500
+    assert raw_cluster(source).page_size == DEFAULT_PAGE_SIZE == 2000
 
 
 def test_the_objects_look_like_an_aks_api_servers(raw: bench_scale.RawCluster) -> None:
