@@ -291,8 +291,12 @@ def _scale_down(unneeded_by_group: Mapping[str, int] | None, group_id: str | Non
 
 
 def render_status(doc: Mapping[str, Any]) -> str:
-    """YAML in CA's key order (its Go structs' field order), block style like CA's output."""
-    return yaml_text.safe_dump(dict(doc), sort_keys=False, default_flow_style=False, width=1_000_000)
+    """YAML in CA's key order (its Go structs' field order), block style like CA's output.
+
+    yaml_text.block_dump writes safe_dump(doc, sort_keys=False, default_flow_style=False, width=1_000_000)'s
+    text, several times faster: the document is written every poll.
+    """
+    return yaml_text.block_dump(dict(doc))
 
 
 def parse_previous(text: str | None) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.status import (
@@ -35,6 +36,16 @@ LAST_UPDATED = "cluster-autoscaler.kubernetes.io/last-updated"  # CA's annotatio
 # Ours: when the last scale-up, scale-down and failed scale-up happened, across groups.
 LAST_ACTIVITY_PREFIX = "vmss-autoscaler.io/last-"
 
+# Our last write per ConfigMap (namespace, name): the text and the document it renders. Parsing our own YAML
+# back every poll was a fifth of a replay's CPU time (PyYAML's constructor is Python, libyaml or not). While
+# the ConfigMap still holds that text, the document is what parsing it gives (SafeDumper writes plain data
+# only, which reads back equal: tests/shared/services/test_status_render.py compares), so it is used as
+# `previous`; any other text (CA's, another replica's, an edit) is parsed. Keyed by text, not by who wrote it,
+# it cannot go stale (two polls racing at worst leave one's text against the other's write: a parse), and one
+# entry per ConfigMap bounds it. It lives here because shared/engine is pure (no state between calls).
+# Shared between polls and never mutated: build_status only reads `previous` and copies what it keeps.
+_LAST_WRITTEN: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+
 
 def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, inputs: StatusInputs, *,
                    now: datetime) -> str | None:
@@ -44,8 +55,9 @@ def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, 
     namespace, name = settings.status_configmap
     try:
         current = ports.cluster.get_config_map(namespace, name)
-        previous = parse_previous((current or {}).get(STATUS_KEY))
-        text = render_status(build_status(snapshot, inputs, now=now, previous=previous))
+        previous = _previous((namespace, name), (current or {}).get(STATUS_KEY))
+        doc = build_status(snapshot, inputs, now=now, previous=previous)
+        text = render_status(doc)
         annotations = {LAST_UPDATED: go_time(now)}
         annotations.update({f"{LAST_ACTIVITY_PREFIX}{kind}": rfc3339(at)
                             for kind, at in last_activity(inputs.group_states).items()})
@@ -53,7 +65,16 @@ def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, 
     except ClusterError as exc:
         log.warning("status ConfigMap %s/%s not written: %s", namespace, name, exc)
         return None
+    _LAST_WRITTEN[(namespace, name)] = (text, doc)  # only once written: until then the ConfigMap holds other text
     return text
+
+
+def _previous(key: tuple[str, str], text: str | None) -> dict[str, Any] | None:
+    """parse_previous(text), without parsing when it is the text we last wrote to this ConfigMap."""
+    last = _LAST_WRITTEN.get(key)
+    if last is not None and text == last[0]:
+        return last[1]
+    return parse_previous(text)
 
 
 def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],
