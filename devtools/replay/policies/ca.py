@@ -13,14 +13,17 @@ One control loop every `--scan-interval` (10 s), acting synchronously as CA's Ru
    such as a quota refusal: IncreaseSize returns the error) backs the group off at once, as CA does;
    so does a long-running operation that fails, where CA on Azure (its fast backoff is off by
    default, ../shared/facts/burst-and-spot.md) would wait for the 15 min: that favours CA.
-3. Scale-up: unschedulable pods, a binpacking estimate over each group's template node and the
+3. Scale-up: unschedulable pods, once the oldest is 2 s old and the oldest asking for a GPU 30 s old (CA's
+   `allPodsAreNew`: "waiting one iteration for more"; such a loop does no scale-down either), a binpacking estimate over each group's template node and the
    `least-waste` expander (our planner implements the same estimator and expander, so it is
    reused), one group per loop as CA's expander picks one option. CA has no spot-first rule: for
    `ca+spot` the `priority` expander prefers the spot scale sets (`CA_SPOT_SETTINGS`). CA reads no
    Scheduled Events: a spot VM's Preempt notice does nothing; its pods die with the VM and their
    replacements are pending pods like any other.
-4. Scale-down, skipped in a loop that scaled up, within `--scale-down-delay-after-add` (10 min) of
-   the last scale-up and `--scale-down-delay-after-failure` (3 min): a node is unneeded when its
+4. Scale-down, skipped in a loop that scaled up. Every other loop updates the unneeded nodes and their
+   timers (CA's planner `UpdateClusterState`); the removals wait out `--scale-down-delay-after-add` (10 min)
+   after the last scale-up of any group and `--scale-down-delay-after-failure` (3 min) (global: CA's
+   `--scale-down-delay-type-local` defaults to false), but the timers run meanwhile. A node is unneeded when its
    requests (DaemonSet pods counted: `--ignore-daemonsets-utilization=false`) are under 0.5 of
    allocatable and its pods fit elsewhere. **Job pods are movable** (CA evicts them). After 10 min
    unneeded, empty nodes are deleted in bulk (up to 10) and non-empty ones drained one at a time
@@ -50,6 +53,10 @@ from shared.options import scale_down_options, scale_up_options
 log = logging.getLogger(__name__)
 
 SCAN_INTERVAL = timedelta(seconds=10)
+# CA's unschedulablePodTimeBuffer and unschedulablePodWithGpuTimeBuffer (core/static_autoscaler.go).
+NEW_POD_BUFFER = timedelta(seconds=2)
+NEW_GPU_POD_BUFFER = timedelta(seconds=30)
+GPU = "nvidia.com/gpu"
 GROUPS_TTL = timedelta(seconds=60)
 INSTANCES_TTL = timedelta(minutes=5)
 MAX_NODE_PROVISION_TIME = timedelta(minutes=15)
@@ -129,9 +136,9 @@ class ClusterAutoscaler:
             return
         snapshot = self._snapshot(now)
         self._check_increases(snapshot, now)
-        scaled_up = self._scale_up(snapshot, now)
+        scaled_up, too_new = self._scale_up(snapshot, now)
         if not scaled_up:
-            self._scale_down(snapshot, now)
+            self._scale_down(snapshot, now, actuate=not too_new)
 
     def _refresh(self, now: datetime) -> None:
         if self._groups_at is None or now - self._groups_at >= GROUPS_TTL:
@@ -212,16 +219,21 @@ class ClusterAutoscaler:
 
     # -- scale-up ---------------------------------------------------------------------------
 
-    def _scale_up(self, snapshot: ClusterSnapshot, now: datetime) -> bool:
-        if not pending_pods(snapshot):
-            return False
+    def _scale_up(self, snapshot: ClusterSnapshot, now: datetime) -> tuple[bool, bool]:
+        """(scaled up, pods too new: CA waits a loop for more and disables scale-down for it)."""
+        pending = pending_pods(snapshot)
+        if not pending:
+            return False, False
+        gpu = [p.created_at for p in pending if any(name == GPU for name, _ in p.requests.extended)]
+        if now - min(p.created_at for p in pending) < NEW_POD_BUFFER or (gpu and now - min(gpu) < NEW_GPU_POD_BUFFER):
+            return False, True
         unavailable = {
             gid: why for gid in self._groups if (why := backoff_reason(self._state(gid), now=now)) is not None
         }
         options = replace(scale_up_options(self._settings, now=now), unavailable=unavailable)
         plan = plan_scale_up(snapshot, options=options)
         if not plan.increases:
-            return False
+            return False, False
         increase = plan.increases[0]  # CA's expander picks one option per loop
         group = self._groups[increase.group_id]
         try:
@@ -229,29 +241,32 @@ class ClusterAutoscaler:
         except ComputeError as exc:
             log.info("ca: IncreaseSize %s failed: %s", group.id, exc)
             self._back_off(group.id, exc.code or "IncreaseSizeFailed", now)
-            return False
+            return False, False
         self._actions += 1
         self._set_target(group.id, increase.new_target)
         self._increases.append(_Increase(group.id, increase.new_target, now + MAX_NODE_PROVISION_TIME, op.token))
         self._last_scale_up = now
-        return True
+        return True, False
 
     # -- scale-down -------------------------------------------------------------------------
 
-    def _scale_down(self, snapshot: ClusterSnapshot, now: datetime) -> None:
+    def _scale_down(self, snapshot: ClusterSnapshot, now: datetime, *, actuate: bool = True) -> None:
         if self._drain is not None:
             self._finish_drain(snapshot, now)
-        delays = self._down_options.delays
-        if self._last_scale_up is not None and now - self._last_scale_up < delays.after_add:
-            return
-        if self._last_failure is not None and now - self._last_failure < delays.after_failure:
-            return
+        # The unneeded timers run in every loop, cooldown or not (CA's planner UpdateClusterState comes first).
         draining = {self._drain.node} if self._drain is not None else set()
         states = {gid: GroupState(gid, removing={n: "ca" for n in draining}) for gid in self._groups}
         plan = plan_scale_down(
             snapshot, unneeded_since=self._unneeded, group_states=states, now=now, options=self._down_options
         )
         self._unneeded = dict(plan.unneeded)
+        delays = self._down_options.delays
+        if not actuate:
+            return
+        if self._last_scale_up is not None and now - self._last_scale_up < delays.after_add:
+            return
+        if self._last_failure is not None and now - self._last_failure < delays.after_failure:
+            return
         empty = [r for r in plan.removals if r.kind == "empty"][:MAX_EMPTY_BULK_DELETE]
         by_group: dict[str, list[str]] = {}
         for removal in empty:
