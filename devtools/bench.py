@@ -21,7 +21,7 @@ import sys
 import time
 import tracemalloc
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -42,6 +42,7 @@ from shared.domain import (
     TopologySpreadConstraint,
 )
 from shared.engine.drainability import SAFE_TO_EVICT
+from shared.engine.placement import PlacementState
 from shared.engine.scale_down import ScaleDownPlan, plan_scale_down
 from shared.engine.scale_up import plan_scale_up
 from shared.engine.templates import build_templates
@@ -228,11 +229,19 @@ def drainable_cluster(case: DrainCase, *, seed: int = 0) -> ClusterSnapshot:
                            disruption_budgets=budgets)
 
 
-def plan_drainable(snapshot: ClusterSnapshot) -> ScaleDownPlan:
-    """The scale-down plan the bench times: every node unneeded long enough, every group free of cooldowns."""
+def plan_drainable(snapshot: ClusterSnapshot, *, simulated_at: Mapping[str, datetime] | None = None,
+                   state: PlacementState | None = None,
+                   pending_placements: Mapping[str, Sequence[str]] | None = None) -> ScaleDownPlan:
+    """The scale-down plan the bench times: every node unneeded long enough, every group free of cooldowns.
+
+    `simulated_at` ({} for a first poll) bounds the simulation to the candidate pool; None simulates every
+    candidate. `state` and `pending_placements`: a tick's scale-up simulation's, to share them
+    (`plan_scale_down`); None runs that simulation here, on the plan's own state.
+    """
     since = {n.name: NOW - UNNEEDED_FOR for n in snapshot.nodes}
     states = {g.id: GroupState(g.id) for g in snapshot.groups}
-    return plan_scale_down(snapshot, unneeded_since=since, group_states=states, now=NOW)
+    return plan_scale_down(snapshot, unneeded_since=since, group_states=states, now=NOW, simulated_at=simulated_at,
+                           state=state, pending_placements=pending_placements)
 
 
 def measure(action: Callable[[], _R], *, repeat: int) -> tuple[float, float, _R]:

@@ -11,7 +11,9 @@
       included). Only the socket is replaced: `ReplayApiClient.call_api` answers each request with the
       recorded page's bytes, read from a file as a network read would deliver them, one page at a time.
       The scale sets (groups and instances) are handed to observe directly: ARM is not what is measured.
-   b) `plan_scale_up` and `plan_scale_down` on that snapshot. The cluster is `bench.drainable_cluster`
+   b) `plan_scale_up` and `plan_scale_down` on that snapshot, the latter as a first utilization poll plans
+      it: the candidate pool bounds the candidates with pods to move whose removal is simulated
+      (SCALE_DOWN_CANDIDATES_POOL_RATIO/_MIN_COUNT; every candidate: devtools.bench_scale_down). The cluster is `bench.drainable_cluster`
       (about 40% of the nodes under-used, some pinned, some running Jobs, a PodDisruptionBudget) plus a
       scale-from-zero pool whose node-template tags only pending analytics pods select, so scale-up bin-packs
       new nodes and scale-down simulates moving the pods of hundreds of candidates.
@@ -793,7 +795,7 @@ def measure_size(raw: RawCluster, *, repeat: int = 1, naive: bool = True) -> dic
             observed = time.perf_counter()
             up = plan_scale_up(snapshot)
             planned_up = time.perf_counter()
-            down = plan_drainable(snapshot)
+            down = plan_drainable(snapshot, simulated_at={})  # a first poll's candidate pool, as the app plans it
             done = time.perf_counter()
         return (observed - started, planned_up - observed, done - planned_up), (snapshot, up, down)
 

@@ -827,6 +827,15 @@ class GroupState:
     # Spot instances Azure announced it will evict (a Preempt notice), and when (the notice's NotBefore): their
     # nodes are drained as soon as they are seen, even if the notice came before the node registered.
     preempted: Mapping[str, datetime] = field(default_factory=dict)
+    # Measured boots (engine.idle): seconds from a scale-up's request to the registration of its median node,
+    # one per scale-up, the last idle.BOOT_WINDOW, oldest first; SCALE_DOWN_IDLE_MODE=break-even keeps idle
+    # nodes for about their median.
+    boots: tuple[int, ...] = ()
+    # Scale-ups whose new instances have not all registered: (requested at, nodes asked for, nodes still to
+    # come), oldest first.
+    boot_requests: tuple[tuple[datetime, int, int], ...] = ()
+    # The latest registration measured: nodes registered at or before it are counted already.
+    boots_counted_until: datetime | None = None
     etag: str | None = None  # None: the row does not exist yet
 
     def without_removal(self, node: str) -> GroupState:

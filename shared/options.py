@@ -55,6 +55,9 @@ def scale_down_options(settings: Settings) -> ScaleDownOptions:
         measured_cpu_threshold=settings.scale_down_measured_cpu_threshold,
         limits=settings.cluster_limits,
         deallocated_max=settings.scale_down_deallocated_max,
+        idle_mode=settings.scale_down_idle_mode,
+        candidates_pool_ratio=settings.scale_down_candidates_pool_ratio,
+        candidates_pool_min_count=settings.scale_down_candidates_pool_min_count,
     )
 
 

@@ -492,6 +492,13 @@ SPECS: tuple[Spec, ...] = (
          "`k8s.io_cluster-autoscaler_node-template_autoscaling-options_scaledowndeallocatedmax` overrides it per group."),
     Spec("SCALE_DOWN_UNNEEDED_TIME", "scale_down_unneeded_time", "10m", _nonnegative_duration,
          "How long a node must be unneeded before it is removed."),
+    Spec("SCALE_DOWN_IDLE_MODE", "scale_down_idle_mode", "fixed", _choice("fixed", "break-even"),
+         "`fixed` keeps an unneeded node for `SCALE_DOWN_UNNEEDED_TIME` and waits `SCALE_DOWN_DELAY_AFTER_ADD` after "
+         "a scale-up, as cluster-autoscaler; `break-even` uses the group's measured boot time (median of its last 20 "
+         "boots, 180 s before the first) for both: an idle node is kept about as long as replacing it would cost. "
+         "The scale-set tag `k8s.io_cluster-autoscaler_node-template_autoscaling-options_scaledownidlemode` "
+         "overrides it per group, and a group's `..._scaledownunneededtime` tag wins over both. See "
+         "docs/architecture.md, \"Idle time\"."),
     Spec("SCALE_DOWN_UNREADY_TIME", "scale_down_unready_time", "20m", _nonnegative_duration,
          "How long a NotReady node must be unneeded before it is removed."),
     Spec("SCALE_DOWN_UTILIZATION_THRESHOLD", "scale_down_utilization_threshold", "0.5", _threshold,
@@ -542,6 +549,15 @@ SPECS: tuple[Spec, ...] = (
          "While due nodes wait for a MAX_SCALE_DOWN_PARALLELISM slot, the scale-down is planned again this long "
          "after each poll (a round sent on the queue), so freed slots are not left until the next "
          "UTILIZATION_POLL_SCHEDULE tick; 0s turns rounds off."),
+    Spec("SCALE_DOWN_CANDIDATES_POOL_RATIO", "scale_down_candidates_pool_ratio", "0.1", _fraction,
+         "Each poll simulates the removal of at most max(this share of the cluster's nodes, "
+         "`SCALE_DOWN_CANDIDATES_POOL_MIN_COUNT`) candidates with pods to move (empty ones always), in turns, so "
+         "every candidate is looked at within a few polls; an unneeded node left out keeps its unneeded time but "
+         "is removed only once simulated again. `1` simulates every candidate every poll. As cluster-autoscaler's "
+         "`--scale-down-candidates-pool-ratio`."),
+    Spec("SCALE_DOWN_CANDIDATES_POOL_MIN_COUNT", "scale_down_candidates_pool_min_count", "50", _int_at_least(1),
+         "The least number of candidates with pods to move simulated per poll, whatever the cluster's size; as "
+         "cluster-autoscaler's `--scale-down-candidates-pool-min-count`."),
     Spec("USAGE_SOURCE", "usage_source", "none", _choice("none", "log-analytics", "vmss-metric"),
          "Where measured node CPU usage comes from, as a second opinion on nodes idle by requests: `none`, "
          "`log-analytics` (Container Insights `Perf` in `LOG_ANALYTICS_WORKSPACE_ID`) or `vmss-metric` (the scale "
@@ -723,6 +739,7 @@ class Settings:
     scale_down_mode: str  # delete | deallocate
     scale_down_deallocated_max: int  # per group, with deallocate
     scale_down_unneeded_time: timedelta
+    scale_down_idle_mode: str  # engine.idle.IDLE_MODES: fixed | break-even
     scale_down_unready_time: timedelta
     scale_down_utilization_threshold: float
     scale_down_gpu_utilization_threshold: float
@@ -741,6 +758,8 @@ class Settings:
     scale_down_delay_after_failure: timedelta
     max_scale_down_parallelism: int
     scale_down_round_interval: timedelta
+    scale_down_candidates_pool_ratio: float  # share of the cluster's nodes
+    scale_down_candidates_pool_min_count: int
     usage_source: str  # none | log-analytics | vmss-metric
     scale_down_measured_cpu_threshold: float  # fraction of a node's CPU capacity
     virtual_node_backfill: bool

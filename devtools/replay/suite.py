@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -279,11 +279,12 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
     """Everything `make bench` measures; `quick` runs the small engine sizes only (the replays are always whole)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from devtools import bench, bench_report, bench_scale
+    from devtools import bench, bench_report, bench_scale, bench_scale_down
+    from devtools.replay import encoding_share, reaction
 
     quiet_spot_logs()
     traces = {name: load_trace(name, seed=seed) for name in TRACES}
-    steps = len(traces) * len(runs_of(POLICIES)) + 3
+    steps = len(traces) * len(runs_of(POLICIES)) + 6
     with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), transient=False) as progress:
         task = progress.add_task("replays", total=steps)
@@ -308,6 +309,17 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         progress.update(task, description="cold start")
         cold = bench_scale.cold_start()
         step("cold start", 1.0)
+        progress.update(task, description="scale-down vs size")
+        engine["scale_down_vs_size"] = bench_scale_down.run(sizes=(500, 1000) if quick else bench_scale_down.SIZES,
+                                                            repeat=2)
+        step("scale-down vs size", 1.0)
+        progress.update(task, description="reaction time")
+        # ca's figures are the replay section's; the study adds ours at each pending-poll interval.
+        reaction_figures, reaction_text = reaction.study(seed=seed, include_ca=False)
+        step("reaction time", 1.0)
+        progress.update(task, description="encoding share")
+        encoding = [encoding_share.measure(name, "ours", seed=seed) for name in TRACES]
+        step("encoding share", 1.0)
     results = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "make bench",
@@ -320,6 +332,8 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         "replay": replays,
         "engine": engine,
         "cold_start": cold,
+        "reaction": reaction_figures,
+        "encoding_share": encoding,
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -332,8 +346,26 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
     show("")
     show("\n".join(bench_scale.cold_start_table(cold)))
     show("")
+    show("\n".join(bench_scale_down.table(engine["scale_down_vs_size"])))
+    show("")
+    show(reaction_text)
+    show("")
+    show("\n".join(encoding_table(encoding)))
+    show("")
     show(f"wrote {out / 'results.json'}, {out / 'series.json'} and {', '.join(str(p.relative_to(out)) for p in written)}")
     return results
+
+
+ENCODING_SHARE_GOAL = 0.2  # issue 19: the replay spends at most a fifth of its time in YAML or JSON
+
+
+def encoding_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One row per trace: the replay's CPU time, the part in YAML/JSON/msgspec code, and the goal."""
+    lines = ["| replay | CPU | in YAML/JSON encoding | share | goal |", "|---|---:|---:|---:|---|"]
+    lines += [f"| {r['trace']} / {r['policy']} | {r['total_s']:.1f} s | {r['encoding_s']:.1f} s | {r['share']:.1%} | "
+              f"<= {ENCODING_SHARE_GOAL:.0%}: {'met' if r['share'] <= ENCODING_SHARE_GOAL else 'MISSED'} |"
+              for r in rows]
+    return lines
 
 
 def _cpus() -> int:

@@ -7,7 +7,8 @@ azure-data-tables. One table holds four partitions:
               `Committed` a JSON list of those nodes whose delete is under way, `Reclaim` a JSON
               object: node name -> ISO time pending pods asked for it back, `Stopped` a JSON list of
               the instance ids we deallocated, `Preempted` a JSON object: spot instance id -> the ISO
-              time Azure said it would evict it.
+              time Azure said it would evict it, `Boots` a JSON list of measured boots in seconds,
+              `BootRequests` a JSON list of [ISO time, nodes asked for, nodes still to come] (engine.idle).
 - `unneeded`: one row per node that is unneeded, with `Since`.
 - `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
 - `offering`: one row per unavailable offering (its key, `Until`, `Since`, `Kind`, `Code`, `Group`, `Message`).
@@ -138,6 +139,10 @@ class TableStateStore:
             backoff_reason=str(entity.get("BackoffReason") or ""),
             throttled_until=_time_or_none(entity.get("ThrottledUntil")),
             preempted={i: _parse_iso(at) for i, at in json.loads(entity.get("Preempted") or "{}").items()},
+            boots=tuple(int(seconds) for seconds in json.loads(entity.get("Boots") or "[]")),
+            boot_requests=tuple((_parse_iso(at), int(asked), int(left))
+                                for at, asked, left in json.loads(entity.get("BootRequests") or "[]")),
+            boots_counted_until=_time_or_none(entity.get("BootsCountedUntil")),
             etag=entity.metadata["etag"],
         )
 
@@ -157,6 +162,9 @@ class TableStateStore:
                                     sort_keys=True),
             "BackoffFailures": state.backoff_failures,
             "BackoffReason": state.backoff_reason,
+            "Boots": json.dumps(list(state.boots)),
+            "BootRequests": json.dumps([[_utc(at, "BootRequests").isoformat(), asked, left]
+                                        for at, asked, left in state.boot_requests]),
         }
         for column, moment in (
             ("LastScaleUp", state.last_scale_up),
@@ -164,6 +172,7 @@ class TableStateStore:
             ("LastFailure", state.last_failure),
             ("BackoffUntil", state.backoff_until),
             ("ThrottledUntil", state.throttled_until),
+            ("BootsCountedUntil", state.boots_counted_until),
         ):
             # Tables stores no nulls: an absent column is None, and REPLACE drops columns not sent.
             if moment is not None:

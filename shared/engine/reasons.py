@@ -28,6 +28,7 @@ RECEIVES_MOVED_PODS = "ReceivesMovedPods"
 SCALE_DOWN_COOLDOWN = "ScaleDownCooldown"
 MAX_PARALLELISM_REACHED = "MaxParallelismReached"
 ARM_THROTTLED = "ArmThrottled"
+NOT_SIMULATED = "NotSimulatedThisTick"  # outside this poll's candidate pool: never removed on an older verdict
 
 
 class KeptReason(str):

@@ -18,7 +18,13 @@ protected:
    Each pod goes to the first node, in a fixed order, that passes; nodes known to
    be full, removed or refused by their labels and taints for pods of its shape
    are not read again (`_Destinations`), which keeps a thousand-node evaluation
-   well under a second.
+   well under a second. When the caller keeps the rotation (`simulated_at`), only a
+   pool of the candidates with pods to move is simulated per plan (`_pool`, as
+   cluster-autoscaler's --scale-down-candidates-pool-ratio and -min-count), so the
+   evaluation grows with the cluster, not with the cluster times its candidates; an
+   unneeded node outside the pool keeps its clock but is removed only on a fresh verdict.
+   Pending pods are not checked here, node by node: the scale-up simulation places them
+   once per equivalence class (`scale_up._classify`) and the nodes it uses are kept.
 4. A candidate that passes is unneeded from now on (or since it first was); after
    its group's unneeded (or unready) time it is removed, unless a guard rail says
    otherwise: the group's minimum, cooldowns, the cluster's minimum cores and
@@ -40,6 +46,7 @@ from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, Pod, Res
 from shared.engine import reasons
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
 from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of
+from shared.engine.idle import BREAK_EVEN, DEFAULT_BOOT, FIXED, break_even_time, parse_idle_mode
 from shared.engine.limits import ClusterLimits, at_min_size, cluster_totals, removal_blocked
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.pod_rules import is_virtual_node
@@ -60,6 +67,8 @@ from shared.quantities import parse_duration
 
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 OPTIONS_TAG = "k8s.io_cluster-autoscaler_node-template_autoscaling-options_"
+# A candidate outside this plan's pool (`_pool`). Ours: CA drops such a node from its unneeded list.
+NOT_SIMULATED = reasons.NOT_SIMULATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,22 @@ class ScaleDownOptions:
     measured_cpu_threshold: float = 0.5  # SCALE_DOWN_MEASURED_CPU_THRESHOLD
     limits: ClusterLimits = ClusterLimits()
     deallocated_max: int = 10  # SCALE_DOWN_DEALLOCATED_MAX, with SCALE_DOWN_MODE=deallocate
+    idle_mode: str = FIXED  # SCALE_DOWN_IDLE_MODE: fixed | break-even (engine.idle)
+    default_boot: timedelta = DEFAULT_BOOT  # a group's boot estimate before its first measured boot
+    # The candidate pool (cluster-autoscaler's --scale-down-candidates-pool-ratio and -min-count): at most
+    # max(ceil(ratio x nodes), min_count) candidates with pods to move are simulated per plan; see `_pool`.
+    candidates_pool_ratio: float = 0.1  # SCALE_DOWN_CANDIDATES_POOL_RATIO
+    candidates_pool_min_count: int = 50  # SCALE_DOWN_CANDIDATES_POOL_MIN_COUNT
+
+    def __post_init__(self) -> None:
+        if not 0 < self.candidates_pool_ratio <= 1:
+            raise ValueError(f"candidates_pool_ratio must be above 0 and at most 1, got {self.candidates_pool_ratio}")
+        if self.candidates_pool_min_count < 1:
+            raise ValueError(f"candidates_pool_min_count must be at least 1, got {self.candidates_pool_min_count}")
+
+    def pool_size(self, nodes: int) -> int:
+        """Candidates with pods to move simulated per plan in a cluster of `nodes` nodes (as CA counts it)."""
+        return max(math.ceil(self.candidates_pool_ratio * nodes), self.candidates_pool_min_count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +119,9 @@ class ScaleDownPlan:
     unneeded: Mapping[str, datetime] = field(default_factory=dict)  # the new unneeded-since map
     removals: tuple[Removal, ...] = ()
     kept: Mapping[str, KeptReason] = field(default_factory=dict)  # candidates not removed now, and why
+    # Candidate -> when its removal was last simulated (this plan's `now` for those simulated now): what the
+    # caller hands the next plan as `simulated_at`, so the candidate pool rotates. Empty without a pool.
+    simulated_at: Mapping[str, datetime] = field(default_factory=dict)
 
 
 # --- per-group rules from the scale set's tags --------------------------------------------------
@@ -106,16 +134,28 @@ class GroupRules:
     unneeded_time: timedelta
     unready_time: timedelta
     deallocated_max: int = 10
+    after_add: timedelta = timedelta(minutes=10)  # the group's scale-down delay after a scale-up
+    idle_mode: str = FIXED
+
+    def delays(self, options: ScaleDownOptions) -> ScaleDownDelays:
+        """The cooldowns the group's scale-down waits out: the options', with this group's delay after a scale-up."""
+        return replace(options.delays, after_add=self.after_add)
 
 
-def group_rules(group: NodeGroup, options: ScaleDownOptions) -> GroupRules:
+def group_rules(group: NodeGroup, options: ScaleDownOptions, state: GroupState | None = None) -> GroupRules:
     """The options' values, overridden by CA's `autoscaling-options` tags on the scale set.
+
+    In break-even idle mode (SCALE_DOWN_IDLE_MODE, or the group's `scaledownidlemode` tag), the
+    unneeded time and the delay after a scale-up are the group's break-even time (engine.idle) from
+    the boots measured in `state`; a `scaledownunneededtime` tag on the group still wins over it for
+    the unneeded time: the operator wrote that number for that group.
 
     A malformed tag raises ValueError naming the tag and the group: the poll reports it
     rather than scale a group down by a rule its operator did not write.
     """
     rules = GroupRules(options.utilization.threshold, options.utilization.gpu_threshold,
-                       options.unneeded_time, options.unready_time, options.deallocated_max)
+                       options.unneeded_time, options.unready_time, options.deallocated_max,
+                       after_add=options.delays.after_add, idle_mode=options.idle_mode)
     tags = {k.lower(): v for k, v in group.tags.items() if k.lower().startswith(OPTIONS_TAG)}
     parsers = {
         "scaledownutilizationthreshold": ("threshold", _fraction),
@@ -123,6 +163,7 @@ def group_rules(group: NodeGroup, options: ScaleDownOptions) -> GroupRules:
         "scaledownunneededtime": ("unneeded_time", parse_duration),
         "scaledownunreadytime": ("unready_time", parse_duration),
         "scaledowndeallocatedmax": ("deallocated_max", _count),  # ours: CA has no deallocate mode
+        "scaledownidlemode": ("idle_mode", parse_idle_mode),  # ours: CA's unneeded time is always fixed
     }
     for key, value in tags.items():
         option = key[len(OPTIONS_TAG):]
@@ -133,6 +174,12 @@ def group_rules(group: NodeGroup, options: ScaleDownOptions) -> GroupRules:
             rules = replace(rules, **{attr: parse(value)})
         except ValueError as exc:
             raise ValueError(f"scale set {group.id}: tag {key}: {exc}") from exc
+    if rules.idle_mode == BREAK_EVEN:
+        keep = break_even_time(state.boots if state is not None else (), default=options.default_boot)
+        tagged = OPTIONS_TAG + "scaledownunneededtime" in tags
+        # A node just added is not judged idle before it could have been used: the group's other
+        # nodes wait one boot after a scale-up too, no longer (its pods may land on them meanwhile).
+        rules = replace(rules, after_add=keep, unneeded_time=rules.unneeded_time if tagged else keep)
     return rules
 
 
@@ -182,24 +229,38 @@ def plan_scale_down(
     options: ScaleDownOptions = ScaleDownOptions(),
     measured_cpu: Mapping[str, float] | None = None,
     pending_placements: Mapping[str, Sequence[str]] | None = None,
+    simulated_at: Mapping[str, datetime] | None = None,
+    state: PlacementState | None = None,
 ) -> ScaleDownPlan:
     """`measured_cpu`: node -> measured CPU usage (0..1) from Azure Monitor; None when no source answered.
 
     `pending_placements`: node -> the pending pods the scale-up simulation placed in its free
     room (`scale_up.existing_placements`); only those nodes are kept for pending pods. Callers
     that ran the simulation pass its result (one simulation, with their scale-up options); None
-    runs it here with the default options.
+    runs it here with the default options, on the plan's own placement state.
+
+    `simulated_at`: the previous plan's `simulated_at`, which bounds the simulation to the
+    candidate pool (`_pool`, ScaleDownOptions.candidates_pool_*) and rotates it from plan to
+    plan. None simulates every candidate: a caller that keeps no memory of earlier plans could
+    not rotate the pool, and a pool that never rotates would never look at some candidates.
+
+    `state`: the observed cluster as `scale_up.initial_state(snapshot)` builds it, when the
+    caller already built it for this poll's scale-up simulation (which leaves it as found); the
+    plan then changes it (moved pods placed, removed candidates dropped). None builds one.
     """
     groups = {g.id: g for g in snapshot.groups}
-    rules = {g.id: group_rules(g, options) for g in snapshot.groups}
+    rules = {g.id: group_rules(g, options, group_states.get(g.id)) for g in snapshot.groups}
     utilization_rules = {
         gid: replace(options.utilization, threshold=r.threshold, gpu_threshold=r.gpu_threshold)
         for gid, r in rules.items()
     }
-    state = PlacementState.from_cluster((NodeView.of(n) for n in snapshot.nodes), snapshot.pods)
-    in_flight = {node for state in group_states.values() for node in state.removing}
+    if state is None:
+        state = PlacementState.from_cluster((NodeView.of(n) for n in snapshot.nodes), snapshot.pods)
+    in_flight = {node for group_state in group_states.values() for node in group_state.removing}
     if pending_placements is None:
-        pending_placements = existing_placements(simulate_scale_up(snapshot)) if pending_pods(snapshot) else {}
+        # The same placement state: the scale-up simulation leaves it as found, so it is built once.
+        pending_placements = (existing_placements(simulate_scale_up(snapshot, state=state))
+                              if pending_pods(snapshot) else {})
 
     kept: dict[str, KeptReason] = {}
     candidates: list[_Candidate] = []
@@ -246,11 +307,86 @@ def plan_scale_down(
 
     slots_held = _slots_held(group_states, state, snapshot, options, now=now)  # before the simulation moves pods
     candidates.sort(key=_removal_order)
-    unneeded_order = _simulate_removal(snapshot, state, candidates, kept)
+    if simulated_at is None:
+        simulated, unsimulated = candidates, []
+    else:
+        simulated, unsimulated = _pool(candidates, options.pool_size(len(snapshot.nodes)), unneeded_since,
+                                       simulated_at, rules, now=now)
+    unneeded_order = _simulate_removal(snapshot, state, simulated, kept, staying=unsimulated)
     unneeded = {c.node.name: unneeded_since.get(c.node.name, now) for c in unneeded_order}
+    # Outside today's pool: an unneeded node keeps its clock (its verdict is renewed when its turn
+    # comes) but is never removed on that old verdict; the others wait for their turn.
+    last_simulated = simulated_at or {}
+    for candidate in unsimulated:
+        name = candidate.node.name
+        last = last_simulated.get(name)
+        when = f"last simulated {last.isoformat()}" if last is not None else "never simulated yet"
+        if name in unneeded_since:
+            unneeded[name] = unneeded_since[name]
+            kept[name] = KeptReason(NOT_SIMULATED, f"unneeded since {unneeded_since[name].isoformat()}, {when}; "
+                                                   "removable only once simulated again (candidate pool)")
+        else:
+            kept[name] = KeptReason(NOT_SIMULATED, f"outside this poll's candidate pool, {when}")
     removals = _choose(_round_robin(unneeded_order), unneeded, group_states, rules, snapshot, kept, now=now,
                        options=options, slots_held=slots_held)
-    return ScaleDownPlan(unneeded=unneeded, removals=tuple(removals), kept=kept)
+    rotation = {} if simulated_at is None else {
+        **{c.node.name: simulated_at[c.node.name] for c in unsimulated if c.node.name in simulated_at},
+        **{c.node.name: now for c in simulated},
+    }
+    return ScaleDownPlan(unneeded=unneeded, removals=tuple(removals), kept=kept, simulated_at=rotation)
+
+
+def _pool(
+    candidates: Sequence[_Candidate],
+    size: int,
+    unneeded_since: Mapping[str, datetime],
+    simulated_at: Mapping[str, datetime],
+    rules: Mapping[str, GroupRules],
+    *,
+    now: datetime,
+) -> tuple[list[_Candidate], list[_Candidate]]:
+    """The candidates to simulate now (removal order kept) and those left for a later plan.
+
+    As cluster-autoscaler bounds its simulation with --scale-down-candidates-pool-ratio and
+    -min-count, at most `size` candidates with pods to move are simulated per plan; empty ones
+    (and those that only wait for batch pods) cost next to nothing and always are. The pool is
+    chosen so that a removal is never late and no candidate is forgotten:
+
+    1. unneeded nodes whose unneeded (or unready) time is over: their fresh verdict decides a
+       removal now; at most half the pool, so nodes that stay due for long (a group at its
+       minimum) cannot take every turn;
+    2. then the candidates not simulated for longest, never simulated first; on ties the ones
+       already unneeded (their clock runs), then removal order.
+
+    So every candidate is simulated at least once every ceil(n / (size - size // 2)) plans, and
+    every ceil(n / size) plans while none is due. CA (core/scale_down.go) sizes its pool the
+    same way, on the cluster's node count, but re-simulates every unneeded node each loop, takes
+    the pool's others only while fewer than --scale-down-non-empty-candidates-count (30) are
+    unneeded, and rotates by skipping a node found unremovable for
+    --unremovable-node-recheck-timeout (5 min); a node it does not simulate loses its timer.
+    """
+    heavy = [c for c in candidates if c.drain.move]
+    if len(heavy) <= size:
+        return list(candidates), []
+    order = {c.node.name: i for i, c in enumerate(candidates)}
+    oldest = datetime.min.replace(tzinfo=now.tzinfo)
+
+    def staleness(candidate: _Candidate) -> tuple[datetime, bool, int]:
+        name = candidate.node.name
+        return (simulated_at.get(name, oldest), name not in unneeded_since, order[name])
+
+    def due(candidate: _Candidate) -> bool:
+        since = unneeded_since.get(candidate.node.name)
+        if since is None:
+            return False
+        group_rules_ = rules[candidate.group.id]
+        return now - since >= (group_rules_.unready_time if candidate.unready else group_rules_.unneeded_time)
+
+    chosen = {c.node.name for c in sorted(filter(due, heavy), key=staleness)[: size // 2]}
+    rest = sorted((c for c in heavy if c.node.name not in chosen), key=staleness)
+    chosen.update(c.node.name for c in rest[: size - len(chosen)])
+    simulated = [c for c in candidates if not c.drain.move or c.node.name in chosen]
+    return simulated, [c for c in heavy if c.node.name not in chosen]
 
 
 def _slots_held(group_states: Mapping[str, GroupState], state: PlacementState, snapshot: ClusterSnapshot,
@@ -305,21 +441,24 @@ def _expected_end(pod: Pod) -> float:
 
 
 def _simulate_removal(
-    snapshot: ClusterSnapshot, state: PlacementState, candidates: Sequence[_Candidate], kept: dict[str, KeptReason]
+    snapshot: ClusterSnapshot, state: PlacementState, candidates: Sequence[_Candidate], kept: dict[str, KeptReason],
+    *, staying: Sequence[_Candidate] = (),
 ) -> list[_Candidate]:
     """The candidates whose movable pods fit elsewhere, with every earlier such candidate removed too.
 
     Moved pods are placed on `state` for good: later candidates see the room they took.
+    `staying`: candidates left out of this plan's pool; they stay, as far as this plan knows.
     """
     received: dict[str, str] = {}  # candidate -> a node whose pods it takes in this plan
-    # Nodes that stay come first; then candidates, last to be removed first, so pods move
-    # onto the nodes least likely to go.
+    # Nodes that stay come first; then the candidates outside the pool (they may go in a later
+    # plan); then candidates, last to be removed first, so pods move onto the nodes least likely to go.
     rank = {c.node.name: i for i, c in enumerate(candidates)}
+    later = {c.node.name for c in staying}
     destinations = _Destinations(
         sorted(
             (n.name for n in snapshot.nodes
              if n.ready and not n.unschedulable and not n.is_being_deleted and not is_virtual_node(n)),
-            key=lambda name: (name in rank, -rank.get(name, 0), name),
+            key=lambda name: (name in rank, name in later, -rank.get(name, 0), name),
         ),
         state,
     )
@@ -496,7 +635,7 @@ def _choose(
                                           f"of {int(wait_for.total_seconds())}s")
             continue
         state = group_states.get(group.id, GroupState(group.id))
-        blocked = scale_down_blocked(state, now=now, delays=options.delays)
+        blocked = scale_down_blocked(state, now=now, delays=rules[group.id].delays(options))
         if blocked:
             kept[name] = KeptReason(reasons.SCALE_DOWN_COOLDOWN, blocked)
             continue

@@ -419,7 +419,23 @@ def _count_zone(plan: _GroupPlan, view: NodeView) -> None:
 # --- The plan -----------------------------------------------------------------------------------
 
 
-def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = ScaleUpOptions()) -> ScaleUpSimulation:
+def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = ScaleUpOptions(),
+                      state: PlacementState | None = None) -> ScaleUpSimulation:
+    """The plan and its steps. `state`: the observed cluster (`initial_state(snapshot)`) when the caller
+    shares it with the scale-down plan of the same poll; the simulation uses it and leaves it as found
+    (every change it makes is journaled, and rolled back), which saves building it twice.
+    """
+    if state is None:
+        return _simulate_scale_up(snapshot, options, None)
+    checkpoint = state.checkpoint()
+    try:
+        return _simulate_scale_up(snapshot, options, state)
+    finally:
+        state.rollback(checkpoint)
+
+
+def _simulate_scale_up(snapshot: ClusterSnapshot, options: ScaleUpOptions,
+                       state: PlacementState | None) -> ScaleUpSimulation:
     virtual = {n.name for n in snapshot.nodes if is_virtual_node(n)}
     split = split_demand(pending_pods(snapshot), now=snapshot.taken_at, rules=options.pod_rules, virtual_nodes=virtual)
     pending = list(split.demand)
@@ -435,7 +451,8 @@ def simulate_scale_up(snapshot: ClusterSnapshot, *, options: ScaleUpOptions = Sc
         return (pod.key in after, -cls.requests.cpu_milli, -cls.requests.memory_bytes, cls.index, pod.key)
 
     pending.sort(key=size_order)
-    state = initial_state(snapshot)
+    if state is None:
+        state = initial_state(snapshot)
     plans = _group_plans(snapshot)
     steps: list[SimulationStep] = []
 

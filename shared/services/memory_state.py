@@ -141,7 +141,8 @@ def _check_group_times(state: GroupState) -> None:
     # The times TableStateStore writes: deallocation times only for instances still stopped.
     for name, moment in (("LastScaleUp", state.last_scale_up), ("LastScaleDown", state.last_scale_down),
                          ("LastFailure", state.last_failure), ("BackoffUntil", state.backoff_until),
-                         ("ThrottledUntil", state.throttled_until)):
+                         ("ThrottledUntil", state.throttled_until),
+                         ("BootsCountedUntil", state.boots_counted_until)):
         if moment is not None:
             _aware(moment, name)
     for instance, moment in state.stopped_at.items():
@@ -151,6 +152,8 @@ def _check_group_times(state: GroupState) -> None:
         _aware(moment, "Reclaim")
     for moment in state.preempted.values():
         _aware(moment, "Preempted")
+    for moment, *_ in state.boot_requests:
+        _aware(moment, "BootRequests")
 
 
 def _check_ledger_times(entry: LedgerEntry) -> None:

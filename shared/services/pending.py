@@ -19,6 +19,7 @@ from shared.domain import ClusterSnapshot, GroupState, NodeGroup
 from shared.engine.backoff import after_failure, backoff_view, provision_timed_out
 from shared.engine.node_counts import present_by_group
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
+from shared.engine.idle import measure_boots
 from shared.engine.scale_up import (
     GroupIncrease,
     ScaleUpPlan,
@@ -31,6 +32,7 @@ from shared.engine.offerings import describe
 from shared.engine.spot import Eviction, keep_off_spot
 from shared.engine.virtual_nodes import VirtualNodePlan, plan_virtual_nodes, planning_snapshot, status_of
 from shared.options import scale_up_options, virtual_node_options
+from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services import offerings, spot, virtual_nodes
@@ -82,7 +84,8 @@ def priority_rules(ports: Ports, settings: Settings) -> Priorities:
 
 
 def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> PendingPollResult:
-    with telemetry.poll("poll_pending_pods"):  # a span (actions carry its context) and the poll's duration
+    # A span (actions carry its context) and the poll's duration; the cyclic GC waits (shared.gc_pause).
+    with telemetry.poll("poll_pending_pods"), gc_paused():
         return _pending_poll(ports, settings, now=now)
 
 
@@ -92,6 +95,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
     states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
     observed = snapshot = running_sizes(snapshot, states)
+    _measure_boots(ports, snapshot, states, settings, now=now)
     snapshot, backed_off = _apply_backoff(ports, snapshot, states, settings, now=now)
     # Spot evictions: the lost nodes leave the snapshot and their pods' replacements are planned now.
     snapshot, evictions = spot.find_and_handle(ports, settings, snapshot, states, now=now)
@@ -244,6 +248,37 @@ def _request_reclaim(ports: Ports, states: Mapping[str, GroupState], node: str, 
         log.info("node %s: too late to take back, its delete is under way; pods wait for new capacity", node)
     elif asked == "now":
         log.info("node %s: removal to be cancelled, %d pending pod(s) can use it: %s", node, len(pods), ", ".join(pods[:3]))
+
+
+def _measure_boots(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, GroupState], settings: Settings, *,
+                   now: datetime) -> None:
+    """Record how long the groups' new Ready nodes took from their scale-up (engine.idle.measure_boots).
+
+    Written only for a group with a scale-up waiting for nodes, and only when a node answered it or
+    it expired: most polls write nothing. Every idle mode measures, so switching to break-even
+    starts from the boots measured so far.
+    """
+    registered: dict[str, list[datetime]] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is not None and node.ready:
+            registered.setdefault(ref.group_id, []).append(node.created_at)
+    for group in snapshot.groups:
+        state = states[group.id]
+        if not state.boot_requests or measure_boots(state, registered.get(group.id, ()), now=now,
+                                                   give_up=settings.max_node_provision_time) == state:
+            continue
+
+        def measure(fresh: GroupState, group_id: str = group.id) -> tuple[GroupState | None, GroupState]:
+            # Against the row as it is now: the executor may have noted another request meanwhile.
+            measured = measure_boots(fresh, registered.get(group_id, ()), now=now,
+                                     give_up=settings.max_node_provision_time)
+            return (None if measured == fresh else measured), measured
+
+        try:
+            states[group.id] = swap_group(ports.state, group.id, measure, what="record boot times")
+        except StateConflict as exc:
+            log.warning("%s; the next poll measures them", exc)
 
 
 def _apply_backoff(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, GroupState], settings: Settings, *,

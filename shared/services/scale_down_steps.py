@@ -23,6 +23,7 @@ from shared.domain import DEFAULT_GRACE_SECONDS, TO_BE_DELETED_TAINT, GroupState
 from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
 from shared.engine.limits import at_min_size
+from shared.engine.scale_down import group_rules
 from shared.options import drain_rules, scale_down_options
 from shared.ports import ClusterError, ClusterEvent, ComputeError, LedgerEntry
 from shared.services import ledger
@@ -146,12 +147,17 @@ def _reserve_removal(run: Runs, group: NodeGroup, node: str, action_id: str, *, 
     The deciding poll reserved it already (`reconcile.reserve_decided`); the rules are checked
     again here, against the group as it is now.
     """
-    delays = scale_down_options(run.settings).delays
+    options = scale_down_options(run.settings)
 
     def reserve(state: GroupState) -> tuple[GroupState | None, str | None]:
         holder = state.removing.get(node)
         if holder and holder != action_id:
             return None, f"removal already in progress by action {holder}"
+        try:
+            # The group's own delay after a scale-up: in break-even idle mode it follows its measured boots.
+            delays = group_rules(group, options, state).delays(options)
+        except ValueError as exc:  # a scale-set tag malformed since the poll decided: no rule to remove by
+            return None, str(exc)
         blocked = scale_down_blocked(state, now=now, delays=delays)
         if blocked:
             return None, blocked

@@ -16,6 +16,7 @@ from datetime import datetime
 from shared.actions import ScaleUp
 from shared.domain import NodeGroup
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
+from shared.engine.idle import note_boot_request
 from shared.engine.limits import allowed_target
 from shared.engine.quota import capped_target
 from shared.engine.pod_rules import is_virtual_node
@@ -77,7 +78,8 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
                      starting=tuple(start))
     # Recorded before the ARM calls: a crash after them leaves a redelivery that finds the group at its
     # target and skips, and the scale-down delay and the provision timeout must still count from now.
-    run.update_group(group.id, lambda s: replace(s, last_scale_up=now))
+    # The new instances (`grow`) are noted for the boot measurement (engine.idle); started ones keep their Node.
+    run.update_group(group.id, lambda s: note_boot_request(replace(s, last_scale_up=now), grow, now=now))
     operation, kind = None, "resize"
     if start:
         # Starting is idempotent: a crash before the state update below repeats it harmlessly.

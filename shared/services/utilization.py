@@ -7,6 +7,7 @@ raises before touching state or the queue: no scale-down happens on a partial vi
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +20,7 @@ from shared.engine.backoff import backoff_reason
 from shared.engine.scale_down import Removal, ScaleDownPlan, plan_scale_down
 from shared.engine.scale_up import pending_pods
 from shared.options import scale_down_options
+from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.observe import measured_cpu, observe_or_skip, running_sizes
 from shared.services.plan_lease import plan_lease
@@ -30,6 +32,13 @@ from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# The candidate pool's rotation (ScaleDownPlan.simulated_at: candidate -> when its removal was last simulated),
+# per state store, i.e. per Function instance (and per replay run). In memory on purpose: it only says whose turn
+# it is. A cold instance starts the rotation afresh, never-simulated candidates first, which can delay a verdict
+# by one rotation but never makes one stale: the unneeded-since times that decide removals are in the table, and
+# only a node simulated in this poll is removed. Bounded: the plan keeps entries of current candidates only.
+_ROTATION: weakref.WeakKeyDictionary[object, dict[str, datetime]] = weakref.WeakKeyDictionary()
+
 
 @dataclass(frozen=True, slots=True)
 class UtilizationPollResult:
@@ -38,7 +47,8 @@ class UtilizationPollResult:
 
 
 def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
-    with telemetry.poll("poll_utilization"):  # a span (actions carry its context) and the poll's duration
+    # A span (actions carry its context) and the poll's duration; the cyclic GC waits (shared.gc_pause).
+    with telemetry.poll("poll_utilization"), gc_paused():
         if settings.dry_run or not settings.scale_down_enabled:
             return _utilization_poll(ports, settings, now=now)  # reserves nothing, hands out no slot
         with plan_lease(ports, now=now) as held:
@@ -62,7 +72,10 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         snapshot, unneeded_since=previous, group_states=group_states, now=now, options=scale_down_options(settings),
         measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
         pending_placements=pending_placements(snapshot, group_states, settings, now=now),
+        simulated_at=_rotation(ports.state),
     )
+    if plan.simulated_at:
+        _ROTATION[ports.state] = dict(plan.simulated_at)
     for node, since in plan.unneeded.items():
         if previous.get(node) != since:
             ports.state.set_unneeded(node, since)
@@ -119,6 +132,16 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         waiting_for_slots=waiting,
     ), now=now)
     return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued))
+
+
+def _rotation(state: object) -> dict[str, datetime] | None:
+    """The pool's rotation kept for this state store; None (every candidate simulated) for a store that cannot
+    key one (a test double without weak references or a hash): a pool that cannot rotate must not be used."""
+    try:
+        weakref.ref(state)
+        return _ROTATION.get(state, {})
+    except TypeError:
+        return None
 
 
 def _batches(removals: Sequence[Removal]) -> list[list[Removal]]:

@@ -52,6 +52,9 @@ def test_every_group_field_round_trips(store: StateStore) -> None:
         backoff_reason="QuotaExceeded",
         throttled_until=at(8),
         preempted={"7": at(9), "vm-flex_1a2b3c4d": at(10).astimezone(CET)},
+        boots=(95, 101, 240),
+        boot_requests=((at(11), 3, 2), (at(12).astimezone(CET), 1, 1)),
+        boots_counted_until=at(13),
     )
     assert store.update_group(written)
 
@@ -242,6 +245,8 @@ def test_a_naive_time_is_refused(store: StateStore) -> None:
     pytest.param(GroupState(GROUP, reclaim={"pool-a000001": datetime(2030, 1, 7, 9, 0)}), id="reclaim"),
     pytest.param(GroupState(GROUP, stopped=frozenset({"3"}), stopped_at={"3": datetime(2030, 1, 7, 9, 0)}),
                  id="stopped-at"),
+    pytest.param(GroupState(GROUP, boot_requests=((datetime(2030, 1, 7, 9, 0), 2, 2),)), id="boot-requests"),
+    pytest.param(GroupState(GROUP, boots_counted_until=datetime(2030, 1, 7, 9, 0)), id="boots-counted-until"),
 ])
 def test_a_naive_time_anywhere_in_a_group_is_refused_and_nothing_written(store: StateStore,
                                                                           naive_state: GroupState) -> None:

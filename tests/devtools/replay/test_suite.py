@@ -110,3 +110,10 @@ def test_the_bound_target_on_the_batch_trace() -> None:
     assert evaluate_targets({"ours": within}, ReplayConfig())[-1]["met"] is True
     assert evaluate_targets({"ours": beyond}, ReplayConfig())[-1] == {
         "name": "cost within 3x of the feasible bound", "met": False, "detail": "3.10x at p95 100 s"}
+
+
+def test_the_encoding_table_holds_each_replay_to_a_fifth() -> None:
+    from devtools.replay.suite import encoding_table
+    rows = encoding_table([{"trace": "a", "policy": "ours", "total_s": 10.0, "encoding_s": 2.0, "share": 0.2},
+                           {"trace": "b", "policy": "ours", "total_s": 10.0, "encoding_s": 2.1, "share": 0.21}])
+    assert rows[2].endswith("| 20.0% | <= 20%: met |") and rows[3].endswith("| 21.0% | <= 20%: MISSED |")

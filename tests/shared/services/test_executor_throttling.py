@@ -37,4 +37,6 @@ def test_a_burst_of_nodes_goes_again_without_throttling() -> None:
     assert result["pods_completed"] == 60
     assert outcome.series["nodes"][-1] == 0  # all of them removed within the hour after
     assert result["throttle_violations"] == 0
-    assert result["arm_reads"] < 1000
+    # About 1,150 with the pending poll every 10 s (each poll lists the scale set: 360 an hour) and one list per
+    # step; the per-node GETs this guards against made one read per node per step on top, thousands.
+    assert result["arm_reads"] < 1500

@@ -1,0 +1,113 @@
+"""Idle time that pays for itself: how long an unneeded node is kept, from its group's measured boots.
+
+Pure module, no side effects.
+
+A node kept idle costs its price every second; a node removed too early costs a new boot (billed
+from the VM's creation until it is Ready) when the demand comes back, and the pods wait for it. That
+is the rent-or-buy (ski-rental) problem: keeping an idle node for as long as one boot costs, then
+removing it, spends at most twice what a clairvoyant choice would on every idle gap (a gap shorter
+than a boot is kept, as the clairvoyant would; a longer one costs the boot kept idle plus the boot
+paid again, against the clairvoyant's one boot), and no deterministic rule does better.
+
+`SCALE_DOWN_IDLE_MODE=break-even` (or the scale-set tag `..._autoscaling-options_scaledownidlemode`)
+applies it: the group's unneeded time and its scale-down delay after a scale-up are its boot estimate
+(`boot_estimate`: the median of the last `BOOT_WINDOW` measured boots, `DEFAULT_BOOT` before the
+first). `fixed` keeps SCALE_DOWN_UNNEEDED_TIME and SCALE_DOWN_DELAY_AFTER_ADD, as cluster-autoscaler.
+
+Boots are measured by the pending poll (`measure_boots`): each scale-up notes the new instances it
+asked for (`note_boot_request`), and each new Ready node of the group takes the oldest request still
+waiting for a node; its boot is from that request to the node's registration (`Node.created_at`).
+Each request gives one boot, its median node's: the nodes of one request register fastest first, so
+keeping every boot of a 60-node scale-up would fill the window with its slowest 20.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from shared.domain import GroupState
+
+FIXED = "fixed"
+BREAK_EVEN = "break-even"
+IDLE_MODES = (FIXED, BREAK_EVEN)
+
+# The measured boots a group keeps (one per scale-up): enough for a stable median, few enough that a
+# change of VM size or image shows within a day of scale-ups, and a small Table column (about 100 bytes).
+BOOT_WINDOW = 20
+# Scale-up requests still waiting for nodes that a group keeps; older ones beyond it are forgotten.
+REQUEST_WINDOW = 50
+# The estimate before a group's first measured boot. On Azure, AKS adds 1 node in 53 s (P50) and 50
+# nodes in 76 s (P50, P99 250 s) (Azure/AKS-Performance-and-Scale, Oct 2024); users report 1-5 minutes
+# per CPU node; a realistic model is a median of 90-120 s to Ready and a p95 of 4-5 minutes. 180 s sits
+# between that median and p95: an unmeasured group is kept idle a little longer rather than shorter.
+DEFAULT_BOOT = timedelta(seconds=180)
+# The break-even time is one boot estimate: the classic rule's optimum (factor 1 is what makes it
+# 2-competitive; a factor f gives max(1 + 1/f, 1 + f)). Factor 2 cost more in the replays without
+# shortening the wait enough to matter; docs/architecture.md ("Idle time") has the figures.
+BREAK_EVEN_FACTOR = 1.0
+
+
+def parse_idle_mode(text: str) -> str:
+    """`fixed` or `break-even` (any case, surrounding blanks ignored); ValueError naming the choices otherwise."""
+    value = text.strip().lower()
+    if value not in IDLE_MODES:
+        raise ValueError(f"must be one of {', '.join(IDLE_MODES)}, got {text!r}")
+    return value
+
+
+def boot_estimate(boots: Sequence[float], *, default: timedelta = DEFAULT_BOOT) -> timedelta:
+    """The group's boot time as the break-even rule uses it: the median of `boots` (seconds), `default` with none.
+
+    The median, not the mean: one boot stuck for 15 minutes (an allocation retried, an image pulled
+    again) must not keep every idle node of the group for 15 minutes, nor one lucky boot remove them early.
+    """
+    if not boots:
+        return default
+    return timedelta(seconds=statistics.median(boots))
+
+
+def break_even_time(boots: Sequence[float], *, default: timedelta = DEFAULT_BOOT) -> timedelta:
+    """How long an unneeded node of the group is kept in break-even mode: its boot estimate times the factor."""
+    return boot_estimate(boots, default=default) * BREAK_EVEN_FACTOR
+
+
+def note_boot_request(state: GroupState, count: int, *, now: datetime) -> GroupState:
+    """The state once the group was asked for `count` new instances at `now` (none: unchanged)."""
+    if count <= 0:
+        return state
+    requests = (*state.boot_requests, (now, count, count))
+    return replace(state, boot_requests=requests[-REQUEST_WINDOW:])
+
+
+def measure_boots(state: GroupState, registered: Iterable[datetime], *, now: datetime,
+                  give_up: timedelta) -> GroupState:
+    """The state with the boots of the group's newly registered nodes measured.
+
+    `registered`: when each of the group's Ready nodes registered (`Node.created_at`), all of them;
+    those already counted (at or before `boots_counted_until`) or older than every waiting request
+    are skipped. Each new one, oldest first, takes the oldest request still waiting for a node that
+    was made before it registered; the request's median node (the ceil(n/2)-th of n to register) gives
+    the request's one boot. Requests older than `give_up` (MAX_NODE_PROVISION_TIME) are dropped with
+    their missing nodes: those are a ProvisionTimeout, not a boot, and a later node taking them would
+    be measured from a request it did not answer. Returns `state` itself when nothing changed.
+    """
+    waiting = [[at, asked, left] for at, asked, left in state.boot_requests if now - at <= give_up and left > 0]
+    counted = state.boots_counted_until
+    boots = list(state.boots)
+    if waiting:
+        oldest = waiting[0][0]
+        for at in sorted(t for t in registered if t >= oldest and (counted is None or t > counted)):
+            request = next((r for r in waiting if r[0] <= at and r[2] > 0), None)
+            if request is None:
+                continue
+            request[2] -= 1
+            counted = at
+            if request[1] - request[2] == (request[1] + 1) // 2:
+                boots.append(round((at - request[0]).total_seconds()))
+    changed = replace(state, boots=tuple(boots[-BOOT_WINDOW:]),
+                      boot_requests=tuple((at, asked, left) for at, asked, left in waiting if left > 0),
+                      boots_counted_until=counted)
+    return state if changed == state else changed
