@@ -11,13 +11,15 @@ what makes "unneeded for 10 minutes" answerable).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from shared.actions import Backfill, ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
 from shared.domain import VIRTUAL_NODE
 from shared.engine.offerings import describe
+from shared.engine.scale_down import group_rules
+from shared.options import scale_down_options
 from shared.ports import ClusterEvent, Ports, StateStore
 from shared.services.memory_state import MemoryStateStore
 from shared.services.pending import PendingPollResult, run_pending_poll
@@ -50,7 +52,9 @@ class PlanReport:
     utilization: UtilizationPollResult
     actions: tuple[ScaleAction, ...]
     previous_unneeded: Mapping[str, datetime]
-    unneeded_time: timedelta
+    unneeded_time: timedelta  # SCALE_DOWN_UNNEEDED_TIME: for a node whose group's own time is not known
+    # Per node, its group's unneeded time: the tags' and, in break-even idle mode, the group's measured boots.
+    unneeded_times: Mapping[str, timedelta] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data: what `plan --json` prints."""
@@ -68,7 +72,8 @@ class PlanReport:
             "scale_down": [{"node": r.node, "group": r.group_id, "kind": r.kind, "utilization": round(r.utilization, 3),
                             "unneeded_since": r.unneeded_since.isoformat(), "evict": list(r.move),
                             "wait_for": list(r.wait)} for r in down.removals],
-            "unneeded": {node: {"since": since.isoformat(), "removable_from": (since + self.unneeded_time).isoformat()}
+            "unneeded": {node: {"since": since.isoformat(),
+                                "removable_from": (since + self.unneeded_times.get(node, self.unneeded_time)).isoformat()}
                          for node, since in sorted(down.unneeded.items())},
             "kept": {node: {"code": reason.code, "why": str(reason)} for node, reason in sorted(down.kept.items())},
             "groups": self._groups(),
@@ -141,7 +146,27 @@ def plan_now(ports: Ports, settings: Settings, *, now: datetime, state: StateSto
     utilization = run_utilization_poll(quiet, dry, now=now)
     return PlanReport(at=now, with_state=state is not None, pending=pending, utilization=utilization,
                       actions=tuple(queue.actions), previous_unneeded=previous,
-                      unneeded_time=settings.scale_down_unneeded_time)
+                      unneeded_time=settings.scale_down_unneeded_time,
+                      unneeded_times=_unneeded_times(pending, settings, overlay))
+
+
+def _unneeded_times(pending: PendingPollResult, settings: Settings, state: StateStore) -> dict[str, timedelta]:
+    """Each mapped node's unneeded time as the planner applies it to its group (`scale_down.group_rules`)."""
+    seen = pending.observed
+    if seen is None:
+        return {}
+    options = scale_down_options(settings)
+    groups = {g.id: g for g in seen.groups}
+    times: dict[str, timedelta] = {}
+    for node in seen.nodes:
+        ref = node.instance
+        if ref is None or ref.group_id not in groups:
+            continue
+        try:
+            times[node.name] = group_rules(groups[ref.group_id], options, state.get_group(ref.group_id)).unneeded_time
+        except ValueError:
+            continue  # a malformed tag: the utilization poll reports it; the global time is shown
+    return times
 
 
 def render_text(report: PlanReport) -> str:

@@ -68,3 +68,19 @@ def test_break_even_removes_a_node_idle_for_longer_than_its_measured_boot(mode: 
         run_utilization_poll(app.ports, app.settings, now=app.clock.now())
         _run_actions(app)
     assert (len(app.ports.cluster.list_nodes()) < nodes) is removed
+
+
+@pytest.mark.parametrize("mode,unneeded_s", [("break-even", BOOT_S), ("fixed", 600)])
+def test_plan_shows_when_each_unneeded_node_becomes_removable_by_its_groups_time(mode: str, unneeded_s: int) -> None:
+    from datetime import datetime, timedelta
+
+    from shared.services.plan import plan_now
+
+    app = _app(SCALE_DOWN_IDLE_MODE=mode)
+    _scale_up_and_wait(app)
+    app.clock.advance(300)  # the Jobs are done: the new nodes are empty
+    report = plan_now(app.ports, app.settings, now=app.clock.now(), state=app.ports.state).as_dict()
+    assert report["unneeded"], report["kept"]
+    for entry in report["unneeded"].values():
+        since, removable = (datetime.fromisoformat(entry[k]) for k in ("since", "removable_from"))
+        assert removable - since == timedelta(seconds=unneeded_s)  # the group's measured boot, or the 10 min
