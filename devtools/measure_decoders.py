@@ -33,7 +33,8 @@ from shared.adapters.kubernetes import node_from_json, pod_from_json
 from shared.gc_pause import gc_paused
 
 
-def _best(action: Callable[[], Any], repeat: int = 3) -> float:
+def best_paused(action: Callable[[], Any], repeat: int = 3) -> float:
+    """The best time of `repeat` runs of `action`, each with the cyclic GC paused (as a poll runs)."""
     best = float("inf")
     for _ in range(repeat):
         gc.collect()
@@ -60,8 +61,8 @@ def measure(raw: RawCluster) -> dict[str, Any]:
     node_pages = [p.read() for p in raw.pages[NODES_PATH]]
     pod_pages = [p.read() for p in raw.pages[PODS_PATH]]
     pages = node_pages + pod_pages
-    decode_s = {name: _best(lambda d=decode: [d(body) for body in pages]) for name, decode in _decoders().items()}
-    decode_s["msgspec, typed (kube_decode)"] = _best(lambda: ([decode_page(b, NodeItem) for b in node_pages],
+    decode_s = {name: best_paused(lambda d=decode: [d(body) for body in pages]) for name, decode in _decoders().items()}
+    decode_s["msgspec, typed (kube_decode)"] = best_paused(lambda: ([decode_page(b, NodeItem) for b in node_pages],
                                                                 [decode_page(b, PodItem) for b in pod_pages]))
 
     def previous() -> tuple[list[Any], list[Any]]:
@@ -79,8 +80,8 @@ def measure(raw: RawCluster) -> dict[str, Any]:
         "mib": round(sum(map(len, pages)) / 2**20, 1),
         "decode_s": {k: round(v, 3) for k, v in decode_s.items()},
         "decode_vs_json_loads": {k: round(v / baseline, 2) for k, v in decode_s.items()},
-        "read_s": {"json.loads + converters (previous)": round(_best(previous), 3),
-                   "typed + converters (kube_decode)": round(_best(typed), 3)},
+        "read_s": {"json.loads + converters (previous)": round(best_paused(previous), 3),
+                   "typed + converters (kube_decode)": round(best_paused(typed), 3)},
         "same_domain_objects": same,
         "python": sys.version.split()[0], "msgspec": msgspec.__version__,
     }

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import time
 import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,9 +27,9 @@ from tempfile import TemporaryDirectory
 from typing import Any, cast
 
 from devtools.bench import NOW
+from devtools.measure_decoders import best_paused
 from devtools.bench_scale import RawCluster, ReplayApiClient, _ObservePorts, _RecordedCompute, raw_cluster, tick_cluster
 from shared.adapters.kubernetes import KubernetesCluster
-from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.observe import observe
 
@@ -46,25 +45,14 @@ def _read_all(cluster: KubernetesCluster) -> int:
             + len(cluster.list_daemonsets()))
 
 
-def _timed(action: Callable[[], Any], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        gc.collect()
-        with gc_paused():
-            started = time.perf_counter()
-            action()
-            best = min(best, time.perf_counter() - started)
-    return best
-
-
 def measure_page_size(raw: RawCluster, *, latency_s: float, repeat: int = 2) -> dict[str, Any]:
-    read_s = _timed(lambda: _read_all(_cluster(raw, 0.0)), repeat)
+    read_s = best_paused(lambda: _read_all(_cluster(raw, 0.0)), repeat)
     gc.collect()
     tracemalloc.start()
     _read_all(_cluster(raw, 0.0))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    sequential_s = _timed(lambda: _read_all(_cluster(raw, latency_s)), 1)
+    sequential_s = best_paused(lambda: _read_all(_cluster(raw, latency_s)), 1)
 
     def observed() -> None:
         ports = cast(Ports, _ObservePorts(_cluster(raw, latency_s), _RecordedCompute(raw.groups)))
@@ -72,7 +60,7 @@ def measure_page_size(raw: RawCluster, *, latency_s: float, repeat: int = 2) -> 
 
     return {"page_size": raw.page_size, "requests": sum(len(pages) for pages in raw.pages.values()),
             "read_s": round(read_s, 3), "peak_mib": round(peak / 2**20, 1),
-            "sequential_s": round(sequential_s, 3), "observe_s": round(_timed(observed, 1), 3)}
+            "sequential_s": round(sequential_s, 3), "observe_s": round(best_paused(observed, 1), 3)}
 
 
 def run(*, nodes: int = 1000, latency_ms: float = 20.0, page_sizes: Sequence[int] = PAGE_SIZES) -> dict[str, Any]:
