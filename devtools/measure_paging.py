@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import gc
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any, cast
