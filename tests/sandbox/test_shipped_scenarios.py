@@ -106,14 +106,14 @@ def test_multi_pool_workloads_cover_selectors_tolerations_gpus_anti_affinity_and
     assert all(w.duration is not None for w in finite)
 
 
-def test_quota_fallback_fails_the_preferred_pools_first_scale_up() -> None:
+def test_quota_fallback_fails_the_preferred_pools_scale_ups() -> None:
     loaded = load_scenario("quota-fallback")
     groups = {g.name: g for g in loaded.node_groups}
     assert set(groups) == {"system", "pool-d4", "pool-f8"}
     assert not groups["system"].autoscaled and groups["system"].taints
     assert all(groups[n].initial == 0 and groups[n].autoscaled for n in ("pool-d4", "pool-f8"))
     (failure,) = loaded.scale_up_failures
-    assert (failure.scale_set, failure.code, failure.count) == ("pool-d4", "QuotaExceeded", 1)
+    assert (failure.scale_set, failure.code, failure.count) == ("pool-d4", "QuotaExceeded", 5)
     for name in ("pool-d4", "pool-f8"):
         _, _, resources = template_from_tags(dict(groups[name].tags))
         assert resources == _without_pods(groups[name].allocatable)
@@ -200,7 +200,7 @@ def test_multi_pool_gpu_nodes_boot_with_the_tagged_taint_label_and_gpu() -> None
     assert system_pods == {"kube-proxy", "log-agent", "nvidia-device-plugin"}
 
 
-def test_quota_fallback_refuses_the_first_preferred_scale_up_then_the_fallback_runs_everything() -> None:
+def test_quota_fallback_refuses_the_preferred_scale_ups_and_the_fallback_runs_everything() -> None:
     world = World("quota-fallback", seed=0, start=START)
     world.advance_by(60)
     messages = {_scheduled_condition(p)["message"] for p in _pods(world)}
@@ -218,5 +218,6 @@ def test_quota_fallback_refuses_the_first_preferred_scale_up_then_the_fallback_r
     report = world.report()
     assert Counter(p["group"] for p in report["pods"]) == {f"{RG}/pool-f8": 12}
     assert report["pod_wait_seconds"]["max"] < 900  # MAX_NODE_PROVISION_TIME
-    retry = world.set_capacity(preferred, 1)  # only the first scale-up was declared to fail
-    assert len(retry.instance_ids) == 1
+    retry = world.set_capacity(preferred, 1)  # the quota is still spent: refused again, as every declared one
+    world.advance_by(5)
+    assert (retry.status, retry.error_code) == ("Failed", "QuotaExceeded") and world.instances(preferred) == []
