@@ -85,6 +85,12 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
         # Starting is idempotent: a crash before the state update below repeats it harmlessly.
         operation, kind = run.ports.provider.begin_start_instances(group, start), "start"
         run.update_group(group.id, lambda s: replace(s, stopped=s.stopped - set(start)))
+    if grow and _grown_meanwhile(run, group, group.capacity + grow):
+        reached, grow = group.capacity + grow, 0  # another action got the group there meanwhile: nothing to add
+        action = replace(action, resized_to=None)
+        if operation is None:
+            return run.finish(action, entry, "skipped", f"{group.id} reached {reached} meanwhile", now=now,
+                              old_size=running)
     if grow:
         try:
             operation, kind = run.ports.provider.begin_resize(group, group.capacity + grow), "resize"
@@ -99,6 +105,25 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
     # With both, the capacity PATCH is followed; instances that fail to start show up as nodes that
     # never become Ready, which MAX_NODE_PROVISION_TIME turns into a backoff.
     return run.follow(action, entry, operation, next_step="confirm", now=now, kind=kind)
+
+
+def _grown_meanwhile(run: Run[ScaleUp], group: NodeGroup, capacity: int) -> bool:
+    """Whether the group's capacity is `capacity` or more now, read again just before the PATCH.
+
+    The queue runs actions side by side, and this step reads the group, then observes the cluster and the
+    quotas before it resizes: another scale-up of the same group can PATCH in between. A capacity computed
+    from the older read may then be lower than the group's, and lowering a scale set's capacity removes
+    instances Azure picks, running pods and all. Seen in the quota-fallback demo under load: two instances
+    of pool-f8 created and gone without a delete. The read narrows that window to one round trip; ARM's
+    If-Match on the PATCH would close it.
+    """
+    fresh = run.ports.provider.get_node_group(group.id)
+    if fresh is None or fresh.capacity < capacity:
+        if fresh is not None and fresh.capacity > group.capacity:
+            log.info("%s grew to %d since it was read; growing on to %d", group.id, fresh.capacity, capacity)
+        return False
+    log.info("%s is at %d since it was read, not below %d: no resize", group.id, fresh.capacity, capacity)
+    return True
 
 
 def _allowed_target(run: Run[ScaleUp], group: NodeGroup, target: int, *, now: datetime) -> tuple[int, str | None]:

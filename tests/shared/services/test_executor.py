@@ -788,3 +788,30 @@ def test_a_throttled_delete_of_an_empty_node_retries_the_delete_not_the_cordon(
     assert app.arm()["instances_deleted"] == {f"pool/{app.provider_id(target).rsplit('/', 1)[-1]}": 1}
     events = [e for e in app.events("default") if e.name == target and e.reason == "ScaleDown"]
     assert len(events) == 1, events
+
+
+@pytest.mark.parametrize(("target", "other_reaches"), [(4, 5), (5, 4)])
+def test_a_scale_up_never_lowers_a_capacity_another_action_raised_meanwhile(app: App, target: int,
+                                                                            other_reaches: int) -> None:
+    """Another scale-up PATCHes the group between this step's read and its own PATCH (the queue runs actions side
+    by side): growing from the older read would set a capacity below the group's, which removes instances."""
+    provider = app.context.ports.provider
+    real = provider.get_node_group
+    reads = {"n": 0}
+
+    def racing(group_id: str) -> Any:
+        reads["n"] += 1
+        if reads["n"] == 2:  # after the step's first read, before its PATCH: the other action's resize lands
+            scale_set = app.world.scale_set(app.world.subscription_id, GROUP.split("/")[0], GROUP.split("/")[1])
+            app.world.set_capacity(scale_set, other_reaches)
+        return real(group_id)
+
+    provider.get_node_group = racing  # type: ignore[method-assign]
+    result = app.run(scale_up(app, target))  # from 3
+    scale_set = app.world.scale_set(app.world.subscription_id, GROUP.split("/")[0], GROUP.split("/")[1])
+    assert scale_set.capacity == max(target, other_reaches)  # never lowered: 4 would have removed an instance
+    if other_reaches >= target:
+        assert result.outcome == "skipped" and f"reached {target} meanwhile" in result.detail
+        assert app.arm_calls("PATCH virtualMachineScaleSets") == 0
+    else:
+        assert app.arm_calls("PATCH virtualMachineScaleSets") == 1
