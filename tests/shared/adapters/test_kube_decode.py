@@ -424,12 +424,16 @@ NODE_BASE = {"metadata": {"name": "n1", "uid": "nu", "resourceVersion": "3", "cr
                         "addresses": [{"type": "InternalIP", "address": "10.0.0.4"}]}}
 
 
-def node(**parts: Any) -> dict[str, Any]:
-    """A node with some of `NODE_BASE`'s metadata/spec/status fields replaced; a part not a dict replaces it."""
-    out = dict(NODE_BASE)
+def _with_parts(base: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
+    """`base` with some of its metadata/spec/status fields replaced; a part not a dict replaces the whole part."""
+    out = dict(base)
     for key, value in parts.items():
-        out[key] = {**NODE_BASE[key], **value} if isinstance(value, dict) and key in NODE_BASE else value
+        out[key] = {**base[key], **value} if isinstance(value, dict) and key in base else value
     return out
+
+
+def node(**parts: Any) -> dict[str, Any]:
+    return _with_parts(NODE_BASE, parts)
 
 
 NODE_CASES: list[tuple[str, Any]] = [
@@ -482,10 +486,7 @@ BUDGET_BASE = {"metadata": {"name": "web", "namespace": "ns", "generation": 2},
 
 
 def budget(**parts: Any) -> dict[str, Any]:
-    out = dict(BUDGET_BASE)
-    for key, value in parts.items():
-        out[key] = {**BUDGET_BASE[key], **value} if isinstance(value, dict) and key in BUDGET_BASE else value
-    return out
+    return _with_parts(BUDGET_BASE, parts)
 
 
 BUDGET_CASES: list[tuple[str, Any]] = [
