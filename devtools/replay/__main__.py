@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     from devtools.replay.harness import ReplayConfig
     from devtools.replay.metrics import bound_for, with_cost_vs_bound
     from devtools.replay.run import replay
-    from devtools.replay.traces import TRACE_FILES, TraceError, load_trace, raw_format
+    from devtools.replay.traces import TraceError, load_trace, trace_pools_name
 
     if not 0.0 <= args.failure_rate <= 1.0:
         print(f"--failure-rate must be between 0 and 1, got {args.failure_rate}", file=sys.stderr)
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         trace = load_trace(args.trace, seed=args.seed)
-        kind = args.trace if args.trace in TRACE_FILES else raw_format(args.trace)
+        kind = trace_pools_name(args.trace)
     except (TraceError, OSError) as exc:
         print(f"cannot read trace: {exc}", file=sys.stderr)
         return 2

@@ -109,14 +109,14 @@ def measure(trace: Any, policy: str = "ours", *, seed: int = 0, config: Any = No
     from devtools.replay.harness import ReplayConfig
     from devtools.replay.pools import DEFAULT_POOLS, POOL_SETS
     from devtools.replay.run import replay
-    from devtools.replay.traces import TRACE_FILES, Trace, load_trace, raw_format
+    from devtools.replay.traces import Trace, load_trace, trace_pools_name
 
     if isinstance(trace, Trace):
         loaded = trace
     else:
         loaded = load_trace(trace, seed=seed)
         if config is None:
-            kind = trace if trace in TRACE_FILES else raw_format(trace)
+            kind = trace_pools_name(trace)
             config = ReplayConfig(seed=seed, pools=POOL_SETS.get(kind or str(trace), DEFAULT_POOLS))
     config = config if config is not None else ReplayConfig(seed=seed)
     wall = time.perf_counter()

@@ -24,12 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable
-from devtools.replay.metrics import demand_curve, oracle_result, run_result
-from devtools.replay.policies.ours import Ours
+from devtools.replay.harness import ReplayConfig
 from devtools.replay.pools import DEFAULT_POOLS, POOL_SETS
 from devtools.replay.run import replay
-from devtools.replay.spot import billed_pools
 from devtools.replay.traces import Trace, load_trace
 
 TRACES = ("alibaba2018", "alibaba2023")
@@ -117,27 +114,11 @@ class OursRun:
 
 
 def run_ours(trace: Trace, config: ReplayConfig) -> OursRun:
-    """`ours` on the trace, as devtools.replay.run.replay runs it, keeping the policy and the world to read."""
-    pods, _ = placeable(trace, config.pools)
-    if not pods:
-        raise ValueError(f"trace {trace.name}: no pod fits any pool ({', '.join(p.name for p in config.pools)})")
+    """`ours` on the trace (devtools.replay.run.replay), with its Function executions and ARM read curve."""
     if config.virtual_node is not None or config.spot is not None:
         raise ValueError("the reaction study replays `ours` on the VM pools only (no virtual node, no spot tier)")
-    end = math.ceil(max(p.at + p.duration for p in pods) + config.tail_s)
-    oracle = oracle_result(demand_curve(pods, config.pools), config.pools, until=end)
-    world = build_world(trace, config)
-    run = Replay(world, config)
-    policy = Ours(run)
-    samples: list[tuple[float, int]] = [(0.0, world.counters.arm_reads)]
-
-    def sample(_fraction: float) -> None:
-        samples.append((world.t, world.counters.arm_reads))
-
-    run.run(policy, progress=sample)
-    samples.append((world.t, world.counters.arm_reads))
-    result = run_result(world, billed_pools(config.pools, config.spot), scale_actions=policy.scale_actions(),
-                        oracle_cost=oracle["cost"])
-    return OursRun(result, dict(policy.executions), world.t, tuple(samples))
+    outcome = replay(trace, "ours", config)
+    return OursRun(outcome.result, dict(outcome.executions), outcome.sim_seconds, outcome.arm_read_samples)
 
 
 def _wait(result: Mapping[str, Any]) -> dict[str, float]:
@@ -166,9 +147,8 @@ def figures(run: OursRun, *, prices: FlexPrices = FlexPrices()) -> dict[str, Any
 
 
 def ca_figures(trace: Trace, config: ReplayConfig) -> dict[str, Any]:
-    result = replay(trace, "ca", config).result
-    pods, _ = placeable(trace, config.pools)
-    sim_seconds = math.ceil(max(p.at + p.duration for p in pods) + config.tail_s)  # the world's duration
+    outcome = replay(trace, "ca", config)
+    result, sim_seconds = outcome.result, outcome.sim_seconds
     return {
         "pending_wait_s": _wait(result),
         "cost": result["cost"],

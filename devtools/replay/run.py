@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable
@@ -25,6 +25,11 @@ class ReplayOutcome:
     demand: dict[str, list[float]]  # t, nodes: what perfectly packed pods would fill
     pods_left_out: int  # pods no pool can hold, left out of every policy's run alike
     wakeups: int = 0
+    sim_seconds: float = 0.0  # the world's run, tail included
+    # Function executions by function name (`ours` counts them; {} for the other policies).
+    executions: Mapping[str, int] = field(default_factory=dict)
+    # (sim seconds, cumulative ARM reads), about every ten sim minutes: the reads' curve over the run.
+    arm_read_samples: tuple[tuple[float, int], ...] = ()
 
 
 def replay(
@@ -58,6 +63,13 @@ def replay(
     else:
         world = build_world(trace, config)
     run = Replay(world, config)
+    samples: list[tuple[float, int]] = [(0.0, world.counters.arm_reads)]
+
+    def sampled(fraction: float) -> None:
+        samples.append((world.t, world.counters.arm_reads))
+        if progress is not None:
+            progress(fraction)
+
     chosen: Any
     if policy in ("ours", "ours+vn", "ours+spot"):
         chosen = Ours(run)
@@ -69,7 +81,9 @@ def replay(
         chosen = VmssCpuAutoscale(run)
     else:
         chosen = Static()
-    run.run(chosen, progress=progress)
+    run.run(chosen, progress=sampled)
+    samples.append((world.t, world.counters.arm_reads))
     result = run_result(world, billed_pools(config.pools, config.spot), scale_actions=chosen.scale_actions(),
                         oracle_cost=oracle["cost"])
-    return ReplayOutcome(policy, result, timeline_series(world), demand, left_out, run.wakeups)
+    return ReplayOutcome(policy, result, timeline_series(world), demand, left_out, run.wakeups, world.t,
+                         dict(getattr(chosen, "executions", {})), tuple(samples))

@@ -787,3 +787,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def trace_pools_name(name_or_path: str) -> str | None:
+    """The named trace whose pools a trace argument gets by default: the name itself, or the format of a raw
+    public trace file (`raw_format`); None for our own formats."""
+    return name_or_path if name_or_path in TRACE_FILES else raw_format(name_or_path)
