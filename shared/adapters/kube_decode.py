@@ -40,6 +40,7 @@ __all__ = [
     "PodItem",
     "Unchanged",
     "decode_page",
+    "decoded_identity",
     "identity",
     "item_key",
 ]
@@ -315,6 +316,18 @@ def identity(raw: Raw) -> tuple[dict[str, Any], dict[str, Any]]:
         return {}, {}
     return (_fields(_IDENTITY_META, found.metadata, ("name", "namespace", "uid")),
             _fields(_IDENTITY_SPEC, found.spec, ("nodeName", "providerID")))
+
+
+def decoded_identity(item: _Object) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`identity` of an item that decoded but did not convert: the same fields, from the struct."""
+    return (_present(getattr(item, "metadata", None), ("name", "namespace", "uid")),
+            _present(getattr(item, "spec", None), ("nodeName", "providerID")))
+
+
+def _present(part: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    # A kind's struct may not declare a field (a pod's spec has no providerID, an Event no spec): absent alike.
+    found = {name: getattr(part, name, None) for name in names}
+    return {name: value for name, value in found.items() if value is not None and value is not UNSET}
 
 
 def _fields(decoder: msgspec.json.Decoder[Any], raw: Raw, names: tuple[str, ...]) -> dict[str, Any]:

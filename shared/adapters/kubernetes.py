@@ -41,6 +41,7 @@ from shared.adapters.kube_decode import (
     PodItem,
     Unchanged,
     decode_page,
+    decoded_identity,
     identity,
     item_key,
 )
@@ -853,14 +854,8 @@ class KubernetesCluster:
             try:
                 value = convert(item)
             except (ValueError, TypeError, AttributeError) as exc:  # a malformed quantity, timestamp or field
-                metadata = item.get("metadata") or {}
-                # A struct's `get` knows only the fields it declares (an Event has no spec, a pod no providerID).
-                spec = (item.get("spec") if "spec" in type(item).__struct_fields__ else None) or {}
-                meta = {"name": metadata.get("name"), "namespace": metadata.get("namespace", ""),
-                        "uid": metadata.get("uid")}
-                declared = getattr(type(spec), "__struct_fields__", None)
-                node_spec = {k: spec.get(k) for k in ("nodeName", "providerID") if declared is None or k in declared}
-                self._report_unreadable(what, meta, str(exc), unreadable(meta, node_spec, str(exc)), out)
+                metadata, spec = decoded_identity(item)
+                self._report_unreadable(what, metadata, str(exc), unreadable(metadata, spec, str(exc)), out)
                 continue
             if key is not None:
                 fresh[key] = value
