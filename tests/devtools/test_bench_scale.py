@@ -129,7 +129,11 @@ def test_one_size_measured_in_a_worker_process() -> None:
     for key in ("json_loads_s", "parse_s", "json_path_parse_s", "naive_parse_s", "plan_scale_up_s",
                 "plan_scale_down_s", "tick_s", "warm_parse_s", "warm_tick_s", "peak_mb"):
         assert row[key] > 0, key
-    assert row["tick_over_json_loads"] == pytest.approx(row["tick_s"] / row["json_loads_s"], rel=0.05)
+    # The row's times are rounded to the millisecond and json.loads of a small cluster takes a few, so the ratio
+    # (computed before rounding) is checked against the interval the rounded times allow.
+    tick, loads, half_ms = row["tick_s"], row["json_loads_s"], 0.0005
+    assert (tick - half_ms) / (loads + half_ms) - 0.005 <= row["tick_over_json_loads"] \
+        <= (tick + half_ms) / (loads - half_ms) + 0.005
     assert row["goal"] is None and row["met"] is None  # only 1,000 and 5,000 nodes have goals
     assert len(engine_table(result)) == 3
 
