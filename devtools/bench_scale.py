@@ -11,8 +11,8 @@
       included). Only the socket is replaced: `ReplayApiClient.call_api` answers each request with the
       recorded page's bytes, read from a file as a network read would deliver them, one page at a time.
       The scale sets (groups and instances) are handed to observe directly: ARM is not what is measured.
-   b) `plan_scale_up` and `plan_scale_down` on that snapshot, the latter as a first utilization poll plans
-      it: the candidate pool bounds the candidates with pods to move whose removal is simulated
+   b) the scale-up plan and `plan_scale_down` on that snapshot, sharing one placement state and one scale-up
+      simulation as the utilization poll does, the latter as a first utilization poll plans it: the candidate pool bounds the candidates with pods to move whose removal is simulated
       (SCALE_DOWN_CANDIDATES_POOL_RATIO/_MIN_COUNT; every candidate: devtools.bench_scale_down). The cluster is `bench.drainable_cluster`
       (about 40% of the nodes under-used, some pinned, some running Jobs, a PodDisruptionBudget) plus a
       scale-from-zero pool whose node-template tags only pending analytics pods select, so scale-up bin-packs
@@ -98,7 +98,13 @@ from shared.domain import (
 )
 from shared.engine.scale_down import ScaleDownPlan
 from shared.gc_pause import gc_paused
-from shared.engine.scale_up import ScaleUpPlan, plan_scale_up
+from shared.engine.scale_up import (
+    ScaleUpPlan,
+    existing_placements,
+    initial_state,
+    plan_scale_up,
+    simulate_scale_up,
+)
 from shared.engine.templates import TAG_PREFIX, build_templates
 from shared.ports import Ports
 from shared.services.observe import observe
@@ -793,9 +799,13 @@ def measure_size(raw: RawCluster, *, repeat: int = 1, naive: bool = True) -> dic
             started = time.perf_counter()
             snapshot = observe_now()
             observed = time.perf_counter()
-            up = plan_scale_up(snapshot)
+            # One placement state and one simulation for both plans, as the utilization poll shares them.
+            state = initial_state(snapshot)
+            simulation = simulate_scale_up(snapshot, state=state)
+            up = simulation.plan
             planned_up = time.perf_counter()
-            down = plan_drainable(snapshot, simulated_at={})  # a first poll's candidate pool, as the app plans it
+            down = plan_drainable(snapshot, simulated_at={}, state=state,  # a first poll's candidate pool
+                                  pending_placements=existing_placements(simulation))
             done = time.perf_counter()
         return (observed - started, planned_up - observed, done - planned_up), (snapshot, up, down)
 
@@ -943,8 +953,9 @@ def engine_at_scale(
         "page_size": DEFAULT_PAGE_SIZE,
         "tick": "observe on a new adapter (a cold Function instance): list nodes, pods and PodDisruptionBudgets from "
                 "the recorded API responses through the Kubernetes adapter (typed decoding of each page, the "
-                "converters), observe's assembly (scale sets handed over, ARM is not measured); then plan_scale_up "
-                "and plan_scale_down",
+                "converters), observe's assembly (scale sets handed over, ARM is not measured); then the scale-up "
+                "simulation (plan_scale_up_s, the placement state's build included) and plan_scale_down on the same "
+                "state with that simulation's placements, as the utilization poll plans",
         "memory": "peak_mb: tracemalloc peak over one whole tick; rss_mb: growth of the worker's peak RSS (VmHWM, "
                   "reset before the tick) over its RSS before the tick; a goal's MiB holds the larger",
         "json_loads_s": "json.loads of every page's bytes, held in memory: the baseline of tick_over_json_loads",

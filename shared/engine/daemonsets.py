@@ -68,8 +68,11 @@ def daemonset_of_pod(pod: Pod) -> DaemonSet:
     )
 
 
-def _observed(pods: Iterable[Pod]) -> dict[tuple[str, str], Pod]:
-    """One observed pod per DaemonSet, by (namespace, DaemonSet name)."""
+def observed_daemonset_pods(pods: Iterable[Pod]) -> dict[tuple[str, str], Pod]:
+    """One observed pod per DaemonSet, by (namespace, DaemonSet name).
+
+    A planner asking about many groups passes these values to `template_daemonsets` instead of every pod:
+    the answer is the same, and the cluster's pods are walked once, not once per group."""
     chosen: dict[tuple[str, str], Pod] = {}
     for pod in pods:
         if pod.owner is not None and pod.owner.kind == "DaemonSet":
@@ -94,7 +97,7 @@ def template_daemonsets(
     taints = tuple(taints)
     listed = {(d.namespace, d.name): d for d in daemonsets}
     chosen = {key: d for key, d in listed.items() if runs_on(d, labels, taints)}
-    for key, pod in _observed(pods).items():
+    for key, pod in observed_daemonset_pods(pods).items():
         if key in chosen:
             continue
         if key in listed:
@@ -149,6 +152,7 @@ __all__ = [
     "daemonset_of_pod",
     "daemonsets_seen_by_group",
     "host_ports",
+    "observed_daemonset_pods",
     "overhead",
     "runs_on",
     "template_daemonsets",

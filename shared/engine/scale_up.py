@@ -74,7 +74,7 @@ from shared.engine.predicates import (
     spread_violation,
     unsupported_construct,
 )
-from shared.engine.daemonsets import daemonsets_seen_by_group, template_daemonsets
+from shared.engine.daemonsets import daemonsets_seen_by_group, observed_daemonset_pods, template_daemonsets
 from shared.engine.daemonsets import host_ports as daemonset_host_ports
 from shared.engine.daemonsets import overhead as daemonset_overhead
 from shared.engine.templates import (
@@ -362,13 +362,14 @@ def _group_plans(snapshot: ClusterSnapshot) -> dict[str, _GroupPlan]:
             counts = per_zone.setdefault(ref.group_id, {})
             counts[zone] = counts.get(zone, 0) + 1
     seen = daemonsets_seen_by_group(snapshot.nodes, snapshot.pods)
+    observed = tuple(observed_daemonset_pods(snapshot.pods).values())  # once, not once per group
     plans = {}
     for group in snapshot.groups:
         template = snapshot.templates.get(group.id)
         if template is None:
             continue
         daemons = template_daemonsets(
-            snapshot.daemonsets, snapshot.pods, template.labels, template.taints,
+            snapshot.daemonsets, observed, template.labels, template.taints,
             seen_on_group=seen.get(group.id, frozenset()),
         )
         plans[group.id] = _GroupPlan(

@@ -29,6 +29,7 @@ from shared.engine.scale_up import (
 )
 from shared.engine.load import LoadPlan
 from shared.engine.offerings import describe
+from shared.engine.placement import PlacementState
 from shared.engine.spot import Eviction, keep_off_spot
 from shared.engine.virtual_nodes import VirtualNodePlan, plan_virtual_nodes, planning_snapshot, status_of
 from shared.options import scale_up_options, virtual_node_options
@@ -197,13 +198,17 @@ def _with_load(plan: ScaleUpPlan, load: LoadPlan) -> ScaleUpPlan:
 
 
 def pending_placements(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], settings: Settings, *,
-                       now: datetime) -> dict[str, tuple[str, ...]]:
+                       now: datetime, state: PlacementState | None = None) -> dict[str, tuple[str, ...]]:
     """Existing node -> the pending pods this poll's scale-up simulation would place in its free room.
 
     The utilisation poll keeps exactly these nodes for pending pods: the same simulation with the
     same options (backoff, reclaimable nodes) as here, read-only (this poll records provision
     timeouts; a group not yet marked only changes which new nodes would be asked for, never
     which existing node a pod takes). The expander is left out: it picks among new nodes only.
+
+    `state`: `initial_state(snapshot)`, when the caller plans scale-down on it too (the simulation
+    leaves it as found). The planning views below change pending pods' flags and the groups, never a
+    node or a bound pod, which are all the state holds.
     """
     plan = plan_virtual_nodes(snapshot, virtual_node_options(settings), now=now)
     if not pending_pods(snapshot) and not plan.demand:
@@ -214,7 +219,7 @@ def pending_placements(snapshot: ClusterSnapshot, states: Mapping[str, GroupStat
     snapshot, backed_off = backoff_view(snapshot, states, now=now)
     options = replace(scale_up_options(settings, now=now), unavailable=backed_off,
                       reclaimable=reclaimable_nodes(states.values()), after=after)
-    return existing_placements(simulate_scale_up(snapshot, options=options))
+    return existing_placements(simulate_scale_up(snapshot, options=options, state=state))
 
 
 def reclaimable_nodes(states: Iterable[GroupState]) -> frozenset[str]:

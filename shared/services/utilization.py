@@ -18,7 +18,7 @@ from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, Taint
 from shared.engine import reasons
 from shared.engine.backoff import backoff_reason
 from shared.engine.scale_down import Removal, ScaleDownPlan, plan_scale_down
-from shared.engine.scale_up import pending_pods
+from shared.engine.scale_up import initial_state, pending_pods
 from shared.options import scale_down_options
 from shared.gc_pause import gc_paused
 from shared.ports import Ports
@@ -68,11 +68,12 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
     previous = ports.state.list_unneeded()
     snapshot = running_sizes(snapshot, group_states)
+    state = initial_state(snapshot)  # one placement state for the scale-up simulation and the plan
     plan = plan_scale_down(
         snapshot, unneeded_since=previous, group_states=group_states, now=now, options=scale_down_options(settings),
         measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
-        pending_placements=pending_placements(snapshot, group_states, settings, now=now),
-        simulated_at=_rotation(ports.state),
+        pending_placements=pending_placements(snapshot, group_states, settings, now=now, state=state),
+        simulated_at=_rotation(ports.state), state=state,
     )
     if plan.simulated_at:
         _ROTATION[ports.state] = dict(plan.simulated_at)

@@ -10,6 +10,7 @@ from shared.domain import DaemonSet, HostPort, NodeSelectorTerm, Taint, Tolerati
 from shared.engine.daemonsets import (
     daemonsets_seen_by_group,
     host_ports,
+    observed_daemonset_pods,
     overhead,
     runs_on,
     template_daemonsets,
@@ -89,6 +90,19 @@ def test_only_the_daemonsets_of_a_template_count_each_once() -> None:
     on_small = template_daemonsets(listed, observed, SMALL, ())
     assert {d.name for d in on_small} == {"kube-proxy", "small-only"}
     assert overhead(on_small) == res(1.1, 1.125, 2)
+
+
+def test_one_observed_pod_per_daemonset_answers_as_every_pod_does() -> None:
+    """What scale-up passes for each group: the cluster's pods walked once, the same DaemonSets found."""
+    listed = [ds("kube-proxy", tolerations=(Toleration(operator="Exists"),)), ds("agent", selector={"pool": "big"})]
+    pods = [daemon_pod(f"n{i}", ds=name) for i in range(3) for name in ("kube-proxy", "agent", "logs")]
+    pods += [pod(f"web-{i}", node_name="n0") for i in range(3)]
+    one_each = list(observed_daemonset_pods(pods).values())
+    assert sorted(p.owner.name for p in one_each if p.owner) == ["agent", "kube-proxy", "logs"]
+    for labels, taints in ((BIG, (GPU,)), (SMALL, ()), (BIG, ())):
+        for seen in ((), {("kube-system", "agent")}):
+            assert template_daemonsets(listed, one_each, labels, taints, seen_on_group=seen) == \
+                template_daemonsets(listed, pods, labels, taints, seen_on_group=seen)
 
 
 def test_observed_pods_stand_for_daemonsets_not_listed_and_cross_check_listed_ones() -> None:
