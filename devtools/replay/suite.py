@@ -35,6 +35,10 @@ TARGET_COST_VS_ORACLE = 1.10
 # ca's at most 5 % dearer.
 TARGET_COST_VS_BOUND = 3.0
 TARGET_EXTRA_COST_VS_CA = 0.05
+# The wait target is judged on the suite's seed and, as a second row, on the mean over it and the next ones:
+# a p95 of some 800 pods is the 40th-longest wait, and one seed's p95 moves by about +-15 s (measured over
+# seeds 0-5 on alibaba2023), more than the gaps being judged.
+WAIT_SEEDS = 3
 WAIT_SLACK_S = 30.0
 # The virtual-node tier runs at ACI's default regional limits and at raised ones (issue 17): each VN policy's
 # results are keyed `<policy>@<cores>`. A subscription that raises its core quota tenfold raises its
@@ -102,18 +106,46 @@ def evaluate_targets(per_policy: Mapping[str, Mapping[str, Any]], config: Replay
     return targets
 
 
-def evaluate_wait_targets(per_policy: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def evaluate_wait_targets(per_policy: Mapping[str, Mapping[str, Any]],
+                          seeds: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
     """Issue 19's reaction target on a trace other than the batch one: ours' p95 wait at most ca's, at a cost at most
-    TARGET_EXTRA_COST_VS_CA above ca's."""
+    TARGET_EXTRA_COST_VS_CA above ca's; on this run's seed, then (given `seeds`, `wait_over_seeds`' rows) on the
+    means over those seeds."""
     ours, ca = per_policy.get("ours"), per_policy.get("ca")
     if ours is None or ca is None:
         return []
-    p95, theirs = ours["pending_wait_s"]["p95"], ca["pending_wait_s"]["p95"]
-    extra = ours["cost"] / ca["cost"] - 1 if ca["cost"] else float("inf")
-    return [{"name": f"p95 wait at most ca's, at most {TARGET_EXTRA_COST_VS_CA:.0%} dearer",
-             "met": p95 <= theirs and ours["cost"] <= ca["cost"] * (1 + TARGET_EXTRA_COST_VS_CA),
-             "detail": f"p95 {p95:.0f} s vs {theirs:.0f} s, cost ${ours['cost']:,.2f} vs ${ca['cost']:,.2f} "
-                       f"({extra:+.1%})"}]
+    name = f"p95 wait at most ca's, at most {TARGET_EXTRA_COST_VS_CA:.0%} dearer"
+    targets = [_wait_target(name, ours["pending_wait_s"]["p95"], ours["cost"], ca["pending_wait_s"]["p95"], ca["cost"])]
+    if seeds:
+        mean = {policy: {key: sum(row[policy][key] for row in seeds) / len(seeds) for key in ("p95", "cost")}
+                for policy in ("ours", "ca")}
+        first, last = seeds[0]["seed"], seeds[-1]["seed"]
+        targets.append(_wait_target(f"{name}, means over seeds {first}-{last}", mean["ours"]["p95"],
+                                    mean["ours"]["cost"], mean["ca"]["p95"], mean["ca"]["cost"]))
+    return targets
+
+
+def _wait_target(name: str, p95: float, cost: float, theirs: float, their_cost: float) -> dict[str, Any]:
+    extra = cost / their_cost - 1 if their_cost else float("inf")
+    return {"name": name, "met": p95 <= theirs and cost <= their_cost * (1 + TARGET_EXTRA_COST_VS_CA),
+            "detail": f"p95 {p95:.0f} s vs {theirs:.0f} s, cost ${cost:,.2f} vs ${their_cost:,.2f} ({extra:+.1%})"}
+
+
+def wait_over_seeds(name: str, per_policy: Mapping[str, Mapping[str, Any]], *, seed: int,
+                    count: int = WAIT_SEEDS) -> list[dict[str, Any]]:
+    """Per seed from `seed` on, ours' and ca's p95 wait and cost on trace `name`: `seed`'s from this run's
+    results (`per_policy`), the next ones replayed here (the trace sampled, boots drawn, with that seed)."""
+    rows = [{"seed": seed, **{policy: _wait_row(per_policy[policy]) for policy in ("ours", "ca")}}]
+    for other in range(seed + 1, seed + count):
+        trace = load_trace(name, seed=other)
+        config = config_for(name, seed=other)
+        rows.append({"seed": other, **{policy: _wait_row(replay(trace, policy, config).result)
+                                       for policy in ("ours", "ca")}})
+    return rows
+
+
+def _wait_row(result: Mapping[str, Any]) -> dict[str, float]:
+    return {"p95": result["pending_wait_s"]["p95"], "cost": result["cost"]}
 
 
 def evaluate_vn_targets(per_policy: Mapping[str, Mapping[str, Any]], *, batch: bool) -> list[dict[str, Any]]:
@@ -219,9 +251,13 @@ def _jsonable(value: Any) -> Any:
 
 def replay_section(
     traces: Mapping[str, Trace], *, seed: int, policies: tuple[str, ...] = POLICIES,
-    step: Callable[[str, float], None] = lambda label, fraction: None,
+    step: Callable[[str, float], None] = lambda label, fraction: None, wait_seeds: int = 1,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(replay results, per-trace facts, targets, series) for every trace and policy."""
+    """(replay results, per-trace facts, targets, series) for every trace and policy.
+
+    `wait_seeds` above 1: on the traces other than the batch one, ours and ca are replayed on that many seeds in
+    all (`wait_over_seeds`, in the facts), and the wait target is judged on their means too. The traces must
+    then be named ones (`load_trace` samples each seed's)."""
     results: dict[str, Any] = {}
     facts: dict[str, Any] = {}
     targets: dict[str, Any] = {}
@@ -265,7 +301,13 @@ def replay_section(
         if name == BATCH_TRACE and "ours" in results[name]:
             targets[name] = evaluate_targets(results[name], config)
         elif name != BATCH_TRACE:
-            targets[name] = evaluate_wait_targets(results[name])
+            seeds: list[dict[str, Any]] = []
+            if wait_seeds > 1 and {"ours", "ca"} <= results[name].keys():
+                step(f"{name} / ours, ca: seeds", 0.0)
+                seeds = facts[name]["wait_over_seeds"] = wait_over_seeds(name, results[name], seed=seed,
+                                                                         count=wait_seeds)
+                step(f"{name} / ours, ca: seeds", 1.0)
+            targets[name] = evaluate_wait_targets(results[name], seeds)
         vn_targets = evaluate_vn_targets(results[name], batch=name == BATCH_TRACE)
         if vn_targets:
             targets[name] = [*targets.get(name, []), *vn_targets]
@@ -284,7 +326,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
 
     quiet_spot_logs()
     traces = {name: load_trace(name, seed=seed) for name in TRACES}
-    steps = len(traces) * len(runs_of(POLICIES)) + 6
+    steps = len(traces) * len(runs_of(POLICIES)) + sum(name != BATCH_TRACE for name in traces) + 6
     with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), transient=False) as progress:
         task = progress.add_task("replays", total=steps)
@@ -296,7 +338,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
                 done["n"] += 1
                 progress.update(task, completed=done["n"])
 
-        replays, facts, targets, series = replay_section(traces, seed=seed, step=step)
+        replays, facts, targets, series = replay_section(traces, seed=seed, step=step, wait_seeds=WAIT_SEEDS)
         progress.update(task, description="engine at scale")
         # The official client's deserialisation (the naive path) of 5,000 nodes takes minutes: measured
         # at 100 and 1,000 nodes, where its ratio to ours is already clear.

@@ -117,3 +117,46 @@ def test_the_encoding_table_holds_each_replay_to_a_fifth() -> None:
     rows = encoding_table([{"trace": "a", "policy": "ours", "total_s": 10.0, "encoding_s": 2.0, "share": 0.2},
                            {"trace": "b", "policy": "ours", "total_s": 10.0, "encoding_s": 2.1, "share": 0.21}])
     assert rows[2].endswith("| 20.0% | <= 20%: met |") and rows[3].endswith("| 21.0% | <= 20%: MISSED |")
+
+
+def _seed(seed: int, ours: tuple[float, float], ca: tuple[float, float]) -> dict:
+    return {"seed": seed, "ours": {"p95": ours[0], "cost": ours[1]}, "ca": {"p95": ca[0], "cost": ca[1]}}
+
+
+@pytest.mark.parametrize(("seeds", "met"), [
+    # seed 0 slower, but over seeds 0-2 faster on average and no dearer: the second row is met, the first not
+    ([_seed(0, (70, 100), (60, 100)), _seed(1, (50, 100), (80, 100)), _seed(2, (60, 100), (70, 100))], [False, True]),
+    # faster on average but 6 % dearer on average
+    ([_seed(0, (50, 106), (60, 100)), _seed(1, (50, 106), (60, 100))], [False, False]),
+    # the means, not the seeds' verdicts: ours loses one seed of two by 1 s and wins the other by 10
+    ([_seed(0, (50, 100), (60, 100)), _seed(1, (61, 100), (60, 100))], [True, True]),
+])
+def test_the_wait_target_is_judged_on_the_seeds_means_too(seeds: list[dict], met: list[bool]) -> None:
+    from devtools.replay.suite import evaluate_wait_targets
+    first = seeds[0]
+    per_policy = {policy: _result(first[policy]["cost"], 1.0, first[policy]["p95"]) for policy in ("ours", "ca")}
+    targets = evaluate_wait_targets(per_policy, seeds)
+    assert [t["met"] for t in targets] == met, targets
+    assert targets[1]["name"].endswith(f"means over seeds 0-{seeds[-1]['seed']}")
+
+
+def test_wait_over_seeds_takes_the_runs_seed_from_its_results_and_replays_the_next(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from devtools.replay import suite
+    replayed: list[tuple[str, str, int]] = []
+
+    class _Outcome:
+        def __init__(self, policy: str, seed: int) -> None:
+            self.result = _result(100 + seed, 1.0, 10 * seed + (1 if policy == "ca" else 0))
+
+    def fake_replay(trace, policy, config):  # type: ignore[no-untyped-def]
+        replayed.append((trace, policy, config.seed))
+        return _Outcome(policy, config.seed)
+
+    monkeypatch.setattr(suite, "replay", fake_replay)
+    monkeypatch.setattr(suite, "load_trace", lambda name, *, seed: f"{name}@{seed}")
+    rows = suite.wait_over_seeds("alibaba2023", {"ours": _result(99, 1.0, 5), "ca": _result(98, 1.0, 6)}, seed=4,
+                                 count=3)
+    assert [r["seed"] for r in rows] == [4, 5, 6]
+    assert rows[0] == {"seed": 4, "ours": {"p95": 5, "cost": 99}, "ca": {"p95": 6, "cost": 98}}
+    assert rows[2] == {"seed": 6, "ours": {"p95": 60, "cost": 106}, "ca": {"p95": 61, "cost": 106}}
+    assert sorted(replayed) == sorted((f"alibaba2023@{s}", p, s) for s in (5, 6) for p in ("ours", "ca"))
