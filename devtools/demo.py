@@ -26,7 +26,7 @@ import time
 import urllib.request
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -56,9 +56,19 @@ DEMO_SETTINGS = {
 # --speed. Our own work (polls, steps, queue hops) takes wall time, which the sandbox's clock multiplies
 # by its speed: at 30, a 1-second poll of a 500-node cluster is 30 sandbox seconds, which no real
 # cluster would see. A big scenario runs slower so that what it measures is the autoscaler's design.
+# settings: app settings of the scenario's own, under DEMO_SETTINGS and over the defaults.
+#
+# The scenarios whose expectations are written in cluster-autoscaler's fixed idle times (an idle node goes
+# after SCALE_DOWN_UNNEEDED_TIME, 10 minutes; a group waits SCALE_DOWN_DELAY_AFTER_ADD after growing) run in
+# `fixed` idle mode; the default `auto` would remove their idle plain-VM nodes after about one boot.
+FIXED_IDLE_TIMES = {"SCALE_DOWN_IDLE_MODE": "fixed"}
 SCENARIO_OPTIONS: dict[str, dict[str, Any]] = {
     "crash-resume": {"kill_runner_during": "drain"},
-    "many-idle": {"speed": 5.0},
+    "many-idle": {"speed": 5.0, "settings": FIXED_IDLE_TIMES},
+    "protected": {"settings": FIXED_IDLE_TIMES},
+    "render-farm": {"settings": FIXED_IDLE_TIMES},
+    "k3s-daemonset-farm": {"settings": FIXED_IDLE_TIMES},
+    "stuck-pending": {"settings": FIXED_IDLE_TIMES},
 }
 DEFAULT_SPEED = 30.0
 
@@ -253,6 +263,7 @@ def run_scenario(
                 "STATE_TABLE": f"demo{run_id}",
                 "SCALE_ACTIONS_QUEUE": f"demo-{run_id}",
                 **DEMO_SETTINGS,
+                **SCENARIO_OPTIONS.get(scenario, {}).get("settings", {}),
                 **(extra_settings or {}),
             }
             runner: LocalRunner | RestartingRunner
@@ -285,12 +296,12 @@ def run_scenario(
             converged = ended.get("converged", False)
             report = sandbox.get("/sandbox/report")
             ledger = context.ports.state.list_ledger()
+            mapping, refused, unneeded_by_group = _final_view(context)
             summary = build_summary(scenario, report, ledger,
                                     converged=converged, wall_seconds=time.monotonic() - started, runner=runner,
-                                    kept=kept,
-                                    unneeded_time_s=context.settings.scale_down_unneeded_time.total_seconds())
+                                    kept=kept, unneeded_time_s=unneeded_by_group)
             summary["state"] = _state_rows(context, report["nodes_by_group"])
-            summary["node_mapping"], summary["refused_groups"] = _final_view(context)
+            summary["node_mapping"], summary["refused_groups"] = mapping, refused
             from sandbox.scenario import load_scenario
 
             loaded = load_scenario(scenario)
@@ -428,9 +439,13 @@ def check_expectations(summary: dict[str, Any], bounds: Iterable[tuple[str, floa
     return rows
 
 
-def removal_lag(report: dict[str, Any], *, unneeded_time_s: float, group: str | None = None) -> dict[str, float | int]:
+def removal_lag(report: dict[str, Any], *, unneeded_time_s: float | Mapping[str, float],
+                group: str | None = None) -> dict[str, float | int]:
     """How late removals started: for each node removed while empty, the time from when it became removable
-    (its last pod gone, or its creation, plus SCALE_DOWN_UNNEEDED_TIME) to its delete starting; p50, p95, max.
+    (its last pod gone, or its creation, plus its group's unneeded time) to its delete starting; p50, p95, max.
+
+    `unneeded_time_s`: one time for every group, or per group id (a group missing from it counts from the
+    moment its node was empty, which only overstates the lag).
 
     Nodes removed with pods still on them (drained, or waited for) are left out: when those became
     removable depends on the autoscaler's utilisation rules, which the sandbox does not judge.
@@ -447,7 +462,9 @@ def removal_lag(report: dict[str, Any], *, unneeded_time_s: float, group: str | 
             continue
         created = entry["cordoned_at"] - entry["age_seconds"]
         last = max([created, *(t for t in stopped.get(entry["node"], []) if t <= entry["cordoned_at"])])
-        lags.append(max(0.0, entry["delete_started_at"] - (last + unneeded_time_s)))
+        keep = (unneeded_time_s if isinstance(unneeded_time_s, int | float)
+                else unneeded_time_s.get(entry["group"], 0.0))
+        lags.append(max(0.0, entry["delete_started_at"] - (last + keep)))
     lags.sort()
     return {"nodes": len(lags), "p50": _percentile(lags, 50), "p95": _percentile(lags, 95),
             "max": round(lags[-1], 1) if lags else 0}
@@ -457,20 +474,28 @@ _SCALE_SET_WRITES = frozenset({"PATCH virtualMachineScaleSets", "PUT virtualMach
                                "POST deallocate", "POST start"})
 
 
-def _final_view(context: Any) -> tuple[dict[str, Any], dict[str, str]]:
+def _final_view(context: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, float]]:
     """How nodes map to instances at the end (a fresh observe, as a poll would see them) in the status
-    ConfigMap's layout (nodes per method, unmanaged and ambiguous counts, the nodes left alone with why), and
-    the groups marked for the autoscaler that it refuses (group id -> why)."""
+    ConfigMap's layout (nodes per method, unmanaged and ambiguous counts, the nodes left alone with why), the
+    groups marked for the autoscaler that it refuses (group id -> why), and each group's unneeded time in
+    seconds as the planner applies it now (`scale_down.group_rules`: in break-even idle mode it follows the
+    group's measured boots, so it may have moved during the run; the end's is what removal lag is read against)."""
+    from shared.engine.scale_down import group_rules
     from shared.engine.status import node_mapping_doc
+    from shared.options import scale_down_options
     from shared.services.observe import observe
 
     snapshot = observe(context.ports, now=context.ports.clock.now(), node_mapping=context.settings.node_mapping)
-    return node_mapping_doc(snapshot), dict(snapshot.refused)
+    options = scale_down_options(context.settings)
+    unneeded = {group.id: group_rules(group, options, context.ports.state.get_group(group.id)).unneeded_time
+                for group in snapshot.groups}
+    return node_mapping_doc(snapshot), dict(snapshot.refused), {g: t.total_seconds() for g, t in unneeded.items()}
 
 
 def build_summary(
     scenario: str, report: dict[str, Any], ledger: list[Any], *, converged: bool, wall_seconds: float,
-    runner: LocalRunner | RestartingRunner, kept: _KeptLog | None = None, unneeded_time_s: float = 600.0,
+    runner: LocalRunner | RestartingRunner, kept: _KeptLog | None = None,
+    unneeded_time_s: float | Mapping[str, float] = 600.0,
 ) -> dict[str, Any]:
     # A replacement of a pod ACI refused waits from the refused pod's creation (`waiting_since`).
     waits = sorted(p["started"] - p["waiting_since"] for p in report["pods"] if p.get("started") is not None)

@@ -491,11 +491,14 @@ SPECS: tuple[Spec, ...] = (
          "makes the group's scale-down delete. The scale-set tag "
          "`k8s.io_cluster-autoscaler_node-template_autoscaling-options_scaledowndeallocatedmax` overrides it per group."),
     Spec("SCALE_DOWN_UNNEEDED_TIME", "scale_down_unneeded_time", "10m", _nonnegative_duration,
-         "How long a node must be unneeded before it is removed."),
-    Spec("SCALE_DOWN_IDLE_MODE", "scale_down_idle_mode", "fixed", _choice("fixed", "break-even"),
+         "How long a node must be unneeded before it is removed (in `fixed` idle mode: see `SCALE_DOWN_IDLE_MODE`)."),
+    Spec("SCALE_DOWN_IDLE_MODE", "scale_down_idle_mode", "auto", _choice("auto", "fixed", "break-even"),
          "`fixed` keeps an unneeded node for `SCALE_DOWN_UNNEEDED_TIME` and waits `SCALE_DOWN_DELAY_AFTER_ADD` after "
          "a scale-up, as cluster-autoscaler; `break-even` uses the group's measured boot time (median of its last 20 "
          "boots, 180 s before the first) for both: an idle node is kept about as long as replacing it would cost. "
+         "`auto` is `fixed` on groups of GPU or FPGA sizes (`Standard_N...`) and `break-even` on the others. "
+         "Unset, it is `auto`, or `fixed` when `SCALE_DOWN_UNNEEDED_TIME` or `SCALE_DOWN_DELAY_AFTER_ADD` is set "
+         "(a time written down is meant). "
          "The scale-set tag `k8s.io_cluster-autoscaler_node-template_autoscaling-options_scaledownidlemode` "
          "overrides it per group, and a group's `..._scaledownunneededtime` tag wins over both. See "
          "docs/architecture.md, \"Idle time\"."),
@@ -535,7 +538,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("MAX_GRACEFUL_TERMINATION_SEC", "max_graceful_termination_sec", "600", _int_at_least(0),
          "Most seconds an evicted pod is given to terminate (its own grace period if shorter)."),
     Spec("SCALE_DOWN_DELAY_AFTER_ADD", "scale_down_delay_after_add", "10m", _nonnegative_duration,
-         "No scale-down in a group for this long after it scaled up."),
+         "No scale-down in a group for this long after it scaled up (in `fixed` idle mode: see `SCALE_DOWN_IDLE_MODE`)."),
     Spec("SCALE_DOWN_DELAY_AFTER_DELETE", "scale_down_delay_after_delete", "0s", _nonnegative_duration,
          "No scale-down in a group for this long after it removed a node."),
     Spec("SCALE_DOWN_DELAY_AFTER_FAILURE", "scale_down_delay_after_failure", "3m", _nonnegative_duration,
@@ -739,7 +742,7 @@ class Settings:
     scale_down_mode: str  # delete | deallocate
     scale_down_deallocated_max: int  # per group, with deallocate
     scale_down_unneeded_time: timedelta
-    scale_down_idle_mode: str  # engine.idle.IDLE_MODES: fixed | break-even
+    scale_down_idle_mode: str  # engine.idle.IDLE_MODES: auto | fixed | break-even
     scale_down_unready_time: timedelta
     scale_down_utilization_threshold: float
     scale_down_gpu_utilization_threshold: float
@@ -823,6 +826,12 @@ class Settings:
 FILE_SETTINGS = (("KUBECONFIG_PATH", "kubeconfig_path"), ("ARM_CA_BUNDLE", "arm_ca_bundle"))
 
 
+def _given(env: Mapping[str, str], name: str) -> bool:
+    """Whether the setting has a value of its own in `env` (not missing, not blank)."""
+    raw = env.get(name)
+    return raw is not None and raw.strip() != ""
+
+
 def load_settings(env: Mapping[str, str], *, file_exists: Callable[[str], bool] | None = None,
                   extra_problems: Callable[[Mapping[str, str]], list[str]] | None = None) -> Settings:
     """Parse every setting; raise SettingsError naming each missing or malformed one.
@@ -844,6 +853,9 @@ def load_settings(env: Mapping[str, str], *, file_exists: Callable[[str], bool] 
             values[spec.attr] = spec.parse(raw)
         except ValueError as exc:
             problems.append(f"{spec.name}: {exc}")
+    if not _given(env, "SCALE_DOWN_IDLE_MODE") and any(
+            _given(env, name) for name in ("SCALE_DOWN_UNNEEDED_TIME", "SCALE_DOWN_DELAY_AFTER_ADD")):
+        values["scale_down_idle_mode"] = "fixed"  # an operator who wrote an idle time means it (the default is auto)
     if values.get("azure_credential") == "managed-identity" and not values.get("azure_client_id"):
         problems.append("AZURE_CLIENT_ID: required when AZURE_CREDENTIAL=managed-identity")
     required_by_auth = {"kubeconfig": ("KUBECONFIG_PATH", "kubeconfig_path"),

@@ -46,7 +46,7 @@ from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, Pod, Res
 from shared.engine import reasons
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
 from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of
-from shared.engine.idle import BREAK_EVEN, DEFAULT_BOOT, FIXED, break_even_time, parse_idle_mode
+from shared.engine.idle import BREAK_EVEN, DEFAULT_BOOT, FIXED, break_even_time, parse_idle_mode, resolve_idle_mode
 from shared.engine.limits import ClusterLimits, at_min_size, cluster_totals, removal_blocked
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.pod_rules import is_virtual_node
@@ -82,7 +82,9 @@ class ScaleDownOptions:
     measured_cpu_threshold: float = 0.5  # SCALE_DOWN_MEASURED_CPU_THRESHOLD
     limits: ClusterLimits = ClusterLimits()
     deallocated_max: int = 10  # SCALE_DOWN_DEALLOCATED_MAX, with SCALE_DOWN_MODE=deallocate
-    idle_mode: str = FIXED  # SCALE_DOWN_IDLE_MODE: fixed | break-even (engine.idle)
+    # SCALE_DOWN_IDLE_MODE: auto | fixed | break-even (engine.idle); the engine's default is cluster-autoscaler's,
+    # the app's (shared.settings) is auto.
+    idle_mode: str = FIXED
     default_boot: timedelta = DEFAULT_BOOT  # a group's boot estimate before its first measured boot
     # The candidate pool (cluster-autoscaler's --scale-down-candidates-pool-ratio and -min-count): at most
     # max(ceil(ratio x nodes), min_count) candidates with pods to move are simulated per plan; see `_pool`.
@@ -145,7 +147,8 @@ class GroupRules:
 def group_rules(group: NodeGroup, options: ScaleDownOptions, state: GroupState | None = None) -> GroupRules:
     """The options' values, overridden by CA's `autoscaling-options` tags on the scale set.
 
-    In break-even idle mode (SCALE_DOWN_IDLE_MODE, or the group's `scaledownidlemode` tag), the
+    The idle mode (SCALE_DOWN_IDLE_MODE, or the group's `scaledownidlemode` tag) is resolved for the group
+    (`idle.resolve_idle_mode`: `auto` is fixed on GPU sizes, break-even on others). In break-even mode, the
     unneeded time and the delay after a scale-up are the group's break-even time (engine.idle) from
     the boots measured in `state`; a `scaledownunneededtime` tag on the group still wins over it for
     the unneeded time: the operator wrote that number for that group.
@@ -174,6 +177,7 @@ def group_rules(group: NodeGroup, options: ScaleDownOptions, state: GroupState |
             rules = replace(rules, **{attr: parse(value)})
         except ValueError as exc:
             raise ValueError(f"scale set {group.id}: tag {key}: {exc}") from exc
+    rules = replace(rules, idle_mode=resolve_idle_mode(rules.idle_mode, vm_size=group.vm_size))
     if rules.idle_mode == BREAK_EVEN:
         keep = break_even_time(state.boots if state is not None else (), default=options.default_boot)
         tagged = OPTIONS_TAG + "scaledownunneededtime" in tags

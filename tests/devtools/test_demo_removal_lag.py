@@ -33,3 +33,20 @@ def test_lag_counts_from_the_last_pod_gone_plus_the_unneeded_time() -> None:
 def test_no_removal_is_no_lag() -> None:
     assert removal_lag({"pods": [], "scale_down_order": []}, unneeded_time_s=600.0) == {
         "nodes": 0, "p50": 0.0, "p95": 0.0, "max": 0}
+
+
+def test_each_group_is_read_against_its_own_unneeded_time() -> None:
+    """In break-even idle mode groups keep idle nodes for different times: each removal is late against its own."""
+    report = {
+        "pods": [{"node": "a", "finished": 100.0}, {"node": "b", "finished": 100.0}],
+        "scale_down_order": [
+            {**_removed("a", cordoned=300.0, age=300.0, delete=330.0), "group": "rg/cpu"},  # due at 100 + 180
+            {**_removed("b", cordoned=700.0, age=700.0, delete=720.0), "group": "rg/gpu"},  # due at 100 + 600
+            {**_removed("c", cordoned=50.0, age=40.0, delete=70.0), "group": "rg/other"},  # no time: from empty (10)
+        ],
+    }
+    times = {"rg/cpu": 180.0, "rg/gpu": 600.0}
+    assert removal_lag(report, unneeded_time_s=times, group="rg/cpu") == {"nodes": 1, "p50": 50.0, "p95": 50.0,
+                                                                          "max": 50.0}
+    assert removal_lag(report, unneeded_time_s=times, group="rg/gpu")["max"] == 20.0
+    assert removal_lag(report, unneeded_time_s=times)["max"] == 60.0

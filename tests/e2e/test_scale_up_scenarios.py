@@ -24,6 +24,10 @@ MULTI_POOL = Promises(
     ends_at={GENERAL: None, MEMORY: None},
     # The work arrives over 30-45 s: two pending polls each pack their own pods, one part-filled node each.
     node_slack=2,
+    # In the default idle mode (auto: break-even on these plain-VM pools, about one boot) a general or memory
+    # node left with one web replica may be drained while the scenario still runs: the replica moves to a node
+    # that has none (its anti-affinity checked by the simulation), as cluster-autoscaler would after 10 minutes.
+    may_evict=frozenset({"default/web"}),
 )
 QUOTA_FALLBACK = Promises(
     scale_up_for=("default/render",),

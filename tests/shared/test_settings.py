@@ -23,6 +23,19 @@ def test_defaults_apply() -> None:
     assert settings.queue_name == "scale-actions"
 
 
+@pytest.mark.parametrize("given,mode", [
+    ({}, "auto"),  # the default: break-even on plain VM sizes, fixed on GPU sizes (engine.idle)
+    ({"SCALE_DOWN_UNNEEDED_TIME": "20m"}, "fixed"),  # an idle time written down is meant
+    ({"SCALE_DOWN_DELAY_AFTER_ADD": "5m"}, "fixed"),
+    ({"SCALE_DOWN_UNNEEDED_TIME": "  "}, "auto"),  # blank is unset
+    ({"SCALE_DOWN_IDLE_MODE": "auto", "SCALE_DOWN_UNNEEDED_TIME": "20m"}, "auto"),  # an explicit mode wins
+    ({"SCALE_DOWN_IDLE_MODE": "break-even", "SCALE_DOWN_DELAY_AFTER_ADD": "5m"}, "break-even"),
+    ({"SCALE_DOWN_IDLE_MODE": "fixed"}, "fixed"),
+])
+def test_the_idle_mode_is_auto_unless_an_idle_time_is_written_down(given: dict[str, str], mode: str) -> None:
+    assert load_settings(REQUIRED | given).scale_down_idle_mode == mode
+
+
 def test_every_problem_is_reported_together_by_name() -> None:
     with pytest.raises(SettingsError) as raised:
         load_settings({"CLUSTER_NAME": "c1", "SCALE_DOWN_UNNEEDED_TIME": "ten minutes", "MAX_SCALE_DOWN_PARALLELISM": "0",

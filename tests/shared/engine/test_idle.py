@@ -11,6 +11,7 @@ from shared.domain import GroupState
 from shared.engine import idle, reasons
 from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.idle import (
+    AUTO,
     BOOT_WINDOW,
     BREAK_EVEN,
     DEFAULT_BOOT,
@@ -20,6 +21,7 @@ from shared.engine.idle import (
     break_even_time,
     measure_boots,
     note_boot_request,
+    resolve_idle_mode,
 )
 from shared.engine.scale_down import OPTIONS_TAG, ScaleDownOptions, group_rules, plan_scale_down
 from tests.builders import T0, group, node, pod, snapshot
@@ -105,6 +107,38 @@ def test_the_group_tag_overrides_the_global_mode(options: ScaleDownOptions, tag:
     assert (got.idle_mode, got.unneeded_time) == (mode, unneeded)
 
 
+AUTO_OPTS = replace(FIXED_OPTS, idle_mode=AUTO)
+
+
+@pytest.mark.parametrize("vm_size,mode", [
+    ("Standard_D4s_v5", BREAK_EVEN),
+    ("Standard_E8s_v5", BREAK_EVEN),
+    ("Standard_B2s", BREAK_EVEN),
+    ("", BREAK_EVEN),  # a group whose size is not known (a mixed Flexible scale set)
+    ("Standard_NC4as_T4_v3", FIXED),
+    ("standard_nc96ads_a100_v4", FIXED),
+    ("Standard_ND96isr_H100_v5", FIXED),
+    ("Standard_NV36ads_A10_v5", FIXED),
+    ("Standard_NG32ads_V620_v1", FIXED),  # AMD GPUs
+    ("Standard_NP10s", FIXED),  # FPGAs
+])
+def test_auto_is_fixed_on_gpu_and_fpga_sizes_and_break_even_on_the_others(vm_size: str, mode: str) -> None:
+    assert resolve_idle_mode(AUTO, vm_size=vm_size) == mode
+    got = group_rules(group(vm_size=vm_size), AUTO_OPTS, GroupState(GID, boots=BOOTS))
+    assert got.idle_mode == mode
+    assert got.unneeded_time == got.after_add == (s(120) if mode == BREAK_EVEN else timedelta(minutes=10))
+    for explicit in (FIXED, BREAK_EVEN):  # an explicit mode is never changed by the size
+        assert resolve_idle_mode(explicit, vm_size=vm_size) == explicit
+
+
+def test_a_group_tag_may_ask_for_auto_and_then_the_size_decides() -> None:
+    on_gpu = group_rules(group(vm_size="Standard_NC6s_v3", tags={MODE_TAG: "auto"}), BREAK_EVEN_OPTS,
+                         GroupState(GID, boots=BOOTS))
+    on_cpu = group_rules(group(tags={MODE_TAG: "Auto"}), FIXED_OPTS, GroupState(GID, boots=BOOTS))
+    assert (on_gpu.idle_mode, on_gpu.unneeded_time) == (FIXED, timedelta(minutes=10))
+    assert (on_cpu.idle_mode, on_cpu.unneeded_time) == (BREAK_EVEN, s(120))
+
+
 def test_an_explicit_unneeded_time_tag_wins_over_break_even_but_the_delay_after_add_follows_the_boots() -> None:
     got = rules(BREAK_EVEN_OPTS, {UNNEEDED_TAG: "7m"})
     assert got.unneeded_time == timedelta(minutes=7)
@@ -112,7 +146,7 @@ def test_an_explicit_unneeded_time_tag_wins_over_break_even_but_the_delay_after_
 
 
 def test_a_malformed_mode_tag_names_the_tag_and_the_group() -> None:
-    with pytest.raises(ValueError, match=r"scale set rg/pool: tag .*scaledownidlemode: must be one of fixed, break-even"):
+    with pytest.raises(ValueError, match=r"scale set rg/pool: tag .*scaledownidlemode: must be one of auto, fixed, break-even"):
         rules(FIXED_OPTS, {MODE_TAG: "cheap"})
 
 
