@@ -271,7 +271,7 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
         "type": "Microsoft.Compute/virtualMachineScaleSets",
         "location": spec.location,
         "tags": dict(group.tags),
-        "etag": f'"{group.generation}"',
+        "etag": vmss_etag(group),
         "sku": {"name": spec.vm_size, "tier": "Standard", "capacity": group.capacity},
         "properties": {
             "singlePlacementGroup": False,
@@ -507,6 +507,24 @@ def _get(world: World, request: Request, params: dict[str, str], api_version: st
     return json_response(200, vmss_json(world, world.scale_set(params["sub"], params["rg"], params["vmss"])))
 
 
+def _check_if_match(group: ScaleSetSim, request: Request) -> None:
+    """If-Match against the scale set's etag (`"<generation>"`, which every model change bumps): a write made from
+    an older read is refused with 412 and changes nothing. `*` matches any existing scale set."""
+    if_match = request.header("if-match").strip()
+    if if_match and if_match != "*" and if_match != vmss_etag(group):
+        raise ArmError(412, "PreconditionFailed", vm_etag_refusal(if_match, group))
+
+
+def vmss_etag(group: ScaleSetSim) -> str:
+    """The scale set's etag: its generation, which every change of its model or capacity bumps."""
+    return f'"{group.generation}"'
+
+
+def vm_etag_refusal(if_match: str, group: ScaleSetSim) -> str:
+    return (f"The specified precondition 'If-Match = {if_match}' failed: the scale set's etag is "
+            f"{vmss_etag(group)}.")  # wording unverified
+
+
 def _capacity_request(group: ScaleSetSim, request: Request) -> tuple[int, dict[str, str] | None]:
     try:
         body = request.json() or {}
@@ -529,6 +547,7 @@ def _capacity_request(group: ScaleSetSim, request: Request) -> tuple[int, dict[s
 
 def _update(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
+    _check_if_match(group, request)
     capacity, tags = _capacity_request(group, request)
     if capacity > group.capacity and is_restricted(world, group.spec.vm_size):
         message = default_scale_up_message("SkuNotAvailable", group.spec.vm_size, group.spec.location)

@@ -745,6 +745,9 @@ class NodeGroup:
     # back, per `eviction_policy` (Delete: gone; Deallocate: stopped, still in the capacity).
     priority: str = REGULAR
     eviction_policy: str = ""
+    # The backend's version of the group as read (ARM's etag), "" when it reports none: a resize made from this
+    # read is sent with If-Match, so ARM refuses it if the group changed since (NodeGroupProvider.begin_resize).
+    etag: str = ""
     # Filled in by the services from the group's state, never by a provider:
     stopped: int = 0  # of the capacity, instances we deallocated (SCALE_DOWN_MODE=deallocate): no node, none coming
     written_off: int = 0  # nodes asked for that the planner no longer counts on (a ProvisionTimeout backoff)

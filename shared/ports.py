@@ -140,6 +140,10 @@ class EventSink(Protocol):
 # --- Node groups (Azure Compute and other backends) ---------------------------
 
 
+# ARM's code when an If-Match precondition fails (HTTP 412): the resource changed since it was read.
+CHANGED_SINCE_READ = "PreconditionFailed"
+
+
 class ComputeError(RuntimeError):
     """An ARM call failed; `code` carries ARM's error code when there is one.
 
@@ -231,7 +235,10 @@ class NodeGroupProvider(Protocol):
         """
         ...
 
-    def begin_resize(self, group: NodeGroup, capacity: int) -> Operation: ...
+    def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
+        """Set the group's capacity. When `group.etag` is set, only if the group is unchanged since that read:
+        otherwise ComputeError with code CHANGED_SINCE_READ, and nothing changes."""
+        ...
 
     def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation: ...
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from sandbox.quota import vm_family
-from sandbox.arm_api import OPERATIONS, is_restricted, vm_size_catalogue
+from sandbox.arm_api import OPERATIONS, is_restricted, vm_etag_refusal, vm_size_catalogue, vmss_etag
 from sandbox.compute import Operation as SimOperation
 from sandbox.compute import ScaleSetSim
 from sandbox.errors import ArmError, KubeError
@@ -54,7 +54,7 @@ from shared.domain import (
     Taint,
     VmSizeCapacity,
 )
-from shared.ports import ClusterError, ComputeError, EvictionOutcome, Operation, QuotaUnavailable
+from shared.ports import CHANGED_SINCE_READ, ClusterError, ComputeError, EvictionOutcome, Operation, QuotaUnavailable
 
 _GPU = "nvidia.com/gpu"
 _FINISHED = ("Succeeded", "Failed")
@@ -320,6 +320,7 @@ class WorldCompute:
             location=sim.spec.location, provider=self.kind,
             priority=sim.spec.priority,
             eviction_policy=sim.spec.eviction_policy if sim.spec.priority == "Spot" else "",
+            etag=vmss_etag(sim),
         )
 
     def _changed(self, run: Any) -> Operation:
@@ -402,6 +403,8 @@ class WorldCompute:
     def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         sim = self._sim(group)
         self._arm("update", group=sim)
+        if group.etag and group.etag != vmss_etag(sim):  # If-Match, as VmssCompute sends it and ARM's double checks it
+            raise ComputeError(f"{CHANGED_SINCE_READ}: {vm_etag_refusal(group.etag, sim)}", code=CHANGED_SINCE_READ)
         if capacity > sim.capacity and is_restricted(self._world, sim.spec.vm_size):
             # As ARM (and its double) answers the PATCH: 409, before any allocation is tried.
             message = default_scale_up_message("SkuNotAvailable", sim.spec.vm_size, sim.spec.location)

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from azure.core import MatchConditions
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError
 
@@ -32,7 +33,7 @@ from shared import discovery_tags
 from shared.adapters.compute import ArmOperations, _text, arm_client_options, compute_error, found_or_none
 from shared.adapters.retail_prices import RetailPrices
 from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity
-from shared.ports import ComputeError, Operation
+from shared.ports import CHANGED_SINCE_READ, ComputeError, Operation
 from shared.settings import Settings, parse_aks_cluster_id
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ class AksAgentPools:
             location=self._cluster_location(),
             provider=self.kind,
             refused=refused,
+            etag=_text(getattr(pool, "e_tag", None)),
             # AKS spot pools: scaleSetPriority Spot, eviction Delete unless set (AKS's default).
             priority="Spot" if _text(getattr(pool, "scale_set_priority", None)).lower() == "spot" else "Regular",
             eviction_policy=(_text(getattr(pool, "scale_set_eviction_policy", None)) or "Delete")
@@ -197,16 +199,24 @@ class AksAgentPools:
     # -- changes ------------------------------------------------------------------------
 
     def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
-        """The pool's `count`: GET the pool, change it, PUT it back (what `az aks nodepool scale` does)."""
+        """The pool's `count`: GET the pool, change it, PUT it back (what `az aks nodepool scale` does).
+
+        The PUT carries If-Match with the pool's eTag, and a pool whose eTag is no longer the group's (a change
+        since the caller read it) is refused as ARM refuses a stale If-Match: CHANGED_SINCE_READ."""
         what = f"scale agent pool {group.name} of AKS cluster {self._cluster} to {capacity}"
         self._refuse_if_refused(group, what)
         pool = self._arm(what, lambda: self._client.agent_pools.get(self._resource_group, self._cluster, group.name))
         if getattr(pool, "enable_auto_scaling", False):
             raise ComputeError(f"{what}: the AKS cluster autoscaler is on for this pool", code="OperationNotAllowed")
+        etag = _text(getattr(pool, "e_tag", None))
+        if group.etag and etag and etag != group.etag:
+            raise ComputeError(f"{what}: the pool changed since it was read (eTag {group.etag} is now {etag})",
+                               code=CHANGED_SINCE_READ)
         pool.count = capacity
+        condition: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
         polling = self._operations.polling(poll_first=False)
         poller = self._arm(what, lambda: self._client.agent_pools.begin_create_or_update(
-            self._resource_group, self._cluster, group.name, pool, polling=polling))
+            self._resource_group, self._cluster, group.name, pool, polling=polling, **condition))
         return self._operations.outcome(what, poller, polling, resumed=False)
 
     def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:

@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final, Literal, TypeVar
 
+from azure.core import MatchConditions
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError, ServiceResponseError
 from azure.core.pipeline import PipelineResponse
@@ -584,6 +585,7 @@ class VmssCompute:
             zones=tuple(vmss.zones or ()),
             location=_text(vmss.location),
             provider=kind,
+            etag=_text(vmss.etag),
         )
 
     def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
@@ -680,15 +682,21 @@ class VmssCompute:
     # -- changes ----------------------------------------------------------------------
 
     def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
-        """PATCH sku.capacity; ARM adds or removes instances of its choosing to match."""
+        """PATCH sku.capacity; ARM adds or removes instances of its choosing to match.
+
+        With the group's etag, If-Match: a capacity computed from a read that another writer has since
+        overtaken is refused (412 PreconditionFailed) instead of undoing that writer's change, which for a
+        lower capacity means instances Azure picks, running pods and all."""
         what = f"resize scale set {group.resource_group}/{group.name} to {capacity}"
         # Only the SKU's name and capacity are sent: a PATCH leaves everything else (tier included) as it is.
         update = VirtualMachineScaleSetUpdate(sku=Sku(name=group.vm_size, capacity=capacity))
         polling = self._polling(poll_first=False)
+        condition: dict[str, Any] = (
+            {"etag": group.etag, "match_condition": MatchConditions.IfNotModified} if group.etag else {})
         poller = self._arm(
             what,
             lambda: self._client.virtual_machine_scale_sets.begin_update(
-                group.resource_group, group.name, update, polling=polling
+                group.resource_group, group.name, update, polling=polling, **condition
             ),
         )
         return self._outcome(what, poller, polling, resumed=False)

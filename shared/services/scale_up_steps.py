@@ -20,13 +20,17 @@ from shared.engine.idle import note_boot_request
 from shared.engine.limits import allowed_target
 from shared.engine.quota import capped_target
 from shared.engine.pod_rules import is_virtual_node
-from shared.ports import ComputeError, LedgerEntry, Operation
+from shared.ports import CHANGED_SINCE_READ, ComputeError, LedgerEntry, Operation
 from shared.services.execution import ExecutionResult, Run, Step, StepTable, untag
 from shared.services import offerings
 from shared.services.observe import observe, running_sizes
 from shared.services.pending import run_pending_poll
 
 log = logging.getLogger(__name__)
+
+# Reads and If-Match PATCHes of one resize before the step is left to run again later: each refusal means another
+# writer changed the group in the round trip between our read and our PATCH.
+RESIZE_ATTEMPTS = 3
 
 
 def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime) -> ExecutionResult:
@@ -85,45 +89,60 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
         # Starting is idempotent: a crash before the state update below repeats it harmlessly.
         operation, kind = run.ports.provider.begin_start_instances(group, start), "start"
         run.update_group(group.id, lambda s: replace(s, stopped=s.stopped - set(start)))
-    if grow and _grown_meanwhile(run, group, group.capacity + grow):
-        reached, grow = group.capacity + grow, 0  # another action got the group there meanwhile: nothing to add
-        action = replace(action, resized_to=None)
-        if operation is None:
-            return run.finish(action, entry, "skipped", f"{group.id} reached {reached} meanwhile", now=now,
-                              old_size=running)
     if grow:
+        reached = group.capacity + grow
         try:
-            operation, kind = run.ports.provider.begin_resize(group, group.capacity + grow), "resize"
+            resized = _resize_unless_reached(run, group, reached)
         except ComputeError as exc:
             if exc.code not in ALLOCATION_FAILURES:
                 raise
             # ARM refused at once (quota, SKU, policy): the same outcome as a failed operation.
             operation = Operation(token="", status="Failed", error_code=exc.code, error_message=str(exc))
         else:
-            offerings.note_requested(run.ports, limits.quota, group, grow if group.is_spot else need)
+            if resized is None:  # another action got the group there meanwhile: nothing to add
+                action = replace(action, resized_to=None)
+                if operation is None:
+                    return run.finish(action, entry, "skipped", f"{group.id} reached {reached} meanwhile", now=now,
+                                      old_size=running)
+            else:
+                operation, kind = resized, "resize"
+                offerings.note_requested(run.ports, limits.quota, group, grow if group.is_spot else need)
     assert operation is not None
     # With both, the capacity PATCH is followed; instances that fail to start show up as nodes that
     # never become Ready, which MAX_NODE_PROVISION_TIME turns into a backoff.
     return run.follow(action, entry, operation, next_step="confirm", now=now, kind=kind)
 
 
-def _grown_meanwhile(run: Run[ScaleUp], group: NodeGroup, capacity: int) -> bool:
-    """Whether the group's capacity is `capacity` or more now, read again just before the PATCH.
+def _resize_unless_reached(run: Run[ScaleUp], group: NodeGroup, capacity: int) -> Operation | None:
+    """The group resized to `capacity` from a fresh read, with If-Match on that read; None when the group is at
+    `capacity` or more already.
 
     The queue runs actions side by side, and this step reads the group, then observes the cluster and the
     quotas before it resizes: another scale-up of the same group can PATCH in between. A capacity computed
     from the older read may then be lower than the group's, and lowering a scale set's capacity removes
-    instances Azure picks, running pods and all. Seen in the quota-fallback demo under load: two instances
-    of pool-f8 created and gone without a delete. The read narrows that window to one round trip; ARM's
-    If-Match on the PATCH would close it.
+    instances Azure picks, running pods and all (seen in the quota-fallback demo under load: two instances
+    of pool-f8 created and gone without a delete). So the group is read again just before the PATCH, and
+    the PATCH carries that read's etag: a change in the round trip between them is refused by ARM
+    (CHANGED_SINCE_READ), and the group is read again, up to RESIZE_ATTEMPTS times; then the step is retried
+    later as after a passing fault.
     """
-    fresh = run.ports.provider.get_node_group(group.id)
-    if fresh is None or fresh.capacity < capacity:
-        if fresh is not None and fresh.capacity > group.capacity:
+    for attempt in range(1, RESIZE_ATTEMPTS + 1):
+        fresh = run.ports.provider.get_node_group(group.id) or group
+        if fresh.capacity >= capacity:
+            log.info("%s is at %d since it was read, not below %d: no resize", group.id, fresh.capacity, capacity)
+            return None
+        if fresh.capacity > group.capacity:
             log.info("%s grew to %d since it was read; growing on to %d", group.id, fresh.capacity, capacity)
-        return False
-    log.info("%s is at %d since it was read, not below %d: no resize", group.id, fresh.capacity, capacity)
-    return True
+        try:
+            return run.ports.provider.begin_resize(fresh, capacity)
+        except ComputeError as exc:
+            if exc.code != CHANGED_SINCE_READ:
+                raise
+            if attempt == RESIZE_ATTEMPTS:
+                raise ComputeError(f"{group.id} changed between each of {RESIZE_ATTEMPTS} reads and its resize: {exc}",
+                                   code=CHANGED_SINCE_READ, transient=True) from exc
+            log.info("%s changed between its read and the resize to %d; reading it again", group.id, capacity)
+    raise AssertionError("unreachable")
 
 
 def _allowed_target(run: Run[ScaleUp], group: NodeGroup, target: int, *, now: datetime) -> tuple[int, str | None]:
@@ -194,7 +213,13 @@ def _return_capacity(run: Run[ScaleUp], action: ScaleUp) -> None:
         return  # only started instances: no capacity was added
     if group is not None and group.capacity == asked and action.from_size < group.capacity:
         log.info("returning %s to %d after the failed scale-up", group.id, action.from_size)
-        run.ports.provider.begin_resize(group, action.from_size)
+        try:
+            run.ports.provider.begin_resize(group, action.from_size)  # If-Match on the read just above
+        except ComputeError as exc:
+            if exc.code != CHANGED_SINCE_READ:
+                raise
+            # Someone changed the group since that read: lowering it now could remove their instances.
+            log.info("%s changed since it was read; its capacity is left as it is: %s", group.id, exc)
 
 
 def fail(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, why: str, code: str, now: datetime) -> ExecutionResult:

@@ -22,7 +22,7 @@ from shared.adapters.compute import VmssCompute
 from shared.adapters.flex_compute import FlexCompute
 from shared.adapters.kubernetes import KubernetesCluster
 from shared.domain import AKS_AGENT_POOL, FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, NodeGroup
-from shared.ports import ComputeError, NodeGroupProvider, Operation
+from shared.ports import CHANGED_SINCE_READ, ComputeError, NodeGroupProvider, Operation
 from shared.services.mapping import map_cluster
 from shared.settings import load_settings
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
@@ -141,6 +141,18 @@ def test_private_ips_are_the_nodes_internal_ips(side: Side) -> None:
     for node in mapped.nodes:
         if node.instance is not None:
             assert set(node.internal_ips) & set(ips[node.instance.instance_id])
+
+
+def test_a_resize_from_a_read_another_write_overtook_is_refused(side: Side) -> None:
+    """Every backend sends its group's version (the scale set's etag, the agent pool's eTag) with a resize."""
+    assert side.group.etag
+    grown = side.provider.begin_resize(side.group, 4)  # another writer, from the same read
+    side.settle(grown, side.provider.get_resize_operation)
+    with pytest.raises(ComputeError) as caught:
+        side.provider.begin_resize(side.group, 2)  # computed from the older read: would remove two instances
+    assert caught.value.code == CHANGED_SINCE_READ
+    fresh = side.provider.get_node_group(side.group.id)
+    assert fresh is not None and fresh.capacity == 4 and fresh.etag != side.group.etag
 
 
 def test_grow_then_delete_exactly_the_named_instance(side: Side) -> None:

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from shared.domain import UNIFORM_SCALE_SET, NodeGroup
-from shared.ports import ComputeError, NodeGroupProvider, Operation
+from shared.ports import CHANGED_SINCE_READ, ComputeError, NodeGroupProvider, Operation
 from tests.contract import worlds
 from tests.contract.sides import Opened, WorldSide
 
@@ -170,6 +170,17 @@ def test_a_capacity_arm_refuses_is_a_compute_error_with_its_code(provider: World
         provider.port.begin_resize(group(provider), 1001)
     assert caught.value.code == "InvalidParameter"
     assert group(provider).capacity == 2
+
+
+def test_a_resize_from_a_read_another_write_overtook_is_refused(provider: WorldSide[NodeGroupProvider]) -> None:
+    read = group(provider)
+    assert read.etag
+    provider.port.begin_resize(read, 3)  # another writer, from the same read
+    with pytest.raises(ComputeError) as caught:
+        provider.port.begin_resize(read, 1)  # would remove an instance the other writer's count includes
+    assert caught.value.code == CHANGED_SINCE_READ and not caught.value.transient
+    fresh = group(provider)
+    assert fresh.capacity == 3 and fresh.etag != read.etag
 
 
 @pytest.mark.parametrize("check", ["get_resize_operation", "get_delete_operation", "get_deallocate_operation",

@@ -142,7 +142,8 @@ class ClusterAutoscaler:
 
     def _refresh(self, now: datetime) -> None:
         if self._groups_at is None or now - self._groups_at >= GROUPS_TTL:
-            listed = {g.id: g for g in self._compute.list_node_groups()}
+            # cluster-autoscaler's Azure provider writes a scale set's capacity from its cache, without If-Match.
+            listed = {g.id: replace(g, etag="") for g in self._compute.list_node_groups()}
             self._listed = {gid: g.capacity for gid, g in listed.items()}
             for gid, group in listed.items():
                 known = self._groups.get(gid)

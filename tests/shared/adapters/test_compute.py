@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,7 +25,7 @@ from shared import ports
 from shared.adapters.compute import ThrottleAwareRetryPolicy, VmssCompute, _compact_token, _vm_size
 from shared.adapters.credentials import StaticTokenCredential
 from shared.domain import NodeGroup, VmSizeCapacity
-from shared.ports import ComputeError, Operation
+from shared.ports import CHANGED_SINCE_READ, ComputeError, Operation
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client
 from tests.shared.adapters import sandbox_world
 
@@ -244,6 +245,21 @@ def test_resize_grows_capacity_and_finishes_via_the_continuation_token(world: Sa
     assert [i.instance_id for i in compute.list_instances(grown)] == ["0", "1", "2", "3"]
 
 
+def test_a_resize_from_a_stale_read_is_refused_by_if_match_and_changes_nothing(
+        world: SandboxServer, compute: VmssCompute) -> None:
+    read = _group(compute, "pool-a")
+    assert read.etag  # ARM's etag of the scale set, as read
+    compute.begin_resize(read, 4)  # another writer's change: the etag moves on
+    with pytest.raises(ComputeError) as caught:
+        compute.begin_resize(read, 3)  # computed from the older read: would remove an instance
+    assert caught.value.code == CHANGED_SINCE_READ and "412" in str(caught.value)
+    fresh = compute.get_node_group(read.id)
+    assert fresh is not None and fresh.capacity == 4 and fresh.etag != read.etag
+    assert compute.begin_resize(fresh, 5).status in ("InProgress", "Succeeded")  # the fresh read's etag matches
+    assert compute.get_node_group(read.id).capacity == 5  # type: ignore[union-attr]
+    assert compute.begin_resize(replace(read, etag=""), 5).token  # no etag: no condition, as before
+
+
 def test_resize_can_finish_within_the_wait(sandbox_factory: SandboxFactory) -> None:
     # 50x speed: a 60 s boot takes 1.2 s of wall time, within a 10 s wait.
     server = sandbox_factory(sandbox_world.scenario(), speed=50)
@@ -293,7 +309,7 @@ def test_a_throttled_call_raises_at_once_with_the_delay(world: SandboxServer, co
 def test_the_token_bucket_surfaces_as_too_many_requests(sandbox_factory: SandboxFactory) -> None:
     server = sandbox_factory(sandbox_world.scenario(arm_throttling=True), clock=ManualClock(SANDBOX_START))
     compute = _compute(server)
-    group = _group(compute, "pool-a")
+    group = replace(_group(compute, "pool-a"), etag="")  # unconditional: the same PATCH each time
     with pytest.raises(ComputeError) as caught:
         for _ in range(20):  # the scale set's update bucket holds 12
             compute.begin_resize(group, group.capacity)

@@ -815,3 +815,31 @@ def test_a_scale_up_never_lowers_a_capacity_another_action_raised_meanwhile(app:
         assert app.arm_calls("PATCH virtualMachineScaleSets") == 0
     else:
         assert app.arm_calls("PATCH virtualMachineScaleSets") == 1
+
+
+@pytest.mark.parametrize(("target", "other_reaches"), [(4, 5), (5, 4), (5, 2)])
+def test_a_change_between_the_last_read_and_the_patch_is_refused_by_if_match_and_read_again(
+        app: App, target: int, other_reaches: int) -> None:
+    """The other action's resize lands in the round trip between the step's last read and its PATCH: the PATCH
+    carries that read's etag, ARM refuses it (412), and the step reads the group again before deciding."""
+    provider = app.context.ports.provider
+    real = provider.begin_resize
+    sent: list[tuple[str, int]] = []
+    scale_set = app.world.scale_set(app.world.subscription_id, GROUP.split("/")[0], GROUP.split("/")[1])
+
+    def racing(group: Any, capacity: int) -> Any:
+        sent.append((group.etag, capacity))
+        if len(sent) == 1:
+            app.world.set_capacity(scale_set, other_reaches)  # lands after the read, before the PATCH
+        return real(group, capacity)
+
+    provider.begin_resize = racing  # type: ignore[method-assign]
+    result = app.run(scale_up(app, target))  # from 3
+    assert sent[0][0], "the PATCH is sent with the etag of the read it was computed from"
+    # Never lowered below what the other writer set; grown to the target when the other stayed below it.
+    assert scale_set.capacity == max(target, other_reaches)
+    if other_reaches >= target:
+        assert result.outcome == "skipped" and f"reached {target} meanwhile" in result.detail
+        assert len(sent) == 1
+    else:
+        assert result.outcome in {"waiting", "succeeded"} and len(sent) == 2 and sent[1][0] != sent[0][0]
