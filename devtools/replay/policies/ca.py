@@ -69,6 +69,7 @@ CA_SETTINGS = {
     "MAX_SCALE_DOWN_PARALLELISM": str(MAX_EMPTY_BULK_DELETE),
     "EXPANDER": "least-waste",
     "SPOT_FIRST": "false",  # CA has no spot-first rule: spot groups are options like any other, the expander decides
+    "SCALE_DOWN_IDLE_MODE": "fixed",  # CA's unneeded time and delay after a scale-up are fixed (10 minutes each)
 }
 # `ca+spot`: the priority expander preferring the spot scale sets (`<pool>-spot`), least-waste among equals:
 # `--expander=priority,least-waste` and the ConfigMap cluster-autoscaler-priority-expander with these priorities.

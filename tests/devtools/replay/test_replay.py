@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -116,6 +117,18 @@ def test_ca_evicts_a_job_pod_to_remove_an_underused_node_and_ours_waits_for_it()
     assert ours["pods_completed"] == 4
     # Ours still removed both nodes, each once its Job had finished.
     assert sum(ours_run.world.counters.instances_deleted.values()) == 2
+
+
+def test_ca_keeps_idle_nodes_for_its_fixed_ten_minutes_whatever_our_default() -> None:
+    """cluster-autoscaler has no break-even idle mode: its emulation runs fixed, on CPU and GPU groups alike."""
+    from shared.engine.scale_down import group_rules
+
+    run = Replay(build_world(_two_half_idle_nodes(), CONFIG, initial={"cpu-d16": 2}), CONFIG)
+    ca = ClusterAutoscaler(run)
+    for group in run.compute.list_node_groups():
+        rules = group_rules(group, ca._down_options)
+        assert (rules.idle_mode, rules.unneeded_time, rules.after_add) == ("fixed", timedelta(minutes=10),
+                                                                          timedelta(minutes=10))
 
 
 def test_vmss_cpu_removes_the_highest_instance_id_without_draining() -> None:
