@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 import pytest
@@ -16,13 +17,22 @@ import pytest
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
 from sandbox.world import World
-from shared.actions import RemovalTarget, ScaleDownRound, encode_action, encode_message, new_scale_down, new_scale_up
+from shared.actions import (
+    RemovalTarget,
+    ScaleDownRound,
+    decode_action,
+    encode_action,
+    encode_message,
+    new_scale_down,
+    new_scale_up,
+)
 from shared.adapters.kube_events import COMPONENT
 from shared.context import AppContext, build_context
-from shared.ports import ClusterError, ClusterEvent, LedgerEntry
+from shared.ports import ClusterError, ClusterEvent, ComputeError, LedgerEntry
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from shared.services.reconcile import orphan_after, reserve_decided
+from shared.services.scale_up_steps import _return_capacity
 from shared.services.rounds import ROUND_ROW
 from shared.services.utilization import run_utilization_poll
 from tests.fixtures.sandbox import SANDBOX_START
@@ -577,6 +587,30 @@ def test_failed_scale_up_marks_its_offering_and_returns_capacity(app: App) -> No
     group = app.context.ports.provider.get_node_group(GROUP)
     assert group is not None and group.capacity == 3  # the un-provisioned capacity is not kept
     assert app.poison() == []  # a quota error is an outcome, not a poison message
+
+
+@pytest.mark.parametrize(("code", "raises"), [("PreconditionFailed", False), ("InternalServerError", True)])
+def test_capacity_is_given_back_only_from_an_unchanged_group(app: App, code: str, raises: bool) -> None:
+    """After a failed scale-up the capacity asked for is given back with If-Match on the read that found the group
+    at it: a group changed in between (412) keeps its capacity, since lowering it could remove another's instances."""
+    group = app.context.ports.provider.get_node_group(GROUP)
+    assert group is not None
+    asked = replace(group, capacity=5)
+    lowered: list[int] = []
+
+    def refuse(read: Any, capacity: int) -> None:
+        lowered.append(capacity)
+        raise ComputeError(f"HTTP 4xx {code}", code=code)
+
+    provider = SimpleNamespace(get_node_group=lambda group_id: asked, begin_resize=refuse)
+    action = replace(decode_action(scale_up(app, 5)), from_size=3, resized_to=5)
+    run = SimpleNamespace(ports=SimpleNamespace(provider=provider))
+    if raises:
+        with pytest.raises(ComputeError):
+            _return_capacity(run, action)  # type: ignore[arg-type]
+    else:
+        _return_capacity(run, action)  # type: ignore[arg-type]
+    assert lowered == [3]  # asked once, from the read that found the group at 5
 
 
 def test_arm_refusing_a_resize_at_once_is_a_failure_not_a_retry(real_app: App) -> None:
