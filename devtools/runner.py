@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -97,14 +98,17 @@ def resolve_expression(text: str, env: Mapping[str, str]) -> str:
     return default
 
 
-_INDEXED: dict[int, list[Any]] = {}
+# By the app object, weakly: keyed by id(), an app collected and a new one at the same address got the old one's
+# functions (seen as test apps' events delivered to an earlier test's function).
+_INDEXED: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
 
 def app_functions(app: Any) -> list[Any]:
     """The app's indexed functions. The host indexes once; a second get_functions() raises, so keep the first."""
-    if id(app) not in _INDEXED:
-        _INDEXED[id(app)] = app.get_functions()
-    return _INDEXED[id(app)]
+    functions = _INDEXED.get(app)
+    if functions is None:
+        functions = _INDEXED[app] = app.get_functions()
+    return functions
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ there (the sandbox's 404) is no error. The events source is injected: no server 
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from datetime import UTC, datetime, timedelta
@@ -106,6 +107,18 @@ def test_index_finds_the_event_grid_function_with_its_arg_name() -> None:
     timers, queues = index_app(app, {})  # the two-list form callers use is unchanged
     assert [t.name for t in timers] == ["tick"] and [q.name for q in queues] == ["on_message"]
     assert [f.name for f in _runner(app, None).event_grid_functions] == ["on_grid_event"]
+
+
+def test_each_app_is_indexed_as_itself_even_at_an_address_another_app_had() -> None:
+    """Indexes were once kept by id(app): a new app at a collected app's address got the old app's functions."""
+    for i in range(50):
+        hits: list[int] = []
+        app = _app(hits.append)
+        [grid] = index_functions(app, {}).event_grid
+        grid.call(i)
+        assert hits == [i]  # its own function was called, not an earlier app's
+        del app, grid
+        gc.collect()
 
 
 def test_events_are_delivered_in_seq_order_exactly_once_bound_as_the_worker_binds_them() -> None:
