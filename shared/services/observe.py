@@ -31,16 +31,19 @@ from shared.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_mapping: str = AUTO) -> ClusterSnapshot:
+def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_mapping: str = AUTO,
+            with_pods: bool = True) -> ClusterSnapshot:
     """One consistent-enough view: groups first, so nodes booting meanwhile count as upcoming, not missing.
 
     `with_budgets` also lists PodDisruptionBudgets, which only scale-down needs. Each node is mapped to
-    its instance by `node_mapping` (NODE_MAPPING; services.mapping says what that reads).
+    its instance by `node_mapping` (NODE_MAPPING; services.mapping says what that reads). `with_pods=False`
+    lists no pods, DaemonSets or budgets (the snapshot has none): for a caller that reads only nodes, groups
+    and templates, such as the executor's limits check, the pod list is most of a poll's read.
     """
     # The pod list is the long read (hundreds of pages in a big cluster); it runs beside discovery and the node
     # list, which wait on ARM and on the API server, instead of after them. The smaller lists follow it there.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="observe") as reader:
-        later = reader.submit(contextvars.copy_context().run, _list_pods_and_more, ports, with_budgets)
+        later = reader.submit(contextvars.copy_context().run, _list_pods_and_more, ports, with_budgets, with_pods)
         # Should this thread's reads fail, that error is the poll's (the pool waits for the other read, whose
         # own failure then says nothing new).
         listed = ports.provider.list_node_groups()
@@ -72,7 +75,10 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_map
     )
 
 
-def _list_pods_and_more(ports: Ports, with_budgets: bool) -> tuple[list[Pod], list[DisruptionBudget], list[DaemonSet]]:
+def _list_pods_and_more(ports: Ports, with_budgets: bool,
+                        with_pods: bool = True) -> tuple[list[Pod], list[DisruptionBudget], list[DaemonSet]]:
+    if not with_pods:
+        return [], [], []
     pods = ports.cluster.list_pods()
     budgets = ports.cluster.list_disruption_budgets() if with_budgets else []
     return pods, budgets, ports.cluster.list_daemonsets()

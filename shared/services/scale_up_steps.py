@@ -147,8 +147,9 @@ def _resize_unless_reached(run: Run[ScaleUp], group: NodeGroup, capacity: int) -
 
 def _allowed_target(run: Run[ScaleUp], group: NodeGroup, target: int, *, now: datetime) -> tuple[int, str | None]:
     """How far the group may grow now: the cluster-wide limits and MAX_NODES_PER_SCALE_UP, re-checked
-    against the world as it is at execution, not as it was when the poll decided."""
-    snapshot = observe(run.ports, now=now, node_mapping=run.settings.node_mapping)
+    against the world as it is at execution, not as it was when the poll decided. They count nodes and
+    groups (and templates for nodes still coming): no pod is listed for them."""
+    snapshot = observe(run.ports, now=now, node_mapping=run.settings.node_mapping, with_pods=False)
     states = {g.id: run.ports.state.get_group(g.id) for g in snapshot.groups}
     snapshot = running_sizes(snapshot, states)
     return allowed_target(snapshot, group.id, target, limits=run.settings.cluster_limits,

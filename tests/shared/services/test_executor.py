@@ -851,6 +851,23 @@ def test_a_scale_up_never_lowers_a_capacity_another_action_raised_meanwhile(app:
         assert app.arm_calls("PATCH virtualMachineScaleSets") == 1
 
 
+def test_the_scale_up_step_checks_the_limits_without_listing_pods(app: App) -> None:
+    """The cluster-wide limits count nodes and groups: the step reads no pod list (most of a poll's read)."""
+    cluster = app.context.ports.cluster
+    real = cluster.list_pods
+    listed = {"n": 0}
+
+    def counting() -> Any:
+        listed["n"] += 1
+        return real()
+
+    cluster.list_pods = counting  # type: ignore[method-assign]
+    result = app.run(scale_up(app, 4))
+    assert result.outcome in {"waiting", "succeeded"}, result
+    assert listed["n"] == 0
+    assert app.arm_calls("PATCH virtualMachineScaleSets") == 1
+
+
 @pytest.mark.parametrize(("target", "other_reaches"), [(4, 5), (5, 4), (5, 2)])
 def test_a_change_between_the_last_read_and_the_patch_is_refused_by_if_match_and_read_again(
         app: App, target: int, other_reaches: int) -> None:
