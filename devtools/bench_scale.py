@@ -5,15 +5,18 @@
    RSS is its own. The tick is:
 
    a) observe: the real `KubernetesCluster` adapter lists nodes, pods and PodDisruptionBudgets through
-      the official client with `_preload_content=False`, page by page (`limit=2000`, DEFAULT_PAGE_SIZE, and `continue`), and
+      the official client with `_preload_content=False`, page by page (`limit=2000`, DEFAULT_PAGE_SIZE,
+      and `continue`), and
       converts each page's items (typed decoding, `shared.adapters.kube_decode`, then `node_from_json` /
       `pod_from_json` / `disruption_budget_from_json`); `shared.services.observe.observe` assembles the snapshot (templates
       included). Only the socket is replaced: `ReplayApiClient.call_api` answers each request with the
       recorded page's bytes, read from a file as a network read would deliver them, one page at a time.
       The scale sets (groups and instances) are handed to observe directly: ARM is not what is measured.
-   b) the scale-up plan and `plan_scale_down` on that snapshot, sharing one placement state and one scale-up
-      simulation as the utilization poll does, the latter as a first utilization poll plans it: the candidate pool bounds the candidates with pods to move whose removal is simulated
-      (SCALE_DOWN_CANDIDATES_POOL_RATIO/_MIN_COUNT; every candidate: devtools.bench_scale_down). The cluster is `bench.drainable_cluster`
+   b) the scale-up plan and `plan_scale_down` on that snapshot, sharing one placement state and one
+      scale-up simulation as the utilization poll does, the latter as a first utilization poll plans it:
+      the candidate pool bounds the candidates with pods to move whose removal is simulated
+      (SCALE_DOWN_CANDIDATES_POOL_RATIO/_MIN_COUNT; every candidate: devtools.bench_scale_down). The
+      cluster is `bench.drainable_cluster`
       (about 40% of the nodes under-used, some pinned, some running Jobs, a PodDisruptionBudget) plus a
       scale-from-zero pool whose node-template tags only pending analytics pods select, so scale-up bin-packs
       new nodes and scale-down simulates moving the pods of hundreds of candidates.

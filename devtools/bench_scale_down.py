@@ -38,7 +38,8 @@ from typing import Any
 from devtools.bench import NOW, plan_drainable
 from devtools.bench_scale import tick_cluster
 from shared.domain import ClusterSnapshot
-from shared.engine.scale_down import NOT_SIMULATED, ScaleDownOptions, ScaleDownPlan
+from shared.engine.reasons import NOT_SIMULATED
+from shared.engine.scale_down import ScaleDownOptions, ScaleDownPlan
 from shared.engine.scale_up import existing_placements, initial_state, simulate_scale_up
 from shared.gc_pause import gc_paused
 

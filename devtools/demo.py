@@ -480,15 +480,12 @@ def _final_view(context: Any) -> tuple[dict[str, Any], dict[str, str], dict[str,
     groups marked for the autoscaler that it refuses (group id -> why), and each group's unneeded time in
     seconds as the planner applies it now (`scale_down.group_rules`: in break-even idle mode it follows the
     group's measured boots, so it may have moved during the run; the end's is what removal lag is read against)."""
-    from shared.engine.scale_down import group_rules
     from shared.engine.status import node_mapping_doc
-    from shared.options import scale_down_options
     from shared.services.observe import observe
+    from shared.services.plan import unneeded_times_by_group
 
     snapshot = observe(context.ports, now=context.ports.clock.now(), node_mapping=context.settings.node_mapping)
-    options = scale_down_options(context.settings)
-    unneeded = {group.id: group_rules(group, options, context.ports.state.get_group(group.id)).unneeded_time
-                for group in snapshot.groups}
+    unneeded = unneeded_times_by_group(snapshot.groups, context.settings, context.ports.state)
     return node_mapping_doc(snapshot), dict(snapshot.refused), {g: t.total_seconds() for g, t in unneeded.items()}
 
 

@@ -25,12 +25,18 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError
 
 from shared import discovery_tags
-from shared.adapters.compute import ArmOperations, _text, arm_client_options, compute_error, found_or_none
+from shared.adapters.compute import (
+    ArmOperations,
+    _text,
+    arm_client_options,
+    compute_error,
+    found_or_none,
+    if_unchanged,
+)
 from shared.adapters.retail_prices import RetailPrices
 from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity
 from shared.ports import CHANGED_SINCE_READ, ComputeError, Operation
@@ -213,10 +219,9 @@ class AksAgentPools:
             raise ComputeError(f"{what}: the pool changed since it was read (eTag {group.etag} is now {etag})",
                                code=CHANGED_SINCE_READ)
         pool.count = capacity
-        condition: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
         polling = self._operations.polling(poll_first=False)
         poller = self._arm(what, lambda: self._client.agent_pools.begin_create_or_update(
-            self._resource_group, self._cluster, group.name, pool, polling=polling, **condition))
+            self._resource_group, self._cluster, group.name, pool, polling=polling, **if_unchanged(etag)))
         return self._operations.outcome(what, poller, polling, resumed=False)
 
     def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:

@@ -143,6 +143,12 @@ def found_or_none(what: str, call: Callable[[], T]) -> T | None:
         raise compute_error(what, exc) from exc
 
 
+def if_unchanged(etag: str) -> dict[str, Any]:
+    """An SDK write's keyword options for If-Match on `etag` (none without one): ARM answers 412 PreconditionFailed
+    (CHANGED_SINCE_READ) when the resource changed since the read that gave the etag."""
+    return {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
+
+
 def compute_error(what: str, exc: AzureError) -> ComputeError:
     """One ComputeError per ARM failure: throttling keeps its Retry-After, the rest their ARM code."""
     if isinstance(exc, HttpResponseError) and exc.response is not None:
@@ -691,12 +697,10 @@ class VmssCompute:
         # Only the SKU's name and capacity are sent: a PATCH leaves everything else (tier included) as it is.
         update = VirtualMachineScaleSetUpdate(sku=Sku(name=group.vm_size, capacity=capacity))
         polling = self._polling(poll_first=False)
-        condition: dict[str, Any] = (
-            {"etag": group.etag, "match_condition": MatchConditions.IfNotModified} if group.etag else {})
         poller = self._arm(
             what,
             lambda: self._client.virtual_machine_scale_sets.begin_update(
-                group.resource_group, group.name, update, polling=polling, **condition
+                group.resource_group, group.name, update, polling=polling, **if_unchanged(group.etag)
             ),
         )
         return self._outcome(what, poller, polling, resumed=False)

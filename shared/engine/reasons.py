@@ -28,7 +28,9 @@ RECEIVES_MOVED_PODS = "ReceivesMovedPods"
 SCALE_DOWN_COOLDOWN = "ScaleDownCooldown"
 MAX_PARALLELISM_REACHED = "MaxParallelismReached"
 ARM_THROTTLED = "ArmThrottled"
-NOT_SIMULATED = "NotSimulatedThisTick"  # outside this poll's candidate pool: never removed on an older verdict
+# Outside this poll's candidate pool (scale_down._pool): never removed on an older verdict. Ours: CA drops such a
+# node from its unneeded list.
+NOT_SIMULATED = "NotSimulatedThisTick"
 
 
 class KeptReason(str):

@@ -67,8 +67,6 @@ from shared.quantities import parse_duration
 
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 OPTIONS_TAG = "k8s.io_cluster-autoscaler_node-template_autoscaling-options_"
-# A candidate outside this plan's pool (`_pool`). Ours: CA drops such a node from its unneeded list.
-NOT_SIMULATED = reasons.NOT_SIMULATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +140,10 @@ class GroupRules:
     def delays(self, options: ScaleDownOptions) -> ScaleDownDelays:
         """The cooldowns the group's scale-down waits out: the options', with this group's delay after a scale-up."""
         return replace(options.delays, after_add=self.after_add)
+
+    def wait(self, *, unready: bool) -> timedelta:
+        """How long a node of the group is unneeded before it may go: the unready time for a NotReady node."""
+        return self.unready_time if unready else self.unneeded_time
 
 
 def group_rules(group: NodeGroup, options: ScaleDownOptions, state: GroupState | None = None) -> GroupRules:
@@ -327,10 +329,10 @@ def plan_scale_down(
         when = f"last simulated {last.isoformat()}" if last is not None else "never simulated yet"
         if name in unneeded_since:
             unneeded[name] = unneeded_since[name]
-            kept[name] = KeptReason(NOT_SIMULATED, f"unneeded since {unneeded_since[name].isoformat()}, {when}; "
+            kept[name] = KeptReason(reasons.NOT_SIMULATED, f"unneeded since {unneeded_since[name].isoformat()}, {when}; "
                                                    "removable only once simulated again (candidate pool)")
         else:
-            kept[name] = KeptReason(NOT_SIMULATED, f"outside this poll's candidate pool, {when}")
+            kept[name] = KeptReason(reasons.NOT_SIMULATED, f"outside this poll's candidate pool, {when}")
     removals = _choose(_round_robin(unneeded_order), unneeded, group_states, rules, snapshot, kept, now=now,
                        options=options, slots_held=slots_held)
     rotation = {} if simulated_at is None else {
@@ -383,8 +385,7 @@ def _pool(
         since = unneeded_since.get(candidate.node.name)
         if since is None:
             return False
-        group_rules_ = rules[candidate.group.id]
-        return now - since >= (group_rules_.unready_time if candidate.unready else group_rules_.unneeded_time)
+        return now - since >= rules[candidate.group.id].wait(unready=candidate.unready)
 
     chosen = {c.node.name for c in sorted(filter(due, heavy), key=staleness)[: size // 2]}
     rest = sorted((c for c in heavy if c.node.name not in chosen), key=staleness)
@@ -631,7 +632,7 @@ def _choose(
         node, group = candidate.node, candidate.group
         name = node.name
         since = unneeded[name]
-        wait_for = rules[group.id].unready_time if candidate.unready else rules[group.id].unneeded_time
+        wait_for = rules[group.id].wait(unready=candidate.unready)
         if now - since < wait_for:
             state = "unready" if candidate.unready else "unneeded"
             code = reasons.NOT_UNREADY_LONG_ENOUGH if candidate.unready else reasons.NOT_UNNEEDED_LONG_ENOUGH

@@ -10,13 +10,13 @@ what makes "unneeded for 10 minutes" answerable).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from shared.actions import Backfill, ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
-from shared.domain import VIRTUAL_NODE
+from shared.domain import VIRTUAL_NODE, NodeGroup
 from shared.engine.offerings import describe
 from shared.engine.scale_down import group_rules
 from shared.options import scale_down_options
@@ -155,17 +155,23 @@ def _unneeded_times(pending: PendingPollResult, settings: Settings, state: State
     seen = pending.observed
     if seen is None:
         return {}
+    by_group = unneeded_times_by_group(seen.groups, settings, state)
+    return {node.name: by_group[node.instance.group_id] for node in seen.nodes
+            if node.instance is not None and node.instance.group_id in by_group}
+
+
+def unneeded_times_by_group(groups: Iterable[NodeGroup], settings: Settings, state: StateStore
+                            ) -> dict[str, timedelta]:
+    """Each group's unneeded time as the planner applies it now (`scale_down.group_rules`: its tags and, in
+    break-even idle mode, its measured boots). A group with a malformed tag is left out: the utilization poll
+    reports it."""
     options = scale_down_options(settings)
-    groups = {g.id: g for g in seen.groups}
     times: dict[str, timedelta] = {}
-    for node in seen.nodes:
-        ref = node.instance
-        if ref is None or ref.group_id not in groups:
-            continue
+    for group in groups:
         try:
-            times[node.name] = group_rules(groups[ref.group_id], options, state.get_group(ref.group_id)).unneeded_time
+            times[group.id] = group_rules(group, options, state.get_group(group.id)).unneeded_time
         except ValueError:
-            continue  # a malformed tag: the utilization poll reports it; the global time is shown
+            continue
     return times
 
 

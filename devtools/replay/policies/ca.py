@@ -47,6 +47,7 @@ from shared.engine.backoff import after_failure, backoff_reason
 from shared.engine.scale_down import plan_scale_down
 from shared.engine.scale_up import pending_pods, plan_scale_up
 from shared.engine.templates import build_templates
+from shared.engine.vm_sizes import NVIDIA_GPU
 from shared.ports import ComputeError
 from shared.options import scale_down_options, scale_up_options
 
@@ -56,7 +57,6 @@ SCAN_INTERVAL = timedelta(seconds=10)
 # CA's unschedulablePodTimeBuffer and unschedulablePodWithGpuTimeBuffer (core/static_autoscaler.go).
 NEW_POD_BUFFER = timedelta(seconds=2)
 NEW_GPU_POD_BUFFER = timedelta(seconds=30)
-GPU = "nvidia.com/gpu"
 GROUPS_TTL = timedelta(seconds=60)
 INSTANCES_TTL = timedelta(minutes=5)
 MAX_NODE_PROVISION_TIME = timedelta(minutes=15)
@@ -226,7 +226,7 @@ class ClusterAutoscaler:
         pending = pending_pods(snapshot)
         if not pending:
             return False, False
-        gpu = [p.created_at for p in pending if any(name == GPU for name, _ in p.requests.extended)]
+        gpu = [p.created_at for p in pending if any(name == NVIDIA_GPU for name, _ in p.requests.extended)]
         if now - min(p.created_at for p in pending) < NEW_POD_BUFFER or (gpu and now - min(gpu) < NEW_GPU_POD_BUFFER):
             return False, True
         unavailable = {

@@ -840,22 +840,15 @@ def test_list_nodes_reports_an_unreadable_node_and_keeps_a_placeholder(
         assert placeholder.annotations["cluster-autoscaler.kubernetes.io/scale-down-disabled"] == "true"
 
 
+@pytest.mark.parametrize(("kind", "good", "convert"), [("pods", GOOD_PODS, pod_from_json),
+                                                       ("nodes", GOOD_NODES, node_from_json)], ids=["pods", "nodes"])
 @pytest.mark.parametrize(("what", "bad"), NOT_OBJECTS, ids=[c[0] for c in NOT_OBJECTS])
-def test_list_pods_survives_an_item_that_is_not_an_object(what: str, bad: Any,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
-    cluster, _api = _cluster([GOOD_PODS[0], bad, GOOD_PODS[1]])
+def test_a_list_survives_an_item_that_is_not_an_object(kind: str, good: Sequence[Any], convert: Callable[[Any], Any],
+                                                       what: str, bad: Any, caplog: pytest.LogCaptureFixture) -> None:
+    cluster, _api = _cluster([good[0], bad, good[1]])
     with caplog.at_level(logging.ERROR, logger="shared.adapters.kubernetes"):
-        pods = cluster.list_pods()
-    _check_reported(None, pods, GOOD_PODS, pod_from_json, caplog)
-
-
-@pytest.mark.parametrize(("what", "bad"), NOT_OBJECTS, ids=[c[0] for c in NOT_OBJECTS])
-def test_list_nodes_survives_an_item_that_is_not_an_object(what: str, bad: Any,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
-    cluster, _api = _cluster([GOOD_NODES[0], bad, GOOD_NODES[1]])
-    with caplog.at_level(logging.ERROR, logger="shared.adapters.kubernetes"):
-        nodes = cluster.list_nodes()
-    _check_reported(None, nodes, GOOD_NODES, node_from_json, caplog)
+        listed = getattr(cluster, f"list_{kind}")()
+    _check_reported(None, listed, good, convert, caplog)
 
 
 GOOD_EVENTS = [{"metadata": {"name": "e1"}, "lastTimestamp": TIME, "count": 2},

@@ -15,7 +15,8 @@ import pytest
 from devtools.bench_scale import tick_cluster
 from shared.domain import GroupState
 from shared.engine import scale_up
-from shared.engine.scale_down import NOT_SIMULATED, ScaleDownOptions, ScaleDownPlan, plan_scale_down
+from shared.engine.reasons import NOT_SIMULATED
+from shared.engine.scale_down import ScaleDownOptions, ScaleDownPlan, plan_scale_down
 from shared.engine.scale_up import existing_placements, initial_state, simulate_scale_up
 from shared.settings import SettingsError, load_settings
 from shared.options import scale_down_options
