@@ -192,7 +192,8 @@ def needs_ips(nodes: Sequence[Node], groups: Sequence[NodeGroup], method: str = 
 
     Yes when IP mapping is forced, or in AUTO when some node with an InternalIP is left
     for the IP step: neither its providerID nor its name settled it. `groups` are passed
-    as discovered, without IPs.
+    as discovered, without IPs. Virtual nodes do not count: `map_nodes` never matches them, and
+    their InternalIP is a pod's address, so it would only buy a NIC list per group for nothing.
     """
     if method == IP:
         return True
@@ -200,7 +201,8 @@ def needs_ips(nodes: Sequence[Node], groups: Sequence[NodeGroup], method: str = 
         return False
     indexes = _Indexes(groups)
     return any(
-        node.internal_ips and _match(node, indexes, (PROVIDER_ID, HOSTNAME)).falls_through for node in nodes
+        node.internal_ips and _match(node, indexes, (PROVIDER_ID, HOSTNAME)).falls_through
+        for node in _mappable(nodes)
     )
 
 
@@ -208,8 +210,9 @@ def needs_instances(nodes: Sequence[Node], groups: Sequence[NodeGroup], method: 
     """Whether `map_nodes` needs the groups' instance lists (one high-cost ARM read per group).
 
     Not when providerIDs settle every node by themselves: Uniform groups only (the AKS, CAPZ and
-    aks-engine shape), and every node's providerID is `azure://` (authoritative, see above) or
-    provider-id mapping is forced. Then `instances_named_by_nodes` stands in for the lists.
+    aks-engine shape), and every node `map_nodes` may match (virtual nodes never are: no providerID,
+    a pod's IP) has an `azure://` providerID (authoritative, see above), or provider-id mapping is
+    forced. Then `instances_named_by_nodes` stands in for the lists.
     """
     if method in (HOSTNAME, IP):
         return True
@@ -217,7 +220,12 @@ def needs_instances(nodes: Sequence[Node], groups: Sequence[NodeGroup], method: 
         return True  # a Flexible member's or pool VM's name does not say which group it is in
     if method == PROVIDER_ID:
         return False
-    return any(not node.provider_id.strip().lower().startswith(_AZURE_SCHEME) for node in nodes)
+    return any(not node.provider_id.strip().lower().startswith(_AZURE_SCHEME) for node in _mappable(nodes))
+
+
+def _mappable(nodes: Iterable[Node]) -> Iterable[Node]:
+    """The nodes `map_nodes` tries to match: all but virtual ones, so what it reads is decided by these alone."""
+    return (node for node in nodes if not is_virtual_node(node))
 
 
 def instances_named_by_nodes(nodes: Sequence[Node], groups: Sequence[NodeGroup]) -> list[NodeGroup]:

@@ -1,7 +1,7 @@
 """Node mapping in the services: read what `engine.node_mapping` needs, and no more, then mark each node.
 
 Reads, per poll: nothing for a cluster whose nodes all carry cloud-provider-azure providerIDs on
-Uniform scale sets (AKS, CAPZ, aks-engine); otherwise one instance list per group, plus one
+Uniform scale sets (AKS, CAPZ, aks-engine), virtual nodes aside (never mapped, so they decide no read); otherwise one instance list per group, plus one
 network-interface list per group only when some node is left for IP mapping (kubeadm without a
 cloud provider). Every node comes back with `Node.mapped` set, and `mapped_to` naming its
 instance or None: a node that is unmanaged or ambiguous is never touched.

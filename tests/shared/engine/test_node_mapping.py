@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from shared.domain import Instance, Node, NodeGroup
+from shared.domain import Instance, Node, NodeGroup, Taint
 from shared.engine.node_mapping import (
     AUTO,
     HOSTNAME,
@@ -15,6 +15,7 @@ from shared.engine.node_mapping import (
     PROVIDER_ID,
     NodeMapping,
     map_nodes,
+    needs_instances,
     needs_ips,
     parse_mapping_method,
 )
@@ -222,6 +223,10 @@ def test_map_nodes_refuses_an_unknown_method() -> None:
         map_nodes([], [], method="hostnames")
 
 
+# virtual-kubelet's node: no providerID, its own pod's IP as InternalIP, the provider's label and taint.
+VIRTUAL = Node("virtual-node-aci-linux", res(10_000, 4096, 5000), T0, "", internal_ips=("10.241.0.4",),
+               labels={"type": "virtual-kubelet"}, taints=(Taint("virtual-kubelet.io/provider", "azure", "NoSchedule"),))
+
 # needs_ips sees groups as discovered: no IPs yet.
 BARE = grp("nsgvmss", inst("85", "nsgvmss00002D"), inst("10", "nsgvmss00000A"), rg="RG-One")
 
@@ -237,6 +242,7 @@ BARE = grp("nsgvmss", inst("85", "nsgvmss00002D"), inst("10", "nsgvmss00000A"), 
     ([nd("worker", "k3s://worker", "10.0.0.9")], PROVIDER_ID, False),
     ([], IP, True),
     ([], AUTO, False),
+    ([nd("a", provider_id("nsgvmss", 85, rg="RG-One"), "10.0.0.5"), VIRTUAL], AUTO, False),  # never mapped
 ])
 def test_needs_ips(nodes: list[Node], method: str, needed: bool) -> None:
     assert needs_ips(nodes, [BARE], method) is needed
@@ -256,3 +262,13 @@ def test_mapping_many_nodes_builds_indexes_once() -> None:
     mapping = map_nodes(nodes, groups)
     assert len(mapping.mapped) == 5000 and not mapping.unmanaged and not mapping.ambiguous
     assert {m.method for m in mapping.mapped.values()} == {HOSTNAME, IP}
+
+
+@pytest.mark.parametrize("nodes,needed", [
+    ([nd("a", provider_id("nsgvmss", 85, rg="RG-One"))], False),
+    ([nd("a", provider_id("nsgvmss", 85, rg="RG-One")), VIRTUAL], False),  # never mapped: decides no read
+    ([VIRTUAL], False),
+    ([nd("a", provider_id("nsgvmss", 85, rg="RG-One")), nd("worker", "k3s://worker")], True),
+])
+def test_needs_instances_looks_only_at_nodes_mapping_may_match(nodes: list[Node], needed: bool) -> None:
+    assert needs_instances(nodes, [BARE], AUTO) is needed

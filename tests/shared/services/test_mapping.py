@@ -3,10 +3,14 @@ that every node comes back marked with its instance or with none."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 
+from sandbox import aci, kobjects
+from shared.adapters.kubernetes import node_from_json
 from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, Node, NodeGroup
 from shared.services.mapping import map_cluster
 from tests.builders import T0, node, res
@@ -95,3 +99,53 @@ def test_a_node_mapped_by_providerid_keeps_its_subscription_and_others_get_the_g
     assert by_name["a"] is not None and by_name["a"].subscription_id  # from the providerID
     assert by_name["farm000001"] is not None and by_name["farm000001"].subscription_id == ""
     assert (by_name["farm000001"].resource_group, by_name["farm000001"].scale_set) == (RG, "farm")
+
+
+# --- Virtual nodes cost no reads ------------------------------------------------------------------------------------
+
+AKS_FIXTURE = Path(__file__).parents[2] / "fixtures" / "kube_responses" / "aks-nodes.json"
+
+
+def recorded_aks_node() -> Node:
+    """The recorded AKS node (cloud-provider-azure providerID on a Uniform scale set), as the adapter reads it."""
+    return node_from_json(json.loads(AKS_FIXTURE.read_text())["items"][0])
+
+
+def virtual_kubelet_node(version: int) -> Node:
+    """virtual-kubelet's Node as the AKS add-on (v1) or the v2 Helm chart registers it: no providerID, the
+    provider's labels and taint, its own pod's IP as the only address; read by the adapter as any node."""
+    name = aci.DEFAULT_NAMES[version]
+    capacity = aci.node_capacity(version)
+    return node_from_json(kobjects.node_object(
+        name=name, uid=f"uid-{name}", created="2026-11-21T11:00:00Z", provider_id="",
+        labels=aci.node_labels(name, version), taints=(aci.TAINT,), capacity=capacity, allocatable=capacity,
+        internal_ip=aci.INTERNAL_IP, pod_cidr="", machine_id="", kubelet_version=aci.KUBELET_VERSION,
+        container_runtime=""))
+
+
+AKS_POOL = NodeGroup("mc_davidaks16_davidaks16_westus2", "aks-nodepool1-24816391-vmss", 0, 10, 1, "Standard_DS2_v2")
+
+
+@pytest.mark.parametrize("version", aci.VERSIONS, ids=lambda v: f"virtual-kubelet v{v}")
+def test_a_virtual_node_on_a_cloud_provider_azure_cluster_costs_no_instance_or_nic_list(version: int) -> None:
+    """AKS with the virtual node add-on: every VM node names its instance by providerID, so mapping reads nothing;
+    the virtual node (no providerID, a pod IP) is never mapped and must not buy every group's lists each poll."""
+    virtual = virtual_kubelet_node(version)
+    assert not virtual.provider_id and virtual.internal_ips == (aci.INTERNAL_IP,)  # the shape the attack needs
+    listing = Listing({})
+    mapped = map_cluster(listing, [recorded_aks_node(), virtual], [AKS_POOL, pool("spare")])  # type: ignore[arg-type]
+    assert listing.calls == [] and not mapped.listed
+    by_name = {n.name: n for n in mapped.nodes}
+    aks = by_name["aks-nodepool1-24816391-vmss000000"].instance
+    assert aks is not None and (aks.group_id, aks.instance_id) == (AKS_POOL.id, "0")
+    assert by_name[virtual.name].mapped and by_name[virtual.name].instance is None
+    assert virtual.name in {u.node_name for u in mapped.mapping.unmanaged}
+
+
+def test_a_virtual_node_beside_k3s_nodes_costs_no_nic_list() -> None:
+    """Hostname mapping settles every VM node; the virtual node's InternalIP must not send mapping to the NICs."""
+    listing = replace(K3S, calls=[])
+    nodes = [bare("farm000000", provider_id="k3s://farm000000", ips=("10.0.0.4",)), virtual_kubelet_node(1)]
+    mapped = map_cluster(listing, nodes, [pool("farm")])  # type: ignore[arg-type]
+    assert listing.calls == ["list_instances farm"]
+    assert {n.name: n.instance is not None for n in mapped.nodes} == {"farm000000": True, aci.DEFAULT_NAMES[1]: False}
