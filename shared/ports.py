@@ -286,6 +286,9 @@ class LedgerEntry:
     # contradicts it is refused (a message is a request, never an order). Empty on rows of older versions.
     record: str = ""
     faulted_since: datetime | None = None  # the first transient ARM fault of the current step, while they last
+    # When the current step first ran, by our own claims (`ledger.claim`): what its deadlines count from
+    # (BATCH_DRAIN_TIMEOUT, MAX_POD_EVICTION_TIME), never a time a message carries. None on older rows.
+    step_started_at: datetime | None = None
     etag: str | None = None
 
 

@@ -350,6 +350,7 @@ def _ledger_to_entity(entry: LedgerEntry) -> dict[str, Any]:
         "Duplicates": entry.duplicates,
         "Record": entry.record,
         **({"FaultedSince": _utc(entry.faulted_since, "faulted_since")} if entry.faulted_since else {}),
+        **({"StepStartedAt": _utc(entry.step_started_at, "step_started_at")} if entry.step_started_at else {}),
     }
 
 
@@ -368,6 +369,8 @@ def _ledger_from_entity(entity: TableEntity) -> LedgerEntry:
             duplicates=int(entity.get("Duplicates", 0)),
             record=entity.get("Record", ""),
             faulted_since=_time(entity["FaultedSince"]) if entity.get("FaultedSince") else None,
+            # Rows written before the column existed have none: the step's next claim starts its clock.
+            step_started_at=_time(entity["StepStartedAt"]) if entity.get("StepStartedAt") else None,
             etag=entity.metadata["etag"],
         )
     except KeyError as exc:

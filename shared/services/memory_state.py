@@ -160,3 +160,5 @@ def _check_ledger_times(entry: LedgerEntry) -> None:
     _aware(entry.updated_at, "updated_at")
     if entry.faulted_since:
         _aware(entry.faulted_since, "faulted_since")
+    if entry.step_started_at:
+        _aware(entry.step_started_at, "step_started_at")
