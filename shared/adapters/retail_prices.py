@@ -7,10 +7,15 @@ Adapter module: `get_vm_prices` makes one unauthenticated GET per location (and 
     and (armSkuName eq 'Standard_D4s_v5' or ...)
 
 The API answers `{"Items": [...], "NextPageLink": ...}`. A size has several rows (Linux and Windows,
-regular, Spot and Low Priority, per meter region); we keep the Linux pay-as-you-go hourly rows
-(`unitOfMeasure` "1 Hour", no "Windows" in `productName`, no "Spot"/"Low Priority" in `meterName`,
-or only Spot rows with `spot=True`) and take the lowest `retailPrice`. Prices are USD retail: what a
-subscription without discounts pays, and a fair ranking between sizes for everyone else.
+regular, Spot and Low Priority, per meter region), and under the same `serviceName` and `armSkuName`
+rows of other products: classic Cloud Services ("Dasv5 Series Cloud Services", priced like Windows
+without saying so) and Dedicated Hosts ("DSv3 Series Dedicated Host"). We keep only the Linux
+pay-as-you-go hourly rows of a VM product (`pick_prices`, `is_linux_vm_row`): `productName` starting
+"Virtual Machines " and not naming Windows (its last word "Windows", or "Win" as in "Virtual Machines
+NCCadsv5 Srs Win"), `unitOfMeasure` "1 Hour", no "Spot"/"Low Priority" in `meterName` or `skuName`
+(or only Spot rows with `spot=True`), and take the lowest `retailPrice`. A size with no such row has
+no price, whatever other rows say. Prices are USD retail: what a subscription without discounts pays,
+and a fair ranking between sizes for everyone else.
 
 `VM_PRICES` (a JSON object, size -> USD per hour) overrides the API per size: for negotiated prices,
 sovereign clouds the API does not cover, or a deployment that must not call it (then list every size).
@@ -37,7 +42,7 @@ from azure.core.rest import HttpRequest
 from shared.domain import NodeGroup
 from shared.settings import Settings
 
-__all__ = ["API_VERSION", "RetailPrices", "price_filter", "pick_prices"]
+__all__ = ["API_VERSION", "RetailPrices", "is_linux_vm_row", "price_filter", "pick_prices"]
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +71,33 @@ def _quoted(value: str) -> str:
     return value.replace("'", "''")  # OData string literal
 
 
+_VM_PRODUCT: Final = "Virtual Machines "  # every VM product's name starts so; Cloud Services, Dedicated Host do not
+_WINDOWS_WORDS: Final = frozenset({"Windows", "Win"})  # a product's last word when it is the Windows meter
+
+
+def is_linux_vm_row(item: Mapping[str, Any], *, spot: bool = False) -> bool:
+    """Whether a Retail Prices row is a Linux VM's hourly pay-as-you-go meter (Spot ones only with `spot`).
+
+    Not a row of another product sharing the size's name (Cloud Services, Dedicated Host), a Windows
+    meter, a Low Priority one, a reservation or Dev/Test rate, or a monthly unit. A row that leaves a
+    field out is judged on the fields it has, except `productName`, which it must have.
+    """
+    product = str(item.get("productName") or "")
+    if not product.startswith(_VM_PRODUCT) or "Windows" in product or product.split()[-1] in _WINDOWS_WORDS:
+        return False
+    if str(item.get("serviceName") or "Virtual Machines") != "Virtual Machines":
+        return False
+    if str(item.get("type") or "Consumption") != "Consumption" or str(item.get("unitOfMeasure") or "") != "1 Hour":
+        return False
+    names = f"{item.get('meterName') or ''} {item.get('skuName') or ''}"
+    return "Low Priority" not in names and ("Spot" in names) == spot
+
+
 def pick_prices(items: Iterable[Mapping[str, Any]], *, spot: bool = False) -> dict[str, float]:
-    """The lowest Linux hourly retail price per lower-cased armSkuName among the API's rows."""
+    """The lowest Linux hourly retail price per lower-cased armSkuName among the API's VM rows."""
     prices: dict[str, float] = {}
     for item in items:
-        meter = str(item.get("meterName") or "")
-        if str(item.get("unitOfMeasure") or "") != "1 Hour" or "Windows" in str(item.get("productName") or ""):
-            continue
-        if "Low Priority" in meter or ("Spot" in meter) != spot:
+        if not is_linux_vm_row(item, spot=spot):
             continue
         price = item.get("retailPrice")
         size = str(item.get("armSkuName") or "").lower()

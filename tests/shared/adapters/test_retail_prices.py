@@ -13,7 +13,7 @@ from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
 from sandbox.wire import Request
 from shared.adapters.compute import VmssCompute
-from shared.adapters.retail_prices import RetailPrices, pick_prices, price_filter
+from shared.adapters.retail_prices import RetailPrices, is_linux_vm_row, pick_prices, price_filter
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
 from tests.shared.adapters.sandbox_world import SCENARIO, settings_for
 
@@ -137,6 +137,56 @@ ROW = {"armSkuName": "Standard_D4s_v5", "unitOfMeasure": "1 Hour", "meterName": 
 ], ids=["linux", "not windows", "not spot", "spot", "never low priority", "hourly only", "lowest", "malformed"])
 def test_pick_prices(rows: list[dict[str, Any]], spot: bool, expected: dict[str, float]) -> None:
     assert pick_prices(rows, spot=spot) == expected
+
+
+def retail_row(product: str, meter: str, price: float, *, size: str = "Standard_D2as_v5", sku: str | None = None,
+               service: str = "Virtual Machines", kind: str = "Consumption", unit: str = "1 Hour") -> dict[str, Any]:
+    """A Retail Prices API item with every field the live API sends (shape of a recorded australiacentral row)."""
+    return {
+        "currencyCode": "USD", "tierMinimumUnits": 0.0, "retailPrice": price, "unitPrice": price,
+        "armRegionName": "eastus", "location": "US East", "effectiveStartDate": "2023-09-01T00:00:00Z",
+        "meterId": f"meter-{product}-{meter}".lower().replace(" ", "-"), "meterName": meter,
+        "productId": "DZH318Z0K9JD", "skuId": "DZH318Z0K9JD/00GN", "productName": product,
+        "skuName": meter if sku is None else sku, "serviceName": service, "serviceId": "DZH313Z7MMC8",
+        "serviceFamily": "Compute", "unitOfMeasure": unit, "type": kind, "isPrimaryMeterRegion": True,
+        "armSkuName": size,
+    }
+
+
+LINUX = retail_row("Virtual Machines Dasv5 Series", "D2as v5", 0.086)
+WINDOWS = retail_row("Virtual Machines Dasv5 Series Windows", "D2as v5", 0.178)
+CLOUD_SERVICES = retail_row("Dasv5 Series Cloud Services", "D2as v5", 0.178)  # priced as Windows, not named so
+CLOUD_SERVICES_LOW_PRIORITY = retail_row("Dasv5 Series Cloud Services", "D2as v5 Low Priority", 0.0356)
+SPOT = retail_row("Virtual Machines Dasv5 Series", "D2as v5 Spot", 0.0159)
+LOW_PRIORITY = retail_row("Virtual Machines Dasv5 Series", "D2as v5 Low Priority", 0.0172)
+DEDICATED_HOST = retail_row("DSv3 Series Dedicated Host", "DSv3 Type1", 4.512, size="Standard_D2as_v5")
+WIN_ABBREVIATED = retail_row("Virtual Machines NCCadsv5 Srs Win", "NCC40ads H100 v5", 9.73,
+                             size="Standard_NCC40ads_H100_v5")
+LINUX_NCC = retail_row("Virtual Machines NCCadsv5 Srs", "NCC40ads H100 v5", 7.89, size="Standard_NCC40ads_H100_v5")
+
+
+@pytest.mark.parametrize("rows,spot,expected", [
+    ([CLOUD_SERVICES, WINDOWS], False, {}),  # the Linux row missing: nothing else stands in for it
+    ([CLOUD_SERVICES, CLOUD_SERVICES_LOW_PRIORITY, LOW_PRIORITY], False, {}),
+    ([CLOUD_SERVICES, WINDOWS, SPOT, LOW_PRIORITY, CLOUD_SERVICES_LOW_PRIORITY, LINUX], False,
+     {"standard_d2as_v5": 0.086}),
+    ([CLOUD_SERVICES, CLOUD_SERVICES_LOW_PRIORITY, WINDOWS, LINUX, SPOT], True, {"standard_d2as_v5": 0.0159}),
+    ([CLOUD_SERVICES_LOW_PRIORITY], True, {}),
+    ([DEDICATED_HOST], False, {}),
+    ([WIN_ABBREVIATED], False, {}),
+    ([WIN_ABBREVIATED, LINUX_NCC], False, {"standard_ncc40ads_h100_v5": 7.89}),
+    ([{**LINUX, "meterName": "D2as v5", "skuName": "D2as v5 Spot"}], False, {}),  # the suffix on skuName alone
+    ([{**LINUX, "type": "DevTestConsumption"}, {**LINUX, "type": "Reservation", "unitOfMeasure": "1 Hour"}], False, {}),
+    ([{**LINUX, "serviceName": "Virtual Machines Licenses"}], False, {}),
+    ([{**LINUX, "productName": None}, {**LINUX, "productName": ""}], False, {}),
+], ids=["cloud services never stand in for linux", "low priority of either never", "linux among every other row",
+        "spot among every other row", "cloud services low priority is not spot", "dedicated host",
+        "windows abbreviated Win", "linux beside abbreviated windows", "spot on skuName", "dev/test and reservation",
+        "another service", "no product name"])
+def test_only_linux_vm_rows_price_a_vm(rows: list[dict[str, Any]], spot: bool, expected: dict[str, float]) -> None:
+    assert pick_prices(rows, spot=spot) == expected
+    assert all(is_linux_vm_row(r, spot=spot) == (r in (LINUX, SPOT, LINUX_NCC) and (r is SPOT) == spot)
+               for r in rows)
 
 
 @pytest.mark.parametrize("text,message", [
