@@ -450,6 +450,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("KUBECONFIG_ALLOW_INSECURE_TLS", "kubeconfig_allow_insecure_tls", "false", _bool,
          "With `KUBE_AUTH=key-vault`: accept a kubeconfig with `insecure-skip-tls-verify: true`. Off, it is refused: "
          "the API server's certificate would not be checked."),
+    Spec("KUBECONFIG_ALLOW_HOST_FILES", "kubeconfig_allow_host_files", "false", _bool,
+         "With `KUBE_AUTH=key-vault`: accept a kubeconfig that names files on the function host (`tokenFile`, "
+         "`certificate-authority`, `client-certificate`, `client-key`) instead of giving them inline (`token`, the "
+         "`-data` forms). Off, it is refused: whoever can write the secret could have any host file sent as the token."),
+    Spec("KUBECONFIG_ALLOW_HTTP", "kubeconfig_allow_http", "false", _bool,
+         "With `KUBE_AUTH=key-vault`: accept a kubeconfig whose server is `http://`. Off, only `https://` servers "
+         "are accepted: over http the bearer token travels in clear."),
     Spec("SANDBOX_IDENTITY_ENDPOINT", "sandbox_identity_endpoint", "", _https_url,
          "With `AZURE_CREDENTIAL=sandbox` (required then): the sandbox's token endpoint, which issues expiring "
          "tokens as a managed identity endpoint does. Never set in Azure."),
@@ -725,6 +732,8 @@ class Settings:
     kubeconfig_secret_uri: str
     kubeconfig_allow_exec: bool
     kubeconfig_allow_insecure_tls: bool
+    kubeconfig_allow_host_files: bool
+    kubeconfig_allow_http: bool
     sandbox_identity_endpoint: str
     status_configmap: tuple[str, str] | None  # (namespace, name); None writes no status
     node_mapping: str  # engine.node_mapping.METHODS

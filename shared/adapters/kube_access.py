@@ -12,7 +12,9 @@ the credential's token endpoint); `kubeconfig` only reads a file.
   before every request (`Configuration.auth_settings` -> `get_api_key_with_prefix`), so
   one ApiClient stays usable for as long as the function instance lives.
 - `key-vault`: a kubeconfig kept as a Key Vault secret (KUBECONFIG_SECRET_URI), read once
-  with the app's credential (role "Key Vault Secrets User").
+  with the app's credential (role "Key Vault Secrets User"), and refused if it is malformed or
+  asks the host for more than a server, CA data and credentials inline (`kubeconfig_trust`)
+  unless a KUBECONFIG_ALLOW_* setting allows it.
 
 ARM_CA_BUNDLE applies to the ARM and Key Vault calls, as to every Azure call, so the
 sandbox's doubles can stand in for both.
@@ -31,6 +33,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 
 from shared import yaml_text
+from shared.adapters.kubeconfig_trust import KubeconfigTrust, check_kubeconfig
 from shared.ports import ClusterError
 from shared.settings import Settings, parse_aks_cluster_id, parse_secret_uri
 
@@ -77,8 +80,7 @@ def new_api_client(
         text = read_kubeconfig_secret(settings, credential)
         source = f"Key Vault secret {settings.kubeconfig_secret_uri}"
         config = _kubeconfig_dict(text, source)
-        refuse_risky_kubeconfig(config, source, allow_exec=settings.kubeconfig_allow_exec,
-                                allow_insecure_tls=settings.kubeconfig_allow_insecure_tls)
+        check_kubeconfig(config, source, trust=KubeconfigTrust.from_settings(settings))
         return _client_from_dict(config, source, configuration)
     raise ValueError(f"KUBE_AUTH: unknown mode {settings.kube_auth!r} (use kubeconfig, aks or key-vault)")
 
@@ -243,32 +245,6 @@ def read_kubeconfig_secret(settings: Settings, credential: TokenCredential) -> s
     return secret.value
 
 
-def refuse_risky_kubeconfig(config: dict[str, Any], source: str, *, allow_exec: bool, allow_insecure_tls: bool) -> None:
-    """Refuse a kubeconfig that would run commands on the function host or talk to the cluster without TLS checks.
-
-    Whoever can write the secret must not gain code execution in the app (an `exec` user, or an
-    `auth-provider` whose plugin may run a `cmd-path`) or a way to impersonate the API server
-    (`insecure-skip-tls-verify`), unless the operator said so with the setting named for that risk.
-    Every entry of the file is checked, not only the current context's.
-    """
-    problems = []
-    if not allow_exec:
-        for user in config.get("users") or []:
-            details = (user or {}).get("user") or {}
-            for key in ("exec", "auth-provider"):
-                if details.get(key):
-                    problems.append(f"user {user.get('name')!r} has {key!r}, which runs a command on the function "
-                                    "host (set KUBECONFIG_ALLOW_EXEC=true to allow it)")
-    if not allow_insecure_tls:
-        for cluster in config.get("clusters") or []:
-            details = (cluster or {}).get("cluster") or {}
-            if details.get("insecure-skip-tls-verify") is True or str(details.get("insecure-skip-tls-verify")).lower() == "true":
-                problems.append(f"cluster {cluster.get('name')!r} has insecure-skip-tls-verify: true, so the API "
-                                "server's certificate is not checked (set KUBECONFIG_ALLOW_INSECURE_TLS=true to allow it)")
-    if problems:
-        raise ClusterError(f"{source} is refused: " + "; ".join(problems))
-
-
 # --- shared ----------------------------------------------------------------------------
 
 
@@ -285,7 +261,8 @@ def _kubeconfig_dict(text: str, source: str) -> dict[str, Any]:
 def _client_from_dict(config: dict[str, Any], source: str, configuration: Configuration) -> ApiClient:
     try:
         return kube_config.new_client_from_config_dict(config, persist_config=False, client_configuration=configuration)
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        # The shape is checked before (key-vault); AttributeError is the client's answer to one it did not expect.
         raise ClusterError(f"load kubeconfig from {source}: {type(exc).__name__}: {exc}") from exc
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from sandbox.identity import AKS, AKS_AUDIENCE, Verdict
 from sandbox.server import SandboxServer
 from shared.adapters.credentials import SandboxCredential, make_azure_credential
 from shared.adapters.kube_access import BearerTokenRefresher, parse_aks_cluster_id, parse_secret_uri
+from shared.adapters.kubeconfig_trust import KubeconfigTrust, check_kubeconfig
 from shared.adapters.kubernetes import KubernetesApiError, KubernetesCluster
 from shared.context import build_context
 from shared.ports import ClusterError
@@ -305,68 +307,214 @@ def test_cluster_access_settings_parse(env: dict[str, str], attr: str, value: st
     assert getattr(load_settings({**REQUIRED, **env}), attr) == value
 
 
-# --- a kubeconfig from Key Vault may not run commands or skip TLS (issue 14, item 13) ---------------------------
+# --- a kubeconfig from Key Vault is checked before the client reads it -------------------------------------------
+#
+# Whoever can write the secret is the attacker: each variant below is a document they could upload. Refused, the
+# client never reads it and the API server never sees a request; allowed by its setting, it does what it says.
 
-def _risky(server: SandboxServer, *, user: dict[str, Any] | None = None, insecure: bool = False) -> str:
-    """The sandbox's own kubeconfig with one risky entry added to it, as YAML text."""
+Change = Callable[[dict[str, Any], Path], None]
+
+
+def _cluster(**fields: Any) -> Change:
+    def change(config: dict[str, Any], tmp: Path) -> None:
+        config["clusters"][0]["cluster"].update(fields)
+    return change
+
+
+def _user(**fields: Any) -> Change:
+    def change(config: dict[str, Any], tmp: Path) -> None:
+        config["users"][0]["user"].update(fields)
+    return change
+
+
+def _top(key: str, value: Any) -> Change:
+    def change(config: dict[str, Any], tmp: Path) -> None:
+        config[key] = value
+    return change
+
+
+def _token_file(config: dict[str, Any], tmp: Path) -> None:
+    """`tokenFile` naming a host file whose content would be sent as the bearer token."""
+    secret = tmp / "host-secret"
+    secret.write_text("a-host-secret")
+    del config["users"][0]["user"]["token"]
+    config["users"][0]["user"]["tokenFile"] = str(secret)
+
+
+def _entry(section: str, index: int, value: Any) -> Change:
+    def change(config: dict[str, Any], tmp: Path) -> None:
+        config[section][index] = value
+    return change
+
+
+def _inner(section: str, inner: str, value: Any) -> Change:
+    def change(config: dict[str, Any], tmp: Path) -> None:
+        config[section][0][inner] = value
+    return change
+
+
+def _without(section: str, inner: str, key: str) -> Change:
+    def change(config: dict[str, Any], tmp: Path) -> None:
+        del config[section][0][inner][key]
+    return change
+
+
+INSECURE, EXEC, FILES, HTTP = ("KUBECONFIG_ALLOW_INSECURE_TLS", "KUBECONFIG_ALLOW_EXEC", "KUBECONFIG_ALLOW_HOST_FILES",
+                               "KUBECONFIG_ALLOW_HTTP")
+NOT_A_BOOLEAN = "insecure-skip-tls-verify: must be true or false (a YAML boolean)"
+
+# (id, the attacker's change to the sandbox's own kubeconfig, what the error names, the setting that allows it).
+ATTACKS: list[tuple[str, Change, str, str | None]] = [
+    # Each of these the client reads as "skip verification" (`verify_ssl = not value`) except 0; none is a boolean.
+    ("skip-tls 1", _cluster(**{"insecure-skip-tls-verify": 1}), NOT_A_BOOLEAN, None),
+    ("skip-tls 'yes'", _cluster(**{"insecure-skip-tls-verify": "yes"}), NOT_A_BOOLEAN, None),
+    ("skip-tls 'false'", _cluster(**{"insecure-skip-tls-verify": "false"}), NOT_A_BOOLEAN, None),
+    ("skip-tls 'True '", _cluster(**{"insecure-skip-tls-verify": "True "}), NOT_A_BOOLEAN, None),
+    ("skip-tls [1]", _cluster(**{"insecure-skip-tls-verify": [1]}), NOT_A_BOOLEAN, None),
+    ("skip-tls 0", _cluster(**{"insecure-skip-tls-verify": 0}), NOT_A_BOOLEAN, None),
+    ("skip-tls ''", _cluster(**{"insecure-skip-tls-verify": ""}), NOT_A_BOOLEAN, None),
+    ("skip-tls true", _cluster(**{"insecure-skip-tls-verify": True}), "insecure-skip-tls-verify: true", INSECURE),
+    ("disable-compression 'no'", _cluster(**{"disable-compression": "no"}), "disable-compression: must be true or false",
+     None),
+    # Host files: the token file's content would be the bearer token; the others name host paths.
+    ("tokenFile", _token_file, "tokenFile reads a file on the function host", FILES),
+    ("certificate-authority path", _cluster(**{"certificate-authority": "/etc/ssl/certs/ca-certificates.crt"}),
+     "certificate-authority reads a file", FILES),
+    ("client-certificate path", _user(**{"client-certificate": "/etc/hostname"}), "client-certificate reads a file",
+     FILES),
+    ("client-key path", _user(**{"client-key": "/etc/hostname"}), "client-key reads a file", FILES),
+    # Commands that would do nothing here if they ever ran: the test must never run anything itself.
+    ("exec", _user(exec={"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/true"}), "'exec'", EXEC),
+    ("auth-provider", _user(**{"auth-provider": {"name": "oidc", "config": {"cmd-path": "/bin/true"}}}),
+     "'auth-provider'", EXEC),
+    ("empty exec", _user(exec={}), "'exec'", EXEC),
+    # Servers the token would reach in clear, or no server at all (the client would call http://localhost).
+    ("http server", _cluster(server="http://127.0.0.1:1"), "is not an https:// URL", HTTP),
+    ("upper-case HTTPS", _cluster(server="HTTPS://127.0.0.1:1"), "is not an https:// URL", None),
+    ("unix socket", _cluster(server="unix:///var/run/k8s.sock"), "is not an https:// URL", None),
+    ("no scheme", _cluster(server="127.0.0.1:6443"), "is not an https:// URL", None),
+    ("no server", _without("clusters", "cluster", "server"), "clusters[0].cluster ('sandbox').server: missing", None),
+    # Malformed documents: the field is named, never an AttributeError from inside the client.
+    ("users not a list", _top("users", "sandbox-admin"), "users: must be a list", None),
+    ("users a mapping", _top("users", {"name": "sandbox-admin"}), "users: must be a list", None),
+    ("user entry a string", _entry("users", 0, "sandbox-admin"), "users[0]: must be a mapping", None),
+    ("user entry a list", _entry("users", 0, [["name", "sandbox-admin"]]), "users[0]: must be a mapping", None),
+    ("user without a name", _entry("users", 0, {"user": {"token": "t"}}), "users[0].name: must be a non-empty string",
+     None),
+    ("user body a string", _inner("users", "user", "t"), "users[0].user ('sandbox-admin'): must be a mapping", None),
+    ("user body null", _inner("users", "user", None), "users[0].user ('sandbox-admin'): must be a mapping", None),
+    ("token a list", _user(token=["t"]), "users[0].user ('sandbox-admin').token: must be a string", None),
+    ("exec a string", _user(exec="/bin/true"), "exec: must be a mapping", None),
+    ("clusters entry a number", _entry("clusters", 0, 7), "clusters[0]: must be a mapping", None),
+    ("cluster body a list", _inner("clusters", "cluster", []), "clusters[0].cluster ('sandbox'): must be a mapping", None),
+    ("server a list", _cluster(server=["https://127.0.0.1"]), ".server: must be a string", None),
+    ("contexts a string", _top("contexts", "sandbox"), "contexts: must be a list", None),
+    ("context body null", _inner("contexts", "context", None), "contexts[0].context ('sandbox'): must be a mapping", None),
+    ("context without cluster", _without("contexts", "context", "cluster"), "contexts[0].context ('sandbox').cluster: "
+     "missing", None),
+    ("current-context a list", _top("current-context", ["sandbox"]), "current-context: must be a context name", None),
+]
+
+
+def _attack(server: SandboxServer, change: Change, tmp: Path) -> str:
+    """The sandbox's own kubeconfig from Key Vault with the attacker's change, uploaded as a new secret; its URI."""
     import yaml
 
     original = server.vault.secret("kubeconfig")
     assert original is not None
     config = yaml.safe_load(original.value)
-    if user is not None:
-        config["users"][0]["user"] = {**config["users"][0]["user"], **user}
-    if insecure:
-        config["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
-    return yaml.safe_dump(config)
+    change(config, tmp)
+    server.vault.set_secret("attack", yaml.safe_dump(config))
+    return f"{server.url}/secrets/attack"
 
 
-RISKY = [
-    # Commands that would do nothing here if they ever ran: the test must never run anything itself.
-    ("exec user", {"user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/true"}}},
-     "KUBECONFIG_ALLOW_EXEC", "'exec'"),
-    ("auth-provider user", {"user": {"auth-provider": {"name": "oidc", "config": {"cmd-path": "/bin/true"}}}},
-     "KUBECONFIG_ALLOW_EXEC", "'auth-provider'"),
-    ("insecure TLS", {"insecure": True}, "KUBECONFIG_ALLOW_INSECURE_TLS", "insecure-skip-tls-verify"),
-]
-
-
-@pytest.mark.parametrize(("case", "change", "setting", "named"), RISKY, ids=[r[0] for r in RISKY])
-def test_a_risky_kubeconfig_from_key_vault_is_refused_naming_the_setting_that_allows_it(
-    server: SandboxServer, case: str, change: dict[str, Any], setting: str, named: str
+@pytest.mark.parametrize(("case", "change", "named", "setting"), ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_a_kubeconfig_from_key_vault_is_refused_naming_the_field_and_the_setting_that_allows_it(
+    server: SandboxServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, case: str, change: Change, named: str,
+    setting: str | None,
 ) -> None:
-    server.vault.set_secret("risky", _risky(server, **change))
+    seen = seen_tokens(monkeypatch)
+    uri = _attack(server, change, tmp_path)
     with pytest.raises(ClusterError) as caught:
-        KubernetesCluster.from_settings(key_vault(server, f"{server.url}/secrets/risky"))
-    assert "is refused" in str(caught.value) and named in str(caught.value) and setting in str(caught.value)
+        KubernetesCluster.from_settings(key_vault(server, uri)).list_nodes()
+    message = str(caught.value)
+    assert named in message, message
+    assert "is refused" in message or "is not a valid kubeconfig" in message
+    assert setting is None or ("is refused" in message and setting in message)  # the one setting that allows it
+    assert "a-host-secret" not in message
+    assert seen == []  # the API server was never asked anything: no token, no host file, went anywhere
 
 
-@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # the point of this test
-def test_insecure_tls_allowed_by_its_setting_reaches_the_cluster(server: SandboxServer) -> None:
-    server.vault.set_secret("insecure", _risky(server, insecure=True))
-    allowed = settings_for(server, KUBE_AUTH="key-vault", KUBECONFIG_SECRET_URI=f"{server.url}/secrets/insecure",
-                           KUBECONFIG_ALLOW_INSECURE_TLS="true")
-    assert len(KubernetesCluster.from_settings(allowed).list_nodes()) == 1
-
-
-@pytest.mark.parametrize(("user", "cluster", "allow_exec", "allow_insecure", "refused"), [
-    ({"token": "t"}, {"server": "https://x"}, False, False, False),
-    ({"exec": {"command": "x"}}, {"server": "https://x"}, False, False, True),
-    ({"exec": {"command": "x"}}, {"server": "https://x"}, True, False, False),
-    ({"auth-provider": {"name": "oidc"}}, {"server": "https://x"}, False, True, True),
-    ({"auth-provider": {"name": "oidc"}}, {"server": "https://x"}, True, False, False),
-    ({"token": "t"}, {"server": "https://x", "insecure-skip-tls-verify": True}, True, False, True),
-    ({"token": "t"}, {"server": "https://x", "insecure-skip-tls-verify": "true"}, False, False, True),
-    ({"token": "t"}, {"server": "https://x", "insecure-skip-tls-verify": False}, False, False, False),
-    ({"token": "t"}, {"server": "https://x", "insecure-skip-tls-verify": True}, False, True, False),
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # the point of one case
+@pytest.mark.parametrize(("case", "change", "setting"), [
+    ("skip-tls true", _cluster(**{"insecure-skip-tls-verify": True}), INSECURE),
+    ("skip-tls false", _cluster(**{"insecure-skip-tls-verify": False}), None),
+    ("CA file", _cluster(**{"certificate-authority-data": None}), FILES),  # filled in below with the sandbox's CA file
+    ("token file", _token_file, FILES),  # filled in below with the sandbox's token
 ])
-def test_which_kubeconfigs_are_risky(user: dict[str, Any], cluster: dict[str, Any], allow_exec: bool,
-                                     allow_insecure: bool, refused: bool) -> None:
-    from shared.adapters.kube_access import refuse_risky_kubeconfig
+def test_what_a_setting_allows_reaches_the_cluster(
+    server: SandboxServer, tmp_path: Path, case: str, change: Change, setting: str | None
+) -> None:
+    def allowed(config: dict[str, Any], tmp: Path) -> None:
+        change(config, tmp)
+        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+        if cluster.get("certificate-authority-data", "") is None:
+            del cluster["certificate-authority-data"]
+            cluster["certificate-authority"] = str(server.ca_path)
+        if "tokenFile" in user:
+            Path(user["tokenFile"]).write_text(server.world.token)
 
-    config = {"users": [{"name": "u", "user": user}], "clusters": [{"name": "c", "cluster": cluster}]}
-    if refused:
+    uri = _attack(server, allowed, tmp_path)
+    env = {"KUBE_AUTH": "key-vault", "KUBECONFIG_SECRET_URI": uri, **({setting: "true"} if setting else {})}
+    assert len(KubernetesCluster.from_settings(settings_for(server, **env)).list_nodes()) == 1
+
+
+GOOD: dict[str, Any] = {
+    "clusters": [{"name": "c", "cluster": {"server": "https://k8s.example:6443", "certificate-authority-data": "Q0E="}}],
+    "users": [{"name": "u", "user": {"token": "t"}}],
+    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    "current-context": "c",
+}
+
+
+def _variant(cluster: dict[str, Any] | None = None, user: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {**GOOD, "clusters": [{"name": "c", "cluster": {**GOOD["clusters"][0]["cluster"], **(cluster or {})}}],
+            "users": [{"name": "u", "user": {**GOOD["users"][0]["user"], **(user or {})}}]}
+
+
+@pytest.mark.parametrize(("config", "allowed_by"), [
+    (_variant(), None),
+    (_variant(cluster={"insecure-skip-tls-verify": False, "tls-server-name": "k8s"}), None),
+    (_variant(user={"username": "u", "password": "p"}), None),
+    ({**GOOD, "users": []}, None),  # no user at all: the client sends no credentials
+    ({k: v for k, v in GOOD.items() if k != "users"}, None),
+    (_variant(cluster={"insecure-skip-tls-verify": True}), KubeconfigTrust(insecure_tls=True)),
+    (_variant(user={"exec": {"command": "x", "apiVersion": "v1"}}), KubeconfigTrust(commands=True)),
+    (_variant(user={"auth-provider": {"name": "oidc"}}), KubeconfigTrust(commands=True)),
+    (_variant(user={"tokenFile": "/t"}, cluster={"certificate-authority": "/ca"}), KubeconfigTrust(host_files=True)),
+    (_variant(cluster={"server": "http://k8s.example:8080"}), KubeconfigTrust(http=True)),
+])
+def test_a_self_contained_kubeconfig_passes_and_each_setting_allows_only_its_own_risk(
+    config: dict[str, Any], allowed_by: KubeconfigTrust | None
+) -> None:
+    check_kubeconfig(config, "the secret", trust=allowed_by or KubeconfigTrust())
+    if allowed_by is not None:
         with pytest.raises(ClusterError, match="is refused"):
-            refuse_risky_kubeconfig(config, "the secret", allow_exec=allow_exec, allow_insecure_tls=allow_insecure)
-    else:
-        refuse_risky_kubeconfig(config, "the secret", allow_exec=allow_exec, allow_insecure_tls=allow_insecure)
+            check_kubeconfig(config, "the secret", trust=KubeconfigTrust())
+        everything_else = {f: not getattr(allowed_by, f) for f in ("commands", "insecure_tls", "host_files", "http")}
+        with pytest.raises(ClusterError, match="is refused"):
+            check_kubeconfig(config, "the secret", trust=KubeconfigTrust(**everything_else))
+
+
+def test_every_entry_is_checked_not_only_the_current_context() -> None:
+    config = {**GOOD, "users": [*GOOD["users"], {"name": "other", "user": {"tokenFile": "/var/run/secret"}}]}
+    with pytest.raises(ClusterError, match=r"users\[1\]\.user \('other'\)\.tokenFile reads a file"):
+        check_kubeconfig(config, "the secret", trust=KubeconfigTrust())
+
+
+def test_the_trust_comes_from_one_setting_per_risk() -> None:
+    env = {**REQUIRED, "KUBE_AUTH": "key-vault", "KUBECONFIG_SECRET_URI": "https://v.vault.azure.net/secrets/kc"}
+    assert KubeconfigTrust.from_settings(load_settings(env)) == KubeconfigTrust()
+    settings = load_settings({**env, EXEC: "true", INSECURE: "true", FILES: "true", HTTP: "true"})
+    assert KubeconfigTrust.from_settings(settings) == KubeconfigTrust(commands=True, insecure_tls=True, host_files=True,
+                                                                       http=True)
