@@ -37,6 +37,7 @@ from shared.adapters.compute import (
     found_or_none,
     if_unchanged,
 )
+from shared.adapters.compute import arm_id_leaf, with_instance_ids
 from shared.adapters.retail_prices import RetailPrices
 from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity
 from shared.ports import CHANGED_SINCE_READ, ComputeError, Operation
@@ -185,6 +186,7 @@ class AksAgentPools:
         """The pool's machines: name (= node name), VM id and IPs, in one list."""
         machines = self._arm(f"list machines of agent pool {group.name}",
                              lambda: list(self._client.machines.list(self._resource_group, self._cluster, group.name)))
+        machines = with_instance_ids(machines, machine_name, f"list machines of agent pool {group.id}")
         return [_instance(m) for m in machines]
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
@@ -266,11 +268,17 @@ class AksAgentPools:
         raise ComputeError("AKS pools have no start operations of ours", code="OperationNotAllowed")
 
 
+def machine_name(machine: Any) -> str:
+    """A machine's name (its node's name and its instance id here), else the last segment of its own ARM id
+    (`.../agentPools/<pool>/machines/<name>`; not `properties.resourceId`, which is its VM's)."""
+    return _text(machine.name) or arm_id_leaf(_text(getattr(machine, "id", None)), "machines")
+
+
 def _instance(machine: Any) -> Instance:
     properties = getattr(machine, "properties", None)
     network = getattr(properties, "network", None)
     ips = tuple(_text(a.ip) for a in getattr(network, "ip_addresses", None) or () if getattr(a, "ip", None))
-    name = _text(machine.name)
+    name = machine_name(machine)
     return Instance(
         instance_id=name,
         provisioning_state=_text(getattr(properties, "provisioning_state", None)) or "Succeeded",

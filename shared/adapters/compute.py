@@ -97,6 +97,30 @@ def _text(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
+def arm_id_leaf(resource_id: str, collection: str) -> str:
+    """The name an ARM id gives a resource of `collection` (`.../virtualMachines/3` -> "3"); "" when the id
+    is empty or names no resource of that collection."""
+    parts = resource_id.strip().split("/")
+    if len(parts) >= 3 and parts[-2].lower() == collection.lower() and parts[-1].strip():
+        return parts[-1].strip()
+    return ""
+
+
+def with_instance_ids(entries: Iterable[T], instance_id: Callable[[T], str], where: str) -> list[T]:
+    """The listed entries that name their instance. An entry with no id of its own nor an ARM id to read one from
+    is left out with a warning: as an instance with id '' it would look booting, take part in mapping and limits,
+    and no call could name it."""
+    kept = []
+    for entry in entries:
+        if instance_id(entry):
+            kept.append(entry)
+        else:
+            log.warning("%s: a listed VM has no instance id and no ARM id to read one from (name %r, computer name "
+                        "%r); left out", where, _text(getattr(entry, "name", None)),
+                        _text(getattr(getattr(entry, "os_profile", None), "computer_name", None)))
+    return kept
+
+
 def _retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
     if not headers:
         return None
@@ -293,10 +317,15 @@ def _port_status(status: object) -> OperationStatus:
 # --- Scale set conversion -----------------------------------------------------------
 
 
+def uniform_instance_id(vm: VirtualMachineScaleSetVM) -> str:
+    """A VMSS VM's `instanceId`, else the last segment of its ARM id (`.../virtualMachines/<instanceId>`)."""
+    return _text(vm.instance_id) or arm_id_leaf(_text(vm.id), "virtualMachines")
+
+
 def _instance(vm: VirtualMachineScaleSetVM) -> Instance:
     os_profile = vm.os_profile
     return Instance(
-        instance_id=_text(vm.instance_id),
+        instance_id=uniform_instance_id(vm),
         provisioning_state=_text(vm.provisioning_state),
         computer_name=_text(getattr(os_profile, "computer_name", None)),
         resource_id=_text(vm.id),
@@ -602,6 +631,7 @@ class VmssCompute:
             f"list instances of scale set {group.resource_group}/{group.name}",
             lambda: list(self._client.virtual_machine_scale_set_vms.list(group.resource_group, group.name, **extra)),
         )
+        vms = with_instance_ids(vms, uniform_instance_id, f"list instances of scale set {group.id}")
         return [_instance(vm) for vm in vms]
 
     def _network_client(self, what: str) -> Any:

@@ -30,6 +30,7 @@ from typing import Any
 from azure.core.polling import LROPoller
 
 from shared.adapters.compute import VmssCompute, _private_ips, _text, found_or_none, power_state
+from shared.adapters.compute import arm_id_leaf, with_instance_ids
 from shared.domain import FLEXIBLE_SCALE_SET, Instance, NodeGroup
 from shared.ports import ComputeError, Operation
 
@@ -64,6 +65,7 @@ class FlexCompute(VmssCompute):
             f"list member VMs of scale set {group.resource_group}/{group.name}",
             lambda: list(self._client.virtual_machines.list(group.resource_group, filter=member_filter, **extra)),
         )
+        vms = with_instance_ids(vms, member_name, f"list member VMs of scale set {group.id}")
         return [_member(vm) for vm in vms if self._is_member(group, vm)]
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
@@ -128,9 +130,14 @@ class FlexCompute(VmssCompute):
 _DONE = "done:"
 
 
+def member_name(vm: Any) -> str:
+    """A member VM's name (its instance id everywhere), else the last segment of its ARM id."""
+    return _text(vm.name) or arm_id_leaf(_text(vm.id), "virtualMachines")
+
+
 def _member(vm: Any) -> Instance:
     return Instance(
-        instance_id=_text(vm.name),
+        instance_id=member_name(vm),
         provisioning_state=_text(vm.provisioning_state),
         computer_name=_text(getattr(getattr(vm, "os_profile", None), "computer_name", None)),
         resource_id=_text(vm.id),

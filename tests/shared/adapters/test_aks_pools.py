@@ -3,6 +3,7 @@ VM size, labels and taints give the engine. (Against the sandbox's agentPools AP
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -57,3 +58,32 @@ def test_a_pool_s_template_has_its_labels_taints_and_vm_size() -> None:
     assert {"agentpool": "render", "kubernetes.azure.com/agentpool": "render", "kubernetes.azure.com/mode": "user",
             "workload": "render", "team/x": "a_b"}.items() <= dict(template.labels).items()
     assert set(template.taints) == {Taint("render", "true", "NoSchedule"), Taint("spot", "", "PreferNoSchedule")}
+
+
+MACHINES = f"{CLUSTER_ID}/agentPools/render/machines/"
+VMSS_VM = "/subscriptions/s/resourceGroups/mc_rg/providers/Microsoft.Compute/virtualMachineScaleSets/aks-render-vmss"
+
+
+def machine(name: str | None, machine_id: str | None, vm: str) -> SimpleNamespace:
+    """A Machines_List entry (azure-rest-api-specs MachineList.json): its own id, and its VM's in resourceId."""
+    return SimpleNamespace(name=name, id=machine_id, properties=SimpleNamespace(
+        resource_id=f"{VMSS_VM}/virtualMachines/{vm}", provisioning_state="Succeeded",
+        network=SimpleNamespace(ip_addresses=[SimpleNamespace(ip="10.224.0.4", family="IPv4")])))
+
+
+@pytest.mark.parametrize("machines,ids,warned", [
+    ([machine(None, MACHINES + "aks-render-123-vmss000000", "0")], ["aks-render-123-vmss000000"], False),
+    ([machine(None, None, "0"), machine("aks-render-123-vmss000001", MACHINES + "aks-render-123-vmss000001", "1")],
+     ["aks-render-123-vmss000001"], True),
+], ids=["name read from the machine's id, not its VM's", "neither: left out"])
+def test_a_machine_listed_without_a_name_is_read_from_its_arm_id_or_left_out(
+    caplog: pytest.LogCaptureFixture, machines: list[SimpleNamespace], ids: list[str], warned: bool
+) -> None:
+    aks = provider()
+    aks._client.machines = SimpleNamespace(list=lambda rg, cluster, pool: machines)  # type: ignore[attr-defined]
+    group = aks._as_group(pool())
+    assert group is not None
+    with caplog.at_level(logging.WARNING, logger="shared.adapters.compute"):
+        listed = aks.list_instances(group)
+    assert [i.instance_id for i in listed] == ids and [i.computer_name for i in listed] == ids
+    assert ("rg-aks/render: a listed VM has no instance id" in caplog.text) == warned

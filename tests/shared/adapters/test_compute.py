@@ -17,7 +17,7 @@ import pytest
 from azure.core.pipeline import PipelineResponse
 from azure.core.rest import HttpRequest
 from azure.mgmt.compute import ComputeManagementClient
-from azure.mgmt.compute.models import ResourceSku, VirtualMachineScaleSet
+from azure.mgmt.compute.models import ResourceSku, VirtualMachineScaleSet, VirtualMachineScaleSetVM
 
 from sandbox.clock import ManualClock
 from sandbox.server import SandboxServer
@@ -532,3 +532,39 @@ def test_a_failed_refresh_keeps_the_stale_sizes_and_honours_a_long_retry_after(
     clock.now += 1
     assert compute.list_vm_sizes("westeurope") == listed
     assert _sku_calls(world) == 3
+
+
+# --- Listed instances without an instance id ---------------------------------------------------------------------
+
+_SET_ID = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/pool1"
+# VirtualMachineScaleSetVMs_List as azure-rest-api-specs' MinimumSet example answers it: no instanceId, only the id.
+_ONLY_ARM_ID = {"location": "westus", "id": f"{_SET_ID}/virtualMachines/0"}
+_FULL = {"location": "westus", "id": f"{_SET_ID}/virtualMachines/7", "instanceId": "7", "name": "pool1_7",
+         "properties": {"provisioningState": "Succeeded", "osProfile": {"computerName": "pool1000007"}}}
+_NO_ID_AT_ALL = {"location": "westus", "name": "pool1_9", "properties": {"osProfile": {"computerName": "pool1000009"}}}
+
+
+def _listing(offline: VmssCompute, entries: list[dict[str, Any]]) -> VmssCompute:
+    vms = [VirtualMachineScaleSetVM(e) for e in entries]  # the SDK's model over the wire's JSON
+    offline._client = SimpleNamespace(  # type: ignore[assignment]
+        virtual_machine_scale_set_vms=SimpleNamespace(list=lambda rg, name, **kw: vms))
+    return offline
+
+
+@pytest.mark.parametrize("entries,ids,warned", [
+    ([_ONLY_ARM_ID, _FULL], ["0", "7"], False),  # the id read from the ARM id's last segment
+    ([_NO_ID_AT_ALL, _FULL], ["7"], True),  # neither: left out, with a warning naming it
+    ([{**_NO_ID_AT_ALL, "id": f"{_SET_ID}/virtualMachines/"}], [], True),  # an id naming no instance
+    ([{**_NO_ID_AT_ALL, "id": _SET_ID}], [], True),  # the scale set's own id
+], ids=["only an ARM id", "no id at all", "an ARM id ending in a slash", "the scale set's id"])
+def test_a_listed_instance_without_an_instance_id_is_read_from_its_arm_id_or_left_out(
+    offline: VmssCompute, caplog: pytest.LogCaptureFixture, entries: list[dict[str, Any]], ids: list[str], warned: bool
+) -> None:
+    group = NodeGroup("rg", "pool1", 0, 10, 2, "Standard_D4s_v5")
+    with caplog.at_level(logging.WARNING, logger="shared.adapters.compute"):
+        listed = _listing(offline, entries).list_instances(group)
+    assert [i.instance_id for i in listed] == ids and all(i.instance_id for i in listed)
+    message = "rg/pool1: a listed VM has no instance id and no ARM id to read one from"
+    assert (message in caplog.text) == warned
+    if warned:
+        assert "pool1_9" in caplog.text and "pool1000009" in caplog.text  # the operator can find the entry
