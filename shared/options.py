@@ -67,6 +67,7 @@ def drain_rules(settings: Settings) -> DrainRules:
         protect_batch=settings.batch_protection,
         batch_selector=settings.batch_pod_selector,
         skip_system_pods=settings.skip_nodes_with_system_pods,
+        system_pod_disruption_timeout=settings.blocking_system_pod_disruption_timeout,
         skip_local_storage=settings.skip_nodes_with_local_storage,
         skip_custom_controllers=settings.skip_nodes_with_custom_controller_pods,
         expendable_priority_cutoff=settings.expendable_pods_priority_cutoff,

@@ -525,7 +525,14 @@ SPECS: tuple[Spec, ...] = (
     Spec("SCALE_DOWN_IGNORE_MIRROR_PODS_UTILIZATION", "scale_down_ignore_mirror_pods_utilization", "true", _bool,
          "Leave static (mirror) pods out of a node's utilisation."),
     Spec("SKIP_NODES_WITH_SYSTEM_PODS", "skip_nodes_with_system_pods", "true", _bool,
-         "Keep nodes running kube-system pods that are not DaemonSet or mirror pods and have no PodDisruptionBudget."),
+         "Keep nodes running kube-system pods that are not DaemonSet or mirror pods and have no PodDisruptionBudget, "
+         "until such a pod is older than `BLOCKING_SYSTEM_POD_DISRUPTION_TIMEOUT`."),
+    Spec("BLOCKING_SYSTEM_POD_DISRUPTION_TIMEOUT", "blocking_system_pod_disruption_timeout", "1h",
+         _nonnegative_duration,
+         "How old (since its creation) a kube-system pod without a PodDisruptionBudget must be before it no longer "
+         "keeps its node and is evicted like any other pod; cluster-autoscaler's "
+         "`--blocking-system-pod-distruption-timeout` (upstream's spelling). A pod covered by a budget follows "
+         "the budget instead."),
     Spec("SKIP_NODES_WITH_LOCAL_STORAGE", "skip_nodes_with_local_storage", "true", _bool,
          "Keep nodes running pods with hostPath or disk-backed emptyDir volumes not listed in "
          "`cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes`."),
@@ -758,6 +765,7 @@ class Settings:
     scale_down_ignore_daemonsets_utilization: bool
     scale_down_ignore_mirror_pods_utilization: bool
     skip_nodes_with_system_pods: bool
+    blocking_system_pod_disruption_timeout: timedelta
     skip_nodes_with_local_storage: bool
     skip_nodes_with_custom_controller_pods: bool
     batch_protection: bool

@@ -19,7 +19,11 @@ order, plus two of ours:
   default, one owned by a controller cluster-autoscaler does not know (a workflow engine's, an
   operator's): only ReplicationController, ReplicaSet, StatefulSet and Job owners are known to
   recreate a pod elsewhere (CA's `--skip-nodes-with-custom-controller-pods`, default true);
-- a kube-system pod with no PodDisruptionBudget pins the node;
+- a kube-system pod with no PodDisruptionBudget pins the node until it is older than
+  BLOCKING_SYSTEM_POD_DISRUPTION_TIMEOUT (CA's `--blocking-system-pod-distruption-timeout`, default 1 h):
+  counted from the pod's creation, strictly after it (a pod exactly that old still pins), and a pod whose
+  creation time is unknown never ages. A covered pod is the budget's business, not this rule's: one whose
+  budget allows no disruption pins the node however old it is;
 - a pod whose PodDisruptionBudget has no disruption left pins the node (the budgets
   are counted across all nodes of one plan: `Budgets`).
 
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 
 from shared.domain import DisruptionBudget, LabelSelector, Pod
@@ -60,6 +64,9 @@ class DrainRules:
     protect_batch: bool = True  # BATCH_PROTECTION
     batch_selector: LabelSelector | None = None  # BATCH_POD_SELECTOR; Job pods are batch regardless
     skip_system_pods: bool = True  # CA's --skip-nodes-with-system-pods
+    # CA's --blocking-system-pod-distruption-timeout (BLOCKING_SYSTEM_POD_DISRUPTION_TIMEOUT): how old a kube-system
+    # pod without a PodDisruptionBudget must be before it stops pinning its node.
+    system_pod_disruption_timeout: timedelta = timedelta(hours=1)
     skip_local_storage: bool = True  # CA's --skip-nodes-with-local-storage
     skip_custom_controllers: bool = True  # CA's --skip-nodes-with-custom-controller-pods
     expendable_priority_cutoff: int = -10
@@ -84,7 +91,8 @@ def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = 
     """One pod's verdict, PodDisruptionBudgets aside from their existence (see `Budgets` for counting).
 
     `now` tells a long-terminating pod from one still within its grace period; without it (or without
-    the pod's deletion time) a terminating pod is ignored, as it soon will be gone.
+    the pod's deletion time) a terminating pod is ignored, as it soon will be gone. It also ages
+    kube-system pods (`system_pod_blocks`); without it they pin their node.
     """
     if pod.is_node_bound_system_pod or pod.is_finished:
         return PodVerdict(pod, Disposition.IGNORE)
@@ -117,10 +125,36 @@ def classify(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = 
         return PodVerdict(pod, Disposition.PIN, KeptReason(
             reasons.NOT_REPLICATED, f"pod {pod.key} is owned by {pod.owner.kind} {pod.owner.name}, a controller not "
                                     "known to recreate it (SKIP_NODES_WITH_CUSTOM_CONTROLLER_PODS)"))
-    if rules.skip_system_pods and pod.namespace == KUBE_SYSTEM and not any(b.covers(pod) for b in budgets):
+    if rules.skip_system_pods and system_pod_blocks(pod, rules, budgets, now=now):
         return PodVerdict(pod, Disposition.PIN, KeptReason(
-            reasons.UNMOVABLE_KUBE_SYSTEM_POD, f"kube-system pod {pod.key} has no PodDisruptionBudget"))
+            reasons.UNMOVABLE_KUBE_SYSTEM_POD,
+            f"kube-system pod {pod.key} has no PodDisruptionBudget and is not older than "
+            f"{_describe(rules.system_pod_disruption_timeout)} (BLOCKING_SYSTEM_POD_DISRUPTION_TIMEOUT)"))
     return PodVerdict(pod, Disposition.MOVE)
+
+
+def system_pod_blocks(pod: Pod, rules: DrainRules, budgets: Sequence[DisruptionBudget] = (), *,
+                      now: datetime | None) -> bool:
+    """CA's system rule: a kube-system pod no PodDisruptionBudget covers, not yet past the disruption timeout.
+
+    As CA's isBspPassedDisruptionTimeout: past it only when `now` is strictly after creation plus the
+    timeout, and never when the creation time (or `now`) is unknown: the adapter reads a missing
+    creationTimestamp as the Unix epoch, which would otherwise make the pod the oldest of all.
+    """
+    if pod.namespace != KUBE_SYSTEM or any(b.covers(pod) for b in budgets):
+        return False
+    if now is None or pod.created_at.timestamp() <= 0:
+        return True
+    return not now > pod.created_at + rules.system_pod_disruption_timeout
+
+
+def _describe(timeout: timedelta) -> str:
+    seconds = int(timeout.total_seconds())
+    if seconds and seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds and seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
 
 
 @dataclass(slots=True)
