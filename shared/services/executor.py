@@ -114,7 +114,10 @@ class Executor:
         run = self._run(action)
         entry = self._ports.state.get_ledger_entry(action.id)
         if entry is None and not action.is_first_step:
-            return run.reject(action, "a follow-up step with no ledger entry", now=now, poison=True)
+            # No action of ours ever got this far: a forged or corrupted step. Said where operators look, too.
+            why = "a follow-up step with no ledger entry"
+            run.table.refused(run, action, why, now)
+            return run.reject(action, why, now=now, poison=True)
         if entry is None:
             if action.created_at - now > CLOCK_SKEW:
                 return run.reject(action, f"created at {action.created_at.isoformat()}, in the future", now=now,
@@ -133,11 +136,9 @@ class Executor:
         if claimed is None:
             log.info("action %s step %s: duplicate delivery suppressed", action.id, action.step)
             return ExecutionResult("duplicate", action_id=action.id)
-        if (entry is not None and entry.status == "started" and entry.progress == action.progress
-                and action.step_started_at is not None):
-            # We took over from a delivery that died holding this step: the time it sat on the step
-            # must not count against the step's deadlines (MAX_POD_EVICTION_TIME, BATCH_DRAIN_TIMEOUT).
-            action = replace(action, step_started_at=action.step_started_at + (now - entry.updated_at))
+        # When this step started is our ledger's word (`ledger.step_started`), never the message's: a replayed
+        # step with an old time must not run its deadlines (BATCH_DRAIN_TIMEOUT, MAX_POD_EVICTION_TIME) out early.
+        action = replace(action, step_started_at=claimed.step_started_at or now)
         try:
             return run.table.steps[action.step].run(run, action, claimed, now)
         except (ComputeError, ClusterError) as exc:

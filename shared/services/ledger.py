@@ -57,6 +57,7 @@ def claim(state: StateStore, action: ScaleAction, *, now: datetime, lease: timed
             duplicates=entry.duplicates if entry else 0,
             record=entry.record if entry else record_of(action),
             faulted_since=entry.faulted_since if entry is not None and same_step else None,
+            step_started_at=step_started(entry, action.progress, now=now),
             etag=entry.etag if entry else None,
         ), None
 
@@ -79,6 +80,20 @@ def claim(state: StateStore, action: ScaleAction, *, now: datetime, lease: timed
     if fresh is not None and fresh.progress == action.progress and fresh.status == "started":
         return fresh
     return None
+
+
+def step_started(entry: LedgerEntry | None, progress: tuple[int, int], *, now: datetime) -> datetime:
+    """When the step a claim of `progress` runs first ran, by our own records: a message's word is never taken.
+
+    A new step (or a row of an older version, which kept no time) starts now; a retry keeps the time.
+    Taking over from a delivery that went silent holding this very progress, the time it sat there does
+    not count against the step's deadlines (MAX_POD_EVICTION_TIME, BATCH_DRAIN_TIMEOUT).
+    """
+    if entry is None or entry.progress[0] != progress[0] or entry.step_started_at is None:
+        return now
+    if entry.progress == progress and entry.status == "started":
+        return entry.step_started_at + max(now - entry.updated_at, timedelta(0))
+    return entry.step_started_at
 
 
 def update(state: StateStore, entry: LedgerEntry, **changes: object) -> LedgerEntry:

@@ -3,11 +3,13 @@
 cordon ──> drain ──> delete ──> confirm ──> (succeeded: Node objects gone, reservations released)
    └────────── empty nodes: delete at once ──┘
 
-`cordon` checks every node against the world, reserves it and taints it; `drain` evicts what may move
+`cordon` checks every node against the world and our state (only a node the utilisation poll reserved for
+this action id goes on, and only while the poll's rules still hold for it), then taints it; `drain` evicts what may move
 and waits for batch pods; `delete` commits the removal (past the point of no return, unless pending
 pods asked for the node back first) and deletes or deallocates the instances; `confirm` follows ARM's
 operation. A node that turns out not removable is given back (uncordoned, reservation released) and the
-action carries on with the others; the message of each next step names only those left.
+action carries on with the others; the message of each next step names only those left. Every time a
+step counts from (its start, for BATCH_DRAIN_TIMEOUT and MAX_POD_EVICTION_TIME) is our ledger's.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ from shared.domain import DEFAULT_GRACE_SECONDS, TO_BE_DELETED_TAINT, GroupState
 from shared.engine.cooldowns import scale_down_blocked
 from shared.engine.drainability import KUBE_SYSTEM, NodeDrain, drain_of
 from shared.engine.limits import at_min_size
-from shared.engine.scale_down import group_rules
+from shared.engine.scale_down import SCALE_DOWN_DISABLED, group_rules
+from shared.engine.utilization import node_utilization
 from shared.options import drain_rules, scale_down_options
 from shared.ports import ClusterError, ClusterEvent, ComputeError, LedgerEntry
 from shared.services import ledger
 from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.execution import ExecutionResult, Outcome, Run, Step, StepTable, untag
 from shared.services.mapping import map_cluster
-from shared.services.swap import StateConflict, swap_group
+from shared.services.swap import swap_group
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +66,24 @@ def cordon(run: Runs, action: ScaleDown, entry: LedgerEntry, now: datetime) -> E
     skipped: list[str] = []
     kept: list[str] = []
     instances = _instances(run, group, action, listed=mapped.groups[0].instances if mapped.listed else None)
+    # Our own state, read once for every node: who holds each node, and since when the poll found it unneeded.
+    state = run.ports.state.get_group(group.id)
+    unneeded = run.ports.state.list_unneeded()
     for target in action.targets:
         node = nodes.get(target.node)
-        refusal = _removable(run, group, node, target, instances, action.id, now=now)
+        refusal = _removable(run, group, node, target, instances, action.id, state=state, unneeded=unneeded,
+                             now=now)
         if refusal is None:
             kept.append(target.node)
         else:
             skipped.append(f"{target.node}: {refusal}")
-            # An earlier delivery of this step may have reserved or cordoned it before a crash.
+            # An earlier delivery of this step may have cordoned it before a crash: undo only what we hold.
             give_back(run, action, target.node, refusal, now=now, quiet=True)
+            if node is not None:
+                ours = state.removing.get(target.node) == action.id
+                run.ports.events.emit(ClusterEvent("default", "Node", target.node, "", "ScaleDownFailed",
+                                                   f"scale-down refused: {refusal}", now,
+                                                   "Normal" if ours else "Warning"))
     if not kept:
         return run.finish(action, entry, "skipped", "; ".join(skipped), now=now)
     if run.settings.dry_run:
@@ -129,53 +141,65 @@ def _instances(run: Runs, group: NodeGroup, action: ScaleDown,
 
 
 def _removable(run: Runs, group: NodeGroup, node: Node | None, target: RemovalTarget,
-               instances: Mapping[str, Instance | None], action_id: str, *, now: datetime) -> str | None:
-    """Why the node may not be removed now, or None once it is reserved for this action."""
+               instances: Mapping[str, Instance | None], action_id: str, *, state: GroupState,
+               unneeded: Mapping[str, datetime], now: datetime) -> str | None:
+    """Why the node may not be removed now, or None: the poll reserved it for this action and its rules still hold.
+
+    A removal is only ever our own decision: the utilisation poll reserves the nodes it decides on
+    (`reconcile.reserve_decided`) before it sends the message, so a node no poll reserved for this
+    action id is refused, whatever the message says. The poll's rules are then checked again against
+    the node, its pods and the group as they are now: unneeded long enough by the unneeded-since row
+    (the group's own unneeded time), still below its utilisation threshold (or NotReady), not cordoned
+    by someone else, still drainable, the group out of its cooldowns and above its minimum.
+    """
     if node is None:
         return "node no longer exists"
     if instances[target.instance_id] is None:
         return f"instance {target.instance_id} is not in {group.id}"
-    pinned = _drain_of(run, node.name, now=now).pinned_by
+    holder = state.removing.get(node.name)
+    if holder and holder != action_id:
+        return f"removal already in progress by action {holder}"
+    if holder is None and not run.settings.dry_run:  # a dry-run poll reserves nothing
+        return f"not reserved for action {action_id}: no utilisation poll decided to remove it"
+    options = scale_down_options(run.settings)
+    try:
+        # The group's own rules: in break-even idle mode its unneeded time follows its measured boots.
+        rules = group_rules(group, options, state)
+    except ValueError as exc:  # a scale-set tag malformed since the poll decided: no rule to remove by
+        return str(exc)
+    if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
+        return f"annotation {SCALE_DOWN_DISABLED}=true"
+    if node.unschedulable and not node.is_being_deleted:
+        return "cordoned by someone else"
+    unready = not node.ready
+    since = unneeded.get(node.name)
+    if since is None:
+        return "no unneeded-since record: no poll found it unneeded"
+    wait = rules.wait(unready=unready)
+    if now - since < wait:
+        state_word = "unready" if unready else "unneeded"
+        return f"{state_word} for {int((now - since).total_seconds())}s of {int(wait.total_seconds())}s"
+    pods = run.ports.cluster.list_pods_on_node(node.name)
+    if not unready:
+        thresholds = replace(options.utilization, threshold=rules.threshold, gpu_threshold=rules.gpu_threshold)
+        used = node_utilization(node, pods, rules=thresholds, now=now)
+        if not used.low:
+            return f"no longer underutilised: {used.describe()}, threshold {used.threshold:.2f}"
+    pinned = _drain_of(run, node.name, now=now, pods=pods).pinned_by
     if pinned:
         return f"no longer removable: {pinned}"
-    return _reserve_removal(run, group, node.name, action_id, now=now)
+    blocked = scale_down_blocked(state, now=now, delays=rules.delays(options))
+    if blocked:
+        return blocked
+    others = len(state.removing) - (holder == action_id)
+    if at_min_size(group, running=group.capacity - len(state.stopped), removing=others):
+        return f"group {group.id} would go below its minimum {group.min_size}"
+    return None
 
 
-def _reserve_removal(run: Runs, group: NodeGroup, node: str, action_id: str, *, now: datetime) -> str | None:
-    """Hold the node in the group's in-flight removals, unless a rule forbids it (compare-and-swap).
-
-    The deciding poll reserved it already (`reconcile.reserve_decided`); the rules are checked
-    again here, against the group as it is now.
-    """
-    options = scale_down_options(run.settings)
-
-    def reserve(state: GroupState) -> tuple[GroupState | None, str | None]:
-        holder = state.removing.get(node)
-        if holder and holder != action_id:
-            return None, f"removal already in progress by action {holder}"
-        try:
-            # The group's own delay after a scale-up: in break-even idle mode it follows its measured boots.
-            delays = group_rules(group, options, state).delays(options)
-        except ValueError as exc:  # a scale-set tag malformed since the poll decided: no rule to remove by
-            return None, str(exc)
-        blocked = scale_down_blocked(state, now=now, delays=delays)
-        if blocked:
-            return None, blocked
-        others = len(state.removing) - (holder == action_id)
-        if at_min_size(group, running=group.capacity - len(state.stopped), removing=others):
-            return None, f"group {group.id} would go below its minimum {group.min_size}"
-        if holder == action_id:
-            return None, None  # reserved by the poll that decided it, or by an earlier delivery of this step
-        return replace(state, removing={**state.removing, node: action_id}), None
-
-    try:
-        return swap_group(run.ports.state, group.id, reserve, what=f"reserve node {node}")
-    except StateConflict:
-        return "lost the race for the group's state too often; will be decided again"
-
-
-def _drain_of(run: Runs, node_name: str, *, now: datetime) -> NodeDrain:
-    pods = run.ports.cluster.list_pods_on_node(node_name)
+def _drain_of(run: Runs, node_name: str, *, now: datetime, pods: Sequence[Pod] | None = None) -> NodeDrain:
+    if pods is None:
+        pods = run.ports.cluster.list_pods_on_node(node_name)
     # Budgets decide only whether a kube-system pod may move; DaemonSet and mirror pods (kube-proxy and
     # the like, on every node) never move, so they cost no list call.
     system = any(p.namespace == KUBE_SYSTEM and not p.is_node_bound_system_pod for p in pods)
@@ -202,7 +226,7 @@ def drain(run: Runs, action: ScaleDown, entry: LedgerEntry, now: datetime) -> Ex
         if name in state.reclaim:
             given_back.append(give_back(run, action, name, "pending pods can use the node", now=now, reclaimed=True))
             continue
-        left = _drain_node(run, action, name, now=now)
+        left = _drain_node(run, action, name, started=entry.step_started_at or now, now=now)
         if isinstance(left, str):
             given_back.append(left)
             continue
@@ -218,13 +242,16 @@ def drain(run: Runs, action: ScaleDown, entry: LedgerEntry, now: datetime) -> Ex
     return run.continue_(action.keeping(kept).retried(), entry, delay=delay, now=now, detail=detail)
 
 
-def _drain_node(run: Runs, action: ScaleDown, name: str, *, now: datetime) -> tuple[int, int] | str:
-    """One node's drain pass: (pods still to leave, batch pods waited for), or why it was given back."""
+def _drain_node(run: Runs, action: ScaleDown, name: str, *, started: datetime,
+                now: datetime) -> tuple[int, int] | str:
+    """One node's drain pass: (pods still to leave, batch pods waited for), or why it was given back.
+
+    `started`: when the drain step first ran, from our ledger (a message's time is never trusted).
+    """
     drained = _drain_of(run, name, now=now)
     if drained.pinned_by is not None:
         # A pod that must not be disrupted landed before the taint did: keep the node.
         return give_back(run, action, name, f"no longer removable: {drained.pinned_by}", now=now)
-    started = action.step_started_at or action.created_at
     move, wait = list(drained.move), list(drained.wait)
     evict_from = started
     timeout = run.settings.batch_drain_timeout

@@ -239,6 +239,7 @@ def test_every_ledger_field_is_stored(state_store: TableStateStore) -> None:
         "duplicates": 4,
         "record": '{"nodes":{"node-1":"azure:///x"}}',
         "faulted_since": T0.astimezone(CET),
+        "step_started_at": T0.astimezone(CET),
     }
     # A field added to LedgerEntry must be added here and to the adapter's columns.
     assert set(values) == {field.name for field in fields(LedgerEntry)} - {"etag"}
@@ -249,6 +250,7 @@ def test_every_ledger_field_is_stored(state_store: TableStateStore) -> None:
     assert read == replace(entry, etag=read.etag)
     assert read.updated_at.tzinfo == timezone.utc
     assert read.faulted_since is not None and read.faulted_since.tzinfo == timezone.utc
+    assert read.step_started_at is not None and read.step_started_at.tzinfo == timezone.utc
 
 
 def test_ledger_first_writer_wins(state_store: TableStateStore) -> None:

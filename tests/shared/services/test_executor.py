@@ -36,6 +36,7 @@ from shared.services.scale_up_steps import _return_capacity
 from shared.services.rounds import ROUND_ROW
 from shared.services.utilization import run_utilization_poll
 from tests.fixtures.sandbox import SANDBOX_START
+from tests.shared.services.decided import as_the_poll_decided
 from tests.memory_app import memory_app
 
 GROUP = "rg-exec/pool"
@@ -227,12 +228,18 @@ def scale_up(app: App, target: int, **changes: Any) -> str:
     return json.dumps({**body, **changes})
 
 
-def scale_down(app: App, *nodes: str, provider_id: str | None = None, **changes: Any) -> str:
-    """The message removing these nodes (one action); `provider_id` overrides the first node's."""
+def scale_down(app: App, *nodes: str, provider_id: str | None = None, decided: bool = True, **changes: Any) -> str:
+    """The message removing these nodes (one action); `provider_id` overrides the first node's.
+
+    `decided`: written as the utilisation poll does before it sends one (the nodes unneeded and reserved
+    for the action); False: a message no poll decided, as an attacker with access to the queue would send.
+    """
     targets = [RemovalTarget(n, app.provider_id(n)) for n in nodes]
     if provider_id is not None:
         targets[0] = RemovalTarget(nodes[0], provider_id)
     action = new_scale_down(action_id=f"down-{nodes[0]}", group=GROUP, targets=targets, now=app.clock.now(), ttl=TTL)
+    if decided:
+        as_the_poll_decided(app.context.ports, GROUP, nodes, action.id, now=app.clock.now())
     return json.dumps({**json.loads(encode_action(action)), **changes})
 
 
@@ -300,9 +307,12 @@ def test_scale_up_to_a_size_already_reached_is_skipped(app: App) -> None:
 # -- scale-down ------------------------------------------------------------------------------------------
 
 def test_scale_down_of_a_node_that_became_unremovable_is_skipped(app: App) -> None:
+    """Decided and reserved, but busy by the time its cordon step runs: the poll's utilisation rule, checked
+    again, turns it down before the drainability one would."""
     busy, _ = app.busy_and_idle()
     result = app.run(scale_down(app, busy))
-    assert result.outcome == "skipped" and "safe-to-evict=false" in result.detail
+    assert result.outcome == "skipped" and "no longer underutilised: cpu utilization 0.80" in result.detail
+    assert busy not in app.context.ports.state.get_group(GROUP).removing
     node = app.context.ports.cluster.get_node(busy)
     assert node is not None and not node.unschedulable
 

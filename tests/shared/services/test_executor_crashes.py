@@ -72,6 +72,7 @@ from shared.context import AppContext, build_context
 from shared.ports import ActionQueue, Clock, Cluster, NodeGroupProvider, Ports, StateStore
 from shared.services.executor import ExecutionResult, Executor
 from tests.fixtures.sandbox import SANDBOX_START
+from tests.shared.services.decided import as_the_poll_decided
 
 When = Literal["before", "after"]
 
@@ -91,7 +92,8 @@ SCENARIO: dict[str, Any] = {
     ],
     "daemonsets": [{"name": "kube-proxy", "requests": {"cpu": "100m", "memory": "128Mi"}}],
 }
-MOVER: dict[str, Any] = {"name": "mover", "kind": "ReplicaSet", "count": 2, "requests": {"cpu": "1", "memory": "1Gi"}}
+# Two movers share a node, below the utilisation threshold (the executor checks it again, as the poll does).
+MOVER: dict[str, Any] = {"name": "mover", "kind": "ReplicaSet", "count": 2, "requests": {"cpu": "800m", "memory": "1Gi"}}
 RENDER: dict[str, Any] = {"name": "render", "kind": "Job", "count": 1, "duration": "2m",
                           "requests": {"cpu": "1", "memory": "1Gi"}}
 
@@ -409,11 +411,13 @@ class Action:
         movable = frozenset(p.name for p in pods if p.name.startswith("mover"))
         if self.bulk == 1:
             message = h.message("scale_down", f"down-{node}", node=node, provider_id=found.provider_id)
+            as_the_poll_decided(h.context.ports, GROUP, [node], f"down-{node}", now=h.clock.now())
             return Situation(h, message, action_id=f"down-{node}", targets=(node,),
                              instances=(found.provider_id.rsplit("/", 1)[-1],), movable=movable)
         chosen = sorted(h.context.ports.cluster.list_nodes(), key=lambda n: n.name)[: self.bulk]
         message = h.message("scale_down", f"down-{node}", version=2,
                             nodes=[{"name": n.name, "provider_id": n.provider_id} for n in chosen])
+        as_the_poll_decided(h.context.ports, GROUP, [n.name for n in chosen], f"down-{node}", now=h.clock.now())
         return Situation(h, message, action_id=f"down-{node}", targets=tuple(n.name for n in chosen),
                          instances=tuple(n.provider_id.rsplit("/", 1)[-1] for n in chosen))
 

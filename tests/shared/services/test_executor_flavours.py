@@ -11,6 +11,7 @@ from shared.actions import RemovalTarget, encode_action, new_scale_down
 from shared.services.executor import Executor
 from shared.services.mapping import map_cluster
 from tests.memory_app import MemoryApp, memory_app
+from tests.shared.services.decided import as_the_poll_decided
 
 GROUP = "rg-flav/pool"
 SETTINGS = {"ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s", "BATCH_CHECK_INTERVAL": "0s"}
@@ -37,10 +38,12 @@ def _mapped(app: MemoryApp) -> dict[str, str]:
 
 
 def _message(app: MemoryApp, node: str, instance: str) -> str:
+    """The removal as the utilisation poll sends it, with the node unneeded and reserved first."""
     found = app.ports.cluster.get_node(node)
     assert found is not None
     action = new_scale_down(action_id=f"down-{node}", group=GROUP, now=app.clock.now(), ttl=app.settings.action_ttl,
                             targets=[RemovalTarget(node, found.provider_id, instance)])
+    as_the_poll_decided(app.ports, GROUP, [node], action.id, now=app.clock.now())
     return encode_action(action)
 
 
