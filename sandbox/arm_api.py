@@ -63,7 +63,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sandbox import agent_pools_api, flexible, quota, spot, spot_api
-from sandbox.compute import InstanceSim, Operation, ScaleSetSim
+from sandbox.compute import InstanceSim, Operation, ScaleSetSim, failed_statuses
 from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
 from sandbox.faults import Fault, default_scale_up_message
@@ -316,6 +316,7 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
 
 _PROVISIONING_DISPLAY = {
     "Creating": "Creating", "Succeeded": "Provisioning succeeded", "Updating": "Updating", "Deleting": "Deleting",
+    "Failed": "Provisioning failed",
 }
 _POWER_DISPLAY = {
     "starting": "VM starting", "running": "VM running",
@@ -325,6 +326,8 @@ _POWER_DISPLAY = {
 
 def _instance_view(inst: InstanceSim) -> dict[str, Any]:
     """What `$expand=instanceView` adds: the provisioning and power state statuses (as ARM lists them)."""
+    if inst.state == "Failed":
+        return {"computerName": inst.computer_name, "statuses": failed_statuses(inst)}
     provisioning: dict[str, Any] = {
         "code": f"ProvisioningState/{inst.state.lower()}", "level": "Info",
         "displayStatus": _PROVISIONING_DISPLAY[inst.state],

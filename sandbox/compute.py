@@ -53,7 +53,8 @@ def private_ip(ip_index: int) -> str:
     return f"10.224.{ip_index // 250}.{ip_index % 250 + 4}"
 
 
-InstanceState = Literal["Creating", "Succeeded", "Updating", "Deleting"]
+# Failed: a capacity increase whose operation succeeded could not place the instance (`allocation_failures`).
+InstanceState = Literal["Creating", "Succeeded", "Updating", "Deleting", "Failed"]
 # The instance view's PowerState/<code>. A new instance is starting until provisioned; a deallocation goes
 # deallocating -> deallocated (provisioning Updating -> Succeeded); a start goes starting -> running.
 PowerState = Literal["starting", "running", "deallocating", "deallocated"]
@@ -83,6 +84,9 @@ class InstanceSim:
     ip_index: int = 0
     node_name: str = ""  # the name its kubelet registers the Node under (the flavour decides; see world.nodes)
     vm_name: str = ""  # a Flexible member's VM name (`{vmss}_{8 hex}`), its instance id in ARM; "" in a Uniform set
+    # Set when the instance is to end Failed (the scenario's `allocation_failures`): its instance view's code, message.
+    error_code: str = ""
+    error_message: str = ""
 
     @property
     def alive(self) -> bool:
@@ -102,6 +106,13 @@ class InstanceSim:
     @property
     def private_ip(self) -> str:
         return private_ip(self.ip_index)
+
+
+def failed_statuses(inst: InstanceSim) -> list[dict[str, str]]:
+    """A Failed instance's instance view statuses, as ARM lists them for a VM it could not place:
+    `ProvisioningState/failed/<code>` at level Error with the error's message, and no power state (no host)."""
+    return [{"code": f"ProvisioningState/failed/{inst.error_code}", "level": "Error",
+             "displayStatus": "Provisioning failed", "message": inst.error_message}]
 
 
 @dataclass(slots=True)

@@ -60,7 +60,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sandbox import spot
-from sandbox.compute import InstanceSim, Operation, ScaleSetSim
+from sandbox.compute import InstanceSim, Operation, ScaleSetSim, failed_statuses
 from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
 from sandbox.units import rfc3339_micro
@@ -104,6 +104,7 @@ _NOT_FOUND_HINT = "For more details please go to https://aka.ms/ARMResourceNotFo
 _VMSS_FILTER = re.compile(r"^\s*'virtualMachineScaleSet/id'\s+eq\s+'?(?P<id>[^']+)'\s*$", re.IGNORECASE)
 _PROVISIONING_DISPLAY = {
     "Creating": "Creating", "Succeeded": "Provisioning succeeded", "Updating": "Updating", "Deleting": "Deleting",
+    "Failed": "Provisioning failed",
 }
 _POWER_DISPLAY = {
     "starting": "VM starting", "running": "VM running",
@@ -302,6 +303,8 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
 
 def _instance_view(inst: InstanceSim) -> dict[str, Any]:
     """VirtualMachineInstanceView: the computer name and the provisioning and power state statuses."""
+    if inst.state == "Failed":
+        return {"computerName": inst.computer_name, "statuses": failed_statuses(inst)}
     provisioning = {
         "code": f"ProvisioningState/{inst.state.lower()}", "level": "Info",
         "displayStatus": _PROVISIONING_DISPLAY[inst.state],

@@ -202,6 +202,19 @@ class ScaleUpFailureSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AllocationFailureSpec:
+    """Capacity increases of a scale set that Azure accepts and whose operation succeeds, but that leave `instances`
+    of their new instances in provisioning state Failed with `code` (None: all of them), for `count` increases."""
+
+    scale_set: str
+    code: str = "ZonalAllocationFailed"
+    instances: int | None = None
+    count: int = 1
+    resource_group: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PdbSpec:
     name: str
     namespace: str
@@ -284,6 +297,7 @@ class Scenario:
     workloads: tuple[WorkloadSpec, ...] = ()
     pdbs: tuple[PdbSpec, ...] = ()
     scale_up_failures: tuple[ScaleUpFailureSpec, ...] = ()
+    allocation_failures: tuple[AllocationFailureSpec, ...] = ()
     # VM sizes the subscription may not deploy (resource SKUs restriction NotAvailableForSubscription).
     restricted_vm_sizes: tuple[str, ...] = ()
     # Pods that must end Pending, each reported unplaceable by the autoscaler (`expect_unschedulable`).
@@ -515,7 +529,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "name", "description", "cluster_name", "flavour", "subscription_id", "location", "start", "duration",
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "deallocate_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
-            "daemonsets", "workloads", "pdbs", "scale_up_failures", "restricted_vm_sizes", "expect_unschedulable",
+            "daemonsets", "workloads", "pdbs", "scale_up_failures", "allocation_failures", "restricted_vm_sizes", "expect_unschedulable",
             "expect_at_most", "expect_at_least", "render_queue", "virtual_node", *TOP_LEVEL_FIELDS,
         },
         {"node_groups"},
@@ -589,6 +603,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         workloads=_items(top, "workloads", "$", _workload),
         pdbs=_items(top, "pdbs", "$", _pdb),
         scale_up_failures=_items(top, "scale_up_failures", "$", _scale_up_failure),
+        allocation_failures=_items(top, "allocation_failures", "$", _allocation_failure),
         restricted_vm_sizes=_items(top, "restricted_vm_sizes", "$", lambda item, path: _str(item, path)),
     )
     scenario = replace(scenario, expect_unschedulable=_items(
@@ -600,7 +615,9 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         if expected.workload in named:
             raise _Invalid(f"$.expect_unschedulable[{i}]", f"{expected.workload} is named twice")
         named.add(expected.workload)
-    for i, failure in enumerate(scenario.scale_up_failures):
+    named_sets = [(f"$.scale_up_failures[{i}]", f) for i, f in enumerate(scenario.scale_up_failures)]
+    named_sets += [(f"$.allocation_failures[{i}]", f) for i, f in enumerate(scenario.allocation_failures)]
+    for where, failure in named_sets:
         matches = [
             g for g in groups
             if g.name == failure.scale_set
@@ -608,7 +625,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         ]
         if len(matches) != 1:
             problem = "names no scale set of node_groups" if not matches else "is ambiguous: add its resource_group"
-            raise _Invalid(f"$.scale_up_failures[{i}].scale_set", f"{failure.scale_set!r} {problem}")
+            raise _Invalid(f"{where}.scale_set", f"{failure.scale_set!r} {problem}")
     _unique([(w.namespace, w.name) for w in scenario.workloads], "$.workloads", "workload")
     _unique([(d.namespace, d.name) for d in scenario.daemonsets], "$.daemonsets", "daemonset")
     _unique([(p.namespace, p.name) for p in scenario.pdbs], "$.pdbs", "PodDisruptionBudget")
@@ -1120,6 +1137,20 @@ def _scale_up_failure(value: Any, path: str) -> ScaleUpFailureSpec:
     return ScaleUpFailureSpec(
         scale_set=_str(obj["scale_set"], f"{path}.scale_set", _VMSS_NAME, "scale set name"),
         code=_str(obj.get("code", "QuotaExceeded"), f"{path}.code"),
+        count=_int(obj.get("count", 1), f"{path}.count", 1),
+        resource_group=_str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name")
+        if "resource_group" in obj
+        else None,
+        message=_str(obj["message"], f"{path}.message") if "message" in obj else None,
+    )
+
+
+def _allocation_failure(value: Any, path: str) -> AllocationFailureSpec:
+    obj = _obj(value, path, {"scale_set", "resource_group", "code", "instances", "count", "message"}, {"scale_set"})
+    return AllocationFailureSpec(
+        scale_set=_str(obj["scale_set"], f"{path}.scale_set", _VMSS_NAME, "scale set name"),
+        code=_str(obj.get("code", "ZonalAllocationFailed"), f"{path}.code"),
+        instances=_int(obj["instances"], f"{path}.instances", 1) if "instances" in obj else None,
         count=_int(obj.get("count", 1), f"{path}.count", 1),
         resource_group=_str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name")
         if "resource_group" in obj

@@ -710,6 +710,10 @@ class Instance:
     # The instance view's PowerState code without its prefix (running, deallocated, ...); "" when not read
     # (`list_instances(power_state=True)` reads it: only spot groups need it, to see evictions).
     power_state: str = ""
+    # A Failed instance's error, from its instance view's `ProvisioningState/failed/<Code>` status (code and
+    # message): read for Failed instances only (an allocation that failed after its operation succeeded).
+    error_code: str = ""
+    error_message: str = ""
 
     @property
     def deleting(self) -> bool:
@@ -718,6 +722,10 @@ class Instance:
     @property
     def deallocated(self) -> bool:
         return self.power_state.lower() in ("deallocated", "deallocating")
+
+    @property
+    def failed(self) -> bool:
+        return self.provisioning_state.lower() == "failed"
 
 
 @dataclass(frozen=True, slots=True)

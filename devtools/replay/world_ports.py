@@ -368,6 +368,9 @@ class WorldCompute:
             resource_id=(f"/subscriptions/{self._world.subscription_id}/resourceGroups/{sim.resource_group}"
                          f"/providers/Microsoft.Compute/virtualMachineScaleSets/{sim.name}"
                          f"/virtualMachines/{inst.instance_id}"),
+            # A Failed instance's code and message, as VmssCompute reads them from its instance view.
+            error_code=inst.error_code if inst.state == "Failed" else "",
+            error_message=inst.error_message if inst.state == "Failed" else "",
         )
 
     def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:

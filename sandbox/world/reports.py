@@ -327,6 +327,9 @@ class ReportsPart(WorldCore):
                 # (sandbox.world.spot); the vCPU quotas, their peak usage and the requests refused (sandbox.world.quota).
                 "spot": self.spot_report(),
                 "quota": self.quota_report(),
+                # Instances a successful capacity increase left Failed, their deletes and the fallback
+                # (sandbox.world.scale_sets, the scenario's `allocation_failures`).
+                "allocation": self.allocation_report(),
                 # Each scenario workload's kind, by "<namespace>/<name>" as pods name their workload.
                 "workload_kinds": {f"{w.namespace}/{w.name}": w.kind for w in self.scenario.workloads},
                 "timeline": copy.deepcopy(self.timeline),

@@ -15,12 +15,13 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from shared.domain import Taint, group_id
 from sandbox import kobjects
 from sandbox.compute import InstanceSim, Operation, ScaleSetSim, computer_name, flexible_names
 from sandbox.errors import ArmError
+from sandbox.faults import default_scale_up_message
 from sandbox.throttling import BUCKETS, TokenBucket
 from sandbox.world.core import WorldCore
 
@@ -43,6 +44,10 @@ class ScaleSetsPart(WorldCore):
         self._nodes_max = 0
         self._ip_counter = itertools.count(1)
         self._created_by_group: Counter[str] = Counter()  # instances added by scale-ups (initial ones left out)
+        # Per scale set key, the scenario's `allocation_failures` still to come: [spec, increases left].
+        self._allocation_failures: dict[str, list[list[Any]]] = {}
+        # Instances left Failed by a successful operation, with when (the report's `allocation` section).
+        self._failed_instances: list[tuple[float, InstanceSim]] = []
 
     def _init_scale_sets(self) -> None:
         for spec in self.scenario.node_groups:
@@ -66,6 +71,10 @@ class ScaleSetsPart(WorldCore):
                 failure.scale_set, code=failure.code, message=failure.message, count=failure.count,
                 resource_group=failure.resource_group,
             )
+        for spec in self.scenario.allocation_failures:
+            matched = next(g for g in self._groups.values() if g.name == spec.scale_set
+                           and (spec.resource_group is None or g.resource_group.lower() == spec.resource_group.lower()))
+            self._allocation_failures.setdefault(matched.key, []).append([spec, spec.count])
 
     def _boot_delay(self, group: ScaleSetSim, instance_id: int) -> float:
         dist = group.spec.boot_delay or self.scenario.boot_delay
@@ -122,7 +131,29 @@ class ScaleSetsPart(WorldCore):
             return next((i for i in group.instances.values() if i.vm_name.lower() == wanted), None)
         return group.instances.get(int(raw)) if str(raw).isdigit() else None
 
+    def _fail_allocations(self, group: ScaleSetSim, created: list[InstanceSim]) -> None:
+        """The next `allocation_failures` entry of the set, if any: some of the instances just created will end
+        Failed when they would have been provisioned (the operation still succeeds), never registering a node."""
+        armed = self._allocation_failures.get(group.key)
+        if not armed:
+            return
+        spec, left = armed[0]
+        if left <= 1:
+            armed.pop(0)
+        else:
+            armed[0][1] = left - 1
+        message = spec.message or default_scale_up_message(spec.code, group.spec.vm_size, group.spec.location)
+        for inst in created[: spec.instances or len(created)]:
+            inst.error_code, inst.error_message = spec.code, message
+
     def _on_provisioned(self, inst: InstanceSim) -> None:
+        if inst.state == "Creating" and inst.error_code:
+            # Azure could not place it: Failed, no host, no node; still billed and in quota until it is deleted.
+            inst.state = "Failed"
+            inst.power_seq += 1  # its `registered` event is stale now
+            self._groups[inst.group_key].generation += 1
+            self._failed_instances.append((self._t, inst))
+            return
         if inst.state == "Creating":
             inst.state = "Succeeded"
             inst.power = "running"
@@ -231,6 +262,7 @@ class ScaleSetsPart(WorldCore):
             if capacity > current:
                 self._log_increase(group, "capacity", group.capacity, capacity, "ok")
                 created = [self._new_instance(group) for _ in range(capacity - current)]
+                self._fail_allocations(group, created)
                 op.instance_ids = frozenset(i.instance_id for i in created)
                 self._note_quota_peaks()
             elif capacity < current:
@@ -484,6 +516,34 @@ class ScaleSetsPart(WorldCore):
                 done = all(i not in group.instances for i in op.instance_ids)
             if done:
                 op.status, op.ended_at = "Succeeded", self._t
+
+    def allocation_report(self) -> dict[str, Any]:
+        """The report's `allocation` section: instances a successful capacity increase left Failed, by code; how
+        long each stayed before its delete was asked for (`detect_lag_s_max`; one still there counts to now);
+        and how long after each failure another scale set was grown (`fallback_lag_s_max`; none: to now)."""
+        with self.lock:
+            by_code: Counter[str] = Counter()
+            detect, fallback, log = [], [], []
+            for failed_at, inst in self._failed_instances:
+                group = self._groups[inst.group_key]
+                by_code[inst.error_code] += 1
+                deleted_at = inst.delete_started_at
+                detect.append((deleted_at if deleted_at is not None else self._t) - failed_at)
+                grown = [e["t"] for e in self._capacity_log
+                         if e["outcome"] == "ok" and e["scale_set"] != group.name and e["t"] >= failed_at]
+                fallback.append((min(grown) if grown else self._t) - failed_at)
+                log.append({"t": round(failed_at, 3), "scale_set": group.name, "instance": str(inst.report_id),
+                            "code": inst.error_code,
+                            "delete_asked": round(deleted_at, 3) if deleted_at is not None else None})
+            return {
+                "failed_instances": dict(sorted(by_code.items())),
+                "failed_total": len(self._failed_instances),
+                "deleted": sum(1 for _, inst in self._failed_instances if inst.delete_started_at is not None),
+                "failed_at_end": sum(1 for _, inst in self._failed_instances if inst.alive),
+                "detect_lag_s_max": round(max(detect), 3) if detect else None,
+                "fallback_lag_s_max": round(max(fallback), 3) if fallback else None,
+                "log": log,
+            }
 
     def take_token(self, key: str, bucket: str) -> tuple[bool, int, float, str] | None:
         """Spend one token of a throttling bucket; None when the scenario turns throttling off."""

@@ -36,7 +36,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final, Literal, TypeVar
@@ -324,13 +324,45 @@ def uniform_instance_id(vm: VirtualMachineScaleSetVM) -> str:
 
 def _instance(vm: VirtualMachineScaleSetVM) -> Instance:
     os_profile = vm.os_profile
+    view = getattr(vm, "instance_view", None)
+    code, message = provisioning_error(view)
     return Instance(
         instance_id=uniform_instance_id(vm),
         provisioning_state=_text(vm.provisioning_state),
         computer_name=_text(getattr(os_profile, "computer_name", None)),
         resource_id=_text(vm.id),
-        power_state=power_state(getattr(vm, "instance_view", None)),
+        power_state=power_state(view),
+        error_code=code,
+        error_message=message,
     )
+
+
+_FAILED_PREFIX = "provisioningstate/failed/"
+
+
+def provisioning_error(instance_view: Any) -> tuple[str, str]:
+    """`ProvisioningState/failed/ZonalAllocationFailed` among the instance view's statuses -> (the code, its
+    message); ("", "") without a view or a failure. The VM's own statuses only: an extension's failure is in
+    `extensions[].statuses` and is not an allocation."""
+    for status in getattr(instance_view, "statuses", None) or ():
+        code = _text(getattr(status, "code", None))
+        if code.lower().startswith(_FAILED_PREFIX):
+            return code[len(_FAILED_PREFIX):], _text(getattr(status, "message", None))
+    return "", ""
+
+
+def with_failures(instances: list[Instance], read: Callable[[str], Instance | None]) -> list[Instance]:
+    """The listed instances, each Failed one whose error the list did not carry read again with its instance view
+    (`read`: one GET with `$expand=instanceView`). Nothing more is read while no instance is Failed."""
+    out = []
+    for instance in instances:
+        if instance.failed and not instance.error_code:
+            viewed = read(instance.instance_id)
+            if viewed is not None:
+                instance = replace(instance, error_code=viewed.error_code, error_message=viewed.error_message,
+                                   power_state=viewed.power_state or instance.power_state)
+        out.append(instance)
+    return out
 
 
 def power_state(instance_view: Any) -> str:
@@ -632,7 +664,15 @@ class VmssCompute:
             lambda: list(self._client.virtual_machine_scale_set_vms.list(group.resource_group, group.name, **extra)),
         )
         vms = with_instance_ids(vms, uniform_instance_id, f"list instances of scale set {group.id}")
-        return [_instance(vm) for vm in vms]
+        return with_failures([_instance(vm) for vm in vms], lambda i: self._get_instance_view(group, i))
+
+    def _get_instance_view(self, group: NodeGroup, instance_id: str) -> Instance | None:
+        """One instance with its instance view (its provisioning error, its power state): a GET of its own."""
+        vm = found_or_none(
+            f"get instance {instance_id} of scale set {group.resource_group}/{group.name} with its instance view",
+            lambda: self._client.virtual_machine_scale_set_vms.get(group.resource_group, group.name, instance_id,
+                                                                   expand="instanceView"))
+        return None if vm is None else _instance(vm)
 
     def _network_client(self, what: str) -> Any:
         """The Network client, made on first use (only IP mapping needs it)."""

@@ -29,7 +29,15 @@ from typing import Any
 
 from azure.core.polling import LROPoller
 
-from shared.adapters.compute import VmssCompute, _private_ips, _text, found_or_none, power_state
+from shared.adapters.compute import (
+    VmssCompute,
+    _private_ips,
+    _text,
+    found_or_none,
+    power_state,
+    provisioning_error,
+    with_failures,
+)
 from shared.adapters.compute import arm_id_leaf, with_instance_ids
 from shared.domain import FLEXIBLE_SCALE_SET, Instance, NodeGroup
 from shared.ports import ComputeError, Operation
@@ -66,7 +74,15 @@ class FlexCompute(VmssCompute):
             lambda: list(self._client.virtual_machines.list(group.resource_group, filter=member_filter, **extra)),
         )
         vms = with_instance_ids(vms, member_name, f"list member VMs of scale set {group.id}")
-        return [_member(vm) for vm in vms if self._is_member(group, vm)]
+        return with_failures([_member(vm) for vm in vms if self._is_member(group, vm)],
+                             lambda name: self._get_instance_view(group, name))
+
+    def _get_instance_view(self, group: NodeGroup, instance_id: str) -> Instance | None:
+        """One member VM with its instance view (its provisioning error, its power state): a GET of its own."""
+        vm = found_or_none(f"get VM {instance_id} of scale set {group.resource_group}/{group.name} with its instance view",
+                           lambda: self._client.virtual_machines.get(group.resource_group, instance_id,
+                                                                     expand="instanceView"))
+        return _member(vm) if vm is not None and self._is_member(group, vm) else None
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
         """The member VM, or None when it does not exist or belongs to no such scale set."""
@@ -136,12 +152,16 @@ def member_name(vm: Any) -> str:
 
 
 def _member(vm: Any) -> Instance:
+    view = getattr(vm, "instance_view", None)
+    code, message = provisioning_error(view)
     return Instance(
         instance_id=member_name(vm),
         provisioning_state=_text(vm.provisioning_state),
         computer_name=_text(getattr(getattr(vm, "os_profile", None), "computer_name", None)),
         resource_id=_text(vm.id),
-        power_state=power_state(getattr(vm, "instance_view", None)),
+        power_state=power_state(view),
+        error_code=code,
+        error_message=message,
     )
 
 

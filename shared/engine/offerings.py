@@ -16,12 +16,12 @@ poll read the quota again (`engine.quota`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from shared.domain import ANY_OFFERING as ANY
-from shared.domain import REGULAR, SPOT, NodeGroup, OfferingKey, UnavailableOffering
+from shared.domain import REGULAR, SPOT, GroupState, Instance, NodeGroup, OfferingKey, UnavailableOffering
 
 # Failure kinds and their default lifetimes (Karpenter's unavailable-offerings cache).
 SPOT_CAPACITY = "spot-capacity"  # SkuNotAvailable for a spot VM: no spot capacity for the size
@@ -200,3 +200,64 @@ def unavailable_groups(groups: Sequence[NodeGroup], marks: Sequence[UnavailableO
 def merge(existing: UnavailableOffering | None, new: UnavailableOffering) -> UnavailableOffering:
     """Two marks of one key: the one lasting longer wins, so a short mark never cuts a long one."""
     return new if existing is None or new.until >= existing.until else existing
+
+
+# --- Refusals seen late: instances a successful capacity increase left Failed -------------------------------------
+
+# cluster-autoscaler's class of such a failure (cloudprovider.OutOfResourcesErrorClass, shown "OutOfResource"):
+# what its event and our status say, so tools that read CA's words read ours.
+OUT_OF_RESOURCES = "OutOfResource"
+# The code reported when a Failed instance's instance view names none (a backend that does not read it).
+PROVISIONING_FAILED = "ProvisioningStateFailed"
+# Power states of a VM that got a host: a Failed provisioning state then means a later operation failed on a VM that
+# runs (an extension, a model update), not an allocation; such a VM is left alone, as cluster-autoscaler does.
+_HAS_HOST = frozenset({"running", "starting"})
+
+
+@dataclass(frozen=True, slots=True)
+class FailedAllocation:
+    """Instances of one group, left in provisioning state Failed with one error code by a capacity increase."""
+
+    group_id: str
+    instance_ids: tuple[str, ...]
+    code: str  # the instance view's `ProvisioningState/failed/<code>`, or PROVISIONING_FAILED
+    message: str = ""
+
+    @property
+    def reason(self) -> str:
+        """As cluster-autoscaler's ScaleUpFailed event names it: `<error class>.<code>`."""
+        return f"{OUT_OF_RESOURCES}.{self.code}"
+
+
+def growing(group: NodeGroup, state: GroupState, *, present: int, now: datetime, provision_time: timedelta) -> bool:
+    """Whether the group has nodes on their way from a scale-up of ours that is not yet past MAX_NODE_PROVISION_TIME:
+    the groups whose instances a pending poll looks at for failed allocations."""
+    return (state.last_scale_up is not None and now - state.last_scale_up <= provision_time
+            and group.running_target > present)
+
+
+def failed_allocations(group: NodeGroup, instances: Iterable[Instance], *,
+                       with_node: Collection[str]) -> list[FailedAllocation]:
+    """The group's instances in provisioning state Failed that never became a node and never got a host, by code.
+
+    `with_node`: lower-cased ids of the group's instances a node maps to. Such an instance will not become a node:
+    Azure could not place it (`ZonalAllocationFailed`, `AllocationFailed`, `SkuNotAvailable` for spot, ...) although
+    the operation that asked for it succeeded.
+    """
+    by_code: dict[str, list[Instance]] = {}
+    for instance in instances:
+        if not instance.failed or instance.instance_id.lower() in with_node:
+            continue
+        if instance.power_state.lower() in _HAS_HOST:
+            continue
+        by_code.setdefault(instance.error_code or PROVISIONING_FAILED, []).append(instance)
+    return [FailedAllocation(group.id, tuple(i.instance_id for i in found), code,
+                             next((i.error_message for i in found if i.error_message), ""))
+            for code, found in sorted(by_code.items())]
+
+
+def without_failed(group: NodeGroup, failures: Sequence[FailedAllocation]) -> NodeGroup:
+    """The group as the planner should see it: its Failed instances are no nodes on their way (written off until
+    their delete lowers the capacity)."""
+    lost = sum(len(f.instance_ids) for f in failures if f.group_id == group.id)
+    return replace(group, written_off=group.written_off + lost) if lost else group

@@ -28,7 +28,7 @@ from shared.engine.scale_up import (
     simulate_scale_up,
 )
 from shared.engine.load import LoadPlan
-from shared.engine.offerings import describe
+from shared.engine.offerings import FailedAllocation, describe
 from shared.engine.placement import PlacementState
 from shared.engine.spot import Eviction, keep_off_spot
 from shared.engine.virtual_nodes import VirtualNodePlan, plan_virtual_nodes, planning_snapshot, status_of
@@ -36,7 +36,7 @@ from shared.options import scale_up_options, virtual_node_options
 from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.events import scale_up_events
-from shared.services import offerings, spot, virtual_nodes
+from shared.services import allocation, offerings, spot, virtual_nodes
 from shared.services.load import plan_load_increases
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.status import publish_status, status_inputs
@@ -57,6 +57,7 @@ class PendingPollResult:
     observed: ClusterSnapshot | None = None  # what the poll saw (None: it skipped); `plan` shows groups and nodes
     virtual: VirtualNodePlan = VirtualNodePlan()  # the virtual nodes: ACI's use, each pod's decision, the gate
     evictions: tuple[Eviction, ...] = ()  # spot nodes lost (or about to be) that this poll saw
+    failed_allocations: tuple[FailedAllocation, ...] = ()  # instances a successful scale-up left Failed, this poll
     limits: offerings.PlanningLimits = offerings.PlanningLimits()  # unavailable offerings and quotas planned with
 
 
@@ -97,9 +98,14 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
     observed = snapshot = running_sizes(snapshot, states)
     _measure_boots(ports, snapshot, states, settings, now=now)
+    # Instances a successful scale-up left Failed: deleted, their offering marked (or the group backed off), and
+    # written off, so their pods are planned elsewhere now. Growing spot groups are listed once for both checks.
+    growing = allocation.list_growing(ports, settings, snapshot, states, now=now)
+    snapshot, failed = allocation.find_and_handle(ports, settings, snapshot, states, growing, now=now)
     snapshot, backed_off = _apply_backoff(ports, snapshot, states, settings, now=now)
     # Spot evictions: the lost nodes leave the snapshot and their pods' replacements are planned now.
-    snapshot, evictions = spot.find_and_handle(ports, settings, snapshot, states, now=now)
+    snapshot, evictions = spot.find_and_handle(ports, settings, snapshot, states, now=now,
+                                               listed={g: i for g, i in growing.items() if g in _spot_ids(snapshot)})
     snapshot = running_sizes(snapshot, states)  # instances Azure deallocated are stopped capacity from now on
     # Offerings Azure refused lately, and what the quotas have left: groups blocked, increases capped.
     limits = offerings.planning_limits(ports, settings, snapshot.groups, now=now)
@@ -168,7 +174,8 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     for event in scale_up_events(virtual.snapshot, plan, now=now):
         ports.events.emit(event)
     result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued),
-                               observed=observed, virtual=virtual.plan, evictions=tuple(evictions), limits=limits)
+                               observed=observed, virtual=virtual.plan, evictions=tuple(evictions), limits=limits,
+                               failed_allocations=tuple(failed))
     telemetry.record_offerings(Counter(mark.kind for mark in limits.marks), quota_capped=len(plan.quota_capped))
     telemetry.record_pending_poll(observed, states, unavailable, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
@@ -181,6 +188,10 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         spot_evictions={e.node: e.how for e in evictions},
     ), now=now)
     return result
+
+
+def _spot_ids(snapshot: ClusterSnapshot) -> frozenset[str]:
+    return frozenset(g.id for g in snapshot.groups if g.is_spot)
 
 
 def _with_load(plan: ScaleUpPlan, load: LoadPlan) -> ScaleUpPlan:

@@ -50,14 +50,20 @@ def _batch(pods: Sequence[Pod], settings: Settings) -> frozenset[str]:
 
 
 def find_and_handle(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, states: dict[str, GroupState], *,
-                    now: datetime) -> tuple[ClusterSnapshot, list[Eviction]]:
-    """The evictions this poll sees, acted on; and the snapshot to plan with (see the module docstring)."""
+                    now: datetime, listed: Mapping[str, Sequence[Instance]] | None = None,
+                    ) -> tuple[ClusterSnapshot, list[Eviction]]:
+    """The evictions this poll sees, acted on; and the snapshot to plan with (see the module docstring).
+
+    `listed`: instances this poll listed already with their power state, by group id (not listed again)."""
     spot_groups = [g for g in snapshot.groups if g.is_spot]
     signal = settings.spot_eviction_signal
     if not spot_groups:
         return snapshot, []
     instances: dict[str, Sequence[Instance]] = {}
     for group in spot_groups:
+        if listed is not None and group.id in listed:
+            instances[group.id] = listed[group.id]
+            continue
         try:
             instances[group.id] = ports.provider.list_instances(group, power_state=True)
         except ComputeError as exc:

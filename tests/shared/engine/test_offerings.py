@@ -7,19 +7,23 @@ from datetime import timedelta
 
 import pytest
 
-from shared.domain import SPOT
+from shared.domain import SPOT, GroupState, Instance
 from shared.engine.offerings import (
     ANY,
     DEFAULT_LIFETIMES,
     Lifetimes,
     OfferingError,
     OfferingKey,
+    PROVISIONING_FAILED,
     blocked,
     classify,
+    failed_allocations,
+    growing,
     marks_for,
     merge,
     parse_lifetimes,
     unavailable_groups,
+    without_failed,
 )
 from shared.quantities import parse_duration
 from tests.builders import T0, group
@@ -116,3 +120,56 @@ def test_a_short_mark_never_cuts_a_long_one() -> None:
     short = replace(long_, until=T0 + M, key=key)
     assert merge(long_, short) is long_ and merge(short, long_) is long_
     assert OfferingKey.parse(key.text) == key
+
+
+# --- instances a successful capacity increase left Failed (engine.offerings.failed_allocations) -------------------
+
+
+@pytest.mark.parametrize(("instance", "has_node", "counted"), [
+    (Instance("3", "Failed", error_code="ZonalAllocationFailed"), False, "ZonalAllocationFailed"),
+    (Instance("3", "Failed", power_state="deallocated", error_code="AllocationFailed"), False, "AllocationFailed"),
+    (Instance("3", "Failed"), False, PROVISIONING_FAILED),  # a backend that does not read the view
+    # A VM that runs, whose later operation failed (an extension, a model update): not an allocation.
+    (Instance("3", "Failed", power_state="running", error_code="VMExtensionProvisioningError"), False, None),
+    (Instance("3", "Failed", power_state="starting", error_code="OSProvisioningTimedOut"), False, None),
+    # It became a node: never touched.
+    (Instance("3", "Failed", error_code="ZonalAllocationFailed"), True, None),
+    (Instance("3", "Creating"), False, None),
+    (Instance("3", "Succeeded"), False, None),
+    (Instance("3", "Deleting"), False, None),
+])
+def test_a_failed_allocation_is_a_failed_instance_that_never_got_a_host_or_a_node(
+        instance: Instance, has_node: bool, counted: str | None) -> None:
+    pool = group("pool")
+    found = failed_allocations(pool, [instance], with_node={"3"} if has_node else set())
+    assert [f.code for f in found] == ([counted] if counted else [])
+    if counted:
+        assert found[0].instance_ids == ("3",) and found[0].reason == f"OutOfResource.{counted}"
+
+
+def test_failed_allocations_come_by_code_and_are_written_off_for_planning() -> None:
+    pool = replace(group("pool"), capacity=5)
+    found = failed_allocations(pool, [
+        Instance("1", "Failed", error_code="ZonalAllocationFailed", error_message="no room"),
+        Instance("2", "Succeeded"),
+        Instance("3", "Failed", error_code="ZonalAllocationFailed"),
+        Instance("4", "Failed", error_code="AllocationFailed"),
+    ], with_node=set())
+    assert [(f.code, f.instance_ids, f.message) for f in found] == [
+        ("AllocationFailed", ("4",), ""), ("ZonalAllocationFailed", ("1", "3"), "no room")]
+    planned = without_failed(pool, found)
+    assert planned.written_off == 3 and planned.running_target == 2
+    assert without_failed(group("other"), found) == group("other")
+
+
+@pytest.mark.parametrize(("since_scale_up", "present", "expected"), [
+    (timedelta(minutes=1), 2, True),  # nodes on their way
+    (timedelta(minutes=1), 4, False),  # all there
+    (timedelta(minutes=16), 2, False),  # past MAX_NODE_PROVISION_TIME: the provision timeout's business
+    (None, 2, False),  # never grown by us
+])
+def test_only_groups_we_grew_with_nodes_on_their_way_are_looked_at(
+        since_scale_up: timedelta | None, present: int, expected: bool) -> None:
+    pool = replace(group("pool"), capacity=4)
+    state = GroupState(pool.id, last_scale_up=None if since_scale_up is None else T0 - since_scale_up)
+    assert growing(pool, state, present=present, now=T0, provision_time=timedelta(minutes=15)) is expected

@@ -1,0 +1,133 @@
+"""Asynchronous allocation failures, seen by the pending poll: instances a successful capacity increase left Failed.
+
+Azure can accept a capacity increase, succeed its long-running operation, and leave some of the new instances in
+provisioning state Failed (`ZonalAllocationFailed`, `AllocationFailed`, `SkuNotAvailable` on spot, ...): they will
+never become nodes, yet they bill and hold quota. cluster-autoscaler waits MAX_NODE_PROVISION_TIME for them unless
+an opt-in flag is set. Here each pending poll lists the instances of the groups with a scale-up of ours on its way
+(one list per such group; none while no group is growing) and, for each Failed instance that never became a node
+(engine.offerings.failed_allocations):
+
+- deletes it (one delete per group and poll; a refused delete is tried again by the next poll);
+- marks its offering unavailable exactly as a synchronous refusal with the same code does (services.offerings), or
+  backs the group off when the code is not about an offering;
+- reports it as cluster-autoscaler does: a Warning `ScaleUpFailed` event on the status ConfigMap, "Failed adding N
+  nodes to group G due to OutOfResource.<code>; source errors: ...";
+- and returns the snapshot with those instances written off, so the same poll plans their pods onto the next group.
+
+The error code comes from the instance view (`ProvisioningState/failed/<code>`), read by the provider only for the
+instances the list shows Failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from shared.domain import ClusterSnapshot, GroupState, Instance, NodeGroup
+from shared.engine.backoff import after_failure
+from shared.engine.node_counts import present_by_group
+from shared.engine.offerings import FailedAllocation, failed_allocations, growing, without_failed
+from shared.ports import ComputeError, Ports
+from shared.services import offerings
+from shared.services.events import status_event
+from shared.services.swap import StateConflict, swap_group
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# cluster-autoscaler's event reason for instances that failed after the scale-up was accepted (clusterstate).
+SCALE_UP_FAILED = "ScaleUpFailed"
+
+
+def list_growing(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, states: Mapping[str, GroupState], *,
+                 now: datetime) -> dict[str, Sequence[Instance]]:
+    """The instances of each group with nodes of ours on their way, by group id (spot groups with their power
+    state, so the spot eviction check reuses the list). Instances mapping listed already are reused."""
+    present = present_by_group(snapshot.nodes)
+    listed: dict[str, Sequence[Instance]] = {}
+    for group in snapshot.groups:
+        state = states.get(group.id)
+        if state is None or not growing(group, state, present=present.get(group.id, 0), now=now,
+                                        provision_time=settings.max_node_provision_time):
+            continue
+        if group.instances and not group.is_spot:
+            listed[group.id] = group.instances
+            continue
+        try:
+            listed[group.id] = ports.provider.list_instances(group, power_state=group.is_spot)
+        except ComputeError as exc:
+            log.warning("instances of growing group %s could not be listed (%s): failed allocations are looked "
+                        "for next poll", group.id, exc)
+    return listed
+
+
+def find_and_handle(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, states: dict[str, GroupState],
+                    listed: Mapping[str, Sequence[Instance]], *,
+                    now: datetime) -> tuple[ClusterSnapshot, list[FailedAllocation]]:
+    """The failed allocations among `listed`, acted on (see the module docstring); the snapshot to plan with."""
+    with_node: dict[str, set[str]] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is not None:
+            with_node.setdefault(ref.group_id, set()).add(ref.instance_id.lower())
+    groups = {g.id: g for g in snapshot.groups}
+    failures: list[FailedAllocation] = []
+    for group_id, instances in listed.items():
+        group = groups.get(group_id)
+        if group is not None:
+            failures += failed_allocations(group, instances, with_node=with_node.get(group_id, set()))
+    for failure in failures:
+        _handle(ports, settings, groups[failure.group_id], failure, states, now=now)
+    if not failures:
+        return snapshot, []
+    planning = tuple(without_failed(g, failures) for g in snapshot.groups)
+    return replace(snapshot, groups=planning), failures
+
+
+def _handle(ports: Ports, settings: Settings, group: NodeGroup, failure: FailedAllocation,
+            states: dict[str, GroupState], *, now: datetime) -> None:
+    count = len(failure.instance_ids)
+    ids = ", ".join(failure.instance_ids)
+    if settings.dry_run:
+        log.info("dry run: %d instance(s) of %s left Failed (%s): %s; would delete them and mark the offering",
+                 count, group.id, failure.code, ids)
+        return
+    try:
+        ports.provider.begin_delete_instances(group, list(failure.instance_ids))
+    except ComputeError as exc:
+        log.warning("instance(s) %s of %s, left Failed (%s), could not be deleted: %s; the next poll tries again",
+                    ids, group.id, failure.code, exc)
+    state = states.get(group.id)
+    if state is not None and _recorded(state, failure):
+        return  # seen by an earlier poll whose delete has not lowered the capacity yet: recorded once
+    classified = offerings.record_refusal(ports, settings, group, code=failure.code, message=failure.message, now=now)
+
+    def record(fresh: GroupState) -> tuple[GroupState | None, GroupState]:
+        if _recorded(fresh, failure):
+            return None, fresh
+        if classified.kind:
+            # The offering is marked: every group of it is skipped while the mark lives; no backoff, as for a refusal.
+            changed = replace(fresh, last_failure=now, backoff_reason=failure.code)
+        else:
+            changed = after_failure(fresh, now=now, code=failure.code)
+        return changed, changed
+
+    try:
+        states[group.id] = swap_group(ports.state, group.id, record, what="record a failed allocation")
+    except StateConflict as exc:
+        log.warning("%s; the next poll records it", exc)
+    log.warning("Failed adding %d nodes to group %s due to %s; instance(s) %s deleted; source errors: %s",
+                count, group.id, failure.reason, ids, failure.message or "(none given)")
+    event = status_event(settings, SCALE_UP_FAILED,
+                         f"Failed adding {count} nodes to group {group.id} due to {failure.reason}; source errors: "
+                         f"{failure.message or failure.code}", now=now, type="Warning")
+    if event is not None:
+        ports.events.emit(event)
+
+
+def _recorded(state: GroupState, failure: FailedAllocation) -> bool:
+    """Whether this scale-up's failure with this code is in the group's state already."""
+    return (state.backoff_reason == failure.code and state.last_failure is not None
+            and state.last_scale_up is not None and state.last_failure >= state.last_scale_up)
