@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, Literal, Self
 
+from shared import json_text
+
 # Version 3 names each node's instance (`instance`): nodes of k3s and kubeadm clusters are mapped by
 # hostname or IP, and their providerID (`k3s://<name>`, or none) does not name it. Version 2 names the
 # nodes of a scale-down as a list (empty nodes are removed in bulk); version 1 messages, with one `node`
@@ -34,6 +36,11 @@ MAX_LENGTHS = {
     "provider_id": 512,  # azure:///subscriptions/<id>/resourceGroups/<90>/providers/.../<64>/virtualMachines/<id>
     "instance": 64,
 }
+# Integers become Table columns, stored as Edm.Int32 (the SDK refuses a Python int of 2**31 or more), and ARM
+# capacities: no count or attempt of ours comes near, so a larger one never came from our own send.
+MAX_INTEGER = 2**31 - 1
+# A scale action is three levels deep (the message, `nodes`, a node): anything much deeper is not one.
+MAX_DEPTH = 8
 
 # Steps of each action kind, in order. A message names the step to run next;
 # a step that must wait re-enqueues the same action at the same or next step.
@@ -330,15 +337,47 @@ def _load(text: str | bytes) -> dict[str, Any]:
     if len(text) > MAX_MESSAGE_CHARS:
         raise InvalidAction(f"message is {len(text)} characters long; a queue message holds at most {MAX_MESSAGE_CHARS}")
     try:
-        body = json.loads(text)
+        body = json_text.loads(text, max_depth=MAX_DEPTH)
+    except json_text.TooDeep as exc:
+        raise InvalidAction(f"message is nested too deeply to be an action: {exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidAction(f"message is not JSON: {exc}") from exc
-    except RecursionError:
-        # json.loads recurses per level: a deeply nested document is no action of ours.
-        raise InvalidAction("message is nested too deeply to be an action") from None
     if not isinstance(body, dict):
         raise InvalidAction("message is not a JSON object")
+    _check_encodable(body, "")
     return body
+
+
+def _check_encodable(value: Any, where: str) -> None:
+    """Refuse text that is not valid Unicode (a lone surrogate, which JSON's `\\ud800` escape can carry).
+
+    Ids and names become Table keys and Kubernetes API paths, and reasons ledger columns: the Table SDK and the
+    kubernetes client fail on such text deep inside a step, with no ledger row. Refused here, the message gets one.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidAction(f"field {where or 'message'!r} is not valid Unicode text "
+                                f"({exc.reason} at character {exc.start})") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_encodable(key, f"{where}.<key>" if where else "<key>")
+            _check_encodable(item, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_encodable(item, f"{where}[{index}]")
+
+
+def _integer(body: dict[str, Any], name: str, *, minimum: int, default: int | None = None) -> int | None:
+    """`body[name]` as a whole number from `minimum` to MAX_INTEGER (`default` when absent); InvalidAction otherwise."""
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_INTEGER:
+        what = "a positive integer" if minimum == 1 else "a non-negative integer" if minimum == 0 else f"at least {minimum}"
+        raise InvalidAction(f"{name} must be {what} of at most {MAX_INTEGER}, got {repr(value)[:40]}")
+    return value
 
 
 def _action_of(body: dict[str, Any]) -> ScaleAction:
@@ -372,17 +411,9 @@ def _action_of(body: dict[str, Any]) -> ScaleAction:
     if body["step"] not in steps:
         raise InvalidAction(f"unknown step {body['step']!r} for {kind} (expected one of {', '.join(steps)})")
     common = _common_fields(body)
-    target_size = None
-    if kind == "scale_up":
-        target_size = body["target_size"]
-        if not isinstance(target_size, int) or isinstance(target_size, bool) or target_size < 1:
-            raise InvalidAction(f"target_size must be a positive integer, got {target_size!r}")
-    from_size = body.get("from_size")
-    if from_size is not None and (not isinstance(from_size, int) or isinstance(from_size, bool) or from_size < 0):
-        raise InvalidAction(f"from_size must be a non-negative integer, got {from_size!r}")
-    resized_to = body.get("resized_to")
-    if resized_to is not None and (not isinstance(resized_to, int) or isinstance(resized_to, bool) or resized_to < 1):
-        raise InvalidAction(f"resized_to must be a positive integer, got {resized_to!r}")
+    target_size = _integer(body, "target_size", minimum=1) if kind == "scale_up" else None
+    from_size = _integer(body, "from_size", minimum=0)
+    resized_to = _integer(body, "resized_to", minimum=1)
     starting = body.get("start_instances", [])
     if not isinstance(starting, list) or not all(isinstance(i, str) and i for i in starting):
         raise InvalidAction("start_instances must be a list of instance ids (strings)")
@@ -440,9 +471,7 @@ def _common_fields(body: dict[str, Any]) -> dict[str, Any]:
     expires_at = _parse_time(body, "expires_at")
     if expires_at < created_at:
         raise InvalidAction("expires_at is before created_at")
-    attempt = body.get("attempt", 0)
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
-        raise InvalidAction(f"attempt must be a non-negative integer, got {attempt!r}")
+    attempt = _integer(body, "attempt", minimum=0, default=0)
     step_started_at = _parse_time(body, "step_started_at") if body.get("step_started_at") is not None else None
     return dict(id=body["id"], group=body["group"], created_at=created_at, expires_at=expires_at, step=body["step"],
                 reason=body.get("reason", ""), attempt=attempt, step_started_at=step_started_at,

@@ -4,14 +4,15 @@ Pure module: parsing and arithmetic on times it is given, no side effects. Field
 `second minute hour day month day-of-week`; the parsing and the next-fire arithmetic are
 croniter's (with the seconds field first), so the settings check, the local runner and the
 replay agree with each other and with a maintained implementation of cron. What NCRONTAB
-does not have (croniter's five-field form, `L`, `W`, `#`, `?`, a sixth year field) is refused.
+does not have (croniter's five-field form, `L`, `W`, `#`, `?`, a sixth year field) is refused, and so is a
+schedule that does not fire in every year (`0 0 0 31 2 *`), which croniter accepts and then cannot step.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 _FIELDS = "second minute hour day month day-of-week"
 # croniter's extensions that NCRONTAB lacks: `#` (nth weekday), `?`, and L/W standing alone or after a
@@ -44,4 +45,24 @@ def parse_ncrontab(expression: str) -> Schedule:
 
     if not croniter.is_valid(text, second_at_beginning=True):
         raise ValueError(f"not a valid NCRONTAB expression ({_FIELDS}): {expression!r}")
+    _check_fires_every_year(text, expression)
     return Schedule(text)
+
+
+# A year without 29 February, from its first second: a schedule that fires in it fires in every year (nothing
+# in NCRONTAB depends on the year but that day), and one that does not (31 February, 31 April, only 29 February)
+# would leave its function silent for years, or for ever.
+_YEAR_START = datetime(2001, 1, 1)
+_YEAR_END = datetime(2002, 1, 1)
+
+
+def _check_fires_every_year(text: str, expression: str) -> None:
+    from croniter import CroniterBadDateError, croniter
+
+    try:
+        first: datetime | None = croniter(text, _YEAR_START - timedelta(seconds=1), second_at_beginning=True,
+                                          max_years_between_matches=1).get_next(datetime)
+    except CroniterBadDateError:
+        first = None
+    if first is None or first >= _YEAR_END:
+        raise ValueError(f"never fires within a year (a day that does not exist, or only 29 February): {expression!r}")

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from shared import json_text
 from shared.engine.expanders import EXPANDERS, parse_expander_chain, parse_priorities
 from shared.engine.node_mapping import parse_mapping_method
 from shared.engine.limits import ClusterLimits, parse_min_max
@@ -369,7 +370,9 @@ def _vm_prices(text: str) -> Mapping[str, float]:
     if not text.strip():
         return MappingProxyType({})
     try:
-        raw = json.loads(text)
+        raw = json_text.loads(text)
+    except json_text.TooDeep as exc:
+        raise ValueError(f"not a price list: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
@@ -918,13 +921,17 @@ def misspelt_settings(env: Mapping[str, str]) -> list[str]:
 
     A misspelt setting is silently ignored otherwise, and its default applies: the operator believes
     they changed a behaviour they did not. Only close matches are named, so unrelated settings pass.
+    Names are compared in upper case: settings are read case-sensitively, so `max_nodes_total` or `Dry_Run`
+    is ignored as surely as a typo is.
     """
     known = [spec.name for spec in SPECS]
+    platform = tuple(prefix.upper() for prefix in _PLATFORM_PREFIXES)
     warnings = []
     for name in sorted(env):
-        if name in known or name.startswith(_PLATFORM_PREFIXES) or not re.fullmatch(r"[A-Z][A-Z0-9_]{3,}", name):
+        upper = name.upper()
+        if name in known or upper.startswith(platform) or not re.fullmatch(r"[A-Z][A-Z0-9_]{3,}", upper):
             continue
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
         if close:
             warnings.append(f"{name}: not a setting of ours; did you mean {close[0]}? (it is ignored)")
     return warnings

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from shared import json_text
 from shared.domain import NodeGroup, NodeTemplate, Pod, Resources
 
 LEAST_WASTE = "least-waste"
@@ -126,7 +127,9 @@ def parse_priorities(config: str | Mapping[Any, Any] | None) -> Priorities:
         if not config.strip():
             return Priorities()
         try:
-            config = json.loads(config)
+            config = json_text.loads(config)
+        except json_text.TooDeep as exc:
+            raise ExpanderError(f"not a priority configuration: {exc}") from None
         except json.JSONDecodeError as exc:
             raise ExpanderError(f"not valid JSON: {exc}") from None
     if not isinstance(config, Mapping):

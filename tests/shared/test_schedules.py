@@ -33,6 +33,8 @@ def test_next_after(expression: str, expected: datetime) -> None:
     "61 * * * * *", "0 60 * * * *", "0 0 24 * * *", "0 0 0 32 * *", "0 0 0 * 13 *", "0 0 0 * * 8",
     "*/0 * * * * *", "a * * * * *", "0 0 0 L * *", "0 0 0 15W * *", "0 0 0 * * 5#2", "0 0 0 ? * *",
     "", "every 5 minutes",
+    # croniter accepts these, then cannot step to a next time (or finds one years away): they never fire in a year.
+    "0 0 0 31 2 *", "0 0 0 30 2 *", "0 0 0 31 4 *", "0 0 0 31 4,6,9,11 *", "0 0 0 29 2 *",
 ])
 def test_rejects(expression: str) -> None:
     with pytest.raises(ValueError):

@@ -37,6 +37,16 @@ def _problems(env: Mapping[str, str], **options: object) -> list[str]:
     ("UTILIZATION_POLL_SCHEDULE", "0 * * 31 2 L", "'L' is not NCRONTAB"),
     ("UTILIZATION_POLL_SCHEDULE", "0 0 0 * * 1#2", "'#' is not NCRONTAB"),
     ("UTILIZATION_POLL_SCHEDULE", "every minute please", "six-field NCRONTAB"),
+    # Valid to croniter, yet never due: the runner (and the Functions host) would wait for ever or crash on it.
+    ("PENDING_POLL_SCHEDULE", "0 0 0 31 2 *", "never fires within a year"),
+    ("UTILIZATION_POLL_SCHEDULE", "0 0 0 31 4,6,9,11 *", "never fires within a year"),
+    ("STATE_SWEEP_SCHEDULE", "0 0 0 30 2 *", "never fires within a year"),
+    ("STATE_SWEEP_SCHEDULE", "0 0 3 29 2 *", "never fires within a year"),  # once in four years
+    # JSON nested past any price list or priority rule: refused by depth, not a RecursionError from json.loads.
+    ("VM_PRICES", "[" * 100_000 + "]" * 100_000, "nested 100000 levels deep; at most 32"),
+    ("VM_PRICES", '{"Standard_D4s_v5": ' + "[" * 40 + "]" * 40 + "}", "nested 41 levels deep"),
+    ("PRIORITY_EXPANDER_CONFIG", '{"10": ' * 50_000 + "1" + "}" * 50_000, "nested 50000 levels deep; at most 32"),
+    ("PRIORITY_EXPANDER_CONFIG", "[" * 5_000, "nested 5000 levels deep"),  # not even closed
     ("SCALE_DOWN_UNNEEDED_TIME", "99999999999999999999h", "far too long"),
     ("SCALE_DOWN_UNNEEDED_TIME", "9000h", "at most 365d"),
     ("ACTION_TTL", "192h", "at most 7d (a queue message stays invisible for at most 7 days)"),
@@ -72,6 +82,11 @@ def test_a_bad_value_is_named_with_what_is_wrong(name: str, value: str, says: st
     ("UNAVAILABLE_OFFERING_TTL", "spot-capacity=30m, family-quota-zero=2h"),
     ("SPOT_EVICTION_SIGNAL", "condition:PreemptScheduled"),
     ("ON_DEMAND_POD_SELECTOR", "tier in (db,ledger)"),
+    ("STATE_SWEEP_SCHEDULE", "59 59 23 31 12 *"),  # once a year, on its last second
+    ("STATE_SWEEP_SCHEDULE", "0 0 0 29 2 Mon"),  # 29 February or any Monday of February: every year
+    ("UTILIZATION_POLL_SCHEDULE", "0 0 0 31 4,5 *"),  # 31 May exists
+    # Brackets inside strings are not nesting: 2 levels, though the text holds 40 `[{]`.
+    ("PRIORITY_EXPANDER_CONFIG", '{"50": ["^spot-' + "[{]" * 40 + '"], "10": [".*"]}'),
 ])
 def test_values_at_the_limits_are_accepted(name: str, value: str) -> None:
     load_settings({**REQUIRED, name: value})
@@ -134,6 +149,13 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     ("PATH", None),
     ("HOME", None),
     ("MY_TEAMS_OWN_SETTING", None),  # unrelated: nothing close
+    # Settings are read case-sensitively: these are ignored as surely as a typo is.
+    ("max_nodes_total", "MAX_NODES_TOTAL"),
+    ("Dry_Run", "DRY_RUN"),
+    ("scale_down_uneeded_time", "SCALE_DOWN_UNNEEDED_TIME"),
+    ("Kubeconfig_Allow_Exec", "KUBECONFIG_ALLOW_EXEC"),
+    ("azureWebJobsStorage", None),  # the platform's, in any case
+    ("path", None),
 ])
 def test_a_setting_that_looks_like_ours_but_is_not_is_named_with_the_likely_one(
     name: str, suggestion: str | None
