@@ -90,4 +90,5 @@ def virtual_node_options(settings: Settings) -> VirtualNodeOptions:
         admission=settings.virtual_node_admission,
         expected_runtime=settings.virtual_node_expected_runtime,
         min_remaining=settings.virtual_node_min_remaining,
+        drain=drain_rules(settings),
     )

@@ -10,7 +10,8 @@ and never scale, drain or delete one: virtual nodes are a node group of their ow
 
 Each pod on a virtual node gets one decision (`PodDecision`):
 
-- `stays`: batch work (a Job's pod, BATCH_POD_SELECTOR) finishes where it started; a pod without a controller
+- `stays`: a kube-system pod is never moved, whether ACI refused it or not; nor is a running pod the drainability
+  rules protect from scale-down (`backfill_protected`); batch work (a Job's pod, BATCH_POD_SELECTOR) finishes where it started; a pod without a controller
   would not come back if moved; a pod that selects virtual nodes wants to be there; backfill is off for it
   (VIRTUAL_NODE_BACKFILL, its namespace or labels); or moving does not pay: ACI costs no more than its share
   of a VM, or it is expected to run for less than VIRTUAL_NODE_MIN_REMAINING.
@@ -44,7 +45,7 @@ from shared.domain import (
     Resources,
     Taint,
 )
-from shared.engine.drainability import is_batch
+from shared.engine.drainability import KUBE_SYSTEM, Disposition, DrainRules, classify, is_batch
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.predicates import check
 from shared.engine.pod_rules import (
@@ -125,6 +126,8 @@ class VirtualNodeOptions:
     admission: str = "polled"  # VIRTUAL_NODE_ADMISSION: polled | open (decide_gate)
     expected_runtime: timedelta = timedelta(hours=1)  # what a long-running pod without a deadline has left
     min_remaining: timedelta = timedelta(minutes=5)  # moving a pod with less left never pays (a VM boots for minutes)
+    # The drainability rules (`options.drain_rules`): a pod they keep from scale-down is never moved by backfill.
+    drain: DrainRules = DrainRules()
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,9 +346,22 @@ def expected_remaining(pod: Pod, options: VirtualNodeOptions, *, now: datetime) 
     return options.expected_runtime
 
 
+def backfill_protected(pod: Pod, rules: DrainRules, *, now: datetime) -> str | None:
+    """Why backfill never moves this running pod, or None: the drainability rules protect it from scale-down (it
+    would pin its node, or be waited for: safe-to-evict, do-not-disrupt, local storage, an unknown controller...)."""
+    verdict = classify(pod, rules, now=now)
+    if verdict.disposition is Disposition.PIN:
+        return f"protected from scale-down, so never moved: {verdict.reason}"
+    if verdict.disposition is Disposition.WAIT:
+        return f"left to finish where it runs: {verdict.reason}"
+    return None
+
+
 def decide(pod: Pod, snapshot: ClusterSnapshot, options: VirtualNodeOptions, *, now: datetime) -> PodDecision:
     """One pod on a virtual node: stays, backfill or failed (see the module docstring), with why."""
     aci = options.prices.per_hour(pod.requests)
+    if pod.namespace == KUBE_SYSTEM:  # the cluster's own add-ons (coredns...): never moved, refused or not
+        return PodDecision(pod, "stays", "a kube-system pod is never moved by backfill", aci)
     if pod.status_reason == PROVIDER_FAILED:
         message = pod.status_message or "no message"
         return PodDecision(pod, "failed", f"ACI refused it (ProviderFailed: {message[:200]})", aci)
@@ -353,6 +369,9 @@ def decide(pod: Pod, snapshot: ClusterSnapshot, options: VirtualNodeOptions, *, 
         return PodDecision(pod, "stays", "terminating", aci)
     if is_batch(pod, options.batch_selector):
         return PodDecision(pod, "stays", "batch work finishes where it started", aci)
+    protected = backfill_protected(pod, options.drain, now=now)
+    if protected is not None:
+        return PodDecision(pod, "stays", protected, aci)
     if pod.owner is None:
         return PodDecision(pod, "stays", "no controller would re-create it elsewhere", aci)
     if pod.owner.kind == "DaemonSet":

@@ -2,10 +2,13 @@
 
 evict ──> (succeeded: evicted, its controller's replacement goes to the VM | skipped: nothing to do now)
 
-The message names a pod; everything that decides whether it may move is read again here, from the cluster and
-our settings, never taken from the message: the pod is still the one decided on (same uid) and still on a
-virtual node, it is movable (a controller's, not batch work, selected for backfill), and a Ready VM node fits
-it now (the scheduler's filters, `engine.virtual_nodes.vm_room`). Only then is it evicted through the
+The message names a pod; everything that decides whether it may move is read again here, from the cluster,
+the scale sets and our settings, never taken from the message: the pod is still the one decided on (same uid)
+and still on a virtual node, the pending poll would decide to move it now with the same inputs (its
+`virtual_nodes.plan_for`, VM prices included: a pod ACI runs as cheaply stays; a kube-system pod, batch work
+and a pod the drainability rules protect from scale-down are never moved), and a Ready VM node fits it now
+(the scheduler's filters, `engine.virtual_nodes.vm_room`). A refusal is the action's recorded outcome
+(skipped, with the reason) and nothing is evicted. Only then is it evicted through the
 Eviction API, so PodDisruptionBudgets hold: a refusal (429) leaves the pod where it is for a later poll.
 The scheduler's preference for VM nodes puts the replacement on the VM room.
 """
@@ -17,12 +20,12 @@ from datetime import datetime
 
 from shared import telemetry
 from shared.actions import Backfill
-from shared.domain import ClusterSnapshot
 from shared.engine.pod_rules import is_virtual_node
-from shared.engine.virtual_nodes import PROVIDER_FAILED, decide, vm_room
-from shared.options import virtual_node_options
+from shared.engine.virtual_nodes import PROVIDER_FAILED, vm_room
 from shared.ports import ClusterEvent, LedgerEntry
+from shared.services import virtual_nodes
 from shared.services.execution import ExecutionResult, Run, Step, StepTable
+from shared.services.observe import observe
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +49,19 @@ def evict(run: Run[Backfill], action: Backfill, entry: LedgerEntry, now: datetim
         return run.finish(action, entry, "skipped", f"pod {action.pod_key} is no longer on {node.name}", now=now)
     if pod.terminating or pod.is_finished:
         return run.finish(action, entry, "skipped", f"pod {action.pod_key} is already ending", now=now)
-    # Our settings and the pod as it is now decide whether it may move, whatever the message says.
-    # Nodes and pods only: VM prices are not read here, so a move is never refused for want of one.
-    snapshot = ClusterSnapshot(taken_at=now, nodes=tuple(cluster.list_nodes()), pods=tuple(cluster.list_pods()),
-                               groups=())
-    decision = decide(pod, snapshot, virtual_node_options(run.settings), now=now)
+    # The pending poll's decision, taken again with the poll's own inputs (the observed cluster, the groups, their
+    # templates and VM prices, read by `virtual_nodes.plan_for` as the poll reads them) and our settings: whatever
+    # the message says, a pod the poll would leave on the virtual node is left there.
+    snapshot = observe(run.ports, now=now, node_mapping=run.settings.node_mapping)
+    decided = {d.pod.key: d for d in virtual_nodes.plan_for(run.ports, run.settings, snapshot, now=now).plan.decisions}
+    decision = decided.get(pod.key)
+    if decision is None:
+        return run.finish(action, entry, "skipped", f"pod {action.pod_key}: the poll's view has it on no virtual "
+                          "node any more", now=now)
     if decision.verdict == "stays":
-        return run.finish(action, entry, "skipped", f"pod {action.pod_key} stays: {decision.why}", now=now)
+        log.warning("backfill of %s refused: the poll would leave it on %s (%s)", action.pod_key, node.name,
+                    decision.why)
+        return run.finish(action, entry, "skipped", f"refused: pod {action.pod_key} stays: {decision.why}", now=now)
     to = vm_room(pod, snapshot.nodes, snapshot.pods, prefer=action.to)
     if to is None:
         return run.finish(action, entry, "skipped", f"no VM room for {action.pod_key} any more: left on "

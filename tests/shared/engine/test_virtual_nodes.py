@@ -103,6 +103,12 @@ BATCH = VirtualNodeOptions(batch_selector=sel(workload="render"))
     (on_vn("deadline", active_deadline_seconds=300, started_at=T0 - timedelta(minutes=1)), VirtualNodeOptions(),
      "stays", "expected to finish within 4 min"),
     (on_vn("cheap-aci"), VirtualNodeOptions(prices=AciPrices(0.000001, 0.0000001)), "stays", "ACI is as cheap"),
+    # Never moved: the cluster's own add-ons, refused by ACI or not, and a pod protected from scale-down.
+    (on_vn("coredns", namespace="kube-system"), VirtualNodeOptions(), "stays", "kube-system pod is never moved"),
+    (on_vn("dns-refused", namespace="kube-system", status_reason=PROVIDER_FAILED, phase="Pending"),
+     VirtualNodeOptions(), "stays", "kube-system pod is never moved"),
+    (on_vn("keep", annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}), VirtualNodeOptions(),
+     "stays", "protected from scale-down"),
     # Refused by ACI: demand whatever it is, Job pods included (it never runs there).
     (on_vn("refused", owner="Job", status_reason=PROVIDER_FAILED, phase="Pending", status_message="quota 'StandardCores'"),
      VirtualNodeOptions(), "failed", "ACI refused it (ProviderFailed: quota 'StandardCores')"),

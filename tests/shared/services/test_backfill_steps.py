@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from shared.actions import Backfill, encode_action, new_backfill
-from shared.domain import Node, Pod
+from shared.domain import Node, NodeGroup, Pod
 from shared.ports import ClusterEvent, EvictionOutcome, Ports
 from shared.services.executor import Executor
 from shared.services.memory_state import MemoryStateStore
 from shared.settings import load_settings
-from tests.builders import T0, node, pod
+from tests.builders import T0, group, node, pod
 from tests.shared.engine.test_virtual_nodes import VN, on_vn, virtual_node
 from devtools.replay.memory import MemoryQueue
 
@@ -63,11 +63,35 @@ class _Cluster:
     def annotate_pod(self, namespace: str, name: str, *, annotations: Mapping[str, str | None]) -> None:
         raise AssertionError("the evict step annotates nothing")
 
+    def list_daemonsets(self) -> list[Any]:
+        return []
 
-def _run(cluster: _Cluster, action: Backfill, **settings: str) -> tuple[Any, _Events]:
+    def list_event_times(self, reason: str) -> list[Any]:
+        return []
+
+
+class _Provider:
+    """The one scale set `rg/pool` (ROOMY is its node) and its node's price per hour, as the pending poll reads them."""
+
+    def __init__(self, price: float | None) -> None:
+        self.price = price
+        self.prices_read = 0
+
+    def list_node_groups(self) -> list[NodeGroup]:
+        return [group("pool", target=1)]
+
+    def list_prices(self, groups: Any) -> dict[str, float]:
+        self.prices_read += 1
+        return {} if self.price is None else {"rg/pool": self.price}
+
+    def list_vm_sizes(self, location: str) -> list[Any]:
+        return []
+
+
+def _run(cluster: _Cluster, action: Backfill, *, price: float | None = 0.192, **settings: str) -> tuple[Any, _Events]:
     events = _Events()
-    ports = Ports(cluster=cluster, provider=None, state=MemoryStateStore(), queue=MemoryQueue(_Clock()),  # type: ignore[arg-type]
-                  clock=_Clock(), events=events)
+    ports = Ports(cluster=cluster, provider=_Provider(price), state=MemoryStateStore(),  # type: ignore[arg-type]
+                  queue=MemoryQueue(_Clock()), clock=_Clock(), events=events)
     result = Executor(ports, load_settings({**SETTINGS, **settings})).execute(encode_action(action), now=T0)
     return result, events
 
@@ -146,3 +170,45 @@ def test_dry_run_evicts_nothing() -> None:
     cluster = _Cluster([virtual_node(), ROOMY], [WEB])
     result, _ = _run(cluster, _action(WEB), DRY_RUN="true")
     assert result.outcome == "dry-run" and cluster.evicted == []
+
+
+# -- forged backfills: the poll's decision taken again ---------------------------------------------------------
+
+COREDNS = replace(on_vn("coredns-7d9f", namespace="kube-system", owner_name="coredns-7d9f"), uid="u-dns")
+
+
+@pytest.mark.parametrize("target,settings,why", [
+    # The probe's attack: the cluster DNS moved off the virtual node the pending poll had decided it stays on.
+    (COREDNS, {}, "a kube-system pod is never moved"),
+    # Even when ACI refused it: the cluster's own add-ons are left to their operator.
+    (replace(COREDNS, status_reason="ProviderFailed", phase="Pending"), {}, "a kube-system pod is never moved"),
+    # Protected from scale-down by our drainability settings: protected from backfill too.
+    (replace(on_vn("keep-0", annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}), uid="u20"),
+     {}, "safe-to-evict=false"),
+    (replace(on_vn("keep-1", annotations={"karpenter.sh/do-not-disrupt": "true"}), uid="u21"), {}, "do-not-disrupt"),
+    (replace(on_vn("keep-2", local_volumes=("scratch",)), uid="u22"), {}, "local storage"),
+    (replace(on_vn("keep-3", owner="Workflow"), uid="u23"), {}, "SKIP_NODES_WITH_CUSTOM_CONTROLLER_PODS"),
+])
+def test_a_forged_backfill_of_a_protected_pod_evicts_nothing(target: Pod, settings: dict[str, str],
+                                                             why: str) -> None:
+    cluster = _Cluster([virtual_node(), ROOMY], [WEB, target])
+    result, events = _run(cluster, _action(target), **settings)
+    assert result.outcome == "skipped" and "refused" in result.detail and why in result.detail, result
+    assert cluster.evicted == []
+    assert [e for e in events.events if e.reason == "Backfill"] == []
+
+
+@pytest.mark.parametrize("price,outcome,evicted", [
+    # A VM costs more than the pod's share of ACI: the poll would leave it, so a forged backfill is refused.
+    (5.0, "skipped", []),
+    # A VM is cheaper: the poll would move it, and so the step does.
+    (0.192, "succeeded", ["default/web-0"]),
+])
+def test_a_backfill_the_poll_would_not_decide_by_price_is_refused(price: float, outcome: str,
+                                                                  evicted: list[str]) -> None:
+    cluster = _Cluster([virtual_node(), ROOMY], [WEB])
+    result, _ = _run(cluster, _action(WEB), price=price)
+    assert result.outcome == outcome, result
+    if outcome == "skipped":
+        assert "refused" in result.detail and "ACI is as cheap" in result.detail
+    assert cluster.evicted == evicted
