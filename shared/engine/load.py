@@ -21,9 +21,14 @@ utilisation poll, where measured usage keeps busy nodes and removes idle ones fi
 
 CPU cannot tell new work from the last frames of a draining farm: both keep the remaining workers
 busy. So CPU does not grow a group while any of its ready nodes is idle (below the scale-down
-measured threshold: a pulling worker with nothing to pull), nor within LOAD_SCALE_UP_COOLDOWN of the
-group's last scale-down (it just had a node to spare), nor when the group is sized by a backlog that
-is empty. The backlog is the signal that knows; the docs recommend it for long frames.
+measured threshold: a pulling worker with nothing to pull), nor while any of its nodes is being
+removed (reserved by a scale-down decision, `GroupState.removing`, or tainted ToBeDeletedByClusterAutoscaler:
+idle capacity the autoscaler is giving back, cordoned and so no longer among the ready nodes), nor within
+LOAD_SCALE_UP_COOLDOWN of the group's last scale-down (it just had a node to spare), nor when the group is
+sized by a backlog that is empty. A removal in flight thus counts as a scale-down that has happened: the
+cooldown runs from the decision, not from the removal's end (its instances may leave the scale set, and
+the group's size drop, well before the action records `last_scale_down`). The backlog is the signal that
+knows; the docs recommend it for long frames.
 """
 
 from __future__ import annotations
@@ -121,12 +126,17 @@ def plan_load(
     waiting: dict[str, str] = {}
     by_group: dict[str, list[str]] = {}
     present: dict[str, int] = {}
+    # Nodes being removed, by group: our reservations (kept until the removal ends, though the node may no
+    # longer map to an instance), and the taint on a node still mapped.
+    leaving: dict[str, set[str]] = {group_id: set(state.removing) for group_id, state in states.items()}
     for node in snapshot.nodes:
         ref = node.instance
         if ref is None:
             continue
         present[ref.group_id] = present.get(ref.group_id, 0) + 1
-        if node.ready and not node.unschedulable and not node.is_being_deleted:
+        if node.is_being_deleted:
+            leaving.setdefault(ref.group_id, set()).add(node.name)
+        elif node.ready and not node.unschedulable:
             by_group.setdefault(ref.group_id, []).append(node.name)
     for group in snapshot.groups:
         rule = rules.get(group.id)
@@ -147,8 +157,8 @@ def plan_load(
         if values:
             average = sum(values) / len(values)
             if average > rule.cpu_up:
-                veto = _cpu_veto(group.id, ready, measured or {}, state, rule, backlog, now=now, cooldown=cooldown,
-                                 idle_below=idle_below)
+                veto = _cpu_veto(ready, measured or {}, state, rule, backlog, leaving=leaving.get(group.id, set()),
+                                 now=now, cooldown=cooldown, idle_below=idle_below)
                 if veto:
                     waiting[group.id] = f"CPU {average:.0%} above {rule.cpu_up:.0%}, but {veto}"
                 else:
@@ -167,11 +177,17 @@ def plan_load(
     return LoadPlan(tuple(increases), waiting)
 
 
-def _cpu_veto(group_id: str, ready: list[str], measured: Mapping[str, float], state: GroupState | None,
-              rule: LoadRule, backlog: int | None, *, now: datetime, cooldown: timedelta, idle_below: float) -> str:
+def _cpu_veto(ready: list[str], measured: Mapping[str, float], state: GroupState | None, rule: LoadRule,
+              backlog: int | None, *, leaving: Collection[str], now: datetime, cooldown: timedelta,
+              idle_below: float) -> str:
     """Why high CPU must not grow the group now ("" when it may): see the module docstring."""
     if rule.backlog_per_node and backlog == 0:
         return "the backlog is empty: the busy nodes are finishing work, none is waiting"
+    if leaving:
+        names = sorted(leaving)
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        return (f"node {names[0]}{more} being removed as idle: the farm has room, no work is waiting "
+                f"(the scale-down cooldown runs from the decision)")
     idle = sorted(n for n in ready if n in measured and measured[n] < idle_below)
     if idle:
         return f"node {idle[0]} is idle ({measured[idle[0]]:.0%}): the farm has room, no work is waiting"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from shared.domain import GroupState
+from shared.domain import TO_BE_DELETED_TAINT, GroupState, Node, Taint
 from shared.engine.load import LoadRule, load_rules, plan_load
 from tests.builders import T0, group, node, snapshot
 
@@ -93,3 +94,54 @@ def test_a_load_plan_never_shrinks_and_never_passes_max() -> None:
                 result = plan(n, [load] * n, backlog=backlog, rule=LoadRule(0.7, 2), max_size=6)
                 for increase in result.increases:
                     assert increase.current_target < increase.new_target <= 6
+
+
+# A DaemonSet render farm whose two idle agents the autoscaler itself decided to remove, while the three others
+# finish the last frames at full CPU. Removing them is the right call; growing the farm meanwhile is not.
+BUSY = [node(f"farm-{i}", group_name="farm", instance=i) for i in range(3)]
+REMOVING = {"farm-3": "sd-1", "farm-4": "sd-1"}
+
+
+def leaving(name: str, i: int, *, instance_gone: bool = False) -> Node:
+    """An agent being removed: cordoned and tainted by the cordon step; once its instance has left the scale set
+    the node no longer maps to the group (its Node object lingers until the kubelet's lease runs out)."""
+    cordoned = replace(node(name, group_name="farm", instance=i, cordoned=True),
+                       taints=(Taint(TO_BE_DELETED_TAINT, "1700000000", "NoSchedule"),))
+    return replace(cordoned, mapped=True, mapped_to=None) if instance_gone else cordoned
+
+
+@pytest.mark.parametrize("case_id,target,extra_nodes,removing,rule,backlog", [
+    ("cordoned, instances still in the scale set", 5, [leaving("farm-3", 3), leaving("farm-4", 4)], REMOVING,
+     LoadRule(0.5, 0), None),
+    ("instances deleted, the action not finished yet", 3,
+     [leaving("farm-3", 3, instance_gone=True), leaving("farm-4", 4, instance_gone=True)], REMOVING,
+     DEFAULT, None),
+    ("Node objects gone too, the action not finished yet", 3, [], REMOVING, DEFAULT, None),
+    ("decided, the message still queued: reserved, not cordoned, not measured", 5,
+     [node("farm-3", group_name="farm", instance=3), node("farm-4", group_name="farm", instance=4)], REMOVING,
+     LoadRule(0.5, 0), None),
+    ("tainted by a removal not in our state", 5, [leaving("farm-3", 3), leaving("farm-4", 4)], {},
+     LoadRule(0.5, 0), None),
+    ("an empty backlog the group is not sized by", 3, [], REMOVING, DEFAULT, 0),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_a_removal_under_way_vetoes_growth_on_cpu(case_id, target, extra_nodes, removing, rule, backlog) -> None:  # type: ignore[no-untyped-def]
+    g = group("farm", target=target)
+    measured = {n.name: 1.0 for n in BUSY}
+    result = plan_load(snapshot(nodes=[*BUSY, *extra_nodes], groups=[g]), rules={g.id: rule}, measured=measured,
+                       backlog=backlog, states={g.id: GroupState(g.id, removing=removing)}, now=T0,
+                       cooldown=timedelta(minutes=5))
+    assert result.increases == ()
+    assert "farm-3 and 1 more being removed as idle" in result.waiting[g.id]
+    # Without the removal the same load grows the farm: the veto is what keeps it.
+    busy_only = plan_load(snapshot(nodes=BUSY, groups=[group("farm", target=3)]), rules={g.id: rule},
+                          measured=measured, backlog=None, states={}, now=T0, cooldown=timedelta(minutes=5))
+    assert busy_only.increases and busy_only.increases[0].new_target > 3
+
+
+def test_a_backlog_still_grows_a_farm_with_a_removal_under_way() -> None:
+    g = group("farm", target=3)
+    result = plan_load(snapshot(nodes=BUSY, groups=[g]), rules={g.id: LoadRule(0.7, 4)},
+                       measured={n.name: 1.0 for n in BUSY}, backlog=20, states={g.id: GroupState(g.id, removing=REMOVING)},
+                       now=T0, cooldown=timedelta(minutes=5))
+    (increase,) = result.increases
+    assert increase.new_target == 5 and "backlog of 20" in increase.why

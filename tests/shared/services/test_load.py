@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -12,7 +13,9 @@ import pytest
 
 from shared.domain import Node
 from shared.ports import UsageUnavailable
+from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
+from shared.services.utilization import run_utilization_poll
 from tests.memory_app import memory_app
 
 SCENARIO: dict[str, Any] = {
@@ -102,3 +105,31 @@ def test_the_cluster_node_limit_caps_a_load_scale_up() -> None:
 def test_a_group_named_in_the_setting_is_load_driven_too() -> None:
     actions, _ = poll(Usage({"web": 1.0}), LOAD_DRIVEN_GROUPS="RG-FARM/web")
     assert {(a["group"], a["target_size"]) for a in actions} == {("rg-farm/web", 2)}
+
+
+def test_a_farm_whose_idle_agents_are_being_removed_is_not_grown_back(caplog: pytest.LogCaptureFixture) -> None:
+    """Five agents: three finish the last frames at full CPU, two are idle. The utilisation poll decides to remove
+    the idle two, the executor cordons them and asks ARM to delete them (the group's size drops to 3 before the
+    action ends). The next pending poll sees three busy agents at 100 %, no work waiting, and must not grow the
+    farm back to five: the removal under way is idle capacity, and the scale-down cooldown runs from its decision."""
+    farm = {**SCENARIO, "node_groups": [{**SCENARIO["node_groups"][0], "initial": 5}, SCENARIO["node_groups"][1]]}
+    app = memory_app(farm, settings={"SCALE_DOWN_UNNEEDED_TIME": "1m", "USAGE_SOURCE": "vmss-metric"})
+    agents = sorted(n.name for n in app.ports.cluster.list_nodes() if n.name.startswith("render"))
+    busy, idle = agents[:3], agents[3:]
+    ports = replace(app.ports, usage=Usage({**{n: 1.0 for n in busy}, **{n: 0.02 for n in idle}}))
+    decided = ()
+    for _ in range(4):
+        app.clock.advance(40)
+        decided = decided or run_utilization_poll(ports, app.settings, now=app.clock.now()).enqueued
+    assert decided, "the utilisation poll should have decided to remove the idle agents"
+    executor = Executor(ports, app.settings)
+    for message in app.take_queued():
+        executor.execute(message, now=app.clock.now())  # cordon, drain, delete: the confirm step is yet to come
+    (render,) = [g for g in ports.provider.list_node_groups() if g.name == "render"]
+    assert render.capacity == 3 and set(ports.state.get_group(render.id).removing) == set(idle)
+    app.clock.advance(17)
+    with caplog.at_level(logging.INFO, logger="shared.services.load"):
+        run_pending_poll(ports, app.settings, now=app.clock.now())
+    # Only the removal's own next step is queued (it comes due meanwhile): no scale-up.
+    assert [m["id"] for m in map(json.loads, app.take_queued())] == list(decided)
+    assert f"node {idle[0]} and 1 more being removed as idle" in caplog.text
