@@ -854,3 +854,32 @@ class GroupState:
         return replace(self, removing={n: a for n, a in self.removing.items() if n != node},
                        committed=self.committed - {node},
                        reclaim={n: at for n, at in self.reclaim.items() if n != node})
+
+
+@dataclass(frozen=True, slots=True)
+class LimitReservation:
+    """Room under the cluster-wide limits one scale-up holds from its check until its action ends.
+
+    `target` is the running size it grows the group to (absolute, as `ScaleUp.target_size`), so once the
+    capacity is written the reservation adds nothing to what the group counts already. `nodes`, `cores` and
+    `memory_bytes` (per node) price it when the group is no longer discovered.
+    """
+
+    action_id: str
+    group_id: str
+    target: int
+    nodes: int
+    cores: int
+    memory_bytes: int
+    until: datetime  # after this the reservation holds nothing, whether or not its action released it
+
+    def live(self, now: datetime) -> bool:
+        return now < self.until
+
+
+@dataclass(frozen=True, slots=True)
+class LimitReservations:
+    """The one limits row: the reservations of the scale-ups in flight, by action id; `etag` guards updates."""
+
+    reservations: Mapping[str, LimitReservation] = field(default_factory=dict)
+    etag: str | None = None  # None: the row does not exist yet

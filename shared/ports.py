@@ -19,6 +19,7 @@ from shared.domain import (
     DisruptionBudget,
     GroupState,
     Instance,
+    LimitReservations,
     Node,
     NodeGroup,
     Pod,
@@ -276,6 +277,22 @@ class LedgerEntry:
     group: str
     progress: tuple[int, int]
     status: LedgerStatus
+class UnreadableRow(ValueError):
+    """A stored row whose column cannot be read (not JSON, not a number, not a time): the row is named.
+
+    Raised by a StateStore for the one row asked for; a service that meets it for one group's row reports it
+    and goes on with the other groups. Never repaired by overwriting: an operator reads the row first.
+    """
+
+    def __init__(self, *, table: str, partition_key: str, row_key: str, column: str, problem: str) -> None:
+        super().__init__(f"table {table!r} row PartitionKey={partition_key!r} RowKey={row_key!r}: "
+                         f"column {column!r} cannot be read: {problem}")
+        self.table = table
+        self.partition_key = partition_key
+        self.row_key = row_key
+        self.column = column
+
+
     updated_at: datetime
     outcome: str = ""  # set when the whole action is over: succeeded | skipped:<why> | failed:<why> | rejected:<why>
     operation: str = ""  # a long-running operation's continuation token, while one is in flight
@@ -343,6 +360,13 @@ class BacklogSource(Protocol):
 
     def get_backlog(self) -> int:
         """Messages waiting now (approximate, as the queue service counts them). Raises UsageUnavailable."""
+    # The limits row (services.limit_reservations): the room under the cluster-wide limits that scale-ups in
+    # flight hold. update_limit_reservations creates the row (etag None: first writer wins) or replaces it if
+    # unchanged since read; False when another writer won the race.
+    def get_limit_reservations(self) -> LimitReservations: ...
+
+    def update_limit_reservations(self, row: LimitReservations) -> bool: ...
+
         ...
 
 

@@ -12,6 +12,11 @@ azure-data-tables. One table holds four partitions:
 - `unneeded`: one row per node that is unneeded, with `Since`.
 - `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
 - `offering`: one row per unavailable offering (its key, `Until`, `Since`, `Kind`, `Code`, `Group`, `Message`).
+- `limits`:   one row, `cluster`: `Reservations`, a JSON object: action id -> the room under the cluster-wide
+              limits that scale-up holds (`group`, `target`, `nodes`, `cores`, `memory`, ISO `until`).
+
+A column that cannot be read raises UnreadableRow naming the table, the row's keys and the column; listings
+leave such a row out (logged) so that one bad row does not hide the others.
 
 Row keys are the group id, node name or action id, escaped by `encode_key` because Table
 storage forbids `/ \\ # ?` and control characters in keys (group ids are `rg/vmss`); the
@@ -27,8 +32,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast, get_args
 from urllib.parse import unquote
 
 from azure.core import MatchConditions
@@ -37,17 +44,16 @@ from azure.data.tables import TableClient, TableEntity, UpdateMode
 
 from shared.adapters.storage_connection import (
     StorageConnection,
-    StorageError,
     resolve_storage_connection,
     storage_errors,
     table_service_client,
 )
-from shared.domain import GroupState, OfferingKey, UnavailableOffering
-from shared.ports import LedgerEntry, LedgerStatus
+
+log = logging.getLogger(__name__)
+from shared.domain import GroupState, LimitReservation, LimitReservations, OfferingKey, UnavailableOffering
+from shared.ports import LedgerEntry, LedgerStatus, UnreadableRow
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from azure.core.credentials import TokenCredential
 
     from shared.settings import Settings
@@ -56,6 +62,8 @@ GROUP_PARTITION = "group"
 UNNEEDED_PARTITION = "unneeded"
 LEDGER_PARTITION = "ledger"
 OFFERING_PARTITION = "offering"
+LIMITS_PARTITION = "limits"
+LIMITS_ROW = "cluster"
 
 # Characters Table storage rejects in PartitionKey/RowKey, plus '%' so the escaping is reversible.
 _FORBIDDEN_IN_KEYS = frozenset("/\\#?%")
@@ -124,25 +132,26 @@ class TableStateStore:
         entity = self._get(GROUP_PARTITION, group_id, what=f"read group {group_id!r}")
         if entity is None:
             return GroupState(group_id)
+        read = _Columns(self._table_name, entity)
         return GroupState(
             group_id=group_id,
-            last_scale_up=_time_or_none(entity.get("LastScaleUp")),
-            last_scale_down=_time_or_none(entity.get("LastScaleDown")),
-            last_failure=_time_or_none(entity.get("LastFailure")),
-            removing=dict(json.loads(entity.get("Deleting") or "{}")),
-            committed=frozenset(json.loads(entity.get("Committed") or "[]")),
-            stopped=frozenset(json.loads(entity.get("Stopped") or "[]")),
-            stopped_at={i: _parse_iso(at) for i, at in json.loads(entity.get("StoppedAt") or "{}").items()},
-            reclaim={node: _parse_iso(at) for node, at in json.loads(entity.get("Reclaim") or "{}").items()},
-            backoff_until=_time_or_none(entity.get("BackoffUntil")),
-            backoff_failures=int(entity.get("BackoffFailures") or 0),
+            last_scale_up=read("LastScaleUp", _time_or_none),
+            last_scale_down=read("LastScaleDown", _time_or_none),
+            last_failure=read("LastFailure", _time_or_none),
+            removing=read("Deleting", lambda text: _json_map(text, _text)),
+            committed=read("Committed", lambda text: frozenset(_json_list(text, _text))),
+            stopped=read("Stopped", lambda text: frozenset(_json_list(text, _text))),
+            stopped_at=read("StoppedAt", lambda text: _json_map(text, _parse_iso)),
+            reclaim=read("Reclaim", lambda text: _json_map(text, _parse_iso)),
+            backoff_until=read("BackoffUntil", _time_or_none),
+            backoff_failures=read("BackoffFailures", lambda value: _whole(value or 0)),
             backoff_reason=str(entity.get("BackoffReason") or ""),
-            throttled_until=_time_or_none(entity.get("ThrottledUntil")),
-            preempted={i: _parse_iso(at) for i, at in json.loads(entity.get("Preempted") or "{}").items()},
-            boots=tuple(int(seconds) for seconds in json.loads(entity.get("Boots") or "[]")),
-            boot_requests=tuple((_parse_iso(at), int(asked), int(left))
-                                for at, asked, left in json.loads(entity.get("BootRequests") or "[]")),
-            boots_counted_until=_time_or_none(entity.get("BootsCountedUntil")),
+            throttled_until=read("ThrottledUntil", _time_or_none),
+            preempted=read("Preempted", lambda text: _json_map(text, _parse_iso)),
+            boots=read("Boots", lambda text: tuple(_json_list(text, _whole))),
+            boot_requests=read("BootRequests", lambda text: tuple(
+                (_parse_iso(at), _whole(asked), _whole(left)) for at, asked, left in _json_list(text, tuple))),
+            boots_counted_until=read("BootsCountedUntil", _time_or_none),
             etag=entity.metadata["etag"],
         )
 
@@ -183,7 +192,8 @@ class TableStateStore:
 
     def list_unneeded(self) -> dict[str, datetime]:
         entities = self._query_partition(UNNEEDED_PARTITION, what="list unneeded nodes")
-        return {decode_key(entity["RowKey"]): _time(entity["Since"]) for entity in entities}
+        read = self._unneeded_from_entity
+        return dict(_readable(entities, read))
 
     def set_unneeded(self, node_name: str, since: datetime) -> None:
         entity = {
@@ -206,7 +216,7 @@ class TableStateStore:
 
     def list_offerings(self) -> list[UnavailableOffering]:
         entities = self._query_partition(OFFERING_PARTITION, what="list unavailable offerings")
-        return [_offering_from_entity(entity) for entity in entities]
+        return _readable(entities, lambda entity: _offering_from_entity(entity, self._table_name))
 
     def put_offering(self, mark: UnavailableOffering) -> None:
         entity = {
@@ -233,7 +243,7 @@ class TableStateStore:
 
     def get_ledger_entry(self, action_id: str) -> LedgerEntry | None:
         entity = self._get(LEDGER_PARTITION, action_id, what=f"read ledger entry {action_id!r}")
-        return None if entity is None else _ledger_from_entity(entity)
+        return None if entity is None else _ledger_from_entity(entity, self._table_name)
 
     def create_ledger_entry(self, entry: LedgerEntry) -> bool:
         return self._write(_ledger_to_entity(entry), None, what=f"create ledger entry {entry.action_id!r}")
@@ -244,7 +254,8 @@ class TableStateStore:
         return self._write(_ledger_to_entity(entry), entry.etag, what=f"update ledger entry {entry.action_id!r}")
 
     def list_ledger(self) -> list[LedgerEntry]:
-        return [_ledger_from_entity(entity) for entity in self._query_partition(LEDGER_PARTITION, what="list ledger")]
+        return _readable(self._query_partition(LEDGER_PARTITION, what="list ledger"),
+                         lambda entity: _ledger_from_entity(entity, self._table_name))
 
     def list_finished_ledger(self, *, updated_before: datetime, limit: int) -> list[LedgerEntry]:
         self._ensure_table()
@@ -255,7 +266,8 @@ class TableStateStore:
                 parameters={"partition": LEDGER_PARTITION, "before": _utc(updated_before, "updated_before")},
                 results_per_page=min(max(limit, 1), 1000),
             )
-            return [_ledger_from_entity(entity) for entity in itertools.islice(entities, limit)]
+            return _readable(itertools.islice(entities, limit),
+                             lambda entity: _ledger_from_entity(entity, self._table_name))
 
     def delete_ledger_entry(self, entry: LedgerEntry) -> bool:
         if entry.etag is None:
@@ -275,6 +287,19 @@ class TableStateStore:
         # 404: deleted since it was read (by another sweeper), which is a change too. When a retry follows a
         # delete whose answer was lost, this says False for our own delete: the row is gone all the same.
         return not (statuses and statuses[-1] == 404)
+
+    # --- the limits row ------------------------------------------------------------
+
+    def get_limit_reservations(self) -> LimitReservations:
+        entity = self._get(LIMITS_PARTITION, LIMITS_ROW, what="read the limits row")
+        if entity is None:
+            return LimitReservations()
+        reservations = _Columns(self._table_name, entity)("Reservations", _reservations)
+        return LimitReservations(reservations, etag=entity.metadata["etag"])
+
+    def update_limit_reservations(self, row: LimitReservations) -> bool:
+        entity = {"PartitionKey": LIMITS_PARTITION, "RowKey": LIMITS_ROW, "Reservations": _reservations_text(row)}
+        return self._write(entity, row.etag, what="update the limits row")
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -302,6 +327,9 @@ class TableStateStore:
             # Partition names are constants without quotes, so the filter needs no escaping.
             return list(self._table.query_entities(f"PartitionKey eq '{partition}'"))
 
+    def _unneeded_from_entity(self, entity: TableEntity) -> tuple[str, datetime]:
+        return decode_key(entity["RowKey"]), _Columns(self._table_name, entity)("Since", _time, required=True)
+
     def _write(self, entity: dict[str, Any], etag: str | None, *, what: str) -> bool:
         """Create (etag None, first writer wins) or replace if unchanged since read; False when the race is lost."""
         self._ensure_table()
@@ -324,11 +352,13 @@ class TableStateStore:
         return True
 
 
-def _offering_from_entity(entity: TableEntity) -> UnavailableOffering:
+def _offering_from_entity(entity: TableEntity, table: str) -> UnavailableOffering:
+    read = _Columns(table, entity)
     return UnavailableOffering(
-        key=OfferingKey.parse(entity["Key"]), until=_time(entity["Until"]), since=_time(entity["Since"]),
-        kind=entity.get("Kind", ""), code=entity.get("Code", ""), group=entity.get("Group", ""),
-        message=entity.get("Message", ""),
+        key=read("Key", lambda text: OfferingKey.parse(_text(text)), required=True),
+        until=read("Until", _time, required=True), since=read("Since", _time, required=True),
+        kind=read("Kind", _optional_text), code=read("Code", _optional_text), group=read("Group", _optional_text),
+        message=read("Message", _optional_text),
     )
 
 
@@ -354,27 +384,26 @@ def _ledger_to_entity(entry: LedgerEntry) -> dict[str, Any]:
     }
 
 
-def _ledger_from_entity(entity: TableEntity) -> LedgerEntry:
-    try:
-        return LedgerEntry(
-            action_id=entity["ActionId"],
-            kind=entity["Kind"],
-            group=entity["Group"],
-            progress=(int(entity["ProgressStep"]), int(entity["ProgressAttempt"])),
-            status=cast(LedgerStatus, entity["Status"]),
-            updated_at=_time(entity["UpdatedAt"]),
-            outcome=entity.get("Outcome", ""),
-            operation=entity.get("Operation", ""),
-            node=entity.get("Node", ""),
-            duplicates=int(entity.get("Duplicates", 0)),
-            record=entity.get("Record", ""),
-            faulted_since=_time(entity["FaultedSince"]) if entity.get("FaultedSince") else None,
-            # Rows written before the column existed have none: the step's next claim starts its clock.
-            step_started_at=_time(entity["StepStartedAt"]) if entity.get("StepStartedAt") else None,
-            etag=entity.metadata["etag"],
-        )
-    except KeyError as exc:
-        raise StorageError(f"ledger row {entity.get('RowKey')!r} lacks column {exc.args[0]!r}") from exc
+def _ledger_from_entity(entity: TableEntity, table: str) -> LedgerEntry:
+    """The entry a ledger row holds; UnreadableRow naming the row and column when one cannot be read."""
+    read = _Columns(table, entity)
+    return LedgerEntry(
+        action_id=read("ActionId", _text, required=True),
+        kind=read("Kind", _text, required=True),
+        group=read("Group", _text, required=True),
+        progress=(read("ProgressStep", _whole, required=True), read("ProgressAttempt", _whole, required=True)),
+        status=read("Status", _status, required=True),
+        updated_at=read("UpdatedAt", _time, required=True),
+        outcome=read("Outcome", _optional_text),
+        operation=read("Operation", _optional_text),
+        node=read("Node", _optional_text),
+        duplicates=read("Duplicates", lambda value: _whole(value or 0)),
+        record=read("Record", _optional_text),
+        faulted_since=read("FaultedSince", lambda value: _time(value) if value else None),
+        # Rows written before the column existed have none: the step's next claim starts its clock.
+        step_started_at=read("StepStartedAt", lambda value: _time(value) if value else None),
+        etag=entity.metadata["etag"],
+    )
 
 
 def _utc(moment: datetime, name: str) -> datetime:
@@ -395,3 +424,99 @@ def _time_or_none(value: datetime | None) -> datetime | None:
 
 def _parse_iso(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(timezone.utc)
+
+
+T = TypeVar("T")
+
+
+class _Columns:
+    """One row's columns read one at a time: a value that cannot be read raises UnreadableRow naming the table,
+    the row's keys and the column, never a bare JSONDecodeError or ValueError."""
+
+    def __init__(self, table: str, entity: Mapping[str, Any]) -> None:
+        self._table = table
+        self._entity = entity
+
+    def __call__(self, column: str, parse: Callable[[Any], T], *, required: bool = False) -> T:
+        value = self._entity.get(column)
+        if required and value is None:
+            raise self._unreadable(column, "the column is missing")
+        try:
+            return parse(value)
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+            raise self._unreadable(column, f"{type(exc).__name__}: {str(exc)[:200]} (value {value!r:.120})") from exc
+
+    def _unreadable(self, column: str, problem: str) -> UnreadableRow:
+        return UnreadableRow(table=self._table, partition_key=str(self._entity.get("PartitionKey", "")),
+                             row_key=str(self._entity.get("RowKey", "")), column=column, problem=problem)
+
+
+def _readable(entities: Iterable[TableEntity], parse: Callable[[TableEntity], T]) -> list[T]:
+    """Each row parsed. A row that cannot be read is logged by name and left out (and left as it is): one bad
+    row must not hide every other row of its partition from the polls."""
+    rows = []
+    for entity in entities:
+        try:
+            rows.append(parse(entity))
+        except UnreadableRow as exc:
+            log.error("%s; the row is left out of the listing until it is repaired or deleted", exc)
+    return rows
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value
+
+
+def _optional_text(value: object) -> str:
+    return "" if value is None else _text(value)
+
+
+def _whole(value: object) -> int:
+    """A whole number stored as a number or as decimal digits; a bool, a fraction or other text is refused."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise ValueError(f"not a whole number: {value!r:.60}")
+
+
+def _status(value: object) -> LedgerStatus:
+    if value not in get_args(LedgerStatus):
+        raise ValueError(f"not one of {', '.join(get_args(LedgerStatus))}")
+    return cast(LedgerStatus, value)
+
+
+def _json_map(text: object, parse: Callable[[Any], T]) -> dict[str, T]:
+    """A JSON object column (absent or empty: no entries), its values parsed."""
+    loaded = json.loads(_text(text)) if text else {}
+    if not isinstance(loaded, dict):
+        raise TypeError(f"expected a JSON object, got {type(loaded).__name__}")
+    return {_text(key): parse(value) for key, value in loaded.items()}
+
+
+def _json_list(text: object, parse: Callable[[Any], T]) -> list[T]:
+    """A JSON list column (absent or empty: no items), each item parsed."""
+    loaded = json.loads(_text(text)) if text else []
+    if not isinstance(loaded, list):
+        raise TypeError(f"expected a JSON list, got {type(loaded).__name__}")
+    return [parse(item) for item in loaded]
+
+
+def _reservation(action_id: str, body: Any) -> LimitReservation:
+    if not isinstance(body, dict):
+        raise TypeError(f"reservation {action_id!r} is not a JSON object")
+    return LimitReservation(action_id=action_id, group_id=_text(body["group"]), target=_whole(body["target"]),
+                            nodes=_whole(body["nodes"]), cores=_whole(body["cores"]),
+                            memory_bytes=_whole(body["memory"]), until=_parse_iso(_text(body["until"])))
+
+
+def _reservations(text: object) -> dict[str, LimitReservation]:
+    return {action_id: _reservation(action_id, body) for action_id, body in _json_map(text, lambda body: body).items()}
+
+
+def _reservations_text(row: LimitReservations) -> str:
+    return json.dumps({r.action_id: {"group": r.group_id, "target": r.target, "nodes": r.nodes, "cores": r.cores,
+                                     "memory": r.memory_bytes, "until": _utc(r.until, "until").isoformat()}
+                       for r in row.reservations.values()}, sort_keys=True)

@@ -21,7 +21,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 
-from shared.domain import ClusterSnapshot, NodeGroup, NodeTemplate, Resources, Taint
+from shared.domain import ClusterSnapshot, LimitReservation, NodeGroup, NodeTemplate, Resources, Taint
 from shared.engine.node_counts import registered_by_group
 
 GIB = 1024**3
@@ -87,22 +87,50 @@ class ClusterTotals:
                              self.memory_bytes + count * max(0, node.memory_bytes))
 
 
-def cluster_totals(snapshot: ClusterSnapshot, *, exclude: Collection[str] = ()) -> ClusterTotals:
+def cluster_totals(snapshot: ClusterSnapshot, *, exclude: Collection[str] = (),
+                   reserved: Iterable[LimitReservation] = ()) -> ClusterTotals:
     """Registered nodes plus, per group, the nodes asked for but not registered yet (priced by the template).
 
     `exclude` names nodes not to count: virtual nodes (`pod_rules.is_virtual_node`), which CA ignores.
+    `reserved`: the live reservations of scale-ups in flight (`LimitReservation`): a group counts up to the
+    largest target reserved for it (a target its capacity reached already adds nothing), and a group no
+    longer discovered counts its reservations' own nodes.
     """
     totals = ClusterTotals()
     for node in snapshot.nodes:
         if node.name not in exclude:
             totals = totals.plus(1, node.allocatable)
     registered = registered_by_group(snapshot.nodes, exclude=exclude)
+    largest = largest_reservations(reserved)
     for group in snapshot.groups:
         upcoming = group.running_target - registered.get(group.id, 0)
         template = snapshot.templates.get(group.id)
         if upcoming > 0:
             totals = totals.plus(upcoming, template.allocatable if template else Resources())
+        if group.id in largest:
+            reservation = largest[group.id]
+            held = reservation.target - max(group.running_target, registered.get(group.id, 0))
+            if held > 0:
+                totals = totals.plus(held, _reserved_node(reservation))
+    known = {group.id for group in snapshot.groups}
+    for reservation in reserved:
+        if reservation.group_id not in known:
+            totals = totals.plus(reservation.nodes, _reserved_node(reservation))
     return totals
+
+
+def largest_reservations(reserved: Iterable[LimitReservation]) -> dict[str, LimitReservation]:
+    """Per group, the reservation with the largest target: targets are absolute, so it covers the others."""
+    largest: dict[str, LimitReservation] = {}
+    for reservation in reserved:
+        known = largest.get(reservation.group_id)
+        if known is None or reservation.target > known.target:
+            largest[reservation.group_id] = reservation
+    return largest
+
+
+def _reserved_node(reservation: LimitReservation) -> Resources:
+    return Resources(cpu_milli=reservation.cores * 1000, memory_bytes=reservation.memory_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,21 +193,30 @@ def at_min_size(group: NodeGroup, *, running: int, removing: int) -> bool:
 
 
 def allowed_target(snapshot: ClusterSnapshot, group_id: str, target: int, *, limits: ClusterLimits = ClusterLimits(),
-                   max_nodes_per_scale_up: int = 1000, exclude: Collection[str] = ()) -> tuple[int, str | None]:
+                   max_nodes_per_scale_up: int = 1000, exclude: Collection[str] = (),
+                   reserved: Iterable[LimitReservation] = ()) -> tuple[int, str | None]:
     """The largest size up to `target` the group may be grown to now, and the limit that capped it.
 
     What the executor asks before it resizes: a decision is only a request, and the cluster (other
     groups grown meanwhile, limits changed) may have moved since it was made. `exclude` as for
-    `cluster_totals`. A group not in the snapshot is allowed nothing.
+    `cluster_totals`; `reserved` the live reservations of the other scale-ups in flight, which count against
+    every limit as if their capacity were written (a target another one reserved for this group is allowed
+    as it stands: it needs no more room). A group not in the snapshot is allowed nothing.
     """
     group = next((g for g in snapshot.groups if g.id == group_id), None)
     if group is None:
         return 0, "the group is not in the snapshot"
+    reserved = tuple(reserved)
+    others = largest_reservations(reserved).get(group_id)
+    base = max(group.running_target, others.target if others else 0)
+    if target <= base:
+        return target, None
     template = snapshot.templates.get(group_id) or NodeTemplate(allocatable=Resources())
-    allowance = allowed_increase(target - group.running_target, group=group, template=template,
-                                 totals=cluster_totals(snapshot, exclude=exclude), limits=limits,
-                                 max_nodes_per_scale_up=max_nodes_per_scale_up)
-    return group.running_target + allowance.count, allowance.reason
+    held = base - group.running_target  # nodes of this group another scale-up holds already
+    allowance = allowed_increase(target - base, group=replace(group, capacity=group.capacity + held),
+                                 template=template, totals=cluster_totals(snapshot, exclude=exclude, reserved=reserved),
+                                 limits=limits, max_nodes_per_scale_up=max(0, max_nodes_per_scale_up - held))
+    return base + allowance.count, allowance.reason
 
 
 # --- Balancing similar node groups -------------------------------------------------------------

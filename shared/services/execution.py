@@ -25,7 +25,7 @@ from typing import Generic, Literal, TypeVar
 from shared import telemetry
 from shared.actions import ScaleAction, encode_action
 from shared.domain import GroupState
-from shared.ports import ClusterError, ComputeError, LedgerEntry, Operation, Ports
+from shared.ports import ClusterError, ComputeError, LedgerEntry, Operation, Ports, UnreadableRow
 from shared.services import ledger
 from shared.services.events import status_event
 from shared.services.swap import StateConflict, update_group
@@ -47,6 +47,10 @@ MAX_POISON_CHARS = 32 * 1024
 CLOCK_SKEW = timedelta(minutes=5)
 # The kinds of long-running operation a ledger row may be following, stored as `kind:token`.
 OPERATION_KINDS = ("resize", "delete", "start", "deallocate")
+
+
+class OutcomeNotRecorded(RuntimeError):
+    """An action's outcome could not be written to its ledger row (the row kept changing under us)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,8 @@ class StepTable(Generic[A]):
     refused: Callable[[Run[A], A, str, datetime], None] = field(default=_nothing)
     # ARM throttled the step for `delay`: what the kind does besides waiting.
     throttled: Callable[[Run[A], A, timedelta, datetime], None] = field(default=_nothing)
+    # The action is about to record its outcome: give back what it held (a scale-up's room under the limits).
+    ended: Callable[[Run[A], A, datetime], None] = field(default=_nothing)
 
     def __post_init__(self) -> None:
         if tuple(self.steps) != self.action.STEPS:
@@ -127,7 +133,13 @@ class Run(Generic[A]):
         self, action: A, entry: LedgerEntry, outcome: Outcome, detail: str, *, now: datetime,
         error_code: str = "", old_size: int | None = None,
     ) -> ExecutionResult:
-        ledger.update(self.ports.state, entry, status="done", outcome=f"{outcome}: {detail}", operation="", updated_at=now)
+        self._ended(action, now=now)
+        recorded = ledger.update(self.ports.state, entry, status="done", outcome=f"{outcome}: {detail}", operation="",
+                                 updated_at=now)
+        if recorded.progress == entry.progress and not recorded.outcome:
+            # Never let the message go as if the outcome were written: this delivery fails, the step runs again.
+            raise OutcomeNotRecorded(f"action {action.id}: its outcome ({outcome}: {detail}) could not be written "
+                                     "to the ledger")
         log.info("action %s %s: %s", action.id, outcome, detail)
         telemetry.action_ended(action, outcome, detail=detail, now=now, error_code=error_code,
                                dry_run=self.settings.dry_run, old_size=old_size)
@@ -141,6 +153,7 @@ class Run(Generic[A]):
         if poison:
             self.ports.queue.send_poison(encode_action(action))
         if entry is not None:
+            self._ended(action, now=now)  # only with our claim: a message alone never releases what an action holds
             ledger.update(self.ports.state, entry, status="done", outcome=f"rejected: {reason}", updated_at=now)
         else:
             ledger.record_rejection(
@@ -202,6 +215,12 @@ class Run(Generic[A]):
 
     # -- bookkeeping -------------------------------------------------------------------------
 
+    def _ended(self, action: A, *, now: datetime) -> None:
+        try:
+            self.table.ended(self, action, now)
+        except Exception:  # noqa: BLE001 - what it held lapses on its own; the outcome must still be recorded
+            log.exception("action %s: could not give back what it held; it lapses with its lifetime", action.id)
+
     def update_group(self, group_id: str, change: Callable[[GroupState], GroupState]) -> None:
         try:
             update_group(self.ports.state, group_id, change, what="update")
@@ -209,6 +228,10 @@ class Run(Generic[A]):
             # Bookkeeping after the fact (a cooldown, a released reservation the orphan sweep also finds):
             # the action's outcome stands.
             log.warning("%s; cooldown may be off by one action", exc)
+        except UnreadableRow as exc:
+            # The group's row cannot be read, so it is not written either (an operator repairs it): the action's
+            # outcome is recorded all the same.
+            log.error("group %s left as it is: %s", group_id, exc)
 
     def status_event(self, reason: str, message: str, *, now: datetime,
                      type: Literal["Normal", "Warning"] = "Normal") -> None:

@@ -44,7 +44,7 @@ from shared.actions import (
     decode_message,
     encode_action,
 )
-from shared.ports import ClusterError, ComputeError, LedgerEntry, Ports
+from shared.ports import ClusterError, ComputeError, LedgerEntry, Ports, UnreadableRow
 from shared.services import backfill_steps, ledger, scale_down_steps, scale_up_steps
 from shared.services.execution import (
     CLOCK_SKEW,
@@ -112,7 +112,10 @@ class Executor:
 
     def _execute(self, action: ScaleAction, *, now: datetime) -> ExecutionResult:
         run = self._run(action)
-        entry = self._ports.state.get_ledger_entry(action.id)
+        try:
+            entry = self._ports.state.get_ledger_entry(action.id)
+        except UnreadableRow as exc:
+            return self._unreadable_ledger_row(run, action, exc, now=now)
         if entry is None and not action.is_first_step:
             # No action of ours ever got this far: a forged or corrupted step. Said where operators look, too.
             why = "a follow-up step with no ledger entry"
@@ -147,6 +150,12 @@ class Executor:
                 return result
             self._release(claimed, now=now)
             raise
+        except UnreadableRow as exc:
+            # A stored row the step needs cannot be read: no retry reads it better. End the action now, with
+            # its outcome recorded (the kind's `fail`, or a minimal outcome when that needs the row too).
+            log.error("action %s step %s: %s", action.id, action.step, exc)
+            return self._fail_recorded(run, action, claimed, f"stored state cannot be read: {exc}", "UnreadableRow",
+                                       now=now)
         except Exception:
             # Give the step back so the host's retry of this message may take it at once.
             self._release(claimed, now=now)
@@ -188,12 +197,39 @@ class Executor:
 
     def _fail_last_delivery(self, action: ScaleAction, exc: Exception, *, now: datetime) -> None:
         """The host's last delivery failed too: end the action with a recorded outcome before it is poisoned."""
-        entry = self._ports.state.get_ledger_entry(action.id)
-        if entry is None or entry.outcome:
-            return
         run = self._run(action)
         try:
-            run.table.fail(run, action, entry, f"failed on the last delivery: {type(exc).__name__}: {exc}",
-                           type(exc).__name__, now)
-        except Exception:  # the original error is what the host logs; this one only adds to it
-            log.exception("action %s: could not record the failure of its last delivery", action.id)
+            entry = self._ports.state.get_ledger_entry(action.id)
+        except UnreadableRow as unreadable:
+            self._unreadable_ledger_row(run, action, unreadable, now=now)
+            return
+        if entry is None or entry.outcome:
+            return
+        self._fail_recorded(run, action, entry, f"failed on the last delivery: {type(exc).__name__}: {exc}",
+                            type(exc).__name__, now=now)
+
+    def _fail_recorded(self, run: Run[Any], action: ScaleAction, entry: LedgerEntry, why: str, code: str, *,
+                       now: datetime) -> ExecutionResult:
+        """End the action as failed by its kind's `fail`; when that fails too (the group's row unreadable, say),
+        a minimal outcome is written to the ledger row all the same: an action never ends without one."""
+        try:
+            return run.table.fail(run, action, entry, why, code, now)
+        except Exception:  # noqa: BLE001 - the outcome below matters more than the bookkeeping that failed
+            log.exception("action %s: its kind's failure handling failed; recording a minimal outcome", action.id)
+        ledger.update(self._ports.state, entry, status="done", outcome=f"failed: {why}", operation="", updated_at=now)
+        telemetry.action_ended(action, "failed", detail=why, now=now, error_code=code, dry_run=self._settings.dry_run)
+        return ExecutionResult("failed", why, action.id)
+
+    def _unreadable_ledger_row(self, run: Run[Any], action: ScaleAction, exc: UnreadableRow, *,
+                               now: datetime) -> ExecutionResult:
+        """The action's own ledger row cannot be read: nothing is run (what it recorded is unknown), the message
+        goes to the poison queue, and the outcome is recorded on a row of its own beside the bad one (which is
+        left as it is for an operator)."""
+        reason = f"refused: its ledger row cannot be read: {exc}"
+        log.error("action %s step %s %s; nothing done", action.id, action.step, reason)
+        self._ports.queue.send_poison(encode_action(action))
+        ledger.record_rejection(self._ports.state, action_id=f"{action.id}#unreadable", kind=action.kind,
+                                group=action.group, reason=reason, now=now)
+        run.table.refused(run, action, reason, now)
+        telemetry.action_ended(action, "rejected", detail=reason, now=now, poison=True, dry_run=self._settings.dry_run)
+        return ExecutionResult("rejected", reason, action.id)

@@ -6,11 +6,11 @@ and never writes to it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import datetime
 
-from shared.domain import GroupState, UnavailableOffering
-
+from shared.domain import GroupState, LimitReservations, UnavailableOffering
 from shared.ports import LedgerEntry, StateStore
 
 
@@ -20,7 +20,8 @@ class MemoryStateStore:
     Compare-and-swap holds as in Table storage (etags on group rows and ledger entries,
     first writer wins a ledger row), so the services' retry loops behave the same; and what
     TableStateStore refuses as a caller bug (a naive time, a ledger write without the etag it
-    read) raises the same ValueError here. tests/contract/test_state_store.py holds both to it.
+    read) raises the same ValueError here. tests/contract/test_state_store.py holds both to it. Each
+    compare-and-swap is atomic under threads, as Table storage's If-Match is across executors.
     """
 
     def __init__(self, base: StateStore | None = None) -> None:
@@ -30,11 +31,14 @@ class MemoryStateStore:
         self._ledger: dict[str, LedgerEntry] = {}
         self._deleted: set[str] = set()  # ledger entries deleted here (over the base's)
         self._offerings: dict[str, UnavailableOffering | None] | None = None  # as _unneeded
+        self._limits: LimitReservations | None = None  # None: not written here (the base's, or none)
         self._serial = 0
+        self._lock = threading.RLock()  # one compare-and-swap at a time
 
     def _etag(self) -> str:
-        self._serial += 1
-        return f'W/"{self._serial}"'
+        with self._lock:
+            self._serial += 1
+            return f'W/"{self._serial}"'
 
     def get_group(self, group_id: str) -> GroupState:
         if group_id in self._groups:
@@ -43,10 +47,25 @@ class MemoryStateStore:
 
     def update_group(self, state: GroupState) -> bool:
         _check_group_times(state)
-        if self.get_group(state.group_id).etag != state.etag:
-            return False
-        self._groups[state.group_id] = replace(state, etag=self._etag())
-        return True
+        with self._lock:
+            if self.get_group(state.group_id).etag != state.etag:
+                return False
+            self._groups[state.group_id] = replace(state, etag=self._etag())
+            return True
+
+    def get_limit_reservations(self) -> LimitReservations:
+        if self._limits is not None:
+            return self._limits
+        return self._base.get_limit_reservations() if self._base else LimitReservations()
+
+    def update_limit_reservations(self, row: LimitReservations) -> bool:
+        for reservation in row.reservations.values():
+            _aware(reservation.until, "until")
+        with self._lock:
+            if self.get_limit_reservations().etag != row.etag:
+                return False
+            self._limits = replace(row, etag=self._etag())
+            return True
 
     def _unneeded_map(self) -> dict[str, datetime | None]:
         if self._unneeded is None:
@@ -75,21 +94,23 @@ class MemoryStateStore:
 
     def create_ledger_entry(self, entry: LedgerEntry) -> bool:
         _check_ledger_times(entry)
-        if self.get_ledger_entry(entry.action_id) is not None:
-            return False
-        self._deleted.discard(entry.action_id)
-        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
-        return True
+        with self._lock:
+            if self.get_ledger_entry(entry.action_id) is not None:
+                return False
+            self._deleted.discard(entry.action_id)
+            self._ledger[entry.action_id] = replace(entry, etag=self._etag())
+            return True
 
     def update_ledger_entry(self, entry: LedgerEntry) -> bool:
         if entry.etag is None:
             raise ValueError(f"update_ledger_entry({entry.action_id!r}) needs the etag of the entry it read")
         _check_ledger_times(entry)
-        current = self.get_ledger_entry(entry.action_id)
-        if current is None or current.etag != entry.etag:
-            return False
-        self._ledger[entry.action_id] = replace(entry, etag=self._etag())
-        return True
+        with self._lock:
+            current = self.get_ledger_entry(entry.action_id)
+            if current is None or current.etag != entry.etag:
+                return False
+            self._ledger[entry.action_id] = replace(entry, etag=self._etag())
+            return True
 
     def list_ledger(self) -> list[LedgerEntry]:
         base = {e.action_id: e for e in (self._base.list_ledger() if self._base else [])}
@@ -103,12 +124,13 @@ class MemoryStateStore:
     def delete_ledger_entry(self, entry: LedgerEntry) -> bool:
         if entry.etag is None:
             raise ValueError(f"delete_ledger_entry({entry.action_id!r}) needs the etag of the entry it read")
-        current = self.get_ledger_entry(entry.action_id)
-        if current is None or current.etag != entry.etag:
-            return False
-        self._ledger.pop(entry.action_id, None)
-        self._deleted.add(entry.action_id)  # hides the base's row too
-        return True
+        with self._lock:
+            current = self.get_ledger_entry(entry.action_id)
+            if current is None or current.etag != entry.etag:
+                return False
+            self._ledger.pop(entry.action_id, None)
+            self._deleted.add(entry.action_id)  # hides the base's row too
+            return True
 
 
     def _offering_map(self) -> dict[str, UnavailableOffering | None]:

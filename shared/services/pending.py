@@ -37,6 +37,7 @@ from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services import allocation, offerings, spot, virtual_nodes
+from shared.services.group_rows import read_group_states
 from shared.services.load import plan_load_increases
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.status import publish_status, status_inputs
@@ -95,7 +96,12 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     snapshot = observe_or_skip(ports, now=now, node_mapping=settings.node_mapping)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
-    states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
+    states, unreadable = read_group_states(ports, snapshot.groups)
+    if unreadable:
+        # A group whose state row cannot be read is neither planned onto nor written (reported by the read);
+        # the other groups keep scaling.
+        snapshot = replace(snapshot, groups=tuple(g for g in snapshot.groups if g.id not in unreadable))
+        states = {group_id: state for group_id, state in states.items() if group_id not in unreadable}
     observed = snapshot = running_sizes(snapshot, states)
     _measure_boots(ports, snapshot, states, settings, now=now)
     # Instances a successful scale-up left Failed: deleted, their offering marked (or the group backed off), and

@@ -1,6 +1,9 @@
 """The scale-up action's steps: `resize` grows one group (starting deallocated instances first), `confirm`
 follows the ARM operation until the capacity is there or the attempt failed.
 
+The resize reserves its room under the cluster-wide limits before it writes any capacity, and the room is
+given back when the action records its outcome (`limit_reservations`).
+
 resize ──> confirm ──> (succeeded | failed: capacity asked for given back, then
                          refused for capacity or quota: the offering marked unavailable, and the pending pods
                                                         re-planned at once onto the next group (the same poll);
@@ -17,14 +20,12 @@ from shared.actions import ScaleUp
 from shared.domain import NodeGroup
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.idle import note_boot_request
-from shared.engine.limits import allowed_target
 from shared.engine.quota import capped_target
-from shared.engine.pod_rules import is_virtual_node
 from shared.ports import CHANGED_SINCE_READ, ComputeError, LedgerEntry, Operation
-from shared.services.execution import ExecutionResult, Run, Step, StepTable, untag
-from shared.services import offerings
-from shared.services.observe import observe, running_sizes
+from shared.services.execution import ExecutionResult, Run, Step, StepTable, throttled_delay, untag
+from shared.services import limit_reservations, offerings
 from shared.services.pending import run_pending_poll
+from shared.services.swap import StateConflict
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +50,26 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
     if running >= target:
         return run.finish(action, entry, "skipped", f"group already at {running} >= {target}", now=now,
                           old_size=running)
-    allowed, limit = _allowed_target(run, group, target, now=now)
-    if allowed <= running:
-        return run.finish(action, entry, "skipped", f"{limit} at execution: {group.id} stays at {running}",
-                          now=now, old_size=running)
     limits = offerings.planning_limits(run.ports, run.settings, [group], now=now, fresh=True)
     if group.id in limits.blocked:
         return run.finish(action, entry, "skipped", f"{limits.blocked[group.id]}: {group.id} stays at {running}",
                           now=now, old_size=running)
     # Quotas, again at execution: what other groups took since the poll decided is no longer there.
-    within, why = capped_target(replace(group, capacity=running), allowed, limits.quota)
+    allowed, why = capped_target(replace(group, capacity=running), target, limits.quota)
+    limit = f"quota: {why}" if allowed < target else None
+    if allowed <= running:
+        return run.finish(action, entry, "skipped", f"{limit} at execution: {group.id} stays at {running}",
+                          now=now, old_size=running)
+    # The cluster-wide limits, again at execution, with the room reserved for this action before any capacity
+    # is written: the other scale-ups in flight count with what exists (limit_reservations).
+    try:
+        within, reason = limit_reservations.reserve(run.ports, run.settings, action_id=action.id, group=group,
+                                                    target=allowed, now=now, write=not run.settings.dry_run)
+    except StateConflict as exc:
+        delay = throttled_delay(None, run.settings.step_retry_delay, attempt=action.attempt)
+        return run.continue_(action.retried(), entry, delay=delay, now=now, detail=f"limits row contended: {exc}")
     if within < allowed:
-        allowed, limit = within, f"quota: {why}"
+        allowed, limit = within, reason
     if allowed <= running:
         return run.finish(action, entry, "skipped", f"{limit} at execution: {group.id} stays at {running}",
                           now=now, old_size=running)
@@ -145,18 +154,6 @@ def _resize_unless_reached(run: Run[ScaleUp], group: NodeGroup, capacity: int) -
     raise AssertionError("unreachable")
 
 
-def _allowed_target(run: Run[ScaleUp], group: NodeGroup, target: int, *, now: datetime) -> tuple[int, str | None]:
-    """How far the group may grow now: the cluster-wide limits and MAX_NODES_PER_SCALE_UP, re-checked
-    against the world as it is at execution, not as it was when the poll decided. They count nodes and
-    groups (and templates for nodes still coming): no pod is listed for them."""
-    snapshot = observe(run.ports, now=now, node_mapping=run.settings.node_mapping, with_pods=False)
-    states = {g.id: run.ports.state.get_group(g.id) for g in snapshot.groups}
-    snapshot = running_sizes(snapshot, states)
-    return allowed_target(snapshot, group.id, target, limits=run.settings.cluster_limits,
-                          max_nodes_per_scale_up=run.settings.max_nodes_per_scale_up,
-                          exclude={n.name for n in snapshot.nodes if is_virtual_node(n)})
-
-
 def confirm(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime) -> ExecutionResult:
     kind, token = untag(entry.operation, default="resize")
     provider = run.ports.provider
@@ -233,6 +230,11 @@ def fail(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, why: str, code:
     return run.finish(action, entry, "failed", why, now=now, error_code=code)
 
 
+def ended(run: Run[ScaleUp], action: ScaleUp, now: datetime) -> None:
+    """The scale-up has its outcome: the room it reserved under the cluster-wide limits is given back."""
+    limit_reservations.release(run.ports, action.id, now=now)
+
+
 def _instance_order(instance_id: str) -> tuple[int, str]:
     return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)
 
@@ -246,4 +248,5 @@ TABLE = StepTable(
     succeeded=succeeded,
     failed=failed,
     fail=fail,
+    ended=ended,
 )
