@@ -23,11 +23,12 @@ far cheaper than copying the indexes for every group it tries.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from shared.domain import (
     EMPTY_MAP,
+    TO_BE_DELETED_TAINT,
     HostPort,
     LabelSelector,
     Node,
@@ -63,6 +64,16 @@ class NodeView:
     @classmethod
     def of(cls, node: Node) -> NodeView:
         return cls(node.name, node.labels, node.taints, node.allocatable, node.unschedulable)
+
+    def as_removed(self) -> NodeView:
+        """The node as cluster-autoscaler's simulation keeps one it found removable: tainted ToBeDeleted.
+
+        It stays a topology domain for constraints that ignore taints (nodeTaintsPolicy's default), and
+        leaves those that honour them when the pod does not tolerate the taint.
+        """
+        if any(t.key == TO_BE_DELETED_TAINT for t in self.taints):
+            return self
+        return replace(self, taints=(*self.taints, Taint(TO_BE_DELETED_TAINT, "", "NoSchedule")))
 
 
 def tolerates_all(tolerations: Sequence[Toleration], taints: Iterable[Taint]) -> bool:
@@ -273,12 +284,12 @@ class PlacementState:
         self._memo: dict[tuple[str, int], tuple[Pod, object]] = {}
         # Undo log: ("node", name) or ("pod", pod, node name, requests), newest last.
         self._journal: list[tuple[object, ...]] = []
-        # Nodes dropped for good (drop_node) whose pods' entries are still in _by_namespace and _by_pair: skipped
-        # by readers and compacted away in bulk. Rebuilding those lists at each drop made a scale-down pass
-        # quadratic in the cluster's pods (measured: 3.4 s of a 1,000-node pass went to it).
-        self._dropped: set[str] = set()
+        # Pods removed for good (remove_pods), by id, whose entries are still in _by_namespace and _by_pair:
+        # skipped by readers and compacted away in bulk (the pod is kept here, so its id stays its own).
+        # Rebuilding those lists at each removal made a scale-down pass quadratic in the cluster's pods.
+        self._gone: dict[int, Pod] = {}
         self._stale = 0
-        # Journaled placements per node: what drop_node checks, without scanning the journal each time.
+        # Journaled placements per node: what remove_pods checks, without scanning the journal each time.
         self._journaled_on: dict[str, int] = {}
 
     # -- building -------------------------------------------------------------------
@@ -338,33 +349,74 @@ class PlacementState:
         self._journal.append(("pod", pod, node_name, requests))
         self._journaled_on[node_name] = self._journaled_on.get(node_name, 0) + 1
 
-    def drop_node(self, name: str) -> None:
-        """The node and its pods leave for good (a scale-down candidate that passed): they count nowhere now.
+    def remove_pods(self, name: str, pods: Iterable[Pod]) -> None:
+        """`pods`, observed on node `name`, leave it for good (a removable scale-down candidate's moved pods).
 
-        Not journaled, so not undone by a rollback: call it only when no checkpoint taken before
-        it will be rolled back, and on a node no journaled placement went to.
+        The node stays, as cluster-autoscaler keeps a node it found removable in its simulation: its
+        topology domains still count, at what is left there (often 0), for the pods of later candidates.
+        Not journaled, so not undone by a rollback: call it only when no checkpoint taken before it will
+        be rolled back, and on a node no journaled placement went to.
         """
         if self._journaled_on.get(name):
-            raise ValueError(f"node {name} received planned pods; it cannot be dropped")
-        leaving = self._pods.get(name, ())
-        for pod in leaving:
+            raise ValueError(f"node {name} received planned pods; its observed pods cannot be removed")
+        leaving = {id(pod): pod for pod in pods}
+        if not leaving:
+            return
+        on_node = self._pods.get(name, [])
+        kept = [pod for pod in on_node if id(pod) not in leaving]
+        if len(on_node) - len(kept) != len(leaving):
+            missing = sorted(p.key for p in leaving.values() if not any(p is q for q in on_node))
+            raise ValueError(f"pods not observed on node {name}: {', '.join(missing)}")
+        for pod in leaving.values():
             self._count(pod, name, -1)
-        self._remove_node(name)
-        if leaving:
-            self._dropped.add(name)
-            self._stale += len(leaving)
-            if self._stale >= _COMPACT_AT and 4 * self._stale >= sum(len(v) for v in self._by_namespace.values()):
-                self._compact()
+            requests = pod.requests  # as from_cluster counted it: its requests and one pod slot
+            self._add_used(name, Resources(requests.cpu_milli, requests.memory_bytes, 1,
+                                           requests.ephemeral_storage_bytes, requests.extended), -1)
+        self._pods[name] = kept
+        if name in self._ports:
+            self._ports[name] = [*self._nodes[name].reserved_ports, *(hp for pod in kept for hp in pod.host_ports)]
+        self._gone.update(leaving)
+        self._stale += len(leaving)
+        if self._stale >= _COMPACT_AT and 4 * self._stale >= sum(len(v) for v in self._by_namespace.values()):
+            self._compact()
+
+    def replace_node(self, view: NodeView) -> None:
+        """Node `view.name` now looks like `view` (its taints, say), with the same labels: spread domains follow.
+
+        Not journaled, so not undone by a rollback; refused for a node a journaled placement went to, whose
+        rollback would count its pods against the node's new eligibility.
+        """
+        name = view.name
+        old = self._nodes[name]
+        if dict(old.labels) != dict(view.labels):
+            raise ValueError(f"node {name}: replace_node keeps the labels; the topology indexes are built on them")
+        if self._journaled_on.get(name):
+            raise ValueError(f"node {name} received planned pods; it cannot be replaced")
+        for index in self._spread.values():
+            if name in index.eligible_nodes and not index.eligible(view):
+                domain = view.labels[index.topology_key]
+                for pod in self._pods.get(name, ()):
+                    if index.counts_pod(pod):
+                        index.bump(domain, -1)
+                index.eligible_nodes.discard(name)
+                self._leave_domain(index, domain)
+        self._nodes[name] = view
+        for index in self._spread.values():
+            if name not in index.eligible_nodes and index.eligible(view) and view.labels.get(index.topology_key):
+                self._spread_add_node(index, view)
+                for pod in self._pods.get(name, ()):
+                    if index.counts_pod(pod):
+                        index.bump(view.labels[index.topology_key], 1)
 
     def _compact(self) -> None:
-        """Remove the entries of dropped nodes from the pod lists, keeping the order of the rest (rollback pops)."""
-        dropped = self._dropped
+        """Remove the entries of removed pods from the pod lists, keeping the order of the rest (rollback pops)."""
+        gone = self._gone
         for namespace, placed in self._by_namespace.items():
-            self._by_namespace[namespace] = [e for e in placed if e[1] not in dropped]
+            self._by_namespace[namespace] = [e for e in placed if id(e[0]) not in gone]
         if self._by_pair is not None:
             for pair, placed in self._by_pair.items():
-                self._by_pair[pair] = [e for e in placed if e[1] not in dropped]
-        self._dropped = set()
+                self._by_pair[pair] = [e for e in placed if id(e[0]) not in gone]
+        self._gone = {}
         self._stale = 0
 
     def checkpoint(self) -> int:
@@ -507,8 +559,6 @@ class PlacementState:
     # -- internals --------------------------------------------------------------------
 
     def _add_node(self, view: NodeView) -> None:
-        if view.name in self._dropped:
-            self._compact()  # a name back after a drop: its old entries must not count for the new node
         self._nodes[view.name] = view
         if view.reserved_ports:
             self._ports[view.name] = list(view.reserved_ports)
@@ -523,13 +573,17 @@ class PlacementState:
         for index in self._spread.values():
             if name in index.eligible_nodes:
                 index.eligible_nodes.discard(name)
-                domain = view.labels[index.topology_key]
-                left = index.nodes_per_domain[domain] - 1
-                if left:
-                    index.nodes_per_domain[domain] = left
-                else:
-                    del index.nodes_per_domain[domain]
-                    index.drop_domain(domain)
+                self._leave_domain(index, view.labels[index.topology_key])
+
+    @staticmethod
+    def _leave_domain(index: SpreadIndex, domain: str) -> None:
+        """One eligible node fewer in `domain`: the domain goes with its last one."""
+        left = index.nodes_per_domain[domain] - 1
+        if left:
+            index.nodes_per_domain[domain] = left
+        else:
+            del index.nodes_per_domain[domain]
+            index.drop_domain(domain)
 
     @staticmethod
     def _spread_add_node(index: SpreadIndex, view: NodeView) -> None:
@@ -629,9 +683,9 @@ class PlacementState:
             found = (entry for placed in self._by_namespace.values() for entry in placed)
         else:
             found = (entry for ns in namespaces for entry in self._by_namespace.get(ns, ()))
-        if self._dropped:
-            dropped = self._dropped
-            return (entry for entry in found if entry[1] not in dropped)
+        if self._gone:
+            gone = self._gone
+            return (entry for entry in found if id(entry[0]) not in gone)
         return found
 
     def _build_term(self, key: TermKey) -> _TermCounts:

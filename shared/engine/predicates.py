@@ -317,12 +317,15 @@ def spread_plan(pod: Pod, state: PlacementState) -> SpreadPlan:
 
 @dataclass(frozen=True, slots=True)
 class SpreadDeparture:
-    """One spread constraint's domains as the scheduler sees them once a node and its pods are gone.
+    """One spread constraint's domains once a scale-down candidate's moving pods have left it.
 
-    Scale-down moves a node's pods while the node is still in the placement state: its pods
-    would keep counting in its domain, and a domain with no other eligible node would stay a
-    domain. The scheduler sees neither, which matters when the departing domain held the
-    minimum or was needed for minDomains.
+    Scale-down moves a node's pods while they are still in the placement state: they would keep
+    counting in the node's domain. cluster-autoscaler takes them off its snapshot first
+    (RemovalSimulator.findPlaceFor) and keeps the node there, tainted ToBeDeleted
+    (`NodeView.as_removed`): for a constraint that ignores taints (the default) its domain stays a
+    domain at what is left there, so a zone held by that node alone drops to 0 and becomes the
+    minimum; for one that honours them, the node leaves the constraint's domains, and a domain goes
+    with its last node.
     """
 
     domain: str  # the departing node's domain
@@ -331,25 +334,32 @@ class SpreadDeparture:
     domains: int
 
 
-def spread_departures(pod: Pod, state: PlacementState, leaving: str) -> list[SpreadDeparture | None] | None:
-    """Per constraint of the pod's `spread_plan`, how it looks with `leaving` gone (None: unchanged).
+def spread_departures(pod: Pod, state: PlacementState, leaving: str,
+                      moving: Iterable[Pod]) -> list[SpreadDeparture | None] | None:
+    """Per constraint of the pod's `spread_plan`, how it looks once `moving` have left `leaving` (None: unchanged).
 
-    O(domains) per constraint: computed once per pod that moves, not per node tried.
+    `moving` are the candidate's pods as observed on `leaving` (the pod being placed among them).
+    O(domains + pods on the node) per constraint: computed once per pod that moves, not per node tried.
     """
     if not pod.topology_spread or not state.has_node(leaving):
         return None
-    labels = state.node(leaving).labels
+    view = state.node(leaving)
+    ghost = view.as_removed()
+    moving = tuple(moving)
     departures: list[SpreadDeparture | None] = []
     for constraint, index, _ in state.memo("spread", pod, lambda p: spread_plan(p, state)):
-        domain = labels.get(constraint.topology_key)
+        domain = view.labels.get(constraint.topology_key)
         if domain is None or leaving not in index.eligible_nodes:
             departures.append(None)
             continue
         rest = [count for other, count in index.counts.items() if other != domain]
-        if index.nodes_per_domain.get(domain, 0) <= 1:
+        if index.eligible(ghost):  # the node stays a domain, without its moving pods
+            left = index.counts.get(domain, 0) - sum(1 for p in moving if index.counts_pod(p))
+        elif index.nodes_per_domain.get(domain, 0) <= 1:  # the domain goes with its only node
             departures.append(SpreadDeparture(domain, None, min(rest, default=None), len(rest)))
             continue
-        left = index.counts.get(domain, 0) - sum(1 for p in state.pods_on(leaving) if index.counts_pod(p))
+        else:  # the node leaves the domain, every pod of it with it
+            left = index.counts.get(domain, 0) - sum(1 for p in state.pods_on(leaving) if index.counts_pod(p))
         departures.append(SpreadDeparture(domain, left, min([*rest, left]), len(rest) + 1))
     return departures
 
@@ -386,8 +396,8 @@ def topology_spread_mismatch(pod: Pod, node: NodeView, state: PlacementState, *,
     matches its own selector, minus the minimum over the eligible domains, must not
     exceed maxSkew. With fewer eligible domains than minDomains the minimum is 0.
     Only pods in the pod's namespace that are not terminating count, as in the scheduler.
-    `departures` (`spread_departures`): the counts as they will be once a node being
-    removed has gone.
+    `departures` (`spread_departures`): the counts as they will be once a scale-down
+    candidate's moving pods have left it.
     """
     if not pod.topology_spread:
         return None

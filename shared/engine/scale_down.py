@@ -13,8 +13,13 @@ protected:
    state: each candidate's movable pods must pass every scheduler filter on a node
    that stays, taking the room earlier candidates' pods took (shared free capacity
    counts once). PodDisruptionBudgets are counted across the candidates too. A
-   candidate that passes leaves the state (`PlacementState.drop_node`), so later
-   candidates see its topology domains as the scheduler will: gone with their last node.
+   candidate that passes gives up its moved pods (`PlacementState.remove_pods`) but
+   stays in the state, tainted ToBeDeleted (`NodeView.as_removed`), as cluster-autoscaler
+   keeps a removable node in its simulation: under nodeTaintsPolicy's default (Ignore) a
+   topology domain it alone held still counts, at 0, so moving a pod out of it (or, for
+   later candidates, onto a fuller domain) may break maxSkew and keep the node; a
+   constraint that honours taints no longer counts it. The candidate being simulated is
+   seen the same way (`spread_departures`).
    Each pod goes to the first node, in a fixed order, that passes; nodes known to
    be full, removed or refused by their labels and taints for pods of its shape
    are not read again (`_Destinations`), which keeps a thousand-node evaluation
@@ -485,10 +490,10 @@ def _simulate_removal(
         for pod in sorted(candidate.drain.move, key=lambda p: (-pod_requests(p).cpu_milli, p.key)):
             requests = pod_requests(pod)
             # The pod's copy on the candidate still counts in the state: conservative for
-            # anti-affinity, never optimistic. Topology spread reads the candidate as gone
-            # (`spread_departures`): its domain may be the minimum, or needed for minDomains.
+            # anti-affinity, never optimistic. Topology spread reads the candidate as CA's
+            # simulation keeps it: without its moving pods, tainted ToBeDeleted (`spread_departures`).
             moving = replace(pod, node_name=None)
-            target = destinations.first_fit(moving, requests, leaving=name)
+            target = destinations.first_fit(moving, requests, leaving=name, moving=candidate.drain.move)
             if target is None:
                 blocked = KeptReason(reasons.NO_PLACE_TO_MOVE_PODS, f"no other node can take pod {pod.key}")
                 break
@@ -502,9 +507,11 @@ def _simulate_removal(
             received.setdefault(placed, name)
         budgets.take(candidate.drain.move)
         destinations.remove(name)
-        # Gone for the later candidates as for the scheduler: its pods' copies no longer count for
-        # spread or anti-affinity, and a domain with no other node is no domain any more.
-        state.drop_node(name)
+        # Its moved pods' copies no longer count for spread or anti-affinity; the node stays, tainted
+        # ToBeDeleted as in cluster-autoscaler's simulation, so for the later candidates its domains stay
+        # domains under the default nodeTaintsPolicy (Ignore) and leave those that honour taints.
+        state.remove_pods(name, candidate.drain.move)
+        state.replace_node(state.node(name).as_removed())
         passed.append(candidate)
     return passed
 
@@ -535,8 +542,11 @@ class _Destinations:
         self._first_room: dict[tuple[Resources, Hashable], int] = {}
         self._static: dict[Hashable, dict[str, bool]] = {}  # shape -> node -> passes the static filters
 
-    def first_fit(self, pod: Pod, requests: Resources, *, leaving: str) -> str | None:
-        """The first node (other than `leaving`, the pod's own) that can take `pod` now, or None."""
+    def first_fit(self, pod: Pod, requests: Resources, *, leaving: str, moving: Sequence[Pod]) -> str | None:
+        """The first node (other than `leaving`, the pod's own) that can take `pod` now, or None.
+
+        `moving`: every pod leaving `leaving` with this one, as observed there (topology spread counts them gone).
+        """
         state, removed, first_room = self.state, self._removed, self._first_room
         shape = _shape(pod)
         kind = (requests, shape)
@@ -544,7 +554,7 @@ class _Destinations:
         # Spread and pod affinity read only the node's values of their topology keys, and
         # nothing is placed during one scan: a domain that fails them once fails for all its nodes.
         topology_keys = _topology_keys(pod)
-        departures = spread_departures(pod, state, leaving)  # as the scheduler will see it: `leaving` gone
+        departures = spread_departures(pod, state, leaving, moving)  # `moving` gone, `leaving` tainted ToBeDeleted
         failed_domains: set[tuple[str | None, ...]] = set()
         full_so_far = True  # no node up to here can take a pod of this shape and size
         for i in range(first_room.get(kind, 0), len(self.names)):

@@ -25,7 +25,10 @@ One control loop every `--scan-interval` (10 s), acting synchronously as CA's Ru
    after the last scale-up of any group and `--scale-down-delay-after-failure` (3 min) (global: CA's
    `--scale-down-delay-type-local` defaults to false), but the timers run meanwhile. A node is unneeded when its
    requests (DaemonSet pods counted: `--ignore-daemonsets-utilization=false`) are under 0.5 of
-   allocatable and its pods fit elsewhere. **Job pods are movable** (CA evicts them). After 10 min
+   allocatable and its pods fit elsewhere, by the engine's drain rules and removal simulation, which follow
+   CA's (a kube-system pod without a PodDisruptionBudget blocks only for `--blocking-system-pod-distruption-timeout`,
+   1 h from its creation; a node found removable stays in the simulation, tainted ToBeDeleted, so a spread
+   domain it alone held still counts). **Job pods are movable** (CA evicts them). After 10 min
    unneeded, empty nodes are deleted in bulk (up to 10) and non-empty ones drained one at a time
    (`--max-drain-parallelism=1`): tainted ToBeDeletedByClusterAutoscaler, every pod evicted
    (respecting PodDisruptionBudgets), and the instance deleted once its pods are gone or

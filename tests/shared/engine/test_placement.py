@@ -277,21 +277,26 @@ def test_reserved_ports_of_a_planned_node_are_in_use_before_any_pod() -> None:
         "node(s) didn't have free ports for the requested pod ports")
 
 
-def test_drop_node_removes_the_node_and_its_pods_for_good() -> None:
-    web = [pod(f"web-{i}", labels={"app": "web"}, node_name=f"n{i}") for i in (1, 2)]
-    state = PlacementState.from_cluster([view("n1", zone="z1"), view("n2", zone="z2")], web)
+def test_remove_pods_takes_them_off_for_good_and_keeps_the_node_and_its_domains() -> None:
+    web = [pod(f"web-{i}", cpu=1, labels={"app": "web"}, node_name=f"n{i}", ports=(HostPort(80),)) for i in (1, 2)]
+    agent = pod("agent-n1", cpu=0.5, node_name="n1", ports=(HostPort(9100),))
+    state = PlacementState.from_cluster([view("n1", zone="z1"), view("n2", zone="z2")], [*web, agent])
     key = term_key(affinity(ZONE, sel(app="web")), "default")
     assert key is not None
     assert state.term_counts(key) == ({"z1": 1, "z2": 1}, 2)
-    state.drop_node("n1")
-    assert not state.has_node("n1") and state.pods_on("n1") == ()
+    index = state.spread_index(("web", ZONE), spread(ZONE, sel(app="web")), "default", lambda v: True)
+    state.remove_pods("n1", [web[0]])
+    assert state.has_node("n1") and [p.name for p in state.pods_on("n1")] == ["agent-n1"]
+    assert state.requested("n1") == pod_requests(agent)
+    assert list(state.ports_in_use("n1")) == [HostPort(9100)]
     assert state.term_counts(key) == ({"z2": 1}, 1)
-    state.rollback(0)  # not journaled: a rollback never brings it back
-    assert not state.has_node("n1")
+    assert (index.counts, index.global_min()) == ({"z1": 0, "z2": 1}, 0)  # z1 is still a domain, at 0
+    state.rollback(0)  # not journaled: a rollback never brings the pod back
+    assert [p.name for p in state.pods_on("n1")] == ["agent-n1"]
 
 
 @pytest.mark.parametrize("compact_at", [1, 10**9])  # compacted at once, or never: the same answers
-def test_dropped_nodes_pods_match_nothing_later_and_planned_pods_still_roll_back(
+def test_removed_pods_match_nothing_later_and_planned_pods_still_roll_back(
         compact_at: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import shared.engine.placement as placement
 
@@ -301,24 +306,59 @@ def test_dropped_nodes_pods_match_nothing_later_and_planned_pods_still_roll_back
     state = PlacementState.from_cluster(nodes, web)
     mark = state.checkpoint()
     placed(state, pod("new-web", labels={"app": "web"}), "n5")
-    for name in ("n0", "n1", "n2"):
-        state.drop_node(name)
+    for i in range(3):
+        state.remove_pods(f"n{i}", [web[i]])
     key = term_key(affinity(ZONE, sel(app="web")), "default")
     assert key is not None
-    assert state.term_counts(key) == ({"z1": 3, "z0": 1}, 4)  # built after the drops: only pods still there
+    assert state.term_counts(key) == ({"z1": 3, "z0": 1}, 4)  # built after the removals: only pods still there
     state.rollback(mark)
     assert state.term_counts(key) == ({"z1": 2, "z0": 1}, 3)
-    # A node added again under a dropped name starts empty.
-    state.add_node(view("n0", zone="z0"))
-    assert state.term_counts(term_key(affinity(HOST, sel(app="web")), "default"))[0].get("n0") is None
+    assert all(state.has_node(f"n{i}") for i in range(3))
 
 
-def test_drop_node_refuses_a_node_that_received_planned_pods() -> None:
-    state = PlacementState.from_cluster([view("n1"), view("n2")], [])
+def test_remove_pods_refuses_a_node_that_received_planned_pods_and_pods_not_on_the_node() -> None:
+    stay = pod("stay", node_name="n1")
+    state = PlacementState.from_cluster([view("n1"), view("n2")], [stay])
     placed(state, pod("moved"), "n1")
     with pytest.raises(ValueError, match="n1"):
-        state.drop_node("n1")
-    assert state.has_node("n1")
+        state.remove_pods("n1", [stay])
+    with pytest.raises(ValueError, match="default/elsewhere"):
+        state.remove_pods("n2", [pod("elsewhere", node_name="n2")])
+    assert [p.name for p in state.pods_on("n1")] == ["stay", "moved"]
+
+
+HONOR_TAINTS = spread(ZONE, sel(app="web"), node_taints_policy="Honor")
+
+
+def _honours_taints(v: NodeView) -> bool:
+    return tolerates_all((), v.taints)
+
+
+@pytest.mark.parametrize("policy,domains_after", [
+    ("ignore taints", {"z1": 1, "z2": 1}),  # nodeTaintsPolicy's default: a tainted node is still a domain
+    ("honour taints", {"z2": 1}),  # the pod does not tolerate ToBeDeleted: n1 and its pod leave, and z1 with it
+])
+def test_a_node_marked_removed_stays_a_domain_unless_the_constraint_honours_taints(
+        policy: str, domains_after: dict[str, int]) -> None:
+    web = [pod(f"web-{i}", labels={"app": "web"}, node_name=f"n{i}") for i in (1, 2)]
+    state = PlacementState.from_cluster([view("n1", zone="z1"), view("n2", zone="z2")], web)
+    eligible = _honours_taints if policy == "honour taints" else (lambda v: True)
+    index = state.spread_index(policy, HONOR_TAINTS, "default", eligible)
+    removed = state.node("n1").as_removed()
+    assert [t.key for t in removed.taints] == ["ToBeDeletedByClusterAutoscaler"]
+    state.replace_node(removed)
+    assert index.counts == domains_after
+    state.replace_node(view("n1", zone="z1"))  # the taint lifted: back as it was
+    assert index.counts == {"z1": 1, "z2": 1}
+
+
+def test_replace_node_keeps_the_labels_and_refuses_a_node_that_received_planned_pods() -> None:
+    state = PlacementState.from_cluster([view("n1", zone="z1"), view("n2", zone="z2")], [])
+    with pytest.raises(ValueError, match="labels"):
+        state.replace_node(view("n1", zone="z9"))
+    placed(state, pod("moved"), "n2")
+    with pytest.raises(ValueError, match="n2"):
+        state.replace_node(state.node("n2").as_removed())
 
 
 def test_memo_computes_once_per_pod_and_kind() -> None:
@@ -385,7 +425,7 @@ def test_anti_affinity_terms_of_placed_pods_are_indexed_and_undone() -> None:
     assert state.anti_affinity_terms() == {key: {"n1": 1, "n2": 1}}
     state.rollback(mark)
     assert state.anti_affinity_terms() == {key: {"n1": 1}}
-    state.drop_node("n1")
+    state.remove_pods("n1", state.pods_on("n1"))
     assert not state.has_anti_affinity
 
 

@@ -320,13 +320,16 @@ def test_room_given_back_by_a_failed_candidate_is_used_again() -> None:
     assert set(result.unneeded) == {"c2", "c3"}
 
 
-# -- topology spread as the scheduler sees it once the node is gone (issue 14, item 6h) ------------------
+# -- topology spread with removed nodes kept in the simulation, as cluster-autoscaler keeps them ------------------
+# CA's RemovalSimulator takes a candidate's pods off its snapshot and keeps the node, tainted ToBeDeleted: under
+# nodeTaintsPolicy's default (Ignore) its domain stays a domain at 0 ("phantom zone"), under Honor it is no domain.
 
 ZONE_KEY = "topology.kubernetes.io/zone"
+HONOR = {"node_taints_policy": "Honor"}
 
 
 def _zoned(pods_per_zone: dict[str, int], **constraint: object) -> object:
-    """One node per zone (na, nb, nc), each with its web replicas spread across zones (maxSkew 1)."""
+    """One node per zone (na, nb, ...), each with its web replicas spread across zones (maxSkew 1 unless given)."""
     nodes = [node(f"n{z}", instance=i, zone=z) for i, z in enumerate(pods_per_zone)]
     pods = [pod(f"web-{z}{k}", cpu=0.2, node_name=f"n{z}", labels={"app": "web"}, owner_name="web",
                 spread=(spread(ZONE_KEY, sel(app="web"), **constraint),))
@@ -335,20 +338,45 @@ def _zoned(pods_per_zone: dict[str, int], **constraint: object) -> object:
 
 
 @pytest.mark.parametrize("case_id,pods_per_zone,constraint,unneeded", [
-    # The departing zone's domain goes with its only node: the replica fits the two left (1/1 -> 2/1);
-    # then nb's, with one zone left (no skew against nothing), as the scheduler would place them.
-    ("one replica a zone", {"a": 1, "b": 1, "c": 1}, {}, {"na", "nb"}),
-    # minDomains 3: with a zone gone, the scheduler's minimum is 0, so the replica could only go to a
-    # zone with no nodes; no node is removable.
-    ("minDomains needs the departing zone", {"a": 1, "b": 1, "c": 1}, {"min_domains": 3}, set()),
-    # Three zones are left after na goes; after nb too, two: below minDomains, so nb stays.
-    ("minDomains met without it", {"a": 1, "b": 1, "c": 1, "d": 1}, {"min_domains": 3}, {"na"}),
-    # The zone with the fewest replicas goes first: its replica leaves, so it no longer holds the
-    # minimum (2/2 left, the moved one makes 3/2). Counted as still there, it would keep every node.
-    ("the departing zone held the minimum", {"a": 2, "b": 2, "c": 1}, {}, {"nc", "na"}),
+    # The departing zone stays at 0, the minimum: its replica makes 2 anywhere else, a skew of 2.
+    ("one replica a zone", {"a": 1, "b": 1, "c": 1}, {}, set()),
+    # maxSkew 2 allows that once (na's replica to nc: 2 against 0); nb's would make 3 against 0.
+    ("one replica a zone, maxSkew 2", {"a": 1, "b": 1, "c": 1}, {"max_skew": 2}, {"na"}),
+    # An empty node is removable, and its zone, at 0, stays the minimum for the others.
+    ("an empty zone holds the minimum", {"a": 1, "b": 1, "c": 0}, {}, {"nc"}),
+    # Leaving the zone with the fewest replicas still leaves it at 0: 2 + 1 against 0.
+    ("the departing zone held the minimum", {"a": 2, "b": 2, "c": 1}, {}, set()),
+    # nodeTaintsPolicy Honor: the removed node's ToBeDeleted taint takes its zone out of the count.
+    ("Honor: the departing zone goes with its node", {"a": 1, "b": 1, "c": 1}, HONOR, {"na", "nb"}),
+    ("Honor: minDomains needs the departing zone", {"a": 1, "b": 1, "c": 1}, {**HONOR, "min_domains": 3}, set()),
+    ("Honor: minDomains met without it", {"a": 1, "b": 1, "c": 1, "d": 1}, {**HONOR, "min_domains": 3}, {"na"}),
+    ("Honor: an empty zone goes too", {"a": 1, "b": 1, "c": 0}, HONOR, {"nc", "na"}),
 ])
-def test_spread_counts_the_departing_node_as_gone(case_id, pods_per_zone, constraint, unneeded) -> None:  # type: ignore[no-untyped-def]
+def test_spread_keeps_a_removed_node_as_cluster_autoscaler_does(case_id, pods_per_zone, constraint, unneeded) -> None:  # type: ignore[no-untyped-def]
     result = plan(_zoned(pods_per_zone, **constraint), options=replace(OPTS, max_parallelism=1))
     assert set(result.unneeded) == unneeded, (case_id, {k: str(v) for k, v in result.kept.items()})
     for name in {f"n{z}" for z in pods_per_zone} - unneeded:
         assert result.kept[name].code in (reasons.NO_PLACE_TO_MOVE_PODS, reasons.RECEIVES_MOVED_PODS), case_id
+
+
+# CA's simulator/cluster_test.go TestSimulateNodeRemoval, "topology spread constraint test" rows: three nodes,
+# one replica each spread by hostname (maxSkew 1, minDomains 2), bare blocker pods on topo-n2 and topo-n3.
+@pytest.mark.parametrize("case_id,constraint,removable", [
+    ("node unremovable due to phantom zone", {}, False),
+    ("node removable with nodeTaintsPolicy Honor", HONOR, True),
+])
+def test_cluster_autoscalers_phantom_zone_cases(case_id: str, constraint: dict[str, object], removable: bool) -> None:
+    host = "kubernetes.io/hostname"
+    nodes = [node(f"topo-n{i}", instance=i) for i in (1, 2, 3)]
+    tsc = spread(host, sel(app="topo-app"), min_domains=2, **constraint)
+    pods = [pod(f"tsc-pod-n{i}", cpu=0.1, node_name=f"topo-n{i}", labels={"app": "topo-app"}, spread=(tsc,))
+            for i in (1, 2, 3)]
+    pods += [pod(f"blocker-n{i}", cpu=0.1, node_name=f"topo-n{i}", owner=None) for i in (2, 3)]
+    result = plan(snapshot(groups=[group(target=3)], nodes=nodes, pods=pods))
+    if removable:
+        assert "topo-n1" in result.unneeded
+    else:
+        assert "topo-n1" not in result.unneeded
+        assert result.kept["topo-n1"].code == reasons.NO_PLACE_TO_MOVE_PODS
+    for blocked in ("topo-n2", "topo-n3"):
+        assert result.kept[blocked].code == reasons.NOT_REPLICATED
