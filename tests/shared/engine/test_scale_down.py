@@ -273,6 +273,30 @@ def test_per_group_options_from_scale_set_tags(case_id, tags, pod_cpu, removed) 
     assert ("n0" in {r.node for r in result.removals}) == removed
 
 
+# cluster-autoscaler's eligibility (core/scaledown/eligibility, isNodeBelowUtilizationThreshold): a node whose
+# utilisation is `>= threshold` is not underutilized, so one exactly at the threshold is no candidate, and a
+# threshold of 0 makes none, not even an empty node. Boundaries at the default and at a group's tagged threshold.
+@pytest.mark.parametrize("case_id,tags,pod_cpu,candidate", [
+    ("just below the default 0.5", {}, 1.999, True),
+    ("exactly at the default 0.5", {}, 2.0, False),
+    ("just above the default 0.5", {}, 2.001, False),
+    ("exactly at a group threshold of 0.25", {TAG + "scaledownutilizationthreshold": "0.25"}, 1.0, False),
+    ("just below a group threshold of 0.25", {TAG + "scaledownutilizationthreshold": "0.25"}, 0.999, True),
+    ("an empty node, group threshold 0", {TAG + "scaledownutilizationthreshold": "0"}, 0.0, False),
+    ("an empty node, group threshold 0.01", {TAG + "scaledownutilizationthreshold": "0.01"}, 0.0, True),
+])
+def test_a_node_at_its_utilization_threshold_is_no_candidate(case_id, tags, pod_cpu, candidate) -> None:  # type: ignore[no-untyped-def]
+    groups = [group(target=2, tags=tags)]
+    nodes = [node("n0", alloc=res(4, 16, 110)), node("n1", instance=1, alloc=res(32, 128, 110))]
+    pods = [pod("keep", cpu=17, node_name="n1")]
+    if pod_cpu:
+        pods.append(pod("a", cpu=pod_cpu, mem=0.5, node_name="n0"))
+    result = plan(snapshot(groups=groups, nodes=nodes, pods=pods))
+    assert ("n0" in result.unneeded) is candidate, case_id
+    if not candidate:
+        assert "n0" not in result.kept  # needed: not a candidate, nothing to report
+
+
 def test_a_malformed_option_tag_names_the_tag_and_group() -> None:
     groups = [group(target=1, tags={TAG + "scaledownutilizationthreshold": "lots"})]
     with pytest.raises(ValueError, match="rg/pool: tag .*scaledownutilizationthreshold"):
