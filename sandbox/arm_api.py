@@ -18,6 +18,10 @@ Shaped after what azure-mgmt-compute 39 sends and accepts:
   of the spec's vmssNetworkInterface.json, 2018-10-01): `GET .../virtualMachineScaleSets/{vmss}/networkInterfaces`
   and `.../virtualMachines/{id}/networkInterfaces` list one primary NIC per instance, whose one
   ipConfiguration holds the instance's private IP, the InternalIP its Node reports (`nic_json`).
+- `virtual_machine_scale_set_vms.begin_update` (PUT .../virtualMachines/{id}, instance protection): only
+  `properties.protectionPolicy.protectFromScaleIn` is taken; answered 200 with the VM (provisioning state
+  Succeeded, so the poller is done at once), which then carries `protectionPolicy`. A capacity decrease
+  skips protected instances; a delete naming one still deletes it (sandbox.world.scale_sets).
 - Lists page with `nextLink` (used verbatim by the SDK, so it carries api-version).
 - `resource_skus.list(filter="location eq '<loc>'")` gets the VM sizes the scenario's
   scale sets use, with the capacity their nodes report (plus one availability-set and
@@ -97,6 +101,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("POST", _VMSS + r"/start", "start_instances"),
         ("GET", _VMSS + r"/virtualMachines", "list_vms"),
         ("GET", _VMSS + r"/virtualMachines/(?P<id>[^/]+)", "get_vm"),
+        ("PUT", _VMSS + r"/virtualMachines/(?P<id>[^/]+)", "put_vm"),
         ("GET", _VMSS + r"/networkInterfaces", "list_nics"),
         ("GET", _VMSS + r"/virtualMachines/(?P<id>[^/]+)/networkInterfaces", "list_vm_nics"),
         ("GET", _VMSS + r"/providers/Microsoft\.Insights/metrics", "metrics"),
@@ -121,6 +126,8 @@ OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     "start_instances": ("POST start", True, "update"),  # Azure's update/start bucket
     "list_vms": ("LIST virtualMachines", False, "list"),
     "get_vm": ("GET virtualMachines", False, "get"),
+    # A VMSS VM update: Azure's bucket is per VM (4 a minute); charged here per scale set, the stricter reading.
+    "put_vm": ("PUT virtualMachines", True, "vm_update"),
     # Network RP reads with the Network RP's own limits (per subscription, far above these reads): not modelled.
     "list_nics": ("LIST networkInterfaces", False, None),
     "list_vm_nics": ("LIST virtualMachines/networkInterfaces", False, None),
@@ -360,6 +367,8 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_vie
     }
     if instance_view:
         body["properties"]["instanceView"] = _instance_view(inst)
+    if world.is_scale_in_protected(inst):  # absent until set, as on an instance nobody protected
+        body["properties"]["protectionPolicy"] = {"protectFromScaleIn": True, "protectFromScaleSetActions": False}
     if inst.zone:
         body["zones"] = [inst.zone]
     return body
@@ -653,6 +662,27 @@ def _get_vm(world: World, request: Request, params: dict[str, str], api_version:
     return json_response(200, vm_json(world, group, inst, instance_view=_wants_instance_view(request)))
 
 
+def _put_vm(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    """VirtualMachineScaleSetVMs_Update: only `properties.protectionPolicy.protectFromScaleIn` takes effect (the
+    body of Microsoft's instance-protection example); protection from scale-set actions is not modelled."""
+    group = world.scale_set(params["sub"], params["rg"], params["vmss"])
+    _instance_or_404(world, group, params)
+    try:
+        body = request.json() or {}
+    except ValueError:
+        raise ArmError(400, "InvalidRequestContent", _UNREADABLE) from None
+    policy = (body.get("properties") or {}).get("protectionPolicy") if isinstance(body, dict) else None
+    protect = policy.get("protectFromScaleIn") if isinstance(policy, dict) else None
+    if not isinstance(protect, bool):
+        raise ArmError(400, "InvalidParameter", "The sandbox takes only properties.protectionPolicy.protectFromScaleIn "
+                       "(a boolean) in a VM update.", "properties.protectionPolicy.protectFromScaleIn")
+    if policy.get("protectFromScaleSetActions"):
+        raise ArmError(400, "InvalidParameter", "The sandbox does not model protection from scale-set actions.",
+                       "properties.protectionPolicy.protectFromScaleSetActions")
+    inst = world.set_scale_in_protection(group, params["id"], protect)
+    return json_response(200, vm_json(world, group, inst))
+
+
 def _list_nics(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
     items = [nic_json(world, group, inst) for inst in world.instances(group)]
@@ -871,6 +901,7 @@ _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] 
     "start_instances": _start_instances,
     "list_vms": _list_vms,
     "get_vm": _get_vm,
+    "put_vm": _put_vm,
     "list_nics": _list_nics,
     "list_vm_nics": _list_vm_nics,
     "metrics": _metrics,

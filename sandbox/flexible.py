@@ -37,6 +37,8 @@ Scale-set routes of sandbox.arm_api that answer otherwise for a Flexible set (`o
   '<name>'." (the error users report).
 - `GET .../virtualMachineScaleSets/{vmss}/virtualMachines/{id}`: 400 `InvalidParameter` "Virtual Machine
   Scale Set VM instanceId must be a number." (what users report for a VM name; a number names no member: 404).
+- `PUT .../virtualMachineScaleSets/{vmss}/virtualMachines/{id}` (instance protection): answered as that GET.
+  Microsoft documents Flexible instance protection from API 2023-09-01 without the call; not modelled.
 - the Uniform NIC reads: `.../virtualMachineScaleSets/{vmss}/networkInterfaces` lists nothing (a Flexible set
   has no scale-set NICs), `.../virtualMachines/{id}/networkInterfaces` is 404 (as users report). Unverified.
 - POST `.../delete`, `.../deallocate`, `.../start` take VM names in `instanceIds` (the world looks them up).
@@ -550,6 +552,7 @@ def _vmss_vm_nic_list(world: World, request: Request, params: dict[str, str], ap
 _SCALE_SET_ANSWERS: dict[str, Handler] = {
     "list_vms": _vmss_vm_list,
     "get_vm": _vmss_vm_get,
+    "put_vm": _vmss_vm_get,  # an update names the member as a GET does; Flexible protection is not modelled
     "list_nics": _vmss_nic_list,
     "list_vm_nics": _vmss_vm_nic_list,
 }

@@ -714,6 +714,12 @@ class Instance:
     # message): read for Failed instances only (an allocation that failed after its operation succeeded).
     error_code: str = ""
     error_message: str = ""
+    # VMSS instance protection (`properties.protectionPolicy`), as the instance list reports it: None when not
+    # read (a backend without it, or an instance not listed). Scale-in protection keeps a capacity decrease or
+    # Azure autoscale from picking the instance; protection from scale-set actions implies it and is an
+    # operator's, never changed by us (engine.protection).
+    protected_from_scale_in: bool | None = None
+    protected_from_scale_set_actions: bool = False
 
     @property
     def deleting(self) -> bool:

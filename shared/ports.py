@@ -143,6 +143,8 @@ class EventSink(Protocol):
 
 # ARM's code when an If-Match precondition fails (HTTP 412): the resource changed since it was read.
 CHANGED_SINCE_READ = "PreconditionFailed"
+# Our code for a scale-in protection asked of a backend that has none (Flexible members, AKS-managed pools).
+SCALE_IN_PROTECTION_UNSUPPORTED = "ScaleInProtectionNotSupported"
 
 
 class ComputeError(RuntimeError):
@@ -251,6 +253,18 @@ class NodeGroupProvider(Protocol):
         """Start these (deallocated) instances again; a running one is left as it is."""
         ...
 
+    def supports_scale_in_protection(self, group: NodeGroup) -> bool:
+        """Whether `set_scale_in_protection` works on this group's instances: known without an ARM call."""
+        ...
+
+    def set_scale_in_protection(self, group: NodeGroup, instance_id: str, *, protect: bool) -> None:
+        """Protect one instance from scale-in (a capacity decrease, Azure autoscale), or lift that protection.
+
+        Started, not waited for: the next instance list shows the outcome. ComputeError with code
+        SCALE_IN_PROTECTION_UNSUPPORTED where the backend has no such protection (check `supports_...` first).
+        """
+        ...
+
     def get_resize_operation(self, token: str) -> Operation: ...
 
     def get_delete_operation(self, token: str) -> Operation: ...
@@ -263,20 +277,6 @@ class NodeGroupProvider(Protocol):
 # --- Durable state (Table storage) -------------------------------------------
 
 
-# started: a delivery is working on `progress`; done: it finished that step;
-# released: it failed and gave the step back, so a redelivery may take it at once.
-LedgerStatus = Literal["started", "done", "released"]
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
-    """The progress of one action. `progress` is (step index, attempt): it only moves forward."""
-
-    action_id: str
-    kind: str
-    group: str
-    progress: tuple[int, int]
-    status: LedgerStatus
 class UnreadableRow(ValueError):
     """A stored row whose column cannot be read (not JSON, not a number, not a time): the row is named.
 
@@ -293,6 +293,20 @@ class UnreadableRow(ValueError):
         self.column = column
 
 
+# started: a delivery is working on `progress`; done: it finished that step;
+# released: it failed and gave the step back, so a redelivery may take it at once.
+LedgerStatus = Literal["started", "done", "released"]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """The progress of one action. `progress` is (step index, attempt): it only moves forward."""
+
+    action_id: str
+    kind: str
+    group: str
+    progress: tuple[int, int]
+    status: LedgerStatus
     updated_at: datetime
     outcome: str = ""  # set when the whole action is over: succeeded | skipped:<why> | failed:<why> | rejected:<why>
     operation: str = ""  # a long-running operation's continuation token, while one is in flight
@@ -346,6 +360,13 @@ class StateStore(Protocol):
 
     def delete_offering(self, key: str) -> None: ...
 
+    # The limits row (services.limit_reservations): the room under the cluster-wide limits that scale-ups in
+    # flight hold. update_limit_reservations creates the row (etag None: first writer wins) or replaces it if
+    # unchanged since read; False when another writer won the race.
+    def get_limit_reservations(self) -> LimitReservations: ...
+
+    def update_limit_reservations(self, row: LimitReservations) -> bool: ...
+
 
 # --- Measured usage (Azure Monitor) ---------------------------------------------
 
@@ -360,13 +381,6 @@ class BacklogSource(Protocol):
 
     def get_backlog(self) -> int:
         """Messages waiting now (approximate, as the queue service counts them). Raises UsageUnavailable."""
-    # The limits row (services.limit_reservations): the room under the cluster-wide limits that scale-ups in
-    # flight hold. update_limit_reservations creates the row (etag None: first writer wins) or replaces it if
-    # unchanged since read; False when another writer won the race.
-    def get_limit_reservations(self) -> LimitReservations: ...
-
-    def update_limit_reservations(self, row: LimitReservations) -> bool: ...
-
         ...
 
 

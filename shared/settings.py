@@ -552,6 +552,10 @@ SPECS: tuple[Spec, ...] = (
          "Longest a node waits for its batch pods before they are evicted; `0s` waits for as long as they run."),
     Spec("BATCH_CHECK_INTERVAL", "batch_check_interval", "1m", _at_most(_nonnegative_duration, QUEUE_MAX_DELAY, _QUEUE_BOUND),
          "How often a node waiting for its batch pods looks again (each look is a pod list and a ledger write)."),
+    Spec("BATCH_SCALE_IN_PROTECTION", "batch_scale_in_protection", "true", _bool,
+         "Protect the instances of nodes running batch work from scale-in (VMSS `protectFromScaleIn`), so a manual "
+         "capacity decrease or Azure autoscale cannot take them, and lift it when they go idle. Uniform scale sets "
+         "only; `false` leaves every instance's protection as it is."),
     Spec("MAX_GRACEFUL_TERMINATION_SEC", "max_graceful_termination_sec", "600", _int_at_least(0),
          "Most seconds an evicted pod is given to terminate (its own grace period if shorter)."),
     Spec("SCALE_DOWN_DELAY_AFTER_ADD", "scale_down_delay_after_add", "10m", _nonnegative_duration,
@@ -775,6 +779,7 @@ class Settings:
     batch_pod_selector: LabelSelector | None
     batch_drain_timeout: timedelta
     batch_check_interval: timedelta
+    batch_scale_in_protection: bool
     max_graceful_termination_sec: int
     scale_down_delay_after_add: timedelta
     scale_down_delay_after_delete: timedelta

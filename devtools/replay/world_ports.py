@@ -54,7 +54,7 @@ from shared.domain import (
     Taint,
     VmSizeCapacity,
 )
-from shared.ports import CHANGED_SINCE_READ, ClusterError, ComputeError, EvictionOutcome, Operation, QuotaUnavailable
+from shared.ports import CHANGED_SINCE_READ, SCALE_IN_PROTECTION_UNSUPPORTED, ClusterError, ComputeError, EvictionOutcome, Operation, QuotaUnavailable
 
 _GPU = "nvidia.com/gpu"
 _FINISHED = ("Succeeded", "Failed")
@@ -371,7 +371,24 @@ class WorldCompute:
             # A Failed instance's code and message, as VmssCompute reads them from its instance view.
             error_code=inst.error_code if inst.state == "Failed" else "",
             error_message=inst.error_message if inst.state == "Failed" else "",
+            protected_from_scale_in=self._world.is_scale_in_protected(inst),
         )
+
+    def supports_scale_in_protection(self, group: NodeGroup) -> bool:
+        """As VmssCompute: the world's Uniform sets have instance protection (its Flexible ones are not modelled)."""
+        sim = self._found(group.resource_group, group.name)
+        return sim is not None and not sim.flexible
+
+    def set_scale_in_protection(self, group: NodeGroup, instance_id: str, *, protect: bool) -> None:
+        sim = self._sim(group)
+        if sim.flexible:
+            raise ComputeError(f"scale-in protection of {instance_id} in {group.id}: not supported",
+                               code=SCALE_IN_PROTECTION_UNSUPPORTED)
+        self._arm("put_vm", group=sim)
+        try:
+            self._world.set_scale_in_protection(sim, instance_id, protect)
+        except ArmError as exc:
+            raise ComputeError(f"{exc.code}: {exc.message}", code=exc.code) from exc
 
     def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
         """The scale set's NICs: one primary IP per instance, as the ARM double serves them."""

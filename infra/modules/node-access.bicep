@@ -45,6 +45,8 @@ var nodeActions = [
   'Microsoft.Compute/virtualMachineScaleSets/start/action'
   // Uniform: list and get the scale set's instances (instance id, computer name, provisioning state)
   'Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read'
+  // Uniform, BATCH_SCALE_IN_PROTECTION: PUT an instance's protectionPolicy.protectFromScaleIn (nodes running batch work)
+  'Microsoft.Compute/virtualMachineScaleSets/virtualMachines/write'
   // Uniform, NODE_MAPPING by IP only: the scale set's NICs in one Network RP call (listVirtualMachineScaleSetNetworkInterfaces)
   'Microsoft.Compute/virtualMachineScaleSets/networkInterfaces/read'
   // Uniform and Flexible: poll long-running operations (Azure-AsyncOperation under .../Microsoft.Compute/locations/<region>/operations/<id>)

@@ -44,6 +44,8 @@ class ScaleSetsPart(WorldCore):
         self._nodes_max = 0
         self._ip_counter = itertools.count(1)
         self._created_by_group: Counter[str] = Counter()  # instances added by scale-ups (initial ones left out)
+        # Instances protected from scale-in (VMSS `protectionPolicy.protectFromScaleIn`), by (scale set key, id).
+        self._scale_in_protected: set[tuple[str, int]] = set()
         # Per scale set key, the scenario's `allocation_failures` still to come: [spec, increases left].
         self._allocation_failures: dict[str, list[list[Any]]] = {}
         # Instances left Failed by a successful operation, with when (the report's `allocation` section).
@@ -177,6 +179,7 @@ class ScaleSetsPart(WorldCore):
     def _on_vanish(self, inst: InstanceSim) -> None:
         group = self._groups[inst.group_key]
         inst.vanished_at = self._t
+        self._scale_in_protected.discard((inst.group_key, inst.instance_id))
         group.instances.pop(inst.instance_id, None)
         group.generation += 1
         self._gone.append(inst)
@@ -266,15 +269,41 @@ class ScaleSetsPart(WorldCore):
                 op.instance_ids = frozenset(i.instance_id for i in created)
                 self._note_quota_peaks()
             elif capacity < current:
-                victims = active[capacity:]
+                # Azure's scale-in skips instances protected from scale-in (the scale-in policy's rules pick among
+                # "the ones that are not protected"). With too few unprotected ones, the sandbox removes those it
+                # may and capacity stops there: what Azure does then is unverified.
+                unprotected = [i for i in active if not self.is_scale_in_protected(i)]
+                victims = unprotected[len(unprotected) - min(current - capacity, len(unprotected)):]
                 for inst in victims:
                     self._start_instance_delete(inst)
                 op.kind = "delete"
                 op.instance_ids = frozenset(i.instance_id for i in victims)
+                capacity = current - len(victims)
             group.capacity = capacity
             self._dirty = True
             self._finish_operations()
             return op
+
+    def is_scale_in_protected(self, inst: InstanceSim) -> bool:
+        return (inst.group_key, inst.instance_id) in self._scale_in_protected
+
+    def set_scale_in_protection(self, group: ScaleSetSim, instance_id: str, protect: bool) -> InstanceSim:
+        """PUT a VMSS VM's `protectionPolicy.protectFromScaleIn` (Uniform only: sandbox.flexible answers Flexible
+        sets). Applied at once; a delete naming the instance still deletes it, as Azure's docs say."""
+        with self.lock:
+            inst = self._instance_named(group, instance_id)
+            if inst is None or group.flexible:
+                raise ArmError(
+                    404, "ResourceNotFound",
+                    f"The Resource 'Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{instance_id}' "
+                    f"under resource group '{group.spec.resource_group}' was not found.",
+                )
+            if inst.state == "Deleting":
+                raise ArmError(409, "OperationNotAllowed",
+                               f"Instance {instance_id} of scale set {group.name} is being deleted.")  # wording unverified
+            key = (inst.group_key, inst.instance_id)
+            (self._scale_in_protected.add if protect else self._scale_in_protected.discard)(key)
+            return inst
 
     def delete_instances(self, group: ScaleSetSim, instance_ids: list[str]) -> Operation:
         """POST .../delete: the named instances go; capacity drops by the number that were active.

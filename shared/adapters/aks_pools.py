@@ -40,7 +40,7 @@ from shared.adapters.compute import (
 from shared.adapters.compute import arm_id_leaf, with_instance_ids
 from shared.adapters.retail_prices import RetailPrices
 from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity
-from shared.ports import CHANGED_SINCE_READ, ComputeError, Operation
+from shared.ports import CHANGED_SINCE_READ, SCALE_IN_PROTECTION_UNSUPPORTED, ComputeError, Operation
 from shared.settings import Settings, parse_aks_cluster_id
 
 log = logging.getLogger(__name__)
@@ -247,6 +247,16 @@ class AksAgentPools:
     def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
         raise ComputeError(f"start machines of agent pool {group.name}: not supported for AKS pools",
                            code="OperationNotAllowed")
+
+    def supports_scale_in_protection(self, group: NodeGroup) -> bool:
+        """No: AKS does not support changing the pool's scale set (instance protection included) directly, and
+        the agent-pool API has no per-machine protection."""
+        return False
+
+    def set_scale_in_protection(self, group: NodeGroup, instance_id: str, *, protect: bool) -> None:
+        raise ComputeError(f"scale-in protection of machine {instance_id} of agent pool {group.name}: AKS-managed "
+                           "pools have none (changing their scale sets directly is unsupported)",
+                           code=SCALE_IN_PROTECTION_UNSUPPORTED)
 
     def _refuse_if_refused(self, group: NodeGroup, what: str) -> None:
         if group.refused:

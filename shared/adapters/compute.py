@@ -56,6 +56,7 @@ from azure.mgmt.compute.models import (
     VirtualMachineScaleSetVM,
     VirtualMachineScaleSetVMInstanceIDs,
     VirtualMachineScaleSetVMInstanceRequiredIDs,
+    VirtualMachineScaleSetVMProtectionPolicy,
 )
 from azure.mgmt.core.polling.arm_polling import ARMPolling
 
@@ -64,7 +65,7 @@ from shared.adapters.retail_prices import RetailPrices
 from shared import discovery_tags
 from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, NodeGroup, VmSizeCapacity
 from shared.domain import group_id as make_group_id
-from shared.ports import ComputeError, Operation
+from shared.ports import SCALE_IN_PROTECTION_UNSUPPORTED, ComputeError, Operation
 from shared.settings import Settings
 
 __all__ = ["VmssCompute", "ENABLED_TAG", "NAME_TAG", "MIN_TAG", "MAX_TAG"]
@@ -334,7 +335,15 @@ def _instance(vm: VirtualMachineScaleSetVM) -> Instance:
         power_state=power_state(view),
         error_code=code,
         error_message=message,
+        **_protection(getattr(vm, "protection_policy", None)),
     )
+
+
+def _protection(policy: Any) -> dict[str, Any]:
+    """A VMSS VM's `protectionPolicy` as Instance fields: no policy is no protection (the list reports it)."""
+    scale_set_actions = bool(getattr(policy, "protect_from_scale_set_actions", None))
+    return {"protected_from_scale_in": bool(getattr(policy, "protect_from_scale_in", None)) or scale_set_actions,
+            "protected_from_scale_set_actions": scale_set_actions}
 
 
 _FAILED_PREFIX = "provisioningstate/failed/"
@@ -806,6 +815,35 @@ class VmssCompute:
         polling = self._polling(poll_first=False)
         poller = self._arm(what, lambda: begin(group.resource_group, group.name, ids, polling=polling))
         return self._outcome(what, poller, polling, resumed=False)
+
+    # -- scale-in protection ----------------------------------------------------------------
+
+    def supports_scale_in_protection(self, group: NodeGroup) -> bool:
+        """Uniform instances carry a protection policy (the VMSS VM model, API 2019-03-01 on)."""
+        return group.provider == UNIFORM_SCALE_SET
+
+    def set_scale_in_protection(self, group: NodeGroup, instance_id: str, *, protect: bool) -> None:
+        """PUT the instance's `protectionPolicy.protectFromScaleIn` (VirtualMachineScaleSetVMs_Update), started
+        and not waited for: the instance list shows the outcome. The body holds the policy alone, as Microsoft's
+        instance-protection example sends it: the rest of an instance's model is the scale set's."""
+        verb = "protect" if protect else "lift the protection of"
+        what = f"{verb} instance {instance_id} of scale set {group.resource_group}/{group.name} (scale-in)"
+        if not self.supports_scale_in_protection(group):
+            raise ComputeError(f"{what}: {group.provider} groups have no instance protection",
+                               code=SCALE_IN_PROTECTION_UNSUPPORTED)
+        body = VirtualMachineScaleSetVM(
+            location=group.location or None,
+            protection_policy=VirtualMachineScaleSetVMProtectionPolicy(protect_from_scale_in=protect),
+        )
+        # No polling budget: the write is one of several per poll, and nothing waits on it.
+        started = ArmOperations(0.0, self._client._config.base_url)  # noqa: SLF001
+        polling = started.polling(poll_first=False)
+        poller = self._arm(what, lambda: self._client.virtual_machine_scale_set_vms.begin_update(
+            group.resource_group, group.name, instance_id, body, polling=polling))
+        outcome = started.outcome(what, poller, polling, resumed=False)
+        if outcome.status in ("Failed", "Canceled"):
+            raise ComputeError(f"{what}: {outcome.error_code} {outcome.error_message}".strip(),
+                               code=outcome.error_code)
 
     def get_resize_operation(self, token: str) -> Operation:
         # With a continuation token the SDK ignores the scale set arguments: the token names the operation.

@@ -103,6 +103,14 @@ class FlexCompute(VmssCompute):
         )
         return _private_ips(nics)
 
+    # -- scale-in protection -------------------------------------------------------------------
+
+    def supports_scale_in_protection(self, group: NodeGroup) -> bool:
+        """No, here: members are plain VMs, whose model (VirtualMachine) has no protection policy, and Microsoft's
+        API comparison gives Flexible sets resource locks instead. Its instance-protection page says Flexible sets
+        have it from API 2023-09-01 without naming the call: unverified, so not attempted."""
+        return False
+
     # -- power: one operation per VM ------------------------------------------------------
 
     def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:

@@ -153,6 +153,12 @@ class ProviderRouter:
         provider = self._of(group)
         return self._tagged(provider, provider.begin_start_instances(group, instance_ids))
 
+    def supports_scale_in_protection(self, group: NodeGroup) -> bool:
+        return self._of(group).supports_scale_in_protection(group)
+
+    def set_scale_in_protection(self, group: NodeGroup, instance_id: str, *, protect: bool) -> None:
+        self._of(group).set_scale_in_protection(group, instance_id, protect=protect)
+
     def get_resize_operation(self, token: str) -> Operation:
         return self._resume(token, lambda p, t: p.get_resize_operation(t))
 

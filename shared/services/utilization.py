@@ -24,6 +24,7 @@ from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.observe import measured_cpu, observe_or_skip, running_sizes
 from shared.services.plan_lease import plan_lease
+from shared.services.protection import apply_scale_in_protection
 from shared.services.rounds import request_round
 from shared.services.pending import pending_placements
 from shared.services.reconcile import release_orphaned_removals, reserve_decided
@@ -87,6 +88,8 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         ports.state.clear_unneeded(node)
     if not settings.dry_run:
         _soft_taints(ports, snapshot, plan, now=now)
+    # Nodes running batch work get scale-in protection, so no other tool shrinking a scale set takes them.
+    apply_scale_in_protection(ports, settings, snapshot, now=now)
 
     enqueued = []
     for batch in _batches(plan.removals):

@@ -266,3 +266,47 @@ def test_a_restricted_vm_size_says_so(provider: WorldSide[NodeGroupProvider]) ->
     side = provider.variant(_RESTRICTED)
     sizes = {s.name: s for s in side.port.list_vm_sizes("westeurope")}
     assert sizes[worlds.D2].restriction and not sizes[worlds.D4].restriction
+
+
+# --- scale-in protection --------------------------------------------------------------------------------------
+
+
+def protection(side: WorldSide[NodeGroupProvider], of: NodeGroup) -> dict[str, bool | None]:
+    return {i.instance_id: i.protected_from_scale_in for i in side.port.list_instances(of)}
+
+
+def test_a_capacity_decrease_skips_the_protected_instance_and_a_named_delete_does_not(
+        provider: WorldSide[NodeGroupProvider]) -> None:
+    pool_a = group(provider)
+    assert provider.port.supports_scale_in_protection(pool_a)
+    assert protection(provider, pool_a) == {"0": False, "1": False}
+
+    provider.port.set_scale_in_protection(pool_a, "1", protect=True)
+
+    assert protection(provider, pool_a) == {"0": False, "1": True}
+    assert provider.port.get_instance(pool_a, "1").protected_from_scale_in is True  # type: ignore[union-attr]
+    # Someone else shrinks the set by one (the portal, Azure autoscale): Azure's pick would be the newest, "1".
+    shrunk = finished(provider, provider.port.begin_resize(group(provider), 1), "get_resize_operation")
+    assert shrunk.status == "Succeeded"
+    assert protection(provider, group(provider)) == {"1": True}
+    # Our own removal names the instance: protection does not stand in its way.
+    deleted = finished(provider, provider.port.begin_delete_instances(group(provider), ["1"]), "get_delete_operation")
+    assert deleted.status == "Succeeded" and provider.port.list_instances(group(provider)) == []
+
+
+def test_a_lifted_protection_no_longer_holds_the_instance(provider: WorldSide[NodeGroupProvider]) -> None:
+    pool_a = group(provider)
+    provider.port.set_scale_in_protection(pool_a, "1", protect=True)
+
+    provider.port.set_scale_in_protection(pool_a, "1", protect=False)
+
+    assert protection(provider, pool_a) == {"0": False, "1": False}
+    finished(provider, provider.port.begin_resize(group(provider), 1), "get_resize_operation")
+    assert protection(provider, group(provider)) == {"0": False}
+
+
+def test_protecting_an_instance_that_does_not_exist_is_a_compute_error(provider: WorldSide[NodeGroupProvider]) -> None:
+    with pytest.raises(ComputeError) as caught:
+        provider.port.set_scale_in_protection(group(provider), "7", protect=True)
+    assert caught.value.code == "ResourceNotFound"
+    assert protection(provider, group(provider)) == {"0": False, "1": False}

@@ -250,6 +250,7 @@ SCALE_SET_CALLS: dict[tuple[str, str], str | None] = {
     ("virtual_machine_scale_sets", "begin_start"): "Microsoft.Compute/virtualMachineScaleSets/start/action",
     ("virtual_machine_scale_set_vms", "list"): "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
     ("virtual_machine_scale_set_vms", "get"): "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+    ("virtual_machine_scale_set_vms", "begin_update"): "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/write",
     ("network_interfaces", "list_virtual_machine_scale_set_network_interfaces"):
         "Microsoft.Compute/virtualMachineScaleSets/networkInterfaces/read",
     # A subscription-level read no resource-group assignment reaches: list_vm_sizes falls back to its table.
@@ -285,6 +286,7 @@ NODE_ACTIONS = [
     "Microsoft.Compute/virtualMachineScaleSets/deallocate/action",
     "Microsoft.Compute/virtualMachineScaleSets/start/action",
     "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/write",
     "Microsoft.Compute/virtualMachineScaleSets/networkInterfaces/read",
     "Microsoft.Compute/locations/operations/read",
     "Microsoft.Compute/virtualMachines/read",
