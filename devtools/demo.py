@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import deque
@@ -71,6 +72,9 @@ SCENARIO_OPTIONS: dict[str, dict[str, Any]] = {
     "stuck-pending": {"settings": FIXED_IDLE_TIMES},
 }
 DEFAULT_SPEED = 30.0
+# The runner holds the sandbox's clock while it works (devtools/sandbox_clock.py), so a scenario takes more wall
+# time than its duration at its speed, the more the busier the machine; its end in sim time (the duration) stops it.
+HELD_TIME_ALLOWANCE = 4
 
 
 @dataclass
@@ -80,10 +84,20 @@ class SandboxProcess:
     ca_path: str
     env: dict[str, str]
 
-    def get(self, path: str) -> Any:
+    def get(self, path: str, *, timeout: float = 30.0, attempts: int = 3) -> Any:
+        """GET a control endpoint; a sandbox too busy to answer in `timeout` is asked again (`attempts` in all)."""
         context = ssl.create_default_context(cafile=self.ca_path)
-        with urllib.request.urlopen(f"{self.url}{path}", context=context, timeout=30) as response:
-            return json.loads(response.read())
+        for attempt in range(1, attempts + 1):
+            try:
+                with urllib.request.urlopen(f"{self.url}{path}", context=context, timeout=timeout) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError:
+                raise  # the sandbox answered: asking again would get the same
+            except (OSError, ValueError) as exc:  # a timeout, a refused or cut-off connection, a cut-off body
+                if attempt == attempts or self.process.poll() is not None:
+                    raise
+                log.warning("the sandbox did not answer %s in %.0fs (%s); asking again", path, timeout, exc)
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -544,6 +558,9 @@ def build_summary(
         "spot": report.get("spot"),
         "spot_outcome": spot_outcome(report),
         "quota": report.get("quota"),
+        # Instances a successful capacity increase left Failed (sandbox `allocation_failures`): deleted, how soon,
+        # and how soon another scale set was grown.
+        "allocation": report.get("allocation"),
         # What the autoscaler made of it: pods left on ACI, moved back onto VMs, and how long they stayed there.
         "virtual_node_outcome": virtual_node_outcome(report),
         # How long after becoming removable each node removed while empty started to be deleted (seconds).
@@ -654,6 +671,9 @@ def _percentile(values: list[float], pct: float) -> float:
     return round(values[rank], 1)
 
 
+STATE_TIMEOUT_SECONDS = 5.0  # the live view's wait for the sandbox's state; a later refresh asks again
+
+
 class LiveView:
     """Nodes per group, pending pods and the latest actions, redrawn as the scenario runs."""
 
@@ -666,6 +686,7 @@ class LiveView:
         self._last_fetch = 0.0
         self._last_print = 0.0
         self.last_state: dict[str, Any] = {}
+        self.skipped = 0  # refreshes the sandbox did not answer in time
 
     def __enter__(self) -> LiveView:
         if self._enabled and sys.stdout.isatty():
@@ -683,11 +704,20 @@ class LiveView:
             print(self._line(), flush=True)
 
     def refresh(self) -> None:
+        """Fetch the sandbox's state and redraw. A sandbox slow to answer (a busy machine) is skipped: the view and
+        the convergence check keep the last state until the next refresh, a view never ends the run."""
         now = time.monotonic()
         if now - self._last_fetch < 0.5:
             return
         self._last_fetch = now
-        self.last_state = self._sandbox.get("/sandbox/state")
+        try:
+            self.last_state = self._sandbox.get("/sandbox/state", timeout=STATE_TIMEOUT_SECONDS, attempts=1)
+        except (OSError, ValueError) as exc:  # urllib's errors and timeouts are OSErrors; a cut-off body a ValueError
+            if self._sandbox.process.poll() is not None:
+                raise RuntimeError(f"the sandbox exited (code {self._sandbox.process.returncode}); see its log") from exc
+            self.skipped += 1
+            log.info("the sandbox's state did not come in %.0fs (%s); keeping the last one", STATE_TIMEOUT_SECONDS, exc)
+            return
         if self._live is not None:
             self._live.update(self._render())
         elif self._enabled and now - self._last_print >= 5:
@@ -725,7 +755,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default out/<scenario>)")
     parser.add_argument("--duplicate-delivery", action="store_true", help="deliver every queue message twice")
     parser.add_argument("--timeout", type=float, default=None,
-                        help="wall seconds before giving up (default: the scenario's duration at this speed, plus a minute)")
+                        help=f"wall seconds before giving up (default: {HELD_TIME_ALLOWANCE} times the scenario's duration at this "
+                             "speed, plus a minute: the clock stands still while the runner works)")
     parser.add_argument("--kill-runner-during", choices=(*KILL_STEPS, "never"), default=None,
                         help="run the runner as a child process, SIGKILL it once a scale-down is at this step, restart it "
                              "and check that every action finished and no instance was deleted twice (default: the "
@@ -744,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
     if timeout is None:
         from sandbox.scenario import load_scenario
 
-        timeout = load_scenario(args.scenario).duration / speed + 60
+        timeout = load_scenario(args.scenario).duration / speed * HELD_TIME_ALLOWANCE + 60
     summary = run_scenario(args.scenario, out_dir=out_dir, speed=speed, seed=args.seed,
                            duplicate_delivery=args.duplicate_delivery, wall_timeout=timeout, kill_runner_during=kill)
     print(json.dumps({k: summary[k] for k in ("scenario", "converged", "pods_total", "pods_completed",

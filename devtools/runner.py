@@ -25,13 +25,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from devtools.eventgrid_delivery import EventGridDelivery, EventGridFunction, EventsFetch, EventsSourceMissing
+from devtools.sandbox_clock import ClockHolder, SandboxClock
 from shared.schedules import Schedule, parse_ncrontab
 from shared.ports import Clock
 from shared.adapters.storage_connection import StorageError
@@ -43,6 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 EVENTS_POLL_SECONDS = 0.5  # wall seconds between two asks of the sandbox's Event Grid events
+# An invocation holds the sandbox's clock for at most this many wall seconds: a safety valve for one that waits on
+# sim time itself (ARM_OPERATION_WAIT bounds the only such wait we have, and the step then re-enqueues a check).
+HOLD_CAP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,26 @@ def index_functions(app: Any, env: Mapping[str, str]) -> IndexedFunctions:
     return IndexedFunctions(timers, queues, event_grid)
 
 
+class _TrackedPool(Executor):
+    """The runner's thread pool as Event Grid delivery sees it: what it runs counts as work in hand."""
+
+    def __init__(self, pool: Executor, runner: LocalRunner) -> None:
+        super().__init__()
+        self._pool = pool
+        self._runner = runner
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        token = self._runner._begin()  # noqa: SLF001 - the runner's own bookkeeping
+
+        def tracked() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._runner._end(token)  # noqa: SLF001
+
+        return self._pool.submit(tracked)
+
+
 class _TimerInfo:
     """What the host passes to a timer function (func.TimerRequest's interface)."""
 
@@ -200,8 +224,43 @@ class LocalRunner:
         threads = int(env.get("PYTHON_THREADPOOL_THREAD_COUNT") or 0) or min(32, (os.cpu_count() or 1) + 4)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="runner-queue")
         self._pool_dup = ThreadPoolExecutor(max_workers=max(2, self._host.batch_size), thread_name_prefix="runner-dup")
+        # What the runner has in hand, for holding the sandbox's clock (`busy`): invocations running (token ->
+        # wall start), a timer running, and whether an invocation ended after the last queue poll began (its
+        # messages are waiting to be taken).
+        self._running: dict[int, float] = {}
+        self._tokens = iter(range(1 << 62))
+        self._timer_running = False
+        self._ended_since_poll = True
         # Event Grid invocations share the worker's thread pool with the queue's, as in the host.
-        self.events = EventGridDelivery(indexed.event_grid, events, clock=clock, pool=self._pool, count=self._count_event)
+        self.events = EventGridDelivery(indexed.event_grid, events, clock=clock, pool=_TrackedPool(self._pool, self),
+                                        count=self._count_event)
+
+    # -- what the runner has in hand (for the sandbox clock's hold) ---------------------------------------
+
+    def _begin(self) -> int:
+        with self._stats_lock:
+            token = next(self._tokens)
+            self._running[token] = time.monotonic()
+            return token
+
+    def _end(self, token: int) -> None:
+        with self._stats_lock:
+            self._running.pop(token, None)
+            self._ended_since_poll = True
+
+    def next_due(self) -> datetime | None:
+        """When the next timer is due (None without timers)."""
+        return min(self._next_fire.values(), default=None)
+
+    def busy(self) -> bool:
+        """Due work not finished: a timer due or running, an invocation running (for at most HOLD_CAP_SECONDS),
+        or messages an ended invocation may have sent that no queue poll has taken yet."""
+        due = self.next_due()
+        if self._timer_running or (due is not None and self._clock.now() >= due):
+            return True
+        cutoff = time.monotonic() - HOLD_CAP_SECONDS
+        with self._stats_lock:
+            return self._ended_since_poll or any(started > cutoff for started in self._running.values())
 
     @property
     def event_grid_functions(self) -> list[EventGridFunction]:
@@ -239,12 +298,18 @@ class LocalRunner:
             due = self._next_fire[timer.name]
             if now < due:
                 continue
-            self._next_fire[timer.name] = timer.schedule.next_after(now)
-            self.fire_timer(timer, past_due=now - due > timedelta(seconds=60))
+            # Running before the next fire time moves on, so the clock's holder never sees neither.
+            self._timer_running = True
+            try:
+                self._next_fire[timer.name] = timer.schedule.next_after(now)
+                self.fire_timer(timer, past_due=now - due > timedelta(seconds=60))
+            finally:
+                self._timer_running = False
 
     def fire_timer(self, timer: TimerFunction, *, past_due: bool = False) -> None:
         with self._stats_lock:
             self.stats.timer_invocations[timer.name] = self.stats.timer_invocations.get(timer.name, 0) + 1
+        token = self._begin()
         try:
             timer.call(**{timer.arg_name: _TimerInfo(past_due)})
         except Exception:
@@ -252,6 +317,8 @@ class LocalRunner:
             with self._stats_lock:
                 self.stats.failures += 1
             log.exception("timer function %s failed", timer.name)
+        finally:
+            self._end(token)
 
     def process_queue(self) -> int:
         """Run one batch to its end (twice per message with duplicate delivery): run-once mode and tests.
@@ -269,11 +336,19 @@ class LocalRunner:
         if len(in_flight) > self._host.new_batch_threshold:
             return 0
         lease = max(self._host.visibility_timeout, timedelta(seconds=30))
+        with self._stats_lock:
+            self._ended_since_poll = False  # what ends from here on may send messages this poll does not see
         messages = self._queue.receive(self._host.batch_size, visibility_timeout=lease)
-        in_flight.update(self._pool.submit(self._deliver, message) for message in messages)
+        in_flight.update(self._pool.submit(self._deliver, message, self._begin()) for message in messages)
         return len(messages)
 
-    def _deliver(self, message: Any) -> None:
+    def _deliver(self, message: Any, token: int) -> None:
+        try:
+            self._deliver_one(message)
+        finally:
+            self._end(token)
+
+    def _deliver_one(self, message: Any) -> None:
         import azure.functions.queue as queue_binding
 
         def invoke() -> bool:
@@ -350,6 +425,7 @@ class LocalRunner:
                     self.poll_events()
                 stop.wait(tick_seconds)
 
+        holder = self._hold_clock()
         timer_thread = threading.Thread(target=timers, name="runner-timers", daemon=True)
         timer_thread.start()
         deadline = time.monotonic() + wall_timeout
@@ -389,6 +465,14 @@ class LocalRunner:
                 self._settle(future, timeout=60)
             timer_thread.join(timeout=60)
             self.drain_events(timeout=60)
+            if holder is not None:
+                holder.stop()
+
+    def _hold_clock(self) -> ClockHolder | None:
+        """With the sandbox's clock, keep it from running ahead of this runner (devtools.sandbox_clock)."""
+        if not isinstance(self._clock, SandboxClock):
+            return None
+        return ClockHolder(self._clock, busy=self.busy, next_due=self.next_due).start()
 
     def _settle(self, future: Future[None], *, timeout: float | None = None) -> None:
         """An invocation's end: a storage failure while deleting or poisoning its message is logged (the
@@ -500,23 +584,6 @@ def sandbox_events_source(url: str, *, ca_path: str) -> EventsFetch:
         return list(body.get("events", []))
 
     return fetch
-
-
-class SandboxClock:
-    """The sandbox's clock, read once and extrapolated (it runs at a fixed speed)."""
-
-    def __init__(self, start: datetime, speed: float) -> None:
-        self._start = start
-        self._speed = speed
-        self._t0 = time.monotonic()
-
-    @classmethod
-    def connect(cls, url: str, *, ca_path: str) -> SandboxClock:
-        body = sandbox_get_json(url, "/sandbox/clock", ca_path=ca_path)
-        return cls(datetime.fromisoformat(body["now"].replace("Z", "+00:00")), float(body["speed"]))
-
-    def now(self) -> datetime:
-        return self._start + timedelta(seconds=(time.monotonic() - self._t0) * self._speed)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ services. A ticker thread moves the world to `clock.now()` every ~100 ms of wall
 time and every request does so first, under `world.lock`.
 
 Controls under `/sandbox/`: the clock (`GET /sandbox/clock`, `POST /sandbox/clock/advance` with a manual
-clock), `GET /sandbox/report` and `/sandbox/state`, faults (`GET`/`POST /sandbox/faults`) and the Event Grid
+clock, `POST /sandbox/clock/hold` and `/release` with a running one: the local runner holds it while it has
+due work in hand, so a starved runner does not see sim time run on without it), `GET /sandbox/report` and `/sandbox/state`, faults (`GET`/`POST /sandbox/faults`) and the Event Grid
 events the world published (`GET /sandbox/eventgrid/events?after=<seq>`: Spot eviction notices).
 """
 
@@ -38,7 +39,7 @@ from urllib.parse import unquote, urlsplit
 import trustme
 
 from sandbox import aci, arm_api, identity, kube_api, loganalytics_api, prices_api
-from sandbox.clock import Clock, ManualClock, SimClock
+from sandbox.clock import DEFAULT_HOLD_LEASE, Clock, ManualClock, SimClock
 from sandbox.errors import ArmError, KubeError
 from sandbox.faults import FaultError
 from sandbox.keyvault_api import Vault
@@ -373,6 +374,8 @@ class SandboxServer:
             self._clock.advance(seconds)
             world.advance(self._clock.now())
             return json_response(200, {"now": world.now.isoformat(), "sim_seconds": world.t, "speed": self._clock.speed})
+        if route in (("POST", "/sandbox/clock/hold"), ("POST", "/sandbox/clock/release")):
+            return self._hold(request, release=route[1].endswith("release"))
         if route == ("GET", "/sandbox/report"):
             return json_response(200, world.report())
         if route == ("GET", "/sandbox/state"):
@@ -389,6 +392,33 @@ class SandboxServer:
         if route == ("POST", "/sandbox/faults"):
             return self._inject(request)
         return json_response(404, {"error": f"no control endpoint {request.method} {request.path}"})
+
+    def _hold(self, request: Request, *, release: bool) -> Response:
+        """A runner holds the clock while it has due work in hand (sandbox.clock.SimClock.hold)."""
+        clock = self._clock
+        if not isinstance(clock, SimClock):
+            return json_response(409, {"error": "only a running clock can be held (a manual clock moves only when told)"})
+        try:
+            body = request.json() or {}
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            holder = body.get("holder")
+            if not isinstance(holder, str) or not holder:
+                raise ValueError("holder must be a non-empty string naming who holds the clock")
+            if release:
+                sim = clock.release(holder)
+            else:
+                until, lease = body.get("until"), body.get("lease_seconds", DEFAULT_HOLD_LEASE)
+                if isinstance(until, bool) or not isinstance(until, int | float | None):
+                    raise ValueError("until must be sim seconds or null (stop the clock where it is)")
+                if isinstance(lease, bool) or not isinstance(lease, int | float):
+                    raise ValueError("lease_seconds must be a number of wall seconds")
+                sim = clock.hold(holder, until=until, lease=float(lease))
+        except ValueError as exc:
+            return json_response(400, {"error": f"invalid clock hold: {exc}"})
+        self._world.advance(clock.now())
+        return json_response(200, {"now": self._world.now.isoformat(), "sim_seconds": sim, "speed": clock.speed,
+                                   "bound": clock.bound()})
 
     def _inject(self, request: Request) -> Response:
         try:

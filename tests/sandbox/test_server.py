@@ -151,3 +151,29 @@ def test_validate_reports_bad_scenarios(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "ok: " in result.stdout and "burst" in result.stdout
     assert "bad.json: $.node_groups: must name at least one scale set" in result.stderr
+
+
+def test_a_running_clock_is_held_and_released_over_http(sandbox_factory: Any) -> None:
+    server = sandbox_factory("burst", speed=1000)
+    held = control(server, "POST", "/sandbox/clock/hold", {"holder": "runner", "until": None, "lease_seconds": 60}).json()
+    assert held["bound"] == held["sim_seconds"]
+    stood = control(server, "GET", "/sandbox/clock").json()["sim_seconds"]
+    assert stood == pytest.approx(held["sim_seconds"], abs=0.001)  # 1000 sim seconds a wall second, and not one of them passed
+    released = control(server, "POST", "/sandbox/clock/release", {"holder": "runner"}).json()
+    assert released["bound"] is None
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"holder": ""}, {"holder": 7}, {"holder": "r", "until": "soon"}, {"holder": "r", "until": True},
+    {"holder": "r", "lease_seconds": "10"}, {"holder": "r", "lease_seconds": -1}, ["r"],
+])
+def test_a_malformed_hold_is_refused_naming_the_field_and_holds_nothing(sandbox_factory: Any, body: Any) -> None:
+    server = sandbox_factory("burst", speed=1000)
+    response = control(server, "POST", "/sandbox/clock/hold", body)
+    assert response.status_code == 400 and "invalid clock hold" in response.json()["error"]
+    assert server.clock.bound() is None
+
+
+def test_a_manual_clock_cannot_be_held(sandbox: SandboxServer) -> None:
+    response = control(sandbox, "POST", "/sandbox/clock/hold", {"holder": "runner"})
+    assert response.status_code == 409

@@ -103,3 +103,86 @@ def test_sim_clock_needs_a_positive_speed(bad: float) -> None:
 def test_clocks_need_aware_starts() -> None:
     with pytest.raises(ValueError):
         ManualClock(datetime(2030, 1, 1))
+
+
+# -- holds: the local runner keeps the running clock from getting ahead of it ---------------------------------
+
+
+class _Wall:
+    """A hand-moved stand-in for time.monotonic, so hold tests measure exact sim seconds."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def wall(monkeypatch: pytest.MonkeyPatch) -> _Wall:
+    fake = _Wall()
+    monkeypatch.setattr("sandbox.clock.time.monotonic", fake)
+    return fake
+
+
+def _sim(clock: SimClock) -> float:
+    return (clock.now() - START).total_seconds()
+
+
+def test_a_held_clock_stands_still_and_runs_on_from_there_when_released(wall: _Wall) -> None:
+    clock = SimClock(START, speed=30)
+    wall.now += 2
+    assert clock.hold("runner", until=None, lease=1000) == 60
+    wall.now += 100  # a starved runner: 100 wall seconds that must not become 3000 sim seconds
+    assert _sim(clock) == 60
+    clock.release("runner")
+    wall.now += 1
+    assert _sim(clock) == 90
+
+
+def test_a_clock_held_until_a_time_runs_up_to_it_and_stops_there(wall: _Wall) -> None:
+    clock = SimClock(START, speed=10)
+    clock.hold("runner", until=25, lease=1000)  # the next timer is due at 25
+    wall.now += 2
+    assert _sim(clock) == 20
+    wall.now += 50
+    assert _sim(clock) == 25 and clock.bound() == 25
+    clock.hold("runner", until=40, lease=1000)  # fired; the one after is due at 40
+    wall.now += 1
+    assert _sim(clock) == 35
+
+
+def test_a_bound_already_passed_stops_the_clock_where_it_is(wall: _Wall) -> None:
+    clock = SimClock(START, speed=10)
+    wall.now += 5
+    assert clock.hold("runner", until=10) == 50
+    wall.now += 5
+    assert _sim(clock) == 50  # never back to 10, never on
+
+
+def test_a_dead_holders_lease_runs_out_and_the_time_after_it_counts(wall: _Wall) -> None:
+    clock = SimClock(START, speed=10)
+    clock.hold("killed-runner", until=None, lease=3)
+    wall.now += 5  # held for the lease's 3 wall seconds, then running for 2
+    assert _sim(clock) == 20 and clock.bound() is None
+
+
+def test_the_lowest_of_several_holds_bounds_the_clock(wall: _Wall) -> None:
+    clock = SimClock(START, speed=10)
+    clock.hold("a", until=30, lease=1000)
+    clock.hold("b", until=12, lease=1000)
+    wall.now += 10
+    assert _sim(clock) == 12
+    clock.release("b")
+    wall.now += 10
+    assert _sim(clock) == 30
+
+
+@pytest.mark.parametrize(("holder", "until", "lease"), [
+    ("", None, 10.0), ("r", float("nan"), 10.0), ("r", None, 0.0), ("r", None, float("inf")),
+])
+def test_a_malformed_hold_is_refused(holder: str, until: float | None, lease: float) -> None:
+    clock = SimClock(START, speed=10)
+    with pytest.raises(ValueError):
+        clock.hold(holder, until=until, lease=lease)
+    assert clock.bound() is None

@@ -1,0 +1,92 @@
+"""The runner holds the sandbox's running clock while it has due work in hand (devtools/sandbox_clock.py).
+
+The attack is a starved runner: a timer function that takes wall time (here by sleeping, as a busy machine
+would make it take). Without the hold every wall second of it is `speed` sim seconds in which the world runs on
+and the next polls come late; with it, the function takes no sim time and every timer fires when it is due.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import azure.functions as func
+import pytest
+
+from devtools.runner import LocalRunner
+from devtools.sandbox_clock import SandboxClock
+from sandbox.clock import ManualClock
+from sandbox.server import SandboxServer
+from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
+
+SPEED = 60.0
+STARVED_WALL_S = 0.4  # what each poll takes in wall time: 24 sim seconds at SPEED without the hold
+EVERY_S = 10  # the poll's schedule
+
+
+class _EmptyQueue:
+    name = "unused"
+
+    def receive(self, max_messages: int, *, visibility_timeout: timedelta) -> list[Any]:
+        return []
+
+    def count(self) -> int:
+        return 0
+
+
+def _app(server: SandboxServer, seen: list[tuple[float, float]]) -> func.FunctionApp:
+    app = func.FunctionApp()
+
+    @app.timer_trigger(arg_name="timer", schedule=f"*/{EVERY_S} * * * * *", run_on_startup=False, use_monitor=False)
+    def starved_poll(timer: func.TimerRequest) -> None:
+        began = (server.clock.now() - SANDBOX_START).total_seconds()
+        time.sleep(STARVED_WALL_S)
+        seen.append((began, (server.clock.now() - SANDBOX_START).total_seconds()))
+
+    @app.queue_trigger(arg_name="message", queue_name="unused", connection="AzureWebJobsStorage")
+    def on_message(message: func.QueueMessage) -> None:
+        raise AssertionError("no message is sent")
+
+    return app
+
+
+def _run(server: SandboxServer, clock: Any, seen: list[tuple[float, float]], *, wall_s: float) -> LocalRunner:
+    runner = LocalRunner(_app(server, seen), env={}, clock=clock, queue=_EmptyQueue())
+    runner.run(until=lambda: False, wall_timeout=wall_s)
+    return runner
+
+
+def test_a_starved_timer_takes_no_sim_time_and_every_poll_fires_when_due(sandbox_factory: SandboxFactory) -> None:
+    server = sandbox_factory("burst", speed=SPEED, start=SANDBOX_START)
+    clock = SandboxClock.connect(server.url, ca_path=str(server.ca_path))
+    seen: list[tuple[float, float]] = []
+
+    _run(server, clock, seen, wall_s=3.0)
+
+    assert len(seen) >= 3, seen  # the clock still runs between polls
+    for began, ended in seen:
+        assert began % EVERY_S < 1.0, seen  # fired at its due time, not later
+        assert ended - began < 1.0, seen  # held while it ran: not STARVED_WALL_S * SPEED = 24 sim seconds
+    starts = [began for began, _ in seen]
+    assert all(later - earlier == pytest.approx(EVERY_S, abs=1.0) for earlier, later in zip(starts, starts[1:])), seen
+    assert server.clock.bound() is None  # released when the runner stopped  # type: ignore[attr-defined]
+
+
+def test_a_manual_clock_is_not_held_and_the_runner_still_runs(sandbox_factory: SandboxFactory) -> None:
+    server = sandbox_factory("burst", clock=ManualClock(SANDBOX_START))
+    clock = SandboxClock.connect(server.url, ca_path=str(server.ca_path))
+    seen: list[tuple[float, float]] = []
+
+    runner = _run(server, clock, seen, wall_s=0.5)
+
+    assert runner.stats.failures == 0
+    assert server.clock.now() == SANDBOX_START  # nothing moved it
+
+
+def test_a_runner_on_the_system_clock_holds_nothing(sandbox_factory: SandboxFactory) -> None:
+    from shared.context import SystemClock
+
+    server = sandbox_factory("burst", speed=SPEED, start=SANDBOX_START)
+    runner = LocalRunner(_app(server, []), env={}, clock=SystemClock(), queue=_EmptyQueue())
+    assert runner._hold_clock() is None  # noqa: SLF001 - real Azure: no sandbox to hold
