@@ -75,6 +75,7 @@ DEFAULT_SPEED = 30.0
 # The runner holds the sandbox's clock while it works (devtools/sandbox_clock.py), so a scenario takes more wall
 # time than its duration at its speed, the more the busier the machine; its end in sim time (the duration) stops it.
 HELD_TIME_ALLOWANCE = 4
+RUNNER_START_WAIT_SECONDS = 300.0  # the sandbox's clock waits this long at most for the runner to start
 
 
 @dataclass
@@ -113,7 +114,10 @@ def sandbox_process(scenario: str, *, speed: float, seed: int, workdir: Path) ->
     workdir.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(
         [sys.executable, "-m", "sandbox", "serve", "--scenario", scenario, "--speed", str(speed),
-         "--seed", str(seed), "--port", "0", "--workdir", str(workdir)],
+         "--seed", str(seed), "--port", "0", "--workdir", str(workdir),
+         # Sim time starts when the runner does: its start-up (imports, settings, storage) is wall time a busy
+         # machine stretches, in which the scenario's first arrivals would otherwise wait for it.
+         "--wait-for-runner", str(RUNNER_START_WAIT_SECONDS)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=open(workdir / "sandbox.log", "w"), text=True,
     )
     try:

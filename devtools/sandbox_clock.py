@@ -23,6 +23,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from sandbox.clock import START_HOLDER
+
 log = logging.getLogger("devtools.sandbox_clock")
 
 HOLD_LEASE_SECONDS = 10.0  # wall seconds a hold outlives its last renewal: a killed runner's hold ends by itself
@@ -162,6 +164,10 @@ class ClockHolder:
     def start(self) -> ClockHolder:
         self._update()  # the first bound is in place before the runner does anything
         if self.enabled:
+            try:  # a sandbox that waited for a runner (wait_for_runner) runs from here, under our hold
+                self._clock.release(START_HOLDER)
+            except (OSError, ClockUnavailable):
+                log.warning("could not end the sandbox's start hold; it ends with its lease")
             self._thread = threading.Thread(target=self._loop, name="runner-clock-hold", daemon=True)
             self._thread.start()
         return self

@@ -37,7 +37,7 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     server = SandboxServer(scenario, speed=args.speed, seed=args.seed, workdir=Path(args.workdir), port=args.port,
-                           token_lifetime=args.token_lifetime)
+                           token_lifetime=args.token_lifetime, wait_for_runner=args.wait_for_runner)
     with server:
         line = {
             "url": server.url,
@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--workdir", default="out/sandbox", help="where ca.pem and kubeconfig are written")
     serve.add_argument("--token-lifetime", type=float, default=DEFAULT_TOKEN_LIFETIME,
                        help="wall seconds each token from the identity endpoint lives (default 3600)")
+    serve.add_argument("--wait-for-runner", type=float, default=0.0, metavar="SECONDS",
+                       help="hold the clock at 0 until a local runner holds it, for at most this many wall seconds")
     serve.add_argument("--log-level", default="WARNING")
     validate = commands.add_parser("validate", help="check scenario files")
     validate.add_argument("scenarios", nargs="+")

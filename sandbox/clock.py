@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 DEFAULT_HOLD_LEASE = 10.0  # wall seconds a hold lasts unless renewed
+# The hold a sandbox started with `wait_for_runner` keeps until the local runner takes the clock over (and ends it).
+START_HOLDER = "sandbox-start"
 
 
 class Clock(Protocol):
@@ -44,7 +46,9 @@ class SimClock:
     stops holding it when its lease runs out.
     """
 
-    def __init__(self, start: datetime, speed: float = 1.0) -> None:
+    def __init__(self, start: datetime, speed: float = 1.0, *, held_by: str | None = None,
+                 lease: float = DEFAULT_HOLD_LEASE) -> None:
+        """`held_by`: the clock starts held at 0 by that holder, for `lease` wall seconds."""
         if speed <= 0:
             raise ValueError(f"speed must be positive, got {speed}")
         self._start = _utc(start)
@@ -54,6 +58,8 @@ class SimClock:
         self._base_sim = 0.0
         self._base_wall = time.monotonic()
         self._holds: dict[str, _Hold] = {}
+        if held_by is not None:
+            self._holds[held_by] = _Hold(0.0, self._base_wall + lease)
 
     @property
     def speed(self) -> float:

@@ -39,7 +39,7 @@ from urllib.parse import unquote, urlsplit
 import trustme
 
 from sandbox import aci, arm_api, identity, kube_api, loganalytics_api, prices_api
-from sandbox.clock import DEFAULT_HOLD_LEASE, Clock, ManualClock, SimClock
+from sandbox.clock import DEFAULT_HOLD_LEASE, START_HOLDER, Clock, ManualClock, SimClock
 from sandbox.errors import ArmError, KubeError
 from sandbox.faults import FaultError
 from sandbox.keyvault_api import Vault
@@ -130,13 +130,17 @@ class SandboxServer:
         token_lifetime: float = identity.DEFAULT_TOKEN_LIFETIME,
         aks_resource_group: str | None = None,
         aks_cluster_name: str | None = None,
+        wait_for_runner: float = 0.0,
     ) -> None:
         """`token_lifetime`: wall seconds each identity token lives. `aks_resource_group` and
-        `aks_cluster_name` name the cluster in ARM (default `rg-<cluster name>` and the cluster name)."""
+        `aks_cluster_name` name the cluster in ARM (default `rg-<cluster name>` and the cluster name).
+        `wait_for_runner`: the clock stands at 0 until a local runner holds it (and ends the start hold), for at
+        most this many wall seconds, so a runner slow to start (a busy machine) misses none of the scenario."""
         self.scenario = load_scenario(scenario)
         if clock is None:
             begin = start or self.scenario.start or datetime.now(UTC).replace(microsecond=0)
-            clock = SimClock(begin, speed)
+            clock = (SimClock(begin, speed, held_by=START_HOLDER, lease=wait_for_runner) if wait_for_runner > 0
+                     else SimClock(begin, speed))
         self._clock = clock
         self._world = World(
             self.scenario, seed=seed, start=getattr(clock, "start", None) or clock.now(), token_lifetime=token_lifetime
