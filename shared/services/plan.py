@@ -84,6 +84,8 @@ class PlanReport:
                            for (location, name), left in sorted(self.pending.limits.quota.remaining.items())}
             if self.pending.limits.quota is not None else {},
             "spot_evictions": {e.node: e.how for e in self.pending.evictions},
+            # Stored rows that cannot be read, named: groups left out of both polls, removals left as they are.
+            "unreadable_rows": {**self.utilization.unreadable_groups, **self.utilization.unreadable_removals},
             "actions": [{"id": a.id, "kind": a.kind, "group": a.group,
                          "target_size": a.target_size if isinstance(a, ScaleUp) else None,
                          "nodes": [t.node for t in a.targets] if isinstance(a, ScaleDown) else [],
@@ -110,7 +112,8 @@ class PlanReport:
         groups: list[dict[str, Any]] = [
             {"group": g.id, "backend": g.provider, "vm_size": g.vm_size, "min": g.min_size, "max": g.max_size,
              "capacity": g.capacity} for g in sorted(seen.groups, key=lambda g: g.id)]
-        groups += [{"group": gid, "refused": why} for gid, why in sorted(seen.refused.items())]
+        refused = {**self.utilization.unreadable_groups, **seen.refused}
+        groups += [{"group": gid, "refused": why} for gid, why in sorted(refused.items())]
         groups += [{"group": name, "backend": VIRTUAL_NODE, "vm_size": "ACI", "min": 0, "max": 0, "capacity": 0}
                    for name in self.pending.virtual.nodes]
         return groups
@@ -163,8 +166,8 @@ def _unneeded_times(pending: PendingPollResult, settings: Settings, state: State
 def unneeded_times_by_group(groups: Iterable[NodeGroup], settings: Settings, state: StateStore
                             ) -> dict[str, timedelta]:
     """Each group's unneeded time as the planner applies it now (`scale_down.group_rules`: its tags and, in
-    break-even idle mode, its measured boots). A group with a malformed tag is left out: the utilization poll
-    reports it."""
+    break-even idle mode, its measured boots). A group with a malformed tag or a state row that cannot be read
+    (UnreadableRow is a ValueError) is left out: the utilization poll reports it."""
     options = scale_down_options(settings)
     times: dict[str, timedelta] = {}
     for group in groups:
@@ -179,6 +182,9 @@ def render_text(report: PlanReport) -> str:
     """The report for a terminal: decisions first, then what waits and why."""
     data = report.as_dict()
     lines = [f"plan at {data['at']} (state: {data['state']}); nothing below has been done", ""]
+    if data["unreadable_rows"]:
+        lines.append("stored rows that cannot be read (left as they are, nothing of theirs decided):")
+        lines += [f"  {what}: {why}" for what, why in data["unreadable_rows"].items()]
     lines.append(f"pending pods: {data['pending_pods']}")
     if data["scale_up"]:
         lines.append("scale up:")

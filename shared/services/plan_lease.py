@@ -6,6 +6,8 @@ out to different nodes, so twice the parallelism would be in flight (seen in the
 A plan therefore runs only while it holds this lease; a poll that finds it held skips, as
 cluster-autoscaler runs one loop at a time. The one holding it asks for the next round if nodes still
 wait, so nothing waits for the next tick. A lease whose holder died counts no longer than LEASE_TIME.
+A lease row that cannot be read (`UnreadableRow`) is held by nobody knows whom: no plan runs (the error names
+the row) until an operator repairs or deletes it, and it is never written over.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from shared.ports import LedgerEntry, Ports
+from shared.ports import LedgerEntry, Ports, UnreadableRow
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,12 @@ def plan_lease(ports: Ports, *, now: datetime) -> Iterator[bool]:
 
 
 def _take(ports: Ports, holder: str, *, now: datetime) -> bool:
-    entry = ports.state.get_ledger_entry(LEASE_ROW)
+    try:
+        entry = ports.state.get_ledger_entry(LEASE_ROW)
+    except UnreadableRow as exc:
+        log.error("the scale-down plan lease cannot be read: %s; no scale-down is planned until the row is "
+                  "repaired or deleted", exc)
+        return False
     if entry is None:
         return ports.state.create_ledger_entry(LedgerEntry(
             LEASE_ROW, kind=LEASE_KIND, group="", progress=(0, 0), status="done", updated_at=now,

@@ -11,19 +11,24 @@ One whose action never started within ACTION_TTL, whose ledger row has an outcom
 not moved for `orphan_after` (several times the longest a live action ever waits between two
 steps), is an orphan: if its delete was committed and the instance is gone or going, the removal
 is finished (Node object removed); otherwise the node is uncordoned and the reservation released.
+
+A reservation whose ledger row cannot be read (`UnreadableRow`) is no orphan and no live action either: what
+its action did is unknown (the delete may be committed, the drain half done), so the node is left exactly as it
+is, cordoned and reserved, and reported with the row named until an operator repairs or deletes the row. A group
+whose own row cannot be read is not looked at (the caller leaves it out).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from shared.actions import decided_at
 
 from shared.domain import TO_BE_DELETED_TAINT, ClusterSnapshot, GroupState, Node
-from shared.ports import ClusterEvent, LedgerEntry, Ports
+from shared.ports import ClusterEvent, LedgerEntry, Ports, UnreadableRow
 from shared.services.swap import StateConflict, swap_group
 from shared.settings import Settings
 
@@ -39,24 +44,49 @@ def orphan_after(settings: Settings) -> timedelta:
     return 3 * max(settings.action_lease, settings.batch_check_interval, settings.step_retry_delay)
 
 
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What one reconcile did: the nodes released, and what it left alone because a row could not be read
+    (by node, or by group id for a group row that went bad meanwhile), with the row named."""
+
+    released: tuple[str, ...] = ()
+    unreadable: Mapping[str, str] = field(default_factory=dict)
+
+
 def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: ClusterSnapshot,
-                              states: Mapping[str, GroupState], *, now: datetime) -> list[str]:
-    """Release every orphaned reservation among the groups' `states` (as just read); the nodes released."""
-    released = []
+                              states: Mapping[str, GroupState], *, now: datetime) -> Reconciled:
+    """Release every orphaned reservation among the groups' `states` (as just read; a group of the snapshot
+    without one is not looked at). Nothing is touched for a row that cannot be read."""
+    released: list[str] = []
+    unreadable: dict[str, str] = {}
     nodes = {n.name: n for n in snapshot.nodes}
     entries: dict[str, LedgerEntry | None] = {}  # an action removing several nodes is read once
+    bad: dict[str, UnreadableRow] = {}  # action id -> why its ledger row cannot be read
     for group in snapshot.groups:
-        state = states.get(group.id, GroupState(group.id))
+        if group.id not in states:
+            continue
+        state = states[group.id]
         fresh: GroupState | None = None
         for node, action_id in sorted(state.removing.items()):
-            if action_id not in entries:
-                entries[action_id] = ports.state.get_ledger_entry(action_id)
+            if action_id not in entries and action_id not in bad:
+                try:
+                    entries[action_id] = ports.state.get_ledger_entry(action_id)
+                except UnreadableRow as exc:
+                    bad[action_id] = exc
+            if action_id in bad:
+                unreadable[node] = _left_as_it_is(node, action_id, bad[action_id])
+                continue
             entry = entries[action_id]
             if _alive(entry, action_id, settings, now=now):
                 continue
             # The poll read the group row before this ledger row: an action that finished in between has
             # released its nodes already. Only a reservation that still stands is an orphan.
-            fresh = fresh or ports.state.get_group(group.id)
+            try:
+                fresh = fresh or ports.state.get_group(group.id)
+            except UnreadableRow as exc:
+                log.error("group %s: %s; its reservations are left as they are", group.id, exc)
+                unreadable[group.id] = str(exc)
+                break
             if fresh.removing.get(node) != action_id:
                 continue
             state = fresh
@@ -79,7 +109,15 @@ def release_orphaned_removals(ports: Ports, settings: Settings, snapshot: Cluste
                 ports.state.clear_unneeded(node)  # touched by an action: its unneeded clock starts over
             if _release(ports, group.id, node, action_id):
                 released.append(node)
-    return released
+    return Reconciled(tuple(released), unreadable)
+
+
+def _left_as_it_is(node: str, action_id: str, exc: UnreadableRow) -> str:
+    """Why a reserved node is neither given back nor finished: its action's ledger row cannot be read."""
+    why = f"removal {action_id}: {exc}"
+    log.error("node %s: %s; the node is left as it is (cordoned, reserved) until the row is repaired or deleted",
+              node, why)
+    return why
 
 
 def reserve_decided(ports: Ports, group_id: str, nodes: list[str], action_id: str) -> set[str]:
@@ -97,6 +135,9 @@ def reserve_decided(ports: Ports, group_id: str, nodes: list[str], action_id: st
         return swap_group(ports.state, group_id, reserve, what=f"reserve {', '.join(nodes)} for {action_id}")
     except StateConflict as exc:
         log.warning("%s: the nodes are decided again by the next round", exc)
+        return set()
+    except UnreadableRow as exc:
+        log.error("group %s: %s; nothing reserved, the nodes are not removed", group_id, exc)
         return set()
 
 
@@ -128,4 +169,7 @@ def _release(ports: Ports, group_id: str, node: str, action_id: str) -> bool:
         return swap_group(ports.state, group_id, release, what=f"release node {node} from {action_id}")
     except StateConflict as exc:
         log.warning("%s: released by a later poll", exc)
+        return False
+    except UnreadableRow as exc:
+        log.error("group %s: %s; node %s stays reserved for %s", group_id, exc, node, action_id)
         return False

@@ -10,7 +10,9 @@ One round is pending at a time, named in one ledger row (`ROUND_ROW`, written by
 a poll asks for a round only when none is pending, and a round runs only if it is the one the row
 names. A duplicate delivery, a round from before a restart or a forged message is dropped, so
 rounds never multiply and never run more often than the interval. A pending round whose message
-was lost stops counting after ACTION_TTL, and the next poll asks again.
+was lost stops counting after ACTION_TTL, and the next poll asks again. A round row that cannot be read
+(`UnreadableRow`) is never written over: no round is asked for or taken (the timer's poll still plans) until an
+operator repairs or deletes it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from shared.actions import ROUND_KIND, ScaleDownRound, new_scale_down_round
-from shared.ports import LedgerEntry, Ports
+from shared.ports import LedgerEntry, Ports, UnreadableRow
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,11 @@ def request_round(ports: Ports, settings: Settings, *, now: datetime) -> ScaleDo
     interval = settings.scale_down_round_interval
     if interval <= timedelta(0):
         return None
-    entry = ports.state.get_ledger_entry(ROUND_ROW)
+    try:
+        entry = ports.state.get_ledger_entry(ROUND_ROW)
+    except UnreadableRow as exc:
+        log.error("no scale-down round asked for: %s; the timer's poll plans instead", exc)
+        return None
     if entry is not None and entry.operation and now - entry.updated_at < interval + settings.action_ttl:
         return None  # one is on its way
     round_ = new_scale_down_round(now=now, ttl=interval + settings.action_ttl)
@@ -58,7 +64,11 @@ def take_round(ports: Ports, settings: Settings, round_: ScaleDownRound, *, now:
 
     Only the id comes from the message; when it was asked for comes from our own row.
     """
-    entry = ports.state.get_ledger_entry(ROUND_ROW)
+    try:
+        entry = ports.state.get_ledger_entry(ROUND_ROW)
+    except UnreadableRow as exc:
+        log.error("scale-down round %s dropped: %s", round_.id, exc)
+        return False
     if entry is None or entry.operation != round_.id:
         log.info("scale-down round %s dropped: not the pending round", round_.id)
         return False

@@ -2,19 +2,24 @@
 
 If anything cannot be observed (the Kubernetes API fails, ARM fails), the poll
 raises before touching state or the queue: no scale-down happens on a partial view.
+
+A stored row that cannot be read stops only what depends on it: a group whose state row is unreadable is left
+out (none of its nodes removed, given back, tainted or cleared; its nodes being deleted still hold their slots)
+and listed among the refused groups of the status ConfigMap; a removal whose ledger row is unreadable leaves its
+node as it is (services.reconcile). The other groups are planned as usual.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from shared import telemetry
 from shared.actions import RemovalTarget, new_scale_down, scale_down_id
-from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, Taint
+from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, GroupState, Taint
 from shared.engine import reasons
 from shared.engine.backoff import backoff_reason
 from shared.engine.scale_down import Removal, ScaleDownPlan, plan_scale_down
@@ -22,6 +27,7 @@ from shared.engine.scale_up import initial_state, pending_pods
 from shared.options import scale_down_options
 from shared.gc_pause import gc_paused
 from shared.ports import Ports
+from shared.services.group_rows import leave_out, nodes_of, read_group_states, removals_seen
 from shared.services.observe import measured_cpu, observe_or_skip, running_sizes
 from shared.services.plan_lease import plan_lease
 from shared.services.protection import apply_scale_in_protection
@@ -45,6 +51,10 @@ _ROTATION: weakref.WeakKeyDictionary[object, dict[str, datetime]] = weakref.Weak
 class UtilizationPollResult:
     plan: ScaleDownPlan
     enqueued: tuple[str, ...]
+    # Rows this poll could not read, with the row named: groups left out (by id), and nodes whose removal's
+    # ledger row (or whose group's row, read again) could not be read, left as they are (by node name).
+    unreadable_groups: Mapping[str, str] = field(default_factory=dict)
+    unreadable_removals: Mapping[str, str] = field(default_factory=dict)
 
 
 def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
@@ -64,14 +74,24 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     snapshot = observe_or_skip(ports, now=now, with_budgets=True, node_mapping=settings.node_mapping)
     if snapshot is None:
         return UtilizationPollResult(ScaleDownPlan(), ())
-    group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
-    if not settings.dry_run and release_orphaned_removals(ports, settings, snapshot, group_states, now=now):
-        group_states = {group.id: ports.state.get_group(group.id) for group in snapshot.groups}
+    observed = snapshot
+    group_states, unreadable = read_group_states(ports, observed.groups)
+    snapshot, group_states = _readable(snapshot, group_states, unreadable)
+    left_alone: dict[str, str] = {}
+    if not settings.dry_run:
+        reconciled = release_orphaned_removals(ports, settings, snapshot, group_states, now=now)
+        left_alone.update(reconciled.unreadable)
+        if reconciled.released:
+            group_states, more = read_group_states(ports, snapshot.groups)
+            unreadable.update(more)
+            snapshot, group_states = _readable(snapshot, group_states, unreadable)
     previous = ports.state.list_unneeded()
     snapshot = running_sizes(snapshot, group_states)
     state = initial_state(snapshot)  # one placement state for the scale-up simulation and the plan
     plan = plan_scale_down(
-        snapshot, unneeded_since=previous, group_states=group_states, now=now, options=scale_down_options(settings),
+        # A left-out group's nodes being deleted still hold their slots: its own removals in flight are unknown.
+        snapshot, unneeded_since=previous, now=now, options=scale_down_options(settings),
+        group_states={**group_states, **{gid: removals_seen(observed, gid) for gid in unreadable}},
         measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
         pending_placements=pending_placements(snapshot, group_states, settings, now=now, state=state),
         simulated_at=_rotation(ports.state), state=state,
@@ -83,13 +103,17 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
             ports.state.set_unneeded(node, since)
     # A node being removed keeps its row: the executor clears it when the removal ends or is given
     # back, and a decision that never started is decided again on the same clock.
+    # A left-out group's nodes keep theirs too: nothing of that group changes until its row is repaired.
     in_flight = {node for state in group_states.values() for node in state.removing}
-    for node in previous.keys() - plan.unneeded.keys() - in_flight:
+    untouched = nodes_of(observed, unreadable)
+    for node in previous.keys() - plan.unneeded.keys() - in_flight - untouched:
         ports.state.clear_unneeded(node)
     if not settings.dry_run:
-        _soft_taints(ports, snapshot, plan, now=now)
-    # Nodes running batch work get scale-in protection, so no other tool shrinking a scale set takes them.
-    apply_scale_in_protection(ports, settings, snapshot, now=now)
+        _soft_taints(ports, snapshot, plan, now=now, untouched=untouched)
+    # Nodes running batch work get scale-in protection, so no other tool shrinking a scale set takes them. It
+    # reads no state row, so a group left out above is protected all the same.
+    apply_scale_in_protection(ports, settings, replace(snapshot, groups=(*snapshot.groups, *(
+        g for g in observed.groups if g.id in unreadable))), now=now)
 
     enqueued = []
     for batch in _batches(plan.removals):
@@ -135,7 +159,14 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         scale_up_needed=None, unschedulable_pods=len(pending_pods(snapshot)),
         waiting_for_slots=waiting,
     ), now=now)
-    return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued))
+    return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued), unreadable_groups=unreadable,
+                                 unreadable_removals=left_alone)
+
+
+def _readable(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], unreadable: Mapping[str, str]
+              ) -> tuple[ClusterSnapshot, dict[str, GroupState]]:
+    """The snapshot and states without the groups whose row cannot be read (among the snapshot's refused)."""
+    return leave_out(snapshot, unreadable), {gid: state for gid, state in states.items() if gid not in unreadable}
 
 
 def _rotation(state: object) -> dict[str, datetime] | None:
@@ -175,14 +206,18 @@ def _reason(batch: Sequence[Removal]) -> str:
     return f"{removal.kind} since {since}"
 
 
-def _soft_taints(ports: Ports, snapshot: ClusterSnapshot, plan: ScaleDownPlan, *, now: datetime) -> None:
+def _soft_taints(ports: Ports, snapshot: ClusterSnapshot, plan: ScaleDownPlan, *, now: datetime,
+                 untouched: Collection[str] = ()) -> None:
     """DeletionCandidateOfClusterAutoscaler:PreferNoSchedule on unneeded nodes, off the others (as CA does).
 
     The scheduler then prefers other nodes for new pods, so an unneeded node stays empty
-    instead of catching the next pod and starting its unneeded clock over.
+    instead of catching the next pod and starting its unneeded clock over. Nodes `untouched` (of a group
+    left out this poll) keep their taints as they are.
     """
     taint = Taint(DELETION_CANDIDATE_TAINT, str(int(now.timestamp())), "PreferNoSchedule")
     for node in snapshot.nodes:
+        if node.name in untouched:
+            continue
         marked = any(t.key == DELETION_CANDIDATE_TAINT for t in node.taints)
         if node.name in plan.unneeded and not marked:
             ports.cluster.add_taint(node.name, taint=taint)

@@ -42,7 +42,7 @@ def test_a_removal_that_finished_after_the_poll_read_its_group_is_not_called_los
     with caplog.at_level(logging.WARNING):
         released = release_orphaned_removals(ports, SETTINGS, snapshot(groups=[pool], nodes=[node("n1", instance=1)]),
                                               {pool.id: read_by_the_poll}, now=T0)
-    assert released == []
+    assert released.released == ()
     assert not [r for r in caplog.records if "lost action" in r.getMessage()]
 
 
@@ -64,4 +64,4 @@ def test_a_reservation_still_standing_for_an_ended_action_is_released() -> None:
                   events=_Refuse())  # type: ignore[arg-type]
     released = release_orphaned_removals(ports, SETTINGS, snapshot(groups=[pool], nodes=[]), {pool.id: standing},
                                          now=T0)
-    assert released == ["n0"] and store.get_group(pool.id).removing == {}
+    assert released.released == ("n0",) and store.get_group(pool.id).removing == {}

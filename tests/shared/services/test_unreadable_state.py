@@ -5,16 +5,36 @@ the row; nothing is written over the bad row, and nothing in the cluster is touc
 from __future__ import annotations
 
 import json
+import logging
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import yaml
 from azure.data.tables import UpdateMode
 
+from sandbox.clock import ManualClock
+from shared.actions import RemovalTarget, encode_action, new_scale_down
 from shared.adapters.table_state import encode_key
-from shared.domain import GroupState
+from shared.context import build_context
+from shared.domain import DELETION_CANDIDATE_TAINT, TO_BE_DELETED_TAINT, GroupState
 from shared.services.pending import run_pending_poll
-from tests.shared.services.test_executor import REAL, App
-from tests.shared.services.test_limit_reservations import POOL, SPARE, _running, _scale_up, two_group_app
+from shared.services.plan import plan_now, render_text
+from shared.services.plan_lease import LEASE_ROW
+from shared.services.reconcile import orphan_after
+from shared.services.rounds import ROUND_ROW, request_round, take_round
+from shared.services.utilization import run_utilization_poll
+from tests.fixtures.sandbox import SANDBOX_START
+from tests.shared.services.decided import as_the_poll_decided
+from tests.shared.services.test_executor import BASE_SETTINGS, REAL, App, RealInspect, deliver
+from tests.shared.services.test_limit_reservations import (
+    POOL,
+    SPARE,
+    TWO_GROUPS,
+    _running,
+    _scale_up,
+    two_group_app,
+)
 
 # Each group-row column the adapter parses, with a value that is not what it holds.
 BAD_GROUP_COLUMNS = [
@@ -125,3 +145,184 @@ def test_an_unreadable_limits_row_refuses_growth_with_an_outcome_naming_it(app: 
     assert entry is not None and "'Reservations'" in entry.outcome and "RowKey='cluster'" in entry.outcome
     assert _running(app) == 1
     assert _row(app, "limits", "cluster") == before
+
+
+# -- the utilisation poll and its reconcile --------------------------------------------------------------------
+
+IDLE_GROUPS: dict[str, Any] = {
+    **TWO_GROUPS,
+    "node_groups": [
+        {**TWO_GROUPS["node_groups"][0], "initial": 3},  # the web node and two idle ones
+        {**TWO_GROUPS["node_groups"][1], "initial": 2},  # two idle nodes
+    ],
+}
+
+
+def _idle_app(request: pytest.FixtureRequest) -> App:
+    """The real app (sandbox server over HTTPS, Azurite) on two groups that both have idle nodes."""
+    factory, azurite, table, queue = (request.getfixturevalue(name)
+                                      for name in ("sandbox_factory", "azurite", "table_name", "queue_name"))
+    clock = ManualClock(SANDBOX_START)
+    server = factory(IDLE_GROUPS, clock=clock)
+    clock.advance(5)
+    env = {**server.env(), "AzureWebJobsStorage": azurite, "STATE_TABLE": table, "SCALE_ACTIONS_QUEUE": queue,
+           **BASE_SETTINGS}
+    context = build_context(env, clock=clock)
+    return App(REAL, context, clock, server.world, RealInspect(context, server), server)
+
+
+def _nodes_of(app: App, group: str) -> list[str]:
+    return sorted(n.name for n in app.context.ports.cluster.list_nodes()
+                  if n.instance is not None and n.instance.group_id == group)
+
+
+def _untouched(app: App, names: list[str]) -> bool:
+    """Every node still there, schedulable and without any taint of ours."""
+    ours = {TO_BE_DELETED_TAINT, DELETION_CANDIDATE_TAINT}
+    nodes = [app.context.ports.cluster.get_node(name) for name in names]
+    return all(n is not None and not n.unschedulable and not ours & {t.key for t in n.taints} for n in nodes)
+
+
+def _status(app: App) -> tuple[dict[str, Any], dict[str, str]]:
+    """The status ConfigMap's document and annotations as written."""
+    assert app.context.settings.status_configmap is not None
+    namespace, name = app.context.settings.status_configmap
+    found = app.world.k8s_list("configmaps")
+    [cm] = [c for c in found if c["metadata"]["name"] == name and c["metadata"]["namespace"] == namespace]
+    return yaml.safe_load(cm["data"]["status"]), cm["metadata"].get("annotations") or {}
+
+
+def _poll(app: App) -> Any:
+    return run_utilization_poll(app.context.ports, app.context.settings, now=app.clock.now())
+
+
+@pytest.mark.parametrize(("column", "value"), BAD_GROUP_COLUMNS[:3] + BAD_GROUP_COLUMNS[8:])
+def test_the_utilisation_poll_removes_the_other_groups_idle_nodes_past_an_unreadable_row(
+        request: pytest.FixtureRequest, column: str, value: str) -> None:
+    app = _idle_app(request)
+    before = _bad_group_row(app, SPARE, column, value)
+    spare_nodes, pool_idle = _nodes_of(app, SPARE), [n for n in _nodes_of(app, POOL) if n != app.busy_and_idle()[0]]
+    assert len(spare_nodes) == 2 and len(pool_idle) == 2
+
+    _poll(app)
+    app.clock.advance(app.context.settings.scale_down_unneeded_time.total_seconds() + 60)
+    result = _poll(app)
+
+    assert list(result.unreadable_groups) == [SPARE]
+    assert repr(column) in result.unreadable_groups[SPARE] and encode_key(SPARE) in result.unreadable_groups[SPARE]
+    assert {r.group_id for r in result.plan.removals} == {POOL} and len(result.enqueued) == 1
+    doc, annotations = _status(app)  # written, naming the row where refused groups are reported
+    [refused] = [g for g in doc["clusterWide"]["refusedNodeGroups"] if g["name"] == SPARE]
+    assert repr(column) in refused["reason"]
+    assert annotations["cluster-autoscaler.kubernetes.io/last-updated"].startswith(f"{app.clock.now():%Y-%m-%d %H:%M}")
+    results = deliver(app, step_seconds=30)
+    assert results and results[-1].outcome == "succeeded", results
+    app.clock.advance(60)  # the instances' delete completes
+    assert not set(pool_idle) & set(app.node_names())  # the good group's idle nodes are gone
+    assert _untouched(app, spare_nodes) and not set(spare_nodes) & set(app.context.ports.state.list_unneeded())
+    assert _row(app, "group", SPARE) == before  # reported, never written over
+
+
+def test_a_removal_in_flight_in_a_group_whose_row_went_bad_is_neither_given_back_nor_finished(
+        request: pytest.FixtureRequest) -> None:
+    """Its reservation is in the row that cannot be read: the poll cannot tell a lost action from a live one."""
+    app = _idle_app(request)
+    ports = app.context.ports
+    spare = _nodes_of(app, SPARE)
+    action = new_scale_down(action_id="down-spare", group=SPARE, now=app.clock.now(), ttl=timedelta(minutes=5),
+                            targets=[RemovalTarget(spare[0], app.provider_id(spare[0]))])
+    as_the_poll_decided(ports, SPARE, [spare[0]], action.id, now=app.clock.now())
+    assert app.run(encode_action(action)).outcome == "waiting"  # cordoned; then the message is lost
+    app.clear_queue()
+    before = _corrupt(app, "group", SPARE, Committed="{oops")
+    deletes = app.arm_calls("POST delete")
+
+    app.clock.advance(orphan_after(app.context.settings).total_seconds() + 60)
+    result = _poll(app)
+
+    assert SPARE in result.unreadable_groups
+    node = ports.cluster.get_node(spare[0])
+    assert node is not None and node.unschedulable and node.is_being_deleted  # as the action left it
+    assert _untouched(app, spare[1:]) and app.arm_calls("POST delete") == deletes
+    assert _row(app, "group", SPARE) == before
+    assert [e.reason for e in app.events() if e.name == spare[0] and e.reason == "ScaleDownFailed"] == []
+
+
+@pytest.mark.parametrize(("column", "value"), [("ProgressStep", "confirm"), ("Status", "finished"),
+                                               ("UpdatedAt", "noon"), ("ProgressAttempt", "x")])
+def test_reconcile_leaves_a_node_whose_removal_ledger_row_cannot_be_read_as_it_is(
+        request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture, column: str, value: str) -> None:
+    app = _idle_app(request)
+    ports = app.context.ports
+    busy, _ = app.busy_and_idle()
+    first, second = [n for n in _nodes_of(app, POOL) if n != busy]
+    action = new_scale_down(action_id=f"down-{first}", group=POOL, now=app.clock.now(), ttl=timedelta(minutes=5),
+                            targets=[RemovalTarget(first, app.provider_id(first))])
+    as_the_poll_decided(ports, POOL, [first], action.id, now=app.clock.now())
+    assert app.run(encode_action(action)).outcome == "waiting"  # cordoned and tainted; then the message is lost
+    app.clear_queue()
+    ledger_before = _corrupt(app, "ledger", action.id, **{column: value})
+    deletes = app.arm_calls("POST delete")
+    _poll(app)  # `second` becomes unneeded
+    app.clock.advance(orphan_after(app.context.settings).total_seconds() + 60)
+
+    with caplog.at_level(logging.ERROR):
+        result = _poll(app)
+
+    why = result.unreadable_removals[first]
+    assert repr(column) in why and f"RowKey={encode_key(action.id)!r}" in why
+    assert any(first in r.getMessage() and repr(column) in r.getMessage() for r in caplog.records)
+    node = ports.cluster.get_node(first)
+    assert node is not None and node.unschedulable and node.is_being_deleted  # neither given back nor finished
+    assert ports.state.get_group(POOL).removing.get(first) == action.id
+    assert app.arm_calls("POST delete") == deletes
+    assert _row(app, "ledger", action.id) == ledger_before
+    # The others go on: the other idle nodes are decided, and the status is written.
+    removed = [r.node for r in result.plan.removals]
+    assert second in removed and first not in removed
+    _, annotations = _status(app)
+    assert annotations["cluster-autoscaler.kubernetes.io/last-updated"].startswith(f"{app.clock.now():%Y-%m-%d %H:%M}")
+
+
+def test_an_unreadable_plan_lease_row_plans_no_scale_down_and_is_not_written_over(
+        request: pytest.FixtureRequest) -> None:
+    """The lease keeps two plans from handing out the same slots; held by nobody knows whom, no plan runs."""
+    app = _idle_app(request)
+    _poll(app)  # creates the lease row
+    before = _corrupt(app, "ledger", LEASE_ROW, ProgressStep="x")
+    app.clock.advance(app.context.settings.scale_down_unneeded_time.total_seconds() + 60)
+
+    result = _poll(app)
+
+    assert result.enqueued == () and app.take_queued() == []
+    nodes = [app.context.ports.cluster.get_node(name) for name in _nodes_of(app, POOL) + _nodes_of(app, SPARE)]
+    assert len(nodes) == 5 and all(n is not None and not n.unschedulable and not n.is_being_deleted for n in nodes)
+    assert _row(app, "ledger", LEASE_ROW) == before
+
+
+def test_an_unreadable_round_row_asks_for_no_round_and_takes_none(request: pytest.FixtureRequest) -> None:
+    app = _idle_app(request)
+    ports, settings = app.context.ports, app.context.settings
+    asked = request_round(ports, settings, now=app.clock.now())
+    assert asked is not None
+    app.clear_queue()
+    before = _corrupt(app, "ledger", ROUND_ROW, UpdatedAt="noon")
+    app.clock.advance(settings.scale_down_round_interval.total_seconds() + settings.action_ttl.total_seconds() + 1)
+
+    assert request_round(ports, settings, now=app.clock.now()) is None
+    assert take_round(ports, settings, asked, now=app.clock.now()) is False
+    assert app.take_queued() == []
+    assert _row(app, "ledger", ROUND_ROW) == before
+
+
+def test_the_plan_names_a_group_whose_row_cannot_be_read(request: pytest.FixtureRequest) -> None:
+    app = _idle_app(request)
+    _bad_group_row(app, SPARE, "Deleting", "{not json")
+
+    report = plan_now(app.context.ports, app.context.settings, now=app.clock.now(), state=app.context.ports.state)
+
+    data = report.as_dict()
+    [refused] = [g for g in data["groups"] if g["group"] == SPARE]
+    assert "'Deleting'" in refused["refused"] and "'Deleting'" in data["unreadable_rows"][SPARE]
+    assert "'Deleting'" in render_text(report)
+    assert all(r["group"] == POOL for r in data["scale_down"])
