@@ -11,6 +11,9 @@ is marked, and a mark expires by itself, so capacity that comes back is used aga
 A refusal that is not about an offering (regional cores quota, authorization, a provisioning timeout)
 marks nothing: the group backs off as before (`engine.backoff`), and a quota refusal makes the next
 poll read the quota again (`engine.quota`).
+
+A refusal can also come late: a capacity increase whose operation succeeded may leave instances in provisioning
+state Failed (`failed_allocations`, below). Their code is classified as a synchronous refusal's would be.
 """
 
 from __future__ import annotations

@@ -101,7 +101,9 @@ def _handle(ports: Ports, settings: Settings, group: NodeGroup, failure: FailedA
                     ids, group.id, failure.code, exc)
     state = states.get(group.id)
     if state is not None and _recorded(state, failure):
-        return  # seen by an earlier poll whose delete has not lowered the capacity yet: recorded once
+        # This scale-up's failure with this code is recorded (an earlier poll, other instances): not twice.
+        log.info("instance(s) %s of %s left Failed (%s) too: deleted; recorded already", ids, group.id, failure.code)
+        return
     classified = offerings.record_refusal(ports, settings, group, code=failure.code, message=failure.message, now=now)
 
     def record(fresh: GroupState) -> tuple[GroupState | None, GroupState]:

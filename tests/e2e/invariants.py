@@ -197,12 +197,13 @@ def finite_pods(run: Run) -> int:
 
 def converged(run: Run) -> None:
     """The scenario reached its done state and the autoscaler settled (no message poisoned); the scenario's
-    `expect_at_most` bounds hold; exactly the pods meant to stay Pending do, each reported with a reason."""
+    `expect_at_most` and `expect_at_least` bounds hold; exactly the pods meant to stay Pending do, each reported
+    with a reason."""
     s = run.summary
     assert s["converged"] is True, digest(s)
     assert s["runner"]["poisoned"] == 0, s["runner"]  # no action given up on after its retries
     assert [row for row in s["expectations"] if not row["met"]] == [], s["expectations"]
-    assert len(s["expectations"]) == len(run.scenario.expect_at_most)
+    assert len(s["expectations"]) == len(run.scenario.expect_at_most) + len(run.scenario.expect_at_least)
     assert s["pods_unschedulable_at_end"] == sum(run.promises.never_run.values()), digest(s)
     for listed in s["expected_unschedulable"]:
         assert listed["workload"] in run.promises.never_run and listed["reason"], listed

@@ -221,3 +221,30 @@ def test_quota_fallback_refuses_the_preferred_scale_ups_and_the_fallback_runs_ev
     retry = world.set_capacity(preferred, 1)  # the quota is still spent: refused again, as every declared one
     world.advance_by(5)
     assert (retry.status, retry.error_code) == ("Failed", "QuotaExceeded") and world.instances(preferred) == []
+
+
+def test_allocation_failure_leaves_the_first_increase_failed_with_a_successful_operation() -> None:
+    loaded = load_scenario("allocation-failure")
+    (failure,) = loaded.allocation_failures
+    assert (failure.scale_set, failure.code, failure.instances, failure.count) == (
+        "pool-d4", "ZonalAllocationFailed", None, 1)
+    world = World(loaded, seed=0, start=START)
+    world.advance_by(60)
+    preferred = world.scale_set(world.subscription_id, RG, "pool-d4")
+    grown = world.set_capacity(preferred, 3)
+    world.advance_by(120)  # past provisioning (boot 90-150 s, provisioning a third of it), not past a boot
+    assert grown.status == "Succeeded"  # Azure's operation succeeded...
+    instances = world.instances(preferred)
+    assert [i.state for i in instances] == ["Failed"] * 3  # ...and left every new instance Failed
+    assert {i.error_code for i in instances} == {"ZonalAllocationFailed"}
+    assert preferred.capacity == 3  # still in the capacity: billed and in quota until deleted
+    world.advance_by(300)
+    assert not any(n["metadata"]["name"].startswith("pool-d4") for n in world.k8s_list("nodes", ""))  # no node ever
+    again = world.set_capacity(preferred, 4)  # count 1: the next increase is an ordinary one
+    world.advance_by(300)
+    assert again.status == "Succeeded" and world.instances(preferred)[-1].state == "Succeeded"
+    deleted = world.delete_instances(preferred, [str(i.instance_id) for i in instances])
+    world.advance_by(60)
+    assert deleted.status == "Succeeded" and preferred.capacity == 1
+    report = world.report()["allocation"]
+    assert (report["failed_total"], report["deleted"], report["failed_at_end"]) == (3, 3, 0)
