@@ -95,3 +95,23 @@ def test_the_table_query_filters_on_the_service(state_store: TableStateStore) ->
     _ledger(state_store, "old", updated=OLD, outcome="succeeded: x")
     assert [e.action_id for e in state_store.list_finished_ledger(updated_before=NOW - timedelta(days=14), limit=10)] \
         == ["old"]
+
+
+@pytest.mark.parametrize(("column", "value"), [("ProgressStep", "x"), ("Status", "finished"), ("Duplicates", "lots")])
+def test_an_unreadable_finished_row_is_left_as_it_is_and_the_others_go(state_store: TableStateStore, column: str,
+                                                                      value: str) -> None:
+    """A row another tool wrote badly is for an operator to read: never deleted unread, never stopping the sweep."""
+    from azure.data.tables import UpdateMode
+
+    from shared.adapters.table_state import encode_key
+
+    for action_id in ("done-a", "bad", "done-b"):
+        _ledger(state_store, action_id, updated=OLD, outcome="succeeded: x")
+    table = state_store._table  # the store's own TableClient: a column can really hold anything there
+    table.upsert_entity({"PartitionKey": "ledger", "RowKey": encode_key("bad"), column: value}, mode=UpdateMode.MERGE)
+    before = dict(table.get_entity("ledger", encode_key("bad")))
+
+    result = run_state_sweep(_ports(state_store, []), SETTINGS, now=NOW)
+
+    assert result.ledger_deleted == 2 and state_store.list_ledger() == []  # the bad row is listed by no one
+    assert dict(table.get_entity("ledger", encode_key("bad"))) == before

@@ -282,6 +282,13 @@ def test_reconcile_leaves_a_node_whose_removal_ledger_row_cannot_be_read_as_it_i
     assert second in removed and first not in removed
     _, annotations = _status(app)
     assert annotations["cluster-autoscaler.kubernetes.io/last-updated"].startswith(f"{app.clock.now():%Y-%m-%d %H:%M}")
+    # An operator deletes the row: the next poll sees a lost action and gives the node back.
+    table: Any = ports.state._table  # type: ignore[attr-defined]
+    table.delete_entity("ledger", encode_key(action.id))
+    assert first not in _poll(app).unreadable_removals
+    assert ports.state.get_group(POOL).removing.get(first) != action.id
+    node = ports.cluster.get_node(first)
+    assert node is not None and not node.unschedulable and not node.is_being_deleted
 
 
 def test_an_unreadable_plan_lease_row_plans_no_scale_down_and_is_not_written_over(
