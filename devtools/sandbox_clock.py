@@ -76,7 +76,7 @@ class SandboxClockClient:
 
 class SandboxClock:
     """The sandbox's clock: synced from its answers, extrapolated at its speed in between, and never past
-    the bound this runner holds it to (the sandbox stops there too)."""
+    the bound its holds set (the sandbox stops there too)."""
 
     def __init__(self, start: datetime, speed: float, *, client: SandboxClockClient | None = None,
                  sim_seconds: float = 0.0) -> None:
@@ -86,7 +86,7 @@ class SandboxClock:
         self._lock = threading.Lock()
         self._synced_sim = sim_seconds
         self._synced_wall = time.monotonic()
-        self._bound: float | None = None  # sim seconds our own hold lets the clock reach
+        self._bound: float | None = None  # sim seconds the sandbox's holds (ours and any other) let it reach
         self._last = sim_seconds
 
     @classmethod
@@ -96,7 +96,9 @@ class SandboxClock:
         if status != 200:
             raise ClockUnavailable(f"{url}/sandbox/clock answered {status}: {body}")
         now = datetime.fromisoformat(body["now"].replace("Z", "+00:00"))
-        return cls(now, float(body["speed"]), client=client, sim_seconds=float(body["sim_seconds"]))
+        clock = cls(now, float(body["speed"]), client=client, sim_seconds=float(body["sim_seconds"]))
+        clock._bound = body.get("bound")  # a sandbox waiting for its runner stands still until the runner holds it
+        return clock
 
     @property
     def speed(self) -> float:
@@ -120,12 +122,12 @@ class SandboxClock:
     def hold(self, holder: str, *, until: float | None, lease: float = HOLD_LEASE_SECONDS) -> None:
         """Hold the sandbox's clock at `until` sim seconds (None: where it is now); raises ClockUnavailable when
         it cannot be held."""
-        self._call("/sandbox/clock/hold", {"holder": holder, "until": until, "lease_seconds": lease}, until=until)
+        self._call("/sandbox/clock/hold", {"holder": holder, "until": until, "lease_seconds": lease})
 
     def release(self, holder: str) -> None:
-        self._call("/sandbox/clock/release", {"holder": holder}, until=None, release=True)
+        self._call("/sandbox/clock/release", {"holder": holder})
 
-    def _call(self, path: str, body: dict[str, Any], *, until: float | None, release: bool = False) -> None:
+    def _call(self, path: str, body: dict[str, Any]) -> None:
         if self._client is None:
             raise ClockUnavailable("this clock is not connected to a sandbox")
         status, answer = self._client.request("POST", path, body)
@@ -134,8 +136,9 @@ class SandboxClock:
         if status != 200:
             raise OSError(f"the sandbox answered {status} to {path}: {answer}")
         with self._lock:
+            # The sandbox's bound is the lowest of every hold on it, ours included.
             self._synced_sim, self._synced_wall = float(answer["sim_seconds"]), time.monotonic()
-            self._bound = None if release else (self._synced_sim if until is None else max(until, self._synced_sim))
+            self._bound = answer.get("bound")
 
 
 class ClockHolder:

@@ -370,7 +370,9 @@ class SandboxServer:
         world.advance(self._clock.now())
         route = (request.method, request.path.rstrip("/"))
         if route == ("GET", "/sandbox/clock"):
-            return json_response(200, {"now": world.now.isoformat(), "sim_seconds": world.t, "speed": self._clock.speed})
+            held = {"bound": self._clock.bound()} if isinstance(self._clock, SimClock) else {}
+            return json_response(200, {"now": world.now.isoformat(), "sim_seconds": world.t, "speed": self._clock.speed,
+                                       **held})
         if route == ("POST", "/sandbox/clock/advance"):
             if not isinstance(self._clock, ManualClock):
                 return json_response(409, {"error": "only a manual clock can be advanced"})

@@ -95,9 +95,11 @@ def test_a_runner_on_the_system_clock_holds_nothing(sandbox_factory: SandboxFact
 def test_a_sandbox_that_waits_for_its_runner_stands_at_zero_until_the_runner_holds_it(tmp_path: Any) -> None:
     # A runner slow to start (a busy machine) must not find the scenario's first arrivals already waiting.
     with SandboxServer("burst", speed=SPEED, workdir=tmp_path, start=SANDBOX_START, wait_for_runner=60) as server:
-        time.sleep(0.5)  # 30 sim seconds at SPEED, if the clock ran
+        clock = SandboxClock.connect(server.url, ca_path=str(server.ca_path))
+        time.sleep(0.5)  # 30 sim seconds at SPEED, if the clock ran: a runner importing its functions
         assert server.clock.now() == SANDBOX_START
+        assert clock.now() == SANDBOX_START  # the runner's reading stands still with it
         seen: list[tuple[float, float]] = []
-        _run(server, SandboxClock.connect(server.url, ca_path=str(server.ca_path)), seen, wall_s=1.5)
+        _run(server, clock, seen, wall_s=1.5)
         assert seen and seen[0][0] == pytest.approx(EVERY_S, abs=1.0)  # the first poll at its first due time
         assert server.clock.bound() is None  # type: ignore[attr-defined]  # the start hold ended with the runner's
