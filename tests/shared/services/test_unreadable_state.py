@@ -333,3 +333,32 @@ def test_the_plan_names_a_group_whose_row_cannot_be_read(request: pytest.Fixture
     assert "'Deleting'" in refused["refused"] and "'Deleting'" in data["unreadable_rows"][SPARE]
     assert "'Deleting'" in render_text(report)
     assert all(r["group"] == POOL for r in data["scale_down"])
+
+
+def test_a_removal_step_meeting_its_groups_unreadable_row_ends_with_an_outcome_and_leaves_the_node(
+        request: pytest.FixtureRequest) -> None:
+    """A removal under way whose group row goes bad: its next step records an outcome naming the row, and the node
+    stays as it was (no eviction, no delete, not given back half-way); the poll after it leaves it so too."""
+    app = _idle_app(request)
+    ports = app.context.ports
+    busy, _ = app.busy_and_idle()
+    first = next(n for n in _nodes_of(app, POOL) if n != busy)
+    action = new_scale_down(action_id=f"down-{first}", group=POOL, now=app.clock.now(), ttl=timedelta(minutes=5),
+                            targets=[RemovalTarget(first, app.provider_id(first))], removal_kind="drain")
+    as_the_poll_decided(ports, POOL, [first], action.id, now=app.clock.now())
+    assert app.run(encode_action(action)).outcome == "waiting"
+    [following] = app.take_queued()
+    before = _corrupt(app, "group", POOL, Deleting="{oops")
+    deletes, evicted = app.arm_calls("POST delete"), app.world.report()["running_pods_evicted"]
+
+    result = app.run(following)
+
+    assert result.outcome == "failed"
+    entry = ports.state.get_ledger_entry(action.id)
+    assert entry is not None and "stored state cannot be read" in entry.outcome and "'Deleting'" in entry.outcome
+    app.clock.advance(orphan_after(app.context.settings).total_seconds() + 60)
+    assert POOL in _poll(app).unreadable_groups
+    node = ports.cluster.get_node(first)
+    assert node is not None and node.unschedulable and node.is_being_deleted
+    assert app.arm_calls("POST delete") == deletes and app.world.report()["running_pods_evicted"] == evicted
+    assert _row(app, "group", POOL) == before
