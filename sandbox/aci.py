@@ -13,15 +13,13 @@ the granularity ACI takes them in, so sums and quota comparisons never drift.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from shared.domain import Taint
+from sandbox.dists import Dist
 from sandbox.resources import Amounts
 from sandbox.units import parse_bytes, parse_cpu_milli
-
-if TYPE_CHECKING:  # sandbox.scenario imports this module
-    from sandbox.scenario import VirtualNodeSpec
 
 VirtualNodeVersion = Literal[1, 2]
 VERSIONS = (1, 2)
@@ -68,6 +66,23 @@ AZURE_FILE_CSI = "file.csi.azure.com"
 
 RefusalKind = Literal["quota", "rate", "unsupported"]
 REFUSAL_KINDS: tuple[RefusalKind, ...] = ("quota", "rate", "unsupported")
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualNodeSpec:
+    """An AKS virtual node: virtual-kubelet running pods on Azure Container Instances (sandbox.world.virtual_node),
+    as a scenario declares it (`virtual_node`, parsed by sandbox.scenario)."""
+
+    name: str = DEFAULT_NAMES[1]
+    version: VirtualNodeVersion = 1  # 1: the AKS add-on (azure-aci); 2: Virtual Nodes v2 (preview)
+    quota_cores: int = DEFAULT_QUOTA_CORES  # ACI's regional StandardCores quota
+    creates_per_5min: int = DEFAULT_CREATES_PER_5MIN  # container group creations allowed per 5 minutes
+    creates_per_hour: int = DEFAULT_CREATES_PER_HOUR  # ... and per hour
+    # From the container group's creation to its container running. Reports run 20-60 s (older ones up to
+    # 110 s for big images); no current official figure.
+    start_latency: Dist = field(default_factory=lambda: Dist("lognormal", (), 10.0, 180.0, 30.0, 60.0))
+    price_vcpu_second: float = DEFAULT_PRICE_VCPU_SECOND  # USD; no verified public figure (above)
+    price_gb_second: float = DEFAULT_PRICE_GB_SECOND  # USD per GB (10^9 bytes) and second; likewise
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import random
 import re
 from datetime import timedelta
 from collections.abc import Callable, Mapping
@@ -24,6 +23,8 @@ from typing import Any, Literal
 
 from shared.domain import EMPTY_MAP, Taint, Toleration
 from sandbox import aci
+from sandbox.aci import VirtualNodeSpec  # defined beside the rules that read it; scenario files declare it
+from sandbox.dists import Dist  # re-exported: scenario fields are Dists
 from sandbox.agent_pools import COMPUTER_NAME_PREFIX, AgentPoolError, AgentPoolSpec, check_pools, expand_node_group
 from sandbox.podspec import HostPort, SpecError, parse_affinity, parse_spread_constraints
 from sandbox.resources import EPHEMERAL_STORAGE, Amounts, parse_scalar
@@ -52,10 +53,6 @@ Orchestration = Literal["Uniform", "Flexible"]
 # A Flexible member is named `{scale set}_{8 hex}`, and a VM name is at most 64 characters.
 _FLEX_VMSS_NAME_MAX = 64 - 9
 
-# z-score of the 95th percentile of a standard normal: turns (median, p95) into a lognormal sigma.
-_Z95 = 1.6448536269514722
-
-
 class ScenarioError(ValueError):
     """A scenario file is missing, unreadable or invalid."""
 
@@ -64,39 +61,6 @@ class ScenarioError(ValueError):
         self.source = source
         self.path = path
         self.problem = problem
-
-
-@dataclass(frozen=True, slots=True)
-class Dist:
-    """A random quantity in its parsed unit (millicores, bytes or seconds).
-
-    fixed: `values[0]`; choice: uniform over `values`; uniform: between `low` and `high`;
-    lognormal: median/p95, clipped to [low, high].
-    """
-
-    kind: Literal["fixed", "choice", "uniform", "lognormal"]
-    values: tuple[float, ...] = ()
-    low: float = 0.0
-    high: float = math.inf
-    median: float = 0.0
-    p95: float = 0.0
-
-    @staticmethod
-    def fixed(value: float) -> Dist:
-        return Dist("fixed", (value,), value, value)
-
-    def sample(self, rng: random.Random) -> float:
-        if self.kind == "fixed":
-            return self.values[0]
-        if self.kind == "choice":
-            return rng.choice(self.values)
-        if self.kind == "uniform":
-            return rng.uniform(self.low, self.high)
-        if self.median <= 0:
-            return max(self.low, 0.0)
-        sigma = (math.log(self.p95) - math.log(self.median)) / _Z95 if self.p95 > self.median else 0.0
-        value = math.exp(rng.gauss(math.log(self.median), sigma))
-        return min(max(value, self.low), self.high)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,22 +209,6 @@ class RenderQueueSpec:
     @property
     def frames_total(self) -> int:
         return sum(batch.count for batch in self.frames)
-
-
-@dataclass(frozen=True, slots=True)
-class VirtualNodeSpec:
-    """An AKS virtual node: virtual-kubelet running pods on Azure Container Instances (sandbox.world.virtual_node)."""
-
-    name: str = aci.DEFAULT_NAMES[1]
-    version: aci.VirtualNodeVersion = 1  # 1: the AKS add-on (azure-aci); 2: Virtual Nodes v2 (preview)
-    quota_cores: int = aci.DEFAULT_QUOTA_CORES  # ACI's regional StandardCores quota
-    creates_per_5min: int = aci.DEFAULT_CREATES_PER_5MIN  # container group creations allowed per 5 minutes
-    creates_per_hour: int = aci.DEFAULT_CREATES_PER_HOUR  # ... and per hour
-    # From the container group's creation to its container running. Reports run 20-60 s (older ones up to
-    # 110 s for big images); no current official figure.
-    start_latency: Dist = field(default_factory=lambda: Dist("lognormal", (), 10.0, 180.0, 30.0, 60.0))
-    price_vcpu_second: float = aci.DEFAULT_PRICE_VCPU_SECOND  # USD; no verified public figure (sandbox.aci)
-    price_gb_second: float = aci.DEFAULT_PRICE_GB_SECOND  # USD per GB (10^9 bytes) and second; likewise
 
 
 @dataclass(frozen=True, slots=True)
