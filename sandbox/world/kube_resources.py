@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
 from sandbox import kobjects
+from sandbox.compute import InstanceSim, ScaleSetSim
 from sandbox.disruption import budget_status, status_json
 from sandbox.errors import KubeError, conflict, not_found
 from sandbox.units import rfc3339
@@ -35,16 +36,28 @@ class KubeResourcesPart(WorldCore):
         self._events_by_reason: Counter[str] = Counter()  # Events created through the API
         self._not_triggered: dict[tuple[str, str], str] = {}  # pod -> the latest NotTriggerScaleUp message about it
         self._events_by_object: dict[str, Counter[str]] = {}  # "namespace/name" of the involved object -> reasons
-        # Writes through the API to nodes of no scale set (a k3s server, a hand-made VM): node -> how many (node
-        # updates, deletes, evictions of its pods). An autoscaler must never touch a node it does not manage.
+        # Writes to nodes the autoscaler does not manage: those of no scale set (a k3s server, a hand-made VM) and
+        # those of a scale set without the discovery tags (`"autoscaled": false`). Node -> how many (node updates
+        # and deletes and evictions of its pods through the Kubernetes API; deletes, deallocations, starts and
+        # scale-in protection of its instance through ARM). An autoscaler must never touch them.
         self._unmanaged_touches: Counter[str] = Counter()
 
     def _touch_if_unmanaged(self, node_name: str | None) -> None:
         # A virtual node is no scale set's either, but an autoscaler may gate it (a taint) and move pods off it.
-        if self._is_virtual_node(node_name):
+        if not node_name or self._is_virtual_node(node_name):
             return
-        if node_name and node_name not in self._by_node and self._store.get("nodes", "", node_name) is not None:
+        inst = self._by_node.get(node_name)
+        untagged = inst is not None and not self._groups[inst.group_key].spec.autoscaled
+        if (inst is None or untagged) and self._store.get("nodes", "", node_name) is not None:
             self._unmanaged_touches[node_name] += 1
+
+    def _touch_untagged_instances(self, group: ScaleSetSim, targets: Iterable[InstanceSim]) -> None:
+        """An ARM write naming instances of a scale set without the discovery tags touches their nodes."""
+        if group.spec.autoscaled:
+            return
+        for inst in targets:
+            if inst.node_registered and self._store.get("nodes", "", inst.node_name) is not None:
+                self._unmanaged_touches[inst.node_name] += 1
 
     def _init_namespaces(self) -> None:
         names = {"default", "kube-system", "kube-public", "kube-node-lease", *self.scenario.namespaces}

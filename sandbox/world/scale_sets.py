@@ -301,6 +301,7 @@ class ScaleSetsPart(WorldCore):
             if inst.state == "Deleting":
                 raise ArmError(409, "OperationNotAllowed",
                                f"Instance {instance_id} of scale set {group.name} is being deleted.")  # wording unverified
+            self._touch_untagged_instances(group, [inst])
             key = (inst.group_key, inst.instance_id)
             (self._scale_in_protected.add if protect else self._scale_in_protected.discard)(key)
             return inst
@@ -329,6 +330,7 @@ class ScaleSetsPart(WorldCore):
                     )
                 if inst not in targets:
                     targets.append(inst)
+            self._touch_untagged_instances(group, targets)
             op = Operation(
                 op_id=self._uid(), kind="delete", group_key=group.key, started_at=self._t,
                 instance_ids=frozenset(i.instance_id for i in targets),
@@ -352,6 +354,7 @@ class ScaleSetsPart(WorldCore):
         ones are left as they are. Not billed once deallocated."""
         with self.lock:
             targets = self._power_targets(group, instance_ids, "deallocate")
+            self._touch_untagged_instances(group, targets)
             for inst in targets:
                 self.counters.instances_deallocated[f"{group.name}/{inst.arm_id}"] += 1
                 if inst.power not in ("deallocating", "deallocated"):
@@ -364,6 +367,7 @@ class ScaleSetsPart(WorldCore):
         with self.lock:
             targets = self._power_targets(group, instance_ids, "start")
             # Quota and Spot capacity (sandbox.world.spot): a refusal raises before anything changes.
+            self._touch_untagged_instances(group, targets)
             failure = self._admit_start(group, targets)
             for inst in targets:
                 self.counters.instances_started[f"{group.name}/{inst.arm_id}"] += 1
