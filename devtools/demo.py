@@ -574,6 +574,11 @@ def build_summary(
         "removal_lag_s": removal_lag(report, unneeded_time_s=unneeded_time_s),
         "removal_lag_s_by_group": {g: removal_lag(report, unneeded_time_s=unneeded_time_s, group=g)
                                    for g in sorted({e["group"] for e in report.get("scale_down_order", [])})},
+        # How long each new node took from the capacity increase that created its VM to registering (seconds): p50,
+        # p95, max over all nodes and per group, and each node's own figure (the sandbox's `node_registration`).
+        "node_registration_s": (report.get("node_registration") or {}).get("seconds"),
+        "node_registration_s_by_group": (report.get("node_registration") or {}).get("seconds_by_group", {}),
+        "node_registrations": (report.get("node_registration") or {}).get("nodes", []),
         # Reason code -> distinct nodes kept for it during the run; node -> its reason in the latest poll.
         "kept_reasons": kept.reason_counts() if kept is not None else {},
         "kept_nodes": kept.kept_nodes() if kept is not None else {},

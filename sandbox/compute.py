@@ -80,6 +80,7 @@ class InstanceSim:
     delete_started_at: float | None = None
     vanished_at: float | None = None
     node_registered: bool = False
+    registered_at: float | None = None  # when its Node first registered, for an instance a capacity increase created
     node_deleted_by_api: bool = False
     ip_index: int = 0
     node_name: str = ""  # the name its kubelet registers the Node under (the flavour decides; see world.nodes)

@@ -236,6 +236,7 @@ class NodesPart(WorldCore):
         # power_seq 0: no deallocation or start since it was created (those register through `rebooted`)
         if inst.alive and inst.state != "Deleting" and not inst.node_registered and inst.power_seq == 0:
             self._register_node(inst)
+            inst.registered_at = self._t
 
     def _node_lost(self, node: dict[str, Any]) -> None:
         """The VM is shutting down: kubelet stops posting status, the node lifecycle controller marks it."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from sandbox import kobjects
 from sandbox.compute import InstanceSim
-from sandbox.metrics import distribution, seconds
+from sandbox.metrics import distribution, percentile, seconds
 from sandbox.pods import pod_outcome
 from sandbox.resources import parse_resource_list
 from sandbox.units import parse_time, rfc3339
@@ -237,6 +237,23 @@ class ReportsPart(WorldCore):
             idle[key] = sorted(names)
         return idle
 
+    def _node_registration(self) -> dict[str, Any]:
+        """Every instance a capacity increase created whose Node registered (gone ones included), from the request
+        to the registration: `nodes` (node, group, requested, registered, seconds; by registration), their
+        `seconds` (nodes, p50, p95, max) and the same per group. Initial nodes and instances that never registered
+        (Failed, deleted while booting) are left out."""
+        rows = sorted(
+            ({"node": inst.node_name, "group": inst.group_key, "requested": seconds(inst.created_at),
+              "registered": seconds(inst.registered_at), "seconds": seconds(inst.registered_at - inst.created_at)}
+             for inst in self._iter_instances() if inst.registered_at is not None),
+            key=lambda row: (row["registered"], row["node"]),
+        )
+        by_group: dict[str, list[float]] = {}
+        for row in rows:
+            by_group.setdefault(row["group"], []).append(row["seconds"])
+        return {"nodes": rows, "seconds": _spread([row["seconds"] for row in rows]),
+                "seconds_by_group": {group: _spread(values) for group, values in sorted(by_group.items())}}
+
     def report(self) -> dict[str, Any]:
         with self.lock:
             node_seconds: dict[str, float] = {key: 0.0 for key in self._groups}
@@ -330,9 +347,17 @@ class ReportsPart(WorldCore):
                 # Instances a successful capacity increase left Failed, their deletes and the fallback
                 # (sandbox.world.scale_sets, the scenario's `allocation_failures`).
                 "allocation": self.allocation_report(),
+                # How long each new node took from the capacity increase that created its VM to registering.
+                "node_registration": self._node_registration(),
                 # Each scenario workload's kind, by "<namespace>/<name>" as pods name their workload.
                 "workload_kinds": {f"{w.namespace}/{w.name}": w.kind for w in self.scenario.workloads},
                 "timeline": copy.deepcopy(self.timeline),
                 "pods": summaries,
             }
 
+
+def _spread(values: list[float]) -> dict[str, float | int]:
+    """How many, and the nearest-rank p50, p95 and max of some durations in seconds (0 for none)."""
+    ordered = sorted(values)
+    return {"nodes": len(ordered), "p50": round(percentile(ordered, 0.5), 1), "p95": round(percentile(ordered, 0.95), 1),
+            "max": round(ordered[-1], 1) if ordered else 0}
