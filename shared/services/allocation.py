@@ -16,6 +16,14 @@ an opt-in flag is set. Here each pending poll lists the instances of the groups 
 
 The error code comes from the instance view (`ProvisioningState/failed/<code>`), read by the provider only for the
 instances the list shows Failed.
+
+A failure can also take the capacity back: ARM reverts a scale set's capacity when its increase fails, some seconds
+before the executor's confirm step reads the failure, records it and marks the offering. A poll in between would see
+the group at its old size with its pods still pending, and ask for the same nodes again, to be refused again.
+`with_scale_ups_in_flight` counts the nodes of every scale-up action without an outcome yet as on their way while the
+capacity does not show them (engine.node_counts.with_scale_ups_in_flight), and plans no more nodes onto a group whose
+accepted increase ARM took back; the executor's record (the offering marked, or the group backed off) then re-plans
+the pods at once.
 """
 
 from __future__ import annotations
@@ -25,11 +33,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from shared.domain import ClusterSnapshot, GroupState, Instance, NodeGroup
+from shared.domain import ClusterSnapshot, GroupState, Instance, LimitReservation, NodeGroup
+from shared.engine import node_counts
 from shared.engine.backoff import after_failure
 from shared.engine.node_counts import present_by_group
 from shared.engine.offerings import FailedAllocation, failed_allocations, growing, without_failed
-from shared.ports import ComputeError, Ports
+from shared.ports import ComputeError, LedgerEntry, Ports, UnreadableRow
 from shared.services import offerings
 from shared.services.events import status_event
 from shared.services.swap import StateConflict, swap_group
@@ -133,3 +142,60 @@ def _recorded(state: GroupState, failure: FailedAllocation) -> bool:
     """Whether this scale-up's failure with this code is in the group's state already."""
     return (state.backoff_reason == failure.code and state.last_failure is not None
             and state.last_scale_up is not None and state.last_failure >= state.last_scale_up)
+
+
+def with_scale_ups_in_flight(ports: Ports, snapshot: ClusterSnapshot, *,
+                             now: datetime) -> tuple[ClusterSnapshot, dict[str, str]]:
+    """The snapshot to plan with, the nodes of scale-ups in flight that their group's capacity does not show counted
+    as on their way; and the groups whose scale-up is failing (ARM took back an increase it had accepted), with why:
+    no more nodes are planned onto those until the executor records the outcome (see the module docstring).
+
+    In flight: a live reservation on the limits row (taken before the capacity write, given back when the action
+    records its outcome) whose action's ledger row has no outcome. Failing: its ledger row holds the operation the
+    capacity write started, yet the capacity is back below it. A write not made yet (no operation recorded) blocks
+    nothing: a healthy group grows on. One read of the limits row per poll; a ledger row is read only for a
+    reservation whose group's capacity shows none of it.
+    """
+    try:
+        row = ports.state.get_limit_reservations()
+    except UnreadableRow as exc:
+        log.error("%s; scale-ups in flight are not counted by this poll", exc)
+        return snapshot, {}
+    live = [r for r in row.reservations.values() if r.live(now)]
+    hidden = _raised(snapshot.groups, node_counts.with_scale_ups_in_flight(snapshot.groups, live, now=now))
+    if not hidden:
+        return snapshot, {}
+    going: list[LimitReservation] = []
+    failing: dict[str, str] = {}
+    for reservation in live:
+        if reservation.group_id not in hidden:
+            going.append(reservation)
+            continue
+        entry, readable = _ledger_entry(ports, reservation)
+        if readable and (entry is None or entry.outcome):
+            continue  # ended: its reservation is given back or lapses
+        going.append(reservation)
+        if entry is not None and entry.operation:
+            failing[reservation.group_id] = (f"its scale-up {reservation.action_id} to {reservation.target} was taken "
+                                             "back by Azure (capacity below it); waiting for the action's outcome")
+    planned = node_counts.with_scale_ups_in_flight(snapshot.groups, going, now=now)
+    for group_id, count in _raised(snapshot.groups, planned).items():
+        log.info("group %s: %d node(s) of a scale-up in flight are not in its capacity (%s): counted as on their way "
+                 "until the action records its outcome", group_id, count,
+                 failing.get(group_id, "its capacity write is not made yet"))
+    return replace(snapshot, groups=planned), failing
+
+
+def _raised(before: Sequence[NodeGroup], after: Sequence[NodeGroup]) -> dict[str, int]:
+    """Group id -> nodes of scale-ups in flight counted in, for the groups whose capacity was raised."""
+    return {b.id: a.capacity - b.capacity for b, a in zip(before, after, strict=True) if a.capacity != b.capacity}
+
+
+def _ledger_entry(ports: Ports, reservation: LimitReservation) -> tuple[LedgerEntry | None, bool]:
+    """The reservation's action's ledger row, and whether it could be read (an unreadable row counts as an action
+    still going: its reservation lapses by itself)."""
+    try:
+        return ports.state.get_ledger_entry(reservation.action_id), True
+    except UnreadableRow as exc:
+        log.warning("%s; its reservation counts until it lapses", exc)
+        return None, False

@@ -113,9 +113,12 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     snapshot, evictions = spot.find_and_handle(ports, settings, snapshot, states, now=now,
                                                listed={g: i for g, i in growing.items() if g in _spot_ids(snapshot)})
     snapshot = running_sizes(snapshot, states)  # instances Azure deallocated are stopped capacity from now on
+    # Nodes of scale-ups in flight that the capacity does not show (not written yet, or taken back by ARM after a
+    # failed allocation the executor has not recorded yet) are on their way, not room to ask for again.
+    snapshot, failing = allocation.with_scale_ups_in_flight(ports, snapshot, now=now)
     # Offerings Azure refused lately, and what the quotas have left: groups blocked, increases capped.
     limits = offerings.planning_limits(ports, settings, snapshot.groups, now=now)
-    unavailable = {**limits.blocked, **backed_off}
+    unavailable = {**failing, **limits.blocked, **backed_off}
     snapshot = replace(snapshot, pods=keep_off_spot(snapshot.pods, settings.on_demand_pod_selector))
     options = replace(scale_up_options(settings, now=now), unavailable=unavailable,
                       reclaimable=reclaimable_nodes(states.values()), quota=limits.quota)

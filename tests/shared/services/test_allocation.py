@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from shared.actions import ScaleUp, decode_message
 from shared.engine.offerings import OUT_OF_RESOURCES
@@ -147,3 +148,105 @@ def test_no_instance_is_listed_while_no_group_is_growing_and_no_view_is_read_whi
     assert calls("LIST virtualMachines") == 0
     _run_to_end(app, seconds=300)  # grown, booted, running: no instance ever Failed
     assert calls("GET virtualMachines") == 0
+
+
+# --- A scale-up whose capacity ARM took back, seen by a poll before the executor records it ---------------------------
+
+SPOT_FALLBACK = SCENARIO.parent / "spot-fallback.json"
+SPOT, ON_DEMAND = "rg-sandbox-nodes/pool-spot", "rg-sandbox-nodes/pool-od"
+
+
+def _spot_storm(*, failing: bool = True) -> dict[str, Any]:
+    """spot-fallback with its spot refusals late: every spot increase is accepted and its operation fails
+    (SkuNotAvailable) five seconds later, when ARM takes the capacity back; `failing` False: spot is plentiful."""
+    doc = json.loads(SPOT_FALLBACK.read_text())
+    doc.pop("expect_at_least"), doc.pop("expect_at_most")
+    failures = [{"scale_set": "pool-spot", "code": "SkuNotAvailable", "count": 5}] if failing else []
+    return {**doc, "spot_capacity": [], "scale_up_failures": failures}
+
+
+def _spot_requests(app: MemoryApp) -> list[dict[str, Any]]:
+    """The capacity increases of pool-spot Azure was asked for, with their outcome."""
+    return [e for e in app.world.report()["spot"]["capacity_increases"] if e["scale_set"] == "pool-spot"]
+
+
+def test_a_poll_between_the_arm_failure_and_the_executors_record_does_not_ask_again() -> None:
+    app = memory_app(_spot_storm(), settings=SETTINGS)
+    executor = Executor(app.ports, app.settings)
+    app.clock.advance(65)  # every Job pending
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    first = app.take_queued()
+    assert _scale_ups(first) == {SPOT: 6}
+    for text in first:
+        executor.execute(text, now=app.clock.now())  # accepted: capacity 6, its operation in flight
+    confirm = app.take_queued()  # the confirm step, not yet run
+    app.clock.advance(6)  # the operation failed and ARM took the capacity back; nothing recorded yet
+    spot = app.ports.provider.get_node_group(SPOT)
+    assert spot is not None and spot.capacity == 0
+    assert app.ports.state.list_offerings() == [] and app.ports.state.get_group(SPOT).backoff_reason == ""
+    race = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert SPOT not in _scale_ups(app.queued())  # the same increase is not asked for again
+    assert len(race.plan.absorbed) == 12  # its pods wait on the nodes still the action's to bring or to fail
+    # ... and the group shows why on the status ConfigMap, as a group in backoff does.
+    status_map = app.ports.cluster.get_config_map("kube-system", "cluster-autoscaler-status") or {}
+    status = yaml.safe_load(status_map["status"])
+    [shown] = [g for g in status["nodeGroups"] if g["name"] == "pool-spot"]
+    assert shown["scaleUp"]["status"] == "Backoff" and "taken back by Azure" in shown["scaleUp"]["backoffInfo"]["errorMessage"]
+    assert len(_spot_requests(app)) == 1
+    # The executor records the failure: the offering marked, the pods re-planned onto on demand at once.
+    for text in confirm:
+        executor.execute(text, now=app.clock.now())
+    assert _scale_ups(app.queued()) == {ON_DEMAND: 6}
+    assert [m.kind for m in app.ports.state.list_offerings()] == ["spot-capacity"]
+    assert app.ports.state.get_limit_reservations().reservations.keys() <= {
+        decode_message(t).id for t in app.queued()}  # the failed action holds no room any more
+    assert [e["outcome"] for e in _spot_requests(app)] == ["SkuNotAvailable"]  # refused once, not twice
+
+
+def _write_not_made_yet(app: MemoryApp, text: str) -> None:
+    """The resize step up to its capacity write: claimed in the ledger and its room reserved, no PATCH yet."""
+    from shared.services import ledger, limit_reservations
+
+    action = decode_message(text)
+    assert isinstance(action, ScaleUp)
+    assert ledger.claim(app.ports.state, action, now=app.clock.now(), lease=app.settings.action_lease) is not None
+    group = app.ports.provider.get_node_group(action.group)
+    assert group is not None
+    limit_reservations.reserve(app.ports, app.settings, action_id=action.id, group=group, target=action.target_size,
+                               now=app.clock.now())
+
+
+def _ended_without_giving_back(app: MemoryApp, text: str) -> None:
+    """An action that recorded its outcome but whose reservation was never given back (it lapses by itself)."""
+    from shared.services import ledger
+
+    _write_not_made_yet(app, text)
+    entry = app.ports.state.get_ledger_entry(decode_message(text).id)
+    assert entry is not None
+    ledger.update(app.ports.state, entry, status="done", outcome="skipped: test", updated_at=app.clock.now())
+
+
+def _written(app: MemoryApp, text: str) -> None:
+    Executor(app.ports, app.settings).execute(text, now=app.clock.now())  # capacity written, operation in flight
+    app.take_queued()
+
+
+@pytest.mark.parametrize(("moment", "counted"), [
+    (_written, True),  # the capacity shows the increase
+    (_write_not_made_yet, True),  # the capacity does not show it yet: on its way all the same, the group not blocked
+    (_ended_without_giving_back, False),  # a reservation left behind by an ended action holds nothing
+])
+def test_a_healthy_group_grows_on_while_its_scale_up_is_in_flight(moment: Any, counted: bool) -> None:
+    app = memory_app(_spot_storm(failing=False), settings=SETTINGS)
+    app.clock.advance(40)  # the first Jobs pending
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    [first] = app.take_queued()
+    asked = _scale_ups([first])[SPOT]
+    assert 0 < asked < 6
+    moment(app, first)
+    app.clock.advance(25)  # every Job pending: more than the first increase holds
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    # The pods beyond the first increase go to the same group: it grows on, to the size all 12 need, from the first
+    # increase's nodes while that action is going (counted once: neither asked for twice nor lost).
+    assert [(i.group_id, i.current_target, i.new_target) for i in result.plan.increases] == [
+        (SPOT, asked if counted else 0, 6)]
