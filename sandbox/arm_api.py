@@ -16,8 +16,11 @@ Shaped after what azure-mgmt-compute 39 sends and accepts:
   `network_interfaces.list_virtual_machine_scale_set_network_interfaces(rg, vmss)` and
   `list_virtual_machine_scale_set_vm_network_interfaces(rg, vmss, instance_id)`, which send the api-version
   of the spec's vmssNetworkInterface.json, 2018-10-01): `GET .../virtualMachineScaleSets/{vmss}/networkInterfaces`
-  and `.../virtualMachines/{id}/networkInterfaces` list one primary NIC per instance, whose one
-  ipConfiguration holds the instance's private IP, the InternalIP its Node reports (`nic_json`).
+  and `.../virtualMachines/{id}/networkInterfaces` list each instance's NICs, one per NIC configuration of
+  the model (one, named after the scale set, unless the scenario declares `nics`), each with `primary` and one
+  primary ipConfiguration holding its private IP; the Node's InternalIP is one of them (`nic_json`). The
+  scale set model carries the configurations (`networkProfile.networkInterfaceConfigurations`), a VM model
+  references its NICs (`networkProfile.networkInterfaces`, with `primary`).
 - `virtual_machine_scale_set_vms.begin_update` (PUT .../virtualMachines/{id}, instance protection): only
   `properties.protectionPolicy.protectFromScaleIn` is taken; answered 200 with the VM (provisioning state
   Succeeded, so the poller is done at once), which then carries `protectionPolicy`. A capacity decrease
@@ -67,11 +70,12 @@ from typing import Any
 from urllib.parse import quote
 
 from sandbox import agent_pools_api, flexible, quota, spot, spot_api
-from sandbox.compute import InstanceSim, Operation, ScaleSetSim, failed_statuses
+from sandbox.compute import InstanceSim, Operation, ScaleSetSim, failed_statuses, nic_addresses
 from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
 from sandbox.faults import Fault, default_scale_up_message
 from sandbox.identity import ARM, Verdict, quoted_list
+from sandbox.nic_spec import NicSpec, group_nics, subnet_name
 from sandbox.resources import Amounts
 from sandbox.units import parse_time, rfc3339, rfc3339_micro
 from sandbox.wire import Request, Response, json_response
@@ -306,6 +310,7 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
                         "diskSizeGB": 128,
                     },
                 },
+                "networkProfile": network_profile(world, group),
                 **spot.priority_profile(spec.priority, spec.eviction_policy, spec.max_price),
             },
             "provisioningState": world.provisioning_state(group),
@@ -363,6 +368,7 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_vie
                 "adminUsername": "azureuser",
                 "linuxConfiguration": {"disablePasswordAuthentication": True, "provisionVMAgent": True},
             },
+            "networkProfile": vm_network_profile(world, group, inst),
         },
     }
     if instance_view:
@@ -374,48 +380,80 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_vie
     return body
 
 
-def nic_json(world: World, group: ScaleSetSim, inst: InstanceSim) -> dict[str, Any]:
-    """The instance's one NIC as the Network RP lists Uniform scale-set NICs (the shape of the
-    VmssNetworkInterfaceList example of the spec's vmssNetworkInterface.json). Its name is the scale set
-    model's NIC configuration name, which AKS sets to the scale set's name; the address never changes."""
-    vm_id = f"{_vmss_id(world, group)}/virtualMachines/{inst.instance_id}"
-    nic_id = f"{vm_id}/networkInterfaces/{group.name}"
-    rg_id = f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}"
-    mac = "-".join(f"{b:02X}" for b in (0x00, 0x0D, 0x3A, 0xE0 | (inst.ip_index >> 16) & 0x0F,
-                                         (inst.ip_index >> 8) & 0xFF, inst.ip_index & 0xFF))
-    return {
-        "name": group.name,
-        "id": nic_id,
-        "etag": f'W/"{inst.vm_id}"',
-        "properties": {
-            "provisioningState": "Succeeded",
-            "resourceGuid": inst.vm_id,
-            "ipConfigurations": [
-                {
-                    "name": "ipconfig1",
-                    "id": f"{nic_id}/ipConfigurations/ipconfig1",
-                    "etag": f'W/"{inst.vm_id}"',
-                    "properties": {
-                        "provisioningState": "Succeeded",
-                        "privateIPAddress": inst.private_ip,
-                        "privateIPAllocationMethod": "Dynamic",
-                        "privateIPAddressVersion": "IPv4",
-                        "subnet": {
-                            "id": f"{rg_id}/providers/Microsoft.Network/virtualNetworks/"
-                                  f"{world.scenario.cluster_name}-vnet/subnets/nodes"
+def _subnet_id(world: World, group: ScaleSetSim, nic: NicSpec) -> str:
+    return (f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}/providers/Microsoft.Network/"
+            f"virtualNetworks/{world.scenario.cluster_name}-vnet/subnets/{subnet_name(nic.subnet)}")
+
+
+def _vm_id(world: World, group: ScaleSetSim, inst: InstanceSim) -> str:
+    return f"{_vmss_id(world, group)}/virtualMachines/{inst.instance_id}"
+
+
+def network_profile(world: World, group: ScaleSetSim) -> dict[str, Any]:
+    """The scale set model's `networkProfile`: one `networkInterfaceConfigurations` entry per NIC (its name,
+    `primary`, one primary ipConfiguration in its subnet), as the VMSS model carries them."""
+    return {"networkInterfaceConfigurations": [
+        {"name": nic.name, "properties": {
+            "primary": nic.primary, "enableAcceleratedNetworking": True, "enableIPForwarding": False,
+            "ipConfigurations": [{"name": "ipconfig1", "properties": {
+                "primary": True, "subnet": {"id": _subnet_id(world, group, nic)}, "privateIPAddressVersion": "IPv4"}}],
+        }}
+        for nic in group_nics(group.spec.nics, group.name)
+    ]}
+
+
+def vm_network_profile(world: World, group: ScaleSetSim, inst: InstanceSim) -> dict[str, Any]:
+    """A VMSS VM's `networkProfile`: a reference to each of its NICs, with `primary`."""
+    return {"networkInterfaces": [
+        {"id": f"{_vm_id(world, group, inst)}/networkInterfaces/{nic.name}", "properties": {"primary": nic.primary}}
+        for nic in group_nics(group.spec.nics, group.name)
+    ]}
+
+
+def nic_json(world: World, group: ScaleSetSim, inst: InstanceSim) -> list[dict[str, Any]]:
+    """The instance's NICs as the Network RP lists Uniform scale-set NICs (the shape of the
+    VmssNetworkInterfaceList example of the spec's vmssNetworkInterface.json), one per NIC configuration of the
+    model and named after it (AKS names its one configuration after the scale set): `primary` on the NIC and
+    one primary ipConfiguration holding its `privateIPAddress` (never changing). The Node's InternalIP is one
+    of them: the primary's unless the scenario's `node_ip` names another."""
+    vm_id = _vm_id(world, group, inst)
+    nics = []
+    for position, (nic, ip) in enumerate(nic_addresses(group.spec, inst.ip_index)):
+        nic_id = f"{vm_id}/networkInterfaces/{nic.name}"
+        # Unique per NIC: the index fits two bytes (a /16 holds every VM's address), the NIC's position the third.
+        mac = "-".join(f"{b:02X}" for b in (0x00, 0x0D, 0x3A, 0xE0 | position & 0x0F,
+                                             (inst.ip_index >> 8) & 0xFF, inst.ip_index & 0xFF))
+        nics.append({
+            "name": nic.name,
+            "id": nic_id,
+            "etag": f'W/"{inst.vm_id}"',
+            "properties": {
+                "provisioningState": "Succeeded",
+                "resourceGuid": inst.vm_id,
+                "ipConfigurations": [
+                    {
+                        "name": "ipconfig1",
+                        "id": f"{nic_id}/ipConfigurations/ipconfig1",
+                        "etag": f'W/"{inst.vm_id}"',
+                        "properties": {
+                            "provisioningState": "Succeeded",
+                            "privateIPAddress": ip,
+                            "privateIPAllocationMethod": "Dynamic",
+                            "privateIPAddressVersion": "IPv4",
+                            "subnet": {"id": _subnet_id(world, group, nic)},
+                            "primary": True,
                         },
-                        "primary": True,
-                    },
-                }
-            ],
-            "dnsSettings": {"dnsServers": [], "appliedDnsServers": []},
-            "macAddress": mac,
-            "enableAcceleratedNetworking": True,
-            "enableIPForwarding": False,
-            "primary": True,
-            "virtualMachine": {"id": vm_id},
-        },
-    }
+                    }
+                ],
+                "dnsSettings": {"dnsServers": [], "appliedDnsServers": []},
+                "macAddress": mac,
+                "enableAcceleratedNetworking": True,
+                "enableIPForwarding": False,
+                "primary": nic.primary,
+                "virtualMachine": {"id": vm_id},
+            },
+        })
+    return nics
 
 
 def _at(world: World, t: float) -> datetime:
@@ -685,14 +723,14 @@ def _put_vm(world: World, request: Request, params: dict[str, str], api_version:
 
 def _list_nics(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
-    items = [nic_json(world, group, inst) for inst in world.instances(group)]
+    items = [nic for inst in world.instances(group) for nic in nic_json(world, group, inst)]
     return json_response(200, _page(items, request, world.scenario.arm_page_size, api_version))
 
 
 def _list_vm_nics(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
     inst = _instance_or_404(world, group, params)
-    return json_response(200, _page([nic_json(world, group, inst)], request, world.scenario.arm_page_size, api_version))
+    return json_response(200, _page(nic_json(world, group, inst), request, world.scenario.arm_page_size, api_version))
 
 
 _LOCATION_FILTER = re.compile(r"^\s*location\s+eq\s+'(?P<loc>[^']+)'\s*$", re.IGNORECASE)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sandbox.faults import ScaleUpFailure
+from sandbox.nic_spec import NicSpec, address, group_nics
 from sandbox.scenario import NodeGroupSpec
 
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -48,9 +49,15 @@ def flexible_names(
 
 
 def private_ip(ip_index: int) -> str:
-    """The private IP of the VM with this index in the node subnet (10.224.0.0/16, AKS's default): its NIC's
-    primary ipConfiguration in ARM and its Node's InternalIP (and the hostIP of its pods) are this one address."""
+    """The private IP of the VM with this index in the default node subnet (10.224.0.0/16, AKS's default): with
+    the default NIC, its NIC's primary ipConfiguration in ARM and its Node's InternalIP (and the hostIP of its
+    pods) are this one address."""
     return f"10.224.{ip_index // 250}.{ip_index % 250 + 4}"
+
+
+def nic_addresses(spec: NodeGroupSpec, ip_index: int) -> tuple[tuple[NicSpec, str], ...]:
+    """Each NIC of the group's VMs with the address the VM with this index has on it, in the model's order."""
+    return tuple((nic, address(nic.subnet, ip_index)) for nic in group_nics(spec.nics, spec.name))
 
 
 # Failed: a capacity increase whose operation succeeded could not place the instance (`allocation_failures`).
@@ -84,6 +91,11 @@ class InstanceSim:
     node_deleted_by_api: bool = False
     ip_index: int = 0
     node_name: str = ""  # the name its kubelet registers the Node under (the flavour decides; see world.nodes)
+    # Its NICs' addresses, one per NIC of its scale set in the model's order (`nic_addresses`), the primary's
+    # position among them and the one whose address its kubelet registers (the Node's InternalIP).
+    nic_ips: tuple[str, ...] = ()
+    primary_nic: int = 0
+    node_nic: int = 0
     vm_name: str = ""  # a Flexible member's VM name (`{vmss}_{8 hex}`), its instance id in ARM; "" in a Uniform set
     # Set when the instance is to end Failed (the scenario's `allocation_failures`): its instance view's code, message.
     error_code: str = ""
@@ -106,7 +118,13 @@ class InstanceSim:
 
     @property
     def private_ip(self) -> str:
-        return private_ip(self.ip_index)
+        """Its primary NIC's address."""
+        return self.nic_ips[self.primary_nic] if self.nic_ips else private_ip(self.ip_index)
+
+    @property
+    def node_ip(self) -> str:
+        """The address its Node registers as InternalIP: the primary's unless the group says another NIC's."""
+        return self.nic_ips[self.node_nic] if self.nic_ips else private_ip(self.ip_index)
 
 
 def failed_statuses(inst: InstanceSim) -> list[dict[str, str]]:

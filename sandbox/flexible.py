@@ -22,9 +22,12 @@ like the rest of the double, any api-version is taken):
   a DELETE of nothing (the spec lists 200/202/204).
 - `POST .../virtualMachines/{vm}/deallocate`, `/start`: 202, as the scale set's deallocate and start.
 - `GET .../resourceGroups/{rg}/providers/Microsoft.Network/networkInterfaces` (paged) and `.../{nic}`: each
-  member's one NIC, named `{vm name}-nic` (Azure's naming of implicitly created NICs is unverified: read
-  the VM's `networkProfile.networkInterfaces[].id`), `properties.virtualMachine.id`, `primary`, and one
-  primary ipConfiguration holding the member's private IP (its Node's InternalIP). It goes with the VM.
+  member's NICs, one per NIC configuration of the model: `{vm name}-nic` for the one NIC of a set that
+  declares none, `{vm name}-{NIC name}` for each NIC of a set that declares `nics` (Azure's naming of
+  implicitly created NICs is unverified: read the VM's `networkProfile.networkInterfaces[].id`), each with
+  `properties.virtualMachine.id`, `primary`, and one primary ipConfiguration holding its private IP; the
+  Node's InternalIP is one of them (the primary's unless the scenario's `node_ip` names another). They go
+  with the VM.
 
 Scale-set routes of sandbox.arm_api that answer otherwise for a Flexible set (`override`, `vmss_json`):
 - the scale set itself: `orchestrationMode: Flexible`, `singlePlacementGroup: false`,
@@ -62,9 +65,10 @@ from typing import Any
 from urllib.parse import quote
 
 from sandbox import spot
-from sandbox.compute import InstanceSim, Operation, ScaleSetSim, failed_statuses
+from sandbox.compute import InstanceSim, Operation, ScaleSetSim, failed_statuses, nic_addresses
 from sandbox.arm_paging import arm_page
 from sandbox.errors import ArmError
+from sandbox.nic_spec import NicSpec, group_nics, subnet_name
 from sandbox.units import rfc3339_micro
 from sandbox.wire import Request, Response, json_response
 from sandbox.world import World
@@ -131,16 +135,47 @@ def vm_id(world: World, group: ScaleSetSim, inst: InstanceSim) -> str:
     return f"{_rg_id(world, group)}/providers/Microsoft.Compute/virtualMachines/{inst.vm_name}"
 
 
-def nic_name(inst: InstanceSim) -> str:
-    return f"{inst.vm_name}-nic"
+def nic_name(inst: InstanceSim, nic: NicSpec | None = None) -> str:
+    """A member's NIC: `{vm name}-nic` for the one NIC of a set that declares none, `{vm name}-{NIC name}` for
+    each NIC a set declares (`nics`)."""
+    return f"{inst.vm_name}-nic" if nic is None else f"{inst.vm_name}-{nic.name}"
 
 
-def nic_id(world: World, group: ScaleSetSim, inst: InstanceSim) -> str:
-    return f"{_rg_id(world, group)}/providers/Microsoft.Network/networkInterfaces/{nic_name(inst)}"
+def _subnet_id(world: World, group: ScaleSetSim, nic: NicSpec) -> str:
+    return (f"{_rg_id(world, group)}/providers/Microsoft.Network/virtualNetworks/{world.scenario.cluster_name}-vnet/"
+            f"subnets/{subnet_name(nic.subnet)}")
 
 
-def _subnet_id(world: World, group: ScaleSetSim) -> str:
-    return f"{_rg_id(world, group)}/providers/Microsoft.Network/virtualNetworks/{world.scenario.cluster_name}-vnet/subnets/nodes"
+def member_nics(group: ScaleSetSim, inst: InstanceSim) -> list[tuple[str, NicSpec, str]]:
+    """A member's NICs, in the model's order: (NIC name, its configuration, its address)."""
+    declared = bool(group.spec.nics)
+    return [(nic_name(inst, nic if declared else None), nic, ip) for nic, ip in nic_addresses(group.spec, inst.ip_index)]
+
+
+def _configurations(world: World, group: ScaleSetSim) -> list[dict[str, Any]]:
+    """The model's `networkInterfaceConfigurations`: `{scale set}-nic` for the default NIC, else one per NIC."""
+    declared = bool(group.spec.nics)
+    return [
+        {
+            "name": nic.name if declared else f"{group.name}-nic",
+            "properties": {
+                "primary": nic.primary,
+                "enableAcceleratedNetworking": True,
+                "deleteOption": "Delete",
+                "ipConfigurations": [
+                    {
+                        "name": "ipconfig1",
+                        "properties": {
+                            "primary": True,
+                            "subnet": {"id": _subnet_id(world, group, nic)},
+                            "privateIPAddressVersion": "IPv4",
+                        },
+                    }
+                ],
+            },
+        }
+        for nic in group_nics(group.spec.nics, group.name)
+    ]
 
 
 def _members(world: World, subscription_id: str, resource_group: str) -> list[tuple[ScaleSetSim, InstanceSim]]:
@@ -269,26 +304,7 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
                 },
                 "networkProfile": {
                     "networkApiVersion": PROFILE_NETWORK_API_VERSION,
-                    "networkInterfaceConfigurations": [
-                        {
-                            "name": f"{group.name}-nic",
-                            "properties": {
-                                "primary": True,
-                                "enableAcceleratedNetworking": True,
-                                "deleteOption": "Delete",
-                                "ipConfigurations": [
-                                    {
-                                        "name": "ipconfig1",
-                                        "properties": {
-                                            "primary": True,
-                                            "subnet": {"id": _subnet_id(world, group)},
-                                            "privateIPAddressVersion": "IPv4",
-                                        },
-                                    }
-                                ],
-                            },
-                        }
-                    ],
+                    "networkInterfaceConfigurations": _configurations(world, group),
                 },
                 **spot.priority_profile(spec.priority, spec.eviction_policy, spec.max_price),
             },
@@ -349,7 +365,9 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_vie
             },
             "networkProfile": {
                 "networkInterfaces": [
-                    {"id": nic_id(world, group, inst), "properties": {"primary": True, "deleteOption": "Delete"}}
+                    {"id": f"{_rg_id(world, group)}/providers/Microsoft.Network/networkInterfaces/{name}",
+                     "properties": {"primary": nic.primary, "deleteOption": "Delete"}}
+                    for name, nic, _ in member_nics(group, inst)
                 ]
             },
             "virtualMachineScaleSet": {"id": vmss_id(world, group)},
@@ -366,17 +384,20 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_vie
     return body
 
 
-def _mac(ip_index: int) -> str:
-    return "-".join(f"{b:02X}" for b in (0x00, 0x22, 0x48, (ip_index >> 16) & 0xFF, (ip_index >> 8) & 0xFF, ip_index & 0xFF))
+def _mac(ip_index: int, position: int = 0) -> str:
+    """Unique per NIC: the index fits two bytes (a /16 holds every VM's address), the NIC's position the third."""
+    return "-".join(f"{b:02X}" for b in (0x00, 0x22, 0x48, position & 0xFF, (ip_index >> 8) & 0xFF, ip_index & 0xFF))
 
 
-def nic_json(world: World, group: ScaleSetSim, inst: InstanceSim) -> dict[str, Any]:
-    """A member's one NIC as the Network RP returns a standalone NetworkInterface; the address never changes."""
-    nic = nic_id(world, group, inst)
+def nic_json(world: World, group: ScaleSetSim, inst: InstanceSim, name: str, nic: NicSpec, ip: str,
+             position: int = 0) -> dict[str, Any]:
+    """One of a member's NICs (`member_nics`) as the Network RP returns a standalone NetworkInterface: `primary`
+    and one primary ipConfiguration holding its address, which never changes."""
+    nic_ref = f"{_rg_id(world, group)}/providers/Microsoft.Network/networkInterfaces/{name}"
     etag = f'W/"{inst.vm_id}"'
     return {
-        "name": nic_name(inst),
-        "id": nic,
+        "name": name,
+        "id": nic_ref,
         "etag": etag,
         "type": "Microsoft.Network/networkInterfaces",
         "location": group.spec.location,
@@ -386,25 +407,25 @@ def nic_json(world: World, group: ScaleSetSim, inst: InstanceSim) -> dict[str, A
             "ipConfigurations": [
                 {
                     "name": "ipconfig1",
-                    "id": f"{nic}/ipConfigurations/ipconfig1",
+                    "id": f"{nic_ref}/ipConfigurations/ipconfig1",
                     "etag": etag,
                     "type": "Microsoft.Network/networkInterfaces/ipConfigurations",
                     "properties": {
                         "provisioningState": "Succeeded",
-                        "privateIPAddress": inst.private_ip,
+                        "privateIPAddress": ip,
                         "privateIPAllocationMethod": "Dynamic",
-                        "subnet": {"id": _subnet_id(world, group)},
+                        "subnet": {"id": _subnet_id(world, group, nic)},
                         "primary": True,
                         "privateIPAddressVersion": "IPv4",
                     },
                 }
             ],
             "dnsSettings": {"dnsServers": [], "appliedDnsServers": []},
-            "macAddress": _mac(inst.ip_index),
+            "macAddress": _mac(inst.ip_index, position),
             "enableAcceleratedNetworking": True,
             "vnetEncryptionSupported": False,
             "enableIPForwarding": False,
-            "primary": True,
+            "primary": nic.primary,
             "virtualMachine": {"id": vm_id(world, group, inst)},
             "nicType": "Standard",
         },
@@ -472,14 +493,17 @@ def _start_vm(world: World, request: Request, params: dict[str, str], api_versio
 
 
 def _list_nics(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
-    items = [nic_json(world, group, inst) for group, inst in _members(world, params["sub"], params["rg"])]
+    items = [nic_json(world, group, inst, *nic, position=position) for group, inst in _members(world, params["sub"], params["rg"])
+             for position, nic in enumerate(member_nics(group, inst))]
     return json_response(200, _page(world, items, request, api_version))
 
 
 def _get_nic(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     wanted = params["nic"].lower()
     found = next(
-        ((g, i) for g, i in _members(world, params["sub"], params["rg"]) if nic_name(i).lower() == wanted), None
+        ((g, i, nic, position) for g, i in _members(world, params["sub"], params["rg"])
+         for position, nic in enumerate(member_nics(g, i)) if nic[0].lower() == wanted),
+        None,
     )
     if found is None:
         raise ArmError(
@@ -487,7 +511,8 @@ def _get_nic(world: World, request: Request, params: dict[str, str], api_version
             f"The Resource 'Microsoft.Network/networkInterfaces/{params['nic']}' under resource group "
             f"'{params['rg']}' was not found. {_NOT_FOUND_HINT}",
         )
-    return json_response(200, nic_json(world, *found))
+    group, inst, nic, position = found
+    return json_response(200, nic_json(world, group, inst, *nic, position=position))
 
 
 HANDLERS: dict[str, Handler] = {

@@ -34,6 +34,8 @@ from sandbox.spec_fields import listed as _list
 from sandbox.spec_fields import obj as _obj
 from sandbox.spec_fields import typename as _typename
 from sandbox.spec_fields import whole as _int
+from sandbox.nic_spec import FIELDS as NIC_FIELDS
+from sandbox.nic_spec import NicSpec, check_subnets, group_nics, parse_nics
 from sandbox.spot_spec import NODE_GROUP_FIELDS, TOP_LEVEL_FIELDS, EvictionSpec, SpotCapacitySpec
 from sandbox.spot_spec import parse_priority, parse_sections
 from sandbox.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration, parse_time
@@ -97,6 +99,9 @@ class NodeGroupSpec:
     priority: Priority = "Regular"
     eviction_policy: EvictionPolicy = SCALE_SET_EVICTION_DEFAULT  # what an eviction does to a Spot VM
     max_price: float = -1.0  # billingProfile.maxPrice; -1: never evicted for price
+    # Each VM's NICs (sandbox.nic_spec): () is one primary NIC named after the scale set in 10.224.0.0/16.
+    nics: tuple[NicSpec, ...] = ()
+    node_ip: str = ""  # the NIC whose address the Node registers as its InternalIP; "": the primary's
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,6 +494,9 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     pool_problem = check_pools([(i, g.agent_pool) for i, g in enumerate(groups) if g.agent_pool is not None])
     if pool_problem is not None:
         raise _Invalid(*pool_problem)
+    subnet_problem = check_subnets([(f"$.node_groups[{i}].nics", group_nics(g.nics, g.name)) for i, g in enumerate(groups)])
+    if subnet_problem is not None:
+        raise _Invalid(*subnet_problem)
     seen: set[tuple[str, str]] = set()
     prefixes: set[str] = set()
     for i, group in enumerate(groups):
@@ -742,7 +750,7 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         {
             "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
             "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
-            "annotations", "initial_age", "orchestration", *NODE_GROUP_FIELDS,
+            "annotations", "initial_age", "orchestration", *NODE_GROUP_FIELDS, *NIC_FIELDS,
         },
         {"resource_group", "name", "vm_size", "allocatable"},
     )
@@ -775,6 +783,7 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         _PREFIX if pool is None else COMPUTER_NAME_PREFIX, "computer name prefix",
     )
     priority, eviction_policy, max_price = parse_priority(obj, path, agent_pool=pool is not None)
+    nics, node_ip = parse_nics(obj, path, scale_set=name, agent_pool=pool is not None)
     labels = _string_map(obj.get("labels", {}), f"{path}.labels")
     taints = _items(obj, "taints", path, _taint)
     if priority == "Spot":  # as AKS stamps Spot nodes: pods must tolerate the taint to land there
@@ -805,6 +814,8 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         priority=priority,
         eviction_policy=eviction_policy,
         max_price=max_price,
+        nics=nics,
+        node_ip=node_ip,
     )
 
 

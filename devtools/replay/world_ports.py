@@ -391,10 +391,11 @@ class WorldCompute:
             raise ComputeError(f"{exc.code}: {exc.message}", code=exc.code) from exc
 
     def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
-        """The scale set's NICs: one primary IP per instance, as the ARM double serves them."""
+        """The scale set's NICs as the ARM double serves them: every instance's addresses, the primary NIC's first."""
         sim = self._sim(group)
         self._arm("list_nics", group=sim)
-        return {str(i.instance_id): (i.private_ip,) for i in self._world.instances(sim)}
+        return {str(i.instance_id): (i.private_ip, *(ip for ip in i.nic_ips if ip != i.private_ip))
+                for i in self._world.instances(sim)}
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
         sim = self._found(group.resource_group, group.name)

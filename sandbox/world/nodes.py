@@ -185,8 +185,10 @@ class NodesPart(WorldCore):
 
     def _node_object(
         self, name: str, ip_index: int, provider_id: str, labels: Mapping[str, str], taints: tuple[Taint, ...],
-        capacity: Amounts, allocatable: Amounts, created: datetime, *, machine_id: str,
+        capacity: Amounts, allocatable: Amounts, created: datetime, *, machine_id: str, internal_ip: str | None = None,
     ) -> dict[str, Any]:
+        """`internal_ip`: the address kubelet registers (`--node-ip`); None: the VM's in the default subnet."""
+        internal_ip = internal_ip or private_ip(ip_index)
         k3s = self.scenario.flavour == "k3s"
         node = kobjects.node_object(
             name=name,
@@ -197,7 +199,7 @@ class NodesPart(WorldCore):
             taints=taints,
             capacity=capacity,
             allocatable=allocatable,
-            internal_ip=private_ip(ip_index),
+            internal_ip=internal_ip,
             pod_cidr=f"10.244.{ip_index % 256}.0/24",
             machine_id=machine_id,
             kubelet_version=K3S_VERSION if k3s else kobjects.KUBELET_VERSION,
@@ -205,7 +207,7 @@ class NodesPart(WorldCore):
         )
         if k3s:  # the k3s agent's own annotations, which its cloud controller reads the addresses from
             node["metadata"]["annotations"].update(
-                {"k3s.io/hostname": name, "k3s.io/internal-ip": private_ip(ip_index)}
+                {"k3s.io/hostname": name, "k3s.io/internal-ip": internal_ip}
             )
         elif self.scenario.flavour == "kubeadm":  # what `kubeadm join` writes on the node it joins
             node["metadata"]["annotations"]["kubeadm.alpha.kubernetes.io/cri-socket"] = (
@@ -220,6 +222,7 @@ class NodesPart(WorldCore):
         node = self._node_object(
             inst.node_name, inst.ip_index, self._provider_id(inst), labels, spec.taints, spec.capacity,
             spec.allocatable, created or self._at(self._t), machine_id=inst.vm_id.replace("-", ""),
+            internal_ip=inst.node_ip,
         )
         node["metadata"]["annotations"].update(spec.annotations)
         self._store.put("nodes", node)
@@ -231,6 +234,14 @@ class NodesPart(WorldCore):
         """The ip index of the VM behind a node (a scale set instance or a static node), None if unknown."""
         inst = self._by_node.get(node_name)
         return inst.ip_index if inst is not None else self._static_nodes.get(node_name)
+
+    def _host_ip(self, node_name: str) -> str | None:
+        """The node's InternalIP (its pods' hostIP), None if the node is no VM's."""
+        inst = self._by_node.get(node_name)
+        if inst is not None:
+            return inst.node_ip
+        index = self._static_nodes.get(node_name)
+        return None if index is None else private_ip(index)
 
     def _on_registered(self, inst: InstanceSim) -> None:
         # power_seq 0: no deallocation or start since it was created (those register through `rebooted`)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from shared.domain import Taint, group_id
 from sandbox import kobjects
-from sandbox.compute import InstanceSim, Operation, ScaleSetSim, computer_name, flexible_names
+from sandbox.compute import InstanceSim, Operation, ScaleSetSim, computer_name, flexible_names, nic_addresses
 from sandbox.errors import ArmError
 from sandbox.faults import default_scale_up_message
 from sandbox.throttling import BUCKETS, TokenBucket
@@ -104,10 +104,14 @@ class ScaleSetsPart(WorldCore):
             ready_at=self._t + boot,
             state="Succeeded" if already_running else "Creating",
             power="running" if already_running else "starting",
-            ip_index=next(self._ip_counter),
+            ip_index=(ip_index := next(self._ip_counter)),
             node_name=self._node_name(group, hostname),
             vm_name=vm_name,
         )
+        nics = nic_addresses(group.spec, ip_index)
+        inst.nic_ips = tuple(ip for _, ip in nics)
+        inst.primary_nic = next(i for i, (nic, _) in enumerate(nics) if nic.primary)
+        inst.node_nic = next((i for i, (nic, _) in enumerate(nics) if nic.name == group.spec.node_ip), inst.primary_nic)
         group.instances[instance_id] = inst
         if not already_running:
             self._created_by_group[group.key] += 1

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandbox import kobjects
-from sandbox.compute import ScaleSetSim, private_ip
+from sandbox.compute import ScaleSetSim
 from sandbox.pods import PodSim
 from sandbox.resources import Amounts, parse_resource_list
 from sandbox.scheduling import ClusterView, NodeSlot, static_reasons, unschedulable_message
@@ -52,8 +52,9 @@ class SchedulerPart(WorldCore):
         status = obj["status"]
         status["phase"] = "Running"
         status["startTime"] = now
-        if ip_index is not None:
-            status["hostIP"] = private_ip(ip_index)
+        host_ip = self._host_ip(node_name)
+        if ip_index is not None and host_ip is not None:
+            status["hostIP"] = host_ip
             status["hostIPs"] = [{"ip": status["hostIP"]}]
             octet = sum(1 for p in self._live.values() if p.node == node_name) % 250 + 2
             status["podIP"] = f"10.244.{ip_index % 256}.{octet}"
