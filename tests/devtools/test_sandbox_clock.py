@@ -103,3 +103,52 @@ def test_a_sandbox_that_waits_for_its_runner_stands_at_zero_until_the_runner_hol
         _run(server, clock, seen, wall_s=1.5)
         assert seen and seen[0][0] == pytest.approx(EVERY_S, abs=1.0)  # the first poll at its first due time
         assert server.clock.bound() is None  # type: ignore[attr-defined]  # the start hold ended with the runner's
+
+
+class _SlowQueue:
+    """Azurite on a busy machine: every receive takes `seconds` of wall time; `send` as the app's port has it."""
+
+    def __init__(self, queue: Any, seconds: float) -> None:
+        self._queue = queue
+        self._seconds = seconds
+
+    def send(self, action: str, *, delay: timedelta = timedelta(0)) -> None:
+        self._queue.send_raw(action, delay=delay)
+
+    def receive(self, max_messages: int, *, visibility_timeout: timedelta) -> list[Any]:
+        time.sleep(self._seconds)
+        return self._queue.receive(max_messages, visibility_timeout=visibility_timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+def test_a_step_that_waits_runs_when_due_however_slowly_the_queue_is_polled_or_the_clock_held(
+    sandbox_factory: SandboxFactory, action_queue: Any,
+) -> None:
+    # A step re-enqueues itself with a one-second delay (the queue's delays are wall seconds: SPEED sim seconds).
+    # Polls that take 0.3 wall seconds would let the clock run up to 18 sim seconds past a due time, and the queue
+    # shows the message after one wall second however much of it the runner held the clock for.
+    from devtools.runner import DelayedSends, NotingQueue
+
+    server = sandbox_factory("burst", speed=SPEED, start=SANDBOX_START)
+    clock = SandboxClock.connect(server.url, ca_path=str(server.ca_path))
+    delays = DelayedSends(clock)
+    queue = NotingQueue(_SlowQueue(action_queue, 0.3), delays, encode=str)
+    runs: list[float] = []
+    app = func.FunctionApp()
+
+    @app.queue_trigger(arg_name="message", queue_name=action_queue.name, connection="AzureWebJobsStorage")
+    def waiting_step(message: func.QueueMessage) -> None:
+        runs.append((server.clock.now() - SANDBOX_START).total_seconds())
+        if len(runs) < 4:
+            queue.send("again", delay=timedelta(seconds=1))
+
+    queue.send("first", delay=timedelta(seconds=1))
+    runner = LocalRunner(app, env={}, clock=clock, queue=queue, delays=delays)
+    runner.run(until=lambda: len(runs) >= 4, wall_timeout=30)
+
+    assert len(runs) == 4, runs
+    for earlier, later in zip(runs, runs[1:]):
+        # Due one wall second after the send: not later (a slow poll), not earlier (the clock held meanwhile).
+        assert later - earlier == pytest.approx(SPEED, abs=1.0), runs
