@@ -656,7 +656,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("UNAVAILABLE_OFFERING_TTL", "unavailable_offering_ttl", "", _offering_lifetimes,
          "Override how long a refusal marks its VM size (or family, or all spot) unavailable, per failure kind: "
          "`spot-capacity=1h,sku-not-available=23h,zonal-allocation=1h,allocation=1h,overconstrained=1h,"
-         "family-quota=10m,family-quota-zero=1h,low-priority-quota=1h` are the defaults (Karpenter's)."),
+         "family-quota=10m,family-quota-zero=1h,low-priority-quota=1h,spot-preempted=3m` are the defaults "
+         "(Karpenter's; `spot-preempted`: a Preempt notice's mark on its spot size)."),
     Spec("SPOT_FIRST", "spot_first", "true", _bool,
          "Plan pods that tolerate spot (`kubernetes.azure.com/scalesetpriority=spot:NoSchedule`) onto spot "
          "groups first, whatever `EXPANDER` says among the rest; `false`: spot groups are one option among others."),

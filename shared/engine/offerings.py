@@ -35,6 +35,7 @@ OVERCONSTRAINED = "overconstrained"  # Overconstrained(Zonal)AllocationRequest: 
 FAMILY_QUOTA = "family-quota"  # the family's cores quota is spent
 FAMILY_QUOTA_ZERO = "family-quota-zero"  # ... and its limit is 0: nobody raised it, it will not come back soon
 LOW_PRIORITY_QUOTA = "low-priority-quota"  # the region's spot (low-priority) cores quota is spent
+SPOT_PREEMPTED = "spot-preempted"  # a Preempt notice: Azure is taking the size's spot capacity back (engine.spot)
 
 DEFAULT_LIFETIMES: Mapping[str, timedelta] = {
     SPOT_CAPACITY: timedelta(hours=1),
@@ -45,6 +46,7 @@ DEFAULT_LIFETIMES: Mapping[str, timedelta] = {
     FAMILY_QUOTA: timedelta(minutes=10),
     FAMILY_QUOTA_ZERO: timedelta(hours=1),
     LOW_PRIORITY_QUOTA: timedelta(hours=1),
+    SPOT_PREEMPTED: timedelta(minutes=3),  # Karpenter's (AWS) mark on a spot interruption warning
 }
 KINDS = tuple(DEFAULT_LIFETIMES)
 

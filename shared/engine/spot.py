@@ -15,6 +15,12 @@ outside observer sees an eviction in three ways, and each is handled here the sa
 What is done about it (services.spot): the node is cordoned and its pods evicted at once (no waiting:
 they die anyway); a Node object left behind by a gone VM is deleted; the pods' replacements are planned
 in the same poll, from `replacement_demand`; Job pods that die with the VM are counted as lost work.
+
+A Preempt notice also says that Azure wants the size's spot capacity back in those zones (or that its spot
+price passed the group's max price): a replacement asked of the same offering would likely be refused, and a
+refusal that comes as a failed operation comes after the notice's 30 s. So the notice marks that offering
+unavailable for a short while (`preempted_offerings`), as Karpenter does on a spot interruption warning, and
+the replacements go to the next option in the notice's own poll.
 """
 
 from __future__ import annotations
@@ -30,9 +36,12 @@ from shared.domain import (
     ClusterSnapshot,
     GroupState,
     Instance,
+    SPOT,
     LabelSelector,
     Node,
+    NodeGroup,
     NodeSelectorTerm,
+    OfferingKey,
     Pod,
     SelectorRequirement,
 )
@@ -228,3 +237,10 @@ def lost_seconds(pods: Sequence[Pod], keys: Collection[str], *, now: datetime) -
         if pod.key in keys and pod.started_at is not None:
             total += max(0.0, (now - pod.started_at).total_seconds())
     return total
+
+
+def preempted_offerings(group: NodeGroup) -> tuple[OfferingKey, ...]:
+    """The offerings a Preempt notice for an instance of the spot group shows short: its VM size, spot only, in each
+    of its zones (a regional group: every zone). On-demand offerings of the size and other spot sizes stay open."""
+    location, size = group.location.strip().lower(), group.vm_size.strip().lower()
+    return tuple(OfferingKey(location, "size", size, zone, SPOT) for zone in (tuple(group.zones) or ("",)))

@@ -2,6 +2,7 @@
 
 - `record_refusal`: a scale-up refused for capacity or quota marks the offerings it covers in the state
   table (engine.offerings), and a quota refusal reads the quota again at once;
+- `record_preemption`: a Preempt notice marks the spot offering it shows short (engine.spot.preempted_offerings);
 - `planning_limits`: what the pending poll plans against: the groups a live mark blocks (with why) and
   the vCPUs each quota has left (engine.quota), or None where quotas are not read.
 """
@@ -15,7 +16,8 @@ from datetime import datetime
 
 from shared import telemetry
 from shared.domain import NodeGroup, UnavailableOffering, VmSizeCapacity
-from shared.engine.offerings import Classified, classify, marks_for, merge, unavailable_groups
+from shared.engine.offerings import SPOT_PREEMPTED, Classified, classify, marks_for, merge, unavailable_groups
+from shared.engine.spot import preempted_offerings
 from shared.engine.quota import Quota, quota_view
 from shared.ports import Ports, QuotaUnavailable
 from shared.settings import Settings
@@ -85,11 +87,7 @@ def record_refusal(ports: Ports, settings: Settings, group: NodeGroup, *, code: 
     marks = marks_for(classified, group=group, code=code, message=message, now=now,
                       lifetimes=settings.unavailable_offering_ttl)
     if marks:
-        existing = {m.key.text: m for m in live_marks(ports, now=now)}
-        for mark in marks:
-            kept = merge(existing.get(mark.key.text), mark)
-            if kept is mark:
-                ports.state.put_offering(mark)
+        _put(ports, marks, now=now)
         log.warning("scale-up of %s refused (%s, %s): %s unavailable until %s", group.id, code, classified.kind,
                     ", ".join(m.key.text for m in marks), marks[0].until.isoformat())
         telemetry.offering_unavailable(group.id, kind=classified.kind, code=code, marks=len(marks))
@@ -99,6 +97,28 @@ def record_refusal(ports: Ports, settings: Settings, group: NodeGroup, *, code: 
         except QuotaUnavailable as exc:
             log.warning("Compute quotas of %s could not be read again after a quota refusal: %s", group.location, exc)
     return classified
+
+
+def record_preemption(ports: Ports, settings: Settings, group: NodeGroup, *, instance: str,
+                      now: datetime) -> list[UnavailableOffering]:
+    """Mark the spot offering a Preempt notice for `instance` of the spot `group` shows short (engine.spot), for the
+    `spot-preempted` lifetime (keeping a longer-lived mark of the same key); the marks written."""
+    classified = Classified(SPOT_PREEMPTED, preempted_offerings(group))
+    marks = marks_for(classified, group=group, code="Preempt", now=now, lifetimes=settings.unavailable_offering_ttl,
+                      message=f"Preempt notice for instance {instance} of {group.id}")
+    _put(ports, marks, now=now)
+    log.warning("Preempt notice for %s instance %s: %s unavailable until %s; its replacements go elsewhere",
+                group.id, instance, ", ".join(m.key.text for m in marks), marks[0].until.isoformat())
+    return marks
+
+
+def _put(ports: Ports, marks: Sequence[UnavailableOffering], *, now: datetime) -> None:
+    """Write the marks, each unless a live mark of its key lasts longer already."""
+    existing = {m.key.text: m for m in live_marks(ports, now=now)}
+    for mark in marks:
+        kept = merge(existing.get(mark.key.text), mark)
+        if kept is mark:
+            ports.state.put_offering(mark)
 
 
 def note_requested(ports: Ports, quota: Quota | None, group: NodeGroup, nodes: int) -> None:

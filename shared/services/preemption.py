@@ -5,9 +5,11 @@ to the Event Grid system topic `Microsoft.Maintenance.ScheduledEvents` (preview)
 function hands each event here. Nothing in an event is trusted that our own reads can tell us: the VM it
 names must be an instance of one of our spot groups, and the node is found by our own node mapping.
 Then, at once: the notice is held in the group's state (a node not registered yet is drained when it
-comes), the node is cordoned with our taint, its pods are evicted (batch pods per SPOT_NOTICE_BATCH_PODS),
-the eviction is recorded, and the pending pods are planned again so the replacements' capacity is asked for
-before the VM is gone.
+comes), the group's spot offering is marked unavailable for a short while (Azure is taking that capacity back:
+a replacement asked of it would likely be refused, and a refusal that comes as a failed operation comes too late),
+the node is cordoned with our taint, its pods are evicted (batch pods per SPOT_NOTICE_BATCH_PODS), the eviction
+is recorded, and the pending pods are planned again so the replacements' capacity is asked for, of the next
+option, before the VM is gone.
 
 The data schema of that topic's events is not published in a form we could verify; we read the IMDS
 Scheduled Events fields (`EventType`, `Resources`, `NotBefore`) in `data`, case-insensitively, and the VM
@@ -29,6 +31,7 @@ from shared.domain import FLEXIBLE_SCALE_SET, NodeGroup
 from shared.engine.drainability import is_batch
 from shared.engine.spot import NOTICE, Eviction
 from shared.ports import Ports
+from shared.services import offerings
 from shared.services.observe import observe
 from shared.services.pending import run_pending_poll
 from shared.services.spot import act_on_notice, record_notice
@@ -131,6 +134,9 @@ def handle_scheduled_event(ports: Ports, settings: Settings, event: Mapping[str,
         # Held until the eviction is seen: a node that registers meanwhile is drained the moment a poll sees it.
         for group, instance in named:
             record_notice(ports, group.id, instance, not_before=due)
+        # The replacements go elsewhere in this very poll: spot of this size is what Azure is short of.
+        for group, instance in {g.id: (g, i) for g, i in named}.values():
+            offerings.record_preemption(ports, settings, group, instance=instance, now=now)
     batch = {p.key for p in snapshot.pods if is_batch(p, settings.batch_pod_selector)}
     going = {(group.id, instance.lower()) for group, instance in named}
     acted: list[str] = []

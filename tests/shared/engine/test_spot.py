@@ -179,3 +179,22 @@ def test_a_replacement_made_within_the_grace_period_is_not_planned_twice() -> No
     planning = replacement_demand(snap, found)
     waiting = {p.name for p in planning.pods if p.node_name is None and p.owner and p.owner.name == evicted.owner.name}
     assert waiting == {"web-a", "web-z"}  # the stand-in, and a pending replica older than the eviction
+
+
+@pytest.mark.parametrize(("other", "covered"), [
+    ({}, True),  # the group itself
+    ({"name": "twin"}, True),  # another spot group of the size in the zone: Azure is short of the same capacity
+    ({"priority": "Regular"}, False),  # on demand of the size: where the replacements go
+    ({"vm_size": "Standard_E4s_v5"}, False),  # another spot size
+    ({"zones": ("2",)}, False),  # the size's spot capacity in another zone
+])
+def test_a_preempt_notice_marks_its_spot_size_in_its_zones_only(other: dict[str, object], covered: bool) -> None:
+    from shared.engine.offerings import covers
+    from shared.engine.spot import preempted_offerings
+
+    spot = replace(group("spot", zones=("1",)), priority="Spot")
+    keys = preempted_offerings(spot)
+    assert [(k.scope, k.name, k.zone, k.priority) for k in keys] == [("size", "standard_d4s_v5", "1", "Spot")]
+    assert any(covers(k, replace(spot, **other)) for k in keys) == covered  # type: ignore[arg-type]
+    regional = preempted_offerings(replace(spot, zones=()))
+    assert [k.zone for k in regional] == [""]  # a regional group: every zone

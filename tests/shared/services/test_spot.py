@@ -115,13 +115,17 @@ def test_a_preempt_notice_cordons_evicts_and_asks_for_the_replacement_before_the
     jobs = [p for p in pods if p.owner is not None and p.owner.kind == "Job"]
     assert jobs and all(p.terminating == (batch_pods == "evict") for p in jobs)
     assert all(p.terminating for p in pods if p not in jobs)  # the web pod goes at once either way
-    # The replacement's capacity is asked for now: one more than the group holds, its VM still there.
-    assert _scale_ups(app.queued()).get("pool-spot", 0) == capacity + 1
+    # The replacement's capacity is asked for now, on demand: Azure is taking this size's spot capacity back, so the
+    # notice marks that offering for a while (a spot request would likely be refused, maybe after the VM is gone).
+    assert _scale_ups(app.queued()) == {"pool-od": 1}
+    assert [(m.kind, m.key.name, m.key.priority) for m in app.ports.state.list_offerings()] == [
+        ("spot-preempted", "standard_d4s_v5", "Spot")]
+    assert group.capacity == capacity  # the spot group was not asked for more
     # A poll before the VM goes sees the node as going and asks for nothing more.
     app.take_queued()
     again = run_pending_poll(app.ports, app.settings, now=app.clock.now())
     assert {e.how for e in again.evictions} == {NOTICE}
-    assert "pool-spot" not in _scale_ups(app.queued()) or _scale_ups(app.queued())["pool-spot"] <= capacity + 1
+    assert "pool-spot" not in _scale_ups(app.queued()) and _scale_ups(app.queued()).get("pool-od", 1) <= 1
 
 
 def test_a_notice_for_a_vm_that_is_not_ours_is_ignored() -> None:
@@ -175,7 +179,9 @@ def test_a_notice_before_the_node_registers_is_held_until_the_node_comes_and_the
     result = handle_scheduled_event(app.ports, app.settings, event, now=app.clock.now())
     assert result.outcome == "acted" and result.nodes == ()
     assert set(app.ports.state.get_group(group_id).preempted) == {"5"}
-    assert _scale_ups(app.take_queued()).get("pool-spot") == 7  # its replacement, before the node even exists
+    # Its replacement, before the node even exists: on demand, the size's spot capacity being what Azure takes back.
+    asked = _scale_ups(app.take_queued())  # with the confirm step of the set's own growth to 6, still running
+    assert asked.get("pool-od") == 1 and asked.get("pool-spot", 6) == 6
     app.clock.advance(240)  # the node registers: the next poll drains it
     run_pending_poll(app.ports, app.settings, now=app.clock.now())
     noticed = next(n for n in _spot_nodes(app).values() if n.name == "pool-spot000005")
