@@ -37,7 +37,7 @@ from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services import allocation, offerings, spot, virtual_nodes
-from shared.services.group_rows import read_group_states
+from shared.services.group_rows import leave_out, read_group_states
 from shared.services.load import plan_load_increases
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.status import publish_status, status_inputs
@@ -99,8 +99,8 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     states, unreadable = read_group_states(ports, snapshot.groups)
     if unreadable:
         # A group whose state row cannot be read is neither planned onto nor written (reported by the read);
-        # the other groups keep scaling.
-        snapshot = replace(snapshot, groups=tuple(g for g in snapshot.groups if g.id not in unreadable))
+        # the other groups keep scaling. It is listed among the refused groups, as the utilisation poll lists it.
+        snapshot = leave_out(snapshot, unreadable)
         states = {group_id: state for group_id, state in states.items() if group_id not in unreadable}
     observed = snapshot = running_sizes(snapshot, states)
     _measure_boots(ports, snapshot, states, settings, now=now)

@@ -95,6 +95,9 @@ def test_the_pending_poll_plans_onto_the_other_groups_past_an_unreadable_row(
 
     assert [json.loads(t)["group"] for t in app.take_queued()] == [POOL] * len(result.enqueued) != []
     assert _row(app, "group", SPARE) == before
+    # Named where the utilisation poll names it too, so the entry does not come and go between the polls.
+    [refused] = [g for g in _status(app)[0]["clusterWide"]["refusedNodeGroups"] if g["name"] == SPARE]
+    assert repr(column) in refused["reason"]
 
 
 @pytest.mark.parametrize(("column", "value"), BAD_GROUP_COLUMNS[:4])
