@@ -36,8 +36,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    if scenario.render_queue is not None and scenario.render_queue.storage_queue and not args.storage_connection:
+        print(f"error: {scenario.source}: its render queue is published in Storage queue "
+              f"{scenario.render_queue.storage_queue}: give --storage-connection", file=sys.stderr)
+        return 2
     server = SandboxServer(scenario, speed=args.speed, seed=args.seed, workdir=Path(args.workdir), port=args.port,
-                           token_lifetime=args.token_lifetime, wait_for_runner=args.wait_for_runner)
+                           token_lifetime=args.token_lifetime, wait_for_runner=args.wait_for_runner,
+                           storage_connection=args.storage_connection)
     with server:
         line = {
             "url": server.url,
@@ -82,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="wall seconds each token from the identity endpoint lives (default 3600)")
     serve.add_argument("--wait-for-runner", type=float, default=0.0, metavar="SECONDS",
                        help="hold the clock at 0 until a local runner holds it, for at most this many wall seconds")
+    serve.add_argument("--storage-connection", default="", metavar="CONNECTION_STRING",
+                       help="a Storage connection string (Azurite's) where a render queue with a storage_queue is "
+                            "published for LOAD_BACKLOG_QUEUE; the runner must be given the same account")
     serve.add_argument("--log-level", default="WARNING")
     validate = commands.add_parser("validate", help="check scenario files")
     validate.add_argument("scenarios", nargs="+")

@@ -210,6 +210,9 @@ class RenderQueueSpec:
     frame_time: Dist  # seconds one frame takes on one node
     busy_cpu_milli: int  # the worker pod's measured CPU while it renders
     idle_cpu_milli: int  # ... and while it waits for a frame
+    # An Azure Storage queue the sandbox mirrors the backlog in (one message per frame waiting), which
+    # LOAD_BACKLOG_QUEUE can name (sandbox.storage_backlog); None: the backlog is published nowhere.
+    storage_queue: str | None = None
 
     @property
     def frames_total(self) -> int:
@@ -321,6 +324,7 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # DNS-1123 label: pods, 
 _VMSS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _RG_NAME = re.compile(r"^[-\w._()]{1,90}$")
 _PREFIX = re.compile(r"^[a-z0-9][-a-z0-9]{0,14}$")
+_QUEUE_NAME = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")  # an Azure Storage queue's name
 
 
 def _str(value: Any, path: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
@@ -633,8 +637,8 @@ def _virtual_node(value: Any, path: str, scenario: Scenario) -> VirtualNodeSpec:
 
 
 def _render_queue(value: Any, path: str, daemonsets: tuple[DaemonSetSpec, ...]) -> RenderQueueSpec:
-    """`{"daemonset", "frames": [{"at", "count"}], "frame_time": dist, "busy_cpu", "idle_cpu"}`."""
-    obj = _obj(value, path, {"daemonset", "frames", "frame_time", "busy_cpu", "idle_cpu"},
+    """`{"daemonset", "frames": [{"at", "count"}], "frame_time": dist, "busy_cpu", "idle_cpu", "storage_queue"}`."""
+    obj = _obj(value, path, {"daemonset", "frames", "frame_time", "busy_cpu", "idle_cpu", "storage_queue"},
                {"daemonset", "frames", "frame_time", "busy_cpu"})
     name = _str(obj["daemonset"], f"{path}.daemonset")
     namespace, _, short = name.rpartition("/")
@@ -656,6 +660,9 @@ def _render_queue(value: Any, path: str, daemonsets: tuple[DaemonSetSpec, ...]) 
         frame_time=frame_time,
         busy_cpu_milli=_cpu_usage(obj["busy_cpu"], f"{path}.busy_cpu"),
         idle_cpu_milli=_cpu_usage(obj["idle_cpu"], f"{path}.idle_cpu") if "idle_cpu" in obj else idle,
+        storage_queue=(_str(obj["storage_queue"], f"{path}.storage_queue", _QUEUE_NAME,
+                            "Azure Storage queue name (3-63 lowercase letters, digits and single hyphens)")
+                       if "storage_queue" in obj else None),
     )
 
 

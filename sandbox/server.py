@@ -45,6 +45,7 @@ from sandbox.faults import FaultError
 from sandbox.keyvault_api import Vault
 from sandbox.managed_cluster import ManagedCluster
 from sandbox.scenario import Scenario, load_scenario
+from sandbox.storage_backlog import StorageBacklog
 from sandbox.wire import Request, Response, json_response
 from sandbox.world import World
 
@@ -131,12 +132,22 @@ class SandboxServer:
         aks_resource_group: str | None = None,
         aks_cluster_name: str | None = None,
         wait_for_runner: float = 0.0,
+        storage_connection: str = "",
     ) -> None:
         """`token_lifetime`: wall seconds each identity token lives. `aks_resource_group` and
         `aks_cluster_name` name the cluster in ARM (default `rg-<cluster name>` and the cluster name).
         `wait_for_runner`: the clock stands at 0 until a local runner holds it (and ends the start hold), for at
-        most this many wall seconds, so a runner slow to start (a busy machine) misses none of the scenario."""
+        most this many wall seconds, so a runner slow to start (a busy machine) misses none of the scenario.
+        `storage_connection`: a Storage connection string (Azurite's) where a render queue whose scenario names a
+        `storage_queue` is published (sandbox.storage_backlog); required for such a scenario."""
         self.scenario = load_scenario(scenario)
+        render_queue = self.scenario.render_queue
+        self._backlog_queue = render_queue.storage_queue if render_queue is not None else None
+        if self._backlog_queue and not storage_connection.strip():
+            raise ValueError(f"scenario {self.scenario.name} publishes its render queue's backlog in Storage queue "
+                             f"{self._backlog_queue}: give a storage connection string (--storage-connection)")
+        self._storage_connection = storage_connection.strip()
+        self._backlog: StorageBacklog | None = None
         if clock is None:
             begin = start or self.scenario.start or datetime.now(UTC).replace(microsecond=0)
             clock = (SimClock(begin, speed, held_by=START_HOLDER, lease=wait_for_runner) if wait_for_runner > 0
@@ -169,6 +180,9 @@ class SandboxServer:
         self._port = self._httpd.server_address[1]
         self._write_kubeconfig()
         self._register_identity(authority.cert_pem.bytes())
+        if self._backlog_queue:
+            self._backlog = StorageBacklog(self._storage_connection, self._backlog_queue).start()
+            self._world.publish_backlog(self._backlog)
         self._stop.clear()
         serve = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="sandbox-http", daemon=True
@@ -187,6 +201,9 @@ class SandboxServer:
         for thread in self._threads:
             thread.join(timeout=5)
         self._httpd = None
+        if self._backlog is not None:
+            self._backlog.stop()
+            self._backlog = None
 
     def __enter__(self) -> SandboxServer:
         return self.start()
@@ -307,6 +324,8 @@ class SandboxServer:
                if any(g.agent_pool is not None for g in self.scenario.node_groups) else {}),
             # A virtual node: its ACI quota, creation rates and prices, as the operator would set them.
             **aci.app_settings(self.scenario.virtual_node),
+            # A render queue published in Storage (in the storage account the runner is given): the backlog to read.
+            **({"LOAD_BACKLOG_QUEUE": self._backlog_queue} if self._backlog_queue else {}),
         }
 
     # ------------------------------------------------------------------ requests

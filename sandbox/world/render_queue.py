@@ -16,13 +16,18 @@ now, and what came of them. It plays a render manager that pulls work onto regis
   backlog, to start over on the next free node. A cordoned node keeps rendering the frame it has.
 
 The world is not `done` while frames are due, waiting or rendering.
+
+The backlog can be published (`publish_backlog`): a listener hears of each frame joining it (`arrived`, a put-back
+frame again) and leaving it for a worker (`taken`), in order, under the world's lock, so it must not block:
+sandbox.storage_backlog mirrors them as messages in the Storage queue the scenario's `storage_queue` names.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sandbox import kobjects
 from sandbox.pods import PodSim
@@ -46,6 +51,14 @@ class Rendering:
     token: int  # matches the `frame_done` event pushed for this assignment
 
 
+class BacklogListener(Protocol):
+    """Hears the backlog change, frame by frame, under the world's lock (so it only takes notes)."""
+
+    def arrived(self, frame: int) -> None: ...
+
+    def taken(self, frame: int) -> None: ...
+
+
 class RenderQueuePart(WorldCore):
     """Frames, the backlog and the workers rendering them. See the module docstring."""
 
@@ -59,6 +72,9 @@ class RenderQueuePart(WorldCore):
         self._frames_interrupted = 0
         self._frames_by_node: Counter[str] = Counter()
         self._render_tokens = 0
+        self._frame_arrivals: dict[int, float] = {}  # frames not yet started once: when they arrived
+        self._frame_waits: list[float] = []  # each started frame's wait from its arrival to its first start
+        self._backlog_listener: BacklogListener | None = None
 
     def _init_render_queue(self) -> None:
         """Each frame's time, drawn now in the scenario's order from the queue's own stream; each batch an event."""
@@ -76,6 +92,13 @@ class RenderQueuePart(WorldCore):
             self._push(batch.at, "frames", tuple(frames))
             self._frame_batches_due += 1
 
+    def publish_backlog(self, listener: BacklogListener) -> None:
+        """Tell `listener` of every frame waiting now, then of each frame joining or leaving the backlog."""
+        with self.lock:
+            self._backlog_listener = listener
+            for frame in self._backlog:
+                listener.arrived(frame.number)
+
     def _is_render_daemonset(self, ds: DaemonSetSpec) -> bool:
         return self._render_spec is not None and self._render_spec.daemonset == f"{ds.namespace}/{ds.name}"
 
@@ -91,6 +114,10 @@ class RenderQueuePart(WorldCore):
         self._frame_batches_due -= 1
         self._frames_arrived += len(frames)
         self._backlog.extend(frames)
+        for frame in frames:
+            self._frame_arrivals[frame.number] = self._t
+            if self._backlog_listener is not None:
+                self._backlog_listener.arrived(frame.number)
 
     def _on_frame_done(self, payload: tuple[str, int]) -> None:
         node, token = payload
@@ -125,6 +152,10 @@ class RenderQueuePart(WorldCore):
             if pod is None:
                 continue
             frame = self._backlog.popleft()
+            if self._backlog_listener is not None:
+                self._backlog_listener.taken(frame.number)
+            if frame.number in self._frame_arrivals:
+                self._frame_waits.append(self._t - self._frame_arrivals.pop(frame.number))
             self._render_tokens += 1
             self._rendering[node] = Rendering(frame, pod.uid, self._t, self._render_tokens)
             pod.cpu_usage_milli = self._render_spec.busy_cpu_milli
@@ -162,6 +193,8 @@ class RenderQueuePart(WorldCore):
         rendering = self._rendering.pop(node)
         self._frames_interrupted += 1
         self._backlog.appendleft(rendering.frame)
+        if self._backlog_listener is not None:
+            self._backlog_listener.arrived(rendering.frame.number)
         self._set_worker_cpu(rendering.pod_uid, busy=False)
         self._dirty = True
 
@@ -179,7 +212,9 @@ class RenderQueuePart(WorldCore):
 
     def render_queue_report(self) -> dict[str, Any] | None:
         """`frames_total` (arrived so far), `frames_done`, `frames_interrupted` (times a frame was put back),
-        `backlog`, `rendering`, `frames_by_node` (frames each node finished); None without a render queue."""
+        `backlog`, `rendering`, `frames_by_node` (frames each node finished), `frame_wait_s` (`p50`, `p95`, `max`
+        seconds from a frame's arrival to its first start, over the frames started; None before one started), and
+        `storage_queue` with the scenario's `storage_queue`; None without a render queue."""
         with self.lock:
             if self._render_spec is None:
                 return None
@@ -190,4 +225,18 @@ class RenderQueuePart(WorldCore):
                 "backlog": len(self._backlog),
                 "rendering": len(self._rendering),
                 "frames_by_node": dict(sorted(self._frames_by_node.items())),
+                "frame_wait_s": _spread(self._frame_waits),
+                **({"storage_queue": self._render_spec.storage_queue} if self._render_spec.storage_queue else {}),
             }
+
+
+def _spread(values: list[float]) -> dict[str, float] | None:
+    """Nearest-rank p50 and p95, and the max, rounded to the second's tenth; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+
+    def rank(pct: float) -> float:
+        return round(ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)], 1)
+
+    return {"p50": rank(50), "p95": rank(95), "max": round(ordered[-1], 1)}

@@ -46,8 +46,10 @@ def pool(world: World) -> Any:
 
 
 def queue(world: World) -> dict[str, Any]:
+    """The render queue's report but its frame waits, which the tests about waits read themselves."""
     report = world.render_queue_report()
     assert report is not None
+    report.pop("frame_wait_s")
     return report
 
 
@@ -86,6 +88,8 @@ def test_free_ready_nodes_take_one_frame_each_and_the_rest_wait() -> None:
     assert queue(world) == {"frames_total": 5, "frames_done": 5, "frames_interrupted": 0, "backlog": 0,
                             "rendering": 0, "frames_by_node": {NODE0: 3, NODE1: 2}}
     assert rendering_nodes(world) == set()
+    # Frames arrived at 1m started at 1m, 1m, 6m, 6m and 11m: each one's wait from its arrival.
+    assert (world.render_queue_report() or {})["frame_wait_s"] == {"p50": 300.0, "p95": 600.0, "max": 600.0}
 
 
 def test_a_booting_node_takes_no_frame_until_it_is_ready() -> None:
@@ -259,13 +263,15 @@ def test_reports_timeline_and_demo_summary_carry_the_queue() -> None:
     world.advance_by(1200)
     report = world.report()
     assert report["render_queue"] == {"frames_total": 3, "frames_done": 3, "frames_interrupted": 0, "backlog": 0,
-                                      "rendering": 0, "frames_by_node": {NODE0: 3}}
+                                      "rendering": 0, "frames_by_node": {NODE0: 3},
+                                      "frame_wait_s": {"p50": 300.0, "p95": 600.0, "max": 600.0}}
     sample = next(s for s in report["timeline"] if s["t"] == 60)
     assert (sample["frames_backlog"], sample["frames_rendering"]) == (2, 1)
     runner = SimpleNamespace(stats=SimpleNamespace(timer_invocations=0, queue_invocations=0, failures=0, poisoned=0))
     summary = build_summary("farm", report, [], converged=True, wall_seconds=1.0, runner=runner)  # type: ignore[arg-type]
     assert summary["frames_interrupted"] == 0 and summary["render_queue"] == report["render_queue"]
     assert check_expectations(summary, [("frames_interrupted", 0.0), ("render_queue.frames_done", 3.0)])[0]["met"]
+    assert not check_expectations(summary, [("render_queue.frame_wait_s.max", 599.0)])[0]["met"]
 
     plain = copy.deepcopy(farm())
     del plain["render_queue"]
