@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -27,7 +26,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,6 @@ EVENTS_POLL_SECONDS = 0.5  # wall seconds between two asks of the sandbox's Even
 # An invocation holds the sandbox's clock for at most this many wall seconds: a safety valve for one that waits on
 # sim time itself (ARM_OPERATION_WAIT bounds the only such wait we have, and the step then re-enqueues a check).
 HOLD_CAP_SECONDS = 60.0
-DUE_TOLERANCE_SECONDS = 0.001  # sim seconds: a delayed message at its due time to within this is due
 
 
 @dataclass(frozen=True)
@@ -155,73 +153,6 @@ def index_functions(app: Any, env: Mapping[str, str]) -> IndexedFunctions:
     return IndexedFunctions(timers, queues, event_grid)
 
 
-class DelayedSends:
-    """The delayed messages our functions sent (a step that waits re-enqueues itself), so that each runs at its
-    due time in the sandbox's clock: `delay * speed` sim seconds after it was sent (the queue's delay is wall time,
-    rounded up to whole seconds).
-
-    Late: the clock is bounded at the earliest due time until that message is delivered, however slowly a starved
-    runner polls the queue. Early: the queue shows a message `delay` wall seconds after it was sent, and while the
-    runner held the clock meanwhile less sim time has passed; its delivery then waits, not holding the clock, until
-    the clock reaches its due time. A message never delivered (another runner took it) stops bounding the clock
-    EXPIRE_SECONDS after it became visible.
-    """
-
-    EXPIRE_SECONDS = 30.0
-
-    def __init__(self, clock: SandboxClock) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._pending: list[tuple[float, float, str]] = []  # (sim seconds due, monotonic wall expiry, body)
-
-    def sent(self, body: str, delay: timedelta) -> None:
-        seconds = math.ceil(delay.total_seconds())
-        if seconds <= 0:
-            return
-        # Milliseconds: the sandbox's answers carry sim seconds to the microsecond, so the bound it reports is the due.
-        due = round(self._clock.sim_seconds() + seconds * self._clock.speed, 3)
-        with self._lock:
-            self._pending.append((due, time.monotonic() + seconds + self.EXPIRE_SECONDS, body))
-
-    def next_due(self) -> datetime | None:
-        wall = time.monotonic()
-        with self._lock:
-            self._pending = [entry for entry in self._pending if entry[1] > wall]
-            earliest = min((due for due, _, _ in self._pending), default=None)
-        return None if earliest is None else self._clock.moment(earliest)
-
-    def due_of(self, body: str) -> float | None:
-        """The due time (sim seconds) of the first pending message with this body (None: not one of ours)."""
-        with self._lock:
-            return next((due for due, _, text in self._pending if text == body), None)
-
-    def delivered(self, body: str) -> None:
-        with self._lock:
-            for index, (_, _, text) in enumerate(self._pending):
-                if text == body:
-                    del self._pending[index]
-                    return
-
-
-class NotingQueue:
-    """The app's action queue, noting each delayed send in `DelayedSends` (everything else passes through).
-    `encode`: the message's text as the queue delivers it."""
-
-    def __init__(self, queue: Any, delays: DelayedSends, *, encode: Callable[[Any], str] | None = None) -> None:
-        from shared.actions import encode_message
-
-        self._queue = queue
-        self._delays = delays
-        self._encode = encode or encode_message
-
-    def send(self, action: Any, *, delay: timedelta = timedelta(0)) -> None:
-        self._queue.send(action, delay=delay)
-        self._delays.sent(self._encode(action), delay)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
-
-
 class _TrackedPool(Executor):
     """The runner's thread pool as Event Grid delivery sees it: what it runs counts as work in hand."""
 
@@ -274,7 +205,6 @@ class LocalRunner:
         host: HostQueueConfig | None = None,
         duplicate_delivery: bool = False,
         events: EventsFetch | None = None,  # the Event Grid events source; None: Event Grid functions get no events
-        delays: DelayedSends | None = None,  # the delayed sends of our functions, with the sandbox's clock
     ) -> None:
         indexed = index_functions(app, env)
         self.timers, queue_functions = indexed.timers, indexed.queues
@@ -301,7 +231,6 @@ class LocalRunner:
         self._tokens = iter(range(1 << 62))
         self._timer_running = False
         self._ended_since_poll = True
-        self._delays = delays
         # Event Grid invocations share the worker's thread pool with the queue's, as in the host.
         self.events = EventGridDelivery(indexed.event_grid, events, clock=clock, pool=_TrackedPool(self._pool, self),
                                         count=self._count_event)
@@ -320,9 +249,8 @@ class LocalRunner:
             self._ended_since_poll = True
 
     def next_due(self) -> datetime | None:
-        """When the next timer or delayed message is due (None: nothing is)."""
-        message = self._delays.next_due() if self._delays is not None else None
-        return min([*self._next_fire.values(), *([message] if message is not None else [])], default=None)
+        """When the next timer is due (None without timers)."""
+        return min(self._next_fire.values(), default=None)
 
     def busy(self) -> bool:
         """Due work not finished: a timer due or running, an invocation running (for at most HOLD_CAP_SECONDS),
@@ -416,28 +344,9 @@ class LocalRunner:
 
     def _deliver(self, message: Any, token: int) -> None:
         try:
-            token = self._when_due(message, token)
             self._deliver_one(message)
         finally:
             self._end(token)
-
-    def _when_due(self, message: Any, token: int) -> int:
-        """A delayed message of ours that the queue showed before the sandbox's clock reached its due time waits
-        for it, not holding the clock (DelayedSends); returns the token of the work in hand again."""
-        if self._delays is None:
-            return token
-        due = self._delays.due_of(message.body_text)
-        if due is None:
-            return token
-        due -= DUE_TOLERANCE_SECONDS
-        if self._clock.sim_seconds() < due:  # type: ignore[attr-defined]  # DelayedSends come with a SandboxClock
-            with self._stats_lock:
-                self._running.pop(token, None)
-            while self._clock.sim_seconds() < due:  # type: ignore[attr-defined]
-                time.sleep(0.005)
-            token = self._begin()
-        self._delays.delivered(message.body_text)
-        return token
 
     def _deliver_one(self, message: Any) -> None:
         import azure.functions.queue as queue_binding
@@ -642,15 +551,11 @@ def build_runner(env: Mapping[str, str], *, sandbox_url: str | None = None, dupl
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
-    delays = None
-    if isinstance(clock, SandboxClock):
-        delays = DelayedSends(clock)
-        context = replace(context, ports=replace(context.ports, queue=NotingQueue(context.ports.queue, delays)))
     install_context(context)
     import function_app
 
     return LocalRunner(function_app.app, env=env, clock=clock, queue=context.ports.queue,
-                       duplicate_delivery=duplicate_delivery, delays=delays,
+                       duplicate_delivery=duplicate_delivery,
                        events=sandbox_events_source(sandbox_url, ca_path=ca_path) if sandbox_url else None)
 
 
