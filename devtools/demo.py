@@ -117,7 +117,9 @@ def sandbox_process(scenario: str, *, speed: float, seed: int, workdir: Path) ->
          "--seed", str(seed), "--port", "0", "--workdir", str(workdir),
          # Sim time starts when the runner does: its start-up (imports, settings, storage) is wall time a busy
          # machine stretches, in which the scenario's first arrivals would otherwise wait for it.
-         "--wait-for-runner", str(RUNNER_START_WAIT_SECONDS)],
+         "--wait-for-runner", str(RUNNER_START_WAIT_SECONDS),
+         # The runner's storage account (Azurite's, started before the sandbox): a render queue published there.
+         "--storage-connection", connection_string()],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=open(workdir / "sandbox.log", "w"), text=True,
     )
     try:

@@ -17,6 +17,9 @@ Controls under `/sandbox/`: the clock (`GET /sandbox/clock`, `POST /sandbox/cloc
 clock, `POST /sandbox/clock/hold` and `/release` with a running one: the local runner holds it while it has
 due work in hand, so a starved runner does not see sim time run on without it), `GET /sandbox/report` and `/sandbox/state`, faults (`GET`/`POST /sandbox/faults`) and the Event Grid
 events the world published (`GET /sandbox/eventgrid/events?after=<seq>`: Spot eviction notices).
+
+A render queue whose scenario names a `storage_queue` is published there (sandbox.storage_backlog, in the account
+of `storage_connection`); the clock is held while that queue is behind the world's backlog.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.1
 KUBECONFIG_SECRET = "kubeconfig"  # the Key Vault double's secret holding the kubeconfig
+BACKLOG_HOLDER = "storage-backlog"  # the clock's holder while the published backlog's queue is behind
+BACKLOG_HOLD_LEASE = 5.0  # wall seconds: a queue slower than this to catch up no longer stops sim time
 
 
 def _is_kubernetes_path(path: str) -> bool:
@@ -181,7 +186,8 @@ class SandboxServer:
         self._write_kubeconfig()
         self._register_identity(authority.cert_pem.bytes())
         if self._backlog_queue:
-            self._backlog = StorageBacklog(self._storage_connection, self._backlog_queue).start()
+            self._backlog = StorageBacklog(self._storage_connection, self._backlog_queue,
+                                           on_pending=self._hold_for_backlog).start()
             self._world.publish_backlog(self._backlog)
         self._stop.clear()
         serve = threading.Thread(
@@ -217,6 +223,14 @@ class SandboxServer:
                 self._world.advance(self._clock.now())
             except Exception:  # keep the clock alive; the failure shows up in the log and in requests
                 log.exception("advancing the sandbox world failed")
+
+    def _hold_for_backlog(self, pending: bool) -> None:
+        """The published backlog is part of the world: sim time stands while its queue is behind (a lease bounds it)."""
+        if isinstance(self._clock, SimClock):
+            if pending:
+                self._clock.hold(BACKLOG_HOLDER, lease=BACKLOG_HOLD_LEASE)
+            else:
+                self._clock.release(BACKLOG_HOLDER)
 
     def _register_identity(self, ca_pem: bytes) -> None:
         """What needs the URL: the audiences of our own endpoints, the AKS cluster, the kubeconfig secret."""

@@ -12,6 +12,10 @@ Each frame's message is deleted by the id and pop receipt its send returned (not
 queue), so a take removes that frame's own message, once. A frame arrived and taken within one round is never
 sent. The notes are bounded: at most one send and one delete per frame wait at any time. A failed call is
 logged and tried again in the next round, a second later.
+
+The queue is part of the world, so sim time should not run on while it is behind: `on_pending(True)` is called
+when notes start waiting and `on_pending(False)` when a round has caught up (or failed: a Storage outage must
+not stop the world), which the server uses to hold its clock for those wall milliseconds.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import contextlib
 import json
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
@@ -33,8 +38,12 @@ RETRY_SECONDS = 1.0  # wall seconds between rounds after a failed call
 class StorageBacklog:
     """The backlog of frames as messages in one Storage queue. `start()` it, feed it, `stop()` it."""
 
-    def __init__(self, connection_string: str, queue_name: str, *, retry_seconds: float = RETRY_SECONDS) -> None:
+    def __init__(self, connection_string: str, queue_name: str, *, retry_seconds: float = RETRY_SECONDS,
+                 on_pending: Callable[[bool], None] | None = None) -> None:
+        """`on_pending`: told True when notes start waiting, False once they reached the queue or a round failed."""
         self.queue_name = queue_name
+        self._on_pending = on_pending
+        self._pending_told = False
         self._client = QueueClient.from_connection_string(connection_string, queue_name, retry_total=1)
         self._retry_seconds = retry_seconds
         self._changed = threading.Condition()
@@ -86,7 +95,7 @@ class StorageBacklog:
         """Frame `frame` joined the backlog (new, or put back after its worker stopped): its message is to be sent."""
         with self._changed:
             self._to_send[frame] = None
-            self._changed.notify_all()
+            self._noted()
 
     def taken(self, frame: int) -> None:
         """A worker took frame `frame`: its message is to be deleted (or, not sent yet, never sent)."""
@@ -95,7 +104,14 @@ class StorageBacklog:
                 del self._to_send[frame]  # arrived and taken within one round: nothing reached the queue
                 return
             self._to_delete[frame] = None
-            self._changed.notify_all()
+            self._noted()
+
+    def _noted(self) -> None:
+        """Wake the thread; tell `on_pending` the queue is behind. Call with `_changed` held."""
+        if self._on_pending is not None and not self._pending_told:
+            self._pending_told = True
+            self._on_pending(True)
+        self._changed.notify_all()
 
     def stats(self) -> dict[str, Any]:
         """`queue`, messages `sent` and `deleted` so far, calls that `failed`, notes `pending`."""
@@ -119,6 +135,10 @@ class StorageBacklog:
             failed = self._delete(deletes) + self._send(sends)
             with self._changed:
                 self._in_round = False
+                caught_up = not (self._to_send or self._to_delete or self._undeleted)
+                if (caught_up or failed) and self._pending_told and self._on_pending is not None:
+                    self._pending_told = False
+                    self._on_pending(False)
                 self._changed.notify_all()
                 if failed:
                     self._changed.wait_for(lambda: self._stopping, timeout=self._retry_seconds)

@@ -121,6 +121,25 @@ def test_a_queue_that_fails_is_retried_and_the_mirror_catches_up_with_the_world(
     adapter.close()
 
 
+def test_the_mirror_says_when_it_is_behind_and_when_it_caught_up_or_failed(azurite: str, queue_name: str,
+                                                                          queue: QueueClient) -> None:
+    """What the server holds its clock on: behind from the first note, caught up once the messages are in the queue,
+    and no longer holding the world once a call failed (Storage being down must not stop sim time)."""
+    told: list[bool] = []
+    mirror = StorageBacklog(azurite, queue_name, retry_seconds=0.05, on_pending=told.append).start()
+    try:
+        for frame in range(5):
+            mirror.arrived(frame)
+        assert mirror.flush(timeout=FLUSH_S)
+        assert told == [True, False] and queue.get_queue_properties().approximate_message_count == 5
+        queue.delete_queue()
+        mirror.arrived(5)  # its send fails: QueueNotFound
+        assert not mirror.flush(timeout=0.5)
+        assert told[2:4] == [True, False], told
+    finally:
+        mirror.stop(flush_seconds=0)
+
+
 @pytest.mark.parametrize(("name", "problem"), [
     ("Frames", "not a valid Azure Storage queue name"),
     ("fr", "not a valid Azure Storage queue name"),
