@@ -75,6 +75,13 @@ DEFAULT_SPEED = 30.0
 # The runner holds the sandbox's clock while it works (devtools/sandbox_clock.py), so a scenario takes more wall
 # time than its duration at its speed, the more the busier the machine; its end in sim time (the duration) stops it.
 HELD_TIME_ALLOWANCE = 4
+# So a run's wall time says nothing about the autoscaler: a run gives up when its sim time has gone as far as its
+# wall timeout would take it on an idle machine (wall_timeout * speed sim seconds), or when sim time has stood still
+# for STALL_WALL_SECONDS (a hang: the runner holds the clock for one invocation at most a minute), and only as a
+# last resort after WALL_CAP_FACTOR times its wall timeout. A busy machine makes a run slower, never shorter in sim
+# time, so it cannot fail a scenario's bounds or its convergence.
+STALL_WALL_SECONDS = 180.0
+WALL_CAP_FACTOR = 8
 RUNNER_START_WAIT_SECONDS = 300.0  # the sandbox's clock waits this long at most for the runner to start
 
 
@@ -257,6 +264,9 @@ def run_scenario(
 ) -> dict[str, Any]:
     """Run one scenario to convergence (or the timeout); return the summary, also written to out_dir.
 
+    `wall_timeout` is how long the run may take on an idle machine: it gives up once its sim time has gone that
+    far (`wall_timeout * speed`), or stood still (SimProgress), never merely because a busy machine made it slow.
+
     `kill_runner_during` (a scale-down step, e.g. "drain") runs the runner as a child process that is
     SIGKILLed and restarted once an action is at that step; the summary then holds `runner_restarts`
     and `crash_check` (devtools/crash.py).
@@ -303,16 +313,23 @@ def run_scenario(
             view = LiveView(scenario, sandbox, actions, enabled=live)
             ended: dict[str, bool] = {}
 
+            progress = SimProgress(sim_budget=wall_timeout * speed, stall_wall_seconds=STALL_WALL_SECONDS)
+
             def finished() -> bool:
                 if _converged(sandbox, runner, view, kept):
                     ended["converged"] = True
                     return True
+                state = view.last_state or {}
                 # The sandbox's clock stops at the scenario's duration (ARM's throttling buckets with it):
                 # nothing after that is a measurement, so the run ends there, not converged.
-                return (view.last_state or {}).get("done_reason") == "duration-reached"
+                if state.get("done_reason") == "duration-reached":
+                    return True
+                return progress.exhausted(state.get("sim_seconds"), wall=time.monotonic())
 
             with view:
-                runner.run(until=finished, wall_timeout=wall_timeout, on_tick=view.refresh)
+                runner.run(until=finished, wall_timeout=wall_timeout * WALL_CAP_FACTOR, on_tick=view.refresh)
+            if progress.ended_by:
+                log.warning("run ended before converging: %s", progress.ended_by)
             converged = ended.get("converged", False)
             report = sandbox.get("/sandbox/report")
             ledger = context.ports.state.list_ledger()
@@ -365,6 +382,32 @@ def _reset_storage(context: Any) -> None:
     """A demo starts from empty state; Azurite may be a developer's long-running one."""
     context.ports.queue.clear()
     context.ports.queue.poison().clear()
+
+
+@dataclass
+class SimProgress:
+    """When a run that has not converged gives up, judged by its sim time rather than the wall clock.
+
+    `exhausted` is asked with the sandbox's latest sim time: True once it reached `sim_budget`, or once it has not
+    moved for `stall_wall_seconds` of wall time (`ended_by` then says which).
+    """
+
+    sim_budget: float
+    stall_wall_seconds: float
+    ended_by: str = ""
+    _last_sim: float | None = None
+    _moved_at: float | None = None
+
+    def exhausted(self, sim_seconds: float | None, *, wall: float) -> bool:
+        if self._moved_at is None:
+            self._moved_at = wall
+        if sim_seconds is not None and (self._last_sim is None or sim_seconds > self._last_sim):
+            self._last_sim, self._moved_at = sim_seconds, wall
+        if self._last_sim is not None and self._last_sim >= self.sim_budget:
+            self.ended_by = f"sim time reached its budget of {self.sim_budget:.0f}s"
+        elif wall - self._moved_at >= self.stall_wall_seconds:
+            self.ended_by = f"sim time stood still at {self._last_sim}s for {self.stall_wall_seconds:.0f} wall seconds"
+        return bool(self.ended_by)
 
 
 def _converged(
