@@ -72,9 +72,9 @@ from urllib.parse import parse_qs, urlsplit
 from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, PolicyV1Api, rest
 
 from devtools.bench import GIB, NOW, ROOT, DrainCase, drainable_cluster, measure, plan_drainable
-from sandbox.kobjects import KUBELET_VERSION, node_object, owner_reference, pod_object
-from sandbox.kube_api import _encode_continue
-from sandbox.resources import Amounts
+from sandbox.api.kube_api import _encode_continue
+from sandbox.model.resources import Amounts
+from sandbox.world.kobjects import KUBELET_VERSION, node_object, owner_reference, pod_object
 from shared.adapters.kubernetes import (
     _UNFINISHED,
     DEFAULT_PAGE_SIZE,

@@ -339,7 +339,7 @@ def run_scenario(
                                     kept=kept, unneeded_time_s=unneeded_by_group)
             summary["state"] = _state_rows(context, report["nodes_by_group"])
             summary["node_mapping"], summary["refused_groups"] = mapping, refused
-            from sandbox.scenario import load_scenario
+            from sandbox.model.scenario import load_scenario
 
             loaded = load_scenario(scenario)
             summary["expectations"] = (check_expectations(summary, loaded.expect_at_most)
@@ -827,7 +827,7 @@ def main(argv: list[str] | None = None) -> int:
     speed = args.speed or SCENARIO_OPTIONS.get(name, {}).get("speed", DEFAULT_SPEED)
     timeout = args.timeout
     if timeout is None:
-        from sandbox.scenario import load_scenario
+        from sandbox.model.scenario import load_scenario
 
         timeout = load_scenario(args.scenario).duration / speed * HELD_TIME_ALLOWANCE + 60
     summary = run_scenario(args.scenario, out_dir=out_dir, speed=speed, seed=args.seed,

@@ -18,9 +18,9 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from sandbox.identity import DEFAULT_TOKEN_LIFETIME, IDENTITY_HEADER
-from sandbox.scenario import ScenarioError, load_scenario
-from sandbox.server import SandboxServer
+from sandbox.api.server import SandboxServer
+from sandbox.model.scenario import ScenarioError, load_scenario
+from sandbox.world.identity import DEFAULT_TOKEN_LIFETIME, IDENTITY_HEADER
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -30,9 +30,9 @@ from typing import Any
 from devtools.replay.memory import MemoryQueue
 from devtools.replay.world_ports import WorldCluster, WorldCompute, WorldQuota
 from devtools.runner import HostQueueConfig
-from sandbox import aci
 from sandbox.clock import ManualClock
-from sandbox.scenario import Scenario, load_scenario
+from sandbox.model import aci
+from sandbox.model.scenario import Scenario, load_scenario
 from sandbox.world import World
 from shared.ports import ClusterEvent, Ports
 from shared.services.events import EventRecorder

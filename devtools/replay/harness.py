@@ -24,8 +24,8 @@ from devtools.replay.pools import DEFAULT_POOLS, Pool
 from devtools.replay.spot import SPOT_TOLERATION, SpotTier
 from devtools.replay.traces import Trace, TracePod
 from devtools.replay.world_ports import WorldCluster, WorldCompute
-from sandbox.resources import Amounts
-from sandbox.scenario import Dist, WorkloadSpec
+from sandbox.model.resources import Amounts
+from sandbox.model.scenario import Dist, WorkloadSpec
 from sandbox.world import World
 from shared.domain import Toleration
 

@@ -26,8 +26,8 @@ from devtools.replay.harness import DAEMONSET_CPU_MILLI, DAEMONSET_MEMORY_MIB, M
 from devtools.replay.pools import Pool
 from devtools.replay.spot import spot_section
 from devtools.replay.traces import Trace, TracePod
-from sandbox.metrics import percentile
 from sandbox.world import World
+from sandbox.world.metrics import percentile
 
 
 def wait_percentiles(waits: Iterable[float]) -> dict[str, float]:

@@ -4,7 +4,7 @@ Prices: approximate Linux pay-as-you-go list prices per hour in US dollars, East
 as Microsoft's public price list showed them when the table was written (PRICE_DATE). They
 are not fetched (nothing here reaches the internet): comparisons between policies use the same
 table, so their ratios do not depend on its exactness. The table lives with the sandbox's Retail
-Prices double (`sandbox.prices_api`), so the replay and the `price` expander see the same prices.
+Prices double (`sandbox.api.prices_api`), so the replay and the `price` expander see the same prices.
 A spot pool (`Pool.spot_twin`, the replay's spot tier) is billed at its size's spot fraction of that
 price (`devtools.replay.spot_prices`, dated, assumed).
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devtools.replay.spot_prices import spot_fraction
-from sandbox.prices_api import LIST_PRICES_PER_HOUR, PRICE_DATE, PRICE_SOURCE
+from sandbox.api.prices_api import LIST_PRICES_PER_HOUR, PRICE_DATE, PRICE_SOURCE
 
 __all__ = ["POOL_SETS", "PRICE_DATE", "PRICE_SOURCE", "PRICES_PER_HOUR", "Pool"]
 

@@ -1,7 +1,7 @@
 """The replay's spot tier: a spot twin of every pool, trace pods that tolerate spot, and Azure evicting them.
 
 `ReplayConfig.spot` (a mapping, checked here into `SpotTier`) turns it on; `ours+spot` and `ca+spot` run
-with it (the sandbox's spot model: sandbox/world/spot.py, sandbox/spot_spec.py):
+with it (the sandbox's spot model: sandbox/world/spot.py, sandbox/model/spot_spec.py):
 
 - every pool gets a twin `<pool>-spot`: the same VM size, limits and taints, `priority: Spot` with eviction
   policy `Delete` (AKS's default for spot pools; `Deallocate` on request), the AKS spot label and taint

@@ -3,7 +3,7 @@
 ASSUMED, not measured. Nothing under ../shared gives a spot price for these sizes, and nothing here
 reaches the internet. Public material says Azure Spot VMs are "up to 90%" cheaper than pay-as-you-go
 (Microsoft's spot-vms page; third-party guides quote 60-90%, one "80% for Linux"), and the sandbox's own
-Retail Prices double (`sandbox.prices_api`) serves every size's Linux Spot row at 20 % of its
+Retail Prices double (`sandbox.api.prices_api`) serves every size's Linux Spot row at 20 % of its
 pay-as-you-go price. The table uses that same 0.20 for every size, so the replay's bill and the Spot
 rows a client of the sandbox reads agree. Real spot prices move (Resource Graph `SpotResources` keeps
 90 days of them) and differ by size and region; to check a real figure, read the Retail Prices API's
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from sandbox.prices_api import LIST_PRICES_PER_HOUR
+from sandbox.api.prices_api import LIST_PRICES_PER_HOUR
 
 SPOT_PRICE_DATE: Final = "2026-11"
 SPOT_PRICE_SOURCE: Final = (

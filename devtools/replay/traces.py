@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from sandbox.scenario import SCENARIO_DIR
-from sandbox.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration
+from sandbox.model.scenario import SCENARIO_DIR
+from sandbox.model.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_DIR = ROOT.parent / "shared" / "traces"
@@ -290,7 +290,7 @@ def read_scenario(name_or_path: str | Path, *, seed: int = 0) -> Trace:
     is kept: requests, GPUs, times and the workload as the job; node selectors, tolerations, affinity,
     PDBs and the scenario's node groups are not (the replay's pools take their place).
     """
-    from sandbox.scenario import ScenarioError, load_scenario
+    from sandbox.model.scenario import ScenarioError, load_scenario
 
     try:
         scenario = load_scenario(name_or_path)

@@ -2,7 +2,7 @@
 
 The replay measures decisions, so the services talk to the world through the same ports
 the functions use, without sockets or SDK pipelines in between. ARM calls are counted and
-throttled with the ARM double's own table (`sandbox.arm_api.OPERATIONS`): the same labels,
+throttled with the ARM double's own table (`sandbox.api.arm_api.OPERATIONS`): the same labels,
 the same per-scale-set token buckets, and a refused call raises ComputeError('TooManyRequests')
 as the real adapter does after its capped retries.
 
@@ -21,15 +21,15 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sandbox.quota import vm_family
-from sandbox.arm_api import OPERATIONS, is_restricted, vm_etag_refusal, vm_size_catalogue, vmss_etag
-from sandbox.compute import Operation as SimOperation
-from sandbox.compute import ScaleSetSim
-from sandbox.errors import ArmError, KubeError
-from sandbox.faults import default_scale_up_message
-from sandbox.patching import merge_patch
-from sandbox.prices_api import LIST_PRICES_PER_HOUR
+from sandbox.api.arm_api import OPERATIONS, is_restricted, vm_etag_refusal, vm_size_catalogue, vmss_etag
+from sandbox.api.patching import merge_patch
+from sandbox.api.prices_api import LIST_PRICES_PER_HOUR
+from sandbox.model.quota import vm_family
 from sandbox.world import World
+from sandbox.world.compute import Operation as SimOperation
+from sandbox.world.compute import ScaleSetSim
+from sandbox.world.errors import ArmError, KubeError
+from sandbox.world.faults import default_scale_up_message
 from shared.adapters.kubernetes import (
     event_time,
     add_taint_patch,

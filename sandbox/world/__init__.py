@@ -31,6 +31,13 @@ order an autoscaler calls in. Internally times are float seconds since `start`.
 
 This module runs the event loop that drives them: `advance` pops the timed events in order, hands
 each to its part, and reconciles after each instant (system pods, a scheduling pass, operations).
+
+Beside the parts, the world's own records and rules: `compute` (scale sets, instances, operations), `pods`,
+`kobjects` (objects in their API shape) and `store`, `scheduling` (the kube-scheduler stand-in),
+`replicaset` and `disruption` (controller arithmetic), `faults`, `throttling`, `scheduled_events`,
+`identity` (the token issuer) and `managed_cluster`, `metrics`, and `errors` (refusals that carry
+what the API doubles answer with). The world is the middle layer of the sandbox: it reads the
+scenario model (`sandbox.model`) and never the HTTP doubles (`sandbox.api`), which serve it.
 """
 
 from __future__ import annotations
@@ -41,8 +48,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sandbox.identity import DEFAULT_TOKEN_LIFETIME
-from sandbox.scenario import Scenario
+from sandbox.model.scenario import Scenario
+from sandbox.world.identity import DEFAULT_TOKEN_LIFETIME
 from sandbox.world.core import (
     DEFAULT_START,
     LOG_ANALYTICS_WORKSPACE_ID,

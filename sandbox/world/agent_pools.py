@@ -1,9 +1,9 @@
 """AKS agent pools in the world: the pools of the cluster as a managed cluster, their operations, their machines.
 
-`AgentPoolsPart` keeps, for each node group declared with `agent_pool` (`sandbox.agent_pools`), what
+`AgentPoolsPart` keeps, for each node group declared with `agent_pool` (`sandbox.model.agent_pools`), what
 the agentPools API can change: mode, AKS's autoscaler flag and bounds, tags, and the pool's latest
 operation. `count` is the scale set's capacity, the machines are its instances (machine name = node
-name), so the scale set stays the one source of truth. It answers `sandbox.agent_pools_api`:
+name), so the scale set stays the one source of truth. It answers `sandbox.api.agent_pools_api`:
 
 - a PUT with a new `count` is a long-running operation over the scale set: growing creates instances
   (an allocation failure armed for the scale set fails it), shrinking deletes cordoned nodes' instances
@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sandbox.agent_pools import MAX_COUNT, AgentPoolSpec
-from sandbox.compute import InstanceSim, Operation, OperationStatus, ScaleSetSim
-from sandbox.errors import ArmError
-from sandbox.faults import default_scale_up_message
+from sandbox.model.agent_pools import MAX_COUNT, AgentPoolSpec
+from sandbox.world.compute import InstanceSim, Operation, OperationStatus, ScaleSetSim
 from sandbox.world.core import WorldCore
+from sandbox.world.errors import ArmError
+from sandbox.world.faults import default_scale_up_message
 
 _DISCOVERY_TAGS = ("cluster-autoscaler-enabled", "cluster-autoscaler-name", "min", "max")
 PENDING_OPERATION_LINK = "https://aka.ms/aks-pending-operation"

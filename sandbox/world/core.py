@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared.domain import Taint
-from sandbox.compute import InstanceSim, ScaleSetSim
-from sandbox.identity import TokenIssuer
-from sandbox.managed_cluster import ManagedCluster
-from sandbox.metrics import ApiCounters
-from sandbox.pods import PodSim
-from sandbox.resources import Amounts
-from sandbox.scenario import DaemonSetSpec, NodeGroupSpec, Scenario, load_scenario
-from sandbox.store import ObjectStore
-from sandbox.units import rfc3339
+from sandbox.model.resources import Amounts
+from sandbox.model.scenario import DaemonSetSpec, NodeGroupSpec, Scenario, load_scenario
+from sandbox.model.units import rfc3339
+from sandbox.world.compute import InstanceSim, ScaleSetSim
+from sandbox.world.identity import TokenIssuer
+from sandbox.world.managed_cluster import ManagedCluster
+from sandbox.world.metrics import ApiCounters
+from sandbox.world.pods import PodSim
+from sandbox.world.store import ObjectStore
 
 DEFAULT_START = datetime(2030, 1, 7, 9, 0, 0, tzinfo=UTC)  # a Monday morning; any fixed instant keeps runs comparable
 SANDBOX_TOKEN = "sandbox-token"  # the kubeconfig's ServiceAccount token: only the Kubernetes API double takes it

@@ -1,6 +1,6 @@
 """Fault injection in the world, and the per-call counters the HTTP surfaces keep.
 
-`FaultInjectionPart` owns the injected API faults (`sandbox.faults.Fault`): the next calls matching
+`FaultInjectionPart` owns the injected API faults (`sandbox.world.faults.Fault`): the next calls matching
 (api, method, resource) fail with a chosen status (`inject_fault`, consumed by `take_fault`), and
 the queued allocation failures of a scale set's next capacity increases (`fail_next_scale_up`,
 consumed by `sandbox.world.scale_sets` when capacity grows). `count_call` records every API call.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.faults import Fault, ScaleUpFailure, default_scale_up_message, make_fault
 from sandbox.world.core import WorldCore
+from sandbox.world.faults import Fault, ScaleUpFailure, default_scale_up_message, make_fault
 
 
 class FaultInjectionPart(WorldCore):
@@ -30,7 +30,7 @@ class FaultInjectionPart(WorldCore):
         message: str | None = None,
         retry_after: float | None = None,
     ) -> Fault:
-        """The next `count` calls matching (api, method, resource) fail with `status` (see sandbox.faults)."""
+        """The next `count` calls matching (api, method, resource) fail with `status` (see sandbox.world.faults)."""
         with self.lock:
             fault = make_fault(target, status=status, count=count, code=code, message=message, retry_after=retry_after)
             self._faults.append(fault)

@@ -18,12 +18,12 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from sandbox import kobjects
-from sandbox.compute import InstanceSim, ScaleSetSim
-from sandbox.disruption import budget_status, status_json
-from sandbox.errors import KubeError, conflict, not_found
-from sandbox.units import rfc3339
+from sandbox.model.units import rfc3339
+from sandbox.world import kobjects
+from sandbox.world.compute import InstanceSim, ScaleSetSim
 from sandbox.world.core import INITIAL_NODE_AGE, NAME_ALPHABET, WorldCore
+from sandbox.world.disruption import budget_status, status_json
+from sandbox.world.errors import KubeError, conflict, not_found
 from sandbox.world.nodes import marked_for_removal
 
 MAX_EVENTS = 10_000  # core/v1 events kept (the real API expires them after an hour)

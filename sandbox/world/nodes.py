@@ -31,13 +31,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.domain import Taint
-from sandbox import kobjects
-from sandbox.compute import InstanceSim, ScaleSetSim, private_ip
-from sandbox.metrics import seconds
-from sandbox.resources import Amounts
-from sandbox.scenario import NodeGroupSpec
-from sandbox.units import parse_time, rfc3339
+from sandbox.model.resources import Amounts
+from sandbox.model.scenario import NodeGroupSpec
+from sandbox.model.units import parse_time, rfc3339
+from sandbox.world import kobjects
+from sandbox.world.compute import InstanceSim, ScaleSetSim, private_ip
 from sandbox.world.core import WorldCore
+from sandbox.world.metrics import seconds
 
 # cluster-autoscaler's taint on a node it is removing (with spec.unschedulable: the removal has started)
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"

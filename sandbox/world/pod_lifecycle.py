@@ -5,7 +5,7 @@ by namespace/name), the scenario's arrival schedule (`_arrivals_due`), the owner
 workloads, pod naming, and the DaemonSet and kubelet mirror pods it keeps on each Ready node. It
 plays the controllers around pods: the Job and ReplicaSet controllers replace pods that will not
 finish, a ReplicaSet with a `scale` grows and shrinks to each step's replicas (its scale-in victims
-chosen as the controller ranks them, `sandbox.replicaset`), the kubelet runs a pod for its duration
+chosen as the controller ranks them, `sandbox.world.replicaset`), the kubelet runs a pod for its duration
 and kills it when its node's VM goes away, graceful deletion holds a pod's node for its grace period,
 and the Eviction API honours PodDisruptionBudgets.
 Binding a pod to a node is the scheduler's (`sandbox.world.scheduler`).
@@ -23,18 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.domain import Taint, Toleration
-from sandbox import kobjects
-from sandbox.disruption import budget_status, budget_violation, is_healthy
-from sandbox.errors import KubeError, not_found
-from sandbox.podspec import PodNeeds, SpecError, parse_pod
-from sandbox.pods import PodRole, PodSim, PodTemplate
-from sandbox.replicaset import is_active, scale_in_victims
-from sandbox.resources import EPHEMERAL_STORAGE, Amounts
-from sandbox.scenario import DaemonSetSpec, MirrorPodSpec, WorkloadSpec
-from sandbox.scheduling import untolerated_taint
-from sandbox.selectors import labels_match, parse_label_selector
-from sandbox.units import parse_cpu_milli, parse_duration, rfc3339
+from sandbox.model.podspec import PodNeeds, SpecError, parse_pod
+from sandbox.model.resources import EPHEMERAL_STORAGE, Amounts
+from sandbox.model.scenario import DaemonSetSpec, MirrorPodSpec, WorkloadSpec
+from sandbox.model.selectors import labels_match, parse_label_selector
+from sandbox.model.units import parse_cpu_milli, parse_duration, rfc3339
+from sandbox.world import kobjects
 from sandbox.world.core import INITIAL_NODE_AGE, NAME_ALPHABET, WorldCore
+from sandbox.world.disruption import budget_status, budget_violation, is_healthy
+from sandbox.world.errors import KubeError, not_found
+from sandbox.world.pods import PodRole, PodSim, PodTemplate
+from sandbox.world.replicaset import is_active, scale_in_victims
+from sandbox.world.scheduling import untolerated_taint
 
 DURATION_ANNOTATION = "sandbox.autoscaler/duration"  # API-created pods: how long the container runs
 CPU_USAGE_ANNOTATION = "sandbox.autoscaler/cpu-usage"  # API-created pods: CPU they use, as measured
@@ -322,7 +322,7 @@ class PodLifecyclePart(WorldCore):
 
     def _scale_replica_set(self, change: ReplicasChange) -> None:
         """The ReplicaSet controller after `spec.replicas` changed: it creates the missing pods, or deletes the
-        surplus gracefully in its order (sandbox.replicaset), read from the live objects so that a deletion cost
+        surplus gracefully in its order (sandbox.world.replicaset), read from the live objects so that a deletion cost
         annotated through the API counts."""
         spec = change.workload
         key = f"{spec.namespace}/{spec.name}"

@@ -3,7 +3,7 @@
 `QuotaPart` owns the scenario's `quotas` (by lower-cased name), the count of capacity increases checked and
 refused, and the peak usage of each quota. Counting (shared/facts/burst-and-spot.md, "Quota"):
 
-- a Regular VM counts its vCPUs against `cores` and its size's family (`sandbox.quota.vm_family`) while it is
+- a Regular VM counts its vCPUs against `cores` and its size's family (`sandbox.model.quota.vm_family`) while it is
   allocated: creating, running, starting, deallocating or being deleted, until it is gone; not once deallocated;
 - a Spot VM counts against `lowPriorityCores` only (Spot's own pool, neither `cores` nor the family), and keeps
   counting when deallocated (an eviction with policy Deallocate keeps its quota);
@@ -13,10 +13,10 @@ refused, and the peak usage of each quota. Counting (shared/facts/burst-and-spot
   shown, never enforced.
 
 Each location counts on its own, with the same limits. A quota the scenario leaves out is unlimited (served as
-`sandbox.quota.UNLIMITED`). `_check_quota` refuses a capacity increase (a scale set's capacity, an agent pool's
+`sandbox.model.quota.UNLIMITED`). `_check_quota` refuses a capacity increase (a scale set's capacity, an agent pool's
 count, starting deallocated instances) that would take a quota over its limit: family first, then regional,
 with ARM's 409 `OperationNotAllowed` and its message. Nothing changes when refused. `usages` answers the usages
-API (`sandbox.spot_api`).
+API (`sandbox.api.spot_api`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sandbox import quota
-from sandbox.compute import ScaleSetSim
-from sandbox.errors import ArmError
+from sandbox.model import quota
+from sandbox.world.compute import ScaleSetSim
 from sandbox.world.core import WorldCore
+from sandbox.world.errors import ArmError
 
 K3S_SERVER_VCPUS = 2  # sandbox.world.nodes.K3S_SERVER_CAPACITY
 

@@ -19,7 +19,7 @@ The world is not `done` while frames are due, waiting or rendering.
 
 The backlog can be published (`publish_backlog`): a listener hears of each frame joining it (`arrived`, a put-back
 frame again) and leaving it for a worker (`taken`), in order, under the world's lock, so it must not block:
-sandbox.storage_backlog mirrors them as messages in the Storage queue the scenario's `storage_queue` names.
+sandbox.api.storage_backlog mirrors them as messages in the Storage queue the scenario's `storage_queue` names.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sandbox import kobjects
-from sandbox.pods import PodSim
-from sandbox.scenario import DaemonSetSpec, RenderQueueSpec
+from sandbox.model.scenario import DaemonSetSpec, RenderQueueSpec
+from sandbox.world import kobjects
 from sandbox.world.core import WorldCore
+from sandbox.world.pods import PodSim
 
 
 @dataclass(frozen=True, slots=True)

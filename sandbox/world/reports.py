@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sandbox import kobjects
-from sandbox.compute import InstanceSim
-from sandbox.metrics import distribution, percentile, seconds
-from sandbox.pods import pod_outcome
-from sandbox.resources import parse_resource_list
-from sandbox.units import parse_time, rfc3339
+from sandbox.model.resources import parse_resource_list
+from sandbox.model.units import parse_time, rfc3339
+from sandbox.world import kobjects
+from sandbox.world.compute import InstanceSim
 from sandbox.world.core import WorldCore
+from sandbox.world.metrics import distribution, percentile, seconds
+from sandbox.world.pods import pod_outcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,12 +18,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from shared.domain import Taint, group_id
-from sandbox import kobjects
-from sandbox.compute import InstanceSim, Operation, ScaleSetSim, computer_name, flexible_names, nic_addresses
-from sandbox.errors import ArmError
-from sandbox.faults import default_scale_up_message
-from sandbox.throttling import BUCKETS, TokenBucket
+from sandbox.world import kobjects
+from sandbox.world.compute import InstanceSim, Operation, ScaleSetSim, computer_name, flexible_names, nic_addresses
 from sandbox.world.core import WorldCore
+from sandbox.world.errors import ArmError
+from sandbox.world.faults import default_scale_up_message
+from sandbox.world.throttling import BUCKETS, TokenBucket
 
 MAX_CAPACITY = 1000  # a Uniform scale set without single placement group
 SCALE_UP_FAILURE_DELAY = 5.0  # sim seconds before an injected allocation failure surfaces
@@ -292,7 +292,7 @@ class ScaleSetsPart(WorldCore):
         return (inst.group_key, inst.instance_id) in self._scale_in_protected
 
     def set_scale_in_protection(self, group: ScaleSetSim, instance_id: str, protect: bool) -> InstanceSim:
-        """PUT a VMSS VM's `protectionPolicy.protectFromScaleIn` (Uniform only: sandbox.flexible answers Flexible
+        """PUT a VMSS VM's `protectionPolicy.protectFromScaleIn` (Uniform only: sandbox.api.flexible answers Flexible
         sets). Applied at once; a delete naming the instance still deletes it, as Azure's docs say."""
         with self.lock:
             inst = self._instance_named(group, instance_id)
@@ -313,7 +313,7 @@ class ScaleSetsPart(WorldCore):
     def delete_instances(self, group: ScaleSetSim, instance_ids: list[str]) -> Operation:
         """POST .../delete: the named instances go; capacity drops by the number that were active.
 
-        Flexible sets name members by VM name, and a VM DELETE (sandbox.flexible) lands here too. Their
+        Flexible sets name members by VM name, and a VM DELETE (sandbox.api.flexible) lands here too. Their
         sku.capacity is modelled as the member count, so deleting a VM either way lowers it: inferred, not
         verified (shared/facts/cluster-shapes.md says whether a direct VM DELETE lowers capacity is unverified)."""
         with self.lock:

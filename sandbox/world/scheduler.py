@@ -3,7 +3,7 @@
 `SchedulerPart` owns the scheduling queue (pods new since the last pass, and every live pod without
 a node), the requests each node's unfinished pods hold, the placed pods inter-pod affinity, spreading
 and host ports look at, and the per-node allocatable cache. Filtering and scoring themselves are
-`sandbox.scheduling` (`ClusterView`); this part builds its view of the nodes, runs a pass in pod
+`sandbox.world.scheduling` (`ClusterView`); this part builds its view of the nodes, runs a pass in pod
 order, binds the pods it places and writes PodScheduled=False on the rest. It also judges pods no
 node group could ever hold (`_unplaceable`) against fresh nodes of each scale set.
 """
@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sandbox import kobjects
-from sandbox.compute import ScaleSetSim
-from sandbox.pods import PodSim
-from sandbox.resources import Amounts, parse_resource_list
-from sandbox.scheduling import ClusterView, NodeSlot, static_reasons, unschedulable_message
+from sandbox.model.resources import Amounts, parse_resource_list
+from sandbox.world import kobjects
+from sandbox.world.compute import ScaleSetSim
 from sandbox.world.core import WorldCore
+from sandbox.world.pods import PodSim
+from sandbox.world.scheduling import ClusterView, NodeSlot, static_reasons, unschedulable_message
 
 
 class SchedulerPart(WorldCore):

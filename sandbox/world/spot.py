@@ -12,7 +12,7 @@ and nothing changes; an allocation code fails the long-running operation as an i
 (armed at the front of the scale set's queue of `scale_up_failures`, consumed at once).
 
 Evictions (the scenario's `evictions`, and `simulate_eviction`): with `notice`, a Preempt Scheduled Event
-(`sandbox.scheduled_events`) is published 30 s before the eviction (at once when the eviction is due sooner
+(`sandbox.world.scheduled_events`) is published 30 s before the eviction (at once when the eviction is due sooner
 than that), and the instances are picked then: the `count` oldest running instances of the set (by creation,
 then instance id), or for `rate_per_hour` a Poisson process per running instance, drawn by thinning: candidate
 times at `rate x max(max, initial, 1)` per hour, each kept with probability running / that bound (always kept
@@ -37,14 +37,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox import quota, scheduled_events
-from sandbox.compute import InstanceSim, ScaleSetSim
-from sandbox.errors import ArmError
-from sandbox.faults import ScaleUpFailure
-from sandbox.metrics import seconds
-from sandbox.spot import EVICTION_NOTICE_SECONDS, SKU_NOT_AVAILABLE, capacity_message
-from sandbox.spot_spec import EvictionSpec
+from sandbox.model import quota
+from sandbox.model.spot import EVICTION_NOTICE_SECONDS, SKU_NOT_AVAILABLE, capacity_message
+from sandbox.model.spot_spec import EvictionSpec
+from sandbox.world import scheduled_events
+from sandbox.world.compute import InstanceSim, ScaleSetSim
 from sandbox.world.core import WorldCore
+from sandbox.world.errors import ArmError
+from sandbox.world.faults import ScaleUpFailure
+from sandbox.world.metrics import seconds
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@
 holds for pods bound there (`_aci_groups`, by pod uid, from creation until deleted), when container groups
 were created (the creation-rate windows), the pods the provider refused and left Pending (`_aci_stuck`),
 and the tallies the report shows: refusals by kind, start latencies, vCPU- and GB-seconds billed, peak cores.
-The pure rules (labels, sizes, what ACI refuses and how it says so) are `sandbox.aci`.
+The pure rules (labels, sizes, what ACI refuses and how it says so) are `sandbox.model.aci`.
 
 The Node exists from the start, Ready, as virtual-kubelet registers it. It is no scale set's instance (no
 providerID, an InternalIP no instance has), so the world never removes it, and DaemonSet and mirror pods
@@ -40,12 +40,13 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox import aci, kobjects
-from sandbox.metrics import percentile
-from sandbox.pods import PodSim
-from sandbox.units import rfc3339
+from sandbox.model import aci
+from sandbox.model.units import rfc3339
+from sandbox.world import kobjects
 from sandbox.world.core import INITIAL_NODE_AGE, WorldCore
 from sandbox.world.kube_resources import MAX_EVENTS
+from sandbox.world.metrics import percentile
+from sandbox.world.pods import PodSim
 
 PROVIDER_FAILED = "ProviderFailed"  # virtual-kubelet's pod status reason when the provider refuses a pod
 
@@ -94,7 +95,7 @@ class VirtualNodePart(WorldCore):
         self._aci_peak = 0  # the most ever held at once, likewise
         self._aci_creates: deque[float] = deque()  # creation times within the last hour, oldest first
         self._aci_stuck: dict[str, PodSim] = {}  # refused and left Pending, by uid, until released
-        self._aci_refused: Counter[str] = Counter()  # refusals by kind (sandbox.aci.REFUSAL_KINDS)
+        self._aci_refused: Counter[str] = Counter()  # refusals by kind (sandbox.model.aci.REFUSAL_KINDS)
         self._aci_job_failures: dict[str, int] = {}  # workload -> its pods ACI refused, for the Job back-off
         self._aci_refused_uids: set[str] = set()
         self._aci_latencies: list[float] = []  # creation to running, per started container group

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 # 2100-01-01T00:00:00Z: never refreshed within a test run, or a century.
 _FAR_FUTURE = 4_102_444_800
-# The X-IDENTITY-HEADER the sandbox's endpoint wants (sandbox.identity.IDENTITY_HEADER; shared never
+# The X-IDENTITY-HEADER the sandbox's endpoint wants (sandbox.world.identity.IDENTITY_HEADER; shared never
 # imports sandbox). App Service hands its value to the app in IDENTITY_HEADER; the sandbox's is fixed.
 SANDBOX_IDENTITY_HEADER: Final = "sandbox-identity-header"
 _API_VERSION: Final = "2019-08-01"  # the App Service managed identity protocol's

@@ -20,9 +20,9 @@ import pytest
 
 from devtools.replay.memory import MemoryQueue
 from devtools.replay.world_ports import WorldCluster, WorldCompute
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.scenario import load_scenario
-from sandbox.server import SandboxServer
+from sandbox.model.scenario import load_scenario
 from sandbox.world import World
 from shared.adapters.action_queue import StorageActionQueue
 from shared.adapters.compute import VmssCompute

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.adapters.aks_pools import AksAgentPools
 from shared.adapters.compute import VmssCompute
 from shared.adapters.flex_compute import FlexCompute
@@ -36,7 +36,7 @@ def _settings(server: SandboxServer) -> Any:
 
 
 def _scenario(flavour: str, **group: Any) -> dict[str, Any]:
-    # An agent pool's scale set is named and placed by AKS (sandbox.agent_pools): no name or resource group.
+    # An agent pool's scale set is named and placed by AKS (sandbox.model.agent_pools): no name or resource group.
     where = {} if "agent_pool" in group else {"resource_group": "rg-b", "name": "farm"}
     return {
         "name": "backends", "cluster_name": "backends", "flavour": flavour, "arm_throttling": False,

@@ -26,7 +26,7 @@ from devtools.bench_scale import (
     raw_cluster,
     tick_cluster,
 )
-from sandbox.kube_api import _decode_continue
+from sandbox.api.kube_api import _decode_continue
 from shared.adapters.kubernetes import DEFAULT_PAGE_SIZE, KubernetesCluster
 from shared.domain import ClusterSnapshot
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from devtools.demo import check_expectations
-from sandbox.scenario import load_scenario
+from sandbox.model.scenario import load_scenario
 
 SUMMARY = {"removal_lag_s": {"nodes": 494, "max": 660.3}, "pods_killed": 0, "converged": True}
 

@@ -16,8 +16,8 @@ import pytest
 
 from devtools.runner import LocalRunner
 from devtools.sandbox_clock import SandboxClock
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
 
 SPEED = 60.0

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from devtools import demo
-from sandbox.compute import computer_name
-from sandbox.scenario import DaemonSetSpec, Dist, NodeGroupSpec, Scenario, load_scenario
+from sandbox.model.scenario import DaemonSetSpec, Dist, NodeGroupSpec, Scenario, load_scenario
+from sandbox.world.compute import computer_name
 
 POLL_PENDING_S = 30.0  # a bound on the wait for a pending poll: the schedule is every 10 s, 30 s leaves slack
 POLL_UTILIZATION_S = 60.0  # poll_utilization's schedule (every 60 s)

@@ -1,4 +1,4 @@
-"""sandbox/aci.py stands below the scenario model: the model imports it, never the reverse."""
+"""sandbox/model/aci.py stands below the scenario model: the model imports it, never the reverse."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ def _imported(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["sandbox/aci.py", "sandbox/dists.py"])
+@pytest.mark.parametrize("module", ["sandbox/model/aci.py", "sandbox/model/dists.py"])
 def test_it_imports_nothing_of_the_scenario_model(module: str) -> None:
-    assert not {name for name in _imported(ROOT / module) if name.startswith("sandbox.scenario")}
+    assert not {name for name in _imported(ROOT / module) if name.startswith("sandbox.model.scenario")}
 
 
 def test_the_scenario_model_declares_the_virtual_node_aci_defines() -> None:
-    from sandbox import aci, scenario
+    from sandbox.model import aci, scenario
 
     spec = scenario.load_scenario({"node_groups": [_GROUP], "virtual_node": {"quota_cores": 12}}).virtual_node
     assert isinstance(spec, aci.VirtualNodeSpec)

@@ -13,10 +13,10 @@ from azure.mgmt.containerservice import ContainerServiceClient
 from azure.mgmt.containerservice.models import AgentPoolDeleteMachinesParameter
 from kubernetes import client as k8s
 
-from sandbox.agent_pools import resource_name_suffix
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.scenario import ScenarioError, load_scenario
-from sandbox.server import SandboxServer
+from sandbox.model.agent_pools import resource_name_suffix
+from sandbox.model.scenario import ScenarioError, load_scenario
 from sandbox.world import World
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client, kube_api_client, sandbox_credential
 from tests.sandbox.helpers import scenario

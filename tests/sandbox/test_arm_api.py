@@ -15,9 +15,9 @@ from azure.mgmt.compute.models import (
     VirtualMachineScaleSetVMInstanceRequiredIDs,
 )
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.identity import ARM_AUDIENCE, KEY_VAULT_AUDIENCE
-from sandbox.server import SandboxServer
+from sandbox.world.identity import ARM_AUDIENCE, KEY_VAULT_AUDIENCE
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client
 from tests.sandbox.helpers import POOL, RG, scenario
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sandbox.compute import ScaleSetSim
-from sandbox.errors import ArmError
 from sandbox.world import SHUTDOWN_TAINT, World
+from sandbox.world.compute import ScaleSetSim
+from sandbox.world.errors import ArmError
 from tests.sandbox.helpers import POOL, RG, job, scenario
 
 START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)

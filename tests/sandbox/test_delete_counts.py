@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.errors import ArmError
 from sandbox.world import World
+from sandbox.world.errors import ArmError
 from tests.sandbox.helpers import POOL, RG, scenario
 
 START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)

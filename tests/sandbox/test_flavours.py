@@ -17,12 +17,12 @@ import pytest
 import requests
 from kubernetes import client as k8s
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.compute import InstanceSim, private_ip
-from sandbox.identity import ARM_AUDIENCE
-from sandbox.scenario import FLAVOURS, ScenarioError, load_scenario
-from sandbox.server import SandboxServer
+from sandbox.model.scenario import FLAVOURS, ScenarioError, load_scenario
 from sandbox.world import World
+from sandbox.world.compute import InstanceSim, private_ip
+from sandbox.world.identity import ARM_AUDIENCE
 from sandbox.world.nodes import K3S_SERVER
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client, kube_api_client
 from tests.sandbox.helpers import POOL, RG, scenario

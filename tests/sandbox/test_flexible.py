@@ -1,4 +1,4 @@
-"""Flexible orchestration scale sets: members are plain VMs, NICs standalone (sandbox.flexible), over HTTPS and the SDKs."""
+"""Flexible orchestration scale sets: members are plain VMs, NICs standalone (sandbox.api.flexible), over HTTPS and the SDKs."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from azure.mgmt.compute.models import (
 from azure.mgmt.network import NetworkManagementClient
 from kubernetes import client as k8s
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.compute import InstanceSim
-from sandbox.identity import ARM_AUDIENCE
-from sandbox.scenario import ScenarioError, load_scenario
-from sandbox.server import SandboxServer
+from sandbox.model.scenario import ScenarioError, load_scenario
 from sandbox.world import SHUTDOWN_TAINT, TO_BE_DELETED_TAINT, World
+from sandbox.world.compute import InstanceSim
+from sandbox.world.identity import ARM_AUDIENCE
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client, kube_api_client, sandbox_credential
 from tests.sandbox.helpers import POOL, RG, scenario
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from sandbox import arm_api, kube_api
-from sandbox.identity import ARM_AUDIENCE
-from sandbox.wire import Request
+from sandbox.api import arm_api, kube_api
+from sandbox.api.wire import Request
 from sandbox.world import World
+from sandbox.world.identity import ARM_AUDIENCE
 from tests.sandbox.helpers import POOL, RG, grant, job, scenario
 
 AUTH = {"Authorization": "Bearer sandbox-token", "Host": "127.0.0.1:8443"}  # the kubeconfig's static token

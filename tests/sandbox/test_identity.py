@@ -12,13 +12,14 @@ import pytest
 import requests
 import yaml
 
-from sandbox import arm_api, identity, kube_api
-from sandbox.identity import AKS_AUDIENCE, ARM_AUDIENCE, KEY_VAULT_AUDIENCE, TokenIssuer, Verdict
-from sandbox.keyvault_api import Vault
-from sandbox.managed_cluster import ManagedCluster
-from sandbox.server import SandboxServer
-from sandbox.wire import Request
+from sandbox.api import arm_api, kube_api, token_endpoint
+from sandbox.api.keyvault_api import Vault
+from sandbox.api.server import SandboxServer
+from sandbox.api.wire import Request
 from sandbox.world import World
+from sandbox.world import identity
+from sandbox.world.identity import AKS_AUDIENCE, ARM_AUDIENCE, KEY_VAULT_AUDIENCE, TokenIssuer, Verdict
+from sandbox.world.managed_cluster import ManagedCluster
 from tests.fixtures.sandbox import SandboxFactory
 from tests.sandbox.helpers import grant, scenario
 
@@ -71,7 +72,7 @@ def test_the_token_endpoint_answers_as_app_services(
 ) -> None:
     issuer = TokenIssuer(lifetime=600)
     headers = {"X-IDENTITY-HEADER": header} if header else {}
-    response = identity.handle_token_request(issuer, Request.build(method, identity.TOKEN_PATH, query, headers))
+    response = token_endpoint.handle_token_request(issuer, Request.build(method, identity.TOKEN_PATH, query, headers))
     body = response.json()
     assert response.status == status
     if status != 200:

@@ -9,8 +9,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, kube_api_client
 from tests.sandbox.helpers import job, scenario
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from sandbox.scenario import load_scenario
+from sandbox.model.scenario import load_scenario
 from shared.engine.node_mapping import IP
 from shared.services.executor import Executor
 from shared.services.mapping import map_cluster

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from sandbox import arm_api, loganalytics_api
-from sandbox.errors import KubeError
-from sandbox.faults import FaultError, make_fault
-from sandbox.identity import ARM_AUDIENCE, LOG_ANALYTICS_AUDIENCE
-from sandbox.scenario import ScenarioError, load_scenario
-from sandbox.wire import Request, Response
+from sandbox.api import arm_api, loganalytics_api
+from sandbox.api.wire import Request, Response
+from sandbox.model.scenario import ScenarioError, load_scenario
 from sandbox.world import CPU_USAGE_ANNOTATION, World
+from sandbox.world.errors import KubeError
+from sandbox.world.faults import FaultError, make_fault
+from sandbox.world.identity import ARM_AUDIENCE, LOG_ANALYTICS_AUDIENCE
 from tests.sandbox.helpers import POOL, RG, grant, scenario
 
 START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)

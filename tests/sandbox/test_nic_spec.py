@@ -1,4 +1,4 @@
-"""Declaring a scale set's NICs in a scenario (sandbox/nic_spec.py): what is taken, and each mistake named."""
+"""Declaring a scale set's NICs in a scenario (sandbox/model/nic_spec.py): what is taken, and each mistake named."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.compute import nic_addresses
-from sandbox.scenario import ScenarioError, load_scenario
+from sandbox.model.scenario import ScenarioError, load_scenario
+from sandbox.world.compute import nic_addresses
 from tests.sandbox.helpers import scenario
 
 TWO = [{"name": "nodes", "subnet": "10.224.0.0/16", "primary": True}, {"name": "storage", "subnet": "10.225.0.0/16"}]

@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from azure.core.exceptions import ResourceNotFoundError
 
-from sandbox import arm_api
+from sandbox.api import arm_api
+from sandbox.api.server import SandboxServer
+from sandbox.api.wire import Request
 from sandbox.clock import ManualClock
-from sandbox.errors import ArmError
-from sandbox.identity import ARM_AUDIENCE
-from sandbox.quota import localized_name, vm_family
-from sandbox.server import SandboxServer
-from sandbox.wire import Request
+from sandbox.model.quota import localized_name, vm_family
 from sandbox.world import World
+from sandbox.world.errors import ArmError
+from sandbox.world.identity import ARM_AUDIENCE
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client
 from tests.sandbox.helpers import ARM_AUTH, ARM_TOKEN, POOL, RG, START, SUB, VMSS, grant, scenario
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from devtools.demo import build_summary, check_expectations
-from sandbox.scenario import ScenarioError, load_scenario
+from sandbox.model.scenario import ScenarioError, load_scenario
 from sandbox.world import World
 from tests.sandbox.helpers import POOL, RG, job, scenario
 

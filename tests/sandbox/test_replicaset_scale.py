@@ -1,4 +1,4 @@
-"""ReplicaSets that scale over time: the controller's scale-in order (sandbox.replicaset), the scenario's
+"""ReplicaSets that scale over time: the controller's scale-in order (sandbox.world.replicaset), the scenario's
 `scale` field, the world growing and shrinking to it, and pod metadata changed through the API."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sandbox import kube_api
+from sandbox.api import kube_api
+from sandbox.api.wire import Request
 from sandbox.clock import ManualClock
-from sandbox.replicaset import DELETION_COST_ANNOTATION, deletion_cost, deletion_order, is_active, scale_in_victims
-from sandbox.scenario import ScaleStep, ScenarioError, load_scenario
-from sandbox.units import rfc3339
-from sandbox.wire import Request
+from sandbox.model.scenario import ScaleStep, ScenarioError, load_scenario
+from sandbox.model.units import rfc3339
 from sandbox.world import World
+from sandbox.world.replicaset import DELETION_COST_ANNOTATION, deletion_cost, deletion_order, is_active, scale_in_victims
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, kube_api_client
 from tests.sandbox.helpers import job, scenario
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.scenario import SCENARIO_DIR, ScenarioError, load_scenario, resolve_scenario_path
+from sandbox.model.scenario import SCENARIO_DIR, ScenarioError, load_scenario, resolve_scenario_path
 from tests.sandbox.helpers import scenario
 
 

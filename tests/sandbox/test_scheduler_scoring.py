@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from shared.domain import Taint, Toleration
-from sandbox.podspec import PodNeeds, SpecError, parse_pod
-from sandbox.resources import Amounts, parse_resource_list
-from sandbox.scheduling import ClusterView, NodeSlot, default_normalize, preferred_affinity_score
+from sandbox.model.podspec import PodNeeds, SpecError, parse_pod
+from sandbox.model.resources import Amounts, parse_resource_list
 from sandbox.world import World
+from sandbox.world.scheduling import ClusterView, NodeSlot, default_normalize, preferred_affinity_score
 from tests.sandbox.helpers import RG, scenario
 
 VIRTUAL_TAINT = Taint("virtual-kubelet.io/provider", "azure", "NoSchedule")

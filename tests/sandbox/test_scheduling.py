@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from shared.domain import Taint
-from sandbox.podspec import PodNeeds, SpecError, parse_pod, spec_amounts
-from sandbox.resources import Amounts, parse_resource_list, resource_list
-from sandbox.scheduling import ClusterView, NodeSlot, unschedulable_message
+from sandbox.model.podspec import PodNeeds, SpecError, parse_pod, spec_amounts
+from sandbox.model.resources import Amounts, parse_resource_list, resource_list
+from sandbox.world.scheduling import ClusterView, NodeSlot, unschedulable_message
 
 GI = 1 << 30
 HOST = "kubernetes.io/hostname"

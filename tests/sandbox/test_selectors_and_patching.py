@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.patching import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, PatchError, apply_patch, json_patch, merge_patch
-from sandbox.selectors import SelectorError, object_filter
+from sandbox.api.patching import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, PatchError, apply_patch, json_patch, merge_patch
+from sandbox.model.selectors import SelectorError, object_filter
 
 POD: dict[str, Any] = {
     "metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web", "tier": "front"}},

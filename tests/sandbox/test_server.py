@@ -14,8 +14,8 @@ import pytest
 import requests
 from kubernetes import client as k8s
 
-from sandbox.identity import ARM_AUDIENCE
-from sandbox.server import SandboxServer
+from sandbox.api.server import SandboxServer
+from sandbox.world.identity import ARM_AUDIENCE
 from tests.fixtures.sandbox import kube_api_client
 
 ROOT = Path(__file__).resolve().parents[2]

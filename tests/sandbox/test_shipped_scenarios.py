@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from shared.domain import Taint
-from sandbox.resources import Amounts, parse_resource_list
-from sandbox.scenario import NodeGroupSpec, load_scenario
+from sandbox.model.resources import Amounts, parse_resource_list
+from sandbox.model.scenario import NodeGroupSpec, load_scenario
 from sandbox.world import World
 
 START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)

@@ -10,15 +10,15 @@ import pytest
 import requests
 from azure.core.exceptions import HttpResponseError
 
-from sandbox import agent_pools_api, arm_api, flexible
+from sandbox.api import agent_pools_api, arm_api, flexible
+from sandbox.api.server import SandboxServer
+from sandbox.api.wire import Request
 from sandbox.clock import ManualClock
-from sandbox.compute import ScaleSetSim
-from sandbox.errors import ArmError
-from sandbox.identity import ARM_AUDIENCE
-from sandbox.scenario import ScenarioError, load_scenario
-from sandbox.server import SandboxServer
-from sandbox.wire import Request
+from sandbox.model.scenario import ScenarioError, load_scenario
 from sandbox.world import World
+from sandbox.world.compute import ScaleSetSim
+from sandbox.world.errors import ArmError
+from sandbox.world.identity import ARM_AUDIENCE
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, compute_client
 from tests.sandbox.helpers import ARM_AUTH, ARM_TOKEN, POOL, RG, START, SUB, VMSS, grant, job, scenario
 

@@ -13,10 +13,10 @@ import pytest
 from azure.storage.queue import QueueClient
 
 from sandbox import __main__ as sandbox_main
+from sandbox.api.server import SandboxServer
+from sandbox.api.storage_backlog import StorageBacklog
 from sandbox.clock import ManualClock
-from sandbox.scenario import ScenarioError, load_scenario
-from sandbox.server import SandboxServer
-from sandbox.storage_backlog import StorageBacklog
+from sandbox.model.scenario import ScenarioError, load_scenario
 from sandbox.world import World
 from shared.adapters.backlog_queue import StorageQueueBacklog
 from shared.adapters.storage_connection import StorageConnection

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sandbox.clock import ManualClock, SimClock
-from sandbox.compute import computer_name
-from sandbox.units import format_bytes, format_cpu, parse_bytes, parse_count, parse_cpu_milli, parse_duration
+from sandbox.model.units import format_bytes, format_cpu, parse_bytes, parse_count, parse_cpu_milli, parse_duration
+from sandbox.world.compute import computer_name
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from sandbox import aci
-from sandbox.compute import private_ip
-from sandbox.scenario import ScenarioError, load_scenario
+from sandbox.model import aci
+from sandbox.model.scenario import ScenarioError, load_scenario
 from sandbox.world import World
+from sandbox.world.compute import private_ip
 from tests.sandbox.helpers import job, scenario
 
 START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from sandbox.resources import Amounts
-from sandbox.scenario import ScenarioError, load_scenario
+from sandbox.model.resources import Amounts
+from sandbox.model.scenario import ScenarioError, load_scenario
 from sandbox.world import World
 from tests.sandbox.helpers import job, scenario
 

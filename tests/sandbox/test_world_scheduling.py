@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.errors import KubeError
 from sandbox.world import World
+from sandbox.world.errors import KubeError
 from tests.sandbox.helpers import POOL, RG, job, scenario
 
 START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)

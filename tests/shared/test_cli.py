@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.adapters.table_state import TableStateStore
 from shared.cli import main
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sandbox import aci
+from sandbox.model import aci
 from shared.schedules import Schedule, parse_ncrontab
 from devtools.replay.harness import CLUSTER_NAME, RESOURCE_GROUP, Replay, clock_of
 from devtools.replay.memory import MemoryQueue, MemoryStateStore

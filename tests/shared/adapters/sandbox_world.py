@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.server import SandboxServer
+from sandbox.api.server import SandboxServer
 from shared.settings import Settings, load_settings
 
 CLUSTER = "it"

@@ -19,8 +19,8 @@ from azure.core.rest import HttpRequest
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import ResourceSku, VirtualMachineScaleSet, VirtualMachineScaleSetVM
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared import ports
 from shared.adapters.compute import ThrottleAwareRetryPolicy, VmssCompute, _compact_token, _vm_size
 from shared.adapters.credentials import StaticTokenCredential

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.adapters.compute import VmssCompute, provisioning_error
 from shared.adapters.flex_compute import FlexCompute
 from shared.domain import NodeGroup

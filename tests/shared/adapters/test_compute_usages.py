@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from azure.core.exceptions import HttpResponseError
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.adapters.compute_usages import ComputeUsages
 from shared.domain import QuotaUsage
 from shared.ports import QuotaUnavailable

@@ -11,8 +11,8 @@ from azure.core.exceptions import ClientAuthenticationError
 from azure.identity import CredentialUnavailableError, DefaultAzureCredential, ManagedIdentityCredential
 from azure.mgmt.compute import ComputeManagementClient
 
-from sandbox import identity
-from sandbox.server import SandboxServer
+from sandbox.api.server import SandboxServer
+from sandbox.world import identity
 from shared.adapters.compute import VmssCompute
 from shared.adapters.credentials import SandboxCredential, StaticTokenCredential, make_azure_credential
 from shared.settings import SettingsError, load_settings

@@ -14,9 +14,9 @@ import pytest
 from azure.core.credentials import AccessToken, AccessTokenInfo
 from azure.core.exceptions import ClientAuthenticationError
 
-from sandbox import kube_api
-from sandbox.identity import AKS, AKS_AUDIENCE, Verdict
-from sandbox.server import SandboxServer
+from sandbox.api import kube_api
+from sandbox.api.server import SandboxServer
+from sandbox.world.identity import AKS, AKS_AUDIENCE, Verdict
 from shared.adapters.credentials import SandboxCredential, make_azure_credential
 from shared.adapters.kube_access import BearerTokenRefresher, parse_aks_cluster_id, parse_secret_uri
 from shared.adapters.kubeconfig_trust import KubeconfigTrust, check_kubeconfig

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from sandbox import kube_api
-from sandbox.wire import Request
+from sandbox.api import kube_api
+from sandbox.api.wire import Request
 from sandbox.world import World
 from shared.adapters.kube_decode import (
     BudgetItem,

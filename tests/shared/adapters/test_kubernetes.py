@@ -13,8 +13,8 @@ import pytest
 from kubernetes.client import ApiClient, Configuration, CoreV1Api, V1ConfigMap, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared import ports
 from shared.adapters.kubernetes import (
     KubernetesApiError,

@@ -12,8 +12,8 @@ import pytest
 from azure.core.exceptions import HttpResponseError, ServiceRequestError
 from azure.monitor.query import LogsQueryPartialResult, LogsQueryResult, LogsTable
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.adapters import log_analytics
 from shared.adapters.credentials import StaticTokenCredential
 from shared.adapters.log_analytics import QUERY_MARKER, LogAnalyticsUsage, node_cpu_query

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.adapters.compute import VmssCompute
 from shared.adapters.flex_compute import FlexCompute
 from shared.adapters.kubernetes import KubernetesCluster

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from sandbox import prices_api
+from sandbox.api import prices_api
+from sandbox.api.server import SandboxServer
+from sandbox.api.wire import Request
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
-from sandbox.wire import Request
 from shared.adapters.compute import VmssCompute
 from shared.adapters.retail_prices import RetailPrices, is_linux_vm_row, pick_prices, price_filter
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory

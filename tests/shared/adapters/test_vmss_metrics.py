@@ -10,8 +10,8 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.mgmt.monitor.models import Response as MetricsResponse
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.adapters.vmss_metrics import MAX_SERIES, VmssMetricUsage
 from shared.context import build_context
 from shared.domain import Node, Resources

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sandbox.server import SandboxServer
+from sandbox.api.server import SandboxServer
 from shared.adapters.kubernetes import KubernetesCluster
 from shared.domain import Node
 from shared.settings import load_settings

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import pytest
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from sandbox.world import World
 from shared.actions import (
     RemovalTarget,

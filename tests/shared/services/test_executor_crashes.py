@@ -64,8 +64,8 @@ from azure.core.exceptions import AzureError
 from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.actions import encode_action
 from shared.adapters.action_queue import POISON_SUFFIX, StorageActionQueue
 from shared.context import AppContext, build_context

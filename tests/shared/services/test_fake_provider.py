@@ -17,7 +17,7 @@ import pytest
 from devtools.replay.harness import Replay, ReplayConfig
 from devtools.replay.policies.ours import Ours
 from devtools.replay.world_ports import WorldCompute
-from sandbox.scenario import load_scenario
+from sandbox.model.scenario import load_scenario
 from sandbox.world import World
 from shared.domain import NodeGroup
 from shared.services.providers import ProviderRouter

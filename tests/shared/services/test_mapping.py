@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import aci, kobjects
+from sandbox.model import aci
+from sandbox.world import kobjects
 from shared.adapters.kubernetes import node_from_json
 from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, Node, NodeGroup
 from shared.services.mapping import map_cluster

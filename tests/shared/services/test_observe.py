@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.adapters.compute import VmssCompute
 from shared.adapters.kubernetes import KubernetesCluster
 from shared.domain import ClusterSnapshot, VmSizeCapacity

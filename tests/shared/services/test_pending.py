@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
-from sandbox.server import SandboxServer
 from shared.adapters.kubernetes import KubernetesCluster
 from shared.services.pending import PRIORITY_CONFIG_MAP, priority_rules
 from shared.settings import load_settings

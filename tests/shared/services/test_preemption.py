@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.faults import ScaleUpFailure
-from sandbox.scenario import load_scenario
+from sandbox.model.scenario import load_scenario
+from sandbox.world.faults import ScaleUpFailure
 from shared.actions import ScaleUp, decode_message
 from shared.engine.offerings import SPOT_PREEMPTED
 from shared.services.executor import Executor

@@ -1,0 +1,427 @@
+"""The ARM double's Microsoft.ContainerService routes for the cluster as an AKS managed cluster and its agent pools.
+
+`sandbox.api.arm_api` serves these next to its own routes (same token checks, call counting, fault
+injection; no throttling: AKS's request limits are not modelled). Shaped after what
+azure-mgmt-containerservice 41.8 sends (api-version 2026-08-01, any version is accepted) and the
+stable spec's examples (AgentPoolsGet, AgentPoolsCreate_Update, AgentPoolsDeleteMachines, MachineList):
+
+- `GET .../managedClusters/{cluster}`: the managed cluster (location, nodeResourceGroup, agentPoolProfiles).
+- `GET .../agentPools` (`{"value": [...]}`) and `GET .../agentPools/{pool}`: each pool with `properties`
+  `count` (its scale set's capacity), `vmSize`, `mode`, `type: VirtualMachineScaleSets`,
+  `enableAutoScaling`, `minCount`/`maxCount` (when autoscaling), `scaleDownMode`, `nodeLabels`,
+  `nodeTaints`, `tags`, `orchestratorVersion`, `provisioningState`, `powerState`, `eTag`, ... and for a Spot pool
+  `scaleSetPriority`, `scaleSetEvictionPolicy`, `spotMaxPrice` (`sandbox.model.spot`; a PUT may not change them).
+- `PUT .../agentPools/{pool}` with the whole pool: 200 with the pool and `Azure-AsyncOperation` (what
+  `begin_create_or_update` polls, then GETs the pool). A new `count` scales the scale set
+  (`Scaling` until done; see `sandbox.world.agent_pools`); tags, mode and the autoscaler flag and bounds
+  change at once. `If-Match` must match the pool's `eTag` (412 otherwise). Immutable properties
+  (`vmSize`, `osType`, `type`, `availabilityZones`, `maxPods`, `osDiskSizeGB`, `osSKU`) answer 400
+  `PropertyChangeNotAllowed`; what the sandbox cannot do (new pools, upgrades, stopping, new labels or
+  taints, `scaleDownMode: Deallocate`) 409 `OperationNotAllowed` saying so.
+- `POST .../agentPools/{pool}/deleteMachines` `{"machineNames": [...]}`: 202 with `Location`
+  (`.../operationresults/{id}`, as the spec example) and `Azure-AsyncOperation` (`.../operations/{id}`).
+- `GET .../agentPools/{pool}/machines[/{machine}]`: machine name = node name, `properties.resourceId` =
+  the scale set VM's id, `properties.network.ipAddresses` = its private IP; `zones` when zonal.
+- `GET /subscriptions/{s}/providers/Microsoft.ContainerService/locations/{loc}/operations/{id}` (status
+  `InProgress`, `Succeeded`, `Failed` with `error`) and `.../operationresults/{id}` (202 while running, then
+  204, or the error with status 400).
+
+Every route but the operations checks the subscription (404 `SubscriptionNotFound`) and that the path
+names `world.managed_cluster` (404 `ResourceNotFound`, as listClusterUserCredential does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlparse
+
+from sandbox.api.arm_paging import arm_page
+from sandbox.api.wire import Request, Response, json_response
+from sandbox.model import agent_pools, spot
+from sandbox.model.units import rfc3339_micro
+from sandbox.world import World
+from sandbox.world.agent_pools import AgentPoolSim, PoolOperation
+from sandbox.world.compute import InstanceSim
+from sandbox.world.errors import ArmError
+from sandbox.world.identity import TENANT_ID
+from sandbox.world.managed_cluster import ManagedCluster
+
+LRO_RETRY_AFTER = 10  # sim seconds between polls of an AKS async operation
+# The api-versions AKS puts in its operation links: operationresults as in the spec's AgentPoolsDeleteMachines
+# example; 2016-03-30 for operations is a recollection of real Azure-AsyncOperation headers (unverified).
+OPERATIONS_API_VERSION = "2016-03-30"
+OPERATION_RESULTS_API_VERSION = "2017-08-31"
+
+_SUB = r"^/subscriptions/(?P<sub>[^/]+)"
+_AKS = _SUB + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.ContainerService/managedClusters/(?P<cluster>[^/]+)"
+_POOLS = _AKS + r"/agentPools"
+_POOL = _POOLS + r"/(?P<pool>[^/]+)"
+_LOCATION = _SUB + r"/providers/Microsoft\.ContainerService/locations/(?P<loc>[^/]+)"
+
+# (method, path pattern, route name): sandbox.api.arm_api compiles them with its own (anchored, case-insensitive)
+ROUTES: list[tuple[str, str, str]] = [
+    ("GET", _AKS, "aks_get_cluster"),
+    ("GET", _POOLS, "aks_list_agent_pools"),
+    ("GET", _POOL, "aks_get_agent_pool"),
+    ("PUT", _POOL, "aks_put_agent_pool"),
+    ("POST", _POOL + r"/deleteMachines", "aks_delete_machines"),
+    ("GET", _POOL + r"/machines", "aks_list_machines"),
+    ("GET", _POOL + r"/machines/(?P<machine>[^/]+)", "aks_get_machine"),
+    ("GET", _LOCATION + r"/operations/(?P<op>[^/]+)", "aks_operation"),
+    ("GET", _LOCATION + r"/operationresults/(?P<op>[^/]+)", "aks_operation_result"),
+]
+# operation name in the report, write?, throttling bucket (none: AKS's limits are not modelled)
+OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
+    "aks_get_cluster": ("GET managedClusters", False, None),
+    "aks_list_agent_pools": ("LIST agentPools", False, None),
+    "aks_get_agent_pool": ("GET agentPools", False, None),
+    "aks_put_agent_pool": ("PUT agentPools", True, None),
+    "aks_delete_machines": ("POST deleteMachines", True, None),
+    "aks_list_machines": ("LIST machines", False, None),
+    "aks_get_machine": ("GET machines", False, None),
+    "aks_operation": ("GET ContainerService operations", False, None),
+    "aks_operation_result": ("GET ContainerService operationresults", False, None),
+}
+# The fault-injection resource of the routes naming no pool (those naming one take the pool's name).
+FAULT_RESOURCES = {"aks_list_agent_pools": "agentPools", "aks_operation": "operations", "aks_operation_result": "operations"}
+
+_POOL_TYPE = "Microsoft.ContainerService/managedClusters/agentPools"
+_MACHINE_TYPE = "Microsoft.ContainerService/managedClusters/agentPools/machines"
+_OS_DISK_SIZE_GB = 128
+_UNREADABLE = "The request content was invalid and could not be deserialized."
+
+
+# ---------------------------------------------------------------------------- representations
+
+
+def _cluster(world: World, params: dict[str, str]) -> ManagedCluster:
+    if params["sub"].lower() != world.subscription_id.lower():
+        raise ArmError(404, "SubscriptionNotFound", f"The subscription '{params['sub']}' could not be found.")
+    cluster = world.managed_cluster
+    if cluster is None or not cluster.matches(params["rg"], params["cluster"]):
+        raise ArmError(
+            404, "ResourceNotFound",
+            f"The Resource 'Microsoft.ContainerService/managedClusters/{params['cluster']}' under resource group "
+            f"'{params['rg']}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
+        )
+    return cluster
+
+
+def _pool_id(cluster: ManagedCluster, pool: AgentPoolSim) -> str:
+    return f"{cluster.id}/agentPools/{pool.name}"
+
+
+def pool_properties(world: World, pool: AgentPoolSim) -> dict[str, Any]:
+    """An agent pool's `properties`, as AKS answers them (nulls left out, as AKS leaves them out)."""
+    group = world.agent_pool_group(pool)
+    spec = group.spec
+    properties: dict[str, Any] = {
+        "eTag": pool.etag,
+        "count": world.agent_pool_count(pool),
+        "vmSize": spec.vm_size,
+        "osDiskSizeGB": _OS_DISK_SIZE_GB,
+        "osDiskType": "Managed",
+        "kubeletDiskType": "OS",
+        "maxPods": spec.allocatable.pods,
+        "type": "VirtualMachineScaleSets",
+        "enableAutoScaling": pool.enable_auto_scaling,
+        "scaleDownMode": pool.spec.scale_down_mode,
+        "provisioningState": world.agent_pool_state(pool),
+        "powerState": {"code": "Running"},
+        "orchestratorVersion": pool.spec.orchestrator_version,
+        "currentOrchestratorVersion": pool.spec.orchestrator_version,
+        "enableNodePublicIP": False,
+        "mode": pool.mode,
+        "osType": "Linux",
+        "osSKU": agent_pools.OS_SKU,
+        "nodeImageVersion": agent_pools.NODE_IMAGE_VERSION,
+        "upgradeSettings": {"maxSurge": "10%"},
+        "enableFIPS": False,
+        "enableEncryptionAtHost": False,
+        "enableUltraSSD": False,
+        **spot.agent_pool_priority(spec.priority, spec.eviction_policy, spec.max_price),  # Spot pools only
+    }
+    if pool.enable_auto_scaling:
+        properties["minCount"], properties["maxCount"] = pool.min_count, pool.max_count
+    if spec.zones:
+        properties["availabilityZones"] = list(spec.zones)
+    if pool.tags:
+        properties["tags"] = dict(pool.tags)
+    if pool.spec.node_labels:
+        properties["nodeLabels"] = dict(pool.spec.node_labels)
+    if pool.spec.node_taints:
+        properties["nodeTaints"] = list(pool.spec.node_taints)
+    return properties
+
+
+def pool_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim) -> dict[str, Any]:
+    return {"id": _pool_id(cluster, pool), "name": pool.name, "type": _POOL_TYPE,
+            "properties": pool_properties(world, pool)}
+
+
+def machine_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim, inst: InstanceSim) -> dict[str, Any]:
+    """One machine as the spec's MachineList example has it: name = node name, the VM's ARM id and IP."""
+    group = world.agent_pool_group(pool)
+    body: dict[str, Any] = {
+        "id": f"{_pool_id(cluster, pool)}/machines/{inst.node_name}",
+        "name": inst.node_name,
+        "type": _MACHINE_TYPE,
+        "properties": {
+            "network": {"ipAddresses": [{"ip": inst.private_ip, "family": "IPv4"}]},
+            "resourceId": (
+                f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}"
+                f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{inst.instance_id}"
+            ),
+        },
+    }
+    if inst.zone:
+        body["zones"] = [inst.zone]
+    return body
+
+
+def cluster_json(world: World, cluster: ManagedCluster) -> dict[str, Any]:
+    """The managed cluster (a subset of ManagedClustersGet): what a client reads to find its location and pools."""
+    pools = world.agent_pools()
+    location = world.scenario.location
+    node_rg = (pools[0].spec.node_resource_group if pools
+               else agent_pools.default_node_resource_group(cluster.name, location))
+    version = agent_pools.ORCHESTRATOR_VERSION
+    return {
+        "id": cluster.id,
+        "name": cluster.name,
+        "type": "Microsoft.ContainerService/ManagedClusters",
+        "location": location,
+        "sku": {"name": "Base", "tier": "Free"},
+        "properties": {
+            "provisioningState": "Succeeded",
+            "powerState": {"code": "Running"},
+            "kubernetesVersion": version,
+            "currentKubernetesVersion": version,
+            "dnsPrefix": f"{cluster.name}-dns",
+            "fqdn": urlparse(cluster.server).hostname or cluster.server,
+            "agentPoolProfiles": [{"name": p.name, **pool_properties(world, p)} for p in pools],
+            "nodeResourceGroup": node_rg,
+            "enableRBAC": True,
+            "aadProfile": {"managed": True, "enableAzureRBAC": False, "tenantID": TENANT_ID},
+            "networkProfile": {
+                "networkPlugin": "azure", "networkPluginMode": "overlay", "podCidr": "10.244.0.0/16",
+                "serviceCidr": "10.0.0.0/16", "dnsServiceIP": "10.0.0.10", "outboundType": "loadBalancer",
+                "loadBalancerSku": "standard",
+            },
+            "maxAgentPools": 100,
+            "supportPlan": "KubernetesOfficial",
+        },
+    }
+
+
+def _operation_json(world: World, op: PoolOperation) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": op.op_id, "status": op.status, "startTime": rfc3339_micro(world.start + timedelta(seconds=op.started_at)),
+    }
+    if op.ended_at is not None:
+        body["endTime"] = rfc3339_micro(world.start + timedelta(seconds=op.ended_at))
+    if op.status == "Failed":
+        body["error"] = {"code": op.error_code, "message": op.error_message}
+    return body
+
+
+def _operation_headers(world: World, request: Request, op: PoolOperation) -> dict[str, str]:
+    base = (f"https://{request.header('host', '127.0.0.1')}/subscriptions/{world.subscription_id}"
+            f"/providers/Microsoft.ContainerService/locations/{world.scenario.location}")
+    return {
+        "Azure-AsyncOperation": f"{base}/operations/{op.op_id}?api-version={OPERATIONS_API_VERSION}",
+        "Location": f"{base}/operationresults/{op.op_id}?api-version={OPERATION_RESULTS_API_VERSION}",
+        "Retry-After": str(LRO_RETRY_AFTER),
+    }
+
+
+def _page(items: list[dict[str, Any]], request: Request, page_size: int, api_version: str) -> dict[str, Any]:
+    return arm_page(items, request, page_size=page_size, api_version=api_version)
+
+
+# ---------------------------------------------------------------------------- handlers
+
+
+def _get_cluster(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    return json_response(200, cluster_json(world, _cluster(world, params)))
+
+
+def _list_agent_pools(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    cluster = _cluster(world, params)
+    return json_response(200, {"value": [pool_json(world, cluster, p) for p in world.agent_pools()]})
+
+
+def _get_agent_pool(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    cluster = _cluster(world, params)
+    return json_response(200, pool_json(world, cluster, world.agent_pool(params["pool"])))
+
+
+def _sandbox_cannot(what: str, target: str) -> ArmError:
+    return ArmError(409, "OperationNotAllowed", f"The sandbox cannot {what}.", target)
+
+
+def _unchanged(properties: dict[str, Any], key: str, current: Any, *, normalise: Callable[[Any], Any] = lambda v: v) -> bool:
+    """True when the body leaves `key` out, nulls it, or gives the current value."""
+    value = properties.get(key)
+    return value is None or normalise(value) == normalise(current)
+
+
+def _put_agent_pool(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    cluster = _cluster(world, params)
+    name = params["pool"]
+    if name.lower() not in {p.name for p in world.agent_pools()}:
+        raise _sandbox_cannot(f"create agent pool '{name}': declare it in the scenario's node_groups", "name")
+    pool = world.agent_pool(name)
+    if_match = request.header("if-match")
+    if if_match and if_match.strip('"') not in ("*", pool.etag):
+        raise ArmError(412, "PreconditionFailed", f"The eTag '{if_match}' does not match the agent pool's current "
+                                                  f"eTag '{pool.etag}'.")  # code and wording unverified
+    if request.header("if-none-match").strip() == "*":
+        raise ArmError(412, "PreconditionFailed", f"Agent pool '{pool.name}' already exists.")  # unverified
+    try:
+        body = request.json()
+    except ValueError:
+        raise ArmError(400, "InvalidRequestContent", _UNREADABLE) from None
+    properties = body.get("properties") if isinstance(body, dict) else None
+    if not isinstance(properties, dict):
+        raise ArmError(400, "InvalidRequestContent", "The request content must be an agent pool with properties.")
+    group = world.agent_pool_group(pool)
+    spec = group.spec
+    immutable: list[tuple[str, Any, Callable[[Any], Any]]] = [
+        ("vmSize", spec.vm_size, lambda v: str(v).lower()),
+        ("osType", "Linux", lambda v: str(v).lower()),
+        ("osSKU", agent_pools.OS_SKU, lambda v: str(v).lower()),
+        ("type", "VirtualMachineScaleSets", lambda v: str(v).lower()),
+        ("availabilityZones", list(spec.zones), lambda v: sorted(map(str, v)) if isinstance(v, list) else v),
+        ("maxPods", spec.allocatable.pods, lambda v: v),
+        ("osDiskSizeGB", _OS_DISK_SIZE_GB, lambda v: v),
+        # Fixed at creation (spot-node-pool.md): priority and max price; the eviction policy likewise (unverified).
+        # A Regular pool's eviction policy and max price mean nothing: left unchecked.
+        ("scaleSetPriority", spec.priority, lambda v: str(v).lower()),
+        *([("scaleSetEvictionPolicy", spec.eviction_policy, lambda v: str(v).lower()),
+           ("spotMaxPrice", spec.max_price, lambda v: float(v) if isinstance(v, int | float) else v)]
+          if spec.priority == "Spot" else []),
+    ]
+    for key, current, normalise in immutable:
+        if not _unchanged(properties, key, current, normalise=normalise):
+            # AKS's code and wording for immutable properties (as in Azure/AKS#575: "Changing property 'enableRBAC'
+            # is not allowed."); that it names agent pool properties the same way is unverified.
+            raise ArmError(400, "PropertyChangeNotAllowed", f"Changing property '{key}' is not allowed.",
+                           f"properties.{key}")
+    version = properties.get("orchestratorVersion")
+    if version not in (None, "", pool.spec.orchestrator_version):
+        raise _sandbox_cannot(f"upgrade agent pools (orchestratorVersion {pool.spec.orchestrator_version})",
+                              "properties.orchestratorVersion")
+    if not _unchanged(properties, "nodeLabels", dict(pool.spec.node_labels), normalise=lambda v: v or {}):
+        raise _sandbox_cannot("change an agent pool's nodeLabels", "properties.nodeLabels")
+    if not _unchanged(properties, "nodeTaints", list(pool.spec.node_taints), normalise=lambda v: list(v or [])):
+        raise _sandbox_cannot("change an agent pool's nodeTaints", "properties.nodeTaints")
+    if not _unchanged(properties, "scaleDownMode", "Delete"):
+        raise _sandbox_cannot("model scaleDownMode Deallocate", "properties.scaleDownMode")
+    power = properties.get("powerState")
+    if isinstance(power, dict) and power.get("code") not in (None, "Running"):
+        raise _sandbox_cannot("stop agent pools", "properties.powerState")
+
+    count = properties.get("count")
+    if count is None:  # AKS's answer (seen in public reports, 2023)
+        raise ArmError(400, "InvalidParameter", "Required parameter properties.count is missing (null).",
+                       "properties.count")
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise ArmError(400, "InvalidParameter", f"The value '{count}' of parameter 'properties.count' is invalid.",
+                       "properties.count")
+    mode = properties.get("mode") or pool.mode
+    if mode not in agent_pools.MODES:
+        raise ArmError(400, "InvalidParameter", f"The value '{mode}' of parameter 'properties.mode' is invalid: "
+                                                "it must be System or User.", "properties.mode")
+    enabled = properties.get("enableAutoScaling")
+    if enabled is None:
+        enabled = pool.enable_auto_scaling
+    if not isinstance(enabled, bool):
+        raise ArmError(400, "InvalidParameter", "The value of parameter 'properties.enableAutoScaling' is invalid.",
+                       "properties.enableAutoScaling")
+    bounds: dict[str, int | None] = {}
+    for key, current in (("minCount", pool.min_count), ("maxCount", pool.max_count)):
+        value = properties[key] if key in properties else (current if enabled else None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ArmError(400, "InvalidParameter", f"The value '{value}' of parameter 'properties.{key}' is invalid.",
+                           f"properties.{key}")
+        bounds[key] = value
+    tags = properties.get("tags")
+    if tags is not None and (not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values())):
+        raise ArmError(400, "InvalidParameter", "Tags must be a map of strings.", "properties.tags")
+
+    op = world.update_agent_pool(
+        pool, count=count, mode=mode, enable_auto_scaling=enabled, min_count=bounds["minCount"],
+        max_count=bounds["maxCount"], tags=tags,
+    )
+    headers = _operation_headers(world, request, op)
+    del headers["Location"]  # a PUT's answer carries the async operation only
+    return json_response(200, pool_json(world, cluster, pool), headers)
+
+
+def _delete_machines(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    _cluster(world, params)
+    pool = world.agent_pool(params["pool"])
+    try:
+        body = request.json()
+    except ValueError:
+        raise ArmError(400, "InvalidRequestContent", _UNREADABLE) from None
+    names = body.get("machineNames") if isinstance(body, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ArmError(400, "InvalidParameter", "The value of parameter machineNames is invalid.", "machineNames")
+    op = world.delete_agent_pool_machines(pool, names)
+    return json_response(202, None, _operation_headers(world, request, op))
+
+
+def _list_machines(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    cluster = _cluster(world, params)
+    pool = world.agent_pool(params["pool"])
+    items = [machine_json(world, cluster, pool, inst) for inst in world.machines(pool)]
+    return json_response(200, _page(items, request, world.scenario.arm_page_size, api_version))
+
+
+def _get_machine(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    cluster = _cluster(world, params)
+    pool = world.agent_pool(params["pool"])
+    inst = world.machine(pool, params["machine"])
+    if inst is None:  # 404 as karpenter-provider-azure expects of AKS; code and wording unverified
+        raise ArmError(404, "NotFound", f"Machine '{params['machine']}' was not found in agent pool '{pool.name}'.")
+    return json_response(200, machine_json(world, cluster, pool, inst))
+
+
+def _find_operation(world: World, params: dict[str, str]) -> PoolOperation:
+    op = world.agent_pool_operation(params["op"])
+    if op is None or params["sub"].lower() != world.subscription_id.lower():
+        raise ArmError(404, "NotFound", f"The operation '{params['op']}' was not found.")
+    return op
+
+
+def _operation(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    op = _find_operation(world, params)
+    headers = {"Retry-After": str(LRO_RETRY_AFTER)} if op.status == "InProgress" else {}
+    return json_response(200, _operation_json(world, op), headers)
+
+
+def _operation_result(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
+    op = _find_operation(world, params)
+    if op.status == "InProgress":
+        location = _operation_headers(world, request, op)["Location"]
+        return json_response(202, None, {"Location": location, "Retry-After": str(LRO_RETRY_AFTER)})
+    if op.status == "Failed":  # the failure's status on the result link is unverified
+        return json_response(400, {"error": {"code": op.error_code, "message": op.error_message}})
+    return json_response(204, None)
+
+
+HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] = {
+    "aks_get_cluster": _get_cluster,
+    "aks_list_agent_pools": _list_agent_pools,
+    "aks_get_agent_pool": _get_agent_pool,
+    "aks_put_agent_pool": _put_agent_pool,
+    "aks_delete_machines": _delete_machines,
+    "aks_list_machines": _list_machines,
+    "aks_get_machine": _get_machine,
+    "aks_operation": _operation,
+    "aks_operation_result": _operation_result,
+}

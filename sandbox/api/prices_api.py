@@ -1,0 +1,152 @@
+"""A double of the Azure Retail Prices API (`GET https://prices.azure.com/api/retail/prices`).
+
+Serves, for every VM size of `LIST_PRICES_PER_HOUR` in any region, the rows the real API has for
+it: Linux pay-as-you-go, Linux Spot, Linux Low Priority and Windows pay-as-you-go, each with the
+fields a client filters on (`armSkuName`, `armRegionName`, `serviceName`, `priceType`, `type`,
+`meterName`, `skuName`, `productName`, `unitOfMeasure`, `retailPrice`, `unitPrice`,
+`currencyCode`). Answers `{"BillingCurrency", "CustomerEntityId", "CustomerEntityType", "Items",
+"NextPageLink", "Count"}`, `PAGE_SIZE` items a page, with `$skip` in the next link as the real
+API pages.
+
+`$filter` understands what clients send: `and`-joined `field eq 'value'` terms and parenthesised
+`or` groups of them. Values compare case-sensitively, as they do from api-version
+2023-01-01-preview on; an unknown field or a malformed filter is a 400 with the real API's error
+shape. The real API is unauthenticated: so is this one.
+
+The prices are the replay's shipped table (Linux East US list prices, `PRICE_DATE`), the same in
+every region of the sandbox; Spot at 20 % and Low Priority at 20 %, Windows at 1.8x, which is
+roughly where they sit, and only there so a client that picks the wrong row gets a wrong price.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+from urllib.parse import urlencode
+
+from sandbox.api.wire import Request, Response, json_response
+
+PREFIX: Final = "/api/retail/prices"
+PAGE_SIZE: Final = 100
+PRICE_DATE: Final = "2026-11"
+PRICE_SOURCE: Final = "Azure retail list prices, Linux pay-as-you-go, East US (approximate, shipped table)"
+# USD per hour, Linux pay-as-you-go. Update the table and the date together.
+LIST_PRICES_PER_HOUR: Final[dict[str, float]] = {
+    "Standard_D2s_v5": 0.096,
+    "Standard_D4s_v5": 0.192,
+    "Standard_D8s_v5": 0.384,
+    "Standard_D16s_v5": 0.768,
+    "Standard_D32s_v5": 1.536,
+    "Standard_D48s_v5": 2.304,
+    "Standard_E4s_v5": 0.252,
+    "Standard_E8s_v5": 0.504,
+    "Standard_F8s_v2": 0.338,
+    "Standard_NC4as_T4_v3": 0.526,
+    "Standard_NC24ads_A100_v4": 3.673,
+    "Standard_NC48ads_A100_v4": 7.346,
+    "Standard_NC96ads_A100_v4": 14.692,
+}
+_FIELDS: Final = frozenset({
+    "armRegionName", "armSkuName", "currencyCode", "location", "meterId", "meterName", "priceType", "productId",
+    "productName", "serviceFamily", "serviceName", "skuId", "skuName", "type",
+})
+_ALIASES: Final = {"priceType": "type"}  # the filter's name for the items' `type`
+_TERM = re.compile(r"\s*(?P<field>[A-Za-z]+)\s+eq\s+'(?P<value>(?:[^']|'')*)'\s*")
+
+
+class FilterError(ValueError):
+    pass
+
+
+def handle(request: Request, *, base_url: str) -> Response:
+    if request.method != "GET":
+        return _error(405, f"The requested resource does not support http method '{request.method}'.")
+    try:
+        clauses = parse_filter(request.query.get("$filter", ""))
+    except FilterError as exc:
+        return _error(400, f"Invalid OData filter: {exc}")
+    try:
+        skip = int(request.query.get("$skip", "0"))
+    except ValueError:
+        return _error(400, "$skip must be a whole number")
+    rows = [row for row in _rows() if all(row.get(_ALIASES.get(f, f)) in values for f, values in clauses)]
+    page = rows[max(0, skip):max(0, skip) + PAGE_SIZE]
+    next_link = None
+    if skip + PAGE_SIZE < len(rows):
+        query = {k: v for k, v in request.query.items() if k != "$skip"}
+        next_link = f"{base_url}{PREFIX}?{urlencode({**query, '$skip': skip + PAGE_SIZE})}"
+    return json_response(200, {
+        "BillingCurrency": "USD", "CustomerEntityId": "Default", "CustomerEntityType": "Retail",
+        "Items": page, "NextPageLink": next_link, "Count": len(page),
+    })
+
+
+def parse_filter(text: str) -> list[tuple[str, frozenset[str]]]:
+    """`a eq 'x' and (b eq 'y' or b eq 'z')` -> [(a, {x}), (b, {y, z})]: every clause must hold."""
+    clauses: list[tuple[str, frozenset[str]]] = []
+    for part in _split(text, " and "):
+        group = part.strip()
+        if group.startswith("(") and group.endswith(")"):
+            group = group[1:-1]
+        terms = [_term(t) for t in _split(group, " or ")]
+        fields = {f for f, _ in terms}
+        if len(fields) != 1:
+            raise FilterError(f"an or-group must compare one field: {part.strip()!r}")
+        clauses.append((fields.pop(), frozenset(v for _, v in terms)))
+    return clauses
+
+
+def _split(text: str, word: str) -> list[str]:
+    """Split on `word` outside quotes and parentheses."""
+    parts, depth, quoted, start, i = [], 0, False, 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == "'":
+            quoted = not quoted
+        elif not quoted and c in "()":
+            depth += 1 if c == "(" else -1
+        elif not quoted and depth == 0 and text.startswith(word, i):
+            parts.append(text[start:i])
+            i += len(word)
+            start = i
+            continue
+        i += 1
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()] if text.strip() else []
+
+
+def _term(text: str) -> tuple[str, str]:
+    match = _TERM.fullmatch(text)
+    if match is None:
+        raise FilterError(f"expected `field eq 'value'`, got {text.strip()!r}")
+    if match["field"] not in _FIELDS:
+        raise FilterError(f"unknown field {match['field']!r}")
+    return match["field"], match["value"].replace("''", "'")
+
+
+def _rows() -> list[dict[str, Any]]:
+    rows = []
+    for region in ("eastus", "westeurope", "uksouth", "northeurope", "westus2", "westus3", "eastus2", "centralus"):
+        for size, price in LIST_PRICES_PER_HOUR.items():
+            short = size.removeprefix("Standard_").replace("_", " ")
+            series = f"Virtual Machines {short.split(' ')[0][0]} Series"
+            for suffix, product, factor in (
+                ("", series, 1.0), (" Spot", series, 0.2), (" Low Priority", series, 0.2),
+                ("", f"{series} Windows", 1.8),
+            ):
+                rows.append({
+                    "currencyCode": "USD", "tierMinimumUnits": 0.0,
+                    "retailPrice": round(price * factor, 6), "unitPrice": round(price * factor, 6),
+                    "armRegionName": region, "location": region, "effectiveStartDate": f"{PRICE_DATE}-01T00:00:00Z",
+                    "meterId": f"{region}-{size}-{suffix.strip() or 'regular'}-{product}".lower().replace(" ", "-"),
+                    "meterName": f"{short}{suffix}", "productId": f"DZH318Z0{len(short):04d}", "skuId": f"{size}{suffix}",
+                    "productName": product, "skuName": f"{short}{suffix}", "serviceName": "Virtual Machines",
+                    "serviceId": "DZH313Z7MMC8", "serviceFamily": "Compute", "unitOfMeasure": "1 Hour",
+                    "type": "Consumption", "isPrimaryMeterRegion": True,
+                    "armSkuName": size,
+                })
+    return rows
+
+
+def _error(status: int, message: str) -> Response:
+    return json_response(status, {"Error": {"Code": "BadRequest" if status == 400 else "Error", "Message": message}})
