@@ -44,9 +44,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 EVENTS_POLL_SECONDS = 0.5  # wall seconds between two asks of the sandbox's Event Grid events
-# An invocation holds the sandbox's clock for at most this many wall seconds: a safety valve for one that waits on
-# sim time itself (ARM_OPERATION_WAIT bounds the only such wait we have, and the step then re-enqueues a check).
-HOLD_CAP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -253,14 +250,17 @@ class LocalRunner:
         return min(self._next_fire.values(), default=None)
 
     def busy(self) -> bool:
-        """Due work not finished: a timer due or running, an invocation running (for at most HOLD_CAP_SECONDS),
-        or messages an ended invocation may have sent that no queue poll has taken yet."""
+        """Due work not finished: a timer due or running, or messages an ended invocation may have sent that no
+        queue poll has taken yet.
+
+        A queue invocation running does not hold the clock: a step may wait in-process for ARM's long-running
+        operation (ARM_OPERATION_WAIT), which only sim time can finish, so holding the clock for it stood a
+        many-idle run still at its first removals."""
         due = self.next_due()
         if self._timer_running or (due is not None and self._clock.now() >= due):
             return True
-        cutoff = time.monotonic() - HOLD_CAP_SECONDS
         with self._stats_lock:
-            return self._ended_since_poll or any(started > cutoff for started in self._running.values())
+            return self._ended_since_poll
 
     @property
     def event_grid_functions(self) -> list[EventGridFunction]:

@@ -29,6 +29,10 @@ log = logging.getLogger("devtools.sandbox_clock")
 
 HOLD_LEASE_SECONDS = 10.0  # wall seconds a hold outlives its last renewal: a killed runner's hold ends by itself
 RENEW_SECONDS = 1.0  # wall seconds between renewals of an unchanged hold
+# Wall seconds one unchanged hold may last before the runner lets the clock run anyway. A hold that stands this
+# long is a runner waiting on something the clock itself must bring (a many-idle run stood still at its first
+# scale-down rounds): sim time then runs on, as without a hold, rather than the run hanging.
+MAX_UNCHANGED_HOLD_SECONDS = 60.0
 
 
 class ClockUnavailable(Exception):
@@ -163,6 +167,9 @@ class ClockHolder:
         self._sent: tuple[Any, ...] | None = None  # the last hold the sandbox accepted, and when (wall)
         self._sent_at = 0.0
         self.enabled = True  # False once the sandbox refused a hold (a manual clock): the runner runs unheld
+        self._target: tuple[Any, ...] | None = None  # the hold the runner's state asks for, and since when (wall)
+        self._target_since = 0.0
+        self.overruns = 0  # holds let go after MAX_UNCHANGED_HOLD_SECONDS
 
     def start(self) -> ClockHolder:
         self._update()  # the first bound is in place before the runner does anything
@@ -199,7 +206,16 @@ class ClockHolder:
             due = self._next_due()
             until = None if due is None else self._clock.at(due)
             target = ("until", until)
-        if target == self._sent and time.monotonic() - self._sent_at < RENEW_SECONDS:
+        now = time.monotonic()
+        if target != self._target:
+            self._target, self._target_since = target, now
+        elif target != ("until", None) and now - self._target_since >= MAX_UNCHANGED_HOLD_SECONDS:
+            if self._sent != ("until", None):
+                self.overruns += 1
+                log.warning("the runner held the sandbox's clock unchanged for %.0f wall seconds (%s); letting it run",
+                            MAX_UNCHANGED_HOLD_SECONDS, target)
+            target = ("until", None)
+        if target == self._sent and now - self._sent_at < RENEW_SECONDS:
             return
         try:
             if target == ("until", None):

@@ -104,3 +104,47 @@ def test_a_sandbox_that_waits_for_its_runner_stands_at_zero_until_the_runner_hol
         assert seen and seen[0][0] == pytest.approx(EVERY_S, abs=1.0)  # the first poll at its first due time
         assert server.clock.bound() is None  # type: ignore[attr-defined]  # the start hold ended with the runner's
 
+
+
+class _RecordingClock:
+    """A SandboxClock stand-in that records what the holder asks of the sandbox."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def hold(self, holder: str, *, until: Any = None) -> None:
+        self.calls.append("hold")
+
+    def release(self, holder: str) -> None:
+        self.calls.append("release")
+
+    def at(self, moment: Any) -> float:
+        return 0.0
+
+
+def test_a_hold_that_never_changes_is_let_go_so_a_waiting_runner_never_hangs_a_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from devtools import sandbox_clock
+
+    monkeypatch.setattr(sandbox_clock, "MAX_UNCHANGED_HOLD_SECONDS", 0.2)
+    clock = _RecordingClock()
+    holder = sandbox_clock.ClockHolder(clock, busy=lambda: True, next_due=lambda: None)  # type: ignore[arg-type]
+    holder._update()
+    assert clock.calls == ["hold"]
+    time.sleep(0.25)
+    holder._update()
+    assert clock.calls[-1] == "release" and holder.overruns == 1
+    holder._update()  # still the same hold asked for: it stays let go, and is said once
+    assert clock.calls.count("release") == 1 and holder.overruns == 1
+
+
+def test_a_queue_invocation_running_does_not_hold_the_clock(sandbox_factory: SandboxFactory) -> None:
+    """A step may wait in-process for ARM's long-running operation, which only sim time can finish."""
+    server = sandbox_factory("burst", clock=ManualClock(SANDBOX_START))
+    runner = LocalRunner(_app(server, []), env={}, clock=server.clock, queue=_EmptyQueue())
+    runner._ended_since_poll = False
+    token = runner._begin()  # an invocation in hand, as a step waiting on ARM is
+    assert runner.next_due() is None or server.clock.now() < runner.next_due()
+    assert runner.busy() is False
+    runner._end(token)
+    assert runner.busy() is True  # what it may have sent waits for the next queue poll
