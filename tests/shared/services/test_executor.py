@@ -177,11 +177,18 @@ def _scenario(workloads: tuple[dict[str, Any], ...], group: dict[str, Any]) -> d
 def make_app(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str, *,
              workloads: tuple[dict[str, Any], ...] = (), settings: dict[str, str] | None = None, **group: Any) -> App:
     """The real app: the sandbox server over HTTPS and Azurite, through the SDK adapters shared.context builds."""
+    return real_app_of(sandbox_factory, azurite, table_name, queue_name, _scenario(workloads, group),
+                       settings={**BASE_SETTINGS, **(settings or {})})
+
+
+def real_app_of(sandbox_factory: Any, azurite: str, table_name: str, queue_name: str, scenario: dict[str, Any], *,
+                settings: dict[str, str]) -> App:
+    """The real app on any scenario, with exactly these settings (beside the sandbox's and the storage's)."""
     clock = ManualClock(SANDBOX_START)
-    server = sandbox_factory(_scenario(workloads, group), clock=clock)
+    server = sandbox_factory(scenario, clock=clock)
     clock.advance(5)  # let the scheduler place the workload
     env = {**server.env(), "AzureWebJobsStorage": azurite, "STATE_TABLE": table_name,
-           "SCALE_ACTIONS_QUEUE": queue_name, **BASE_SETTINGS, **(settings or {})}
+           "SCALE_ACTIONS_QUEUE": queue_name, **settings}
     context = build_context(env, clock=clock)
     return App(REAL, context, clock, server.world, RealInspect(context, server), server)
 

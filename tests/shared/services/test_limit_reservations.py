@@ -14,14 +14,12 @@ from typing import Any
 
 import pytest
 
-from sandbox.clock import ManualClock
 from shared.actions import encode_action, new_scale_up
-from shared.context import AppContext, build_context
+from shared.context import AppContext
 from shared.domain import LimitReservation, LimitReservations
 from shared.services.executor import ExecutionResult
-from tests.fixtures.sandbox import SANDBOX_START
 from tests.memory_app import memory_app
-from tests.shared.services.test_executor import BASE_SETTINGS, MEMORY, REAL, SCENARIO, App, RealInspect
+from tests.shared.services.test_executor import BASE_SETTINGS, MEMORY, REAL, SCENARIO, App, real_app_of
 
 POOL, SPARE = "rg-exec/pool", "rg-exec/spare"
 LIMIT = 4
@@ -48,15 +46,8 @@ def two_group_app(request: pytest.FixtureRequest, kind: str, *, workloads: tuple
         built = memory_app(scenario, settings=SETTINGS)
         built.clock.advance(5)
         return App(MEMORY, AppContext(built.settings, built.ports), built.clock, built.world, built)
-    factory, azurite, table, queue = (request.getfixturevalue(name)
-                                      for name in ("sandbox_factory", "azurite", "table_name", "queue_name"))
-    clock = ManualClock(SANDBOX_START)
-    server = factory(scenario, clock=clock)
-    clock.advance(5)
-    env = {**server.env(), "AzureWebJobsStorage": azurite, "STATE_TABLE": table, "SCALE_ACTIONS_QUEUE": queue,
-           **SETTINGS}
-    context = build_context(env, clock=clock)
-    return App(REAL, context, clock, server.world, RealInspect(context, server), server)
+    storage = (request.getfixturevalue(name) for name in ("sandbox_factory", "azurite", "table_name", "queue_name"))
+    return real_app_of(*storage, scenario, settings=SETTINGS)
 
 
 def _scale_up(app: App, action_id: str, group: str, target: int) -> str:

@@ -13,10 +13,8 @@ import pytest
 import yaml
 from azure.data.tables import UpdateMode
 
-from sandbox.clock import ManualClock
 from shared.actions import RemovalTarget, encode_action, new_scale_down
 from shared.adapters.table_state import encode_key
-from shared.context import build_context
 from shared.domain import DELETION_CANDIDATE_TAINT, TO_BE_DELETED_TAINT, GroupState
 from shared.services.pending import run_pending_poll
 from shared.services.plan import plan_now, render_text
@@ -24,9 +22,8 @@ from shared.services.plan_lease import LEASE_ROW
 from shared.services.reconcile import orphan_after
 from shared.services.rounds import ROUND_ROW, request_round, take_round
 from shared.services.utilization import run_utilization_poll
-from tests.fixtures.sandbox import SANDBOX_START
 from tests.shared.services.decided import as_the_poll_decided
-from tests.shared.services.test_executor import BASE_SETTINGS, REAL, App, RealInspect, deliver
+from tests.shared.services.test_executor import BASE_SETTINGS, REAL, App, deliver, real_app_of
 from tests.shared.services.test_limit_reservations import (
     POOL,
     SPARE,
@@ -163,15 +160,8 @@ IDLE_GROUPS: dict[str, Any] = {
 
 def _idle_app(request: pytest.FixtureRequest) -> App:
     """The real app (sandbox server over HTTPS, Azurite) on two groups that both have idle nodes."""
-    factory, azurite, table, queue = (request.getfixturevalue(name)
-                                      for name in ("sandbox_factory", "azurite", "table_name", "queue_name"))
-    clock = ManualClock(SANDBOX_START)
-    server = factory(IDLE_GROUPS, clock=clock)
-    clock.advance(5)
-    env = {**server.env(), "AzureWebJobsStorage": azurite, "STATE_TABLE": table, "SCALE_ACTIONS_QUEUE": queue,
-           **BASE_SETTINGS}
-    context = build_context(env, clock=clock)
-    return App(REAL, context, clock, server.world, RealInspect(context, server), server)
+    storage = (request.getfixturevalue(name) for name in ("sandbox_factory", "azurite", "table_name", "queue_name"))
+    return real_app_of(*storage, IDLE_GROUPS, settings=BASE_SETTINGS)
 
 
 def _nodes_of(app: App, group: str) -> list[str]:
