@@ -159,13 +159,11 @@ class _TrackedPool(Executor):
         self._runner = runner
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        token = self._runner._begin()  # noqa: SLF001 - the runner's own bookkeeping
-
         def tracked() -> Any:
             try:
                 return fn(*args, **kwargs)
             finally:
-                self._runner._end(token)  # noqa: SLF001
+                self._runner._ended()  # noqa: SLF001 - the runner's own bookkeeping
 
         return self._pool.submit(tracked)
 
@@ -221,11 +219,8 @@ class LocalRunner:
         threads = int(env.get("PYTHON_THREADPOOL_THREAD_COUNT") or 0) or min(32, (os.cpu_count() or 1) + 4)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="runner-queue")
         self._pool_dup = ThreadPoolExecutor(max_workers=max(2, self._host.batch_size), thread_name_prefix="runner-dup")
-        # What the runner has in hand, for holding the sandbox's clock (`busy`): invocations running (token ->
-        # wall start), a timer running, and whether an invocation ended after the last queue poll began (its
-        # messages are waiting to be taken).
-        self._running: dict[int, float] = {}
-        self._tokens = iter(range(1 << 62))
+        # What the runner has in hand, for holding the sandbox's clock (`busy`): a timer running, and whether an
+        # invocation ended after the last queue poll began (its messages are waiting to be taken).
         self._timer_running = False
         self._ended_since_poll = True
         # Event Grid invocations share the worker's thread pool with the queue's, as in the host.
@@ -234,15 +229,9 @@ class LocalRunner:
 
     # -- what the runner has in hand (for the sandbox clock's hold) ---------------------------------------
 
-    def _begin(self) -> int:
+    def _ended(self) -> None:
+        """An invocation ended: what it sent waits for the next queue poll."""
         with self._stats_lock:
-            token = next(self._tokens)
-            self._running[token] = time.monotonic()
-            return token
-
-    def _end(self, token: int) -> None:
-        with self._stats_lock:
-            self._running.pop(token, None)
             self._ended_since_poll = True
 
     def next_due(self) -> datetime | None:
@@ -309,7 +298,6 @@ class LocalRunner:
     def fire_timer(self, timer: TimerFunction, *, past_due: bool = False) -> None:
         with self._stats_lock:
             self.stats.timer_invocations[timer.name] = self.stats.timer_invocations.get(timer.name, 0) + 1
-        token = self._begin()
         try:
             timer.call(**{timer.arg_name: _TimerInfo(past_due)})
         except Exception:
@@ -318,7 +306,7 @@ class LocalRunner:
                 self.stats.failures += 1
             log.exception("timer function %s failed", timer.name)
         finally:
-            self._end(token)
+            self._ended()
 
     def process_queue(self) -> int:
         """Run one batch to its end (twice per message with duplicate delivery): run-once mode and tests.
@@ -339,14 +327,14 @@ class LocalRunner:
         with self._stats_lock:
             self._ended_since_poll = False  # what ends from here on may send messages this poll does not see
         messages = self._queue.receive(self._host.batch_size, visibility_timeout=lease)
-        in_flight.update(self._pool.submit(self._deliver, message, self._begin()) for message in messages)
+        in_flight.update(self._pool.submit(self._deliver, message) for message in messages)
         return len(messages)
 
-    def _deliver(self, message: Any, token: int) -> None:
+    def _deliver(self, message: Any) -> None:
         try:
             self._deliver_one(message)
         finally:
-            self._end(token)
+            self._ended()
 
     def _deliver_one(self, message: Any) -> None:
         import azure.functions.queue as queue_binding

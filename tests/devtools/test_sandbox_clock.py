@@ -143,8 +143,8 @@ def test_a_queue_invocation_running_does_not_hold_the_clock(sandbox_factory: San
     server = sandbox_factory("burst", clock=ManualClock(SANDBOX_START))
     runner = LocalRunner(_app(server, []), env={}, clock=server.clock, queue=_EmptyQueue())
     runner._ended_since_poll = False
-    token = runner._begin()  # an invocation in hand, as a step waiting on ARM is
+    # an invocation in hand, as a step waiting on ARM is: nothing marks it
     assert runner.next_due() is None or server.clock.now() < runner.next_due()
     assert runner.busy() is False
-    runner._end(token)
+    runner._ended()
     assert runner.busy() is True  # what it may have sent waits for the next queue poll
