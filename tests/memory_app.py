@@ -115,6 +115,19 @@ class MemoryApp:
         """The Kubernetes Events the app wrote, in order."""
         return list(self.sink.events)
 
+    def tick(self, seconds: float) -> None:
+        """`seconds` later: both polls run, then every action they queued, as the host would run them."""
+        from shared.services.executor import Executor
+        from shared.services.pending import run_pending_poll
+        from shared.services.utilization import run_utilization_poll
+
+        self.clock.advance(seconds)
+        run_pending_poll(self.ports, self.settings, now=self.clock.now())
+        run_utilization_poll(self.ports, self.settings, now=self.clock.now())
+        executor = Executor(self.ports, self.settings)
+        for text in self.take_queued():
+            executor.execute(text, now=self.clock.now())
+
 
 def memory_settings(scenario: Scenario, world: World, overrides: Mapping[str, str] | None = None) -> Settings:
     """The app settings for this world (as ours.py's `replay_settings`), then the test's overrides."""

@@ -8,10 +8,7 @@ import ipaddress
 
 from sandbox.model.scenario import load_scenario
 from shared.engine.node_mapping import IP
-from shared.services.executor import Executor
 from shared.services.mapping import map_cluster
-from shared.services.pending import run_pending_poll
-from shared.services.utilization import run_utilization_poll
 from tests.memory_app import MemoryApp, memory_app
 
 SECONDARY = ipaddress.ip_network("10.225.0.0/16")
@@ -39,14 +36,9 @@ def test_nodes_registered_on_the_secondary_nic_are_mapped_grown_and_removed() ->
     assert group.node_ip == "storage" and not next(n for n in group.nics if n.name == "storage").primary
     app = memory_app(scenario, settings={"ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s",
                                          "SCALE_DOWN_UNNEEDED_TIME": "2m", "SCALE_DOWN_DELAY_AFTER_ADD": "2m"})
-    executor = Executor(app.ports, app.settings)
     most = 0
     for tick in range(80):  # 40 minutes: both polls every 30 s, each action run as it is queued
-        app.clock.advance(30)
-        run_pending_poll(app.ports, app.settings, now=app.clock.now())
-        run_utilization_poll(app.ports, app.settings, now=app.clock.now())
-        for text in app.take_queued():
-            executor.execute(text, now=app.clock.now())
+        app.tick(30)
         if tick % 10 == 9:
             most = max(most, _check_mapping(app))
     report = app.world.report()

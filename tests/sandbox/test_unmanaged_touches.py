@@ -9,9 +9,6 @@ from typing import Any
 import pytest
 
 from sandbox.world import World
-from shared.services.executor import Executor
-from shared.services.pending import run_pending_poll
-from shared.services.utilization import run_utilization_poll
 from tests.memory_app import memory_app
 from tests.sandbox.helpers import POOL, RG, START, SUB, job, scenario
 
@@ -85,14 +82,9 @@ def test_the_autoscaler_shrinks_the_tagged_set_and_leaves_every_node_of_the_unta
     doc["node_groups"][1]["initial"] = 2
     app = memory_app(doc, settings={"SCALE_DOWN_UNNEEDED_TIME": "1m", "SCALE_DOWN_DELAY_AFTER_ADD": "0s",
                                     "ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s"})
-    executor = Executor(app.ports, app.settings)
     fixed = {i.node_name for i in app.world.instances(app.world.scale_set(SUB, RG, UNTAGGED))}
     for _ in range(40):  # 20 minutes: the polls every 30 s, each action run as it is queued
-        app.clock.advance(30)
-        run_pending_poll(app.ports, app.settings, now=app.clock.now())
-        run_utilization_poll(app.ports, app.settings, now=app.clock.now())
-        for text in app.take_queued():
-            executor.execute(text, now=app.clock.now())
+        app.tick(30)
     assert app.world.instances(app.world.scale_set(SUB, RG, POOL)) == []  # the autoscaler did act
     assert {i.node_name for i in app.world.instances(app.world.scale_set(SUB, RG, UNTAGGED))} == fixed
     assert app.world.report()["unmanaged_nodes_touched"] == {}
