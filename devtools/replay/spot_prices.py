@@ -33,6 +33,7 @@ SPOT_PRICE_FRACTION: Final[dict[str, float]] = {
     "Standard_D16s_v5": 0.20,
     "Standard_D32s_v5": 0.20,
     "Standard_D48s_v5": 0.20,
+    "Standard_D64s_v5": 0.20,
     "Standard_E4s_v5": 0.20,
     "Standard_E8s_v5": 0.20,
     "Standard_F8s_v2": 0.20,

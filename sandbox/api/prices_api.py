@@ -38,6 +38,7 @@ LIST_PRICES_PER_HOUR: Final[dict[str, float]] = {
     "Standard_D16s_v5": 0.768,
     "Standard_D32s_v5": 1.536,
     "Standard_D48s_v5": 2.304,
+    "Standard_D64s_v5": 3.072,
     "Standard_E4s_v5": 0.252,
     "Standard_E8s_v5": 0.504,
     "Standard_F8s_v2": 0.338,
