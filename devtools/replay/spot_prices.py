@@ -19,31 +19,12 @@ from __future__ import annotations
 from typing import Final
 
 from sandbox.api.prices_api import LIST_PRICES_PER_HOUR
+from sandbox.api.spot_price_table import SPOT_PRICE_DATE, SPOT_PRICE_SOURCE, spot_fraction_of
 
-SPOT_PRICE_DATE: Final = "2026-11"
-SPOT_PRICE_SOURCE: Final = (
-    "assumption: 20% of the Linux pay-as-you-go list price for every size (public sources: 'up to 90%' off; "
-    "the sandbox Retail Prices double's Spot rows use 20%); not measured"
-)
-# Spot price / pay-as-you-go price, per VM size (every size of the on-demand table). Edit with SPOT_PRICE_DATE.
-SPOT_PRICE_FRACTION: Final[dict[str, float]] = {
-    "Standard_D2s_v5": 0.20,
-    "Standard_D4s_v5": 0.20,
-    "Standard_D8s_v5": 0.20,
-    "Standard_D16s_v5": 0.20,
-    "Standard_D32s_v5": 0.20,
-    "Standard_D48s_v5": 0.20,
-    "Standard_D64s_v5": 0.20,
-    "Standard_E4s_v5": 0.20,
-    "Standard_E8s_v5": 0.20,
-    "Standard_F8s_v2": 0.20,
-    "Standard_NC4as_T4_v3": 0.20,
-    "Standard_NC24ads_A100_v4": 0.20,
-    "Standard_NC48ads_A100_v4": 0.20,
-    "Standard_NC96ads_A100_v4": 0.20,
-}
+__all__ = ["SPOT_PRICE_DATE", "SPOT_PRICE_FRACTION", "SPOT_PRICE_SOURCE", "spot_fraction"]
 
-assert set(SPOT_PRICE_FRACTION) == set(LIST_PRICES_PER_HOUR), "one spot fraction per size of the on-demand table"
+# Spot price / pay-as-you-go price, per VM size of the on-demand table (the Retail Prices double's Spot rows).
+SPOT_PRICE_FRACTION: Final[dict[str, float]] = {size: spot_fraction_of(size) for size in LIST_PRICES_PER_HOUR}
 
 
 def spot_fraction(vm_size: str) -> float:

@@ -24,6 +24,7 @@ import re
 from typing import Any, Final
 from urllib.parse import urlencode
 
+from sandbox.api.spot_price_table import LOW_PRIORITY_FRACTION, spot_fraction_of
 from sandbox.api.wire import Request, Response, json_response
 
 PREFIX: Final = "/api/retail/prices"
@@ -132,7 +133,8 @@ def _rows() -> list[dict[str, Any]]:
             short = size.removeprefix("Standard_").replace("_", " ")
             series = f"Virtual Machines {short.split(' ')[0][0]} Series"
             for suffix, product, factor in (
-                ("", series, 1.0), (" Spot", series, 0.2), (" Low Priority", series, 0.2),
+                ("", series, 1.0), (" Spot", series, spot_fraction_of(size)),
+                (" Low Priority", series, LOW_PRIORITY_FRACTION),
                 ("", f"{series} Windows", 1.8),
             ):
                 rows.append({
