@@ -58,6 +58,9 @@ class ReplayConfig:
     timeline_interval_s: float = 60.0
     job_ttl_s: float = 60.0  # finished pods are deleted this long after they end (Job ttlSecondsAfterFinished)
     settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # app-setting overrides for `ours`
+    # Overrides for the peers' emulations (`ca`: our setting names for CA's flags, e.g. SCALE_DOWN_UNNEEDED_TIME for
+    # --scale-down-unneeded-time; `nap`: its own names, devtools.replay.policies.nap), so a frontier sweeps them too.
+    peer_settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # The virtual-node tier (the sandbox scenario's `virtual_node`: ACI quota, start latency, prices); None: none.
     # With it, every trace pod tolerates the virtual node and prefers VM nodes (the documented overflow pattern).
     virtual_node: Mapping[str, Any] | None = None

@@ -10,7 +10,7 @@ from typing import Any
 from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable
 from devtools.replay.metrics import demand_curve, oracle_result, run_result, static_sizes, timeline_series
 from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES, Static
-from devtools.replay.policies.ca import CA_SPOT_SETTINGS, ClusterAutoscaler
+from devtools.replay.policies.ca import CA_SETTINGS, CA_SPOT_SETTINGS, ClusterAutoscaler
 from devtools.replay.policies.ours import Ours
 from devtools.replay.policies.vmss_cpu import VmssCpuAutoscale
 from devtools.replay.spot import billed_pools
@@ -74,9 +74,9 @@ def replay(
     if policy in ("ours", "ours+vn", "ours+spot"):
         chosen = Ours(run)
     elif policy in ("ca", "ca+vn"):
-        chosen = ClusterAutoscaler(run)
+        chosen = ClusterAutoscaler(run, settings={**CA_SETTINGS, **config.peer_settings})
     elif policy == "ca+spot":
-        chosen = ClusterAutoscaler(run, settings=CA_SPOT_SETTINGS)
+        chosen = ClusterAutoscaler(run, settings={**CA_SPOT_SETTINGS, **config.peer_settings})
     elif policy == "vmss-cpu":
         chosen = VmssCpuAutoscale(run)
     else:

@@ -286,7 +286,7 @@ def replay_section(
             "note": trace.note, "source": trace.source, "pods": len(trace.pods), "pods_left_out": outcome.pods_left_out,
             "stats": asdict(stats), "pools": [asdict(p) | {"price_per_hour": p.price_per_hour} for p in config.pools],
             "config": {f.name: _jsonable(getattr(config, f.name)) for f in fields(config)
-                       if f.name not in ("pools", "settings")},
+                       if f.name not in ("pools", "settings", "peer_settings")},
         }
         if any(policy in SPOT_POLICIES for policy in policies):
             facts[name]["spot_tiers"] = {tier: {"spot": SpotTier.of(c.get("spot")).as_json(),  # type: ignore[union-attr]
