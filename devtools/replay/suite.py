@@ -23,8 +23,10 @@ from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLIC
 from devtools.replay.pools import POOL_SETS, PRICE_DATE, PRICE_SOURCE, PRICES_PER_HOUR
 from devtools.replay.run import ReplayOutcome, replay
 from devtools.replay.spot import SpotTier, quiet_spot_logs
+from devtools.replay.spot_tiers import SPOT_TIERS
 from devtools.replay.spot_prices import SPOT_PRICE_DATE, SPOT_PRICE_FRACTION, SPOT_PRICE_SOURCE
 from devtools.replay.traces import Trace, load_trace, trace_stats
+from devtools.replay.vn_tiers import VN_QUOTAS, VN_TIERS
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "out" / "bench"
@@ -40,26 +42,8 @@ TARGET_EXTRA_COST_VS_CA = 0.05
 # seeds 0-5 on alibaba2023), more than the gaps being judged.
 WAIT_SEEDS = 3
 WAIT_SLACK_S = 30.0
-# The virtual-node tier runs at ACI's default regional limits and at raised ones (issue 17): each VN policy's
-# results are keyed `<policy>@<cores>`. A subscription that raises its core quota tenfold raises its
-# container-group creation limits too: at the default 100 per 5 minutes, creations, not cores, bind first on
-# a trace of short tasks (measured: the gate closed on "100 container groups created in 5 min" at 1,000 cores).
-VN_TIERS: Mapping[int, Mapping[str, int]] = {
-    100: {"quota_cores": 100},
-    1000: {"quota_cores": 1000, "creates_per_5min": 1000, "creates_per_hour": 3000},
-}
-VN_QUOTAS = tuple(VN_TIERS)
 VN_TARGET_P95_S = 60.0  # ours+vn at the raised quota, on the batch trace
 VN_TARGET_COST_SHARE = 0.5  # ... at most this share of ours without the virtual node
-# The spot tier (devtools/replay/spot.py): each spot policy's results are keyed `<policy>@<tier>`. The eviction
-# rates are assumptions (Azure shows buckets 0-5 %, ..., 20 %+ per hour): the lowest bucket's upper edge, where the
-# targets are judged, and the highest; then the first with a lowPriorityCores quota of 320 vCPUs (20 D16 nodes,
-# a quarter of alibaba2018's unconstrained peak), which the batch trace's bursts exceed.
-SPOT_TIERS: Mapping[str, Mapping[str, Any]] = {
-    "5%": {"spot": {"eviction_rate_per_hour": 0.05}},
-    "20%": {"spot": {"eviction_rate_per_hour": 0.20}},
-    "5%,quota320": {"spot": {"eviction_rate_per_hour": 0.05}, "quotas": {"lowPriorityCores": 320}},
-}
 SPOT_TARGET_TIER = "5%"
 SPOT_TARGET_COST_SHARE = 0.5  # ours+spot at most this share of ours (on demand), on the batch trace
 

@@ -9,7 +9,8 @@ import pytest
 
 from devtools.replay.__main__ import main
 from devtools.replay.harness import ReplayConfig
-from devtools.replay.suite import SPOT_TIERS, evaluate_targets, pending_poll_interval_s, replay_section
+from devtools.replay.spot_tiers import SPOT_TIERS
+from devtools.replay.suite import evaluate_targets, pending_poll_interval_s, replay_section
 from devtools.replay.traces import read_pod_arrivals
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "traces"
