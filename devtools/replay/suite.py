@@ -23,8 +23,8 @@ from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLIC
 from devtools.replay.pools import POOL_SETS, PRICE_DATE, PRICE_SOURCE, PRICES_PER_HOUR
 from devtools.replay.run import ReplayOutcome, replay
 from devtools.replay.spot import SpotTier, quiet_spot_logs
-from devtools.replay.spot_tiers import SPOT_TIERS
 from devtools.replay.spot_prices import SPOT_PRICE_DATE, SPOT_PRICE_FRACTION, SPOT_PRICE_SOURCE
+from devtools.replay.spot_tiers import SPOT_TIERS
 from devtools.replay.traces import Trace, load_trace, trace_stats
 from devtools.replay.vn_tiers import VN_QUOTAS, VN_TIERS
 
