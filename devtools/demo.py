@@ -41,15 +41,19 @@ from shared.engine import reasons
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("devtools.demo")
 
-# Demo tuning: the sandbox runs faster than real time, so steps that wait re-check
-# sooner in wall time; the schedules and delays themselves are the production defaults.
-DEMO_SETTINGS = {
-    "STEP_RETRY_DELAY": "1s",
-    "ARM_OPERATION_WAIT": "1s",
-    "BATCH_CHECK_INTERVAL": "2s",  # queue delays are wall time: 1m would be 30 sandbox minutes at speed 30
-    "SCALE_DOWN_ROUND_INTERVAL": "1s",
-    "LOG_LEVEL": "info",
-}
+# Demo tuning. The runner gives the app's queue delays in sim time (devtools.sim_time_queue), but Storage hides a
+# message for whole wall seconds, and the clock stands still while a delay shorter than one wall second rounds up:
+# so the steps that wait re-check once a wall second at the run's speed (30 sim seconds at 30), and a step waits at
+# most one wall second in-process on ARM. The schedules and the other delays are the production defaults.
+def demo_settings(speed: float) -> dict[str, str]:
+    one_wall_second = f"{max(1, round(speed))}s"
+    return {
+        "STEP_RETRY_DELAY": one_wall_second,
+        "ARM_OPERATION_WAIT": "1s",
+        "SCALE_DOWN_ROUND_INTERVAL": one_wall_second,
+        "LOG_LEVEL": "info",
+    }
+
 
 # What `make demo SCENARIO=<name>` does beyond the defaults, per scenario (the command line overrides it).
 # kill_runner_during: run the local runner as a child process, SIGKILL it the first time a scale-down
@@ -57,7 +61,7 @@ DEMO_SETTINGS = {
 # --speed. Our own work (polls, steps, queue hops) takes wall time, which the sandbox's clock multiplies
 # by its speed: at 30, a 1-second poll of a 500-node cluster is 30 sandbox seconds, which no real
 # cluster would see. A big scenario runs slower so that what it measures is the autoscaler's design.
-# settings: app settings of the scenario's own, under DEMO_SETTINGS and over the defaults.
+# settings: app settings of the scenario's own, over demo_settings and the defaults.
 #
 # The scenarios whose expectations are written in cluster-autoscaler's fixed idle times (an idle node goes
 # after SCALE_DOWN_UNNEEDED_TIME, 10 minutes; a group waits SCALE_DOWN_DELAY_AFTER_ADD after growing) run in
@@ -292,7 +296,7 @@ def run_scenario(
                 # with other runs at the same time (each would take, or clear, the other's messages).
                 "STATE_TABLE": f"demo{run_id}",
                 "SCALE_ACTIONS_QUEUE": f"demo-{run_id}",
-                **DEMO_SETTINGS,
+                **demo_settings(speed),
                 **SCENARIO_OPTIONS.get(scenario, {}).get("settings", {}),
                 **(extra_settings or {}),
             }

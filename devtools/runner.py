@@ -26,13 +26,14 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from devtools.eventgrid_delivery import EventGridDelivery, EventGridFunction, EventsFetch, EventsSourceMissing
 from devtools.sandbox_clock import ClockHolder, SandboxClock
+from devtools.sim_time_queue import SimTimeQueue
 from shared.schedules import Schedule, parse_ncrontab
 from shared.ports import Clock
 from shared.adapters.storage_connection import StorageError
@@ -223,6 +224,7 @@ class LocalRunner:
         # invocation ended after the last queue poll began (its messages are waiting to be taken).
         self._timer_running = False
         self._ended_since_poll = True
+        self._can_take = True  # the last queue poll was not held back by newBatchThreshold
         # Event Grid invocations share the worker's thread pool with the queue's, as in the host.
         self.events = EventGridDelivery(indexed.event_grid, events, clock=clock, pool=_TrackedPool(self._pool, self),
                                         count=self._count_event)
@@ -237,6 +239,15 @@ class LocalRunner:
     def next_due(self) -> datetime | None:
         """When the next timer is due (None without timers)."""
         return min(self._next_fire.values(), default=None)
+
+    def clock_bound(self) -> datetime | None:
+        """How far the sandbox's clock may run while the runner is not busy: to the next timer, or to the due
+        time of a delayed message it sent and can take (devtools.sim_time_queue), whichever is first."""
+        bounds = [self.next_due()]
+        queue_due = getattr(self._queue, "next_due", None)
+        if queue_due is not None and self._can_take:
+            bounds.append(queue_due())
+        return min((b for b in bounds if b is not None), default=None)
 
     def busy(self) -> bool:
         """Due work not finished: a timer due or running, or messages an ended invocation may have sent that no
@@ -321,7 +332,9 @@ class LocalRunner:
         """The host's queue listener: fetch a batch whenever no more than newBatchThreshold of the messages
         it fetched are still running, without waiting for the slowest of them (so a long invocation never
         holds back the queue). Started invocations join `in_flight`; returns how many were fetched."""
-        if len(in_flight) > self._host.new_batch_threshold:
+        # A message due while the host is held back waits, as in Azure: the clock must not wait for it.
+        self._can_take = len(in_flight) <= self._host.new_batch_threshold
+        if not self._can_take:
             return 0
         lease = max(self._host.visibility_timeout, timedelta(seconds=30))
         with self._stats_lock:
@@ -460,7 +473,7 @@ class LocalRunner:
         """With the sandbox's clock, keep it from running ahead of this runner (devtools.sandbox_clock)."""
         if not isinstance(self._clock, SandboxClock):
             return None
-        return ClockHolder(self._clock, busy=self.busy, next_due=self.next_due).start()
+        return ClockHolder(self._clock, busy=self.busy, next_due=self.clock_bound).start()
 
     def _settle(self, future: Future[None], *, timeout: float | None = None) -> None:
         """An invocation's end: a storage failure while deleting or poisoning its message is logged (the
@@ -539,6 +552,8 @@ def build_runner(env: Mapping[str, str], *, sandbox_url: str | None = None, dupl
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
+    if isinstance(clock, SandboxClock):  # the app's delays in the sandbox's time, as they are real time in Azure
+        context = replace(context, ports=replace(context.ports, queue=SimTimeQueue(context.ports.queue, clock)))
     install_context(context)
     import function_app
 

@@ -98,10 +98,11 @@ class StorageActionQueue:
 
     # --- the port --------------------------------------------------------------------
 
-    def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> None:
-        """Enqueue the action's JSON, invisible for `delay` (rounded up to whole seconds, at most 7 days)."""
+    def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> str:
+        """Enqueue the action's JSON, invisible for `delay` (rounded up to whole seconds, at most 7 days);
+        returns the queue's id of the message."""
         step = f" ({action.step})" if isinstance(action, ScaleAction) else ""
-        self._send(encode_message(action), delay=delay, what=f"send {action.id!r}{step}")
+        return self._send(encode_message(action), delay=delay, what=f"send {action.id!r}{step}")
 
     def send_poison(self, text: str) -> None:
         """Put `text` on `<queue>-poison`, base64-encoded as the host writes poison messages."""
@@ -110,14 +111,13 @@ class StorageActionQueue:
 
     # --- development and test helpers ----------------------------------------------------
 
-    def send_raw(self, text: str, *, delay: timedelta = timedelta(0), base64_encode: bool = True) -> None:
-        """Enqueue arbitrary text (malformed-message tests); base64_encode=False stores it as is."""
+    def send_raw(self, text: str, *, delay: timedelta = timedelta(0), base64_encode: bool = True) -> str:
+        """Enqueue arbitrary text (malformed-message tests); base64_encode=False stores it as is. Returns its id."""
         if base64_encode:
-            self._send(text, delay=delay, what="send raw message")
-            return
+            return self._send(text, delay=delay, what="send raw message")
         self._ensure_queue()
         with storage_errors("send unencoded message", endpoint=self._endpoint):
-            self._raw.send_message(text, visibility_timeout=visibility_seconds(delay))
+            return str(self._raw.send_message(text, visibility_timeout=visibility_seconds(delay)).id)
 
     def receive(self, max_messages: int = MAX_BATCH, *, visibility_timeout: timedelta) -> list[ReceivedMessage]:
         """Take up to `max_messages` visible messages, hidden from others for `visibility_timeout`."""
@@ -176,11 +176,11 @@ class StorageActionQueue:
 
     # --- plumbing --------------------------------------------------------------------
 
-    def _send(self, text: str, *, delay: timedelta, what: str) -> None:
+    def _send(self, text: str, *, delay: timedelta, what: str) -> str:
         seconds = visibility_seconds(delay)
         self._ensure_queue()
         with storage_errors(what, endpoint=self._endpoint):
-            self._client.send_message(text, visibility_timeout=seconds)
+            return str(self._client.send_message(text, visibility_timeout=seconds).id)
 
     def _ensure_queue(self) -> None:
         # Once per instance, like the table: one request per worker, not per message.
