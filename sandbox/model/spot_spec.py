@@ -12,6 +12,12 @@ scenario gains, at the top level:
   limits, names matched case-insensitively; a name left out is unlimited.
 - `evictions`: `[{"scale_set", "resource_group"?, "at": [durations] | "rate_per_hour": float, "count"?,
   "notice"?}]`: when Azure evicts Spot instances of that set (see `sandbox.world.spot`).
+- `spot_availability`: `[{"scale_set", "resource_group"?, "step", "initial"?, "notice"?, "levels": {"High" |
+  "Medium" | "Low": {"next": {level: probability}, "available"?, "code"?, "eviction_rate_per_hour"?}}}]`: the
+  set's Spot Placement Score level as a Markov chain, one draw every `step` (seeded from the world's seed and the
+  entry alone), starting at `initial` (default the first level listed). While a level holds, at most its
+  `available` Spot instances of the set can be allocated (absent: no limit; beyond, `code`), and Azure evicts
+  running ones as a Poisson process of its `eviction_rate_per_hour` per instance (absent or 0: none).
 - `cloud_node_lifecycle`: true when a cloud node lifecycle controller deletes the Node of an evicted VM
   (after `node_removal_delay`); false (the default) leaves it, as on k3s or kubeadm without a cloud provider.
 
@@ -40,7 +46,9 @@ from sandbox.model.spot import (
 )
 from sandbox.model.spec_fields import FieldError, choice, duration, listed, obj, text, typename, whole
 
-TOP_LEVEL_FIELDS = frozenset({"spot_capacity", "quotas", "evictions", "cloud_node_lifecycle"})
+TOP_LEVEL_FIELDS = frozenset({"spot_capacity", "quotas", "evictions", "spot_availability", "cloud_node_lifecycle"})
+# Spot Placement Score's levels (Learn "Spot Placement Score"): how likely a Spot deployment is to succeed.
+AVAILABILITY_LEVELS = ("High", "Medium", "Low")
 NODE_GROUP_FIELDS = frozenset({"priority", "eviction_policy", "max_price"})
 
 
@@ -82,6 +90,36 @@ class EvictionSpec:
     rate_per_hour: float | None = None
     count: int = 1
     notice: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class AvailabilityLevel:
+    """One Spot Placement Score level of a set: where the chain goes next, and what holds while it lasts."""
+
+    name: str
+    next: tuple[tuple[str, float], ...]  # (level, probability), in the file's order; the probabilities sum to 1
+    available: int | None = None  # Spot instances of the set the region can hold; None: no limit
+    code: str = "SkuNotAvailable"  # the failure beyond `available`
+    eviction_rate_per_hour: float = 0.0  # per running instance
+
+
+@dataclass(frozen=True, slots=True)
+class AvailabilitySpec:
+    """A set's Spot availability over the run: a Markov chain of `levels`, one step every `step` seconds."""
+
+    scale_set: str
+    step: float
+    levels: tuple[AvailabilityLevel, ...]
+    initial: str
+    resource_group: str | None = None
+    notice: bool = True
+
+    def level(self, name: str) -> AvailabilityLevel:
+        return next(lv for lv in self.levels if lv.name == name)
+
+    @property
+    def max_rate(self) -> float:
+        return max(lv.eviction_rate_per_hour for lv in self.levels)
 
 
 # ---------------------------------------------------------------------------- small readers
@@ -184,6 +222,55 @@ def _eviction(value: Any, path: str, groups: Sequence[_Group]) -> EvictionSpec:
     )
 
 
+def _rate(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise SpotSpecError(path, f"must be a number from 0, got {value!r}")
+    return float(value)
+
+
+def _level(name: str, value: Any, path: str, names: Sequence[str]) -> AvailabilityLevel:
+    obj = _obj(value, path, {"next", "available", "code", "eviction_rate_per_hour"}, {"next"})
+    if not isinstance(obj["next"], dict) or not obj["next"]:
+        raise SpotSpecError(f"{path}.next", "must be an object of level: probability")
+    moves: list[tuple[str, float]] = []
+    for target, p in obj["next"].items():
+        _choice(target, f"{path}.next", names, "a level of this entry")
+        moves.append((target, _rate(p, f"{path}.next.{target}")))
+    if not math.isclose(sum(p for _, p in moves), 1.0, abs_tol=1e-9):
+        raise SpotSpecError(f"{path}.next", f"probabilities must sum to 1, got {sum(p for _, p in moves):g}")
+    if "code" in obj and "available" not in obj:
+        raise SpotSpecError(f"{path}.code", "only with available (the limit it is the failure of)")
+    return AvailabilityLevel(
+        name=name, next=tuple(moves),
+        available=_int(obj["available"], f"{path}.available") if "available" in obj else None,
+        code=_choice(obj.get("code", CAPACITY_CODES[0]), f"{path}.code", CAPACITY_CODES, "a Spot capacity failure code"),
+        eviction_rate_per_hour=_rate(obj.get("eviction_rate_per_hour", 0), f"{path}.eviction_rate_per_hour"),
+    )
+
+
+def _availability(value: Any, path: str, groups: Sequence[_Group]) -> AvailabilitySpec:
+    obj = _obj(value, path, {"scale_set", "resource_group", "step", "initial", "notice", "levels"},
+               {"scale_set", "step", "levels"})
+    name, resource_group = _spot_group(obj, path, groups)
+    step = _duration(obj["step"], f"{path}.step")
+    if step <= 0:
+        raise SpotSpecError(f"{path}.step", "must be above 0")
+    levels = obj["levels"]
+    if not isinstance(levels, dict) or not levels:
+        raise SpotSpecError(f"{path}.levels", f"must be an object of levels ({', '.join(AVAILABILITY_LEVELS)})")
+    names = list(levels)
+    for level in names:
+        _choice(level, f"{path}.levels", AVAILABILITY_LEVELS, "a Spot Placement Score level")
+    initial = _choice(obj.get("initial", names[0]), f"{path}.initial", names, "a level of this entry")
+    notice = obj.get("notice", True)
+    if not isinstance(notice, bool):
+        raise SpotSpecError(f"{path}.notice", f"must be true or false, got {_typename(notice)}")
+    return AvailabilitySpec(
+        scale_set=name, resource_group=resource_group, step=step, initial=initial, notice=notice,
+        levels=tuple(_level(level, levels[level], f"{path}.levels.{level}", names) for level in names),
+    )
+
+
 def _quotas(value: Any, path: str) -> Mapping[str, int]:
     if not isinstance(value, dict):
         raise SpotSpecError(path, f"must be an object of vCPU limits, got {_typename(value)}")
@@ -217,5 +304,7 @@ def parse_sections(top: Mapping[str, Any], groups: Sequence[_Group]) -> dict[str
         "quotas": _quotas(top.get("quotas", {}), "$.quotas"),
         "evictions": tuple(_eviction(item, f"$.evictions[{i}]", groups)
                            for i, item in enumerate(_list(top, "evictions", "$"))),
+        "spot_availability": tuple(_availability(item, f"$.spot_availability[{i}]", groups)
+                                   for i, item in enumerate(_list(top, "spot_availability", "$"))),
         "cloud_node_lifecycle": lifecycle,
     }

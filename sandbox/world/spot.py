@@ -11,6 +11,13 @@ for a scale set's capacity, an agent pool's count and starting deallocated insta
 and nothing changes; an allocation code fails the long-running operation as an injected scale-up failure does
 (armed at the front of the scale set's queue of `scale_up_failures`, consumed at once).
 
+Spot availability (the scenario's `spot_availability`): each entry's Spot Placement Score level is a Markov chain
+stepped every `step` seconds from its own seeded stream (`_rng("spot-availability", entry)`), so the same seed and
+scenario give the same levels whatever the autoscaler does. While a level holds, its `available` caps the set's
+Spot instances holding hardware as `spot_capacity` does (the same refusal or allocation failure), and its
+`eviction_rate_per_hour` is a Poisson process per running instance, drawn by thinning against the entry's highest
+rate (a candidate kept with probability running / bound x rate now / highest rate; its own seeded stream).
+
 Evictions (the scenario's `evictions`, and `simulate_eviction`): with `notice`, a Preempt Scheduled Event
 (`sandbox.world.scheduled_events`) is published 30 s before the eviction (at once when the eviction is due sooner
 than that), and the instances are picked then: the `count` oldest running instances of the set (by creation,
@@ -39,7 +46,7 @@ from typing import Any
 
 from sandbox.model import quota
 from sandbox.model.spot import EVICTION_NOTICE_SECONDS, SKU_NOT_AVAILABLE, capacity_message
-from sandbox.model.spot_spec import EvictionSpec
+from sandbox.model.spot_spec import AvailabilitySpec, EvictionSpec
 from sandbox.world import scheduled_events
 from sandbox.world.compute import InstanceSim, ScaleSetSim
 from sandbox.world.core import WorldCore
@@ -91,6 +98,19 @@ class _SpotTally:
     failure_times: list[float] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Availability:
+    """One `spot_availability` entry as the run goes: its level, the level's history, its two streams."""
+
+    spec: AvailabilitySpec
+    level: str
+    levels: Any  # random.Random: the chain's draws
+    evictions: Any  # random.Random: the eviction candidates' draws
+    history: list[tuple[float, str]]
+    refusals: Counter[str] = field(default_factory=Counter)  # capacity failures by the level they happened at
+    candidate_at: float | None = None
+
+
 class SpotPart(WorldCore):
     """Spot capacity, admission of capacity increases, evictions. See the module docstring."""
 
@@ -103,6 +123,7 @@ class SpotPart(WorldCore):
         self._stale: list[StaleNode] = []
         self._eviction_streams: dict[int, Any] = {}
         self._candidate_at: dict[int, float] = {}  # entry -> its next Poisson candidate time (`next_notice_at`)
+        self._availability: list[_Availability] = []
 
     def _init_spot(self) -> None:
         """The scenario's evictions on the event queue (after the scale sets; draws no ids), and the quota peaks of
@@ -117,9 +138,16 @@ class SpotPart(WorldCore):
                     self._push(max(0.0, due - EVICTION_NOTICE_SECONDS), "spot_notice", (index, due))
                 else:
                     self._push(due, "spot_evict", EvictionDue(due, spec_index=index))
+        for index, spec in enumerate(self.scenario.spot_availability):
+            state = _Availability(spec, spec.initial, self._rng("spot-availability", index),
+                                  self._rng("spot-availability-evictions", index), [(0.0, spec.initial)])
+            self._availability.append(state)
+            self._push(spec.step, "spot_level", index)
+            if spec.max_rate > 0:
+                self._next_level_candidate(index)
         self._note_quota_peaks()
 
-    def _eviction_group(self, spec: EvictionSpec) -> ScaleSetSim:
+    def _eviction_group(self, spec: EvictionSpec | AvailabilitySpec) -> ScaleSetSim:
         return next(
             g for g in self._groups.values()
             if g.name == spec.scale_set
@@ -143,11 +171,27 @@ class SpotPart(WorldCore):
             if e.scale_set == group.name and e.applies(self._t)
             and (e.resource_group is None or e.resource_group.lower() == group.resource_group.lower())
         ]
-        if not entries:
+        limits = [(e.available, e.code) for e in entries]
+        for state in self._availability_of(group):
+            level = state.spec.level(state.level)
+            if level.available is not None:
+                limits.append((level.available, level.code))
+        if not limits:
             return None
-        tightest = min(entries, key=lambda e: e.available)
+        available, code = min(limits, key=lambda limit: limit[0])
         held = sum(1 for i in group.instances.values() if i.state != "Deleting" and i.power != "deallocated")
-        return tightest.code if held + adding > tightest.available else None
+        if held + adding <= available:
+            return None
+        for state in self._availability_of(group):
+            state.refusals[state.level] += 1
+        return code
+
+    def _availability_of(self, group: ScaleSetSim) -> list[_Availability]:
+        return [
+            s for s in self._availability
+            if s.spec.scale_set == group.name
+            and (s.spec.resource_group is None or s.spec.resource_group.lower() == group.resource_group.lower())
+        ]
 
     def _spot_failure(self, group: ScaleSetSim, code: str) -> str:
         self._spot.failures[code] += 1
@@ -271,13 +315,47 @@ class SpotPart(WorldCore):
         running = self._running(group)
         bound = max(group.spec.max_size, group.spec.initial, 1)
         if running and keep < len(running) / bound:
-            inst = running[min(int(pick * len(running)), len(running) - 1)]
-            if spec.notice:
-                due = self._t + EVICTION_NOTICE_SECONDS
-                self._push(due, "spot_evict", EvictionDue(due, planned=(self._plan(inst, due, notice=True),)))
-            else:
-                self._push(self._t, "spot_evict", EvictionDue(self._t, planned=(self._plan(inst, self._t, notice=False),)))
+            self._evict_soon(running[min(int(pick * len(running)), len(running) - 1)], notice=spec.notice)
         self._next_candidate(index)
+
+    def _on_spot_level(self, index: int) -> None:
+        """One step of an availability entry's chain: draw the next level (always one draw per step)."""
+        state = self._availability[index]
+        draw = state.levels.random()
+        moves = state.spec.level(state.level).next
+        nxt, acc = moves[-1][0], 0.0
+        for target, p in moves:
+            acc += p
+            if draw < acc:
+                nxt = target
+                break
+        if nxt != state.level:
+            state.level = nxt
+            state.history.append((self._t, nxt))
+        self._push(self._t + state.spec.step, "spot_level", index)
+
+    def _next_level_candidate(self, index: int) -> None:
+        state = self._availability[index]
+        group_spec = self._eviction_group(state.spec).spec
+        bound = max(group_spec.max_size, group_spec.initial, 1)
+        state.candidate_at = self._t + state.evictions.expovariate(state.spec.max_rate * bound / 3600.0)
+        self._push(state.candidate_at, "spot_level_candidate", index)
+
+    def _on_spot_level_candidate(self, index: int) -> None:
+        state = self._availability[index]
+        group = self._eviction_group(state.spec)
+        keep, pick = state.evictions.random(), state.evictions.random()  # always two draws: the stream stays aligned
+        running = self._running(group)
+        bound = max(group.spec.max_size, group.spec.initial, 1)
+        share = state.spec.level(state.level).eviction_rate_per_hour / state.spec.max_rate
+        if running and keep < len(running) / bound * share:
+            self._evict_soon(running[min(int(pick * len(running)), len(running) - 1)], notice=state.spec.notice)
+        self._next_level_candidate(index)
+
+    def _evict_soon(self, inst: InstanceSim, *, notice: bool) -> None:
+        """Plan one instance's eviction: 30 s after its Preempt notice, or at once without one."""
+        due = self._t + (EVICTION_NOTICE_SECONDS if notice else 0.0)
+        self._push(due, "spot_evict", EvictionDue(due, planned=(self._plan(inst, due, notice=notice),)))
 
     def _evict(self, inst: InstanceSim, *, noticed: bool) -> None:
         group = self._groups[inst.group_key]
@@ -375,6 +453,8 @@ class SpotPart(WorldCore):
         as Event Grid would without polling every second (the replay); `simulate_eviction` publishes at its call."""
         with self.lock:
             times = [t for i, t in self._candidate_at.items() if self.scenario.evictions[i].notice and t > self._t]
+            times += [s.candidate_at for s in self._availability
+                      if s.spec.notice and s.candidate_at is not None and s.candidate_at > self._t]
             times += [max(0.0, due - EVICTION_NOTICE_SECONDS) for spec in self.scenario.evictions
                       if spec.notice and spec.rate_per_hour is None for due in spec.at
                       if max(0.0, due - EVICTION_NOTICE_SECONDS) > self._t]
@@ -425,5 +505,18 @@ class SpotPart(WorldCore):
                 "fallback_lag_seconds": seconds(max(fallback_lags)) if fallback_lags else None,
                 "fallbacks_missing": missing,
                 "eviction_log": [dict(e) for e in self._eviction_log],
+                "availability": [self._availability_report(state) for state in self._availability],
             }
+
+    def _availability_report(self, state: _Availability) -> dict[str, Any]:
+        """One availability entry's levels over the run: the changes, seconds at each level, refusals by level."""
+        seconds_at: Counter[str] = Counter()
+        for (since, level), (until, _) in zip(state.history, [*state.history[1:], (self._t, "")], strict=True):
+            seconds_at[level] += max(0.0, min(until, self._t) - since)
+        return {
+            "scale_set": state.spec.scale_set,
+            "levels": [{"t": round(t, 3), "level": level} for t, level in state.history],
+            "seconds_at": {lv.name: round(seconds_at[lv.name], 3) for lv in state.spec.levels},
+            "refusals_by_level": dict(sorted(state.refusals.items())),
+        }
 
