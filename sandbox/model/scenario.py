@@ -36,7 +36,13 @@ from sandbox.model.spec_fields import obj as _obj
 from sandbox.model.spec_fields import typename as _typename
 from sandbox.model.spec_fields import whole as _int
 from sandbox.model.spot import SCALE_SET_EVICTION_DEFAULT, SPOT_LABEL_KEY, SPOT_LABEL_VALUE, SPOT_TAINT, EvictionPolicy, Priority
-from sandbox.model.spot_spec import NODE_GROUP_FIELDS, TOP_LEVEL_FIELDS, EvictionSpec, SpotCapacitySpec
+from sandbox.model.spot_spec import (
+    NODE_GROUP_FIELDS,
+    TOP_LEVEL_FIELDS,
+    AvailabilitySpec,
+    EvictionSpec,
+    SpotCapacitySpec,
+)
 from sandbox.model.spot_spec import parse_priority, parse_sections
 from sandbox.model.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration, parse_time
 
@@ -271,6 +277,7 @@ class Scenario:
     spot_capacity: tuple[SpotCapacitySpec, ...] = ()
     quotas: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     evictions: tuple[EvictionSpec, ...] = ()
+    spot_availability: tuple[AvailabilitySpec, ...] = ()  # Spot Placement Score levels over the run
     cloud_node_lifecycle: bool = False
 
     @property

@@ -190,6 +190,8 @@ class World(
             "spot_notice": self._on_spot_notice,
             "spot_evict": self._on_spot_evict,
             "spot_candidate": self._on_spot_candidate,
+            "spot_level": self._on_spot_level,
+            "spot_level_candidate": self._on_spot_level_candidate,
             "spot_node_gc": self._on_spot_node_gc,
         }
         handlers[kind](payload)
