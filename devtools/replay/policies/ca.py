@@ -1,5 +1,11 @@
 """`ca`: an emulation of cluster-autoscaler's Azure (VMSS) provider with its documented defaults.
 
+Read against kubernetes/autoscaler's cluster-autoscaler: core/static_autoscaler.go (RunOnce, allPodsAreNew,
+isScaleDownInCooldown), core/scaleup/orchestrator and expander/factory (one best option per loop, the expander
+chain ending in `random`), core/scaledown/planner, core/scaledown/budgets and actuation (actuator.go,
+delete_in_batch.go: deletions in flight), config/flags/flags.go (defaults), cloudprovider/azure (caches,
+azure_scale_set.go DeleteInstances); and ../shared/facts/cluster-autoscaler.md.
+
 One control loop every `--scan-interval` (10 s), acting synchronously as CA's RunOnce does:
 
 1. Caches: scale sets are listed every 60 s (the provider's vmssCacheTTL) and each scale set's
@@ -10,29 +16,46 @@ One control loop every `--scan-interval` (10 s), acting synchronously as CA's Ru
    missing instances up (DecreaseTargetSize). An increase is done when no node is upcoming against
    the target CA's cache holds (so an instance that left the scale set meanwhile, e.g. a spot VM
    evicted with policy Delete, is not waited for). A capacity change Azure refuses at once (a 409
-   such as a quota refusal: IncreaseSize returns the error) backs the group off at once, as CA does;
-   so does a long-running operation that fails, where CA on Azure (its fast backoff is off by
-   default, ../shared/facts/burst-and-spot.md) would wait for the 15 min: that favours CA.
+   such as a quota refusal: IncreaseSize returns the error) backs the group off at once, as CA does.
 3. Scale-up: unschedulable pods, once the oldest is 2 s old and the oldest asking for a GPU 30 s old (CA's
-   `allPodsAreNew`: "waiting one iteration for more"; such a loop does no scale-down either), a binpacking estimate over each group's template node and the
-   `least-waste` expander (our planner implements the same estimator and expander, so it is
-   reused), one group per loop as CA's expander picks one option. CA has no spot-first rule: for
-   `ca+spot` the `priority` expander prefers the spot scale sets (`CA_SPOT_SETTINGS`). CA reads no
-   Scheduled Events: a spot VM's Preempt notice does nothing; its pods die with the VM and their
-   replacements are pending pods like any other.
+   `allPodsAreNew`: "waiting one iteration for more"; such a loop does no scale-down either). Every group is
+   estimated (binpacking over its template node) and the expander chain picks one option: `least-waste`, ties
+   broken at random (`--expander=least-waste` plus the `random` fallback CA's factory appends; seeded by the loop
+   time, so runs repeat). Our planner implements the same estimator and expanders, so it is reused; its first
+   choice is the group grown, and only that group grows in the loop. CA has no spot-first rule: for `ca+spot` the
+   `priority` expander prefers the spot scale sets (`CA_SPOT_SETTINGS`). CA reads no Scheduled Events: a spot
+   VM's Preempt notice does nothing; its pods die with the VM and their replacements are pending pods like any
+   other.
 4. Scale-down, skipped in a loop that scaled up. Every other loop updates the unneeded nodes and their
-   timers (CA's planner `UpdateClusterState`); the removals wait out `--scale-down-delay-after-add` (10 min)
-   after the last scale-up of any group and `--scale-down-delay-after-failure` (3 min) (global: CA's
-   `--scale-down-delay-type-local` defaults to false), but the timers run meanwhile. A node is unneeded when its
-   requests (DaemonSet pods counted: `--ignore-daemonsets-utilization=false`) are under 0.5 of
+   timers (CA's planner `UpdateClusterState`); new removals wait out `--scale-down-delay-after-add` (10 min)
+   after the last scale-up, `--scale-down-delay-after-delete` (`SCALE_DOWN_DELAY_AFTER_DELETE`, 10 s: the scan
+   interval, as AKS sets it and the flag's old help said; upstream's flag defaults to 0, which at a 10 s loop
+   allows the same) after the last deletion started, and `--scale-down-delay-after-failure` (3 min) after a
+   failed one, all global (`--scale-down-delay-type-local=false`); the timers run meanwhile. A node is unneeded
+   when its requests (DaemonSet pods counted: `--ignore-daemonsets-utilization=false`) are under 0.5 of
    allocatable and its pods fit elsewhere, by the engine's drain rules and removal simulation, which follow
    CA's (a kube-system pod without a PodDisruptionBudget blocks only for `--blocking-system-pod-distruption-timeout`,
    1 h from its creation; a node found removable stays in the simulation, tainted ToBeDeleted, so a spread
-   domain it alone held still counts). **Job pods are movable** (CA evicts them). After 10 min
-   unneeded, empty nodes are deleted in bulk (up to 10) and non-empty ones drained one at a time
-   (`--max-drain-parallelism=1`): tainted ToBeDeletedByClusterAutoscaler, every pod evicted
-   (respecting PodDisruptionBudgets), and the instance deleted once its pods are gone or
-   `--max-graceful-termination-sec` (600 s) has passed.
+   domain it alone held still counts). **Job pods are movable** (CA evicts them). After 10 min unneeded,
+   removals start within CA's budgets for deletions in flight (budgets.CropNodes): `--max-scale-down-parallelism`
+   (`MAX_SCALE_DOWN_PARALLELISM`, 10) less the deletions in flight goes to empty nodes first, deleted in bulk;
+   what is left, at most `--max-drain-parallelism` (1) less the drains in flight, to non-empty nodes: tainted
+   ToBeDeletedByClusterAutoscaler, every pod evicted (respecting PodDisruptionBudgets), and the instance deleted
+   once its pods are gone or `--max-graceful-termination-sec` (600 s) has passed. An empty node's deletion is in
+   flight until CA's DeleteNodes returns: `--node-delete-delay-after-taint` (5 s) after tainting, as Azure's
+   DeleteInstances returns once the request is accepted. A delete Azure refuses untaints the node, which can be
+   chosen again; a taint that fails starts the delay after failure (the actuator's only synchronous error).
+
+Simplifications, and the side each favours:
+- Loops run on the 10 s tick only. CA's `--frequent-loops-enabled` (default true) starts the next loop at once
+  after a productive one and when a new unschedulable pod appears: CA would react sooner. Favours ours.
+- An empty node's delete call is made in the loop that taints it, not 5 s later: its VM goes 5 s sooner.
+  Favours CA.
+- A long-running capacity increase that fails backs the group off at once; CA on Azure (its fast backoff is off
+  by default, ../shared/facts/burst-and-spot.md) waits for the 15 min. Favours CA.
+- The group chosen grows by its whole increase in our plan; in the rare plan that picks the same group again
+  for pods its first estimate left, CA would add those nodes a loop later. Favours CA.
+- Caches expire exactly at their TTLs, without the provider's optional jitter. Favours neither side.
 """
 
 from __future__ import annotations
@@ -48,10 +71,10 @@ from devtools.replay.policies.ours import replay_settings
 from shared.domain import TO_BE_DELETED_TAINT, ClusterSnapshot, GroupState, NodeGroup, Taint, parse_provider_id
 from shared.engine.backoff import after_failure, backoff_reason
 from shared.engine.scale_down import plan_scale_down
-from shared.engine.scale_up import pending_pods, plan_scale_up
+from shared.engine.scale_up import ScaleUpSimulation, pending_pods, simulate_scale_up
 from shared.engine.templates import build_templates
 from shared.engine.vm_sizes import NVIDIA_GPU
-from shared.ports import ComputeError
+from shared.ports import ClusterError, ComputeError
 from shared.options import scale_down_options, scale_up_options
 
 log = logging.getLogger(__name__)
@@ -64,22 +87,29 @@ GROUPS_TTL = timedelta(seconds=60)
 INSTANCES_TTL = timedelta(minutes=5)
 MAX_NODE_PROVISION_TIME = timedelta(minutes=15)
 MAX_GRACEFUL_TERMINATION = timedelta(seconds=600)
-MAX_EMPTY_BULK_DELETE = 10
-# CA's defaults where they differ from ours: no batch protection, DaemonSets count in utilization.
+# --max-scale-down-parallelism (our MAX_SCALE_DOWN_PARALLELISM overrides it) and --max-drain-parallelism.
+MAX_SCALE_DOWN_PARALLELISM = 10
+MAX_DRAIN_PARALLELISM = 1
+# --node-delete-delay-after-taint: an empty node's deletion stays in flight this long after its taint.
+NODE_DELETE_DELAY_AFTER_TAINT = timedelta(seconds=5)
+# CA's defaults where they differ from ours: no batch protection, DaemonSets count in utilization; CA's expander
+# factory ends every chain with `random`, which breaks the ties the named expanders leave.
 CA_SETTINGS = {
     "BATCH_PROTECTION": "false",
     "SCALE_DOWN_IGNORE_DAEMONSETS_UTILIZATION": "false",
-    "MAX_SCALE_DOWN_PARALLELISM": str(MAX_EMPTY_BULK_DELETE),
-    "EXPANDER": "least-waste",
+    "MAX_SCALE_DOWN_PARALLELISM": str(MAX_SCALE_DOWN_PARALLELISM),
+    "SCALE_DOWN_DELAY_AFTER_DELETE": f"{int(SCAN_INTERVAL.total_seconds())}s",
+    "EXPANDER": "least-waste,random",
     "SPOT_FIRST": "false",  # CA has no spot-first rule: spot groups are options like any other, the expander decides
     "SCALE_DOWN_IDLE_MODE": "fixed",  # CA's unneeded time and delay after a scale-up are fixed (10 minutes each)
 }
 # `ca+spot`: the priority expander preferring the spot scale sets (`<pool>-spot`), least-waste among equals:
-# `--expander=priority,least-waste` and the ConfigMap cluster-autoscaler-priority-expander with these priorities.
+# `--expander=priority,least-waste` (then CA's `random` fallback) and the ConfigMap
+# cluster-autoscaler-priority-expander with these priorities.
 SPOT_PRIORITIES = {"50": ["spot"], "10": [".*"]}
 CA_SPOT_SETTINGS = {
     **CA_SETTINGS,
-    "EXPANDER": "priority,least-waste",
+    "EXPANDER": "priority,least-waste,random",
     "PRIORITY_EXPANDER_CONFIG": json.dumps(SPOT_PRIORITIES),
 }
 
@@ -100,6 +130,24 @@ class _Drain:
     started: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class _EmptyDeletion:
+    """An empty node's deletion in CA's deletion tracker: in flight until `until` (its DeleteNodes returns)."""
+
+    node: str
+    group_id: str
+    until: datetime
+
+
+def expander_choice(simulation: ScaleUpSimulation) -> str | None:
+    """The group the expander chose first: the group of the plan's first new node (the planner commits its
+    choices in order), which is CA's one best option for the loop; None when no group grows."""
+    for step in simulation.steps:
+        if step.kind == "new" and step.pod is None and step.group_id is not None:
+            return step.group_id
+    return None
+
+
 class ClusterAutoscaler:
     name = "ca"
 
@@ -118,9 +166,11 @@ class ClusterAutoscaler:
         self._vm_sizes: dict[str, object] | None = None
         self._states: dict[str, GroupState] = {}
         self._increases: list[_Increase] = []
-        self._drain: _Drain | None = None
+        self._drains: dict[str, _Drain] = {}
+        self._empties: dict[str, _EmptyDeletion] = {}
         self._unneeded: dict[str, datetime] = {}
         self._last_scale_up: datetime | None = None
+        self._last_delete: datetime | None = None
         self._last_failure: datetime | None = None
         self._actions = 0
 
@@ -140,6 +190,7 @@ class ClusterAutoscaler:
             return
         snapshot = self._snapshot(now)
         self._check_increases(snapshot, now)
+        self._progress_deletions(snapshot, now)
         scaled_up, too_new = self._scale_up(snapshot, now)
         if not scaled_up:
             self._scale_down(snapshot, now, actuate=not too_new)
@@ -236,10 +287,12 @@ class ClusterAutoscaler:
             gid: why for gid in self._groups if (why := backoff_reason(self._state(gid), now=now)) is not None
         }
         options = replace(scale_up_options(self._settings, now=now), unavailable=unavailable)
-        plan = plan_scale_up(snapshot, options=options)
-        if not plan.increases:
+        simulation = simulate_scale_up(snapshot, options=options)
+        chosen = expander_choice(simulation)
+        if chosen is None:
             return False, False
-        increase = plan.increases[0]  # CA's expander picks one option per loop
+        # CA carries out the expander's one best option per loop; the other groups wait for the next loops.
+        increase = next(i for i in simulation.plan.increases if i.group_id == chosen)
         group = self._groups[increase.group_id]
         try:
             op = self._compute.begin_resize(group, increase.new_target)
@@ -255,70 +308,89 @@ class ClusterAutoscaler:
 
     # -- scale-down -------------------------------------------------------------------------
 
+    def _progress_deletions(self, snapshot: ClusterSnapshot, now: datetime) -> None:
+        """CA's actuator runs beside the loop: empty deletions leave its tracker once DeleteNodes returns, drains
+        once their node is deleted, whatever the loop does."""
+        self._empties = {n: e for n, e in self._empties.items() if e.until > now}
+        for drain in list(self._drains.values()):
+            self._finish_drain(drain, snapshot, now)
+
     def _scale_down(self, snapshot: ClusterSnapshot, now: datetime, *, actuate: bool = True) -> None:
-        if self._drain is not None:
-            self._finish_drain(snapshot, now)
         # The unneeded timers run in every loop, cooldown or not (CA's planner UpdateClusterState comes first).
-        draining = {self._drain.node} if self._drain is not None else set()
-        states = {gid: GroupState(gid, removing={n: "ca" for n in draining}) for gid in self._groups}
+        removing: dict[str, dict[str, str]] = {gid: {} for gid in self._groups}
+        for entry in (*self._drains.values(), *self._empties.values()):
+            removing.setdefault(entry.group_id, {})[entry.node] = "ca"
+        states = {gid: GroupState(gid, removing=nodes) for gid, nodes in removing.items()}
         plan = plan_scale_down(
             snapshot, unneeded_since=self._unneeded, group_states=states, now=now, options=self._down_options
         )
         self._unneeded = dict(plan.unneeded)
-        delays = self._down_options.delays
-        if not actuate:
+        if not actuate or self._in_cooldown(now):
             return
-        if self._last_scale_up is not None and now - self._last_scale_up < delays.after_add:
-            return
-        if self._last_failure is not None and now - self._last_failure < delays.after_failure:
-            return
-        empty = [r for r in plan.removals if r.kind == "empty"][:MAX_EMPTY_BULK_DELETE]
-        by_group: dict[str, list[str]] = {}
-        for removal in empty:
-            ref = parse_provider_id(removal.provider_id)
-            if ref is not None:
+        # CA's budgets for deletions in flight: empty nodes first, then drains within what is left.
+        budget = self._settings.max_scale_down_parallelism - len(self._empties) - len(self._drains)
+        empty = [r for r in plan.removals if r.kind == "empty"][:max(0, budget)]
+        drain_budget = min(budget - len(empty), MAX_DRAIN_PARALLELISM - len(self._drains))
+        drains = [r for r in plan.removals if r.kind != "empty"][:max(0, drain_budget)]
+        try:
+            for removal in (*empty, *drains):
                 self._cluster.cordon(removal.node, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
-                by_group.setdefault(removal.group_id, []).append(ref.instance_id)
-        for gid, ids in by_group.items():
-            self._delete(gid, ids, now)
-        if self._drain is None:
-            drain = next((r for r in plan.removals if r.kind != "empty"), None)
-            if drain is not None:
-                self._start_drain(drain.node, drain.group_id, drain.provider_id, now)
-
-    def _start_drain(self, node: str, gid: str, provider_id: str, now: datetime) -> None:
-        ref = parse_provider_id(provider_id)
-        if ref is None:
+        except ClusterError as exc:  # the actuator's synchronous failure: CA untaints and counts a failed scale-down
+            log.info("ca: tainting for scale-down failed: %s", exc)
+            for removal in (*empty, *drains):
+                self._cluster.uncordon(removal.node, taint_key=TO_BE_DELETED_TAINT)
+            self._last_failure = now
             return
-        self._cluster.cordon(node, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
+        if empty or drains:
+            self._last_delete = now  # CA's lastScaleDownDeleteTime: the loop a deletion started in
+        by_group: dict[str, list[tuple[str, str]]] = {}
+        for removal in empty:
+            self._empties[removal.node] = _EmptyDeletion(removal.node, removal.group_id, now + NODE_DELETE_DELAY_AFTER_TAINT)
+            by_group.setdefault(removal.group_id, []).append((removal.node, removal.instance_id))
+        for gid, nodes in by_group.items():
+            self._delete(gid, nodes)
+        for removal in drains:
+            self._start_drain(removal.node, removal.group_id, removal.instance_id, now)
+
+    def _in_cooldown(self, now: datetime) -> bool:
+        """CA's isScaleDownInCooldown with global delays: a delay is over once that long has passed."""
+        delays = self._down_options.delays
+        return any(
+            last is not None and now - last < delay
+            for last, delay in ((self._last_scale_up, delays.after_add), (self._last_delete, delays.after_delete),
+                                (self._last_failure, delays.after_failure))
+        )
+
+    def _start_drain(self, node: str, gid: str, instance_id: str, now: datetime) -> None:
         for pod in self._cluster.list_pods_on_node(node):
             if pod.is_daemonset or pod.is_mirror:
                 continue
             self._cluster.evict(pod.namespace, pod.name)
-        self._drain = _Drain(node, gid, ref.instance_id, now)
+        self._drains[node] = _Drain(node, gid, instance_id, now)
         self._unneeded.pop(node, None)
 
-    def _finish_drain(self, snapshot: ClusterSnapshot, now: datetime) -> None:
-        drain = self._drain
-        assert drain is not None
+    def _finish_drain(self, drain: _Drain, snapshot: ClusterSnapshot, now: datetime) -> None:
         left = [p for p in snapshot.pods_on(drain.node) if not p.is_daemonset and not p.is_mirror]
         if left and now - drain.started < MAX_GRACEFUL_TERMINATION:
             for pod in left:
                 if not pod.terminating:
                     self._cluster.evict(pod.namespace, pod.name)  # CA retries evictions a PDB refused
             return
-        self._delete(drain.group_id, [drain.instance_id], now)
-        self._drain = None
+        self._delete(drain.group_id, [(drain.node, drain.instance_id)])
+        del self._drains[drain.node]
 
-    def _delete(self, gid: str, instance_ids: list[str], now: datetime) -> None:
+    def _delete(self, gid: str, nodes: list[tuple[str, str]]) -> None:
+        """DeleteNodes for (node, instance id) pairs of one group; a refusal untaints them, as CA's clean-up does."""
         group = self._groups.get(gid)
         if group is None:
             return
         try:
-            self._compute.begin_delete_instances(group, instance_ids)
+            self._compute.begin_delete_instances(group, [instance for _, instance in nodes])
         except ComputeError as exc:
-            log.info("ca: DeleteNodes %s %s failed: %s", gid, instance_ids, exc)
-            self._last_failure = now
+            log.info("ca: DeleteNodes %s %s failed: %s", gid, nodes, exc)
+            for node, _ in nodes:
+                self._cluster.uncordon(node, taint_key=TO_BE_DELETED_TAINT)
+                self._empties.pop(node, None)
             return
         self._actions += 1
-        self._set_target(gid, max(0, group.capacity - len(instance_ids)))
+        self._set_target(gid, max(0, group.capacity - len(nodes)))
