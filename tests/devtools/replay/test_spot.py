@@ -21,11 +21,15 @@ from devtools.replay.pools import CPU_POOL, GPU_POOL_2, PRICES_PER_HOUR
 from devtools.replay.run import replay
 from devtools.replay.spot import SPOT_TOLERATION, SpotTier, billed_pools
 from devtools.replay.spot_prices import SPOT_PRICE_FRACTION
+from devtools.replay.spot_tiers import SPOT_TARGET_TIER
 from devtools.replay.suite import evaluate_spot_targets
 from devtools.replay.traces import Trace, TracePod
 from shared.services.spot import PREEMPTED_TAINT
 
 CONFIG = ReplayConfig(pools=(CPU_POOL,), tail_s=600.0)
+# Flat rates with spot capacity never running out: what the tests of evictions and notices need to see.
+FLAT_2 = {"eviction_rate_per_hour": 2.0, "scarcity": False}
+NO_EVICTIONS = {"eviction_rate_per_hour": 0, "scarcity": False}
 
 
 def trace(*pods: TracePod) -> Trace:
@@ -63,8 +67,10 @@ def test_the_spot_tier_adds_a_spot_twin_of_every_pool_and_pods_tolerate_it() -> 
         assert (regular.priority, spot.priority, spot.eviction_policy) == ("Regular", "Spot", "Delete")
         assert (spot.vm_size, spot.max_size, spot.allocatable) == (regular.vm_size, regular.max_size, regular.allocatable)
         assert set(regular.taints) < set(spot.taints)  # the GPU taint kept, AKS's spot taint added
-    assert [e.scale_set for e in world.scenario.evictions] == ["cpu-d16-spot", "gpu-nc48-spot"]
-    assert all(e.rate_per_hour == 0.05 and e.notice for e in world.scenario.evictions)  # the default, with notice
+    # By default: each spot set's availability as Spot Placement Score levels, evictions at its size's band, notice.
+    assert [a.scale_set for a in world.scenario.spot_availability] == ["cpu-d16-spot", "gpu-nc48-spot"]
+    assert all(a.notice and a.max_rate > 0 for a in world.scenario.spot_availability)
+    assert not world.scenario.evictions
     assert world.scenario.cloud_node_lifecycle
     arrivals = [e for e in world._events if e[2] == "arrival"]  # the trace's pods, waiting to arrive
     assert arrivals and all(SPOT_TOLERATION in a[3].workload.tolerations for a in arrivals)
@@ -84,7 +90,12 @@ def test_the_tier_refuses_what_it_does_not_know() -> None:
     with pytest.raises(ValueError, match="price_fraction"):
         SpotTier.of({"price_fraction": 1.5})
     assert SpotTier.of(None) is None
-    assert SpotTier.of({"eviction_rate_per_hour": 0}).scenario((CPU_POOL,)).get("evictions") is None  # none at all
+    with pytest.raises(ValueError, match="band must be one of"):
+        SpotTier.of({"band": "3%"})
+    with pytest.raises(ValueError, match="not both"):
+        SpotTier.of({"band": "0-5%", "eviction_rate_per_hour": 0.1})
+    flat = SpotTier.of({"eviction_rate_per_hour": 0, "scarcity": False})
+    assert flat is not None and flat.scenario((CPU_POOL,)).get("evictions") is None  # none at all
 
 
 # -- billing ------------------------------------------------------------------------------------
@@ -94,7 +105,7 @@ def test_spot_instances_are_billed_at_their_fraction_of_on_demand() -> None:
     tr = trace(*(pod(i * 30, 900, 6000, job=f"j{i}") for i in range(8)))
     runs = {}
     for fraction in (None, 0.5):
-        spot = {"eviction_rate_per_hour": 0} | ({} if fraction is None else {"price_fraction": fraction})
+        spot = NO_EVICTIONS | ({} if fraction is None else {"price_fraction": fraction})
         runs[fraction] = replay(tr, "ours+spot", replace(CONFIG, spot=spot)).result
     table = runs[None]
     assert table["spot"]["spot_share"] == 1.0  # spot first: every node-second on spot
@@ -119,7 +130,7 @@ def test_spot_instances_are_billed_at_their_fraction_of_on_demand() -> None:
 def test_evictions_happen_at_the_configured_rate(rate: float) -> None:
     # 40 spot instances held, nothing re-growing them: each is evicted at `rate` per hour until it is gone.
     instances, hours = 40, 1.5
-    config = replace(CONFIG, spot={"eviction_rate_per_hour": rate}, tail_s=hours * 3600)
+    config = replace(CONFIG, spot={"eviction_rate_per_hour": rate, "scarcity": False}, tail_s=hours * 3600)
     world = build_world(trace(pod(0, 1, 100, job="one")), config, initial={"cpu-d16-spot": instances}, fixed=True)
     run = Replay(world, config)
     run.run(Static())
@@ -142,7 +153,7 @@ def test_ours_gets_each_notice_within_a_second_and_moves_pods_off_before_the_evi
 
     monkeypatch.setattr(ours_module, "handle_scheduled_event", spy)
     # The trace's pods are Jobs, which a notice leaves to finish by default: here they are moved, to see it done.
-    config = replace(CONFIG, spot={"eviction_rate_per_hour": 2.0}, settings={"SPOT_NOTICE_BATCH_PODS": "evict"})
+    config = replace(CONFIG, spot=FLAT_2, settings={"SPOT_NOTICE_BATCH_PODS": "evict"})
     run, ours = _run("ours+spot", long_jobs(), config)
     published = {e["event"]["id"]: e["event"] for e in run.world.eventgrid_events()}
     spot = run.world.report()["spot"]
@@ -164,7 +175,7 @@ def test_ca_does_not_act_on_notices(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("CA has no Scheduled Events handler")
 
     monkeypatch.setattr(ours_module, "handle_scheduled_event", refuse)
-    run, ca = _run("ca+spot", long_jobs(), replace(CONFIG, spot={"eviction_rate_per_hour": 2.0}))
+    run, ca = _run("ca+spot", long_jobs(), replace(CONFIG, spot=FLAT_2))
     report = run.world.report()
     spot = report["spot"]
     assert spot["notices_published"] >= 2 and spot["evictions"] == spot["notices_published"]
@@ -176,7 +187,7 @@ def test_ca_does_not_act_on_notices(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_ca_prefers_the_spot_pools_with_its_priority_expander() -> None:
     tr = trace(*(pod(i * 30, 900, 6000, job=f"j{i}") for i in range(8)))
-    result = replay(tr, "ca+spot", replace(CONFIG, spot={"eviction_rate_per_hour": 0})).result
+    result = replay(tr, "ca+spot", replace(CONFIG, spot=NO_EVICTIONS)).result
     assert result["spot"]["spot_share"] == 1.0 and result["pods_completed"] == 8
     # Without the tier, CA runs on demand as before (and its settings have no spot-first rule of ours).
     assert "spot" not in replay(tr, "ca", CONFIG).result
@@ -188,7 +199,7 @@ def test_ca_prefers_the_spot_pools_with_its_priority_expander() -> None:
 def test_a_low_priority_quota_sends_ours_to_on_demand_without_a_refusal_and_ca_into_backoff() -> None:
     # Two D16 nodes' worth of pods at once, a lowPriorityCores quota of one node (16 vCPUs).
     tr = trace(*(pod(0, 1800, 7000, job=f"j{i}") for i in range(4)))
-    config = replace(CONFIG, spot={"eviction_rate_per_hour": 0}, quotas={"lowPriorityCores": 16})
+    config = replace(CONFIG, spot=NO_EVICTIONS, quotas={"lowPriorityCores": 16})
     ours = replay(tr, "ours+spot", config).result
     assert ours["spot"]["quota_refused_requests"] == 0  # read the quota, asked for what fits
     assert ours["spot"]["low_priority_cores_peak"] <= 16
@@ -232,10 +243,11 @@ def _result(cost: float, p95: float, lost: float, **spot: Any) -> dict[str, Any]
 @pytest.mark.parametrize(("mine", "theirs", "met"), [
     (_result(20, 150, 100, evictions=3), _result(27, 130, 200, evictions=4), [True, True, True]),
     (_result(60, 190, 300, evictions=3), _result(27, 130, 200, evictions=4), [False, False, False]),
-    (_result(20, 150, 0, evictions=0), _result(27, 130, 0, evictions=0), [True, True, True]),  # nothing lost: met
+    (_result(20, 150, 0, evictions=0), _result(27, 130, 0, evictions=0), [True, True, False]),  # 0 vs 0: a tie
 ])
 def test_spot_targets(mine: dict, theirs: dict, met: list[bool]) -> None:
-    results = {"ours": _result(100, 152, 0), "ours+spot@5%": mine, "ca+spot@5%": theirs}
+    tier = SPOT_TARGET_TIER
+    results = {"ours": _result(100, 152, 0), f"ours+spot@{tier}": mine, f"ca+spot@{tier}": theirs}
     targets = evaluate_spot_targets(results, batch=True)
     assert [t["met"] for t in targets] == met
     assert "0.5x ours" in targets[0]["name"] and "+ 30 s" in targets[1]["name"] and "ca+spot" in targets[2]["name"]
@@ -252,7 +264,7 @@ def test_ca_does_not_wait_for_an_evicted_instance_of_a_scale_up_in_flight() -> N
     against the target its refreshed cache reports, so the scale-up completes instead of timing out after
     --max-node-provision-time and backing the spot set off."""
     tr = trace(pod(0, 7200, 12000, job="first"), pod(600, 7200, 12000, job="second"))
-    config = replace(CONFIG, spot={"eviction_rate_per_hour": 0})
+    config = replace(CONFIG, spot=NO_EVICTIONS)
     world = build_world(tr, config)
     run = Replay(world, config)
     ca = ClusterAutoscaler(run, settings=CA_SPOT_SETTINGS)
@@ -288,13 +300,13 @@ def test_ca_does_not_wait_for_an_evicted_instance_of_a_scale_up_in_flight() -> N
 
 @pytest.mark.parametrize("policy", ["ours+spot", "ca+spot"])
 def test_same_seed_same_evictions_and_numbers(policy: str) -> None:
-    config = replace(CONFIG, spot={"eviction_rate_per_hour": 2.0})
+    config = replace(CONFIG, spot=FLAT_2)
     first, second = replay(long_jobs(), policy, config), replay(long_jobs(), policy, config)
     assert first.result == second.result and first.result["spot"]["evictions"] >= 1
 
 
 def test_by_default_a_notice_leaves_jobs_to_finish_but_cordons_their_node() -> None:
-    run, ours = _run("ours+spot", long_jobs(), replace(CONFIG, spot={"eviction_rate_per_hour": 2.0}))
+    run, ours = _run("ours+spot", long_jobs(), replace(CONFIG, spot=FLAT_2))
     spot = run.world.report()["spot"]
     assert spot["notices_published"] >= 2 and ours.errors == 0
     assert spot["pods_moved_before_eviction"] == 0  # Jobs run on: evicting them early would save none of their work
