@@ -16,6 +16,11 @@ shape. The real API is unauthenticated: so is this one.
 The prices are the replay's shipped table (Linux East US list prices, `PRICE_DATE`), the same in
 every region of the sandbox; Spot at 20 % and Low Priority at 20 %, Windows at 1.8x, which is
 roughly where they sit, and only there so a client that picks the wrong row gets a wrong price.
+
+Azure Container Instances has its rows too (`serviceName` 'Container Instances', productName 'Container
+Instances', skuName 'Standard', no armSkuName): one per meter of `sandbox.model.aci.ACI_METERS` ('Standard vCPU
+Duration' per '1 Hour', 'Standard Memory Duration' per '1 GB Hour'), the table the sandbox's virtual node
+bills at, so the world and this API answer the same price.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from sandbox.api.spot_price_table import LOW_PRIORITY_FRACTION, spot_fraction_of
+from sandbox.model import aci
 from sandbox.api.wire import Request, Response, json_response
 
 PREFIX: Final = "/api/retail/prices"
@@ -53,6 +59,7 @@ _FIELDS: Final = frozenset({
     "productName", "serviceFamily", "serviceName", "skuId", "skuName", "type",
 })
 _ALIASES: Final = {"priceType": "type"}  # the filter's name for the items' `type`
+_REGIONS: Final = ("eastus", "westeurope", "uksouth", "northeurope", "westus2", "westus3", "eastus2", "centralus")
 _TERM = re.compile(r"\s*(?P<field>[A-Za-z]+)\s+eq\s+'(?P<value>(?:[^']|'')*)'\s*")
 
 
@@ -128,7 +135,7 @@ def _term(text: str) -> tuple[str, str]:
 
 def _rows() -> list[dict[str, Any]]:
     rows = []
-    for region in ("eastus", "westeurope", "uksouth", "northeurope", "westus2", "westus3", "eastus2", "centralus"):
+    for region in _REGIONS:
         for size, price in LIST_PRICES_PER_HOUR.items():
             short = size.removeprefix("Standard_").replace("_", " ")
             series = f"Virtual Machines {short.split(' ')[0][0]} Series"
@@ -148,7 +155,22 @@ def _rows() -> list[dict[str, Any]]:
                     "type": "Consumption", "isPrimaryMeterRegion": True,
                     "armSkuName": size,
                 })
+        rows += [_aci_row(region, meter) for meter in aci.ACI_METERS]
     return rows
+
+
+def _aci_row(region: str, meter: aci.AciMeter) -> dict[str, Any]:
+    """A Container Instances row: ACI's meters have no armSkuName; they are told apart by meterName."""
+    return {
+        "currencyCode": "USD", "tierMinimumUnits": 0.0,
+        "retailPrice": meter.unit_price, "unitPrice": meter.unit_price,
+        "armRegionName": region, "location": region, "effectiveStartDate": f"{aci.ACI_PRICE_DATE}-01T00:00:00Z",
+        "meterId": f"{region}-aci-{meter.meter_name}".lower().replace(" ", "-"),
+        "meterName": meter.meter_name, "productId": "DZH318Z0ACI0", "skuId": f"DZH318Z0ACI0/{aci.ACI_SKU_NAME}",
+        "productName": aci.ACI_PRODUCT_NAME, "skuName": aci.ACI_SKU_NAME, "serviceName": aci.ACI_SERVICE_NAME,
+        "serviceId": "DZH3180L3Q8Q", "serviceFamily": "Containers", "unitOfMeasure": meter.unit_of_measure,
+        "type": "Consumption", "isPrimaryMeterRegion": True, "armSkuName": "",
+    }
 
 
 def _error(status: int, message: str) -> Response:

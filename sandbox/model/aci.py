@@ -6,6 +6,9 @@ container group a pod becomes (as the azure-aci provider converts requests), wha
 ACI refuses to run, and the texts of those refusals. Facts: shared/facts/burst-and-spot.md,
 sections "AKS virtual nodes v1", "Virtual Nodes v2" (in the v1 section) and "ACI limits and price".
 
+ACI's prices are the Retail Prices API rows it publishes (`ACI_METERS`, served by sandbox.api.prices_api), and
+its quota errors carry the code ContainerGroupQuotaReached with the quota's name (`QUOTAS`).
+
 Sizes are exact integers: CPU in hundredths of a core and memory in tenths of a GB (10^9 bytes),
 the granularity ACI takes them in, so sums and quota comparisons never drift.
 """
@@ -36,10 +39,51 @@ DEFAULT_CREATES_PER_5MIN = 100
 DEFAULT_CREATES_PER_HOUR = 300
 CREATE_WINDOWS = (300.0, 3600.0)  # seconds: the 5-minute and the hourly creation limits
 
-# Linux prices in USD per vCPU-second and per GB-second. No verified public figure (the facts have
-# only 2018 GBP figures); these are placeholders of the right order: a scenario should set its own.
-DEFAULT_PRICE_VCPU_SECOND = 0.0000135
-DEFAULT_PRICE_GB_SECOND = 0.0000015
+# The concurrent count: "100 standard container groups" per region and subscription is how many may exist at once
+# (the usages API's `ContainerGroups` row counts the groups that exist), changeable like the rest.
+DEFAULT_MAX_CONTAINER_GROUPS = 100
+
+# ACI's rows in the Azure Retail Prices API (`serviceName eq 'Container Instances'`): Linux, Standard SKU,
+# pay-as-you-go, East US. serviceName, productName, skuName, meterName and unitOfMeasure are as public clients
+# query them (e.g. "Standard vCPU Duration" at "1 Hour", "Standard Memory Duration" at "1 GB Hour"); the prices
+# are East US figures a public client recorded from the API for ACI_PRICE_DATE (another recorded 0.0365 and
+# 0.004: not verified against the live API, which a client should read). `sandbox.api.prices_api` serves these
+# rows and the world bills at them: one source, as LIST_PRICES_PER_HOUR is for VMs.
+ACI_PRICE_DATE = "2026-08"
+ACI_SERVICE_NAME = "Container Instances"
+ACI_PRODUCT_NAME = "Container Instances"
+ACI_SKU_NAME = "Standard"
+
+
+@dataclass(frozen=True, slots=True)
+class AciMeter:
+    """One ACI row of the Retail Prices API: its meter, unit and USD price per unit."""
+
+    meter_name: str
+    unit_of_measure: str
+    unit_price: float
+    seconds_per_unit: float = 3600.0  # both meters are priced per hour (of a vCPU, of a GB)
+
+    @property
+    def per_second(self) -> float:
+        return self.unit_price / self.seconds_per_unit
+
+
+VCPU_METER = AciMeter("Standard vCPU Duration", "1 Hour", 0.0405)
+MEMORY_METER = AciMeter("Standard Memory Duration", "1 GB Hour", 0.00445)
+ACI_METERS = (VCPU_METER, MEMORY_METER)
+
+# Linux prices in USD per vCPU-second and per GB-second, from the meters above.
+DEFAULT_PRICE_VCPU_SECOND = VCPU_METER.per_second
+DEFAULT_PRICE_GB_SECOND = MEMORY_METER.per_second
+
+# Billing: "Container group duration is calculated from the time that we start to pull your first container's
+# image (for a new deployment) ... until the container group is stopped" (ACI FAQ, "When does the meter start
+# running?", MicrosoftDocs container-instances-faq). The start latency here runs from the creation call to the
+# container running, mostly the image pull; how much of it comes before the pull starts is not published, so by
+# default all of it is billed (`VirtualNodeSpec.bill_start_latency`).
+BILLING_SOURCE = ("ACI FAQ 'When does the meter start running?': billed from the start of the first image pull "
+                  "until the container group stops")
 
 GB = 10**9  # ACI sizes memory in GB (memoryInGB); the provider divides bytes by 10^9, not 2^30
 
@@ -64,7 +108,12 @@ KUBELET_VERSION = "v1.31.2-vk-azure-aci-1.6.2"
 GPU = "nvidia.com/gpu"
 AZURE_FILE_CSI = "file.csi.azure.com"
 
+# "quota": a quota reached (ACI's code ContainerGroupQuotaReached), cores or container groups; which one is in
+# `Refusal.quota` (the quota's name in ACI's message and usages API: StandardCores, ContainerGroups).
 RefusalKind = Literal["quota", "rate", "unsupported"]
+QUOTA_CORES = "StandardCores"
+QUOTA_GROUPS = "ContainerGroups"
+QUOTAS = (QUOTA_CORES, QUOTA_GROUPS)
 REFUSAL_KINDS: tuple[RefusalKind, ...] = ("quota", "rate", "unsupported")
 
 
@@ -78,11 +127,15 @@ class VirtualNodeSpec:
     quota_cores: int = DEFAULT_QUOTA_CORES  # ACI's regional StandardCores quota
     creates_per_5min: int = DEFAULT_CREATES_PER_5MIN  # container group creations allowed per 5 minutes
     creates_per_hour: int = DEFAULT_CREATES_PER_HOUR  # ... and per hour
+    max_container_groups: int = DEFAULT_MAX_CONTAINER_GROUPS  # container groups that may exist at once
     # From the container group's creation to its container running. Reports run 20-60 s (older ones up to
     # 110 s for big images); no current official figure.
     start_latency: Dist = field(default_factory=lambda: Dist("lognormal", (), 10.0, 180.0, 30.0, 60.0))
-    price_vcpu_second: float = DEFAULT_PRICE_VCPU_SECOND  # USD; no verified public figure (above)
+    price_vcpu_second: float = DEFAULT_PRICE_VCPU_SECOND  # USD, from the Retail Prices rows (ACI_METERS)
     price_gb_second: float = DEFAULT_PRICE_GB_SECOND  # USD per GB (10^9 bytes) and second; likewise
+    # Bill from the container group's creation (its start latency, the image pull, included: BILLING_SOURCE);
+    # False bills from the container running only.
+    bill_start_latency: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +160,7 @@ class Refusal:
 
     kind: RefusalKind
     message: str
+    quota: str | None = None  # for kind "quota": QUOTA_CORES or QUOTA_GROUPS
 
 
 def node_labels(name: str, version: int) -> dict[str, str]:
@@ -229,9 +283,27 @@ def unsupported(pod: Mapping[str, Any], version: int, region: str) -> str | None
     return None
 
 
+QUOTA_ERROR_CODE = "ContainerGroupQuotaReached"
+
+
 def quota_message(region: str, limit: int, usage_centicores: int, requested_centicores: int) -> str:
-    return (f"The container group quota 'StandardCores' exceeded in region '{region}'. Limit: '{limit}', "
-            f"Usage: '{usage_centicores / 100:g}', Requested: '{requested_centicores / 100:g}'.")
+    """ACI's error for the core quota, as reported publicly (MicrosoftDocs azure-docs issue 51738; the ACI Spot
+    troubleshooting article shows the code with quota 'StandardSpotCores'); the code prefix is our wording of how
+    the provider's error carries it."""
+    return _quota_text(QUOTA_CORES, region, f"{limit}", f"{usage_centicores / 100:g}", f"{requested_centicores / 100:g}")
+
+
+def groups_message(region: str, limit: int, usage: int) -> str:
+    """ACI's error when the container groups that exist are at the limit: the same text with quota
+    'ContainerGroups' (its shape from the ACI troubleshooting article "container group quota 'ContainerGroups'
+    exceeded in region"; that article's code is ServiceUnavailable for a different cause, so the code here is
+    the quota code above, unverified for this quota)."""
+    return _quota_text(QUOTA_GROUPS, region, f"{limit}", f"{usage}", "1")
+
+
+def _quota_text(quota: str, region: str, limit: str, usage: str, requested: str) -> str:
+    return (f"{QUOTA_ERROR_CODE}: Resource type 'Microsoft.ContainerInstance/containerGroups' container group quota "
+            f"'{quota}' exceeded in region '{region}'. Limit: '{limit}', Usage: '{usage}' Requested: '{requested}'.")
 
 
 def rate_message(limit: int, window: float) -> str:
@@ -242,11 +314,14 @@ def rate_message(limit: int, window: float) -> str:
 def check_create(
     pod: Mapping[str, Any], *, version: int, region: str, quota_cores: int, creates_per_5min: int,
     creates_per_hour: int, held_centicores: int, creates: Iterable[float], now: float,
+    max_container_groups: int = DEFAULT_MAX_CONTAINER_GROUPS, live_groups: int = 0,
 ) -> Refusal | None:
     """Whether creating the pod's container group now fails, and how, in the order the calls would fail:
     the provider's own checks and ACI's validation of the request, then the creation rate (throttled
-    before anything is counted), then the regional core quota. `creates`: when earlier container groups
-    were created (refused ones never count), `held_centicores`: what the live ones hold."""
+    before anything is counted), then the regional quotas: container groups that exist, then cores (which of
+    the two ACI checks first is not published; a refusal names one). `creates`: when earlier container groups
+    were created (refused ones never count), `held_centicores`: what the live ones hold, `live_groups`: how
+    many exist."""
     problem = unsupported(pod, version, region)
     if problem is not None:
         return Refusal("unsupported", problem)
@@ -254,9 +329,11 @@ def check_create(
     for window, limit in zip(CREATE_WINDOWS, (creates_per_5min, creates_per_hour), strict=True):
         if sum(1 for at in recent if now - at < window) >= limit:
             return Refusal("rate", rate_message(limit, window))
+    if live_groups >= max_container_groups:
+        return Refusal("quota", groups_message(region, max_container_groups, live_groups), QUOTA_GROUPS)
     size = container_group_size(pod)
     if held_centicores + size.centicores > quota_cores * 100:
-        return Refusal("quota", quota_message(region, quota_cores, held_centicores, size.centicores))
+        return Refusal("quota", quota_message(region, quota_cores, held_centicores, size.centicores), QUOTA_CORES)
     return None
 
 

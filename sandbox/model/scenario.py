@@ -607,10 +607,12 @@ _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS subd
 
 
 def _virtual_node(value: Any, path: str, scenario: Scenario) -> VirtualNodeSpec:
-    """`{"name", "version", "quota_cores", "creates_per_5min", "creates_per_hour", "start_latency": dist,
-    "price_vcpu_second", "price_gb_second"}`, every field optional (`{}` is the AKS add-on's defaults)."""
+    """`{"name", "version", "quota_cores", "creates_per_5min", "creates_per_hour", "max_container_groups",
+    "start_latency": dist, "price_vcpu_second", "price_gb_second", "bill_start_latency"}`, every field optional
+    (`{}` is the AKS add-on's defaults)."""
     obj = _obj(value, path, {"name", "version", "quota_cores", "creates_per_5min", "creates_per_hour",
-                             "start_latency", "price_vcpu_second", "price_gb_second"})
+                             "max_container_groups", "start_latency", "price_vcpu_second", "price_gb_second",
+                             "bill_start_latency"})
     version = obj.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version not in aci.VERSIONS:
         raise _Invalid(f"{path}.version", f"must be 1 (the AKS add-on) or 2 (Virtual Nodes v2), got {version!r}")
@@ -630,15 +632,21 @@ def _virtual_node(value: Any, path: str, scenario: Scenario) -> VirtualNodeSpec:
         if isinstance(price, bool) or not isinstance(price, int | float) or not 0 <= price < math.inf:
             raise _Invalid(f"{path}.{key}", f"must be a number of USD at least 0, got {price!r}")
         prices[key] = float(price)
+    bill_start_latency = obj.get("bill_start_latency", True)
+    if not isinstance(bill_start_latency, bool):
+        raise _Invalid(f"{path}.bill_start_latency", f"must be true or false, got {bill_start_latency!r}")
     return VirtualNodeSpec(
         name=name,
         version=version,
         quota_cores=_int(obj.get("quota_cores", aci.DEFAULT_QUOTA_CORES), f"{path}.quota_cores"),
         creates_per_5min=_int(obj.get("creates_per_5min", aci.DEFAULT_CREATES_PER_5MIN), f"{path}.creates_per_5min"),
         creates_per_hour=_int(obj.get("creates_per_hour", aci.DEFAULT_CREATES_PER_HOUR), f"{path}.creates_per_hour"),
+        max_container_groups=_int(obj.get("max_container_groups", aci.DEFAULT_MAX_CONTAINER_GROUPS),
+                                  f"{path}.max_container_groups"),
         start_latency=_dist(obj["start_latency"], f"{path}.start_latency", parse_duration)
         if "start_latency" in obj
         else VirtualNodeSpec().start_latency,
+        bill_start_latency=bill_start_latency,
         **prices,
     )
 

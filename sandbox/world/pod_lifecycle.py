@@ -8,6 +8,14 @@ finish, a ReplicaSet with a `scale` grows and shrinks to each step's replicas (i
 chosen as the controller ranks them, `sandbox.world.replicaset`), the kubelet runs a pod for its duration
 and kills it when its node's VM goes away, graceful deletion holds a pod's node for its grace period,
 and the Eviction API honours PodDisruptionBudgets.
+
+Jobs fail by their backoffLimit (`JOB_BACKOFF_LIMIT`, Kubernetes' default 6; Kubernetes docs, Jobs, "Pod
+backoff failure policy"): once more of a Job's pods have failed than that, the Job controller marks the Job
+Failed (reason BackoffLimitExceeded), deletes its active pods and makes no more, so its work never runs. The
+failures counted are the pods a virtual node's provider refused (Failed, ProviderFailed: `_job_pod_failed`).
+Pods killed with their node or evicted are not counted: the trace's Jobs are taken to carry the pod failure
+policy the Kubernetes docs give for that (`podFailurePolicy` rule Ignore on condition DisruptionTarget), an
+assumption `jobs_report` states.
 Binding a pod to a node is the scheduler's (`sandbox.world.scheduler`).
 """
 
@@ -38,6 +46,17 @@ from sandbox.world.scheduling import untolerated_taint
 
 DURATION_ANNOTATION = "sandbox.autoscaler/duration"  # API-created pods: how long the container runs
 CPU_USAGE_ANNOTATION = "sandbox.autoscaler/cpu-usage"  # API-created pods: CPU they use, as measured
+JOB_BACKOFF_LIMIT = 6  # a Job's spec.backoffLimit when unset (Kubernetes' default); the trace's Jobs set none
+# The Job controller's delay before replacing a failed pod: 10 s, doubled per failure of the Job, at most 6 min.
+JOB_BACKOFF_BASE_S = 10.0
+JOB_BACKOFF_MAX_S = 360.0
+JOB_ASSUMPTIONS = (
+    "A Job fails once more than backoffLimit (6, Kubernetes' default) of its pods have failed; a failed Job makes "
+    "no more pods and its active pods are deleted, so its unfinished tasks never run.",
+    "Only pods the virtual node's provider refused (ProviderFailed) count as failures: the Jobs are taken to "
+    "ignore disruptions (podFailurePolicy Ignore on DisruptionTarget), so pods killed with their node or evicted "
+    "do not.",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +82,12 @@ class PodLifecyclePart(WorldCore):
         # draw from the workload's own random stream.
         self._replicas: dict[str, int] = {}
         self._replica_draws: dict[str, Callable[[], PodTemplate]] = {}
+        # Jobs by "namespace/name": failed pods counted against backoffLimit, when a Job failed, its tasks (arrivals
+        # of its work, replacements not counted) and those that arrived after it failed (never given a pod).
+        self._job_failures: dict[str, int] = {}
+        self._jobs_failed: dict[str, float] = {}
+        self._job_tasks: dict[str, int] = {}
+        self._job_tasks_dropped: dict[str, int] = {}
 
     def _init_daemonsets(self) -> None:
         """The DaemonSet objects (apps/v1), and each one's pod as the controller makes it (for placement)."""
@@ -139,8 +164,15 @@ class PodLifecyclePart(WorldCore):
         # A scale step rides on the arrival event (World's handler table stays as it is): it is due like one.
         if isinstance(payload, ReplicasChange):
             self._scale_replica_set(payload)
-        else:
-            self._create_workload_pod(payload)
+            return
+        spec = payload.workload
+        if spec.kind == "Job":
+            key = f"{spec.namespace}/{spec.name}"
+            self._job_tasks[key] = self._job_tasks.get(key, 0) + 1
+            if key in self._jobs_failed:  # a failed Job makes no more pods
+                self._job_tasks_dropped[key] = self._job_tasks_dropped.get(key, 0) + 1
+                return
+        self._create_workload_pod(payload)
 
     def _create_workload_pod(self, template: PodTemplate) -> PodSim:
         spec = template.workload
@@ -305,6 +337,8 @@ class PodLifecyclePart(WorldCore):
         """Job and ReplicaSet controllers create a new pod for one that will not finish."""
         if pod.replaced or pod.template is None or pod.owner_kind not in ("Job", "ReplicaSet") or pod.finished is not None:
             return
+        if pod.owner_kind == "Job" and pod.workload in self._jobs_failed:
+            return  # a failed Job makes no more pods
         spec = pod.template.workload
         if spec.scale and self._active_replicas(spec) >= self._replicas.get(f"{spec.namespace}/{spec.name}", 0):
             return  # a scaled ReplicaSet tops up to its current replicas only: scale-in victims stay gone
@@ -312,6 +346,48 @@ class PodLifecyclePart(WorldCore):
         new = self._create_workload_pod(pod.template)
         if pod.started is None and pod.stopped is not None:  # refused without ever running: the same work waits on
             new.waiting_since = pod.waiting_since if pod.waiting_since is not None else pod.created
+
+    def _job_pod_failed(self, pod: PodSim) -> float | None:
+        """A Job's pod failed in a way its backoffLimit counts: the back-off before the Job replaces it, or None
+        when this failure failed the Job (more than JOB_BACKOFF_LIMIT failed pods) and nothing replaces it."""
+        if pod.owner_kind != "Job":
+            return JOB_BACKOFF_BASE_S
+        if pod.workload in self._jobs_failed:
+            return None
+        failures = self._job_failures[pod.workload] = self._job_failures.get(pod.workload, 0) + 1
+        if failures > JOB_BACKOFF_LIMIT:
+            self._fail_job(pod.workload)
+            return None
+        return min(JOB_BACKOFF_BASE_S * 2 ** min(failures - 1, 6), JOB_BACKOFF_MAX_S)
+
+    def _fail_job(self, workload: str) -> None:
+        """The Job controller on BackoffLimitExceeded: the Job is Failed and its active pods are deleted (gracefully;
+        their replacements are never made)."""
+        self._jobs_failed[workload] = self._t
+        for pod in [p for p in self._live.values() if p.role == "workload" and p.workload == workload]:
+            if pod.finished is None and is_active(self._pod_obj(pod)):
+                self._delete_pod(pod, None)
+
+    def jobs_report(self) -> dict[str, Any]:
+        """Jobs failed by their backoffLimit: how many, which (by when they failed), their tasks (the work that
+        arrived for them, replacements not counted), those that never completed, and those that arrived after the
+        Job failed and never got a pod; with the backoffLimit and the assumptions they rest on."""
+        with self.lock:
+            completed: dict[str, int] = {}
+            for pod in self._pods.values():
+                if pod.workload in self._jobs_failed and pod.finished is not None:
+                    completed[pod.workload] = completed.get(pod.workload, 0) + 1
+            failed = sorted(self._jobs_failed, key=lambda key: (self._jobs_failed[key], key))
+            tasks = sum(self._job_tasks.get(key, 0) for key in failed)
+            return {
+                "backoff_limit": JOB_BACKOFF_LIMIT,
+                "failed": len(failed),
+                "failed_names": failed,
+                "tasks_of_failed_jobs": tasks,
+                "tasks_never_run": tasks - sum(completed.values()),
+                "tasks_never_created": sum(self._job_tasks_dropped.get(key, 0) for key in failed),
+                "assumptions": list(JOB_ASSUMPTIONS),
+            }
 
     def _replica_set_pods(self, spec: WorkloadSpec) -> list[PodSim]:
         key = f"{spec.namespace}/{spec.name}"

@@ -13,10 +13,12 @@ to virtual nodes). Clients update it as any node (taints, cordon); the scheduler
 
 Binding a pod to it hands the pod to the provider (`_aci_create`, called from the scheduler's `_bind`)
 instead of running it at once:
-- refused (a feature ACI cannot run, the creation rate, the regional core quota): the pod fails as
+- refused (a feature ACI cannot run, the creation rate, the regional quotas: container groups that may exist at
+  once, `max_container_groups`, and cores): the pod fails as
   virtual-kubelet's `handleProviderError` does: `Pending` (restartPolicy Always or OnFailure) or `Failed`
   (Never), reason `ProviderFailed`, the error as its message, and a `ProviderCreateFailed` Event. A Failed pod
-  releases its node and its Job replaces it, as for any failed pod; a Pending one stays bound to the node for
+  releases its node and its Job replaces it after the Job controller's back-off, unless that failure took the Job
+  past its backoffLimit (sandbox.world.pod_lifecycle): then the Job has failed and its work never runs; a Pending one stays bound to the node for
   good (virtual-kubelet's status sync skips ProviderFailed pods and nothing retries them), counted by its
   owner, until deleted. Such pods do not hold up `done` (nothing in the world will ever change them), and
   the report lists them (`virtual_node.pods_stuck_names`).
@@ -24,13 +26,16 @@ instead of running it at once:
   pod's own seeded stream (`_rng("aci-start", uid)`), then `Running` and Ready; its duration counts from
   then, and so does its wait in the report (created to started), so VM and ACI placements compare fairly.
 Releasing a pod's node resources (`_release`: it completed, failed, was deleted, evicted or its node went)
-deletes its container group at once: its cores go back to the quota and its billing stops. Deleting a pod
+deletes its container group at once: its cores and its place in the container-group count go back to the quota and
+its billing stops. (Whether azure-aci keeps a finished pod's group until the pod is deleted is reported both ways.) Deleting a pod
 there removes it at once, graceful or not: virtual-kubelet deletes the container group and then force-deletes
 the pod (`_delete_pod`).
 
-Billing: per pod, vCPU-seconds = ACI cores x seconds from the container running to its end, GB-seconds likewise
-with memory in GB of 10^9 bytes (sizes as the azure-aci provider converts requests: `aci.container_group_size`).
-ACI's price pages say billing starts with the image pull (unverified); the start latency is left out here.
+Billing: per pod, vCPU-seconds = ACI cores x seconds from the container group's creation to its deletion, GB-seconds
+likewise with memory in GB of 10^9 bytes (sizes as the azure-aci provider converts requests:
+`aci.container_group_size`). ACI bills from the start of the image pull (`aci.BILLING_SOURCE`), so the start
+latency is billed; `bill_start_latency: false` bills from the container running instead. Prices are the Retail
+Prices rows of `aci.ACI_METERS` unless the scenario sets its own.
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ class VirtualNodeUsage:
     creates_last_hour: int
     creates_per_5min: int  # the limits those are held to
     creates_per_hour: int
+    container_groups: int  # container groups that exist (creating or running), ACI's `ContainerGroups` usage
+    max_container_groups: int  # the limit that is held to
     creating: tuple[str, ...]  # "<namespace>/<name>" of pods whose container group is starting
     running: tuple[str, ...]  # ... whose container runs
     stuck: tuple[str, ...]  # ... refused and left Pending (ProviderFailed) for good
@@ -80,6 +87,7 @@ class VirtualNodeUsage:
             "node": self.node, "cores_in_use": self.cores_in_use, "quota_cores": self.quota_cores,
             "creates_last_5min": self.creates_last_5min, "creates_last_hour": self.creates_last_hour,
             "creates_per_5min": self.creates_per_5min, "creates_per_hour": self.creates_per_hour,
+            "container_groups": self.container_groups, "max_container_groups": self.max_container_groups,
             "creating": list(self.creating), "running": list(self.running), "stuck": list(self.stuck),
         }
 
@@ -93,10 +101,11 @@ class VirtualNodePart(WorldCore):
         self._aci_groups: dict[str, ContainerGroup] = {}  # by pod uid
         self._aci_held = 0  # hundredths of a core held by _aci_groups
         self._aci_peak = 0  # the most ever held at once, likewise
+        self._aci_peak_groups = 0  # the most container groups that existed at once
         self._aci_creates: deque[float] = deque()  # creation times within the last hour, oldest first
         self._aci_stuck: dict[str, PodSim] = {}  # refused and left Pending, by uid, until released
         self._aci_refused: Counter[str] = Counter()  # refusals by kind (sandbox.model.aci.REFUSAL_KINDS)
-        self._aci_job_failures: dict[str, int] = {}  # workload -> its pods ACI refused, for the Job back-off
+        self._aci_refused_quota: Counter[str] = Counter()  # quota refusals by quota (sandbox.model.aci.QUOTAS)
         self._aci_refused_uids: set[str] = set()
         self._aci_latencies: list[float] = []  # creation to running, per started container group
         self._aci_ran: list[str] = []  # "<namespace>/<name>" of pods whose container ran, in start order
@@ -155,6 +164,7 @@ class VirtualNodePart(WorldCore):
             obj, version=spec.version, region=self.scenario.location, quota_cores=spec.quota_cores,
             creates_per_5min=spec.creates_per_5min, creates_per_hour=spec.creates_per_hour,
             held_centicores=self._aci_held, creates=self._aci_creates, now=self._t,
+            max_container_groups=spec.max_container_groups, live_groups=len(self._aci_groups),
         )
         if refusal is not None:
             self._aci_refuse(pod, obj, refusal)
@@ -163,6 +173,7 @@ class VirtualNodePart(WorldCore):
         self._aci_groups[pod.uid] = ContainerGroup(pod, size, self._t)
         self._aci_held += size.centicores
         self._aci_peak = max(self._aci_peak, self._aci_held)
+        self._aci_peak_groups = max(self._aci_peak_groups, len(self._aci_groups))
         self._aci_creates.append(self._t)
         now = self._ts()
         status["phase"] = "Pending"
@@ -178,6 +189,8 @@ class VirtualNodePart(WorldCore):
     def _aci_refuse(self, pod: PodSim, obj: dict[str, Any], refusal: aci.Refusal) -> None:
         """virtual-kubelet's handleProviderError: Pending, or Failed under restartPolicy Never; ProviderFailed."""
         self._aci_refused[refusal.kind] += 1
+        if refusal.quota is not None:
+            self._aci_refused_quota[refusal.quota] += 1
         self._aci_refused_uids.add(pod.uid)
         pod.refused = True
         status = obj["status"]
@@ -191,10 +204,11 @@ class VirtualNodePart(WorldCore):
         if never:
             pod.stopped = self._t
             self._release(pod)  # a Failed pod holds nothing on its node
-            # Its Job makes another after the Job controller's back-off: 10 s, doubled per failure of the Job,
-            # at most 6 min (the documented pod failure back-off; backoffLimit is not modelled).
-            failures = self._aci_job_failures[pod.workload] = self._aci_job_failures.get(pod.workload, 0) + 1
-            self._push(self._t + min(10.0 * 2 ** min(failures - 1, 6), 360.0), "job_backoff_over", pod)
+            # Its Job makes another after the Job controller's back-off, unless this failure took the Job past
+            # its backoffLimit (`_job_pod_failed`): then the Job has failed and makes no more.
+            delay = self._job_pod_failed(pod)
+            if delay is not None:
+                self._push(self._t + delay, "job_backoff_over", pod)
             ttl = pod.template.workload.ttl_after_finished if pod.template is not None else None
             if ttl is not None:  # gone with the rest of its Job's finished pods, as a completed one would be
                 self._push(self._t + ttl, "ttl_expired", pod)
@@ -232,10 +246,16 @@ class VirtualNodePart(WorldCore):
         if group is None:
             return
         self._aci_held -= group.size.centicores
-        if pod.started is not None:
-            ran = max(0.0, self._t - pod.started)
-            self._aci_vcpu_seconds += group.size.cores * ran
-            self._aci_gb_seconds += group.size.gb * ran
+        ran = self._aci_billed_seconds(group)
+        self._aci_vcpu_seconds += group.size.cores * ran
+        self._aci_gb_seconds += group.size.gb * ran
+
+    def _aci_billed_seconds(self, group: ContainerGroup) -> float:
+        """Seconds billed so far: from the creation (the image pull included; `aci.BILLING_SOURCE`), or, without
+        `bill_start_latency`, from the container running; until now (the group is deleted when its pod stops)."""
+        spec = self.scenario.virtual_node
+        since = group.created if spec is not None and spec.bill_start_latency else group.pod.started
+        return 0.0 if since is None else max(0.0, self._t - since)
 
     def _aci_stuck_pod(self, pod: PodSim) -> bool:
         """Refused by the provider and left Pending: it will never run (see the module docstring)."""
@@ -279,10 +299,9 @@ class VirtualNodePart(WorldCore):
         """(vCPU-seconds, GB-seconds) billed so far, container groups still running included."""
         vcpu, gb = self._aci_vcpu_seconds, self._aci_gb_seconds
         for group in self._aci_groups.values():
-            if group.pod.started is not None:
-                ran = max(0.0, self._t - group.pod.started)
-                vcpu += group.size.cores * ran
-                gb += group.size.gb * ran
+            ran = self._aci_billed_seconds(group)
+            vcpu += group.size.cores * ran
+            gb += group.size.gb * ran
         return vcpu, gb
 
     def _aci_names(self, pods: list[PodSim]) -> tuple[str, ...]:
@@ -306,6 +325,8 @@ class VirtualNodePart(WorldCore):
                 creates_last_hour=len(self._aci_creates),
                 creates_per_5min=spec.creates_per_5min,
                 creates_per_hour=spec.creates_per_hour,
+                container_groups=len(self._aci_groups),
+                max_container_groups=spec.max_container_groups,
                 creating=self._aci_names([p for p in groups if p.started is None]),
                 running=self._aci_names([p for p in groups if p.started is not None]),
                 stuck=self._aci_names([p for p in self._aci_stuck.values() if self._live.get(p.key) is p]),
@@ -334,14 +355,21 @@ class VirtualNodePart(WorldCore):
                 "quota_cores": spec.quota_cores,
                 "creates_per_5min": spec.creates_per_5min,
                 "creates_per_hour": spec.creates_per_hour,
+                "max_container_groups": spec.max_container_groups,
                 "pods_started": len(latencies),
                 "pods_refused": {kind: self._aci_refused.get(kind, 0) for kind in aci.REFUSAL_KINDS},
+                "pods_refused_by_quota": {quota: self._aci_refused_quota.get(quota, 0) for quota in aci.QUOTAS},
                 "pods_stuck": len(usage.stuck),
                 "cores_in_use": usage.cores_in_use,
                 "peak_cores": self._aci_peak / 100,
+                "container_groups": usage.container_groups,
+                "peak_container_groups": self._aci_peak_groups,
                 "vcpu_seconds": round(vcpu, 3),
                 "gb_seconds": round(gb, 3),
                 "cost_usd": round(aci.seconds_cost(vcpu, gb, spec.price_vcpu_second, spec.price_gb_second), 6),
+                "price_vcpu_second": spec.price_vcpu_second,
+                "price_gb_second": spec.price_gb_second,
+                "bill_start_latency": spec.bill_start_latency,
                 "start_latency_p50": round(percentile(latencies, 0.5), 3),
                 "start_latency_p95": round(percentile(latencies, 0.95), 3),
                 "pods_ran": list(self._aci_ran),
@@ -350,4 +378,6 @@ class VirtualNodePart(WorldCore):
                     workload: {kind: counts.get(kind, 0) for kind in ("virtual", "refused", "vm", "none")}
                     for workload, counts in sorted(placements.items())
                 },
+                # Jobs failed by their backoffLimit (sandbox.world.pod_lifecycle `jobs_report`).
+                "jobs": self.jobs_report(),
             }

@@ -37,3 +37,76 @@ def test_the_scenario_model_declares_the_virtual_node_aci_defines() -> None:
 
 _GROUP = {"resource_group": "rg", "name": "pool", "vm_size": "Standard_D4s_v5", "allocatable": {"cpu": "3", "memory": "12Gi"},
           "capacity": {"cpu": "4", "memory": "16Gi"}, "min": 0, "max": 3, "initial": 0}
+
+
+# ---------------------------------------------------------------------------- prices: one source for API and world
+
+
+def _aci_rows(filter_text: str) -> list[dict[str, object]]:
+    from sandbox.api import prices_api
+    from sandbox.api.wire import Request
+
+    response = prices_api.handle(Request.build("GET", prices_api.PREFIX, {"$filter": filter_text}), base_url="https://x")
+    assert response.status == 200
+    return response.json()["Items"]
+
+
+@pytest.mark.parametrize("region", ["eastus", "westeurope"])
+def test_the_retail_prices_double_serves_one_container_instances_row_per_meter(region: str) -> None:
+    from sandbox.model import aci
+
+    rows = _aci_rows(f"serviceName eq 'Container Instances' and armRegionName eq '{region}' and priceType eq 'Consumption'")
+    assert sorted(row["meterName"] for row in rows) == sorted(meter.meter_name for meter in aci.ACI_METERS)
+    for row in rows:
+        assert (row["productName"], row["skuName"], row["armSkuName"], row["type"]) == (
+            "Container Instances", "Standard", "", "Consumption")
+    # A client narrowing to one meter, as public clients do, gets exactly that row.
+    (vcpu,) = _aci_rows(f"serviceName eq 'Container Instances' and armRegionName eq '{region}' "
+                        "and meterName eq 'Standard vCPU Duration'")
+    assert vcpu["unitOfMeasure"] == "1 Hour"
+
+
+def test_the_world_bills_aci_at_the_price_the_retail_prices_double_serves() -> None:
+    from sandbox.model import aci, scenario
+
+    by_meter = {row["meterName"]: row for row in _aci_rows("serviceName eq 'Container Instances' and armRegionName eq 'eastus'")}
+    spec = scenario.load_scenario({"node_groups": [_GROUP], "virtual_node": {}}).virtual_node
+    assert spec is not None
+    assert spec.price_vcpu_second * 3600 == pytest.approx(by_meter["Standard vCPU Duration"]["unitPrice"])
+    assert spec.price_gb_second * 3600 == pytest.approx(by_meter["Standard Memory Duration"]["unitPrice"])
+    assert aci.app_settings(spec)["ACI_PRICE_VCPU_SECOND"] == repr(spec.price_vcpu_second)
+
+
+def test_vm_filters_never_see_the_container_instances_rows() -> None:
+    rows = _aci_rows("serviceName eq 'Virtual Machines' and armRegionName eq 'eastus' and armSkuName eq 'Standard_D4s_v5'")
+    assert rows and all(row["serviceName"] == "Virtual Machines" for row in rows)
+
+
+# ---------------------------------------------------------------------------- the container-group quota
+
+
+@pytest.mark.parametrize("live_groups, max_groups, refused", [(0, 1, False), (99, 100, False), (100, 100, True),
+                                                              (5, 0, True)])
+def test_the_container_group_count_refuses_at_its_limit_whatever_the_cores(live_groups: int, max_groups: int,
+                                                                          refused: bool) -> None:
+    from sandbox.model import aci
+
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "10m"}}}]}}
+    refusal = aci.check_create(pod, version=1, region="eastus", quota_cores=1000, creates_per_5min=1000,
+                               creates_per_hour=1000, held_centicores=0, creates=(), now=0.0,
+                               max_container_groups=max_groups, live_groups=live_groups)
+    assert (refusal is not None) is refused
+    if refusal is not None:
+        assert (refusal.kind, refusal.quota) == ("quota", aci.QUOTA_GROUPS)
+        assert refusal.message.startswith(aci.QUOTA_ERROR_CODE)
+        assert f"quota '{aci.QUOTA_GROUPS}'" in refusal.message and f"Limit: '{max_groups}'" in refusal.message
+
+
+def test_the_scenario_reads_the_container_group_limit_and_the_billing_choice() -> None:
+    from sandbox.model import scenario
+
+    spec = scenario.load_scenario({"node_groups": [_GROUP], "virtual_node": {
+        "max_container_groups": 7, "bill_start_latency": False}}).virtual_node
+    assert spec is not None and (spec.max_container_groups, spec.bill_start_latency) == (7, False)
+    with pytest.raises(scenario.ScenarioError, match="bill_start_latency"):
+        scenario.load_scenario({"node_groups": [_GROUP], "virtual_node": {"bill_start_latency": "yes"}})

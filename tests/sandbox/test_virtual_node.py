@@ -10,7 +10,7 @@ import pytest
 
 from sandbox.model import aci
 from sandbox.model.scenario import ScenarioError, load_scenario
-from sandbox.world import World
+from sandbox.world import World, pod_lifecycle
 from sandbox.world.compute import private_ip
 from tests.sandbox.helpers import job, scenario
 
@@ -18,7 +18,8 @@ START = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
 V1 = "virtual-node-aci-linux"
 TOLERATE = [{"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}]
 ON_ACI = {"tolerations": TOLERATE, "node_selector": {"type": "virtual-kubelet"}}  # only the virtual node fits
-QUOTA_MESSAGE = "The container group quota 'StandardCores' exceeded in region 'westeurope'. Limit: '4', Usage: '4', Requested: '1'."
+QUOTA_MESSAGE = ("ContainerGroupQuotaReached: Resource type 'Microsoft.ContainerInstance/containerGroups' container group "
+                 "quota 'StandardCores' exceeded in region 'westeurope'. Limit: '4', Usage: '4' Requested: '1'.")
 
 
 def make(workloads: list[dict[str, Any]] | None = None, seed: int = 0, **virtual_node: Any) -> World:
@@ -120,8 +121,12 @@ def test_a_client_can_cordon_and_taint_the_virtual_node_and_the_scheduler_honour
 # ---------------------------------------------------------------------------- running pods on ACI
 
 
-def test_a_tolerating_pod_runs_after_the_start_latency_and_is_billed_from_start_to_end() -> None:
-    world = make([job("burst", cpu="1500m", memory="2Gi", duration="100s", **ON_ACI)])
+@pytest.mark.parametrize("bill_start_latency, billed_seconds", [(True, 130), (False, 100)])
+def test_a_tolerating_pod_runs_after_the_start_latency_and_is_billed_from_creation_or_start_to_end(
+    bill_start_latency: bool, billed_seconds: int,
+) -> None:
+    world = make([job("burst", cpu="1500m", memory="2Gi", duration="100s", **ON_ACI)],
+                 bill_start_latency=bill_start_latency)
     (pod,) = workload_pods(world)
     assert pod["spec"]["nodeName"] == V1
     assert pod["status"]["phase"] == "Pending"  # bound, container group being created
@@ -141,8 +146,11 @@ def test_a_tolerating_pod_runs_after_the_start_latency_and_is_billed_from_start_
     report = world.report()
     vn = report["virtual_node"]
     # ACI sizes 1500m as 1.5 vCPU and 2Gi (2147483648 bytes) as 2.1 GB (floored to tenths of 10^9 bytes).
-    assert (vn["vcpu_seconds"], vn["gb_seconds"]) == (1.5 * 100, 2.1 * 100)
-    assert vn["cost_usd"] == pytest.approx(150 * aci.DEFAULT_PRICE_VCPU_SECOND + 210 * aci.DEFAULT_PRICE_GB_SECOND)
+    # Billed from the creation (the start latency included: ACI bills from the image pull) or from the start.
+    assert (vn["vcpu_seconds"], vn["gb_seconds"]) == pytest.approx((1.5 * billed_seconds, 2.1 * billed_seconds))
+    assert vn["cost_usd"] == pytest.approx(1.5 * billed_seconds * aci.DEFAULT_PRICE_VCPU_SECOND
+                                           + 2.1 * billed_seconds * aci.DEFAULT_PRICE_GB_SECOND, abs=1e-6)
+    assert vn["bill_start_latency"] is bill_start_latency
     assert (vn["pods_started"], vn["start_latency_p50"], vn["start_latency_p95"]) == (1, 30.0, 30.0)
     assert (vn["peak_cores"], vn["cores_in_use"]) == (1.5, 0.0)
     assert vn["pods_ran"] == [f"default/{pod['metadata']['name']}"]
@@ -156,9 +164,10 @@ def test_a_tolerating_pod_runs_after_the_start_latency_and_is_billed_from_start_
 
 def test_a_pod_running_on_aci_is_billed_up_to_now_and_released_at_once_when_deleted() -> None:
     world = make([replicas("web", 2, cpu="2", memory="1Gi", **ON_ACI)])
-    world.advance_by(90)  # running for 60 s
+    world.advance_by(90)  # created 90 s ago, running for 60 s: billed from the creation
     vn = world.report()["virtual_node"]
-    assert (vn["vcpu_seconds"], vn["gb_seconds"], vn["cores_in_use"]) == (2 * 2 * 60, 2 * 1.0 * 60, 4.0)
+    assert (vn["vcpu_seconds"], vn["gb_seconds"], vn["cores_in_use"]) == (2 * 2 * 90, 2 * 1.0 * 90, 4.0)
+    assert (vn["container_groups"], vn["peak_container_groups"]) == (2, 2)
     name = workload_pods(world)[0]["metadata"]["name"]
     world.k8s_delete("pods", "default", name)  # graceful: virtual-kubelet deletes the group, then the pod
     assert name not in [p["metadata"]["name"] for p in workload_pods(world)]
@@ -168,7 +177,7 @@ def test_a_pod_running_on_aci_is_billed_up_to_now_and_released_at_once_when_dele
     assert usage.cores_in_use == 4.0 and len(usage.running) == 1 and len(usage.creating) == 1
     world.advance_by(60)
     vn = world.report()["virtual_node"]
-    assert vn["vcpu_seconds"] == 2 * 60 + 2 * 120 + 2 * 30  # the deleted one stopped at 90 s
+    assert vn["vcpu_seconds"] == 2 * 90 + 2 * 150 + 2 * 60  # the deleted one stopped at 90 s, its replacement began
 
 
 def test_a_pod_that_does_not_tolerate_the_taint_never_goes_to_the_virtual_node() -> None:
@@ -274,6 +283,57 @@ def test_the_creation_rate_limits_refuse_with_the_window_they_exceed() -> None:
     hourly = make([replicas("web", 3, **ON_ACI)], creates_per_hour=2)
     (stuck,) = refused(hourly)
     assert stuck["status"]["message"] == "The number of container group creations exceeded the limit of '2' in 1 hour"
+
+
+def test_the_container_group_count_is_a_concurrent_limit_refused_with_acis_quota_error() -> None:
+    # Small pods: the count binds long before the 100 cores do.
+    world = make([replicas("web", 3, cpu="100m", **ON_ACI)], max_container_groups=2)
+    (stuck,) = refused(world)
+    assert stuck["status"]["message"] == (
+        "ContainerGroupQuotaReached: Resource type 'Microsoft.ContainerInstance/containerGroups' container group quota "
+        "'ContainerGroups' exceeded in region 'westeurope'. Limit: '2', Usage: '2' Requested: '1'.")
+    vn = world.report()["virtual_node"]
+    assert vn["pods_refused"]["quota"] == sum(vn["pods_refused_by_quota"].values()) == 1
+    assert vn["pods_refused_by_quota"] == {"StandardCores": 0, "ContainerGroups": 1}
+    assert (vn["max_container_groups"], vn["container_groups"], vn["peak_container_groups"]) == (2, 2, 2)
+    usage = world.virtual_node_usage()
+    assert (usage.container_groups, usage.max_container_groups) == (2, 2) and usage.cores_in_use == 0.2
+    # Concurrent, not a rate: once a group is deleted, the next creation (the ReplicaSet's replacement) succeeds.
+    world.k8s_delete("pods", "default", usage.creating[0].split("/")[1])
+    world.advance_by(0)
+    assert [p["metadata"]["name"] for p in refused(world)] == [stuck["metadata"]["name"]]
+    vn = world.report()["virtual_node"]
+    assert (vn["container_groups"], vn["peak_container_groups"], vn["pods_refused"]["quota"]) == (2, 2, 1)
+
+
+def test_a_job_fails_once_more_than_its_backoff_limit_of_pods_failed_and_makes_no_more() -> None:
+    volumes = [{"name": "data", "hostPath": {"path": "/var/data"}}]  # every pod of it is refused
+    world = make([job("batch", volumes=volumes, **ON_ACI)])
+    world.advance_by(3600)  # back-offs of 10, 20, 40, 80, 160, 320 s: far less than an hour
+    jobs = world.report()["virtual_node"]["jobs"]
+    assert jobs["backoff_limit"] == pod_lifecycle.JOB_BACKOFF_LIMIT
+    # The first pod and backoff_limit replacements failed; the last failure failed the Job, which made no more.
+    assert len(workload_pods(world)) == jobs["backoff_limit"] + 1 == len(refused(world))
+    assert (jobs["failed"], jobs["failed_names"]) == (1, ["default/batch"])
+    assert (jobs["tasks_of_failed_jobs"], jobs["tasks_never_run"], jobs["tasks_never_created"]) == (1, 1, 0)
+    assert jobs["assumptions"] and world.state()["done"]
+
+
+def test_a_failed_job_deletes_its_active_pods_and_its_later_work_never_gets_a_pod() -> None:
+    # Two pods fit the 2-core quota and run; the other eight are refused, past the backoff limit of 6.
+    spec = job("batch", 10, duration="1000s", repeat={"every": "600s", "times": 2}, **ON_ACI)
+    world = make([spec, job("other", duration="100s", **ON_ACI)], quota_cores=3)
+    world.advance_by(60)
+    jobs = world.report()["virtual_node"]["jobs"]
+    assert jobs["failed_names"] == ["default/batch"]
+    live = [p for p in workload_pods(world) if p["metadata"]["labels"]["app"] == "batch"]
+    assert all(p["status"]["phase"] == "Failed" for p in live)  # the refused ones; the running ones were deleted
+    assert {p["metadata"]["labels"]["app"] for p in workload_pods(world) if p["status"]["phase"] == "Running"} == {"other"}
+    world.advance_by(1200)  # the second wave arrives for a failed Job: no pods
+    jobs = world.report()["virtual_node"]["jobs"]
+    assert (jobs["tasks_of_failed_jobs"], jobs["tasks_never_run"], jobs["tasks_never_created"]) == (20, 20, 10)
+    assert world.report()["pods_completed"] == 1  # "other", whose Job never failed
+    assert world.virtual_node_usage().cores_in_use == 0.0
 
 
 def test_a_host_path_volume_is_refused_as_unsupported() -> None:
