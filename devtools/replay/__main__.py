@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="ACI core quota of the virtual node, for ours+vn and ca+vn (default 100)")
     one.add_argument("--aci-creates", type=int, nargs=2, default=None, metavar=("PER_5MIN", "PER_HOUR"),
                      help="ACI container groups that may be created per 5 minutes and per hour (default 100 300)")
+    one.add_argument("--aci-groups", type=int, default=None, metavar="GROUPS",
+                     help="ACI container groups that may exist at once in the region (default 100)")
     spot = one.add_argument_group("spot tier (ours+spot, ca+spot; devtools/replay/spot.py)")
     spot.add_argument("--spot-eviction-rate", type=float, default=None, metavar="PER_HOUR",
                       help="spot evictions per running spot instance-hour, a Poisson process (default 0.05, assumed; "
@@ -79,12 +81,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _virtual_node(args: argparse.Namespace) -> dict[str, int] | None:
-    """The virtual node's limits from --aci-quota and --aci-creates; None leaves the sandbox's defaults."""
+    """The virtual node's limits from --aci-quota, --aci-creates and --aci-groups; None leaves the sandbox's defaults."""
     limits: dict[str, int] = {}
     if args.aci_quota is not None:
         limits["quota_cores"] = args.aci_quota
     if args.aci_creates is not None:
         limits["creates_per_5min"], limits["creates_per_hour"] = args.aci_creates
+    if args.aci_groups is not None:
+        limits["max_container_groups"] = args.aci_groups
     return limits or None
 
 
