@@ -10,6 +10,7 @@ import pytest
 
 from sandbox.api import prices_api
 from sandbox.api.server import SandboxServer
+from sandbox.api.spot_price_table import spot_fraction_of
 from sandbox.api.wire import Request
 from sandbox.clock import ManualClock
 from shared.adapters.compute import VmssCompute
@@ -18,6 +19,7 @@ from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
 from tests.shared.adapters.sandbox_world import SCENARIO, settings_for
 
 D4, E8 = prices_api.LIST_PRICES_PER_HOUR["Standard_D4s_v5"], prices_api.LIST_PRICES_PER_HOUR["Standard_E8s_v5"]
+D4_SPOT = D4 * spot_fraction_of("Standard_D4s_v5")  # the double's Spot row
 
 
 @pytest.fixture
@@ -46,7 +48,7 @@ def test_the_linux_pay_as_you_go_price_of_each_size_asked_for(server: SandboxSer
     got = prices.get_vm_prices("EastUS", ["Standard_D4s_v5", "Standard_E8s_v5", "Standard_Nope_v9"])
     # Not the Windows (1.8x), Spot or Low Priority rows of the same sizes; an unknown size has no price.
     assert got == {"standard_d4s_v5": D4, "standard_e8s_v5": E8}
-    assert prices.get_vm_prices("eastus", ["Standard_D4s_v5"], spot=True) == {"standard_d4s_v5": pytest.approx(D4 * 0.2)}
+    assert prices.get_vm_prices("eastus", ["Standard_D4s_v5"], spot=True) == {"standard_d4s_v5": pytest.approx(D4_SPOT)}
 
 
 def test_pages_are_followed(server: SandboxServer, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,7 +109,7 @@ def test_a_spot_group_is_priced_at_its_sizes_spot_meter(server: SandboxServer) -
     assert groups
     regular, spot = groups[0], replace(groups[0], name=groups[0].name + "-spot", priority="Spot")
     got = prices.get_group_prices([regular, spot])
-    assert got == {regular.id: D4, spot.id: pytest.approx(D4 * 0.2)}
+    assert got == {regular.id: D4, spot.id: pytest.approx(D4_SPOT)}
 
 
 # --- without a server ---------------------------------------------------------------------------------
