@@ -414,3 +414,127 @@ def test_simulate_eviction_of_a_flexible_member_goes_through_its_vm_route() -> N
     world.advance_by(30)
     assert [i.power for i in world.instances(group)] == ["deallocated", "running"]
     assert world.report()["spot"]["eviction_log"][0]["instance_id"] == vm_name
+
+
+# --- Spot availability: Spot Placement Score levels over the run ---------------------------------------------
+
+
+def availability(*, step: str = "10m", initial: str = "High", notice: bool = True,
+                 high: dict[str, Any] | None = None, medium: dict[str, Any] | None = None,
+                 low: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One `spot_availability` entry for pool-a: a chain over High, Medium, Low (moving every step by default)."""
+    return {"scale_set": POOL, "step": step, "initial": initial, "notice": notice, "levels": {
+        "High": {"next": {"High": 0.5, "Medium": 0.5}, **(high or {})},
+        "Medium": {"next": {"High": 0.3, "Medium": 0.3, "Low": 0.4}, **(medium or {})},
+        "Low": {"next": {"Medium": 0.5, "Low": 0.5}, **(low or {})},
+    }}
+
+
+def levels_over(doc: dict[str, Any], seed: int, seconds: float) -> list[tuple[float, str]]:
+    world = World(doc, start=START, seed=seed)
+    world.advance_by(seconds)
+    entry, = world.report()["spot"]["availability"]
+    return [(change["t"], change["level"]) for change in entry["levels"]]
+
+
+def test_availability_levels_change_every_step_from_the_seed_alone() -> None:
+    doc = spot_doc(duration="10h", spot_availability=[availability()])
+    first = levels_over(doc, 1, 36000)
+    assert first == levels_over(doc, 1, 36000) and first != levels_over(doc, 2, 36000)
+    assert first[0] == (0.0, "High") and len(first) > 5
+    assert all(t % 600 == 0 for t, _ in first)  # changes happen on steps only
+    assert all(a != b for (_, a), (_, b) in zip(first, first[1:], strict=False))  # a change is a change
+    moves = {(a, b) for (_, a), (_, b) in zip(first, first[1:], strict=False)}
+    assert ("High", "Low") not in moves  # the chain has no such move
+    # The autoscaler's doings draw nothing from the chain: the same levels with a workload that grows the set.
+    busy = spot_doc(duration="10h", spot_availability=[availability()], workloads=[job("w", 8, cpu="3")])
+    assert levels_over(busy, 1, 36000) == first
+
+
+def test_the_report_counts_the_seconds_at_each_level() -> None:
+    world = World(spot_doc(duration="10h", spot_availability=[availability()]), start=START, seed=3)
+    world.advance_by(36000)
+    entry, = world.report()["spot"]["availability"]
+    assert sum(entry["seconds_at"].values()) == pytest.approx(world.t)
+    changes = entry["levels"] + [{"t": world.t, "level": ""}]
+    for level in ("High", "Medium", "Low"):
+        expected = sum(b["t"] - a["t"] for a, b in zip(changes, changes[1:], strict=False) if a["level"] == level)
+        assert entry["seconds_at"][level] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("level", "limit", "code", "refused_at_once"), [
+    ("Low", 0, "SkuNotAvailable", True),
+    ("Low", 2, "SkuNotAvailable", True),
+    ("Medium", 3, "AllocationFailed", False),
+])
+def test_a_level_caps_spot_capacity_with_its_code(level: str, limit: int, code: str, refused_at_once: bool) -> None:
+    caps = {level.lower(): {"available": limit, "code": code}}
+    # Held at `level` (its only move is to itself): increases within the cap go, beyond it fail with its code.
+    entry = availability(initial=level, **caps)
+    entry["levels"][level]["next"] = {level: 1.0}
+    world = make(spot_doc(initial=min(2, limit), spot_availability=[entry]))
+    held = min(2, limit)
+    if limit > held:
+        assert operation_of(world, patch_capacity(world, limit)).status == "InProgress"
+        held = limit
+    response = patch_capacity(world, held + 1)
+    if refused_at_once:
+        assert response.status == 409 and response.json()["error"]["code"] == code
+    else:
+        assert response.status == 200
+        op = operation_of(world, response)
+        world.advance_by(5)
+        assert (op.status, op.error_code) == ("Failed", code)
+    assert group_of(world).capacity == held
+    spot = world.report()["spot"]
+    assert spot["capacity_failures"] == {code: 1}
+    assert spot["availability"][0]["refusals_by_level"] == {level: 1}
+
+
+def test_high_without_a_cap_refuses_nothing() -> None:
+    entry = availability()
+    entry["levels"]["High"]["next"] = {"High": 1.0}
+    world = make(spot_doc(spot_availability=[entry]))
+    assert operation_of(world, patch_capacity(world, 40)).status == "InProgress"
+    assert world.report()["spot"]["capacity_failures"] == {}
+
+
+@pytest.mark.parametrize("level", ["High", "Low"])
+def test_evictions_follow_the_level_rate(level: str) -> None:
+    # Ten instances held at one level for 10 hours; only Low evicts (a high rate), High evicts none.
+    entry = availability(initial=level, high={"eviction_rate_per_hour": 0.0}, low={"eviction_rate_per_hour": 0.5})
+    entry["levels"][level]["next"] = {level: 1.0}
+    doc = spot_doc(initial=10, group={"eviction_policy": "Delete", "max": 10}, duration="10h",
+                   spot_availability=[entry])
+    world = World(doc, start=START, seed=4)
+    world.advance_by(36000)
+    spot = world.report()["spot"]
+    if level == "High":
+        assert spot["evictions"] == 0 and spot["notices_published"] == 0
+    else:  # each of the 10 lives about 2 h: nearly all gone in 10 h, each announced first
+        assert 7 <= spot["evictions"] <= 10 and spot["notices_published"] == spot["evictions"]
+        assert world.next_notice_at() is not None  # the process goes on
+
+
+@pytest.mark.parametrize(("entry", "path", "problem"), [
+    ({"step": "0s"}, "$.spot_availability[0].step", "above 0"),
+    ({"initial": "Gone"}, "$.spot_availability[0].initial", "not a level of this entry"),
+    ({"levels": {"Great": {"next": {"Great": 1.0}}}}, "$.spot_availability[0].levels", "Spot Placement Score level"),
+    ({"levels": {"High": {"next": {"High": 0.7}}}}, "$.spot_availability[0].levels.High.next", "sum to 1"),
+    ({"levels": {"High": {"next": {"Low": 1.0}}}}, "$.spot_availability[0].levels.High.next", "not a level"),
+    ({"levels": {"High": {"next": {"High": 1.0}, "code": "AllocationFailed"}}},
+     "$.spot_availability[0].levels.High.code", "only with available"),
+    ({"levels": {"High": {"next": {"High": 1.0}, "eviction_rate_per_hour": -1}}},
+     "$.spot_availability[0].levels.High.eviction_rate_per_hour", "from 0"),
+])
+def test_bad_availability_fields_are_reported_with_their_path(entry: dict[str, Any], path: str, problem: str) -> None:
+    bad = availability() | entry
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(spot_doc(spot_availability=[bad]))
+    assert caught.value.path == path and problem in caught.value.problem
+
+
+def test_availability_needs_a_spot_set() -> None:
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(spot_doc(spot_availability=[availability() | {"scale_set": REGULAR}]))
+    assert "Regular scale set" in caught.value.problem
