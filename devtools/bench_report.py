@@ -5,9 +5,10 @@ cluster and writes `results` (out/bench/results.json) and per-policy time `serie
 only renders them; it computes nothing that is not already in its inputs, so a figure in the report
 can always be traced back to the JSON.
 
-- `markdown_table(results)`: one table per trace, for a README, an issue or a pull request;
-- `write_report(results, series, out_dir)`: PNG plots per trace and `report.html`, one
-  self-contained file (the plots embedded as data URIs) that can be attached or mailed as is.
+- `markdown_table(results)`: one table per trace, for a README, an issue or a pull request, with the
+  trace's cost-versus-wait frontier and dominance table when the results have them;
+- `write_report(results, series, out_dir)`: PNG plots per trace (the frontier's too) and `report.html`,
+  one self-contained file (the plots embedded as data URIs) that can be attached or mailed as is.
 
 Output is deterministic for the same input: the only date in the page is `results["generated"]`,
 passed in by the caller, so two renderings of the same run compare equal.
@@ -27,11 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devtools.replay.frontier import (
+    DOMINANCE_HEADERS,
+    FRONTIER_HEADERS,
+    dominance_rows,
+    dominance_summary,
+    frontier_rows,
+)
+
 # The policies in the order the table reads best: ours first, then what it is compared with, the
-# feasible bound and the oracle (the two computed references) last. Policies not named here follow, alphabetically.
-POLICY_ORDER = ("ours", "ca", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
+# lower bound and the oracle (the two computed references) last. Policies not named here follow, alphabetically.
+POLICY_ORDER = ("ours", "ca", "nap", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
                 "ours+spot", "ca+spot", "ours+spot@5%", "ca+spot@5%", "ours+spot@20%", "ca+spot@20%",
-                "ours+spot@5%,quota320", "ca+spot@5%,quota320", "vmss-cpu", "static", "bound", "oracle")
+                "ours+spot@5%,quota320", "ca+spot@5%,quota320", "vmss-cpu", "static", "lower_bound", "oracle")
 DEMAND_KEY = "_demand"
 MISSING = "–"  # en dash: a metric that does not apply to the policy (e.g. the oracle's pending waits)
 # Above this many points a line is decimated to MAX_PLOT_POINTS // 3 buckets, about one per pixel
@@ -43,7 +52,7 @@ DPI = 100
 WORK_LOST_HOURS_FROM_S = 3600.0  # below an hour, work lost reads better in seconds
 
 HEADERS = (
-    "policy", "node-hours", "cost ($)", "cost vs oracle", "cost vs bound",
+    "policy", "node-hours", "cost ($)", "cost vs oracle", "cost vs lower bound",
     "pending wait p50 (s)", "pending wait p95 (s)", "pending wait p99 (s)", "pending wait max (s)",
     "pods killed", "work lost", "scale actions", "ARM reads", "ARM writes", "throttle violations", "pods completed",
 )
@@ -73,6 +82,9 @@ class TraceSection:
     rows: tuple[tuple[str, ...], ...]  # cells in HEADERS order, already formatted
     targets: tuple[Target, ...]
     spot_rows: tuple[tuple[str, ...], ...] = ()  # cells in SPOT_HEADERS order, for the policies with spot pools
+    frontier_rows: tuple[tuple[str, ...], ...] = ()  # cells in FRONTIER_HEADERS order: every point of the sweep
+    dominance_rows: tuple[tuple[str, ...], ...] = ()  # cells in DOMINANCE_HEADERS order: one per peer point
+    dominance: Target | None = None  # whether ours dominates every peer point, with the count and the misses
 
 
 # --- formatting -------------------------------------------------------------------------------
@@ -126,7 +138,7 @@ def policy_row(policy: str, metrics: Mapping[str, Any] | None) -> tuple[str, ...
         _fmt_node_hours(m.get("node_seconds")),
         _fmt(m.get("cost"), ",.2f"),
         _fmt(m.get("cost_vs_oracle"), ",.2f", "x"),
-        _fmt(m.get("cost_vs_bound"), ",.2f", "x"),
+        _fmt(m.get("cost_vs_lower_bound"), ",.2f", "x"),
         *(_fmt_int(waits.get(q)) for q in ("p50", "p95", "p99", "max")),
         _fmt_int(m.get("pods_killed")),
         _fmt_work_lost(m.get("work_lost_s")),
@@ -171,9 +183,11 @@ def sections(results: Mapping[str, Any]) -> list[TraceSection]:
     """The traces in the order the benchmark ran them, each with its note, rows and targets."""
     notes = results.get("traces") or {}
     all_targets = results.get("targets") or {}
+    frontiers, dominance = results.get("frontier") or {}, results.get("dominance") or {}
     out = []
-    for trace, per_policy in (results.get("replay") or {}).items():
-        per_policy = per_policy or {}
+    replay = results.get("replay") or {}
+    for trace in dict.fromkeys([*replay, *frontiers, *dominance]):  # a frontier-only run has no main table
+        per_policy = replay.get(trace) or {}
         note = (notes.get(trace) or {}).get("note")
         targets = tuple(
             Target(str(t.get("name", "")), bool(t.get("met")), str(t.get("detail") or ""))
@@ -182,7 +196,13 @@ def sections(results: Mapping[str, Any]) -> list[TraceSection]:
         rows = tuple(policy_row(p, per_policy[p]) for p in ordered_policies(per_policy))
         spot_rows = tuple(spot_row(p, per_policy[p]) for p in ordered_policies(per_policy)
                           if isinstance(per_policy[p], Mapping) and per_policy[p].get("spot"))
-        out.append(TraceSection(str(trace), str(note) if note else None, rows, targets, spot_rows))
+        verdict = None
+        if dominance.get(trace):
+            met, text = dominance_summary(dominance[trace])
+            verdict = Target(text, met, "")
+        out.append(TraceSection(str(trace), str(note) if note else None, rows, targets, spot_rows,
+                                tuple(frontier_rows(frontiers.get(trace) or {})),
+                                tuple(dominance_rows(dominance[trace])) if dominance.get(trace) else (), verdict))
     return out
 
 
@@ -216,10 +236,8 @@ def markdown_table(results: Mapping[str, Any]) -> str:
         lines += [f"### {section.trace}", ""]
         if section.note:
             lines += [section.note, ""]
-        lines.append("| " + " | ".join(HEADERS) + " |")
-        lines.append("|" + "|".join(["---"] + ["---:"] * (len(HEADERS) - 1)) + "|")
-        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in section.rows]
-        lines.append("")
+        if section.rows:
+            lines += _md_rows(HEADERS, section.rows)
         if section.spot_rows:
             lines += ["Spot:", ""]
             lines.append("| " + " | ".join(SPOT_HEADERS) + " |")
@@ -231,10 +249,29 @@ def markdown_table(results: Mapping[str, Any]) -> str:
             lines += [f"- {'met' if t.met else '**MISSED**'}: {t.name}" + (f" — {t.detail}" if t.detail else "")
                       for t in section.targets]
             lines.append("")
+        lines += _md_frontier(section)
     prices = _prices_line(results)
     if prices:
         lines += [prices, ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _md_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|"]
+    return lines + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows] + [""]
+
+
+def _md_frontier(section: TraceSection) -> list[str]:
+    """The frontier's points, then the dominance table and its verdict (MISSED in bold, as the targets)."""
+    lines: list[str] = []
+    if section.frontier_rows:
+        lines += ["Frontier (each policy at each idle time swept):", "", *_md_rows(FRONTIER_HEADERS, section.frontier_rows)]
+    if section.dominance_rows:
+        rows = [(*row[:-1], row[-1] if row[-1] == "met" else f"**{row[-1]}**") for row in section.dominance_rows]
+        lines += ["Dominance (for each peer point, the best ours point):", "", *_md_rows(DOMINANCE_HEADERS, rows)]
+    if section.dominance is not None:
+        lines += [f"- {'met' if section.dominance.met else '**MISSED**'}: {section.dominance.name}", ""]
+    return lines
 
 
 # --- plots ------------------------------------------------------------------------------------
@@ -361,6 +398,40 @@ def _plot_outcomes(trace: str, per_policy: Mapping[str, Any], colors: Mapping[st
     return _save(fig, path)
 
 
+def pareto(points: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The points no other point beats on both cost and p95 wait (ties kept), by cost: a policy's frontier line."""
+    return sorted((p for p in points
+                   if not any(q["cost"] <= p["cost"] and q["p95_wait_s"] <= p["p95_wait_s"]
+                              and (q["cost"], q["p95_wait_s"]) != (p["cost"], p["p95_wait_s"]) for q in points)),
+                  key=lambda p: (p["cost"], p["p95_wait_s"]))
+
+
+def _plot_frontier(trace: str, frontier: Mapping[str, Any], colors: Mapping[str, str], path: Path) -> Path | None:
+    """Cost against p95 wait, every point of every policy's sweep, each labelled with its setting, the pods it killed
+    and the work it lost; a line through each policy's undominated points."""
+    policies = [p for p in ordered_policies(frontier) if frontier[p]]
+    if not policies:
+        return None
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    for policy in policies:
+        points = frontier[policy]
+        ax.scatter([p["cost"] for p in points], [p["p95_wait_s"] for p in points], color=colors.get(policy),
+                   s=18, label=policy, zorder=3)
+        front = pareto(points)
+        ax.plot([p["cost"] for p in front], [p["p95_wait_s"] for p in front], color=colors.get(policy),
+                linewidth=1.0, alpha=0.6)
+        for p in points:
+            ax.annotate(f"{p['label']}: {_fmt_int(p['pods_killed'])} killed, {_fmt_work_lost(p['work_lost_s'])} lost",
+                        (p["cost"], p["p95_wait_s"]), textcoords="offset points", xytext=(4, 3),
+                        fontsize=5.5, color=colors.get(policy))
+    ax.set(title=f"{trace}: cost against p95 pending wait, per idle-time setting", xlabel="cost ($)",
+           ylabel="p95 pending wait (s)")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    return _save(fig, path)
+
+
 # --- HTML -------------------------------------------------------------------------------------
 
 _CSS = """
@@ -382,9 +453,22 @@ def _e(text: Any) -> str:
 
 
 def _html_table(section: TraceSection) -> list[str]:
-    out = _html_rows(HEADERS, section.rows)
+    out = _html_rows(HEADERS, section.rows) if section.rows else []
     if section.spot_rows:
         out += ["<p>Spot:</p>", *_html_rows(SPOT_HEADERS, section.spot_rows)]
+    return out
+
+
+def _html_frontier(section: TraceSection) -> list[str]:
+    out: list[str] = []
+    if section.frontier_rows:
+        out += ["<p>Frontier (each policy at each idle time swept):</p>", *_html_rows(FRONTIER_HEADERS, section.frontier_rows)]
+    if section.dominance_rows:
+        out += ["<p>Dominance (for each peer point, the best ours point):</p>",
+                *_html_rows(DOMINANCE_HEADERS, section.dominance_rows)]
+    if section.dominance is not None:
+        status = '<span class="met">met</span>' if section.dominance.met else '<span class="missed">MISSED</span>'
+        out.append(f"<p>{status}: {_e(section.dominance.name)}</p>")
     return out
 
 
@@ -420,6 +504,7 @@ def render_html(results: Mapping[str, Any], plots: Mapping[str, Sequence[tuple[s
                     detail = f" — {_e(t.detail)}" if t.detail else ""
                     out.append(f"<li>{status}: {_e(t.name)}{detail}</li>")
                 out.append("</ul>")
+            out += _html_frontier(section)
         for alt, path in plots.get(trace, ()):
             out.append(f'<img src="{_data_uri(path)}" alt="{_e(alt)}">')
     prices = _prices_line(results)
@@ -432,7 +517,8 @@ def render_html(results: Mapping[str, Any], plots: Mapping[str, Sequence[tuple[s
 
 
 def write_report(results: Mapping[str, Any], series: Mapping[str, Any], out_dir: Path) -> list[Path]:
-    """Per trace: nodes over time, pending pods over time and a cost/disruption bar chart (PNGs), then report.html.
+    """Per trace: nodes over time, pending pods over time, a cost/disruption bar chart and, when the results have a
+    frontier, cost against p95 wait per idle-time setting (PNGs), then report.html.
 
     Returns the paths written, PNGs in trace order then the page. A trace missing from `series`
     gets only its bar chart; a plot with nothing to draw is not written.
@@ -440,10 +526,11 @@ def write_report(results: Mapping[str, Any], series: Mapping[str, Any], out_dir:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     replay = results.get("replay") or {}
+    frontiers = results.get("frontier") or {}
     written: list[Path] = []
     plots: dict[str, list[tuple[str, Path]]] = {}
     slugs: set[str] = set()
-    for trace in dict.fromkeys([*replay, *series]):
+    for trace in dict.fromkeys([*replay, *series, *frontiers]):
         slug = base = _slug(str(trace))
         suffix = 2
         while slug in slugs:  # two trace names that differ only in punctuation must not overwrite each other
@@ -451,10 +538,12 @@ def write_report(results: Mapping[str, Any], series: Mapping[str, Any], out_dir:
         slugs.add(slug)
         trace_series = series.get(trace) or {}
         trace_results = replay.get(trace) or {}
-        colors = _colors([*trace_results, *trace_series])
+        trace_frontier = frontiers.get(trace) or {}
+        colors = _colors([*trace_results, *trace_series, *trace_frontier])
         for kind, plot, data in (("nodes", _plot_nodes, trace_series),
                                  ("pending", _plot_pending, trace_series),
-                                 ("outcomes", _plot_outcomes, trace_results)):
+                                 ("outcomes", _plot_outcomes, trace_results),
+                                 ("frontier", _plot_frontier, trace_frontier)):
             path = plot(str(trace), data, colors, out_dir / f"{slug}-{kind}.png")
             if path:
                 written.append(path)

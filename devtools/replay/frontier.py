@@ -1,0 +1,204 @@
+"""Cost-versus-wait frontiers: each policy's idle-time settings swept, and whether ours' points dominate the peers'.
+
+A single setting per policy answers "which is cheaper at its defaults", which a tuned peer may turn around: CA with
+a 1-minute unneeded time is cheaper and slower than at its 10. So each policy runs at several idle times and its
+points (cost, p95 pending wait, pods killed, work lost) form its frontier; ours dominates a peer point when some ours
+point costs at most `COST_RATIO` times as much, kills no more pods, and waits at most `WAIT_SLACK_S` longer at p95.
+
+Pure: which settings a sweep runs (`sweep_points`), what a run's result contributes to a point (`point_of`), the
+dominance table (`dominance`, `dominance_table`). The replays are the caller's (devtools.replay.suite).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+OURS = "ours"
+PEERS = ("ca", "nap")
+IDLE_MINUTES = (1, 2, 5, 10)
+COST_RATIO = 1.0  # an ours point may cost at most this many times the peer point's
+WAIT_SLACK_S = 5.0  # ... and wait at most this much longer at p95
+# ca's sweep is the grid of both flags (unneeded time x delay after add): the two trade cost against wait
+# differently (the first ends idle nodes, the second holds scale-down after every scale-up), so a peer tuned well
+# may set them apart. CA's defaults (10m, 10m) are one of its points.
+CA_GRID = True
+NAP_CONSOLIDATE_AFTER = "NAP_CONSOLIDATE_AFTER"
+
+ASSUMPTIONS = (
+    "frontier: every point is one replay on the suite's seed; its p95 wait moves by several seconds between seeds, "
+    "so a dominance miss by a few seconds is within the noise",
+    "frontier: `ours` fixed N min sets SCALE_DOWN_IDLE_MODE=fixed with SCALE_DOWN_UNNEEDED_TIME and "
+    "SCALE_DOWN_DELAY_AFTER_ADD both N min; `auto` is ours' default (break-even on CPU groups, fixed 10m on GPU ones)",
+    "frontier: `ca` sweeps --scale-down-unneeded-time and --scale-down-delay-after-add, `nap` its consolidateAfter; "
+    "every other setting stays at the policy's default",
+    "dominance: the best ours point for a peer point is the one with the lowest p95 wait among those at most "
+    "COST_RATIO x its cost with no more pods killed (ties: cheaper, then fewer killed); work lost and pods completed "
+    "are shown, not judged",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    """One run of the sweep: a policy at one setting of its idle time."""
+
+    policy: str
+    label: str
+    # ours: ReplayConfig.settings (app settings); a peer: ReplayConfig.peer_settings (its emulation's overrides).
+    settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The policy as the suite's main table runs it: the caller may reuse that run instead of replaying it.
+    default: bool = False
+
+    def config_changes(self) -> dict[str, dict[str, str]]:
+        """The ReplayConfig fields this point sets (`dataclasses.replace` keywords)."""
+        return {"settings" if self.policy == OURS else "peer_settings": dict(self.settings)}
+
+
+def _idle(minutes: int, after_add: int | None = None) -> dict[str, str]:
+    return {"SCALE_DOWN_UNNEEDED_TIME": f"{minutes}m", "SCALE_DOWN_DELAY_AFTER_ADD": f"{after_add or minutes}m"}
+
+
+def sweep_points(policies: Iterable[str], *, ca_grid: bool = CA_GRID) -> list[SweepPoint]:
+    """The sweep's runs for the policies given (those of OURS and PEERS among them), ours first."""
+    available = set(policies)
+    points: list[SweepPoint] = []
+    if OURS in available:
+        points.append(SweepPoint(OURS, "auto", default=True))
+        points += [SweepPoint(OURS, f"fixed {m}m", {"SCALE_DOWN_IDLE_MODE": "fixed", **_idle(m)})
+                   for m in IDLE_MINUTES]
+    if "ca" in available:
+        pairs = [(u, a) for u in IDLE_MINUTES for a in IDLE_MINUTES] if ca_grid else [(m, m) for m in IDLE_MINUTES]
+        # CA's defaults are 10m and 10m (its flags' defaults), which the emulation leaves to ours' defaults.
+        points += [SweepPoint("ca", f"{u}m/{a}m", _idle(u, a), default=(u, a) == (10, 10)) for u, a in pairs]
+    if "nap" in available:
+        points.append(SweepPoint("nap", "default", default=True))
+        points += [SweepPoint("nap", f"{m}m", {NAP_CONSOLIDATE_AFTER: f"{m}m"}) for m in IDLE_MINUTES]
+    return points
+
+
+def missing_peers(policies: Iterable[str]) -> list[str]:
+    """The peers the sweep would compare with that this checkout does not have."""
+    available = set(policies)
+    return [peer for peer in PEERS if peer not in available]
+
+
+def point_of(sweep: SweepPoint, result: Mapping[str, Any]) -> dict[str, Any]:
+    """A frontier point of results.json: the sweep point and the figures of its run's result."""
+    return {
+        "label": sweep.label,
+        "settings": dict(sweep.settings),
+        "cost": result["cost"],
+        "p95_wait_s": result["pending_wait_s"]["p95"],
+        "pods_killed": result["pods_killed"],
+        "work_lost_s": result["work_lost_s"],
+        "pods_completed": result.get("pods_completed"),
+        "pods": result.get("pods"),
+    }
+
+
+def best_ours(ours: Sequence[Mapping[str, Any]], peer: Mapping[str, Any], *,
+              cost_ratio: float = COST_RATIO) -> Mapping[str, Any] | None:
+    """The ours point with the lowest p95 wait among those at most `cost_ratio` x the peer's cost that kill no more
+    pods (ties: the cheaper, then fewer killed); None when no ours point is that cheap and that gentle."""
+    eligible = [p for p in ours
+                if p["cost"] <= peer["cost"] * cost_ratio + 1e-9 and p["pods_killed"] <= peer["pods_killed"]]
+    return min(eligible, key=lambda p: (p["p95_wait_s"], p["cost"], p["pods_killed"]), default=None)
+
+
+def dominance(frontier: Mapping[str, Sequence[Mapping[str, Any]]], *, cost_ratio: float = COST_RATIO,
+              wait_slack_s: float = WAIT_SLACK_S) -> dict[str, Any]:
+    """For each peer point (every policy but OURS), the best ours point (`best_ours`) and whether it is within
+    `wait_slack_s` of the peer's p95; a summary says whether every peer point is dominated.
+
+    A peer point no ours point matches on cost and kills is missed; its row names ours' cheapest point and what
+    that costs against the peer's, so the miss comes with its figures."""
+    ours = list(frontier.get(OURS) or ())
+    rows: list[dict[str, Any]] = []
+    for policy, points in frontier.items():
+        if policy == OURS:
+            continue
+        for peer in points:
+            best = best_ours(ours, peer, cost_ratio=cost_ratio)
+            row: dict[str, Any] = {
+                "policy": policy, "label": peer["label"], "cost": peer["cost"], "p95_wait_s": peer["p95_wait_s"],
+                "pods_killed": peer["pods_killed"], "work_lost_s": peer["work_lost_s"], "ours": None, "met": False,
+            }
+            if best is not None:
+                difference = round(best["p95_wait_s"] - peer["p95_wait_s"], 1)
+                row |= {"ours": best["label"], "ours_cost": best["cost"], "ours_p95_wait_s": best["p95_wait_s"],
+                        "ours_pods_killed": best["pods_killed"], "ours_work_lost_s": best["work_lost_s"],
+                        "cost_ratio": _ratio(best["cost"], peer["cost"]), "p95_difference_s": difference,
+                        "met": difference <= wait_slack_s}
+            elif ours:
+                cheapest = min(ours, key=lambda p: (p["cost"], p["pods_killed"], p["p95_wait_s"]))
+                row["cheapest_ours"] = {"label": cheapest["label"], "cost": cheapest["cost"],
+                                        "cost_ratio": _ratio(cheapest["cost"], peer["cost"]),
+                                        "pods_killed": cheapest["pods_killed"], "p95_wait_s": cheapest["p95_wait_s"]}
+            rows.append(row)
+    missed = [f"{r['policy']} {r['label']}" for r in rows if not r["met"]]
+    return {
+        "criteria": {"cost_ratio": cost_ratio, "wait_slack_s": wait_slack_s, "pods_killed": "at most the peer's"},
+        "rows": rows,
+        "summary": {"met": bool(rows) and not missed, "peer_points": len(rows), "dominated": len(rows) - len(missed),
+                    "missed": missed,
+                    "peers": sorted({r["policy"] for r in rows})},
+    }
+
+
+def _ratio(cost: float, peer_cost: float) -> float | None:
+    return round(cost / peer_cost, 4) if peer_cost else None
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+FRONTIER_HEADERS = ("policy", "setting", "cost ($)", "p95 wait (s)", "pods killed", "work lost (s)", "pods completed")
+DOMINANCE_HEADERS = ("peer point", "cost ($)", "p95 wait (s)", "killed", "best ours (no dearer, no more killed)",
+                     "ours cost ($)", "ours p95 wait (s)", "ours killed", "p95 difference (s)", "verdict")
+MISSING = "–"
+
+
+def frontier_rows(frontier: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tuple[str, ...]]:
+    """Every point of every policy in sweep order, as FRONTIER_HEADERS' cells."""
+    return [(policy, p["label"], f"{p['cost']:,.2f}", f"{p['p95_wait_s']:.0f}", f"{p['pods_killed']:,}",
+             f"{p['work_lost_s']:,.0f}", MISSING if p.get("pods_completed") is None else f"{p['pods_completed']:,}")
+            for policy, points in frontier.items() for p in points]
+
+
+def dominance_rows(result: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """`dominance`'s rows as DOMINANCE_HEADERS' cells; a miss without an eligible ours point names ours' cheapest."""
+    rows = []
+    for r in result["rows"]:
+        peer = (f"{r['policy']} {r['label']}", f"{r['cost']:,.2f}", f"{r['p95_wait_s']:.0f}", f"{r['pods_killed']:,}")
+        if r["ours"] is None:
+            cheapest = r.get("cheapest_ours")
+            why = (f"none (cheapest ours, {cheapest['label']}: {cheapest['cost_ratio']:.2f}x the cost, "
+                   f"{cheapest['pods_killed']:,} killed)" if cheapest else "none (no ours point)")
+            rows.append((*peer, why, MISSING, MISSING, MISSING, MISSING, "MISSED"))
+            continue
+        rows.append((*peer, r["ours"], f"{r['ours_cost']:,.2f}", f"{r['ours_p95_wait_s']:.0f}",
+                     f"{r['ours_pods_killed']:,}", f"{r['p95_difference_s']:+.0f}", "met" if r["met"] else "MISSED"))
+    return rows
+
+
+def dominance_summary(result: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether ours dominates every peer point, and the sentence that says so with its count and misses."""
+    criteria, summary = result["criteria"], result["summary"]
+    text = (f"ours dominates every peer point (cost at most {criteria['cost_ratio']:.1f}x, p95 wait at most "
+            f"{criteria['wait_slack_s']:.0f} s longer, no more pods killed): {summary['dominated']} of "
+            f"{summary['peer_points']}" + (f"; missed: {', '.join(summary['missed'])}" if summary["missed"] else ""))
+    return bool(summary["met"]), text
+
+
+def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A markdown table, the first column left-aligned and the others right."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|"]
+    return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+
+
+def dominance_table(result: Mapping[str, Any]) -> list[str]:
+    """`dominance`'s rows as markdown, then its summary line."""
+    met, text = dominance_summary(result)
+    rows = [(*row[:-1], row[-1] if row[-1] == "met" else f"**{row[-1]}**") for row in dominance_rows(result)]
+    return [*markdown(DOMINANCE_HEADERS, rows), "", f"- {'met' if met else '**MISSED**'}: {text}"]
