@@ -1,4 +1,4 @@
-"""The feasible bound: whole nodes, each billed a boot from creation, idle gaps kept or released at best, zero wait.
+"""The lower bound: whole nodes, each billed a boot from creation, idle gaps kept or released at best, zero wait.
 
 Hand-computed on small traces, checked against a brute-force sum on random ones, never under the oracle
 and never over a simple feasible schedule.
@@ -18,11 +18,11 @@ from devtools.replay.__main__ import main
 from devtools.replay.harness import ReplayConfig, placeable
 from devtools.replay.metrics import (
     DemandCurve,
-    bound_for,
+    lower_bound_for,
     demand_curve,
-    feasible_bound_seconds,
+    lower_bound_seconds,
     oracle_result,
-    with_cost_vs_bound,
+    with_cost_vs_lower_bound,
 )
 from devtools.replay.pools import CPU_POOL, GPU_POOL_2, POOL_SETS
 from devtools.replay.run import replay
@@ -57,11 +57,11 @@ def test_bound_by_hand_with_a_short_gap_a_long_gap_and_a_second_level() -> None:
     # over it: 0.26667 / 0.1813 = 1.4709 (a ratio divides by the oracle's rounded cost, as cost_vs_oracle does).
     tiny = trace(pod(200, 400, FREE_CPU), pod(300, 100, FREE_CPU // 2), pod(650, 300, FREE_CPU),
                  pod(1450, 100, FREE_CPU))
-    bound = bound_for(tiny, CONFIG)
+    bound = lower_bound_for(tiny, CONFIG)
     assert bound["node_seconds"] == 1250.0
     assert bound["cost"] == 0.2667
     assert bound["cost_vs_oracle"] == 1.4709
-    assert bound["cost_vs_bound"] == 1.0 and bound["boot_s"] == BOOT
+    assert bound["cost_vs_lower_bound"] == 1.0 and bound["boot_s"] == BOOT
     assert replay(tiny, "oracle", CONFIG).result["cost"] == 0.1813
 
 
@@ -76,7 +76,7 @@ def test_bound_by_hand_with_a_short_gap_a_long_gap_and_a_second_level() -> None:
     ([pod(100, 300, FREE_CPU), pod(400, 300, FREE_CPU)], 700.0, 0.1493),
 ])
 def test_bound_by_hand_small_cases(pods: list[TracePod], node_seconds: float, cost: float) -> None:
-    bound = bound_for(trace(*pods), CONFIG)
+    bound = lower_bound_for(trace(*pods), CONFIG)
     assert bound["node_seconds"] == node_seconds
     assert bound["cost"] == cost
 
@@ -85,7 +85,7 @@ def test_bound_prices_each_pool_like_the_oracle() -> None:
     # A 1-GPU pod on the 2-GPU NC48 pool ($7.346/h): half a node for the oracle, a whole one for the bound.
     # Bound: 100 + 3,600 = 3,700 node-s = 3,700 x 7.346 / 3,600 = $7.5501; oracle 1,800 node-s = $3.673.
     config = replace(CONFIG, pools=(CPU_POOL, GPU_POOL_2))
-    bound = bound_for(trace(pod(600, 3600, 1000, gpus=1)), config)
+    bound = lower_bound_for(trace(pod(600, 3600, 1000, gpus=1)), config)
     assert bound["node_seconds"] == 3700.0
     assert bound["cost"] == 7.5501
     assert bound["cost_vs_oracle"] == round(7.5501 / 3.673, 4)
@@ -95,11 +95,11 @@ def test_levels_by_hand_on_a_demand_curve() -> None:
     # n(t): 3 on [0, 10), 1 on [10, 60), 3 on [60, 70), 0 after; boot 20.
     # Level 1: 70 needed, cut boot 0. Levels 2 and 3: 10 + 10 needed + min(50, 20) = 40 each. Total 150.
     curve = DemandCurve((0.0, 10.0, 60.0, 70.0), {"p": (2.5, 0.4, 2.2, 0.0)})
-    assert feasible_bound_seconds(curve, "p", boot_s=20.0, until=1000.0) == 150.0
+    assert lower_bound_seconds(curve, "p", boot_s=20.0, until=1000.0) == 150.0
     # With a zero boot it is the whole-node demand's integral: 30 + 50 + 30 = 110.
-    assert feasible_bound_seconds(curve, "p", boot_s=0.0, until=1000.0) == 110.0
+    assert lower_bound_seconds(curve, "p", boot_s=0.0, until=1000.0) == 110.0
     # Cut at `until`: the second peak counts up to 65 only: 70 - 5 = 65, and 10 + 5 + 20 = 35 per upper level.
-    assert feasible_bound_seconds(curve, "p", boot_s=20.0, until=65.0) == 135.0
+    assert lower_bound_seconds(curve, "p", boot_s=20.0, until=65.0) == 135.0
 
 
 # -- against independent computations, on random traces ----------------------------------------------
@@ -137,7 +137,7 @@ def test_bound_is_the_brute_force_sum_over_seconds(seed: int) -> None:
     end = int(max(p.at + p.duration for p in pods))
     n = [_whole_nodes(curve, CPU_POOL.name, s) for s in range(end + boot + 1)]
     brute = sum(max(n[s:s + boot + 1]) for s in range(end))
-    assert feasible_bound_seconds(curve, CPU_POOL.name, boot_s=float(boot), until=end + 900.0) == pytest.approx(brute)
+    assert lower_bound_seconds(curve, CPU_POOL.name, boot_s=float(boot), until=end + 900.0) == pytest.approx(brute)
 
 
 def _segments(curve: DemandCurve, pool: str) -> list[tuple[float, float, int]]:
@@ -184,7 +184,7 @@ def test_bound_is_above_the_oracle_and_below_simple_schedules(seed: int) -> None
     until = math.ceil(max(p.at + p.duration for p in pods) + CONFIG.tail_s)
     oracle = oracle_result(curve, CONFIG.pools, until=until)
     for boot in (0.0, 30.0, BOOT, 300.0):
-        bound = bound_for(tiny, replace(CONFIG, boot_median_s=boot))
+        bound = lower_bound_for(tiny, replace(CONFIG, boot_median_s=boot))
         assert bound["node_seconds"] >= oracle["node_seconds"] - 0.1, boot
         assert bound["cost"] >= oracle["cost"], boot
         for name, seconds in _simple_schedules(tiny, curve, boot).items():
@@ -193,16 +193,16 @@ def test_bound_is_above_the_oracle_and_below_simple_schedules(seed: int) -> None
 
 def test_bound_grows_with_the_boot() -> None:
     tiny = _random_trace(3)
-    costs = [bound_for(tiny, replace(CONFIG, boot_median_s=boot))["cost"] for boot in (0.0, 10.0, 100.0, 1000.0)]
+    costs = [lower_bound_for(tiny, replace(CONFIG, boot_median_s=boot))["cost"] for boot in (0.0, 10.0, 100.0, 1000.0)]
     assert costs == sorted(costs) and costs[0] < costs[-1]
 
 
 def test_static_capacity_never_costs_less_than_the_bound() -> None:
     # Static keeps the peak's nodes from t = 0 (booted before the start) to the end: a feasible zero-wait schedule.
     tiny = trace(pod(200, 400, FREE_CPU), pod(300, 100, FREE_CPU // 2), pod(650, 300, FREE_CPU))
-    bound = bound_for(tiny, CONFIG)
-    static = with_cost_vs_bound(replay(tiny, "static", CONFIG).result, bound["cost"])
-    assert static["cost_vs_bound"] >= 1.0
+    bound = lower_bound_for(tiny, CONFIG)
+    static = with_cost_vs_lower_bound(replay(tiny, "static", CONFIG).result, bound["cost"])
+    assert static["cost_vs_lower_bound"] >= 1.0
 
 
 @pytest.mark.skipif(not (TRACE_DIR / TRACE_FILES["alibaba2018"]).exists(),
@@ -211,7 +211,7 @@ def test_static_capacity_never_costs_less_than_the_bound() -> None:
 def test_bound_on_the_real_traces_lies_between_the_oracle_and_static(name: str) -> None:
     config = config_for(name)
     real = load_trace(name)
-    bound = bound_for(real, config)
+    bound = lower_bound_for(real, config)
     pods, _ = placeable(real, config.pools)
     curve = demand_curve(pods, config.pools)
     end = max(p.at + p.duration for p in pods)
@@ -225,11 +225,11 @@ def test_bound_on_the_real_traces_lies_between_the_oracle_and_static(name: str) 
 @pytest.mark.parametrize(("bound_cost", "expected"), [(50.0, 2.0), (0.0, None)])
 def test_cost_vs_bound_follows_cost_vs_oracle(bound_cost: float, expected: float | None) -> None:
     result = {"node_seconds": 1.0, "cost": 100.0, "cost_vs_oracle": 4.0, "pods_killed": 0}
-    out = with_cost_vs_bound(result, bound_cost)
-    assert list(out) == ["node_seconds", "cost", "cost_vs_oracle", "cost_vs_bound", "pods_killed"]
-    assert out["cost_vs_bound"] == expected
-    assert with_cost_vs_bound(out, 25.0)["cost_vs_bound"] == 4.0  # recomputed, not repeated
-    assert with_cost_vs_bound({"cost": 1.0}, 2.0) == {"cost": 1.0, "cost_vs_bound": 0.5}
+    out = with_cost_vs_lower_bound(result, bound_cost)
+    assert list(out) == ["node_seconds", "cost", "cost_vs_oracle", "cost_vs_lower_bound", "pods_killed"]
+    assert out["cost_vs_lower_bound"] == expected
+    assert with_cost_vs_lower_bound(out, 25.0)["cost_vs_lower_bound"] == 4.0  # recomputed, not repeated
+    assert with_cost_vs_lower_bound({"cost": 1.0}, 2.0) == {"cost": 1.0, "cost_vs_lower_bound": 0.5}
 
 
 def test_replay_command_shows_the_bound_and_each_cost_against_it(
@@ -238,8 +238,8 @@ def test_replay_command_shows_the_bound_and_each_cost_against_it(
     out = tmp_path / "one.json"
     assert main(["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "static", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "cost vs bound" in printed and "| bound |" in printed and "| static |" in printed
+    assert "cost vs lower bound" in printed and "| lower_bound |" in printed and "| static |" in printed
     per_policy = json.loads(out.read_text())["replay"]["pods"]
-    bound, static = per_policy["bound"], per_policy["static"]
-    assert bound["cost_vs_bound"] == 1.0 and bound["boot_s"] == 100.0
-    assert static["cost_vs_bound"] == round(static["cost"] / bound["cost"], 4) >= 1.0
+    bound, static = per_policy["lower_bound"], per_policy["static"]
+    assert bound["cost_vs_lower_bound"] == 1.0 and bound["boot_s"] == 100.0
+    assert static["cost_vs_lower_bound"] == round(static["cost"] / bound["cost"], 4) >= 1.0
