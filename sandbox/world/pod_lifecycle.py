@@ -11,7 +11,7 @@ and the Eviction API honours PodDisruptionBudgets.
 
 Jobs fail by their backoffLimit (`JOB_BACKOFF_LIMIT`, Kubernetes' default 6; Kubernetes docs, Jobs, "Pod
 backoff failure policy"): once more of a Job's pods have failed than that, the Job controller marks the Job
-Failed (reason BackoffLimitExceeded), deletes its active pods and makes no more, so its work never runs. The
+Failed (reason BackoffLimitExceeded), deletes its active pods (at once) and makes no more, so its work never runs. The
 failures counted are the pods a virtual node's provider refused (Failed, ProviderFailed: `_job_pod_failed`).
 Pods killed with their node or evicted are not counted: the trace's Jobs are taken to carry the pod failure
 policy the Kubernetes docs give for that (`podFailurePolicy` rule Ignore on condition DisruptionTarget), an
@@ -52,7 +52,7 @@ JOB_BACKOFF_BASE_S = 10.0
 JOB_BACKOFF_MAX_S = 360.0
 JOB_ASSUMPTIONS = (
     "A Job fails once more than backoffLimit (6, Kubernetes' default) of its pods have failed; a failed Job makes "
-    "no more pods and its active pods are deleted, so its unfinished tasks never run.",
+    "no more pods and its active pods are deleted at once (no grace period), so its unfinished tasks never run.",
     "Only pods the virtual node's provider refused (ProviderFailed) count as failures: the Jobs are taken to "
     "ignore disruptions (podFailurePolicy Ignore on DisruptionTarget), so pods killed with their node or evicted "
     "do not.",
@@ -361,12 +361,13 @@ class PodLifecyclePart(WorldCore):
         return min(JOB_BACKOFF_BASE_S * 2 ** min(failures - 1, 6), JOB_BACKOFF_MAX_S)
 
     def _fail_job(self, workload: str) -> None:
-        """The Job controller on BackoffLimitExceeded: the Job is Failed and its active pods are deleted (gracefully;
-        their replacements are never made)."""
+        """The Job controller on BackoffLimitExceeded: the Job is Failed and its active pods are deleted, never
+        replaced. They go at once, without a grace period, by an event at this instant (the `ttl_expired` removal)
+        rather than here: this runs inside a scheduling pass (a refusal at the bind), which may still hold them."""
         self._jobs_failed[workload] = self._t
         for pod in [p for p in self._live.values() if p.role == "workload" and p.workload == workload]:
             if pod.finished is None and is_active(self._pod_obj(pod)):
-                self._delete_pod(pod, None)
+                self._push(self._t, "ttl_expired", pod)
 
     def jobs_report(self) -> dict[str, Any]:
         """Jobs failed by their backoffLimit: how many, which (by when they failed), their tasks (the work that
