@@ -17,7 +17,7 @@ from typing import Any
 from devtools.replay.spot_prices import spot_fraction
 from sandbox.api.prices_api import LIST_PRICES_PER_HOUR, PRICE_DATE, PRICE_SOURCE
 
-__all__ = ["POOL_SETS", "PRICE_DATE", "PRICE_SOURCE", "PRICES_PER_HOUR", "Pool"]
+__all__ = ["NAP_POOL_SETS", "POOL_SETS", "PRICE_DATE", "PRICE_SOURCE", "PRICES_PER_HOUR", "Pool", "nap_pools"]
 
 # One table for the replay's costs and the sandbox's Retail Prices double.
 PRICES_PER_HOUR: dict[str, float] = dict(LIST_PRICES_PER_HOUR)
@@ -37,6 +37,7 @@ class Pool:
     priority: str = "Regular"  # "Spot": a spot scale set (see spot_twin)
     eviction_policy: str = "Delete"  # a spot pool's (AKS's default for spot pools); ignored on Regular ones
     spot_price_fraction: float | None = None  # a spot pool's price over on-demand; None: the shipped table
+    max_pods: int = 110  # the kubelet's maxPods (the Kubernetes default; NAP's nodes take 250)
 
     @property
     def is_spot(self) -> bool:
@@ -60,7 +61,8 @@ class Pool:
 
     def node_group(self, *, resource_group: str, initial: int = 0, fixed: bool = False) -> dict[str, Any]:
         """The pool as a sandbox scenario node group; `fixed` pins it at `initial` (min = max)."""
-        allocatable: dict[str, Any] = {"cpu": f"{self.cpu_milli}m", "memory": f"{self.memory_mib}Mi", "pods": 110}
+        allocatable: dict[str, Any] = {"cpu": f"{self.cpu_milli}m", "memory": f"{self.memory_mib}Mi",
+                                       "pods": self.max_pods}
         if self.gpus:
             allocatable["nvidia.com/gpu"] = self.gpus
         group: dict[str, Any] = {
@@ -87,3 +89,33 @@ POOL_SETS: dict[str, tuple[Pool, ...]] = {
     "alibaba2023": (CPU_POOL_LARGE, GPU_POOL_2, GPU_POOL_4),
 }
 DEFAULT_POOLS = (CPU_POOL, GPU_POOL_2, GPU_POOL_4)
+
+
+# Node Auto Provisioning (the `nap` policy): one scale set per VM size the emulated Karpenter may choose, each from 0.
+# The general-purpose sizes are D2s_v5 to D64s_v5 (NAP's default NodePool takes the D family); D16s_v5 and D48s_v5 keep
+# the standard pools' allocatable, so a pod fits the same size whichever policy runs; the others take AKS's
+# kube-reserved (CPU: 60m for the first core, 10m the second, 5m each of the next two, 2.5m each beyond; memory:
+# 25 % of the first 4 GiB, 20 % of the next 4, 10 % of the next 8, 6 % up to 128 GiB, 2 % beyond, plus the 750 MiB
+# eviction threshold), rounded down as the standard pools are. maxPods 250: karpenter-provider-azure's default with
+# Azure CNI Overlay (AKSNodeClass `maxPods`, pkg/apis/v1beta1/aksnodeclass.go), the network NAP runs on.
+NAP_MAX_PODS = 250
+NAP_GENERAL: tuple[Pool, ...] = (
+    Pool("nap-d2s-v5", "Standard_D2s_v5", 1_900, 5_000, max_pods=NAP_MAX_PODS),
+    Pool("nap-d4s-v5", "Standard_D4s_v5", 3_900, 12_000, max_pods=NAP_MAX_PODS),
+    Pool("nap-d8s-v5", "Standard_D8s_v5", 7_900, 28_000, max_pods=NAP_MAX_PODS),
+    replace(CPU_POOL, name="nap-d16s-v5", max_pods=NAP_MAX_PODS),
+    Pool("nap-d32s-v5", "Standard_D32s_v5", 31_800, 120_000, max_pods=NAP_MAX_PODS),
+    replace(CPU_POOL_LARGE, name="nap-d48s-v5", max_pods=NAP_MAX_PODS),
+    Pool("nap-d64s-v5", "Standard_D64s_v5", 63_700, 247_000, max_pods=NAP_MAX_PODS),
+)
+
+
+def nap_pools(standard: tuple[Pool, ...]) -> tuple[Pool, ...]:
+    """NAP's sizes for a run whose standard pools are `standard`: the general-purpose sizes, plus a NAP twin of each
+    GPU pool (same size and allocatable: a GPU NodePool an operator adds, NAP's default one takes the D family only)."""
+    gpus = tuple(replace(p, name=f"nap-{p.vm_size.removeprefix('Standard_').split('_')[0].lower()}",
+                         max_pods=NAP_MAX_PODS) for p in standard if p.gpus and not p.is_spot)
+    return NAP_GENERAL + gpus
+
+
+NAP_POOL_SETS: dict[str, tuple[Pool, ...]] = {name: nap_pools(pools) for name, pools in POOL_SETS.items()}

@@ -7,12 +7,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable
+from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable, pool_of
 from devtools.replay.metrics import demand_curve, oracle_result, run_result, static_sizes, timeline_series
 from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES, Static
 from devtools.replay.policies.ca import CA_SETTINGS, CA_SPOT_SETTINGS, ClusterAutoscaler
+from devtools.replay.policies.nap import NAP_ASSUMPTIONS, NodeAutoProvisioning
 from devtools.replay.policies.ours import Ours
 from devtools.replay.policies.vmss_cpu import VmssCpuAutoscale
+from devtools.replay.pools import nap_pools
 from devtools.replay.spot import billed_pools
 from devtools.replay.traces import Trace
 
@@ -56,6 +58,13 @@ def replay(
     demand = {"t": list(curve.times), "nodes": [round(v, 3) for v in curve.total()]}
     if policy == "oracle":
         return ReplayOutcome(policy, oracle, {}, demand, left_out)
+    if policy == "nap":
+        # NAP's sizes, each its own scale set, for the same pods as every policy: those the standard pools hold.
+        config = replace(config, pools=nap_pools(config.pools))
+        outside = [p for p in pods if pool_of(p, config.pools) is None]
+        if outside:
+            raise ValueError(f"trace {trace.name}: {len(outside)} pods fit a standard pool but no NAP size")
+        trace = replace(trace, pods=tuple(pods))
     if policy == "static":
         world = build_world(trace, config, initial=static_sizes(curve, config.pools), fixed=True)
     elif policy == "vmss-cpu":
@@ -79,11 +88,16 @@ def replay(
         chosen = ClusterAutoscaler(run, settings={**CA_SPOT_SETTINGS, **config.peer_settings})
     elif policy == "vmss-cpu":
         chosen = VmssCpuAutoscale(run)
+    elif policy == "nap":
+        chosen = NodeAutoProvisioning(run, settings=config.peer_settings, arrivals=[p.at for p in pods])
     else:
         chosen = Static()
     run.run(chosen, progress=sampled)
     samples.append((world.t, world.counters.arm_reads))
+    # The oracle is the standard pools' for every policy (nap's included), so the ratios compare.
     result = run_result(world, billed_pools(config.pools, config.spot), scale_actions=chosen.scale_actions(),
                         oracle_cost=oracle["cost"])
+    if policy == "nap":
+        result["assumptions"] = list(NAP_ASSUMPTIONS)
     return ReplayOutcome(policy, result, timeline_series(world), demand, left_out, run.wakeups, world.t,
                          dict(getattr(chosen, "executions", {})), tuple(samples))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-POLICIES = ("ours", "ca", "vmss-cpu", "static", "oracle", "ours+vn", "ca+vn", "ours+spot", "ca+spot")
+POLICIES = ("ours", "ca", "vmss-cpu", "static", "oracle", "ours+vn", "ca+vn", "ours+spot", "ca+spot", "nap")
 # The same controllers with a virtual node (ACI) beside the pools: the run's ReplayConfig.virtual_node sets its
 # quota, start latency and prices (the sandbox's defaults when it has none).
 VIRTUAL_NODE_POLICIES = ("ours+vn", "ca+vn")
