@@ -336,6 +336,17 @@ def test_a_failed_job_deletes_its_active_pods_and_its_later_work_never_gets_a_po
     assert world.virtual_node_usage().cores_in_use == 0.0
 
 
+def test_a_job_failing_inside_a_scheduling_pass_leaves_its_pods_still_queued_in_that_pass_unbound_or_gone() -> None:
+    # One core of quota: the first pod runs, the next seven are refused in the same pass (the seventh fails the
+    # Job), and the last four are still queued in that pass when it does.
+    world = make([job("batch", 12, duration="100s", **ON_ACI)], quota_cores=1)
+    world.advance_by(1)
+    jobs = world.report()["virtual_node"]["jobs"]
+    assert jobs["failed"] == 1 and jobs["tasks_never_run"] == 12
+    assert {p["status"]["phase"] for p in workload_pods(world)} == {"Failed"}
+    assert len(refused(world)) == len(workload_pods(world)) <= jobs["backoff_limit"] + 1 + 4
+
+
 def test_a_host_path_volume_is_refused_as_unsupported() -> None:
     volumes = [{"name": "data", "hostPath": {"path": "/var/data"}}]
     world = make([replicas("web", 1, volumes=volumes, **ON_ACI), job("batch", volumes=volumes, **ON_ACI)])
