@@ -12,8 +12,8 @@ with it (the sandbox's spot model: sandbox/world/spot.py, sandbox/model/spot_spe
   Preempt Scheduled Event 30 s ahead (`notice`): by default at the rate of the size's eviction band
   (`devtools.replay.spot_market`), or every size at one `band`, or at a flat `eviction_rate_per_hour`;
 - `scarcity` (default true): each spot set's availability is a seeded Markov chain of Spot Placement Score
-  levels; at Medium the region holds only so many spot instances of the size (`AllocationFailed` beyond), at Low
-  none more (`SkuNotAvailable`), and evictions are likelier the lower the level (`spot_market`);
+  levels; at Medium the region holds only so many spot instances of the size, at Low none more (`SkuNotAvailable`
+  beyond), and evictions are likelier the lower the level (`spot_market`);
 - `cloud_node_lifecycle` (default true): the Node of an evicted VM is deleted 10 s later, as a cloud node
   lifecycle controller does (cloud-provider-azure on AKS; the replay's world deletes the Node of every VM
   deleted otherwise the same way). False leaves it NotReady, as on k3s or kubeadm without a cloud provider.
@@ -150,7 +150,7 @@ class SpotTier:
                 line += (f"; availability {scarcity}: long-run High/Medium/Low "
                          f"{share['High']:.0%}/{share['Medium']:.0%}/{share['Low']:.0%} of the time, eviction rate "
                          f"{rates['High']:.1%}/{rates['Medium']:.1%}/{rates['Low']:.1%} per hour at each, at most "
-                         f"{medium} spot instances at Medium (AllocationFailed beyond), none more at Low (SkuNotAvailable)")
+                         f"{medium} spot instances at Medium, none more at Low ({spot_market.CAPACITY_CODE} beyond)")
             out.append(line)
         if self.scarcity:
             out.append(f"availability levels step every {spot_market.STEP_S / 60:.0f} minutes by a Markov chain seeded "
@@ -199,7 +199,7 @@ def spot_section(report: Mapping[str, Any], pools: Sequence[Pool]) -> dict[str, 
         "capacity_failures": dict(spot["capacity_failures"]),
         "quota_refused_requests": quota.get("refused_requests", 0),
         "low_priority_cores_peak": peaks.get("lowPriorityCores", 0),
-        # Spot capacity increases refused or failed for availability (SkuNotAvailable, AllocationFailed), in all.
+        # Spot capacity increases refused or failed for availability (by code in capacity_failures), in all.
         "capacity_refusals": sum(spot["capacity_failures"].values()),
         # Per spot set: seconds at each Spot Placement Score level, and the level changes.
         "availability": {a["scale_set"]: {"seconds_at": a["seconds_at"], "changes": len(a["levels"]) - 1,

@@ -9,8 +9,10 @@ Pure data and arithmetic, no side effects. ASSUMED throughout, not measured for 
 - Availability: a size's Spot Placement Score level (High, Medium, Low; Learn "Spot Placement Score") as a Markov
   chain stepped every STEP_S, starting High. A "common" size is mostly High; a "scarce" one (the A100s, the
   largest D) sits at Medium or Low a good share of the time. At High spot capacity is unlimited; at Medium the
-  region holds at most MEDIUM_VCPUS of the size, beyond which a capacity increase fails with `AllocationFailed`;
-  at Low no more spot capacity is allocated (`SkuNotAvailable`, refused at once).
+  region holds at most MEDIUM_VCPUS of the size, at Low none more; beyond, a capacity increase is refused at once
+  with `SkuNotAvailable`, Azure's code for no Spot capacity (error-codes-spot.md). Not `AllocationFailed`: an
+  autoscaler following Karpenter's cache reads that as the size being full on demand too, for an hour, while
+  this model keeps on-demand capacity unlimited, so a spot-only shortage would be punished twice.
 - Evictions follow the level: each level's rate is the band's rate times a multiplier (High 0.5, Medium 1.5,
   Low 4, scaled so the long-run mean over the chain's stationary levels is the band's rate, which is what the
   band reports).
@@ -31,6 +33,7 @@ DEFAULT_BAND: Final = "5-10%"  # a size missing below
 STEP_S: Final = 1800.0  # how often a level may change
 LEVELS: Final = ("High", "Medium", "Low")
 INITIAL_LEVEL: Final = "High"
+CAPACITY_CODE: Final = "SkuNotAvailable"  # the refusal beyond a level's cap (see the module docstring)
 MEDIUM_VCPUS: Final[Mapping[str, int]] = MappingProxyType({"common": 640, "scarce": 192})
 _RAW_MULTIPLIER: Final[Mapping[str, float]] = MappingProxyType({"High": 0.5, "Medium": 1.5, "Low": 4.0})
 # Level -> next level -> probability, per STEP_S.
@@ -91,8 +94,8 @@ def availability_entry(scale_set: str, vm_size: str, band_rate: float, *, notice
     rates = level_rates(band_rate, scarcity)
     medium = max(1, MEDIUM_VCPUS[scarcity] // vcpus_of(vm_size))
     limits: dict[str, dict[str, Any]] = {
-        "High": {}, "Medium": {"available": medium, "code": "AllocationFailed"},
-        "Low": {"available": 0, "code": "SkuNotAvailable"},
+        "High": {}, "Medium": {"available": medium, "code": CAPACITY_CODE},
+        "Low": {"available": 0, "code": CAPACITY_CODE},
     }
     levels = {
         level: {"next": dict(CHAINS[scarcity][level]), **limits[level],

@@ -109,8 +109,8 @@ def test_the_default_tier_gives_every_spot_set_a_chain_with_caps_and_codes() -> 
         high, medium, low = (entry.level(level) for level in spot_market.LEVELS)
         assert entry.initial == "High" and entry.step == spot_market.STEP_S
         assert high.available is None  # High: no cap
-        assert medium.code == "AllocationFailed" and 0 < medium.available  # type: ignore[operator]
-        assert (low.available, low.code) == (0, "SkuNotAvailable")  # Low: none more, refused at once
+        assert medium.code == "SkuNotAvailable" and 0 < medium.available  # type: ignore[operator]
+        assert (low.available, low.code) == (0, "SkuNotAvailable")  # Low: none more; both refused at once
         assert high.eviction_rate_per_hour < medium.eviction_rate_per_hour < low.eviction_rate_per_hour
     # Scarcity off: a flat Poisson rate per set, no chain.
     flat = replace(config, spot={"scarcity": False})
