@@ -165,3 +165,38 @@ def test_wait_over_seeds_takes_the_runs_seed_from_its_results_and_replays_the_ne
     assert rows[0] == {"seed": 4, "ours": {"p95": 5, "cost": 99}, "ca": {"p95": 6, "cost": 98}}
     assert rows[2] == {"seed": 6, "ours": {"p95": 60, "cost": 106}, "ca": {"p95": 61, "cost": 106}}
     assert sorted(replayed) == sorted((f"alibaba2023@{s}", p, s) for s in (5, 6) for p in ("ours", "ca"))
+
+
+def test_the_frontier_section_replays_each_sweep_point_and_reuses_the_defaults(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from devtools.replay import suite
+    from devtools.replay.frontier import sweep_points
+    replayed: list[tuple[str, str, dict, dict]] = []
+
+    def fake_replay(trace, policy, config):  # type: ignore[no-untyped-def]
+        replayed.append((trace, policy, dict(config.settings), dict(config.peer_settings)))
+        # Each run's figures from its idle time, so points differ: ours a shade cheaper than the peers.
+        minutes = float((config.settings or config.peer_settings).get("SCALE_DOWN_UNNEEDED_TIME", "3m")[:-1] or 0)
+        cost = 100 + minutes - (1 if policy == "ours" else 0)
+        return type("Outcome", (), {"result": _result(cost, 1.0, 100 - minutes) | {"work_lost_s": 0.0}})()
+
+    monkeypatch.setattr(suite, "replay", fake_replay)
+    known = {name: {"ours": _result(50, 1.0, 10) | {"work_lost_s": 0.0},
+                    "ca": _result(60, 1.0, 20) | {"work_lost_s": 0.0}} for name in ("t1", "t2")}
+    shown: list[str] = []
+    policies = ("ours", "ca", "vmss-cpu")
+    frontier, dominated = suite.frontier_section({"t1": "trace one", "t2": "trace two"}, seed=0, policies=policies,
+                                                 known=known, workers=1, show=shown.append)
+    assert shown == ["frontier: no `nap` policy in this checkout; its points are left out"]
+    sweep = sweep_points(policies)
+    # Every point but the defaults was replayed, once per trace; the defaults are the main table's runs.
+    assert len(replayed) == 2 * sum(not p.default for p in sweep)
+    assert all(not (policy == "ours" and peer) and not (policy == "ca" and ours)
+               for _, policy, ours, peer in replayed)  # ours' settings to ours, the peer's to the peer
+    for name in ("t1", "t2"):
+        assert set(frontier[name]) == {"ours", "ca"}
+        assert [p["label"] for p in frontier[name]["ours"]] == [p.label for p in sweep if p.policy == "ours"]
+        [auto] = [p for p in frontier[name]["ours"] if p["label"] == "auto"]
+        [ca_default] = [p for p in frontier[name]["ca"] if p["label"] == "10m/10m"]
+        assert (auto["cost"], ca_default["cost"]) == (50, 60)
+        assert dominated[name]["summary"]["peer_points"] == len(frontier[name]["ca"])
+    json.dumps({"frontier": frontier, "dominance": dominated})  # as results.json holds them
