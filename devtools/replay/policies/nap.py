@@ -30,7 +30,8 @@ not registered after 15 min is given up (core's registration TTL).
 Disruption (core `pkg/controllers/disruption`). A loop every 10 s (`pollingPeriod`) runs one method that finds a
 command, in order: emptiness (every empty candidate, budget permitting), multi-node consolidation (the largest prefix
 of at most 100 candidates, by binary search, that its pods leave with at most one cheaper replacement), single-node
-consolidation (the first candidate, delete or replace by one cheaper node). Candidates are initialized nodes that
+consolidation (the first candidate, delete or replace by one cheaper node; a multi-node replacement of a size
+some candidate has is refused, Karpenter's `filterOutSameInstanceType` simplified). Candidates are initialized nodes that
 are consolidatable: `consolidateAfter` passed since the last pod bound to or left the node, or since it came up
 (NAP's default NodePool leaves it unset, so the CRD default `0s`: NAP_CONSOLIDATE_AFTER), with no pod annotated
 `karpenter.sh/do-not-disrupt: "true"` (the trace's pods carry none) and none whose PodDisruptionBudget refuses an
