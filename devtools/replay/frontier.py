@@ -73,7 +73,9 @@ def sweep_points(policies: Iterable[str], *, ca_grid: bool = CA_GRID) -> list[Sw
         # CA's defaults are 10m and 10m (its flags' defaults), which the emulation leaves to ours' defaults.
         points += [SweepPoint("ca", f"{u}m/{a}m", _idle(u, a), default=(u, a) == (10, 10)) for u, a in pairs]
     if "nap" in available:
-        points.append(SweepPoint("nap", "default", default=True))
+        from devtools.replay.policies.nap import NAP_DEFAULTS  # here: the tables need not import the emulation
+
+        points.append(SweepPoint("nap", f"{NAP_DEFAULTS[NAP_CONSOLIDATE_AFTER]} (default)", default=True))
         points += [SweepPoint("nap", f"{m}m", {NAP_CONSOLIDATE_AFTER: f"{m}m"}) for m in IDLE_MINUTES]
     return points
 
@@ -95,6 +97,8 @@ def point_of(sweep: SweepPoint, result: Mapping[str, Any]) -> dict[str, Any]:
         "work_lost_s": result["work_lost_s"],
         "pods_completed": result.get("pods_completed"),
         "pods": result.get("pods"),
+        # The run's CPU seconds when the sweep ran it (a default point reused from the main table has none).
+        **({"cpu_s": result["cpu_s"]} if "cpu_s" in result else {}),
     }
 
 

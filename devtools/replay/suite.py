@@ -60,7 +60,23 @@ BOUND_ASSUMPTIONS = (
     "reach it",
     "lower_bound and oracle price on-demand nodes only: runs with spot twins (+spot) or a virtual node (+vn) carry "
     "neither cost_vs_oracle nor cost_vs_lower_bound",
+    "lower_bound counts whole nodes of the trace's standard pools: nap, which picks among other VM sizes, carries no "
+    "cost_vs_lower_bound (its cost_vs_oracle stays: the oracle's fractional nodes are priced per vCPU as NAP's "
+    "D-series sizes are)",
 )
+# Policies whose nodes are not the standard pools' whole nodes: the lower bound's node counts do not bound them.
+OTHER_SIZES_POLICIES = ("nap",)
+
+
+def with_reference_ratios(policy: str, result: Mapping[str, Any], bound_cost: float) -> dict[str, Any]:
+    """A run's results.json entry with its cost over the lower bound's where that bound bounds the policy: not for
+    the spot and virtual-node tiers (neither reference prices them: no cost_vs_oracle either), nor for a policy of
+    other VM sizes (OTHER_SIZES_POLICIES)."""
+    if policy in (*SPOT_POLICIES, *VIRTUAL_NODE_POLICIES):
+        return without_reference_ratios(result)
+    if policy in OTHER_SIZES_POLICIES:
+        return {key: value for key, value in result.items() if key != "cost_vs_lower_bound"}
+    return with_cost_vs_lower_bound(result, bound_cost)
 
 
 def config_for(trace: str, *, seed: int = 0, **changes: Any) -> ReplayConfig:
@@ -272,10 +288,8 @@ def replay_section(
             started = time.perf_counter()
             run_config = replace(config, **changes) if changes else config
             outcome = replay(trace, policy, run_config, progress=lambda f, label=label: step(label, f))
-            # The references price on-demand nodes only: a tier with spot twins or a virtual node gets no ratio.
-            priced = (without_reference_ratios(outcome.result) if policy in (*SPOT_POLICIES, *VIRTUAL_NODE_POLICIES)
-                      else with_cost_vs_lower_bound(outcome.result, bound["cost"]))
-            results[name][key] = {**priced, "wall_s": round(time.perf_counter() - started, 1)}
+            results[name][key] = {**with_reference_ratios(policy, outcome.result, bound["cost"]),
+                                  "wall_s": round(time.perf_counter() - started, 1)}
             if outcome.series:
                 series[name][key] = outcome.series
             step(label, 1.0)
@@ -322,7 +336,10 @@ def _sweep_replay(trace: Trace, name: str, seed: int, policy: str, changes: Mapp
     """One run of the frontier's sweep, in a worker process: the suite's configuration of the trace with the point's
     settings (plain dicts: a ReplayConfig's default mappings do not pickle)."""
     quiet_spot_logs()
-    return replay(trace, policy, config_for(name, seed=seed, **changes)).result
+    started = time.process_time()
+    result = replay(trace, policy, config_for(name, seed=seed, **changes)).result
+    # CPU seconds, not wall: what the sweep costs, whatever else the machine runs meanwhile.
+    return {**result, "cpu_s": round(time.process_time() - started, 1)}
 
 
 def frontier_section(
@@ -374,6 +391,12 @@ def frontier_section(
     return frontier, {name: dominance(points) for name, points in frontier.items()}
 
 
+def sweep_cpu_s(frontier: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]]) -> float:
+    """The CPU seconds of the sweep's own replays, over every trace and policy."""
+    return round(sum(p.get("cpu_s", 0.0) for per_trace in frontier.values() for points in per_trace.values()
+                     for p in points), 1)
+
+
 def frontier_steps(policies: tuple[str, ...] = POLICIES, traces: int = len(TRACES)) -> int:
     """The sweep's replays, for the progress bar: every point but the defaults the replay section ran."""
     return traces * sum(not point.default for point in sweep_points(policies))
@@ -393,7 +416,7 @@ def run_frontier(*, seed: int = 0, out: Path = OUT / "frontier", show: Any = pri
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m devtools.replay frontier", "seed": seed,
         "machine": {"python": platform.python_version(), "cpus": _cpus(), "workers": workers},
-        "wall_s": round(time.perf_counter() - started, 1),
+        "wall_s": round(time.perf_counter() - started, 1), "cpu_s": sweep_cpu_s(frontier),
         "assumptions": list(FRONTIER_ASSUMPTIONS),
         "frontier": frontier, "dominance": dominated,
     }
@@ -401,8 +424,8 @@ def run_frontier(*, seed: int = 0, out: Path = OUT / "frontier", show: Any = pri
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     written = bench_report.write_report(results, {}, out)
     show(bench_report.markdown_table(results))
-    show(f"wrote {out / 'results.json'} and {', '.join(str(p.relative_to(out)) for p in written)} "
-         f"in {results['wall_s']:.0f} s")
+    show(f"wrote {out / 'results.json'} and {', '.join(str(p.relative_to(out)) for p in written)}; the sweep took "
+         f"{results['wall_s']:.0f} s of wall time, {results['cpu_s']:.0f} s of CPU in its replays")
     return results
 
 
@@ -470,6 +493,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         "frontier": frontier,
         "dominance": dominated,
         "frontier_wall_s": frontier_wall_s,
+        "frontier_cpu_s": sweep_cpu_s(frontier),
         "engine": engine,
         "cold_start": cold,
         "reaction": reaction_figures,

@@ -68,6 +68,7 @@ def test_a_point_takes_its_figures_from_the_run_result() -> None:
     assert point_of(point, result) == {
         "label": "fixed 5m", "settings": dict(point.settings), "cost": 12.5, "p95_wait_s": 42.0, "pods_killed": 3,
         "work_lost_s": 60.0, "pods_completed": 7, "pods": 9}
+    assert point_of(point, result | {"cpu_s": 3.5})["cpu_s"] == 3.5  # what the sweep's run cost, when it ran it
 
 
 # -- dominance ------------------------------------------------------------------------------------

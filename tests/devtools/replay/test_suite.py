@@ -45,13 +45,14 @@ def test_replay_section_fills_every_field_for_every_policy() -> None:
     results, facts, targets, series = replay_section({"tiny": trace}, seed=0)
     vn = {f"{policy}@{quota}" for policy in ("ours+vn", "ca+vn") for quota in (100, 1000)}
     spot = {f"{policy}@{tier}" for policy in ("ours+spot", "ca+spot") for tier in SPOT_TIERS}
-    assert set(results["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "oracle", "lower_bound"} | vn | spot
+    assert set(results["tiny"]) == {"ours", "ca", "nap", "vmss-cpu", "static", "oracle", "lower_bound"} | vn | spot
     for policy, result in results["tiny"].items():
-        tiered = policy in vn | spot
-        # The references price on-demand nodes only: the spot and virtual-node tiers get no ratio to either.
+        # The references price on-demand nodes only: the spot and virtual-node tiers get no ratio to either; the
+        # lower bound counts the standard pools' whole nodes, which nap's other sizes are not.
+        ratios = ({"cost_vs_oracle", "cost_vs_lower_bound"} if policy not in vn | spot | {"nap"}
+                  else set() if policy in vn | spot else {"cost_vs_oracle"})
         assert RESULT_FIELDS - {"cost_vs_oracle"} <= set(result), policy
-        assert ({"cost_vs_oracle", "cost_vs_lower_bound"} & set(result)) == (set() if tiered else
-                                                                          {"cost_vs_oracle", "cost_vs_lower_bound"})
+        assert {"cost_vs_oracle", "cost_vs_lower_bound"} & set(result) == ratios, policy
         assert set(result["pending_wait_s"]) == {"p50", "p95", "p99", "max"}
     assert facts["tiny"]["pods"] == 4 and facts["tiny"]["note"]
     # ours' cost targets belong to the batch trace only, its wait against ca's to the others; ours+vn is held to
@@ -59,7 +60,7 @@ def test_replay_section_fills_every_field_for_every_policy() -> None:
     assert {t["name"].split(":")[0] for t in targets["tiny"]} == {
         "p95 wait at most ca's, at most 5% dearer",
         "ours+vn at 100 cores", "ours+vn at 1000 cores", *(f"ours+spot at {tier}" for tier in SPOT_TIERS)}
-    assert set(series["tiny"]) == {"ours", "ca", "vmss-cpu", "static", "_demand"} | vn | spot
+    assert set(series["tiny"]) == {"ours", "ca", "nap", "vmss-cpu", "static", "_demand"} | vn | spot
     assert all("spot" in results["tiny"][key] for key in spot) and "spot" not in results["tiny"]["ours"]
     json.dumps(facts)  # the facts (spot tiers and pools included) go to results.json as they are
 
