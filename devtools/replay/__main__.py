@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES
+from devtools.replay.policies import POLICIES, SPOT_POLICIES
 from devtools.replay.pools import DEFAULT_POOLS, POOL_SETS
 from devtools.replay.spot import SpotTier, quiet_spot_logs
 
@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from devtools import bench_report
     from devtools.replay.harness import ReplayConfig
-    from devtools.replay.metrics import lower_bound_for, with_cost_vs_lower_bound, without_reference_ratios
+    from devtools.replay.metrics import lower_bound_for
     from devtools.replay.run import replay
+    from devtools.replay.suite import with_reference_ratios
     from devtools.replay.traces import TraceError, load_trace, trace_pools_name
 
     if not 0.0 <= args.failure_rate <= 1.0:
@@ -173,11 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot replay: {exc}", file=sys.stderr)
         return 2
     # The lower bound of the on-demand pools at this run's boot median (devtools.replay.metrics.lower_bound_for);
-    # a run with spot twins or a virtual node is priced outside it, so it gets no ratio.
+    # the suite's rule says which runs it bounds.
     bound = lower_bound_for(trace, config)
-    tiered = args.policy in SPOT_POLICIES or args.policy in VIRTUAL_NODE_POLICIES
-    priced = without_reference_ratios(outcome.result) if tiered else with_cost_vs_lower_bound(outcome.result, bound["cost"])
-    per_policy = {args.policy: priced, "lower_bound": bound}
+    per_policy = {args.policy: with_reference_ratios(args.policy, outcome.result, bound["cost"]), "lower_bound": bound}
     results = {"traces": {trace.name: {"note": trace.note}}, "replay": {trace.name: per_policy}}
     print(bench_report.markdown_table(results))
     if outcome.pods_left_out:
