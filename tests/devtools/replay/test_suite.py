@@ -201,3 +201,33 @@ def test_the_frontier_section_replays_each_sweep_point_and_reuses_the_defaults(m
         assert (auto["cost"], ca_default["cost"]) == (50, 60)
         assert dominated[name]["summary"]["peer_points"] == len(frontier[name]["ca"])
     json.dumps({"frontier": frontier, "dominance": dominated})  # as results.json holds them
+
+
+def test_the_frontier_command_writes_its_results_report_and_tables(tmp_path: Path, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from devtools.replay import suite
+    from devtools.replay.frontier import dominance
+
+    def point(label: str, cost: float, p95: float, killed: int = 0) -> dict:
+        return {"label": label, "settings": {}, "cost": cost, "p95_wait_s": p95, "pods_killed": killed,
+                "work_lost_s": 0.0, "pods_completed": 4, "pods": 4, "cpu_s": 2.0}
+
+    frontier = {"ours": [point("auto", 10, 50)], "ca": [point("10m/10m", 12, 48)], "nap": [point("0s (default)", 9, 80, 3)]}
+    asked: dict = {}
+
+    def fake_section(traces, *, seed, workers, show):  # type: ignore[no-untyped-def]
+        asked.update(traces=dict(traces), seed=seed, workers=workers)
+        return {name: frontier for name in traces}, {name: dominance(frontier) for name in traces}
+
+    monkeypatch.setattr(suite, "load_trace", lambda name, *, seed: f"{name}@{seed}")
+    monkeypatch.setattr(suite, "frontier_section", fake_section)
+    assert main(["frontier", "--seed", "3", "--out", str(tmp_path)]) == 0
+    assert asked == {"traces": {name: f"{name}@3" for name in suite.TRACES}, "seed": 3,
+                     "workers": suite.FRONTIER_WORKERS}
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert set(written["frontier"]) == set(written["dominance"]) == set(suite.TRACES)
+    assert written["cpu_s"] == 2.0 * 3 * len(suite.TRACES) and written["assumptions"]
+    assert all((tmp_path / f"{name}-frontier.png").exists() for name in suite.TRACES)
+    printed = capsys.readouterr().out
+    assert printed.count("| nap 0s (default) |") == len(suite.TRACES)  # nap in every dominance table
+    assert printed.count("ours dominates every peer point") == len(suite.TRACES)
