@@ -77,7 +77,8 @@ def drain_rules(settings: Settings) -> DrainRules:
 def virtual_node_options(settings: Settings) -> VirtualNodeOptions:
     """What the virtual-node planner knows of ACI's limits and prices, and what it may move."""
     return VirtualNodeOptions(
-        limits=AciLimits(settings.aci_quota_cores, settings.aci_creates_per_5min, settings.aci_creates_per_hour),
+        limits=AciLimits(settings.aci_quota_cores, settings.aci_creates_per_5min, settings.aci_creates_per_hour,
+                         settings.aci_max_container_groups),
         prices=AciPrices(settings.aci_price_vcpu_second, settings.aci_price_gb_second),
         backfill=settings.virtual_node_backfill,
         backfill_selector=settings.virtual_node_backfill_selector,

@@ -638,6 +638,9 @@ SPECS: tuple[Spec, ...] = (
          "Closed virtual nodes open again when every ACI limit is used below this fraction."),
     Spec("ACI_QUOTA_CORES", "aci_quota_cores", "100", _int_at_least(0),
          "The subscription's Azure Container Instances standard-core quota in the cluster's region (default 100)."),
+    Spec("ACI_MAX_CONTAINER_GROUPS", "aci_max_container_groups", "100", _int_at_least(0),
+         "ACI container groups (one per pod on a virtual node) that may exist at once in the subscription and region "
+         "(default 100, Azure's standard container-group quota)."),
     Spec("ACI_CREATES_PER_5MIN", "aci_creates_per_5min", "100", _int_at_least(0),
          "ACI container groups the subscription may create per 5 minutes in the region (default 100)."),
     Spec("ACI_CREATES_PER_HOUR", "aci_creates_per_hour", "300", _int_at_least(0),
@@ -802,6 +805,7 @@ class Settings:
     virtual_node_close_at: float
     virtual_node_reopen_at: float
     aci_quota_cores: int
+    aci_max_container_groups: int
     aci_creates_per_5min: int
     aci_creates_per_hour: int
     aci_price_vcpu_second: float

@@ -5,7 +5,7 @@ Pure module, no side effects; `now` is passed in.
 
 A virtual node advertises near-unlimited room (10,000 CPUs, 4 TiB), so the scheduler overflows onto it
 whenever no VM node fits a pod that tolerates it. Its real limits are ACI's regional core quota and its
-container-group creation rate (`AciLimits`, from settings). The planners never place a pod on a virtual node,
+container-group creation rate and how many container groups may exist at once (`AciLimits`, from settings). The planners never place a pod on a virtual node,
 and never scale, drain or delete one: virtual nodes are a node group of their own kind (`domain.VIRTUAL_NODE`).
 
 Each pod on a virtual node gets one decision (`PodDecision`):
@@ -22,8 +22,8 @@ Each pod on a virtual node gets one decision (`PodDecision`):
   virtual-kubelet never retries it, so it will never run there: it is demand whatever it is, and is moved
   once VM room is Ready.
 
-Closing (quota-aware gating): when cores in use or container groups created recently come within
-VIRTUAL_NODE_CLOSE_AT of ACI's limits, the next pods bound there would fail in the provider (and a
+Closing (quota-aware gating): when cores in use, container groups in use (one per pod) or container groups
+created recently come within VIRTUAL_NODE_CLOSE_AT of ACI's limits, the next pods bound there would fail in the provider (and a
 ReplicaSet's replacement may land there again), so the services taint the virtual node
 (`CLOSED_TAINT`): overflow then stays pending and the scale sets grow for it. The taint is lifted when use
 falls below VIRTUAL_NODE_REOPEN_AT (a gap between the two, so it does not flap).
@@ -73,6 +73,10 @@ ADMISSION_TAINT = Taint(CLOSED_TAINT_KEY, "admission", "NoSchedule")
 DEFAULT_QUOTA_CORES = 100
 DEFAULT_CREATES_PER_5MIN = 100
 DEFAULT_CREATES_PER_HOUR = 300
+# Standard container groups that may exist at once: Azure's documented default of 100 per region and subscription
+# (facts/burst-and-spot.md, "ACI limits and price": "100 standard container groups"; changeable by a quota request)
+# beside the 100 cores: many small pods reach it long before the cores, and ACI refuses a creation past it.
+DEFAULT_CONTAINER_GROUPS = 100
 MAX_GROUP_MILLICORES = 31_000  # one standard container group: 31 vCPU, 240 GB
 MAX_GROUP_MEMORY_BYTES = 240 * 10**9
 # Linux pay-as-you-go per second. No current public figure was verified (the facts say so); these are the
@@ -99,6 +103,7 @@ class AciLimits:
     cores: int = DEFAULT_QUOTA_CORES  # regional standard-core quota
     creates_per_5min: int = DEFAULT_CREATES_PER_5MIN  # container groups created
     creates_per_hour: int = DEFAULT_CREATES_PER_HOUR
+    container_groups: int = DEFAULT_CONTAINER_GROUPS  # container groups that may exist at once (one per pod)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +146,7 @@ class AciUsage:
     creates_5min: int = 0
     creates_hour: int = 0
     headed_milli: int = 0  # CPU of new pods not yet scheduled that the virtual nodes would take
+    headed_pods: int = 0  # ... and how many: each would hold a container group
     # CPU of pods pending while the virtual nodes are closed that they would take once opened: lifting the taint
     # lets the scheduler bind all of them at once, so they must fit before it is lifted.
     waiting_milli: int = 0
@@ -307,12 +313,20 @@ def decide_gate(usage: AciUsage, options: VirtualNodeOptions, *, closed: bool) -
 
 
 def _fullest(usage: AciUsage, limits: AciLimits, more_milli: int, more_groups: int) -> tuple[str, float]:
-    """The limit nearest to full, with `more` cores and container groups on top of what is used and on its way."""
+    """The limit nearest to full, with `more` cores and container groups on top of what is used and on its way.
+
+    Container groups in use: one per pod holding one, plus one per pod on its way (headed there, or `more`), as
+    ACI counts the groups that exist against the concurrent limit whatever their size."""
     milli = usage.cpu_milli + usage.headed_milli + more_milli
     more = f" (+{(usage.headed_milli + more_milli) / 1000:g} on the way)" if usage.headed_milli or more_milli else ""
+    coming = usage.headed_pods + more_groups
+    groups = usage.pods + coming
+    more_held = f" (+{coming} on the way)" if coming else ""
     fives, hours = usage.creates_5min + more_groups, usage.creates_hour + more_groups
     fractions = {
         f"cores {usage.cores:g}{more} of {limits.cores}": milli / 1000 / limits.cores if limits.cores else 1.0,
+        f"container groups {usage.pods}{more_held} of the {limits.container_groups} that may exist at once":
+            groups / limits.container_groups if limits.container_groups else 1.0,
         f"{fives} container groups created in 5 min of {limits.creates_per_5min}":
             fives / limits.creates_per_5min if limits.creates_per_5min else 1.0,
         f"{hours} created in an hour of {limits.creates_per_hour}":
@@ -414,7 +428,8 @@ def plan_virtual_nodes(snapshot: ClusterSnapshot, options: VirtualNodeOptions, *
     closed = any(any(t.key == CLOSED_TAINT_KEY for t in n.taints) for n in nodes.values())
     v2 = any(is_v2(n) for n in nodes.values())
     waiting = [p for p in snapshot.pods if _waiting(p, v2=v2)] if closed else []
-    usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in snapshot.pods if _headed(p, v2=v2)),
+    headed = [p for p in snapshot.pods if _headed(p, v2=v2)]
+    usage = replace(usage, headed_milli=sum(p.requests.cpu_milli for p in headed), headed_pods=len(headed),
                     waiting_milli=sum(p.requests.cpu_milli for p in waiting), waiting_pods=len(waiting))
     decisions = tuple(decide(p, snapshot, options, now=now) for p in on_virtual if not p.is_finished)
     gate = decide_gate(usage, options, closed=closed)

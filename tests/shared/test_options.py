@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from shared.engine.drainability import Disposition, classify
-from shared.options import drain_rules, scale_down_options
+from shared.options import drain_rules, scale_down_options, virtual_node_options
 from shared.settings import SettingsError, load_settings
 from tests.builders import T0, pod
 
@@ -44,3 +44,19 @@ def test_the_system_pod_disruption_timeout_reaches_the_drain_rules(
 def test_a_malformed_system_pod_disruption_timeout_is_refused_by_name(text: str) -> None:
     with pytest.raises(SettingsError, match="BLOCKING_SYSTEM_POD_DISRUPTION_TIMEOUT"):
         load_settings(REQUIRED | {"BLOCKING_SYSTEM_POD_DISRUPTION_TIMEOUT": text})
+
+
+@pytest.mark.parametrize("given,groups", [({}, 100), ({"ACI_MAX_CONTAINER_GROUPS": "250"}, 250),
+                                          ({"ACI_MAX_CONTAINER_GROUPS": " 0 "}, 0)])
+def test_the_container_group_limit_reaches_the_virtual_node_gate(given: dict[str, str], groups: int) -> None:
+    limits = virtual_node_options(load_settings(REQUIRED | given)).limits
+    assert limits.container_groups == groups
+    assert limits.cores == load_settings(REQUIRED).aci_quota_cores  # the other limits keep their own settings
+
+
+@pytest.mark.parametrize("text,says", [("-1", "must be at least 0"), ("1.5", "'1.5'"), ("lots", "'lots'")])
+def test_a_malformed_container_group_limit_is_refused_by_name(text: str, says: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(REQUIRED | {"ACI_MAX_CONTAINER_GROUPS": text})
+    (problem,) = caught.value.problems
+    assert problem.startswith("ACI_MAX_CONTAINER_GROUPS: ") and says in problem, problem

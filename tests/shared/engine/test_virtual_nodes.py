@@ -287,7 +287,68 @@ def test_no_virtual_node_means_no_plan() -> None:
 
 
 def test_limits_default_to_acis_documented_quota() -> None:
-    assert AciLimits() == AciLimits(cores=100, creates_per_5min=100, creates_per_hour=300)
+    assert AciLimits() == AciLimits(cores=100, creates_per_5min=100, creates_per_hour=300, container_groups=100)
+
+
+# --- container groups that may exist at once: one per pod, whatever its size -----------------------------------
+
+# Room to spare on every other limit, so only the container groups can close the gate.
+GROUPS_ONLY = AciLimits(cores=1000, creates_per_5min=1000, creates_per_hour=3000, container_groups=100)
+
+
+@pytest.mark.parametrize("usage,closed,expect_closed", [
+    (AciUsage(pods=89, cpu_milli=8_900), False, False),
+    (AciUsage(pods=90, cpu_milli=9_000), False, True),  # 90 groups of 100, 9 cores of 1,000
+    (AciUsage(pods=80, cpu_milli=8_000, headed_milli=1_000, headed_pods=10), False, True),  # 10 on their way
+    (AciUsage(pods=80, cpu_milli=8_000), True, True),  # between reopen (75%) and close (90%): stays closed
+    (AciUsage(pods=74, cpu_milli=7_400), True, False),
+    # Room again, but 10 pods wait for it: lifting the taint would bind them all at once, each one more group.
+    (AciUsage(pods=70, cpu_milli=7_000, waiting_milli=1_000, waiting_pods=10), True, True),
+    (AciUsage(pods=60, cpu_milli=6_000, waiting_milli=1_000, waiting_pods=10), True, False),
+])
+def test_the_gate_counts_container_groups_in_use_against_their_limit(usage: AciUsage, closed: bool,
+                                                                     expect_closed: bool) -> None:
+    gate = decide_gate(usage, VirtualNodeOptions(limits=GROUPS_ONLY, admission="open"), closed=closed)
+    assert (usage.cpu_milli + usage.headed_milli + usage.waiting_milli) / 1000 < 0.1 * GROUPS_ONLY.cores
+    assert gate.closed is expect_closed, gate.why
+    if expect_closed:  # closed for the groups, and saying so
+        assert gate.full and "container groups" in gate.why and "of the 100 that may exist" in gate.why, gate.why
+
+
+@pytest.mark.parametrize("usage,expect_closed", [
+    (AciUsage(pods=60, cpu_milli=6_000, waiting_milli=2_900, waiting_pods=29), False),  # 89 of 100: admitted
+    (AciUsage(pods=60, cpu_milli=6_000, waiting_milli=3_000, waiting_pods=30), True),  # 90 of 100: they wait
+])
+def test_polled_admission_admits_only_the_pods_whose_groups_fit(usage: AciUsage, expect_closed: bool) -> None:
+    gate = decide_gate(usage, VirtualNodeOptions(limits=GROUPS_ONLY, admission="polled"), closed=True)
+    assert gate.closed is expect_closed and "container groups 60 (+" in gate.why, gate.why
+
+
+def test_the_same_pods_close_the_gate_only_when_groups_are_limited() -> None:
+    usage = AciUsage(pods=95, cpu_milli=9_500)
+    limited = decide_gate(usage, VirtualNodeOptions(limits=GROUPS_ONLY, admission="open"), closed=False)
+    ample = replace(GROUPS_ONLY, container_groups=1000)
+    unlimited = decide_gate(usage, VirtualNodeOptions(limits=ample, admission="open"), closed=False)
+    assert limited.closed and "container groups 95 of the 100" in limited.why
+    assert not unlimited.closed
+
+
+def test_no_container_groups_allowed_keeps_the_virtual_node_closed() -> None:
+    gate = decide_gate(AciUsage(), VirtualNodeOptions(limits=replace(GROUPS_ONLY, container_groups=0),
+                                                      admission="open"), closed=False)
+    assert gate.closed and "of the 0 that may exist" in gate.why
+
+
+def test_plan_counts_pods_on_and_headed_for_the_virtual_node_as_container_groups() -> None:
+    small = [on_vn(f"s{i}", cpu=0.1, owner_name="small") for i in range(80)]
+    headed = [pod(f"n{i}", cpu=0.1, tolerations=TOLERATES_VN) for i in range(10)]  # not yet tried by the scheduler
+    refused = [on_vn(f"r{i}", cpu=0.1, status_reason=PROVIDER_FAILED, phase="Pending") for i in range(5)]
+    options = VirtualNodeOptions(limits=GROUPS_ONLY, admission="open")
+    plan = plan_virtual_nodes(snapshot(nodes=[virtual_node()], pods=small + headed + refused), options, now=T0)
+    assert (plan.usage.pods, plan.usage.headed_pods) == (80, 10)  # refused pods hold no group
+    assert plan.gate.closed and "container groups 80 (+10 on the way) of the 100" in plan.gate.why
+    fewer = plan_virtual_nodes(snapshot(nodes=[virtual_node()], pods=small + headed[:9] + refused), options, now=T0)
+    assert not fewer.gate.closed, fewer.gate.why
 
 
 def test_creations_come_from_virtual_kubelets_events_when_the_pods_are_gone() -> None:
