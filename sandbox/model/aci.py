@@ -355,6 +355,7 @@ def app_settings(spec: VirtualNodeSpec | None) -> dict[str, str]:
         "ACI_QUOTA_CORES": str(spec.quota_cores),
         "ACI_CREATES_PER_5MIN": str(spec.creates_per_5min),
         "ACI_CREATES_PER_HOUR": str(spec.creates_per_hour),
+        "ACI_MAX_CONTAINER_GROUPS": str(spec.max_container_groups),
         "ACI_PRICE_VCPU_SECOND": repr(spec.price_vcpu_second),
         "ACI_PRICE_GB_SECOND": repr(spec.price_gb_second),
     }

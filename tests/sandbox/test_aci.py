@@ -35,6 +35,19 @@ def test_the_scenario_model_declares_the_virtual_node_aci_defines() -> None:
     assert aci.app_settings(spec)["ACI_QUOTA_CORES"] == "12"
 
 
+def test_the_scenarios_container_group_limit_configures_ours_as_an_operator_would() -> None:
+    from sandbox.model import aci, scenario
+    from shared.options import virtual_node_options
+    from shared.settings import load_settings
+
+    spec = scenario.load_scenario({"node_groups": [_GROUP], "virtual_node": {"max_container_groups": 7}}).virtual_node
+    required = {"CLUSTER_NAME": "c1", "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000",
+                "NODE_RESOURCE_GROUPS": "rg", "KUBECONFIG_PATH": "/tmp/kubeconfig"}
+    limits = virtual_node_options(load_settings(required | aci.app_settings(spec))).limits
+    assert spec is not None and limits.container_groups == spec.max_container_groups == 7
+    assert limits.cores == spec.quota_cores
+
+
 _GROUP = {"resource_group": "rg", "name": "pool", "vm_size": "Standard_D4s_v5", "allocatable": {"cpu": "3", "memory": "12Gi"},
           "capacity": {"cpu": "4", "memory": "16Gi"}, "min": 0, "max": 3, "initial": 0}
 
