@@ -406,6 +406,25 @@ def pareto(points: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
                   key=lambda p: (p["cost"], p["p95_wait_s"]))
 
 
+def _frontier_labels(points: Sequence[Mapping[str, Any]], *,
+                     every: Sequence[Mapping[str, Any]]) -> list[tuple[tuple[float, float], str]]:
+    """One label per spot on the plot: a policy's points that land within a pixel or two of each other (a 200th of
+    the axes' spans over `every` point) with the same pods killed and work lost share one, their settings listed."""
+    def span(key: str) -> float:
+        values = [q[key] for q in every]
+        return (max(values) - min(values)) / 200 or 1.0
+
+    x_step, y_step = span("cost"), span("p95_wait_s")
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for p in points:
+        key = (round(p["cost"] / x_step), round(p["p95_wait_s"] / y_step), p["pods_killed"],
+               _fmt_work_lost(p["work_lost_s"]))
+        groups.setdefault(key, []).append(p)
+    return [((group[0]["cost"], group[0]["p95_wait_s"]),
+             f"{', '.join(p['label'] for p in group)}: {_fmt_int(group[0]['pods_killed'])} killed, "
+             f"{_fmt_work_lost(group[0]['work_lost_s'])} lost") for group in groups.values()]
+
+
 def _plot_frontier(trace: str, frontier: Mapping[str, Any], colors: Mapping[str, str], path: Path) -> Path | None:
     """Cost against p95 wait, every point of every policy's sweep, each labelled with its setting, the pods it killed
     and the work it lost; a line through each policy's undominated points."""
@@ -421,12 +440,11 @@ def _plot_frontier(trace: str, frontier: Mapping[str, Any], colors: Mapping[str,
         front = pareto(points)
         ax.plot([p["cost"] for p in front], [p["p95_wait_s"] for p in front], color=colors.get(policy),
                 linewidth=1.0, alpha=0.6)
-        for p in points:
-            ax.annotate(f"{p['label']}: {_fmt_int(p['pods_killed'])} killed, {_fmt_work_lost(p['work_lost_s'])} lost",
-                        (p["cost"], p["p95_wait_s"]), textcoords="offset points", xytext=(4, 3),
-                        fontsize=5.5, color=colors.get(policy))
+        for (x, y), text in _frontier_labels(points, every=[q for ps in frontier.values() for q in ps]):
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=5.5, color=colors.get(policy))
     ax.set(title=f"{trace}: cost against p95 pending wait, per idle-time setting", xlabel="cost ($)",
            ylabel="p95 pending wait (s)")
+    ax.margins(x=0.15, y=0.1)  # room for the rightmost and topmost points' labels
     ax.grid(alpha=0.3)
     _legend_outside(ax)
     return _save(fig, path)

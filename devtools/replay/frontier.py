@@ -182,8 +182,14 @@ def dominance_rows(result: Mapping[str, Any]) -> list[tuple[str, ...]]:
             rows.append((*peer, why, MISSING, MISSING, MISSING, MISSING, "MISSED"))
             continue
         rows.append((*peer, r["ours"], f"{r['ours_cost']:,.2f}", f"{r['ours_p95_wait_s']:.0f}",
-                     f"{r['ours_pods_killed']:,}", f"{r['p95_difference_s']:+.0f}", "met" if r["met"] else "MISSED"))
+                     f"{r['ours_pods_killed']:,}", _signed(r["p95_difference_s"]), "met" if r["met"] else "MISSED"))
     return rows
+
+
+def _signed(seconds: float) -> str:
+    """Whole seconds with their sign; a difference that rounds to none is 0, not -0."""
+    whole = round(seconds)
+    return f"{whole:+d}" if whole else "0"
 
 
 def dominance_summary(result: Mapping[str, Any]) -> tuple[bool, str]:

@@ -117,3 +117,11 @@ def test_the_frontier_line_joins_the_undominated_points() -> None:
     for p in points:  # every point left out is beaten on both axes by one kept
         if p not in front:
             assert any(q["cost"] <= p["cost"] and q["p95_wait_s"] <= p["p95_wait_s"] for q in front)
+
+
+def test_points_on_the_same_spot_share_one_label() -> None:
+    from devtools.bench_report import _frontier_labels
+    points = [_p("1m/1m", 46.71, 146, 51, 7996.0), _p("1m/2m", 46.74, 146, 51, 7996.0),
+              _p("1m/5m", 46.75, 146, 8, 1353.0), _p("10m/10m", 104.19, 149)]
+    labels = [text for _, text in _frontier_labels(points, every=points)]
+    assert labels == ["1m/1m, 1m/2m: 51 killed, 2.2 h lost", "1m/5m: 8 killed, 1,353 s lost", "10m/10m: 0 killed, 0 s lost"]
