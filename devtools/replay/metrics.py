@@ -236,9 +236,15 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
     report = world.report()
     end = report["sim_seconds"]
     waits, killed, lost = [], 0, 0.0
+    virtual_node = report.get("virtual_node")
+    # A Job failed by its backoffLimit makes no more pods: its pods that never started are counted as tasks never
+    # run (`virtual_node.tasks_never_run`), not as waits running to the end of the replay.
+    failed_jobs = set(virtual_node["jobs"]["failed_names"]) if virtual_node is not None else set()
     for pod in report["pods"]:
         if pod["outcome"] == "failed":
             continue  # refused by ACI without running: its replacement's wait runs from this pod's creation
+        if pod["started"] is None and pod["workload"] in failed_jobs:
+            continue
         waits.append((pod["started"] if pod["started"] is not None else end) - pod["waiting_since"])
         if pod["killed"] or pod["evicted_while_running"]:
             killed += 1
@@ -247,8 +253,8 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
     by_group = report["node_seconds_by_group"]
     price = {pool.name: pool.price_per_hour for pool in pools}
     cost = sum(seconds * price[key.rsplit("/", 1)[-1]] / 3600 for key, seconds in by_group.items())
-    if report.get("virtual_node") is not None:  # pods bursting to ACI are paid per second, not per node
-        cost += report["virtual_node"]["cost_usd"]
+    if virtual_node is not None:  # pods bursting to ACI are paid per second, not per node
+        cost += virtual_node["cost_usd"]
     api = report["api_calls"]
     result = {
         "node_seconds": round(report["node_seconds"], 1),
@@ -267,6 +273,19 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
     }
     if any(pool.is_spot for pool in pools):  # the spot tier: evictions, lost work, where capacity ran, quota
         result["spot"] = spot_section(report, pools)
+    if virtual_node is not None:  # the burst tier: what ACI held at its peak, what it refused, Jobs it failed
+        jobs = virtual_node["jobs"]
+        result["virtual_node"] = {
+            "aci_cost": virtual_node["cost_usd"],
+            "peak_container_groups": virtual_node["peak_container_groups"],
+            "peak_cores": virtual_node["peak_cores"],
+            "pods_refused": dict(virtual_node["pods_refused"]),
+            "pods_refused_by_quota": dict(virtual_node["pods_refused_by_quota"]),
+            "bill_start_latency": virtual_node["bill_start_latency"],
+            "jobs_failed": jobs["failed"],
+            "tasks_never_run": jobs["tasks_never_run"],
+            "tasks_never_created": jobs["tasks_never_created"],
+        }
     return result
 
 

@@ -231,3 +231,30 @@ def test_the_frontier_command_writes_its_results_report_and_tables(tmp_path: Pat
     printed = capsys.readouterr().out
     assert printed.count("| nap 0s (default) |") == len(suite.TRACES)  # nap in every dominance table
     assert printed.count("ours dominates every peer point") == len(suite.TRACES)
+
+
+def _seed_row(seed: int, *, ours: float, spot: float, lost: float, their_lost: float) -> dict[str, Any]:
+    figures = {"p95": 100.0, "evictions": 1, "pods_killed": 0}
+    return {"seed": seed, "ours": {**figures, "cost": ours, "work_lost_s": 0.0},
+            "ours+spot": {**figures, "cost": spot, "work_lost_s": lost},
+            "ca+spot": {**figures, "cost": spot, "work_lost_s": their_lost}}
+
+
+@pytest.mark.parametrize(("rows", "cost_met", "lost_met"), [
+    # less on one seed, a tie (nothing lost on either side) on the other: met
+    ([_seed_row(0, ours=10, spot=4, lost=10, their_lost=50), _seed_row(1, ours=10, spot=5, lost=0, their_lost=0)],
+     True, True),
+    # ties on every seed: not a win
+    ([_seed_row(0, ours=10, spot=4, lost=0, their_lost=0), _seed_row(1, ours=10, spot=4, lost=0, their_lost=0)],
+     True, False),
+    # more on one seed spoils the rest; one seed over half the cost spoils the cost target
+    ([_seed_row(0, ours=10, spot=4, lost=10, their_lost=50), _seed_row(1, ours=10, spot=6, lost=90, their_lost=50)],
+     False, False),
+])
+def test_spot_targets_over_seeds_hold_on_every_seed(rows: list[dict[str, Any]], cost_met: bool, lost_met: bool) -> None:
+    from devtools.replay.suite import evaluate_spot_seed_targets
+
+    cost, lost = evaluate_spot_seed_targets(rows, batch=True)
+    assert (cost["met"], lost["met"]) == (cost_met, lost_met)
+    assert all(f"seed {row['seed']}" in cost["detail"] and f"seed {row['seed']}" in lost["detail"] for row in rows)
+    assert [t["name"] for t in evaluate_spot_seed_targets(rows, batch=False)] == [lost["name"]]  # cost: batch trace only

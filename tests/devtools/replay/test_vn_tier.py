@@ -52,3 +52,33 @@ def test_the_scenario_built_from_a_tier_holds_the_limits_it_states(cores: int) -
 def test_an_unknown_tier_has_no_statement() -> None:
     with pytest.raises(KeyError):
         tier_statement(max(VN_QUOTAS) + 1)
+
+
+def test_a_failed_jobs_pods_that_never_ran_are_tasks_never_run_not_waits() -> None:
+    """A Job failed by its backoffLimit makes no more pods: its never-started pods must not count as waits to the
+    end of the replay (which would make a run that did nothing look slow rather than incomplete)."""
+    from types import SimpleNamespace
+
+    from devtools.replay.metrics import run_result
+    from devtools.replay.pools import DEFAULT_POOLS
+
+    def pod(workload: str, started: float | None) -> dict[str, object]:
+        return {"workload": workload, "outcome": "completed" if started is not None else "pending", "started": started,
+                "stopped": None, "waiting_since": 0.0, "killed": False, "evicted_while_running": False}
+
+    jobs = {"failed": 1, "failed_names": ["default/job-b"], "tasks_never_run": 1, "tasks_never_created": 3}
+    report = {
+        "sim_seconds": 10_000.0, "node_seconds": 0.0, "node_seconds_by_group": {}, "pods_completed": 1, "nodes_max": 0,
+        "api_calls": {"arm_reads": 0, "arm_writes": 0, "arm_throttled": 0},
+        "pods": [pod("default/job-a", 30.0), pod("default/job-a", None), pod("default/job-b", None)],
+        "virtual_node": {"cost_usd": 1.5, "peak_container_groups": 100, "peak_cores": 61.0,
+                         "pods_refused": {"quota": 7}, "pods_refused_by_quota": {"ContainerGroups": 7},
+                         "bill_start_latency": True, "jobs": jobs},
+    }
+    result = run_result(SimpleNamespace(report=lambda: report), DEFAULT_POOLS[:1],  # type: ignore[arg-type]
+                        scale_actions=0, oracle_cost=1.0)
+    assert result["pending_wait_s"]["max"] == 10_000.0  # job-a's pod never ran and its Job did not fail: it waited
+    # two waits, 30 s and 10,000 s (nearest rank: p50 is the first); job-b's pod would have made p50 10,000 s
+    assert result["pending_wait_s"]["p50"] == 30.0
+    assert result["virtual_node"]["tasks_never_run"] == 1 and result["virtual_node"]["jobs_failed"] == 1
+    assert result["virtual_node"]["peak_container_groups"] == 100 and result["cost"] == 1.5
