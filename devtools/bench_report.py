@@ -65,6 +65,11 @@ SPOT_HEADERS = (
     "work lost with the VM", "work lost (all)", "quota refusals",
 )
 
+VN_HEADERS = (
+    "policy", "cost ($)", "of which ACI ($)", "pending wait p95 (s)", "peak container groups", "peak ACI cores",
+    "pods ACI refused", "Jobs failed (backoffLimit)", "tasks never run", "pods completed",
+)
+
 
 @dataclass(frozen=True)
 class Target:
@@ -85,6 +90,7 @@ class TraceSection:
     frontier_rows: tuple[tuple[str, ...], ...] = ()  # cells in FRONTIER_HEADERS order: every point of the sweep
     dominance_rows: tuple[tuple[str, ...], ...] = ()  # cells in DOMINANCE_HEADERS order: one per peer point
     dominance: Target | None = None  # whether ours dominates every peer point, with the count and the misses
+    vn_rows: tuple[tuple[str, ...], ...] = ()  # cells in VN_HEADERS order, for the runs with a virtual node
 
 
 # --- formatting -------------------------------------------------------------------------------
@@ -171,6 +177,24 @@ def spot_row(policy: str, metrics: Mapping[str, Any]) -> tuple[str, ...]:
     )
 
 
+def vn_row(policy: str, metrics: Mapping[str, Any]) -> tuple[str, ...]:
+    """One virtual-node run's formatted cells, in VN_HEADERS order."""
+    vn = metrics.get("virtual_node") or {}
+    refused = vn.get("pods_refused")
+    return (
+        policy,
+        _fmt(metrics.get("cost"), ",.2f"),
+        _fmt(vn.get("aci_cost"), ",.2f"),
+        _fmt_int((metrics.get("pending_wait_s") or {}).get("p95")),
+        _fmt_int(vn.get("peak_container_groups")),
+        _fmt(vn.get("peak_cores"), ",.0f"),
+        _fmt_int(sum(refused.values()) if isinstance(refused, Mapping) else None),
+        _fmt_int(vn.get("jobs_failed")),
+        _fmt_int(vn.get("tasks_never_run")),
+        _completed(metrics),
+    )
+
+
 def _completed(m: Mapping[str, Any]) -> str:
     """Completed of all pods run (replacements included): a cheap run that left work undone shows here."""
     done, total = _number(m.get("pods_completed")), _number(m.get("pods"))
@@ -196,13 +220,16 @@ def sections(results: Mapping[str, Any]) -> list[TraceSection]:
         rows = tuple(policy_row(p, per_policy[p]) for p in ordered_policies(per_policy))
         spot_rows = tuple(spot_row(p, per_policy[p]) for p in ordered_policies(per_policy)
                           if isinstance(per_policy[p], Mapping) and per_policy[p].get("spot"))
+        vn_rows = tuple(vn_row(p, per_policy[p]) for p in ordered_policies(per_policy)
+                        if isinstance(per_policy[p], Mapping) and per_policy[p].get("virtual_node"))
         verdict = None
         if dominance.get(trace):
             met, text = dominance_summary(dominance[trace])
             verdict = Target(text, met, "")
         out.append(TraceSection(str(trace), str(note) if note else None, rows, targets, spot_rows,
                                 tuple(frontier_rows(frontiers.get(trace) or {})),
-                                tuple(dominance_rows(dominance[trace])) if dominance.get(trace) else (), verdict))
+                                tuple(dominance_rows(dominance[trace])) if dominance.get(trace) else (), verdict,
+                                vn_rows))
     return out
 
 
@@ -244,6 +271,8 @@ def markdown_table(results: Mapping[str, Any]) -> str:
             lines.append("|" + "|".join(["---"] + ["---:"] * (len(SPOT_HEADERS) - 1)) + "|")
             lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in section.spot_rows]
             lines.append("")
+        if section.vn_rows:
+            lines += ["Virtual node (ACI):", "", *_md_rows(VN_HEADERS, section.vn_rows)]
         if section.targets:
             lines.append("Targets:")
             lines += [f"- {'met' if t.met else '**MISSED**'}: {t.name}" + (f" — {t.detail}" if t.detail else "")
@@ -474,6 +503,8 @@ def _html_table(section: TraceSection) -> list[str]:
     out = _html_rows(HEADERS, section.rows) if section.rows else []
     if section.spot_rows:
         out += ["<p>Spot:</p>", *_html_rows(SPOT_HEADERS, section.spot_rows)]
+    if section.vn_rows:
+        out += ["<p>Virtual node (ACI):</p>", *_html_rows(VN_HEADERS, section.vn_rows)]
     return out
 
 

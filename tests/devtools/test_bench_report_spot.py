@@ -71,3 +71,20 @@ def test_no_spot_table_without_spot_rows_and_dashes_for_missing_figures(tmp_path
     assert dict(zip(header, rows[0]))["cost vs ours"] == MISSING
     page = next(p for p in write_report(_results(), {}, tmp_path) if p.name == "report.html").read_text()
     assert "<p>Spot:</p>" in page and "pods moved at the notice" in page
+
+
+def test_runs_with_a_virtual_node_get_their_own_table_in_markdown_and_html(tmp_path: Path) -> None:
+    from devtools.bench_report import VN_HEADERS, markdown_table, render_html
+
+    vn = {"aci_cost": 1.11, "peak_container_groups": 88, "peak_cores": 61.0, "pods_refused": {"quota": 3, "rate": 4},
+          "jobs_failed": 2, "tasks_never_run": 17}
+    results = {"replay": {"t": {
+        "ours": {"cost": 50.0, "pending_wait_s": {"p95": 139}, "pods": 10, "pods_completed": 10},
+        "ours+vn@100": {"cost": 58.75, "pending_wait_s": {"p95": 152}, "pods": 10, "pods_completed": 8,
+                        "virtual_node": vn},
+    }}}
+    text = markdown_table(results)
+    assert "Virtual node (ACI):" in text and "| " + " | ".join(VN_HEADERS) + " |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| ours+vn@100 |") and "88" in line)
+    assert [cell.strip() for cell in row.strip("|").split("|")][4:9] == ["88", "61", "7", "2", "17"]
+    assert "Virtual node (ACI):" in render_html(results, {})
