@@ -6,7 +6,26 @@ chain ending in `random`), core/scaledown/planner, core/scaledown/budgets and ac
 delete_in_batch.go: deletions in flight), config/flags/flags.go (defaults), cloudprovider/azure (caches,
 azure_scale_set.go DeleteInstances); and ../shared/facts/cluster-autoscaler.md.
 
-One control loop every `--scan-interval` (10 s), acting synchronously as CA's RunOnce does:
+Loops, as cluster-autoscaler's main.go (the `FrequentLoopsEnabled` loop, `trigger.Wait(previousRun)`) and
+loop/trigger.go (`LoopTrigger.Wait`, `StartPodObserver`) start them, read at release 1.36.0. With `--frequent-loops-enabled` (true by
+default since release 1.35.0, config/flags/flags.go; false up to 1.34), the next loop starts:
+- as soon as the last one ends when a scale-up or a started scale-down happened in the last loop or the one before
+  (`LoopTrigger.Wait(previousRun)`: `lastScaleUpTime` or `lastScaleDownDeleteTime`, both set to the loop's start
+  time in static_autoscaler.go, not before `previousRun`, the start of the loop before the last);
+- else at the first of `--scan-interval` (10 s) and a signal from the pod observer (`StartPodObserver`): a pod
+  in the informer's field selector (`spec.nodeName==""`, phase neither Succeeded nor Failed) added or updated with
+  condition PodScheduled=False, reason Unschedulable, whose lastTransitionTime is at most `maxPodChangeAge` (10 s)
+  old (`isRecentUnschedulablePod`). The channel holds one signal, so a signal while a loop runs starts the next
+  loop as soon as it ends. There is no debounce: a loop a new pod starts finds it under 2 s old and waits "one
+  iteration for more" (below), so a lone pod is scaled up for by the timer's loop 10 s later, or by the loop of a
+  signal 2 s or more after it.
+The emulation watches the pods as that informer does: it looks at every pod change (resourceVersion) once a second
+(`WATCH_PROBE`), just after each loop (pods its own loop changed) and, when given the trace's arrivals (`arrivals`,
+as `nap` is), at each arrival. A loop takes `LOOP_DURATION` (1 s: a RunOnce over tens of nodes with one ARM write; CA's
+scalability tests measure under 10 s at 1,000 nodes) where CA's timing depends on it: a loop started right after
+another, or by a signal that came while it ran. `CA_FREQUENT_LOOPS` in the settings (true or false, default
+`FREQUENT_LOOPS`) sets the flag; false runs one loop every `--scan-interval`, as CA up to 1.34 does. Each loop acts
+synchronously, as CA's RunOnce does:
 
 1. Caches: scale sets are listed every 60 s (the provider's vmssCacheTTL) and each scale set's
    instances every 5 min (vmssVmsCacheTTL); between refreshes the target sizes are CA's own
@@ -47,8 +66,15 @@ One control loop every `--scan-interval` (10 s), acting synchronously as CA's Ru
    chosen again; a taint that fails starts the delay after failure (the actuator's only synchronous error).
 
 Simplifications, and the side each favours:
-- Loops run on the 10 s tick only. CA's `--frequent-loops-enabled` (default true) starts the next loop at once
-  after a productive one and when a new unschedulable pod appears: CA would react sooner. Favours ours.
+- The scan-interval timer runs from a loop's start; CA's starts when the loop ends (`time.After` in Wait), so CA's
+  timed loops come up to a loop's duration later. Favours CA.
+- A pod change is seen at the next look (within 1 s; at once for an arrival when the arrivals are given), not at
+  once. Favours ours, by under a second per signal.
+- Pods arriving at one instant give one signal; CA, seeing them a few milliseconds apart while its loop runs,
+  may run one more loop (finding them too new) when it ends, and start its timer a loop's duration later.
+  Favours CA.
+- ProvisioningRequests (the trigger's third reason to loop at once) are not modelled: the traces have none.
+  Favours neither side.
 - An empty node's delete call is made in the loop that taints it, not 5 s later: its VM goes 5 s sooner.
   Favours CA.
 - A long-running capacity increase that fails backs the group off at once; CA on Azure (its fast backoff is off
@@ -60,11 +86,13 @@ Simplifications, and the side each favours:
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from devtools.replay.harness import Replay, every
 from devtools.replay.policies.ours import replay_settings
@@ -76,10 +104,22 @@ from shared.engine.templates import build_templates
 from shared.engine.vm_sizes import NVIDIA_GPU
 from shared.ports import ClusterError, ComputeError
 from shared.options import scale_down_options, scale_up_options
+from sandbox.model.units import parse_time
 
 log = logging.getLogger(__name__)
 
 SCAN_INTERVAL = timedelta(seconds=10)
+# --frequent-loops-enabled (true since release 1.35.0), overridden by CA_FREQUENT_LOOPS in the settings.
+FREQUENT_LOOPS = True
+FREQUENT_LOOPS_SETTING = "CA_FREQUENT_LOOPS"
+# A loop's own duration where CA's timing depends on it (see the module docstring).
+LOOP_DURATION = timedelta(seconds=1)
+# loop/trigger.go maxPodChangeAge: an unschedulable pod signals only this long after its condition changed.
+MAX_POD_CHANGE_AGE = timedelta(seconds=10)
+# The pod watch is looked at this often, besides at each trace arrival given and after each loop.
+WATCH_PROBE = timedelta(seconds=1)
+# After an arrival's time, when the watch is looked at: the world has bound or marked the new pod by then.
+WATCH_DELAY = timedelta(milliseconds=1)
 # CA's unschedulablePodTimeBuffer and unschedulablePodWithGpuTimeBuffer (core/static_autoscaler.go).
 NEW_POD_BUFFER = timedelta(seconds=2)
 NEW_GPU_POD_BUFFER = timedelta(seconds=30)
@@ -107,6 +147,12 @@ CA_SETTINGS = {
 # `--expander=priority,least-waste` (then CA's `random` fallback) and the ConfigMap
 # cluster-autoscaler-priority-expander with these priorities.
 SPOT_PRIORITIES = {"50": ["spot"], "10": [".*"]}
+# What the figures of a `ca` run assume about its loop trigger, for the result's `assumptions`.
+CA_ASSUMPTIONS = (
+    "ca: --frequent-loops-enabled=true (the default since cluster-autoscaler 1.35.0): a loop right after a productive "
+    "one (scale-up or scale-down started in the last two loops), else at the first of the 10 s scan interval and a "
+    "new unschedulable pod (seen within 1 s); a loop takes 1 s where that matters, the timer runs from a loop's start",
+)
 CA_SPOT_SETTINGS = {
     **CA_SETTINGS,
     "EXPANDER": "priority,least-waste,random",
@@ -139,6 +185,26 @@ class _EmptyDeletion:
     until: datetime
 
 
+def _flag(name: str, raw: str | None, default: bool) -> bool:
+    if raw is None or raw.strip() == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError(f"{name}: not a boolean: {raw!r} (use true or false)")
+
+
+def _recently_unschedulable(obj: Mapping[str, Any], now: datetime) -> bool:
+    """isRecentUnschedulablePod: PodScheduled=False, reason Unschedulable, changed at most MAX_POD_CHANGE_AGE ago."""
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "PodScheduled":
+            if cond.get("status") != "False" or cond.get("reason") != "Unschedulable":
+                return False
+            changed = cond.get("lastTransitionTime")
+            return changed is not None and parse_time(changed) + MAX_POD_CHANGE_AGE >= now
+    return False
+
+
 def expander_choice(simulation: ScaleUpSimulation) -> str | None:
     """The group the expander chose first: the group of the plan's first new node (the planner commits its
     choices in order), which is CA's one best option for the loop; None when no group grows."""
@@ -151,12 +217,16 @@ def expander_choice(simulation: ScaleUpSimulation) -> str | None:
 class ClusterAutoscaler:
     name = "ca"
 
-    def __init__(self, replay: Replay, *, settings: Mapping[str, str] = CA_SETTINGS) -> None:
+    def __init__(self, replay: Replay, *, settings: Mapping[str, str] = CA_SETTINGS,
+                 arrivals: Sequence[float] = ()) -> None:
         self._replay = replay
+        self._world = replay.world
         self._cluster = replay.cluster
         self._compute = replay.compute
         self._start = replay.world.now
-        self._settings = replay_settings(replay, settings)
+        ours = dict(settings)
+        self._frequent = _flag(FREQUENT_LOOPS_SETTING, ours.pop(FREQUENT_LOOPS_SETTING, None), FREQUENT_LOOPS)
+        self._settings = replay_settings(replay, ours)
         self._down_options = scale_down_options(self._settings)
         self._groups: dict[str, NodeGroup] = {}
         # Each group's target as CA's size cache has it: the last listing's capacity, or what CA set since.
@@ -173,16 +243,87 @@ class ClusterAutoscaler:
         self._last_delete: datetime | None = None
         self._last_failure: datetime | None = None
         self._actions = 0
+        # The loop trigger: main.go's (previousRun, lastRun), when the last loop ends, the observer's one signal.
+        self._runs = (self._start, self._start)
+        self._loop_end = self._start
+        self._signal: datetime | None = None
+        # The pod watch: trace arrivals (sim seconds, sorted), the resourceVersion
+        # of each pod in the observer's field selector as last seen, and when it was last looked at.
+        self._arrivals = sorted(set(arrivals))
+        self._versions: dict[str, str] = {}
+        self._looked: datetime | None = None
+        self.loops: list[datetime] = []  # each loop's start, for tests and reports
 
     def next_wakeup(self, now: datetime) -> datetime:
-        return every(SCAN_INTERVAL, self._start, now)
+        if not self._frequent:
+            return every(SCAN_INTERVAL, self._start, now)
+        return min(self._next_loop(), self._next_look(now))
 
     def scale_actions(self) -> int:
         return self._actions
 
+    def assumptions(self) -> tuple[str, ...]:
+        """What this run assumes about CA's loop trigger, for the result's `assumptions`."""
+        if self._frequent:
+            return CA_ASSUMPTIONS
+        return ("ca: --frequent-loops-enabled=false (the default up to cluster-autoscaler 1.34): one loop every 10 s",)
+
+    # -- the loop trigger --------------------------------------------------------------
+
+    def _productive(self) -> bool:
+        """LoopTrigger.Wait(previousRun): a scale-up or a started scale-down in the last two loops."""
+        previous = self._runs[0]
+        return any(last is not None and last >= previous for last in (self._last_scale_up, self._last_delete))
+
+    def _next_loop(self) -> datetime:
+        if self._productive():
+            return self._loop_end
+        timer = self._runs[1] + SCAN_INTERVAL
+        if self._signal is None:
+            return timer
+        return min(timer, max(self._signal, self._loop_end))
+
+    def _next_look(self, now: datetime) -> datetime:
+        if self._looked is None:
+            return now  # the informer's first list
+        times = [now + WATCH_PROBE]
+        if self._loop_end > now:
+            times.append(self._loop_end)
+        elapsed = (now - WATCH_DELAY - self._start).total_seconds()
+        at = bisect.bisect_right(self._arrivals, elapsed + 1e-6)
+        if at < len(self._arrivals):
+            times.append(self._start + timedelta(seconds=self._arrivals[at]) + WATCH_DELAY)
+        return min(times)
+
+    def _watch(self, now: datetime) -> None:
+        """The pod observer's informer: every pod in its field selector added or changed since the last look that
+        isRecentUnschedulablePod accepts puts a signal in the channel, which holds one."""
+        self._looked = now
+        versions: dict[str, str] = {}
+        for obj in self._world.k8s_view("pods"):
+            if (obj.get("spec") or {}).get("nodeName") or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            meta = obj["metadata"]
+            uid, version = meta["uid"], str(meta.get("resourceVersion", ""))
+            versions[uid] = version
+            if self._versions.get(uid) != version and self._signal is None and _recently_unschedulable(obj, now):
+                self._signal = now
+        self._versions = versions
+
     # -- one loop ----------------------------------------------------------------------
 
     def wake(self, now: datetime) -> None:
+        if self._frequent:
+            self._watch(now)
+            if now < self._next_loop():
+                return
+            self._signal = None  # Wait takes the signal that started the loop, or drains one after a productive loop
+            self._runs = (self._runs[1], now)
+            self._loop_end = now + LOOP_DURATION
+        self.loops.append(now)
+        self._run_once(now)
+
+    def _run_once(self, now: datetime) -> None:
         try:
             self._refresh(now)
         except ComputeError as exc:  # throttled discovery: CA logs and tries next loop

@@ -18,12 +18,16 @@ from devtools.replay.harness import Replay, ReplayConfig, build_world
 from devtools.replay.policies import ca as ca_module
 from devtools.replay.policies.ca import (
     CA_SETTINGS,
+    FREQUENT_LOOPS_SETTING,
     GROUPS_TTL,
     INSTANCES_TTL,
+    LOOP_DURATION,
     MAX_NODE_PROVISION_TIME,
+    MAX_POD_CHANGE_AGE,
     NEW_GPU_POD_BUFFER,
     NEW_POD_BUFFER,
     SCAN_INTERVAL,
+    WATCH_PROBE,
     ClusterAutoscaler,
 )
 from devtools.replay.pools import CPU_POOL, CPU_POOL_LARGE, GPU_POOL_2
@@ -78,8 +82,9 @@ def _name(group: Any) -> str:
 
 def drive(tr: Trace, *, config: ReplayConfig = CONFIG, initial: Mapping[str, int] | None = None,
           settings: Mapping[str, str] | None = None, until_s: float | None = None,
-          setup: Any = None) -> tuple[Replay, ClusterAutoscaler, Log]:
-    """Run `ca` over the trace's world, recording every call that changes or lists Azure's scale sets."""
+          setup: Any = None, arrivals: bool = True) -> tuple[Replay, ClusterAutoscaler, Log]:
+    """Run `ca` over the trace's world, recording every call that changes or lists Azure's scale sets; `arrivals`:
+    the emulation is given the trace's arrival times, as run.py may give them."""
     world = build_world(tr, config, initial=initial)
     run = Replay(world, config)
     log = Log()
@@ -109,7 +114,8 @@ def drive(tr: Trace, *, config: ReplayConfig = CONFIG, initial: Mapping[str, int
     compute.list_node_groups, compute.list_instances = list_node_groups, list_group_instances  # type: ignore[method-assign]
     if setup is not None:
         setup(run)
-    ca = ClusterAutoscaler(run, settings={**CA_SETTINGS, **(settings or {})})
+    ca = ClusterAutoscaler(run, settings={**CA_SETTINGS, **(settings or {})},
+                           arrivals=[p.at for p in tr.pods] if arrivals else ())
     end = world.end if until_s is None else min(world.end, world.start + timedelta(seconds=until_s))
     while world.now < end:
         wakeup = ca.next_wakeup(world.now)
@@ -175,13 +181,16 @@ def test_the_expander_choice_is_the_plans_first_new_node() -> None:
 # -- scale-down ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("frequent", [True, False])
 @pytest.mark.parametrize("parallelism", [3, 10])
-def test_empty_nodes_go_in_bulk_within_the_parallelism_budget(parallelism: int) -> None:
+def test_empty_nodes_go_in_bulk_within_the_parallelism_budget(parallelism: int, frequent: bool) -> None:
     """14 idle nodes: after the unneeded time, each loop deletes at most MAX_SCALE_DOWN_PARALLELISM of them
-    (empty deletions leave CA's tracker within the loop), in consecutive loops, until all are gone."""
+    (empty deletions leave CA's tracker within the loop), in consecutive timed loops, until all are gone. With
+    frequent loops, the two loops that follow a deletion at once are in the delay after it; the timer then runs
+    from the second of them."""
     nodes = 14
-    run, _, log = drive(trace(), initial={CPU_POOL.name: nodes},
-                        settings={"MAX_SCALE_DOWN_PARALLELISM": str(parallelism)}, until_s=1200)
+    run, _, log = drive(trace(), initial={CPU_POOL.name: nodes}, until_s=1200, settings={
+        "MAX_SCALE_DOWN_PARALLELISM": str(parallelism), FREQUENT_LOOPS_SETTING: str(frequent).lower()})
     per_wake = log.deleted_per_wake()
     assert sum(per_wake.values()) == nodes
     assert max(per_wake.values()) == min(parallelism, nodes)
@@ -189,7 +198,8 @@ def test_empty_nodes_go_in_bulk_within_the_parallelism_budget(parallelism: int) 
     assert first - run.world.start >= UNNEEDED
     # The default delay after a delete (the scan interval) lets the very next loop continue.
     waves = sorted(per_wake)
-    assert all(b - a == SCAN_INTERVAL for a, b in zip(waves, waves[1:]))
+    gap = SCAN_INTERVAL + (2 * LOOP_DURATION if frequent else timedelta(0))
+    assert all(b - a == gap for a, b in zip(waves, waves[1:]))
     assert len(waves) == -(-nodes // parallelism)
 
 
@@ -283,12 +293,120 @@ def test_nodes_that_never_register_back_the_group_off() -> None:
 
 def test_scale_sets_and_instances_are_listed_at_their_cache_ttls() -> None:
     """The provider's caches: scale sets listed every 60 s, each scale set's instances every 5 min."""
-    run, _, log = drive(trace(pod(0, 300, 1000, job="p")), initial={CPU_POOL.name: 1}, until_s=1800)
+    run, ca, log = drive(trace(pod(0, 300, 1000, job="p")), initial={CPU_POOL.name: 1}, until_s=1800)
     lists = log.group_lists
     assert len(lists) >= 1800 // GROUPS_TTL.total_seconds()
     assert all(b - a >= GROUPS_TTL for a, b in zip(lists, lists[1:]))
     instances = [when for when, name in log.instance_lists if name == CPU_POOL.name]
     assert len(instances) >= 1800 // INSTANCES_TTL.total_seconds()
     assert all(b - a >= INSTANCES_TTL for a, b in zip(instances, instances[1:]))
-    # The loop itself runs every scan interval, far more often than either cache expires.
-    assert all(b - a == SCAN_INTERVAL for a, b in zip(log.wakes, log.wakes[1:]))
+    # The loop itself runs at least every scan interval, far more often than either cache expires.
+    assert all(LOOP_DURATION <= b - a <= SCAN_INTERVAL for a, b in zip(ca.loops, ca.loops[1:]))
+
+
+# -- the loop trigger (--frequent-loops-enabled) ---------------------------------------------------
+
+
+def _after(run: Replay, loops: list[datetime], at: float) -> datetime:
+    """The first loop at or after sim second `at`."""
+    return next(when for when in loops if seconds(run, when) >= at)
+
+
+FAST_BOOT = replace(CONFIG, boot_median_s=4.0, boot_p95_s=6.0, boot_max_s=8.0)
+BIG = 15_000  # a whole D16 each: no node, upcoming or not, holds two
+
+
+@pytest.mark.parametrize("arrivals", [True, False])
+@pytest.mark.parametrize("late_s", [4.5, 7.0])
+def test_a_new_unschedulable_pod_starts_a_loop_between_ticks(arrivals: bool, late_s: float) -> None:
+    """After a productive loop (the scale-up for pod `a`, whose node comes up within seconds) and its two
+    immediate successors, a pod nothing can hold starts a loop when it arrives, not at the next tick; that loop
+    finds it too new, and a second such pod 2 s or more later starts the loop that scales up for both. Without
+    the arrivals the watch sees each within WATCH_PROBE."""
+    lag = 0.0 if arrivals else WATCH_PROBE.total_seconds()
+    tr = trace(pod(0, 900, BIG, job="a"), pod(25, 900, BIG, job="b"), pod(25 + late_s, 900, BIG, job="c"))
+    run, ca, log = drive(tr, config=FAST_BOOT, until_s=80, arrivals=arrivals)
+    first_up = log.resizes[0][0]
+    # The productive loop is followed at once by two loops (LoopTrigger.Wait(previousRun)), then the timer.
+    after = [when for when in ca.loops if when > first_up][:3]
+    assert [w - first_up for w in after[:2]] == [LOOP_DURATION, 2 * LOOP_DURATION]
+    assert after[2] - after[1] == SCAN_INTERVAL or seconds(run, after[2]) >= 25
+    # Pod b arrives between ticks: a loop starts then, without a resize (b is too new).
+    b_loop = _after(run, ca.loops, 25)
+    assert seconds(run, b_loop) - 25 <= lag + 0.01
+    ticks = [first_up + 2 * LOOP_DURATION + k * SCAN_INTERVAL for k in range(10)]
+    assert b_loop not in ticks
+    assert not any(when == b_loop for when, _, _ in log.resizes)
+    # Pod c, late_s after b, starts the loop that grows the scale set for b and c (b is old enough).
+    c_loop = _after(run, ca.loops, 25 + late_s)
+    grow = next(when for when, _, _ in log.resizes if when > b_loop)
+    assert grow == c_loop
+    assert seconds(run, grow) - (25 + late_s) <= lag + 0.01
+    assert grow - b_loop < SCAN_INTERVAL
+    assert log.resizes[-1][2] - log.resizes[0][2] == 2
+
+
+@pytest.mark.parametrize("arrival_s", [13.5, 16.0, 19.5])
+def test_a_new_pod_beside_older_pending_ones_is_scaled_up_for_at_once(arrival_s: float) -> None:
+    """allPodsAreNew looks at every unschedulable pod: while pod `a` waits for its booting node, pod `b` starts a
+    loop at its arrival and that loop grows the scale set for it, where the timer's loop would come later."""
+    tr = trace(pod(0, 900, BIG, job="a"), pod(arrival_s, 900, BIG, job="b"))
+    run, ca, log = drive(tr, until_s=60)
+    assert len(log.resizes) == 2
+    assert seconds(run, log.resizes[1][0]) == pytest.approx(arrival_s, abs=0.01)
+    # With frequent loops off, the same scale-up waits for the next tick.
+    off_run, _, off_log = drive(tr, settings={FREQUENT_LOOPS_SETTING: "false"}, until_s=60)
+    grid = SCAN_INTERVAL.total_seconds()
+    assert seconds(off_run, off_log.resizes[1][0]) == grid * (arrival_s // grid + 1)
+
+
+def test_without_new_pods_an_unproductive_loop_waits_the_scan_interval() -> None:
+    """Nothing to do (one pod fits the node there is, and is bound at once: no signal): loops come every scan
+    interval, and none starts at the pod's arrival."""
+    run, ca, _ = drive(trace(pod(33.5, 120, 1000, job="fits")), initial={CPU_POOL.name: 1}, until_s=300)
+    assert ca.loops, "no loop ran"
+    assert all(b - a == SCAN_INTERVAL for a, b in zip(ca.loops, ca.loops[1:]))
+    assert seconds(run, ca.loops[0]) == SCAN_INTERVAL.total_seconds()
+
+
+def test_a_pod_unschedulable_for_long_does_not_signal() -> None:
+    """isRecentUnschedulablePod: an update to a pod whose condition changed more than maxPodChangeAge ago starts
+    no loop. A GPU pod no group can take (its scale set is capped at 0) is updated by the scheduler when the node
+    added for a CPU pod registers (its message counts the nodes); the loops stay on the timer all the same."""
+    capped = replace(GPU_POOL_2, max_size=0)
+    config = replace(CONFIG, pools=(CPU_POOL, capped))
+    tr = trace(pod(0, 900, 1000, gpus=1, job="stuck"), pod(0, 900, 1000, job="cpu"))
+    run, ca, log = drive(tr, config=config, until_s=400)
+    assert [name for _, name, _ in log.resizes] == [CPU_POOL.name]
+    registered = min(n.created_at for n in run.cluster.list_nodes())
+    assert registered - run.world.start > MAX_POD_CHANGE_AGE + SCAN_INTERVAL
+    settled = [w for w in ca.loops if w > log.resizes[0][0] + 2 * LOOP_DURATION]
+    assert settled and any(w > registered for w in settled)
+    assert all(b - a == SCAN_INTERVAL for a, b in zip(settled, settled[1:]))
+
+
+@pytest.mark.parametrize("gap_s", [0.5, 3.0, 6.0])
+def test_with_frequent_loops_off_loops_keep_the_tick(gap_s: float) -> None:
+    """CA_FREQUENT_LOOPS=false: every loop on the scan interval's grid, whatever pods arrive or scale-ups happen;
+    with it on, the same pods start loops off the grid."""
+    tr = trace(pod(11.2, 600, 15_000, job="a"), pod(11.2 + gap_s, 600, 15_000, job="b"))
+    off_run, off, off_log = drive(tr, settings={FREQUENT_LOOPS_SETTING: "false"}, until_s=120)
+    grid = SCAN_INTERVAL.total_seconds()
+    assert all(seconds(off_run, w) % grid == 0 for w in off.loops)
+    assert [seconds(off_run, w) for w in off.loops] == [grid * k for k in range(1, len(off.loops) + 1)]
+    assert off_log.resizes
+    on_run, on, _ = drive(tr, until_s=120)
+    assert any(seconds(on_run, w) % grid != 0 for w in on.loops)
+
+
+@pytest.mark.parametrize(("raw", "frequent"), [(None, True), ("true", True), ("false", False), (" False ", False)])
+def test_the_setting_turns_frequent_loops_on_and_off(raw: str | None, frequent: bool) -> None:
+    settings = {} if raw is None else {FREQUENT_LOOPS_SETTING: raw}
+    _, ca, _ = drive(trace(pod(5, 60, 15_000, job="a")), settings=settings, until_s=60)
+    assert ca._frequent is frequent
+    assert any("frequent-loops-enabled=" + str(frequent).lower() in a for a in ca.assumptions())
+
+
+def test_a_malformed_setting_is_refused() -> None:
+    with pytest.raises(ValueError, match=FREQUENT_LOOPS_SETTING):
+        drive(trace(), settings={FREQUENT_LOOPS_SETTING: "sometimes"}, until_s=10)
