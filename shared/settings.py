@@ -5,7 +5,7 @@ frozen `Settings` or raises `SettingsError` listing every problem by name. Wheth
 file setting names an existing file is asked of the caller's `file_exists` (the
 composition root passes os.path.isfile), so nothing here touches the disk.
 `misspelt_settings` names app settings that look like ours but are not.
-The README's settings table is checked against `SPECS` by a test.
+The settings table of docs/settings.md is checked against `SPECS` by a test.
 """
 
 from __future__ import annotations
@@ -632,7 +632,8 @@ SPECS: tuple[Spec, ...] = (
          "`PENDING_POLL_SCHEDULE` interval). `open`: they stay open until ACI is nearly full, so overflow reaches "
          "ACI at once, for workloads whose pods arrive a few at a time."),
     Spec("VIRTUAL_NODE_CLOSE_AT", "virtual_node_close_at", "0.9", _fraction,
-         "Fraction of an ACI limit (`ACI_QUOTA_CORES`, `ACI_CREATES_PER_5MIN`, `ACI_CREATES_PER_HOUR`) in use at "
+         "Fraction of an ACI limit (`ACI_QUOTA_CORES`, `ACI_MAX_CONTAINER_GROUPS`, `ACI_CREATES_PER_5MIN`, "
+         "`ACI_CREATES_PER_HOUR`) in use at "
          "which virtual nodes are closed."),
     Spec("VIRTUAL_NODE_REOPEN_AT", "virtual_node_reopen_at", "0.75", _fraction,
          "Closed virtual nodes open again when every ACI limit is used below this fraction."),

@@ -67,9 +67,9 @@ def test_parse_duration_rejects(text: str) -> None:
         parse_duration(text)
 
 
-def test_readme_table_matches_code() -> None:
-    """Every setting is in the README with its default, and the README names no setting the code lacks."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_settings_table_matches_code() -> None:
+    """Every setting is in docs/settings.md with its default, and it names no setting the code lacks."""
+    readme = (Path(__file__).parents[2] / "docs" / "settings.md").read_text()
     rows = dict(re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]*) \|", readme, flags=re.MULTILINE))
     expected = {spec.name: ("*required*" if spec.default is None else f"`{spec.default}`") for spec in SPECS}
     assert {name: value.strip() for name, value in rows.items()} == expected
