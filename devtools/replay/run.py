@@ -99,5 +99,7 @@ def replay(
                         oracle_cost=oracle["cost"])
     if policy == "nap":
         result["assumptions"] = list(NAP_ASSUMPTIONS)
+    elif isinstance(chosen, ClusterAutoscaler):
+        result["assumptions"] = list(chosen.assumptions())
     return ReplayOutcome(policy, result, timeline_series(world), demand, left_out, run.wakeups, world.t,
                          dict(getattr(chosen, "executions", {})), tuple(samples))
