@@ -18,6 +18,7 @@ from devtools.bench_report import (
     write_report,
 )
 from devtools.replay.frontier import dominance
+from tests.devtools.test_bench_report import _tables
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TRACES = ("alibaba2018", "alibaba2023")
@@ -48,20 +49,6 @@ def _results(*, with_frontier: bool = True) -> dict[str, Any]:
         results["frontier"] = {trace: _frontier() for trace in TRACES}
         results["dominance"] = {trace: dominance(_frontier()) for trace in TRACES}
     return results
-
-
-def _tables(markdown: str) -> list[list[list[str]]]:
-    tables, current = [], None
-    for line in markdown.splitlines():
-        if line.startswith("|"):
-            if current is None:
-                current = []
-                tables.append(current)
-            if not set(line) <= set("|-: "):
-                current.append([c.strip() for c in line.strip("|").split(" | ")])
-        else:
-            current = None
-    return tables
 
 
 def test_the_tier_rows_show_no_ratio_to_the_lower_bound() -> None:
