@@ -481,7 +481,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("STATE_TABLE", "state_table", "autoscalerstate", _table_name,
          "Table holding cooldowns, unneeded-since times and the action ledger."),
     # Every 10 s since issue 19: the replays measured the p95 wait 14-16 s shorter than at 30 s, for about $0.30 a
-    # day more of executions and 600 more ARM reads an hour (docs/benchmarks.md, "Reaction time").
+    # day more of executions and 600 more ARM reads an hour (docs/measurements.md, "Reaction time").
     Spec("PENDING_POLL_SCHEDULE", "pending_poll_schedule", "*/10 * * * * *", _ncrontab,
          "NCRONTAB schedule of `poll_pending_pods`."),
     Spec("UTILIZATION_POLL_SCHEDULE", "utilization_poll_schedule", "0 * * * * *", _ncrontab,

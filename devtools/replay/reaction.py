@@ -8,7 +8,7 @@ comparison. Per run: pending wait p50/p95/p99, node cost, ARM reads (total, per 
 in its busiest hour) and writes, and the Function executions the replay ran (the pending poll, the
 utilization poll, queue-triggered scale actions, Event Grid notices) scaled to a day of trace time
 and priced on Flex Consumption (`FlexPrices`). `study()` returns the figures, a markdown table and a
-recommended interval (`recommend`); docs/benchmarks.md ("Reaction time: the pending-poll interval")
+recommended interval (`recommend`); docs/measurements.md ("Reaction time: the pending-poll interval")
 holds the measured table and the trade-off.
 
 The Functions bill is an estimate: the replay counts executions but does not time them against a

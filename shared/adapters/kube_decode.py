@@ -5,7 +5,7 @@ which returns the page's items as small typed structs holding only the fields th
 of `shared.adapters.kubernetes` read; everything else in the response (`managedFields`,
 container images and environment, container statuses, node images) is skipped by the
 decoder in C, never built as Python objects. Measured by `make bench` on the benchmark's
-heavy responses: see docs/benchmarks.md ("Reading the cluster").
+heavy responses: see docs/measurements.md ("Reading the cluster").
 
 Why msgspec: of the decoders measured (json, orjson, msgspec into dicts, msgspec into structs)
 only typed decoding skips what we do not read; orjson builds every dict as json does, only
