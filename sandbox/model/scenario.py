@@ -252,6 +252,9 @@ class Scenario:
     provisioning_fraction: float = 0.3
     delete_delay: Dist = field(default_factory=lambda: Dist("uniform", (), 20.0, 40.0))
     deallocate_delay: Dist | None = None  # None: delete_delay (POST .../deallocate: deallocating -> deallocated)
+    # Starting a deallocated instance (POST .../start): its own delay, not a fresh create-and-boot. No published
+    # figure (shared/facts/capacity-ahead-gangs-sizes.md): assumed no faster than half the default boot delay.
+    start_delay: Dist = field(default_factory=lambda: Dist("lognormal", (), 0.0, 450.0, 50.0, 150.0))
     node_removal_delay: float = 10.0
     termination_grace: float = 5.0
     namespaces: tuple[str, ...] = ()
@@ -492,7 +495,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         {
             "name", "description", "cluster_name", "flavour", "subscription_id", "location", "start", "duration",
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
-            "delete_delay", "deallocate_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
+            "delete_delay", "deallocate_delay", "start_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "allocation_failures", "restricted_vm_sizes", "expect_unschedulable",
             "expect_at_most", "expect_at_least", "render_queue", "virtual_node", *TOP_LEVEL_FIELDS,
         },
@@ -562,6 +565,9 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         deallocate_delay=_dist(top["deallocate_delay"], "$.deallocate_delay", parse_duration)
         if "deallocate_delay" in top
         else None,
+        start_delay=_dist(top["start_delay"], "$.start_delay", parse_duration)
+        if "start_delay" in top
+        else defaults.start_delay,
         node_removal_delay=_duration(top.get("node_removal_delay", "10s"), "$.node_removal_delay"),
         termination_grace=_duration(top.get("termination_grace", "5s"), "$.termination_grace"),
         namespaces=namespaces,

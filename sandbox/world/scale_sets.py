@@ -366,7 +366,7 @@ class ScaleSetsPart(WorldCore):
             return self._power_operation(group, "deallocate", targets)
 
     def start_instances(self, group: ScaleSetSim, instance_ids: list[str] | None) -> Operation:
-        """POST .../start: deallocating or deallocated instances boot again (the group's boot delay); their node
+        """POST .../start: deallocating or deallocated instances boot again (the scenario's start delay); their node
         registers Ready under the same name. Starting or running ones are left as they are (a no-op success)."""
         with self.lock:
             targets = self._power_targets(group, instance_ids, "start")
@@ -448,7 +448,8 @@ class ScaleSetsPart(WorldCore):
 
     def _start_boot(self, inst: InstanceSim) -> None:
         """Provisioning Updating, power starting: billed again from now; running (the operation done) after
-        `provisioning_fraction` of a fresh boot delay, the node Ready after all of it."""
+        `provisioning_fraction` of a start delay (the scenario's `start_delay`, not the create-and-boot
+        `boot_delay`), the node Ready after all of it."""
         group = self._groups[inst.group_key]
         inst.power_seq += 1
         inst.starts += 1
@@ -459,8 +460,8 @@ class ScaleSetsPart(WorldCore):
             self._nodes_max = max(self._nodes_max, self._alive)
         inst.state, inst.power = "Updating", "starting"
         group.generation += 1
-        dist = group.spec.boot_delay or self.scenario.boot_delay
-        inst.boot_delay = dist.sample(self._rng("start", group.key, inst.instance_id, inst.starts))
+        # A start is not a create: its own delay (the scenario's `start_delay`), drawn from its own seeded stream.
+        inst.boot_delay = self.scenario.start_delay.sample(self._rng("start", group.key, inst.instance_id, inst.starts))
         inst.provision_at = self._t + inst.boot_delay * self.scenario.provisioning_fraction
         inst.ready_at = self._t + inst.boot_delay
         self._push(inst.provision_at, "power_done", (inst, inst.power_seq))
