@@ -22,6 +22,7 @@ BASE: dict[str, Any] = {
     "duration": "2h",
     "arm_throttling": False,
     "boot_delay": "60s",
+    "start_delay": "60s",  # a start of a deallocated instance as long as a boot here: the tests time both alike
     "provisioning_fraction": 0.5,
     "delete_delay": "30s",
     "node_removal_delay": "10s",
