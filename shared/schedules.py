@@ -31,6 +31,13 @@ class Schedule:
         result: datetime = croniter(self.expression, moment, second_at_beginning=True).get_next(datetime)
         return result
 
+    def previous_before(self, moment: datetime) -> datetime:
+        """The last time the schedule fired strictly before `moment` (same time zone as `moment`)."""
+        from croniter import croniter
+
+        result: datetime = croniter(self.expression, moment, second_at_beginning=True).get_prev(datetime)
+        return result
+
 
 def parse_ncrontab(expression: str) -> Schedule:
     """The schedule of a six-field NCRONTAB expression; ValueError naming what is wrong."""

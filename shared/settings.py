@@ -25,6 +25,7 @@ from shared.engine.expanders import EXPANDERS, parse_expander_chain, parse_prior
 from shared.engine.node_mapping import parse_mapping_method
 from shared.engine.limits import ClusterLimits, parse_min_max
 from shared.engine.offerings import Lifetimes, OfferingError, parse_lifetimes
+from shared.engine.scheduled_capacity import CapacityWindow, parse_windows
 from shared.engine.spot import EvictionSignal
 from shared.domain import LabelSelector
 from shared.engine.selectors import parse_label_selector
@@ -390,6 +391,19 @@ def _vm_prices(text: str) -> Mapping[str, float]:
     return MappingProxyType(prices)
 
 
+def _scheduled_capacity(text: str) -> tuple[CapacityWindow, ...]:
+    """JSON list of windows (engine.scheduled_capacity.parse_windows); empty: none."""
+    if not text.strip():
+        return ()
+    try:
+        raw = json_text.loads(text)
+    except json_text.TooDeep as exc:
+        raise ValueError(f"not a list of windows: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    return parse_windows(raw)
+
+
 def _min_max(text: str) -> tuple[int, int]:
     """CA's `min:max` flags: whole numbers, 0 <= min <= max; a max of 0 means no limit."""
     return parse_min_max(text)
@@ -606,6 +620,12 @@ SPECS: tuple[Spec, ...] = (
     Spec("LOAD_BACKLOG_PER_NODE", "load_backlog_per_node", "0", _int_at_least(0),
          "Queue messages one node of a load-driven group takes on (`0`: the backlog sizes no group); the tag "
          "`autoscaler-load-backlog-per-node` overrides it per group."),
+    Spec("SCHEDULED_CAPACITY", "scheduled_capacity", "", _scheduled_capacity,
+         "Time windows in which a node group keeps at least a minimum of nodes, as a JSON list of "
+         '`{"group": "<resource group>/<name>", "start": "<six-field NCRONTAB>", "duration": "11h", "min": 10, '
+         '"timezone": "Europe/Berlin"}` (`timezone` defaults to UTC). The pending poll grows the group to `min` '
+         "from the window's start, with no pod asking; scale-down keeps it there until the window ends. Overlapping "
+         "windows take the largest `min`; the group's max caps it. See docs/scheduled-capacity.md."),
     Spec("VIRTUAL_NODE_BACKFILL", "virtual_node_backfill", "true", _bool,
          "Move long-running pods that overflowed onto a virtual node (ACI) back onto scale-set VMs once VM room "
          "is Ready, when that pays (see docs/virtual-nodes.md); the scale sets grow for them meanwhile. Job pods "
@@ -824,6 +844,7 @@ class Settings:
     load_scale_up_cooldown: timedelta
     load_backlog_queue: str
     load_backlog_per_node: int
+    scheduled_capacity: tuple[CapacityWindow, ...]
     log_analytics_workspace_id: str
     log_analytics_endpoint: str
     max_nodes_per_scale_up: int

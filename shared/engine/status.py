@@ -27,6 +27,7 @@ from typing import Any
 
 from shared import yaml_text
 
+from shared.engine.scheduled_capacity import CapacityWindow, active_windows
 from shared.engine.virtual_nodes import VirtualNodeStatus
 from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup
 
@@ -59,6 +60,8 @@ class StatusInputs:
     # (node -> how); None (the utilisation poll) keeps what the pending poll last wrote.
     unavailable_offerings: tuple[str, ...] | None = None
     spot_evictions: Mapping[str, str] | None = None
+    # SCHEDULED_CAPACITY: a group in an active window shows it (`scheduledCapacity`, not in CA's layout).
+    scheduled_windows: tuple[CapacityWindow, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,7 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
     total = NodeCounts()
     groups: list[dict[str, Any]] = []
     scale_ups: list[str] = []
+    windows = active_windows(snapshot.groups, inputs.scheduled_windows, now=now)
     for group in sorted(snapshot.groups, key=lambda g: g.name):
         state = inputs.group_states.get(group.id) or GroupState(group.id)
         counts = group_counts(group, by_group.get(group.id, []), state, now=now,
@@ -185,7 +189,7 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
         if up == "Backoff":
             up_extra["backoffInfo"] = {"errorCode": state.backoff_reason or "ScaleUpFailed",
                                        "errorMessage": inputs.backoff[group.id]}
-        groups.append({
+        entry: dict[str, Any] = {
             "name": group.name,
             "health": _condition(
                 "Healthy" if counts.healthy else "Unhealthy", before.get("health"), now=now,
@@ -195,7 +199,12 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
             "scaleUp": _condition(up, before.get("scaleUp"), now=now, **up_extra),
             "scaleDown": _scale_down(unneeded_by_group, group.id, before.get("scaleDown"), now=now,
                                      waiting=inputs.waiting_for_slots),
-        })
+        }
+        if group.id in windows:
+            window = windows[group.id]
+            entry["scheduledCapacity"] = {"minSize": window.min_size, "effectiveMinSize": window.effective_min,
+                                          "until": window.until.isoformat(), "timeZone": window.zone}
+        groups.append(entry)
 
     if "InProgress" in scale_ups:
         wide_up = "InProgress"

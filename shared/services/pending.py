@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from shared import telemetry, yaml_text
@@ -27,7 +27,8 @@ from shared.engine.scale_up import (
     pending_pods,
     simulate_scale_up,
 )
-from shared.engine.load import LoadPlan
+from shared.engine.load import LoadIncrease
+from shared.engine.scheduled_capacity import ActiveWindow, ScheduledIncrease
 from shared.engine.offerings import FailedAllocation, describe
 from shared.engine.placement import PlacementState
 from shared.engine.spot import Eviction, keep_off_spot
@@ -39,6 +40,7 @@ from shared.services.events import scale_up_events
 from shared.services import allocation, offerings, spot, virtual_nodes
 from shared.services.group_rows import leave_out, read_group_states
 from shared.services.load import plan_load_increases
+from shared.services.scheduled_capacity import plan_scheduled_increases, with_windows
 from shared.services.observe import observe_or_skip, running_sizes
 from shared.services.status import publish_status, status_inputs
 from shared.services.swap import StateConflict, swap_group
@@ -60,6 +62,7 @@ class PendingPollResult:
     evictions: tuple[Eviction, ...] = ()  # spot nodes lost (or about to be) that this poll saw
     failed_allocations: tuple[FailedAllocation, ...] = ()  # instances a successful scale-up left Failed, this poll
     limits: offerings.PlanningLimits = offerings.PlanningLimits()  # unavailable offerings and quotas planned with
+    windows: Mapping[str, ActiveWindow] = field(default_factory=dict)  # SCHEDULED_CAPACITY windows active, by group
 
 
 def priority_rules(ports: Ports, settings: Settings) -> Priorities:
@@ -116,6 +119,8 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     # Nodes of scale-ups in flight that the capacity does not show (not written yet, or taken back by ARM after a
     # failed allocation the executor has not recorded yet) are on their way, not room to ask for again.
     snapshot, failing = allocation.with_scale_ups_in_flight(ports, snapshot, now=now)
+    # Groups in a SCHEDULED_CAPACITY window plan with the window's minimum.
+    snapshot, windows = with_windows(settings, snapshot, now=now)
     # Offerings Azure refused lately, and what the quotas have left: groups blocked, increases capped.
     limits = offerings.planning_limits(ports, settings, snapshot.groups, now=now)
     unavailable = {**failing, **limits.blocked, **backed_off}
@@ -133,8 +138,10 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     simulation = simulate_scale_up(virtual.snapshot, options=options)
     plan = simulation.plan
     load = plan_load_increases(ports, settings, snapshot, states, unavailable=unavailable, now=now)
-    plan = _with_load(plan, load)
+    scheduled = plan_scheduled_increases(settings, snapshot, windows, unavailable=unavailable)
+    plan = _with_load(plan, (*load.increases, *scheduled))
     why_load = {i.group_id: i.why for i in load.increases}
+    why_scheduled = {i.group_id: i.why for i in scheduled}
     enqueued = []
     planned_groups = {g.id: g for g in virtual.snapshot.groups}
     for increase in plan.increases:
@@ -156,6 +163,9 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
             f", {hidden} on virtual nodes" if hidden else "")
         if increase.group_id in why_load:
             reason = f"load: {why_load[increase.group_id]}" + (f"; {reason}" if increase.pods else "")
+        if increase.group_id in why_scheduled:
+            pods_or_load = increase.pods or increase.group_id in why_load
+            reason = why_scheduled[increase.group_id] + (f"; {reason}" if pods_or_load else "")
         if planned is not None:
             # Until the executor asks Azure (and reads the quotas afresh), later polls count this decision as used.
             offerings.note_requested(ports, limits.quota, planned, increase.delta)
@@ -184,7 +194,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         ports.events.emit(event)
     result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued),
                                observed=observed, virtual=virtual.plan, evictions=tuple(evictions), limits=limits,
-                               failed_allocations=tuple(failed))
+                               failed_allocations=tuple(failed), windows=windows)
     telemetry.record_offerings(Counter(mark.kind for mark in limits.marks), quota_capped=len(plan.quota_capped))
     telemetry.record_pending_poll(observed, states, unavailable, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
@@ -203,12 +213,12 @@ def _spot_ids(snapshot: ClusterSnapshot) -> frozenset[str]:
     return frozenset(g.id for g in snapshot.groups if g.is_spot)
 
 
-def _with_load(plan: ScaleUpPlan, load: LoadPlan) -> ScaleUpPlan:
-    """The pending-pod plan with the load-driven increases: per group, the larger target of the two."""
-    if not load.increases:
+def _with_load(plan: ScaleUpPlan, increases: Sequence[LoadIncrease | ScheduledIncrease]) -> ScaleUpPlan:
+    """The pending-pod plan with the load-driven and scheduled increases: per group, the largest target."""
+    if not increases:
         return plan
     by_group = {i.group_id: i for i in plan.increases}
-    for extra in load.increases:
+    for extra in increases:
         mine = by_group.get(extra.group_id)
         if mine is None:
             by_group[extra.group_id] = GroupIncrease(extra.group_id, extra.current_target, extra.new_target, ())

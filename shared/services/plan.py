@@ -112,6 +112,9 @@ class PlanReport:
         groups: list[dict[str, Any]] = [
             {"group": g.id, "backend": g.provider, "vm_size": g.vm_size, "min": g.min_size, "max": g.max_size,
              "capacity": g.capacity} for g in sorted(seen.groups, key=lambda g: g.id)]
+        for entry in groups:  # a SCHEDULED_CAPACITY window active now
+            if entry["group"] in self.pending.windows:
+                entry["scheduled"] = self.pending.windows[entry["group"]].describe()
         refused = {**self.utilization.unreadable_groups, **seen.refused}
         groups += [{"group": gid, "refused": why} for gid, why in sorted(refused.items())]
         groups += [{"group": name, "backend": VIRTUAL_NODE, "vm_size": "ACI", "min": 0, "max": 0, "capacity": 0}
@@ -188,7 +191,10 @@ def render_text(report: PlanReport) -> str:
     lines.append(f"pending pods: {data['pending_pods']}")
     if data["scale_up"]:
         lines.append("scale up:")
-        lines += [f"  {u['group']}: {u['from']} -> {u['to']} for {len(u['pods'])} pending pod(s)" for u in data["scale_up"]]
+        scheduled = {g["group"]: g["scheduled"] for g in data["groups"] if "scheduled" in g}
+        lines += [f"  {u['group']}: {u['from']} -> {u['to']} for {len(u['pods'])} pending pod(s)"
+                  + (f" and scheduled capacity ({scheduled[u['group']]})" if u["group"] in scheduled else "")
+                  for u in data["scale_up"]]
     else:
         lines.append("scale up: none")
     for node, pods in data["reclaimed_nodes"].items():
@@ -217,6 +223,7 @@ def render_text(report: PlanReport) -> str:
         lines += [f"  {g['group']}: refused: {g['refused']}" if "refused" in g else
                   f"  {g['group']} ({g['backend']}): never scaled or drained" if g["backend"] == VIRTUAL_NODE else
                   f"  {g['group']} ({g['backend']}, {g['vm_size']}): {g['capacity']} of {g['min']}..{g['max']}"
+                  + (f"; scheduled capacity: {g['scheduled']}" if "scheduled" in g else "")
                   for g in data["groups"]]
     virtual = data["virtual_nodes"]
     if virtual:

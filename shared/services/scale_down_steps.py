@@ -31,6 +31,7 @@ from shared.options import drain_rules, scale_down_options
 from shared.ports import ClusterError, ClusterEvent, ComputeError, LedgerEntry
 from shared.services import ledger
 from shared.services.deallocated import enforce_deallocated_max, removal_verb
+from shared.services.scheduled_capacity import with_window_min
 from shared.services.execution import ExecutionResult, Outcome, Run, Step, StepTable, untag
 from shared.services.mapping import map_cluster
 from shared.services.swap import swap_group
@@ -192,6 +193,7 @@ def _removable(run: Runs, group: NodeGroup, node: Node | None, target: RemovalTa
     if blocked:
         return blocked
     others = len(state.removing) - (holder == action_id)
+    group = with_window_min(run.settings, group, now=now)  # a SCHEDULED_CAPACITY window may have opened since
     if at_min_size(group, running=group.capacity - len(state.stopped), removing=others):
         return f"group {group.id} would go below its minimum {group.min_size}"
     return None

@@ -89,4 +89,5 @@ def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],
         scale_up_needed=scale_up_needed, unschedulable_pods=unschedulable_pods,
         max_node_provision_time=settings.max_node_provision_time, waiting_for_slots=waiting_for_slots,
         virtual_nodes=virtual_nodes, unavailable_offerings=unavailable_offerings, spot_evictions=spot_evictions,
+        scheduled_windows=settings.scheduled_capacity,
     )
