@@ -1,0 +1,75 @@
+"""Scheduled capacity in the polls (in-memory ports, a real world): the pending poll grows a group to its window's
+minimum with no pod pending, and the utilisation poll keeps it there until the window ends."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+
+from shared.services.executor import Executor
+from shared.services.pending import run_pending_poll
+from shared.services.utilization import run_utilization_poll
+from tests.memory_app import SANDBOX_START, MemoryApp, memory_app
+
+GROUP = "rg-sched/batch"
+SCENARIO: dict[str, Any] = {
+    "name": "scheduled",
+    "cluster_name": "scheduled",
+    "flavour": "k3s",
+    "arm_throttling": False,
+    "node_groups": [
+        {"resource_group": "rg-sched", "name": "batch", "vm_size": "Standard_D4s_v5",
+         "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}, "min": 1, "max": 10, "initial": 1},
+    ],
+}
+OPENS = SANDBOX_START + timedelta(minutes=10)
+WINDOW_MIN = 4
+
+
+def app_with_window(duration: str = "1h", minimum: int = WINDOW_MIN) -> MemoryApp:
+    window = {"group": GROUP, "start": f"{OPENS:%S %M %H} * * *", "duration": duration, "min": minimum,
+              "timezone": "UTC"}
+    return memory_app(SCENARIO, settings={"SCHEDULED_CAPACITY": json.dumps([window]),
+                                          "SCALE_DOWN_UNNEEDED_TIME": "1m", "SCALE_DOWN_DELAY_AFTER_ADD": "0s"})
+
+
+def capacity(app: MemoryApp) -> int:
+    (group,) = app.ports.provider.list_node_groups()
+    return group.capacity
+
+
+def test_the_pending_poll_grows_the_group_to_the_windows_minimum_from_its_start_only() -> None:
+    app = app_with_window()
+    app.clock.advance((OPENS - SANDBOX_START).total_seconds() - 1)
+    before = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert before.enqueued == () and before.windows == {}
+    app.clock.advance(1)
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    (action,) = [json.loads(text) for text in app.take_queued()]
+    assert result.pending == 0 and set(result.windows) == {GROUP}
+    assert action["group"] == GROUP and action["target_size"] == WINDOW_MIN
+    assert action["reason"].startswith("scheduled capacity: min 4 until")
+
+
+def test_the_group_is_kept_at_the_windows_minimum_while_it_lasts_and_shrinks_after() -> None:
+    app = app_with_window(duration="30m")
+    app.clock.advance((OPENS - SANDBOX_START).total_seconds())
+    for _ in range(20):  # about ten minutes: the nodes boot and stand empty well past the unneeded time
+        app.tick(30)
+    assert capacity(app) == WINDOW_MIN
+    during = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert during.plan.removals == () and during.enqueued == ()
+    app.clock.advance((OPENS + timedelta(minutes=30) - app.clock.now()).total_seconds())
+    for _ in range(20):
+        app.tick(30)
+    assert capacity(app) < WINDOW_MIN  # the window over, its empty nodes go (the group's own min is 1)
+
+
+def test_the_windows_minimum_is_capped_by_the_groups_max() -> None:
+    app = app_with_window(minimum=50)
+    app.clock.advance((OPENS - SANDBOX_START).total_seconds())
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    (action,) = [json.loads(text) for text in app.take_queued()]
+    assert action["target_size"] == 10
