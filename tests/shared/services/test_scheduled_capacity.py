@@ -73,3 +73,38 @@ def test_the_windows_minimum_is_capped_by_the_groups_max() -> None:
     run_pending_poll(app.ports, app.settings, now=app.clock.now())
     (action,) = [json.loads(text) for text in app.take_queued()]
     assert action["target_size"] == 10
+
+
+def test_the_status_configmap_and_plan_show_the_active_window() -> None:
+    from shared.engine.status import parse_previous
+    from shared.services.plan import plan_now, render_text
+
+    app = app_with_window()
+    app.clock.advance((OPENS - SANDBOX_START).total_seconds() + 60)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    data = app.ports.cluster.get_config_map("kube-system", "cluster-autoscaler-status")
+    assert data is not None
+    doc = parse_previous(data["status"])
+    assert doc is not None
+    (entry,) = doc["nodeGroups"]
+    shown = entry["scheduledCapacity"]
+    assert shown["minSize"] == shown["effectiveMinSize"] == WINDOW_MIN and shown["timeZone"] == "UTC"
+    assert shown["until"].startswith(f"{OPENS + timedelta(hours=1):%Y-%m-%dT%H:%M}")
+    assert entry["health"]["minSize"] == 1  # the group's own minimum, as CA shows it
+
+    report = plan_now(app.ports, app.settings, now=app.clock.now(), state=None)
+    text = render_text(report)
+    assert f"scheduled capacity: min {WINDOW_MIN} until {OPENS + timedelta(hours=1):%Y-%m-%d %H:%M} UTC" in text
+    assert f"{GROUP}: 1 -> {WINDOW_MIN} for 0 pending pod(s) and scheduled capacity" in text
+
+
+def test_outside_a_window_the_status_shows_none() -> None:
+    from shared.engine.status import parse_previous
+
+    app = app_with_window()
+    app.clock.advance(60)
+    run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    data = app.ports.cluster.get_config_map("kube-system", "cluster-autoscaler-status")
+    assert data is not None
+    doc = parse_previous(data["status"])
+    assert doc is not None and "scheduledCapacity" not in doc["nodeGroups"][0]
