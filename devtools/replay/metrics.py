@@ -6,7 +6,8 @@ never ran (a policy that leaves pods waiting is not flattered by leaving them ou
 (never running) is not counted itself: its Job's replacement waits from the refused pod's creation. Cost adds what ACI
 bills for a virtual node's pods, if the world has one. Work lost is the run time of pods killed or
 evicted while running: their replacements start over. A run with spot pools bills their node-seconds at the spot
-price and adds a `spot` part (devtools.replay.spot.spot_section).
+price and adds a `spot` part (devtools.replay.spot.spot_section). Deallocated instances add their OS disks' cost
+(`stopped_disk_cost`, also inside `cost`; its assumptions in `STOPPED_INSTANCE_ASSUMPTIONS`).
 
 Two references, both computed from the trace rather than simulated, both priced like each other, both lower
 bounds that no schedule is shown to reach: the oracle (`oracle_result`: fractional, perfectly packed nodes, zero
@@ -32,6 +33,19 @@ from devtools.replay.spot import spot_section
 from devtools.replay.traces import Trace, TracePod
 from sandbox.world import World
 from sandbox.world.metrics import percentile
+
+
+# What the figures of stopped (deallocated) instances rest on, for the bench to write beside them.
+STOPPED_INSTANCE_ASSUMPTIONS: tuple[str, ...] = (
+    "Starting a deallocated instance takes the sandbox scenario's start_delay: lognormal, median 50 s, p95 150 s, "
+    "capped at 450 s, half the replay's create-and-boot delay. No published figure for a start versus a create was "
+    "found; this assumes a start is no faster than that.",
+    "A deallocated instance bills no compute and bills its managed OS disk at the Premium SSD LRS list price of the "
+    "tier AKS gives its size (P10/128 GiB up to 7 vCPUs, P15 8-15, P20 16-63, P30 64+), East US, 730 hours a month "
+    "(sandbox.model.os_disks); only P10's price is matched by a second source. Running nodes' disks are not priced.",
+    "A deallocated Regular instance keeps counting its vCPUs against the regional and family quota, as a deallocated "
+    "Spot instance counts against lowPriorityCores (Learn, virtual-machines/quotas.md).",
+)
 
 
 def wait_percentiles(waits: Iterable[float]) -> dict[str, float]:
@@ -255,11 +269,16 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
     cost = sum(seconds * price[key.rsplit("/", 1)[-1]] / 3600 for key, seconds in by_group.items())
     if virtual_node is not None:  # pods bursting to ACI are paid per second, not per node
         cost += virtual_node["cost_usd"]
+    # Deallocated (stopped) instances bill no compute, but their OS disk: in `cost`, and on its own.
+    stopped_disk_cost = report["stopped_disks"]["cost_usd"]
+    cost += stopped_disk_cost
     api = report["api_calls"]
     result = {
         "node_seconds": round(report["node_seconds"], 1),
         "cost": round(cost, 4),
         "cost_vs_oracle": round(cost / oracle_cost, 4) if oracle_cost else None,
+        "stopped_disk_cost": round(stopped_disk_cost, 4),
+        "stopped_disk_seconds": round(report["stopped_disks"]["disk_seconds"], 1),
         "pending_wait_s": wait_percentiles(waits),
         "pods_killed": killed,
         "work_lost_s": round(lost, 1),

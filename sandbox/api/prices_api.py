@@ -21,6 +21,10 @@ Azure Container Instances has its rows too (`serviceName` 'Container Instances',
 Instances', skuName 'Standard', no armSkuName): one per meter of `sandbox.model.aci.ACI_METERS` ('Standard vCPU
 Duration' per '1 Hour', 'Standard Memory Duration' per '1 GB Hour'), the table the sandbox's virtual node
 bills at, so the world and this API answer the same price.
+
+Managed disks have their rows too (`serviceName` 'Storage', productName 'Premium SSD Managed Disks', skuName
+'P10 LRS', meterName 'P10 LRS Disk', unitOfMeasure '1/Month', no armSkuName): one per OS disk tier of
+`sandbox.model.os_disks`, the table the world bills deallocated instances' OS disks at.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from sandbox.api.spot_price_table import LOW_PRIORITY_FRACTION, spot_fraction_of
-from sandbox.model import aci
+from sandbox.model import aci, os_disks
 from sandbox.api.wire import Request, Response, json_response
 
 PREFIX: Final = "/api/retail/prices"
@@ -156,7 +160,23 @@ def _rows() -> list[dict[str, Any]]:
                     "armSkuName": size,
                 })
         rows += [_aci_row(region, meter) for meter in aci.ACI_METERS]
+        rows += [_disk_row(region, tier) for tier in os_disks.OS_DISK_TIERS]
     return rows
+
+
+def _disk_row(region: str, disk: os_disks.OsDiskTier) -> dict[str, Any]:
+    """A managed disk row: Storage's Premium SSD tiers have no armSkuName; skuName '<tier> LRS', meterName
+    '<tier> LRS Disk', a price per disk-month."""
+    return {
+        "currencyCode": "USD", "tierMinimumUnits": 0.0,
+        "retailPrice": disk.usd_per_month, "unitPrice": disk.usd_per_month,
+        "armRegionName": region, "location": region, "effectiveStartDate": f"{os_disks.DISK_PRICE_DATE}-01T00:00:00Z",
+        "meterId": f"{region}-disk-{disk.meter_name}".lower().replace(" ", "-"),
+        "meterName": disk.meter_name, "productId": "DZH318Z0BP04", "skuId": f"DZH318Z0BP04/{disk.tier}",
+        "productName": os_disks.PRODUCT_NAME, "skuName": disk.sku_name, "serviceName": os_disks.SERVICE_NAME,
+        "serviceId": "DZH317F1HKN0", "serviceFamily": os_disks.SERVICE_FAMILY, "unitOfMeasure": os_disks.UNIT_OF_MEASURE,
+        "type": "Consumption", "isPrimaryMeterRegion": True, "armSkuName": "",
+    }
 
 
 def _aci_row(region: str, meter: aci.AciMeter) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sandbox.model import os_disks, quota
 from sandbox.model.resources import parse_resource_list
 from sandbox.model.units import parse_time, rfc3339
 from sandbox.world import kobjects
@@ -257,12 +258,15 @@ class ReportsPart(WorldCore):
     def report(self) -> dict[str, Any]:
         with self.lock:
             node_seconds: dict[str, float] = {key: 0.0 for key in self._groups}
+            stopped_seconds: dict[str, float] = {key: 0.0 for key in self._groups}
             for inst in self._iter_instances():
                 until = inst.vanished_at if inst.vanished_at is not None else self._t
                 unbilled = inst.unbilled_seconds
                 if inst.unbilled_since is not None:  # deallocated now (or when it vanished)
                     unbilled += until - inst.unbilled_since
                 node_seconds[inst.group_key] += max(0.0, until - inst.created_at - unbilled)
+                stopped_seconds[inst.group_key] += unbilled  # no compute billed, its OS disk still is
+            stopped_disks = self._stopped_disks(stopped_seconds)
             pods = [p for p in sorted(self._pods.values(), key=lambda p: p.seq) if not p.node_bound]
             summaries = []
             for pod in pods:
@@ -328,6 +332,8 @@ class ReportsPart(WorldCore):
                 "pod_wait_seconds": distribution(waits),
                 "node_seconds": round(sum(node_seconds.values()), 3),
                 "node_seconds_by_group": {k: round(v, 3) for k, v in node_seconds.items()},
+                # Deallocated instances: no compute billed, their managed OS disk billed (sandbox.model.os_disks).
+                "stopped_disks": stopped_disks,
                 "nodes_max": self._nodes_max,
                 "nodes_by_group": self._group_counts(),
                 "api_calls": self.counters.as_json(),
@@ -354,6 +360,22 @@ class ReportsPart(WorldCore):
                 "timeline": copy.deepcopy(self.timeline),
                 "pods": summaries,
             }
+
+
+    def _stopped_disks(self, stopped_seconds: dict[str, float]) -> dict[str, Any]:
+        """The report's `stopped_disks`: per group, the disk-seconds of its deallocated instances, the OS disk tier
+        AKS gives its VM size and what those seconds cost at that tier's list price; totals."""
+        by_group: dict[str, dict[str, Any]] = {}
+        for key, seconds_ in stopped_seconds.items():
+            disk = os_disks.os_disk_for(quota.vcpus(self._groups[key].spec.capacity))
+            by_group[key] = {"disk_seconds": round(seconds_, 3), "tier": disk.tier, "size_gib": disk.size_gib,
+                             "cost_usd": round(seconds_ * disk.usd_per_second, 6)}
+        return {
+            "disk_seconds": round(sum(g["disk_seconds"] for g in by_group.values()), 3),
+            "cost_usd": round(sum(g["cost_usd"] for g in by_group.values()), 6),
+            "by_group": by_group,
+            "price_date": os_disks.DISK_PRICE_DATE,
+        }
 
 
 def _spread(values: list[float]) -> dict[str, float | int]:
