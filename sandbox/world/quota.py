@@ -3,8 +3,10 @@
 `QuotaPart` owns the scenario's `quotas` (by lower-cased name), the count of capacity increases checked and
 refused, and the peak usage of each quota. Counting (shared/facts/burst-and-spot.md, "Quota"):
 
-- a Regular VM counts its vCPUs against `cores` and its size's family (`sandbox.model.quota.vm_family`) while it is
-  allocated: creating, running, starting, deallocating or being deleted, until it is gone; not once deallocated;
+- a Regular VM counts its vCPUs against `cores` and its size's family (`sandbox.model.quota.vm_family`) from its
+  creation until it is gone, deallocated too: "Quota is calculated based on the total number of cores in use both
+  allocated and deallocated" (Learn, MicrosoftDocs azure-docs articles/virtual-machines/quotas.md). A stopped
+  standby node so holds its cores, and starting it needs no more quota;
 - a Spot VM counts against `lowPriorityCores` only (Spot's own pool, neither `cores` nor the family), and keeps
   counting when deallocated (an eviction with policy Deallocate keeps its quota);
 - every scale set counts: Uniform, Flexible, AKS pools and unmanaged ones. The k3s flavour's server VM, outside
@@ -14,7 +16,7 @@ refused, and the peak usage of each quota. Counting (shared/facts/burst-and-spot
 
 Each location counts on its own, with the same limits. A quota the scenario leaves out is unlimited (served as
 `sandbox.model.quota.UNLIMITED`). `_check_quota` refuses a capacity increase (a scale set's capacity, an agent pool's
-count, starting deallocated instances) that would take a quota over its limit: family first, then regional,
+count; starting deallocated instances adds nothing) that would take a quota over its limit: family first, then regional,
 with ARM's 409 `OperationNotAllowed` and its message. Nothing changes when refused. `usages` answers the usages
 API (`sandbox.api.spot_api`).
 """
@@ -64,7 +66,7 @@ class QuotaPart(WorldCore):
                 usage[quota.VIRTUAL_MACHINES] += 1
                 if group.spec.priority == "Spot":
                     usage[quota.LOW_PRIORITY_CORES] += cpus
-                elif inst.power != "deallocated":
+                else:  # deallocated ones too (see the module docstring)
                     usage[quota.CORES] += cpus
                     usage[family] += cpus
         if self._static_nodes and location.lower() == self.scenario.location.lower():

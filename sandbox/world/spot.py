@@ -224,11 +224,10 @@ class SpotPart(WorldCore):
         if not any(i.power in ("deallocating", "deallocated") for i in targets):
             return None
         allocated = sum(1 for i in group.active() if i.power != "deallocated")
-        spot = group.spec.priority == "Spot"
-        # A deallocated Spot VM still counts against lowPriorityCores: starting it adds nothing there.
-        cpus = 0 if spot else len(waking) * quota.vcpus(group.spec.capacity)
+        # A deallocated VM, Regular or Spot, still counts against its quotas (sandbox.world.quota): starting it adds
+        # nothing there, so the check is only counted.
         try:
-            self._check_quota(group, cpus)
+            self._check_quota(group, 0)
         except ArmError as refusal:
             self._log_increase(group, "start", allocated, allocated + len(waking), refusal.code)
             raise

@@ -96,9 +96,9 @@ def test_regular_vms_count_against_cores_and_family_spot_vms_against_low_priorit
         "cores": 12, "lowPriorityCores": 8, "standardFSv2Family": 8, "standardDSv5Family": 4}
     world.deallocate_instances(world.scale_set(SUB, RG, POOL), ["0"])
     world.deallocate_instances(world.scale_set(SUB, RG, SPOT), ["0"])
-    world.advance_by(30)  # deallocated: a Regular VM stops counting, a Spot VM keeps its low-priority quota
+    world.advance_by(30)  # deallocated: both keep counting (Learn virtual-machines/quotas.md), each in its pool
     assert {k: usage(world)[k][0] for k in ("cores", "lowPriorityCores", "standardDSv5Family", "virtualMachines")} == {
-        "cores": 8, "lowPriorityCores": 8, "standardDSv5Family": 0, "virtualMachines": 4}
+        "cores": 12, "lowPriorityCores": 8, "standardDSv5Family": 4, "virtualMachines": 4}
     peaks = world.report()["quota"]["peak_usage"]
     assert {k: peaks[k] for k in ("cores", "lowPriorityCores", "standardDSv5Family", "standardFSv2Family")} == {
         "cores": 12, "lowPriorityCores": 8, "standardDSv5Family": 4, "standardFSv2Family": 8}
@@ -160,19 +160,20 @@ def test_increases_within_quota_go_ahead_and_quotas_left_out_are_unlimited() -> 
     assert world.report()["quota"]["requests"] == 2 and world.report()["quota"]["refused_requests"] == 0
 
 
-def test_starting_deallocated_regular_instances_obeys_quota() -> None:
+def test_a_deallocated_regular_instance_holds_its_cores_and_starts_without_more() -> None:
     world = make(quota_doc({"cores": 8}))
     pool = world.scale_set(SUB, RG, POOL)
     world.deallocate_instances(pool, ["0"])
     world.advance_by(30)
-    world.set_capacity(world.scale_set(SUB, RG, F8), 1)  # 8 cores now in use
-    with pytest.raises(ArmError) as caught:
-        world.start_instances(pool, ["0"])
+    with pytest.raises(ArmError) as caught:  # its 4 cores are still held: 8 more do not fit
+        world.set_capacity(world.scale_set(SUB, RG, F8), 1)
     assert (caught.value.status, caught.value.code) == (409, "OperationNotAllowed")
     assert "Total Regional Cores quota" in caught.value.message and world.instances(pool)[0].power == "deallocated"
+    world.start_instances(pool, ["0"])  # already counted: nothing more to admit
+    assert world.instances(pool)[0].power == "starting"
     log = world.report()["spot"]["capacity_increases"]
     assert [(e["kind"], e["from"], e["to"], e["outcome"]) for e in log] == [
-        ("capacity", 0, 1, "ok"), ("start", 0, 1, "OperationNotAllowed")]
+        ("capacity", 0, 1, "OperationNotAllowed"), ("start", 0, 1, "ok")]
 
 
 def test_an_agent_pool_count_over_quota_is_refused_and_the_pool_is_unchanged() -> None:
