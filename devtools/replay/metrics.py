@@ -270,7 +270,9 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
     if virtual_node is not None:  # pods bursting to ACI are paid per second, not per node
         cost += virtual_node["cost_usd"]
     # Deallocated (stopped) instances bill no compute, but their OS disk: in `cost`, and on its own.
-    stopped_disk_cost = report["stopped_disks"]["cost_usd"]
+    # A report without the section (a hand-made one) had nothing deallocated.
+    stopped = report.get("stopped_disks") or {"cost_usd": 0.0, "disk_seconds": 0.0}
+    stopped_disk_cost = stopped["cost_usd"]
     cost += stopped_disk_cost
     api = report["api_calls"]
     result = {
@@ -278,7 +280,7 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
         "cost": round(cost, 4),
         "cost_vs_oracle": round(cost / oracle_cost, 4) if oracle_cost else None,
         "stopped_disk_cost": round(stopped_disk_cost, 4),
-        "stopped_disk_seconds": round(report["stopped_disks"]["disk_seconds"], 1),
+        "stopped_disk_seconds": round(stopped["disk_seconds"], 1),
         "pending_wait_s": wait_percentiles(waits),
         "pods_killed": killed,
         "work_lost_s": round(lost, 1),
