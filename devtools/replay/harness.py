@@ -128,6 +128,9 @@ def build_world(
         "duration": math.ceil(last_end + config.tail_s),
         "timeline_interval": config.timeline_interval_s,
         "boot_delay": {"median": config.boot_median_s, "p95": config.boot_p95_s, "max": config.boot_max_s},
+        # Starting a deallocated instance: no published figure, so never faster than half a create-and-boot
+        # (devtools.replay.metrics.STOPPED_INSTANCE_ASSUMPTIONS).
+        "start_delay": {"median": config.boot_median_s / 2, "p95": config.boot_p95_s / 2, "max": config.boot_max_s / 2},
         "node_groups": [
             pool.node_group(resource_group=RESOURCE_GROUP, initial=(initial or {}).get(pool.name, pool.min_size), fixed=fixed)
             for pool in (*config.pools, *twins)

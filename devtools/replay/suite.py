@@ -24,7 +24,12 @@ from typing import Any
 from devtools.replay.frontier import ASSUMPTIONS as FRONTIER_ASSUMPTIONS
 from devtools.replay.frontier import dominance, missing_peers, point_of, sweep_points
 from devtools.replay.harness import ReplayConfig
-from devtools.replay.metrics import lower_bound_for, with_cost_vs_lower_bound, without_reference_ratios
+from devtools.replay.metrics import (
+    STOPPED_INSTANCE_ASSUMPTIONS,
+    lower_bound_for,
+    with_cost_vs_lower_bound,
+    without_reference_ratios,
+)
 from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES
 from devtools.replay.pools import POOL_SETS, PRICE_DATE, PRICE_SOURCE, PRICES_PER_HOUR
 from devtools.replay.run import ReplayOutcome, replay
@@ -548,7 +553,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         "seed": seed,
         "prices": {"date": PRICE_DATE, "currency": "USD", "source": PRICE_SOURCE, "per_hour": PRICES_PER_HOUR,
                    "spot": {"date": SPOT_PRICE_DATE, "source": SPOT_PRICE_SOURCE, "fraction": SPOT_PRICE_FRACTION}},
-        "assumptions": [*BOUND_ASSUMPTIONS, *FRONTIER_ASSUMPTIONS],
+        "assumptions": [*BOUND_ASSUMPTIONS, *FRONTIER_ASSUMPTIONS, *STOPPED_INSTANCE_ASSUMPTIONS],
         "traces": facts,
         "targets": targets,
         "replay": replays,
