@@ -370,12 +370,7 @@ def _vm_prices(text: str) -> Mapping[str, float]:
     """JSON `{"<VM size>": <USD per hour>, ...}`; sizes compare case-insensitively, as ARM's do."""
     if not text.strip():
         return MappingProxyType({})
-    try:
-        raw = json_text.loads(text)
-    except json_text.TooDeep as exc:
-        raise ValueError(f"not a price list: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON: {exc}") from None
+    raw = _json_value(text, what="a price list")
     if not isinstance(raw, dict):
         raise ValueError(f'must be a JSON object of VM size to USD per hour, e.g. {{"Standard_D4s_v5": 0.192}}, '
                          f"got {type(raw).__name__}")
@@ -395,13 +390,17 @@ def _scheduled_capacity(text: str) -> tuple[CapacityWindow, ...]:
     """JSON list of windows (engine.scheduled_capacity.parse_windows); empty: none."""
     if not text.strip():
         return ()
+    return parse_windows(_json_value(text, what="a list of windows"))
+
+
+def _json_value(text: str, *, what: str) -> Any:
+    """A JSON setting's value, with the depth limit every JSON setting has; ValueError naming what it should be."""
     try:
-        raw = json_text.loads(text)
+        return json_text.loads(text)
     except json_text.TooDeep as exc:
-        raise ValueError(f"not a list of windows: {exc}") from None
+        raise ValueError(f"not {what}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON: {exc}") from None
-    return parse_windows(raw)
 
 
 def _min_max(text: str) -> tuple[int, int]:

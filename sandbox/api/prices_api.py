@@ -167,29 +167,35 @@ def _rows() -> list[dict[str, Any]]:
 def _disk_row(region: str, disk: os_disks.OsDiskTier) -> dict[str, Any]:
     """A managed disk row: Storage's Premium SSD tiers have no armSkuName; skuName '<tier> LRS', meterName
     '<tier> LRS Disk', a price per disk-month."""
-    return {
-        "currencyCode": "USD", "tierMinimumUnits": 0.0,
-        "retailPrice": disk.usd_per_month, "unitPrice": disk.usd_per_month,
-        "armRegionName": region, "location": region, "effectiveStartDate": f"{os_disks.DISK_PRICE_DATE}-01T00:00:00Z",
-        "meterId": f"{region}-disk-{disk.meter_name}".lower().replace(" ", "-"),
-        "meterName": disk.meter_name, "productId": "DZH318Z0BP04", "skuId": f"DZH318Z0BP04/{disk.tier}",
-        "productName": os_disks.PRODUCT_NAME, "skuName": disk.sku_name, "serviceName": os_disks.SERVICE_NAME,
-        "serviceId": "DZH317F1HKN0", "serviceFamily": os_disks.SERVICE_FAMILY, "unitOfMeasure": os_disks.UNIT_OF_MEASURE,
-        "type": "Consumption", "isPrimaryMeterRegion": True, "armSkuName": "",
-    }
+    return _service_row(
+        region, price=disk.usd_per_month, date=os_disks.DISK_PRICE_DATE, meter_id=f"disk-{disk.meter_name}",
+        meter_name=disk.meter_name, product_id="DZH318Z0BP04", sku_id=f"DZH318Z0BP04/{disk.tier}",
+        product_name=os_disks.PRODUCT_NAME, sku_name=disk.sku_name, service_name=os_disks.SERVICE_NAME,
+        service_id="DZH317F1HKN0", service_family=os_disks.SERVICE_FAMILY, unit=os_disks.UNIT_OF_MEASURE,
+    )
 
 
 def _aci_row(region: str, meter: aci.AciMeter) -> dict[str, Any]:
     """A Container Instances row: ACI's meters have no armSkuName; they are told apart by meterName."""
+    return _service_row(
+        region, price=meter.unit_price, date=aci.ACI_PRICE_DATE, meter_id=f"aci-{meter.meter_name}",
+        meter_name=meter.meter_name, product_id="DZH318Z0ACI0", sku_id=f"DZH318Z0ACI0/{aci.ACI_SKU_NAME}",
+        product_name=aci.ACI_PRODUCT_NAME, sku_name=aci.ACI_SKU_NAME, service_name=aci.ACI_SERVICE_NAME,
+        service_id="DZH3180L3Q8Q", service_family="Containers", unit=meter.unit_of_measure,
+    )
+
+
+def _service_row(region: str, *, price: float, date: str, meter_id: str, meter_name: str, product_id: str,
+                 sku_id: str, product_name: str, sku_name: str, service_name: str, service_id: str,
+                 service_family: str, unit: str) -> dict[str, Any]:
+    """A row of a service other than Virtual Machines: no armSkuName, told apart by its names."""
     return {
-        "currencyCode": "USD", "tierMinimumUnits": 0.0,
-        "retailPrice": meter.unit_price, "unitPrice": meter.unit_price,
-        "armRegionName": region, "location": region, "effectiveStartDate": f"{aci.ACI_PRICE_DATE}-01T00:00:00Z",
-        "meterId": f"{region}-aci-{meter.meter_name}".lower().replace(" ", "-"),
-        "meterName": meter.meter_name, "productId": "DZH318Z0ACI0", "skuId": f"DZH318Z0ACI0/{aci.ACI_SKU_NAME}",
-        "productName": aci.ACI_PRODUCT_NAME, "skuName": aci.ACI_SKU_NAME, "serviceName": aci.ACI_SERVICE_NAME,
-        "serviceId": "DZH3180L3Q8Q", "serviceFamily": "Containers", "unitOfMeasure": meter.unit_of_measure,
-        "type": "Consumption", "isPrimaryMeterRegion": True, "armSkuName": "",
+        "currencyCode": "USD", "tierMinimumUnits": 0.0, "retailPrice": price, "unitPrice": price,
+        "armRegionName": region, "location": region, "effectiveStartDate": f"{date}-01T00:00:00Z",
+        "meterId": f"{region}-{meter_id}".lower().replace(" ", "-"), "meterName": meter_name,
+        "productId": product_id, "skuId": sku_id, "productName": product_name, "skuName": sku_name,
+        "serviceName": service_name, "serviceId": service_id, "serviceFamily": service_family,
+        "unitOfMeasure": unit, "type": "Consumption", "isPrimaryMeterRegion": True, "armSkuName": "",
     }
 
 
