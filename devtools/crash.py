@@ -32,11 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from devtools.runner import RunnerStats, SandboxClock
+from devtools.sandbox_clock import ClockUnavailable
+from sandbox.clock import START_HOLDER
 from shared.actions import SCALE_DOWN_STEPS
 from shared.ports import LedgerEntry
 
 ROOT = Path(__file__).resolve().parents[1]
 KILL_STEPS = SCALE_DOWN_STEPS  # the steps a kill can be aimed at
+# Wall seconds the sandbox's clock waits at most for the restarted runner, as it waits for the first one
+# (`serve --wait-for-runner`): the successor's clock holder ends this hold once its own is in place.
+RESTART_HOLD_SECONDS = 300.0
 # One line of the runner's log (its logging.basicConfig format) from the services: what it decided or did.
 _SERVICE_LINE = re.compile(r"^\S+ \S+ [A-Z]+ (shared\.services\.[\w.]+): (?P<message>.*)$")
 
@@ -229,6 +234,14 @@ class RestartingRunner:
         if not in_flight:
             return
         victim = self.processes[-1]
+        # The restart takes no sim time: a process start that a busy machine makes slow would otherwise let the
+        # world run on, unwatched, for `speed` sim seconds per wall second, and the run would measure the machine.
+        clock = self.context.ports.clock
+        if isinstance(clock, SandboxClock):
+            try:
+                clock.hold(START_HOLDER, until=None, lease=RESTART_HOLD_SECONDS)
+            except (OSError, ClockUnavailable) as exc:
+                self._emit(f"could not hold the sandbox's clock for the restart ({exc}); sim time runs on meanwhile")
         sim_seconds = self._sim_seconds()
         victim.kill()
         self._pump_log(victim)
