@@ -431,8 +431,9 @@ class NodeUsageSource(Protocol):
 
 
 class ActionQueue(Protocol):
-    def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> None:
-        """Enqueue, invisible for `delay` (a step that must wait re-enqueues itself this way)."""
+    def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> object:
+        """Enqueue, invisible for `delay` (a step that must wait re-enqueues itself this way). Returns the queue's
+        id of the message where it has one (the app ignores it; the local runner tracks delays by it)."""
         ...
 
     def send_poison(self, text: str) -> None:

@@ -150,15 +150,32 @@ def _wait_target(name: str, p95: float, cost: float, theirs: float, their_cost: 
             "detail": f"p95 {p95:.0f} s vs {theirs:.0f} s, cost ${cost:,.2f} vs ${their_cost:,.2f} ({extra:+.1%})"}
 
 
+SeedRuns = dict[tuple[str, int, str, str], Mapping[str, Any]]
+
+
+def replay_on_seed(name: str, seed: int, policy: str, *, tier: str = "", runs: SeedRuns | None = None
+                   ) -> Mapping[str, Any]:
+    """The result of `policy` on trace `name` sampled with `seed` (at spot tier `tier`, if any), replayed once per
+    suite: `runs` keeps what the seed comparisons replayed, so ours on a seed is not run again for each of them."""
+    key = (name, seed, policy, tier)
+    if runs is not None and key in runs:
+        return runs[key]
+    config = config_for(name, seed=seed)
+    if tier:
+        config = replace(config, **{k: dict(v) for k, v in SPOT_TIERS[tier].items()})
+    result = replay(load_trace(name, seed=seed), policy, config).result
+    if runs is not None:
+        runs[key] = result
+    return result
+
+
 def wait_over_seeds(name: str, per_policy: Mapping[str, Mapping[str, Any]], *, seed: int,
-                    count: int = WAIT_SEEDS) -> list[dict[str, Any]]:
+                    count: int = WAIT_SEEDS, runs: SeedRuns | None = None) -> list[dict[str, Any]]:
     """Per seed from `seed` on, ours' and ca's p95 wait and cost on trace `name`: `seed`'s from this run's
     results (`per_policy`), the next ones replayed here (the trace sampled, boots drawn, with that seed)."""
     rows = [{"seed": seed, **{policy: _wait_row(per_policy[policy]) for policy in ("ours", "ca")}}]
     for other in range(seed + 1, seed + count):
-        trace = load_trace(name, seed=other)
-        config = config_for(name, seed=other)
-        rows.append({"seed": other, **{policy: _wait_row(replay(trace, policy, config).result)
+        rows.append({"seed": other, **{policy: _wait_row(replay_on_seed(name, other, policy, runs=runs))
                                        for policy in ("ours", "ca")}})
     return rows
 
@@ -282,6 +299,7 @@ def replay_section(
     facts: dict[str, Any] = {}
     targets: dict[str, Any] = {}
     series: dict[str, Any] = {}
+    seed_runs: SeedRuns = {}  # the other seeds' replays, shared by the wait and the spot comparisons
     for name, trace in traces.items():
         config = config_for(name, seed=seed)
         results[name], series[name] = {}, {}
@@ -325,7 +343,7 @@ def replay_section(
             if wait_seeds > 1 and {"ours", "ca"} <= results[name].keys():
                 step(f"{name} / ours, ca: seeds", 0.0)
                 seeds = facts[name]["wait_over_seeds"] = wait_over_seeds(name, results[name], seed=seed,
-                                                                         count=wait_seeds)
+                                                                         count=wait_seeds, runs=seed_runs)
                 step(f"{name} / ours, ca: seeds", 1.0)
             targets[name] = evaluate_wait_targets(results[name], seeds)
         vn_targets = evaluate_vn_targets(results[name], batch=name == BATCH_TRACE)
@@ -335,7 +353,7 @@ def replay_section(
         spot_keys = {"ours", f"ours+spot@{SPOT_TARGET_TIER}", f"ca+spot@{SPOT_TARGET_TIER}"}
         if wait_seeds > 1 and spot_keys <= results[name].keys():
             step(f"{name} / spot: seeds", 0.0)
-            rows = facts[name]["spot_over_seeds"] = spot_over_seeds(name, results[name], seed=seed)
+            rows = facts[name]["spot_over_seeds"] = spot_over_seeds(name, results[name], seed=seed, runs=seed_runs)
             spot_targets += evaluate_spot_seed_targets(rows, batch=name == BATCH_TRACE)
             step(f"{name} / spot: seeds", 1.0)
         if spot_targets:
@@ -347,7 +365,7 @@ SPOT_SEED_POLICIES = ("ours", "ours+spot", "ca+spot")
 
 
 def spot_over_seeds(name: str, per_policy: Mapping[str, Mapping[str, Any]], *, seed: int,
-                    seeds: tuple[int, ...] = SPOT_SEEDS) -> list[dict[str, Any]]:
+                    seeds: tuple[int, ...] = SPOT_SEEDS, runs: SeedRuns | None = None) -> list[dict[str, Any]]:
     """Per seed, ours' (on demand), ours+spot's and ca+spot's figures at SPOT_TARGET_TIER on trace `name`: `seed`'s
     from this run's results, the others replayed here (the trace sampled, boots, availability and evictions drawn
     with that seed). One seed's evictions are a handful of events: a spot conclusion must hold on several."""
@@ -359,10 +377,8 @@ def spot_over_seeds(name: str, per_policy: Mapping[str, Mapping[str, Any]], *, s
         if other == seed:
             figures = {policy: per_policy[key(policy)] for policy in SPOT_SEED_POLICIES}
         else:
-            trace = load_trace(name, seed=other)
-            base = config_for(name, seed=other)
-            tier = {k: dict(v) for k, v in SPOT_TIERS[SPOT_TARGET_TIER].items()}
-            figures = {policy: replay(trace, policy, replace(base, **tier) if policy != "ours" else base).result
+            figures = {policy: replay_on_seed(name, other, policy, runs=runs,
+                                              tier="" if policy == "ours" else SPOT_TARGET_TIER)
                        for policy in SPOT_SEED_POLICIES}
         rows.append({"seed": other, **{policy: _spot_row(result) for policy, result in figures.items()}})
     return rows

@@ -1125,9 +1125,7 @@ def _scale_up_failure(value: Any, path: str) -> ScaleUpFailureSpec:
         scale_set=_str(obj["scale_set"], f"{path}.scale_set", _VMSS_NAME, "scale set name"),
         code=_str(obj.get("code", "QuotaExceeded"), f"{path}.code"),
         count=_int(obj.get("count", 1), f"{path}.count", 1),
-        resource_group=_str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name")
-        if "resource_group" in obj
-        else None,
+        resource_group=_optional_resource_group(obj, path),
         message=_str(obj["message"], f"{path}.message") if "message" in obj else None,
     )
 
@@ -1139,11 +1137,16 @@ def _allocation_failure(value: Any, path: str) -> AllocationFailureSpec:
         code=_str(obj.get("code", "ZonalAllocationFailed"), f"{path}.code"),
         instances=_int(obj["instances"], f"{path}.instances", 1) if "instances" in obj else None,
         count=_int(obj.get("count", 1), f"{path}.count", 1),
-        resource_group=_str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name")
-        if "resource_group" in obj
-        else None,
+        resource_group=_optional_resource_group(obj, path),
         message=_str(obj["message"], f"{path}.message") if "message" in obj else None,
     )
+
+
+def _optional_resource_group(obj: Mapping[str, Any], path: str) -> str | None:
+    """A fault's `resource_group`, when it names one (None: the scale set's name is enough)."""
+    if "resource_group" not in obj:
+        return None
+    return _str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name")
 
 
 def _pdb(value: Any, path: str) -> PdbSpec:

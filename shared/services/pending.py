@@ -139,7 +139,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     plan = simulation.plan
     load = plan_load_increases(ports, settings, snapshot, states, unavailable=unavailable, now=now)
     scheduled = plan_scheduled_increases(settings, snapshot, windows, unavailable=unavailable)
-    plan = _with_load(plan, (*load.increases, *scheduled))
+    plan = _with_increases(plan, (*load.increases, *scheduled))
     why_load = {i.group_id: i.why for i in load.increases}
     why_scheduled = {i.group_id: i.why for i in scheduled}
     enqueued = []
@@ -213,7 +213,7 @@ def _spot_ids(snapshot: ClusterSnapshot) -> frozenset[str]:
     return frozenset(g.id for g in snapshot.groups if g.is_spot)
 
 
-def _with_load(plan: ScaleUpPlan, increases: Sequence[LoadIncrease | ScheduledIncrease]) -> ScaleUpPlan:
+def _with_increases(plan: ScaleUpPlan, increases: Sequence[LoadIncrease | ScheduledIncrease]) -> ScaleUpPlan:
     """The pending-pod plan with the load-driven and scheduled increases: per group, the largest target."""
     if not increases:
         return plan

@@ -168,6 +168,32 @@ def test_wait_over_seeds_takes_the_runs_seed_from_its_results_and_replays_the_ne
     assert sorted(replayed) == sorted((f"alibaba2023@{s}", p, s) for s in (5, 6) for p in ("ours", "ca"))
 
 
+def test_the_seed_comparisons_replay_ours_once_per_seed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The wait and spot comparisons share the other seeds' runs: ours on a seed is replayed once for both."""
+    from devtools.replay import suite
+    replayed: list[tuple[str, int, bool]] = []
+
+    class _Outcome:
+        def __init__(self, seed: int) -> None:
+            self.result = {**_result(100 + seed, 1.0, 10 * seed), "work_lost_s": 0.0}
+
+    def fake_replay(trace, policy, config):  # type: ignore[no-untyped-def]
+        replayed.append((policy, config.seed, config.spot is not None))
+        return _Outcome(config.seed)
+
+    monkeypatch.setattr(suite, "replay", fake_replay)
+    monkeypatch.setattr(suite, "load_trace", lambda name, *, seed: f"{name}@{seed}")
+    runs: suite.SeedRuns = {}
+    mine = {**_result(99, 1.0, 5), "work_lost_s": 0.0}
+    per_policy = {"ours": mine, "ca": mine, f"ours+spot@{suite.SPOT_TARGET_TIER}": mine,
+                  f"ca+spot@{suite.SPOT_TARGET_TIER}": mine}
+    suite.wait_over_seeds("alibaba2023", per_policy, seed=0, count=3, runs=runs)
+    rows = suite.spot_over_seeds("alibaba2023", per_policy, seed=0, seeds=(0, 1, 2), runs=runs)
+    assert [r["seed"] for r in rows] == [0, 1, 2]
+    assert sorted(replayed) == sorted([("ours", s, False) for s in (1, 2)] + [("ca", s, False) for s in (1, 2)]
+                                      + [(p, s, True) for s in (1, 2) for p in ("ours+spot", "ca+spot")])
+
+
 def test_the_frontier_section_replays_each_sweep_point_and_reuses_the_defaults(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from devtools.replay import suite
     from devtools.replay.frontier import sweep_points
