@@ -889,3 +889,17 @@ class LimitReservations:
 
     reservations: Mapping[str, LimitReservation] = field(default_factory=dict)
     etag: str | None = None  # None: the row does not exist yet
+
+
+@dataclass(frozen=True, slots=True)
+class DemandHistory:
+    """A group's demand by hour (engine.forecast): the peak nodes asked for and not yet there, per whole UTC hour.
+
+    `peaks[i]` is the hour `start + i` hours; the last is the current hour, still rising. None marks an hour no
+    poll observed (the app was stopped), which is unknown, not zero. `etag` guards updates (None: no row yet).
+    """
+
+    group_id: str
+    start: datetime | None = None  # the whole UTC hour of peaks[0]; None while nothing is noted
+    peaks: tuple[float | None, ...] = ()
+    etag: str | None = None

@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 from shared.actions import ScaleAction, ScaleDownRound
 from shared.domain import (
     DaemonSet,
+    DemandHistory,
     DisruptionBudget,
     GroupState,
     Instance,
@@ -366,6 +367,15 @@ class StateStore(Protocol):
     def get_limit_reservations(self) -> LimitReservations: ...
 
     def update_limit_reservations(self, row: LimitReservations) -> bool: ...
+
+    # Demand by hour, one row per group (services.demand, engine.forecast): an unknown group's is empty.
+    # update_demand creates the row (etag None: first writer wins) or replaces it if unchanged since read;
+    # False when another writer won the race. list_demand leaves out (and logs) a row it cannot read.
+    def get_demand(self, group_id: str) -> DemandHistory: ...
+
+    def update_demand(self, history: DemandHistory) -> bool: ...
+
+    def list_demand(self) -> list[DemandHistory]: ...
 
 
 # --- Measured usage (Azure Monitor) ---------------------------------------------
