@@ -903,3 +903,70 @@ class DemandHistory:
     start: datetime | None = None  # the whole UTC hour of peaks[0]; None while nothing is noted
     peaks: tuple[float | None, ...] = ()
     etag: str | None = None
+
+
+# CapacityBuffer (autoscaling.x-k8s.io/v1beta1): spare room asked for ahead of pods; read by the Cluster port, decided
+# on by engine.buffers. Only the fields we act on; `problem` names what could not be read (the buffer is skipped).
+ACTIVE_CAPACITY = "buffer.x-k8s.io/active-capacity"
+
+
+@dataclass(frozen=True, slots=True)
+class ScalableRef:
+    """spec.scalableRef: an object with a /scale subresource whose pods the buffer's chunks look like."""
+
+    api_group: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class BufferCondition:
+    """One metav1.Condition of a buffer's status; `since` is lastTransitionTime."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str = ""
+    since: datetime | None = None
+    observed_generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BufferStatus:
+    """A buffer's status as written (CA's fields, and the proposal's readyReplicas)."""
+
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    pod_template: str | None = None
+    pod_template_generation: int | None = None
+    strategy: str | None = None
+    conditions: tuple[BufferCondition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityBuffer:
+    namespace: str
+    name: str
+    uid: str = ""
+    generation: int = 0
+    strategy: str = ACTIVE_CAPACITY
+    pod_template: str | None = None  # spec.podTemplateRef.name
+    scalable: ScalableRef | None = None
+    replicas: int | None = None
+    percentage: int | None = None
+    limits: Mapping[str, int] = field(default_factory=lambda: EMPTY_MAP)  # cpu in millicores, others in units
+    status: BufferStatus = BufferStatus()
+    problem: str = ""  # the spec could not be read: reported in status, the buffer skipped
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class BufferTemplate:
+    """The pod shape a buffer's chunks take: a PodTemplate's, or a scalable workload's spec.template."""
+
+    pod: Pod  # namespace and name empty: a shape, not a pod
+    name: str  # the PodTemplate's (or the workload's) name
+    generation: int = 0

@@ -15,6 +15,9 @@ from typing import Literal, Protocol
 
 from shared.actions import ScaleAction, ScaleDownRound
 from shared.domain import (
+    BufferStatus,
+    BufferTemplate,
+    CapacityBuffer,
     DaemonSet,
     DemandHistory,
     DisruptionBudget,
@@ -116,6 +119,26 @@ class Cluster(Protocol):
 
     def delete_node(self, name: str) -> None:
         """Remove the Node object; a no-op when it is already gone."""
+        ...
+
+    def list_capacity_buffers(self) -> list[CapacityBuffer] | None:
+        """Every CapacityBuffer (autoscaling.x-k8s.io/v1beta1) of every namespace; None when the API does not serve
+        the CRD (the feature is off). One that cannot be read comes back with its `problem` set."""
+        ...
+
+    def update_capacity_buffer_status(self, namespace: str, name: str, *, status: BufferStatus) -> None:
+        """Write the buffer's status subresource; a no-op on a missing buffer."""
+        ...
+
+    def get_pod_template(self, namespace: str, name: str, *, kind: str = "PodTemplate",
+                         api_group: str = "") -> BufferTemplate | None:
+        """The pod shape of a PodTemplate, or of a workload's spec.template (Deployment, ReplicaSet, StatefulSet,
+        Job); None when the object does not exist."""
+        ...
+
+    def get_scale(self, namespace: str, name: str, *, kind: str, api_group: str) -> int | None:
+        """The object's current replicas as its /scale subresource reports them (a Job's parallelism); None when
+        it does not exist."""
         ...
 
 
