@@ -26,6 +26,7 @@ from shared.engine.node_mapping import parse_mapping_method
 from shared.engine.limits import ClusterLimits, parse_min_max
 from shared.engine.offerings import Lifetimes, OfferingError, parse_lifetimes
 from shared.engine.scheduled_capacity import CapacityWindow, parse_windows
+from shared.engine.standby import parse_standby
 from shared.engine.spot import EvictionSignal
 from shared.domain import LabelSelector
 from shared.engine.selectors import parse_label_selector
@@ -158,6 +159,11 @@ def _label_selector(text: str) -> LabelSelector | None:
 
 def _ncrontab(text: str) -> str:
     return parse_ncrontab(text).expression
+
+
+def _standby(text: str) -> str:
+    """A whole number or `auto` (engine.standby.parse_standby), kept as text: the group's tag may override it."""
+    return str(parse_standby(text))
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
@@ -513,6 +519,15 @@ SPECS: tuple[Spec, ...] = (
          "are still billed); after each deallocation the ones deallocated longest ago beyond it are deleted. `0` "
          "makes the group's scale-down delete. The scale-set tag "
          "`k8s.io_cluster-autoscaler_node-template_autoscaling-options_scaledowndeallocatedmax` overrides it per group."),
+    Spec("STANDBY_INSTANCES", "standby_instances", "0", _standby,
+         "Deallocated instances each node group keeps ready (warm standby): a scale-up starts them before it creates "
+         "any, so pods wait for a VM start rather than a boot; they bill their disks and hold their cores against "
+         "quota. A whole number, or `auto`: the next hour's forecast peak scale-up of the group, at most "
+         "`STANDBY_MAX`, and no more than the disks' price is worth in saved time. Idle nodes are deallocated into "
+         "the standby while it is short, whatever `SCALE_DOWN_MODE`. The scale-set tag `autoscaler-standby` "
+         "overrides it per group. See docs/standby.md."),
+    Spec("STANDBY_MAX", "standby_max", "10", _int_at_least(0),
+         "Most standby instances `auto` keeps per group (`STANDBY_INSTANCES` or the tag `autoscaler-standby`)."),
     Spec("SCALE_DOWN_UNNEEDED_TIME", "scale_down_unneeded_time", "10m", _nonnegative_duration,
          "How long a node must be unneeded before it is removed (in `fixed` idle mode: see `SCALE_DOWN_IDLE_MODE`)."),
     Spec("SCALE_DOWN_IDLE_MODE", "scale_down_idle_mode", "auto", _choice("auto", "fixed", "break-even"),
@@ -788,6 +803,8 @@ class Settings:
     scale_down_enabled: bool
     scale_down_mode: str  # delete | deallocate
     scale_down_deallocated_max: int  # per group, with deallocate
+    standby_instances: str  # a whole number or auto (engine.standby.parse_standby)
+    standby_max: int
     scale_down_unneeded_time: timedelta
     scale_down_idle_mode: str  # engine.idle.IDLE_MODES: auto | fixed | break-even
     scale_down_unready_time: timedelta
