@@ -1,7 +1,7 @@
 """`StateStore` on Azure Table storage: cooldowns, unneeded-since times and the action ledger.
 
 Adapter module: every method except the key helpers does network I/O through
-azure-data-tables. One table holds four partitions:
+azure-data-tables. One table holds six partitions:
 
 - `group`:    one row per node group (GroupState); `Deleting` is a JSON object: node name -> action id,
               `Committed` a JSON list of those nodes whose delete is under way, `Reclaim` a JSON
@@ -14,6 +14,9 @@ azure-data-tables. One table holds four partitions:
 - `offering`: one row per unavailable offering (its key, `Until`, `Since`, `Kind`, `Code`, `Group`, `Message`).
 - `limits`:   one row, `cluster`: `Reservations`, a JSON object: action id -> the room under the cluster-wide
               limits that scale-up holds (`group`, `target`, `nodes`, `cores`, `memory`, ISO `until`).
+- `demand`:   one row per node group (DemandHistory, engine.forecast): `Start`, the whole UTC hour of the first
+              peak, and `Peaks`, a JSON list of hourly peaks (numbers, null for an hour not observed; at most
+              5 weeks of hours, a few KiB).
 
 A column that cannot be read raises UnreadableRow naming the table, the row's keys and the column; listings
 leave such a row out (logged) so that one bad row does not hide the others.
@@ -50,7 +53,7 @@ from shared.adapters.storage_connection import (
 )
 
 log = logging.getLogger(__name__)
-from shared.domain import GroupState, LimitReservation, LimitReservations, OfferingKey, UnavailableOffering
+from shared.domain import DemandHistory, GroupState, LimitReservation, LimitReservations, OfferingKey, UnavailableOffering
 from shared.ports import LedgerEntry, LedgerStatus, UnreadableRow
 
 if TYPE_CHECKING:
@@ -64,6 +67,7 @@ LEDGER_PARTITION = "ledger"
 OFFERING_PARTITION = "offering"
 LIMITS_PARTITION = "limits"
 LIMITS_ROW = "cluster"
+DEMAND_PARTITION = "demand"
 
 # Characters Table storage rejects in PartitionKey/RowKey, plus '%' so the escaping is reversible.
 _FORBIDDEN_IN_KEYS = frozenset("/\\#?%")
@@ -301,6 +305,31 @@ class TableStateStore:
         entity = {"PartitionKey": LIMITS_PARTITION, "RowKey": LIMITS_ROW, "Reservations": _reservations_text(row)}
         return self._write(entity, row.etag, what="update the limits row")
 
+    # --- demand by hour ---------------------------------------------------------------
+
+    def get_demand(self, group_id: str) -> DemandHistory:
+        entity = self._get(DEMAND_PARTITION, group_id, what=f"read the demand of group {group_id!r}")
+        if entity is None:
+            return DemandHistory(group_id)
+        return _demand_from_entity(entity, self._table_name, group_id)
+
+    def update_demand(self, history: DemandHistory) -> bool:
+        entity: dict[str, Any] = {
+            "PartitionKey": DEMAND_PARTITION,
+            "RowKey": encode_key(history.group_id),
+            "GroupId": history.group_id,
+            # Compact: no spaces, whole numbers without a fraction (a peak of nodes usually is one).
+            "Peaks": json.dumps([_compact(p) for p in history.peaks], separators=(",", ":")),
+        }
+        if history.start is not None:
+            entity["Start"] = _utc(history.start, "Start")
+        return self._write(entity, history.etag, what=f"update the demand of group {history.group_id!r}")
+
+    def list_demand(self) -> list[DemandHistory]:
+        return _readable(self._query_partition(DEMAND_PARTITION, what="list demand rows"),
+                         lambda entity: _demand_from_entity(entity, self._table_name,
+                                                            decode_key(entity["RowKey"])))
+
     # --- plumbing -------------------------------------------------------------------
 
     def _ensure_table(self) -> None:
@@ -360,6 +389,26 @@ def _offering_from_entity(entity: TableEntity, table: str) -> UnavailableOfferin
         kind=read("Kind", _optional_text), code=read("Code", _optional_text), group=read("Group", _optional_text),
         message=read("Message", _optional_text),
     )
+
+
+def _demand_from_entity(entity: TableEntity, table: str, group_id: str) -> DemandHistory:
+    read = _Columns(table, entity)
+    return DemandHistory(group_id=group_id, start=read("Start", _time_or_none),
+                         peaks=read("Peaks", lambda text: tuple(_json_list(text, _peak))),
+                         etag=entity.metadata["etag"])
+
+
+def _peak(value: object) -> float | None:
+    """An hourly peak: a number at least 0, or null for an hour not observed."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise ValueError(f"not a peak of nodes: {value!r:.60}")
+    return value
+
+
+def _compact(value: float | None) -> float | None:
+    return int(value) if value is not None and float(value).is_integer() else value
 
 
 def _ledger_to_entity(entry: LedgerEntry) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import threading
 from dataclasses import replace
 from datetime import datetime
 
-from shared.domain import GroupState, LimitReservations, UnavailableOffering
+from shared.domain import DemandHistory, GroupState, LimitReservations, UnavailableOffering
 from shared.ports import LedgerEntry, StateStore
 
 
@@ -32,6 +32,7 @@ class MemoryStateStore:
         self._deleted: set[str] = set()  # ledger entries deleted here (over the base's)
         self._offerings: dict[str, UnavailableOffering | None] | None = None  # as _unneeded
         self._limits: LimitReservations | None = None  # None: not written here (the base's, or none)
+        self._demand: dict[str, DemandHistory] = {}  # rows written here, over the base's
         self._serial = 0
         self._lock = threading.RLock()  # one compare-and-swap at a time
 
@@ -66,6 +67,24 @@ class MemoryStateStore:
                 return False
             self._limits = replace(row, etag=self._etag())
             return True
+
+    def get_demand(self, group_id: str) -> DemandHistory:
+        if group_id in self._demand:
+            return self._demand[group_id]
+        return self._base.get_demand(group_id) if self._base else DemandHistory(group_id)
+
+    def update_demand(self, history: DemandHistory) -> bool:
+        if history.start is not None:
+            _aware(history.start, "Start")
+        with self._lock:
+            if self.get_demand(history.group_id).etag != history.etag:
+                return False
+            self._demand[history.group_id] = replace(history, etag=self._etag())
+            return True
+
+    def list_demand(self) -> list[DemandHistory]:
+        base = {h.group_id: h for h in (self._base.list_demand() if self._base else [])}
+        return list({**base, **self._demand}.values())
 
     def _unneeded_map(self) -> dict[str, datetime | None]:
         if self._unneeded is None:
