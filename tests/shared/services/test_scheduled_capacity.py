@@ -4,10 +4,13 @@ minimum with no pod pending, and the utilisation poll keeps it there until the w
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 from typing import Any
 
+import pytest
 
+from shared.engine.scheduled_capacity import TAG_SCHEDULED_CAPACITY
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from shared.services.utilization import run_utilization_poll
@@ -108,3 +111,57 @@ def test_outside_a_window_the_status_shows_none() -> None:
     assert data is not None
     doc = parse_previous(data["status"])
     assert doc is not None and "scheduledCapacity" not in doc["nodeGroups"][0]
+
+
+def app_with_tag(tag: str, *, settings: dict[str, str] | None = None) -> MemoryApp:
+    (pool,) = SCENARIO["node_groups"]
+    scenario = {**SCENARIO, "node_groups": [{**pool, "tags": {TAG_SCHEDULED_CAPACITY: tag}}]}
+    return memory_app(scenario, settings=settings or {})
+
+
+def test_the_scale_sets_tag_opens_a_window_as_the_setting_does() -> None:
+    app = app_with_tag(f"{OPENS:%S %M %H} * * *|1h|min=3|UTC")
+    app.clock.advance((OPENS - SANDBOX_START).total_seconds())
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    (action,) = [json.loads(text) for text in app.take_queued()]
+    assert set(result.windows) == {GROUP} and action["target_size"] == 3
+    assert action["reason"].startswith("scheduled capacity: min 3 until")
+
+
+def test_the_tag_and_the_setting_merge_taking_the_larger_minimum() -> None:
+    window = {"group": GROUP, "start": f"{OPENS:%S %M %H} * * *", "duration": "1h", "min": WINDOW_MIN}
+    for tag_min in (WINDOW_MIN - 2, WINDOW_MIN + 2):
+        app = app_with_tag(f"{OPENS:%S %M %H} * * *|1h|min={tag_min}",
+                           settings={"SCHEDULED_CAPACITY": json.dumps([window])})
+        app.clock.advance((OPENS - SANDBOX_START).total_seconds())
+        run_pending_poll(app.ports, app.settings, now=app.clock.now())
+        (action,) = [json.loads(text) for text in app.take_queued()]
+        assert action["target_size"] == max(tag_min, WINDOW_MIN)
+
+
+def test_a_malformed_tag_is_logged_naming_the_group_and_tag_and_the_group_still_scales(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app = app_with_tag(f"{OPENS:%S %M %H} * * *|1h|min=three")
+    app.clock.advance((OPENS - SANDBOX_START).total_seconds())
+    with caplog.at_level(logging.ERROR):
+        result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert result.windows == {} and app.take_queued() == []
+    assert any(f"group {GROUP}: tag {TAG_SCHEDULED_CAPACITY} window 1: field 'min'" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_standby_window_shows_in_the_status_and_grows_no_running_node() -> None:
+    from shared.engine.status import parse_previous
+
+    app = app_with_tag(f"{OPENS:%S %M %H} * * *|1h|standby=2|UTC")
+    app.clock.advance((OPENS - SANDBOX_START).total_seconds() + 60)
+    result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
+    assert result.windows[GROUP].standby == 2 and result.windows[GROUP].min_size is None
+    assert app.take_queued() == []  # standby instances are the standby target's to keep, not running nodes
+    data = app.ports.cluster.get_config_map("kube-system", "cluster-autoscaler-status")
+    assert data is not None
+    doc = parse_previous(data["status"])
+    assert doc is not None
+    shown = doc["nodeGroups"][0]["scheduledCapacity"]
+    assert shown["standby"] == 2 and shown["minSize"] is None and shown["effectiveMinSize"] == 1
+    assert shown["standbyUntil"].startswith(f"{OPENS + timedelta(hours=1):%Y-%m-%dT%H:%M}")
