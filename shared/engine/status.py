@@ -204,6 +204,8 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
             window = windows[group.id]
             entry["scheduledCapacity"] = {"minSize": window.min_size, "effectiveMinSize": window.effective_min,
                                           "until": window.until.isoformat(), "timeZone": window.zone}
+            if window.standby is not None and window.standby_until is not None:  # a window's warm standby count
+                entry["scheduledCapacity"].update(standby=window.standby, standbyUntil=window.standby_until.isoformat())
         groups.append(entry)
 
     if "InProgress" in scale_ups:
