@@ -38,7 +38,7 @@ from devtools.replay.frontier import (
 
 # The policies in the order the table reads best: ours first, then what it is compared with, the
 # lower bound and the oracle (the two computed references) last. Policies not named here follow, alphabetically.
-POLICY_ORDER = ("ours", "ca", "nap", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
+POLICY_ORDER = ("ours", "ours+standby", "ca", "nap", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
                 "ours+spot", "ca+spot", "ours+spot@5%", "ca+spot@5%", "ours+spot@20%", "ca+spot@20%",
                 "ours+spot@5%,quota320", "ca+spot@5%,quota320", "vmss-cpu", "static", "lower_bound", "oracle")
 DEMAND_KEY = "_demand"
@@ -63,6 +63,13 @@ SPOT_HEADERS = (
     "policy", "cost ($)", "cost vs ours", "spot share of node-hours", "pending wait p95 (s)", "VMs evicted",
     "notices", "pods moved at the notice", "pods died with the VM", "Job pods died with the VM",
     "work lost with the VM", "work lost (all)", "quota refusals",
+)
+
+# Warm standby's own figures (results' `standby` part, devtools.replay.standby): how scale-ups were served and why
+# the pods that waited longer than the trace's target waited.
+STANDBY_HEADERS = (
+    "policy", "cost ($)", "of which stopped disks ($)", "pending wait p95 (s)", "standby hits", "misses",
+    "hit rate", "refills", "most stopped at once", "forecast MAPE", "pods over target: start / create / room",
 )
 
 VN_HEADERS = (
@@ -91,6 +98,7 @@ class TraceSection:
     dominance_rows: tuple[tuple[str, ...], ...] = ()  # cells in DOMINANCE_HEADERS order: one per peer point
     dominance: Target | None = None  # whether ours dominates every peer point, with the count and the misses
     vn_rows: tuple[tuple[str, ...], ...] = ()  # cells in VN_HEADERS order, for the runs with a virtual node
+    standby_rows: tuple[tuple[str, ...], ...] = ()  # cells in STANDBY_HEADERS order, for the runs with warm standby
 
 
 # --- formatting -------------------------------------------------------------------------------
@@ -195,6 +203,22 @@ def vn_row(policy: str, metrics: Mapping[str, Any]) -> tuple[str, ...]:
     )
 
 
+def standby_row(policy: str, metrics: Mapping[str, Any]) -> tuple[str, ...]:
+    """A run's `standby` part as STANDBY_HEADERS' cells."""
+    standby = metrics.get("standby") or {}
+    slow = standby.get("slow_pods") or {}
+    causes = slow.get("by_cause") or {}
+    rate, mape = _number(standby.get("hit_rate")), _number(standby.get("forecast_mape"))
+    return (
+        policy, _fmt(metrics.get("cost"), ",.2f"), _fmt(standby.get("disk_cost"), ",.2f"),
+        _fmt((metrics.get("pending_wait_s") or {}).get("p95"), ",.0f"), _fmt_int(standby.get("hits")),
+        _fmt_int(standby.get("misses")), MISSING if rate is None else f"{rate:.0%}", _fmt_int(standby.get("refills")),
+        _fmt_int(standby.get("stopped_peak")), MISSING if mape is None else f"{mape:.0%}",
+        f"{causes.get('start', 0):,} / {causes.get('create', 0):,} / {causes.get('room', 0):,}"
+        + (f" (> {slow['threshold_s']:.0f} s)" if slow.get("threshold_s") is not None else ""),
+    )
+
+
 def _completed(m: Mapping[str, Any]) -> str:
     """Completed of all pods run (replacements included): a cheap run that left work undone shows here."""
     done, total = _number(m.get("pods_completed")), _number(m.get("pods"))
@@ -222,6 +246,8 @@ def sections(results: Mapping[str, Any]) -> list[TraceSection]:
                           if isinstance(per_policy[p], Mapping) and per_policy[p].get("spot"))
         vn_rows = tuple(vn_row(p, per_policy[p]) for p in ordered_policies(per_policy)
                         if isinstance(per_policy[p], Mapping) and per_policy[p].get("virtual_node"))
+        standby_rows = tuple(standby_row(p, per_policy[p]) for p in ordered_policies(per_policy)
+                             if isinstance(per_policy[p], Mapping) and per_policy[p].get("standby"))
         verdict = None
         if dominance.get(trace):
             met, text = dominance_summary(dominance[trace])
@@ -229,7 +255,7 @@ def sections(results: Mapping[str, Any]) -> list[TraceSection]:
         out.append(TraceSection(str(trace), str(note) if note else None, rows, targets, spot_rows,
                                 tuple(frontier_rows(frontiers.get(trace) or {})),
                                 tuple(dominance_rows(dominance[trace])) if dominance.get(trace) else (), verdict,
-                                vn_rows))
+                                vn_rows, standby_rows))
     return out
 
 
@@ -273,6 +299,8 @@ def markdown_table(results: Mapping[str, Any]) -> str:
             lines.append("")
         if section.vn_rows:
             lines += ["Virtual node (ACI):", "", *_md_rows(VN_HEADERS, section.vn_rows)]
+        if section.standby_rows:
+            lines += ["Warm standby:", "", *_md_rows(STANDBY_HEADERS, section.standby_rows)]
         if section.targets:
             lines.append("Targets:")
             lines += [f"- {'met' if t.met else '**MISSED**'}: {t.name}" + (f" — {t.detail}" if t.detail else "")
@@ -505,6 +533,8 @@ def _html_table(section: TraceSection) -> list[str]:
         out += ["<p>Spot:</p>", *_html_rows(SPOT_HEADERS, section.spot_rows)]
     if section.vn_rows:
         out += ["<p>Virtual node (ACI):</p>", *_html_rows(VN_HEADERS, section.vn_rows)]
+    if section.standby_rows:
+        out += ["<p>Warm standby:</p>", *_html_rows(STANDBY_HEADERS, section.standby_rows)]
     return out
 
 

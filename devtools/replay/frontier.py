@@ -17,6 +17,9 @@ from types import MappingProxyType
 from typing import Any
 
 OURS = "ours"
+# Ours with warm standby: its points (one per standby size) are ours' too when dominance looks for the best ours point.
+OURS_STANDBY = "ours+standby"
+OURS_FAMILY = (OURS, OURS_STANDBY)
 PEERS = ("ca", "nap")
 IDLE_MINUTES = (1, 2, 5, 10)
 COST_RATIO = 1.0  # an ours point may cost at most this many times the peer point's
@@ -37,6 +40,9 @@ ASSUMPTIONS = (
     "dominance: the best ours point for a peer point is the one with the lowest p95 wait among those at most "
     "COST_RATIO x its cost with no more pods killed (ties: cheaper, then fewer killed); work lost and pods completed "
     "are shown, not judged",
+    "frontier: `ours+standby` sweeps STANDBY_INSTANCES (fixed 0, 1, 2, 5, 10, 20 stopped instances per group, and "
+    "`auto`, its default) at ours' default idle time; its points count as ours' in the dominance table, labelled "
+    "`standby <size>`",
 )
 
 
@@ -53,7 +59,7 @@ class SweepPoint:
 
     def config_changes(self) -> dict[str, dict[str, str]]:
         """The ReplayConfig fields this point sets (`dataclasses.replace` keywords)."""
-        return {"settings" if self.policy == OURS else "peer_settings": dict(self.settings)}
+        return {"settings" if self.policy in OURS_FAMILY else "peer_settings": dict(self.settings)}
 
 
 def _idle(minutes: int, after_add: int | None = None) -> dict[str, str]:
@@ -68,6 +74,11 @@ def sweep_points(policies: Iterable[str], *, ca_grid: bool = CA_GRID) -> list[Sw
         points.append(SweepPoint(OURS, "auto", default=True))
         points += [SweepPoint(OURS, f"fixed {m}m", {"SCALE_DOWN_IDLE_MODE": "fixed", **_idle(m)})
                    for m in IDLE_MINUTES]
+    if OURS_STANDBY in available:
+        from devtools.replay.standby import FRONTIER_SIZES, STANDBY_SETTING, STANDBY_SETTINGS
+
+        points += [SweepPoint(OURS_STANDBY, size, {STANDBY_SETTING: size},
+                              default=STANDBY_SETTINGS.get(STANDBY_SETTING) == size) for size in FRONTIER_SIZES]
     if "ca" in available:
         pairs = [(u, a) for u in IDLE_MINUTES for a in IDLE_MINUTES] if ca_grid else [(m, m) for m in IDLE_MINUTES]
         # CA's defaults are 10m and 10m (its flags' defaults), which the emulation leaves to ours' defaults.
@@ -113,15 +124,16 @@ def best_ours(ours: Sequence[Mapping[str, Any]], peer: Mapping[str, Any], *,
 
 def dominance(frontier: Mapping[str, Sequence[Mapping[str, Any]]], *, cost_ratio: float = COST_RATIO,
               wait_slack_s: float = WAIT_SLACK_S) -> dict[str, Any]:
-    """For each peer point (every policy but OURS), the best ours point (`best_ours`) and whether it is within
-    `wait_slack_s` of the peer's p95; a summary says whether every peer point is dominated.
+    """For each peer point (every policy but OURS_FAMILY's), the best ours point (`best_ours`, among ours' and
+    ours+standby's points) and whether it is within `wait_slack_s` of the peer's p95; a summary says whether every
+    peer point is dominated.
 
     A peer point no ours point matches on cost and kills is missed; its row names ours' cheapest point and what
     that costs against the peer's, so the miss comes with its figures."""
-    ours = list(frontier.get(OURS) or ())
+    ours = ours_points(frontier)
     rows: list[dict[str, Any]] = []
     for policy, points in frontier.items():
-        if policy == OURS:
+        if policy in OURS_FAMILY:
             continue
         for peer in points:
             best = best_ours(ours, peer, cost_ratio=cost_ratio)
@@ -149,6 +161,12 @@ def dominance(frontier: Mapping[str, Sequence[Mapping[str, Any]]], *, cost_ratio
                     "missed": missed,
                     "peers": sorted({r["policy"] for r in rows})},
     }
+
+
+def ours_points(frontier: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Mapping[str, Any]]:
+    """Ours' points and ours+standby's, the latter labelled `standby <size>` so a dominance row names which."""
+    return [*(frontier.get(OURS) or ()),
+            *({**p, "label": f"standby {p['label']}"} for p in frontier.get(OURS_STANDBY) or ())]
 
 
 def _ratio(cost: float, peer_cost: float) -> float | None:

@@ -9,7 +9,8 @@ from typing import Any
 
 from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable, pool_of
 from devtools.replay.metrics import demand_curve, oracle_result, run_result, static_sizes, timeline_series
-from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES, Static
+from devtools.replay import standby
+from devtools.replay.policies import POLICIES, SPOT_POLICIES, STANDBY_POLICIES, VIRTUAL_NODE_POLICIES, Static
 from devtools.replay.policies.ca import CA_SETTINGS, CA_SPOT_SETTINGS, ClusterAutoscaler
 from devtools.replay.policies.nap import NAP_ASSUMPTIONS, NodeAutoProvisioning
 from devtools.replay.policies.ours import Ours
@@ -82,6 +83,8 @@ def replay(
     chosen: Any
     if policy in ("ours", "ours+vn", "ours+spot"):
         chosen = Ours(run)
+    elif policy in STANDBY_POLICIES:
+        chosen = Ours(run, settings=standby.standby_settings(config.settings))
     elif policy in ("ca", "ca+vn"):
         chosen = ClusterAutoscaler(run, settings={**CA_SETTINGS, **config.peer_settings})
     elif policy == "ca+spot":
@@ -97,7 +100,13 @@ def replay(
     # The oracle is the standard pools' for every policy (nap's included), so the ratios compare.
     result = run_result(world, billed_pools(config.pools, config.spot), scale_actions=chosen.scale_actions(),
                         oracle_cost=oracle["cost"])
-    if policy == "nap":
+    if policy in STANDBY_POLICIES:
+        # What it set beyond ours' defaults, how its scale-ups were served and what its stopped instances billed.
+        result["settings"] = standby.standby_settings(config.settings)
+        result["standby"] = standby.standby_section(world, slow_s=standby.slow_threshold(trace.name),
+                                                    forecast_mape=standby.forecast_mape(chosen.state, world.now))
+        result["assumptions"] = list(standby.ASSUMPTIONS)
+    elif policy == "nap":
         result["assumptions"] = list(NAP_ASSUMPTIONS)
     elif isinstance(chosen, ClusterAutoscaler):
         result["assumptions"] = list(chosen.assumptions())

@@ -25,7 +25,6 @@ from devtools.replay.frontier import ASSUMPTIONS as FRONTIER_ASSUMPTIONS
 from devtools.replay.frontier import dominance, missing_peers, point_of, sweep_points
 from devtools.replay.harness import ReplayConfig
 from devtools.replay.metrics import (
-    STOPPED_INSTANCE_ASSUMPTIONS,
     lower_bound_for,
     with_cost_vs_lower_bound,
     without_reference_ratios,
@@ -36,6 +35,8 @@ from devtools.replay.run import ReplayOutcome, replay
 from devtools.replay.spot import SPOT_SEEDS, SpotTier, compare_lost, quiet_spot_logs
 from devtools.replay.spot_prices import SPOT_PRICE_DATE, SPOT_PRICE_FRACTION, SPOT_PRICE_SOURCE
 from devtools.replay.spot_tiers import SPOT_TARGET_TIER, SPOT_TIERS, tier_facts
+from devtools.replay.standby import ASSUMPTIONS as STANDBY_ASSUMPTIONS
+from devtools.replay.standby import evaluate_standby_targets
 from devtools.replay.traces import Trace, load_trace, trace_stats
 from devtools.replay.vn_tiers import VN_QUOTAS, VN_TIER_STATEMENTS, VN_TIERS
 
@@ -358,6 +359,9 @@ def replay_section(
             step(f"{name} / spot: seeds", 1.0)
         if spot_targets:
             targets[name] = [*targets.get(name, []), *spot_targets]
+        standby_targets = evaluate_standby_targets(name, results[name])
+        if standby_targets:
+            targets[name] = [*targets.get(name, []), *standby_targets]
     return results, facts, targets, series
 
 
@@ -569,7 +573,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         "seed": seed,
         "prices": {"date": PRICE_DATE, "currency": "USD", "source": PRICE_SOURCE, "per_hour": PRICES_PER_HOUR,
                    "spot": {"date": SPOT_PRICE_DATE, "source": SPOT_PRICE_SOURCE, "fraction": SPOT_PRICE_FRACTION}},
-        "assumptions": [*BOUND_ASSUMPTIONS, *FRONTIER_ASSUMPTIONS, *STOPPED_INSTANCE_ASSUMPTIONS],
+        "assumptions": [*BOUND_ASSUMPTIONS, *FRONTIER_ASSUMPTIONS, *STANDBY_ASSUMPTIONS],
         "traces": facts,
         "targets": targets,
         "replay": replays,

@@ -84,6 +84,10 @@ class InstanceSim:
     starts: int = 0  # starts of this instance after a deallocation (each samples its own boot delay)
     unbilled_seconds: float = 0.0  # closed deallocated spells: not billed
     unbilled_since: float | None = None  # deallocated since then (not billed, not counted alive)
+    # When it was first asked to stop, and when each start began: which scale-ups a stopped instance served
+    # (devtools.replay.standby counts hits, misses and refills from them).
+    first_stopped_at: float | None = None
+    start_times: list[float] = field(default_factory=list)
     delete_started_at: float | None = None
     vanished_at: float | None = None
     node_registered: bool = False

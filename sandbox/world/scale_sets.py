@@ -435,6 +435,8 @@ class ScaleSetsPart(WorldCore):
         NotReady as when its VM is deleted, its workload pods die); deallocated after `deallocate_delay`."""
         group = self._groups[inst.group_key]
         inst.power_seq += 1
+        if inst.first_stopped_at is None:
+            inst.first_stopped_at = self._t
         inst.state, inst.power = "Updating", "deallocating"
         group.generation += 1
         dist = self.scenario.deallocate_delay or self.scenario.delete_delay
@@ -453,6 +455,7 @@ class ScaleSetsPart(WorldCore):
         group = self._groups[inst.group_key]
         inst.power_seq += 1
         inst.starts += 1
+        inst.start_times.append(self._t)
         if inst.unbilled_since is not None:
             inst.unbilled_seconds += self._t - inst.unbilled_since
             inst.unbilled_since = None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-POLICIES = ("ours", "ca", "vmss-cpu", "static", "oracle", "ours+vn", "ca+vn", "ours+spot", "ca+spot", "nap")
+POLICIES = ("ours", "ca", "vmss-cpu", "static", "oracle", "ours+vn", "ca+vn", "ours+spot", "ca+spot", "nap",
+            "ours+standby")
+# Ours keeping stopped instances ready ahead of demand (devtools.replay.standby: STANDBY_INSTANCES=auto).
+STANDBY_POLICIES = ("ours+standby",)
 # The same controllers with a virtual node (ACI) beside the pools: the run's ReplayConfig.virtual_node sets its
 # quota, start latency and prices (the sandbox's defaults when it has none).
 VIRTUAL_NODE_POLICIES = ("ours+vn", "ca+vn")

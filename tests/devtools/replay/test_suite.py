@@ -45,7 +45,8 @@ def test_replay_section_fills_every_field_for_every_policy() -> None:
     results, facts, targets, series = replay_section({"tiny": trace}, seed=0)
     vn = {f"{policy}@{quota}" for policy in ("ours+vn", "ca+vn") for quota in (100, 1000)}
     spot = {f"{policy}@{tier}" for policy in ("ours+spot", "ca+spot") for tier in SPOT_TIERS}
-    assert set(results["tiny"]) == {"ours", "ca", "nap", "vmss-cpu", "static", "oracle", "lower_bound"} | vn | spot
+    assert set(results["tiny"]) == {"ours", "ca", "nap", "vmss-cpu", "static", "oracle", "lower_bound",
+                                    "ours+standby"} | vn | spot
     for policy, result in results["tiny"].items():
         # The references price on-demand nodes only: the spot and virtual-node tiers get no ratio to either; the
         # lower bound counts the standard pools' whole nodes, which nap's other sizes are not.
@@ -60,8 +61,13 @@ def test_replay_section_fills_every_field_for_every_policy() -> None:
     assert {t["name"].split(":")[0] for t in targets["tiny"]} == {
         "p95 wait at most ca's, at most 5% dearer",
         "ours+vn at 100 cores", "ours+vn at 1000 cores", *(f"ours+spot at {tier}" for tier in SPOT_TIERS)}
-    assert set(series["tiny"]) == {"ours", "ca", "nap", "vmss-cpu", "static", "_demand"} | vn | spot
+    assert set(series["tiny"]) == {"ours", "ca", "nap", "vmss-cpu", "static", "ours+standby", "_demand"} | vn | spot
     assert all("spot" in results["tiny"][key] for key in spot) and "spot" not in results["tiny"]["ours"]
+    # ours+standby says what it set, how its scale-ups were served and what it assumed; ours has none of it.
+    standby = results["tiny"]["ours+standby"]
+    assert standby["settings"]["STANDBY_INSTANCES"] == "auto" and standby["assumptions"]
+    assert {"hits", "misses", "refills", "disk_cost", "forecast_mape", "slow_pods"} <= set(standby["standby"])
+    assert "standby" not in results["tiny"]["ours"]
     json.dumps(facts)  # the facts (spot tiers and pools included) go to results.json as they are
 
 

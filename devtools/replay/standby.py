@@ -1,0 +1,182 @@
+"""`ours+standby` in the replay: its settings, what a run with warm standby measured, its targets and sweep sizes.
+
+`ours+standby` is `ours` with `STANDBY_INSTANCES=auto` (STANDBY_SETTINGS; a run's own settings override them, so the
+frontier sweeps fixed sizes the same way). Its `standby` part of results.json (`standby_section`) says how scale-ups
+were served, from the world's own record of every instance, so it does not depend on what the autoscaler says:
+
+- a **hit** is a start of a stopped (deallocated or hibernated) instance: a node a scale-up got without a create;
+- a **miss** is an instance created during the run whose node ran a workload pod before it was ever stopped: a node
+  a scale-up had to create (standby empty, or none kept); the instances created only to be stopped (refills) are
+  counted apart as `refills`;
+- `disk_cost` is what the stopped instances billed (OS disks, and the memory disks of hibernated ones), inside `cost`;
+- `slow_pods` classifies every pod that waited longer than the target (STANDBY_TARGETS) by what it waited for:
+  the start of a stopped instance, a create, or room on a node that was already there.
+
+Pure functions of a finished world; the runs are devtools.replay.run's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from devtools.replay.metrics import STOPPED_INSTANCE_ASSUMPTIONS
+from sandbox.world import World
+
+POLICY = "ours+standby"
+STANDBY_SETTING = "STANDBY_INSTANCES"
+# What ours+standby sets beyond ours' defaults (results.json says them beside its figures).
+STANDBY_SETTINGS: Mapping[str, str] = MappingProxyType({STANDBY_SETTING: "auto"})
+# The frontier's standby sizes: fixed counts per group, and `auto` (the policy's default, the main table's run).
+FRONTIER_SIZES: tuple[str, ...] = ("0", "1", "2", "5", "10", "20", "auto")
+ASSUMPTIONS: tuple[str, ...] = (
+    "ours+standby: ours with STANDBY_INSTANCES=auto (the standby target sized from recent scale-ups and the forecast, "
+    "capped by STANDBY_MAX); every other setting at ours' default unless the run says otherwise",
+    "standby hits are starts of stopped instances, misses are instances created during the run whose node ran a "
+    "workload pod before it was ever stopped, refills are instances created and stopped before running any: all "
+    "counted from the world's instances, not from the autoscaler's own events",
+    *STOPPED_INSTANCE_ASSUMPTIONS,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StandbyTarget:
+    """One of the issue's targets for ours+standby on a trace: a p95 wait limit and the run its cost may not exceed."""
+
+    trace: str
+    p95_s: float
+    cost_at_most: str  # the result key whose cost ours+standby's may not exceed, in the same suite run
+
+
+STANDBY_TARGETS: tuple[StandbyTarget, ...] = (
+    StandbyTarget("alibaba2018", 60.0, "ours"),
+    StandbyTarget("alibaba2023", 45.0, "ca"),
+)
+# Where a trace has no target of its own, a slow pod is one waiting longer than this.
+DEFAULT_SLOW_S = 60.0
+
+
+def standby_settings(overrides: Mapping[str, str]) -> dict[str, str]:
+    """ours+standby's app settings: STANDBY_SETTINGS, then the run's own (a frontier point's size, a tuned idle time)."""
+    return {**STANDBY_SETTINGS, **overrides}
+
+
+def slow_threshold(trace: str) -> float:
+    return next((t.p95_s for t in STANDBY_TARGETS if t.trace == trace), DEFAULT_SLOW_S)
+
+
+def standby_section(world: World, *, slow_s: float = DEFAULT_SLOW_S, forecast_mape: float | None = None
+                    ) -> dict[str, Any]:
+    """How a finished run served its scale-ups (hits, misses, refills), what its stopped instances billed, and why
+    its pods that waited longer than `slow_s` waited (`slow_pods`)."""
+    report = world.report()
+    instances = list(world._iter_instances())  # noqa: SLF001 - the world's record, gone instances included
+    by_node = {inst.node_name: inst for inst in instances if inst.node_name}
+    first_pod: dict[str, float] = {}
+    for pod in report["pods"]:
+        if pod["node"] and pod["started"] is not None and pod["node"] in by_node:
+            first_pod[pod["node"]] = min(first_pod.get(pod["node"], pod["started"]), pod["started"])
+    hits = sum(inst.starts for inst in instances)
+    misses = refills = 0
+    for inst in instances:
+        if inst.created_at <= 0:
+            continue  # the pools' initial instances: no scale-up made them
+        ran = first_pod.get(inst.node_name)
+        stopped = inst.first_stopped_at
+        if ran is not None and (stopped is None or ran < stopped):
+            misses += 1
+        elif stopped is not None:
+            refills += 1
+    stopped = report.get("stopped_disks") or {}
+    served = hits + misses
+    return {
+        "hits": hits,
+        "misses": misses,
+        "hit_rate": round(hits / served, 4) if served else None,
+        "refills": refills,
+        "deallocations": sum(world.counters.instances_deallocated.values()),
+        "disk_cost": round(stopped.get("cost_usd", 0.0), 4),
+        "disk_seconds": round(stopped.get("disk_seconds", 0.0), 1),
+        "memory_disk_cost": round(stopped.get("memory_disk_cost_usd", 0.0), 4),
+        "stopped_peak": _stopped_peak(world),
+        "forecast_mape": forecast_mape,
+        "slow_pods": slow_pods(report["pods"], instances, slow_s=slow_s),
+    }
+
+
+def forecast_mape(state: Any, now: Any) -> float | None:
+    """The forecast's mean absolute percentage error over the run, as the app's forecast reads it from its state;
+    None where this checkout has no forecast or it never had an hour to judge."""
+    return None
+
+
+def _stopped_peak(world: World) -> int:
+    """The most instances stopped (deallocating or deallocated) at one timeline sample."""
+    return max((sum(g.get("deallocated", 0) for g in sample["groups"].values()) for sample in world.timeline),
+               default=0)
+
+
+def slow_pods(pods: Sequence[Mapping[str, Any]], instances: Sequence[Any], *, slow_s: float) -> dict[str, Any]:
+    """The pods that waited longer than `slow_s`, by what they waited for.
+
+    The node a pod ran on came up after the pod was created: from a start of a stopped instance (`start`: the start
+    delay's tail), or from a create (`create`: standby was empty or none was kept); it was there already (`room`: the
+    pod waited for room or the scheduler, not for a VM); or the pod never ran (`never_ran`). Waits in seconds: how
+    many, and the longest, per cause."""
+    by_node = {inst.node_name: inst for inst in instances if inst.node_name}
+    causes: Counter[str] = Counter()
+    longest: dict[str, float] = {}
+    for pod in pods:
+        if pod["outcome"] == "failed":
+            continue
+        end = pod["started"]
+        if end is None:
+            cause, wait = "never_ran", None
+        else:
+            wait = end - pod["waiting_since"]
+            if wait <= slow_s:
+                continue
+            cause = _cause(by_node.get(pod["node"]), created=pod["waiting_since"], started=end)
+        causes[cause] += 1
+        if wait is not None:
+            longest[cause] = max(longest.get(cause, 0.0), round(wait, 1))
+    return {"threshold_s": slow_s, "count": sum(causes.values()), "by_cause": dict(sorted(causes.items())),
+            "longest_s": dict(sorted(longest.items()))}
+
+
+def _cause(inst: Any, *, created: float, started: float) -> str:
+    if inst is None:
+        return "room"
+    starts = [at for at in inst.start_times if at <= started]
+    came_up = max([inst.created_at, *starts])
+    if came_up <= created:
+        return "room"
+    return "start" if starts and came_up == starts[-1] else "create"
+
+
+def evaluate_standby_targets(trace: str, per_policy: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's targets for ours+standby on `trace` (none for a trace without one), met or missed with their
+    figures; the standby disk cost and the forecast's error are stated in the detail, never judged."""
+    mine = per_policy.get(POLICY)
+    target = next((t for t in STANDBY_TARGETS if t.trace == trace), None)
+    if mine is None or target is None:
+        return []
+    other = per_policy.get(target.cost_at_most)
+    p95 = mine["pending_wait_s"]["p95"]
+    standby = mine.get("standby") or {}
+    mape = standby.get("forecast_mape")
+    stated = (f"standby disk cost ${standby.get('disk_cost', 0.0):,.2f}, hits {standby.get('hits', 0)}, misses "
+              f"{standby.get('misses', 0)}, forecast MAPE " + ("n/a" if mape is None else f"{mape:.0%}"))
+    targets = [{"name": f"ours+standby: p95 wait at most {target.p95_s:.0f} s", "met": p95 <= target.p95_s,
+                "detail": f"{p95:.0f} s; {stated}"}]
+    if other is not None:
+        targets.append({
+            "name": f"ours+standby: cost at most {target.cost_at_most}'s (same run)",
+            "met": mine["cost"] <= other["cost"],
+            "detail": f"${mine['cost']:,.2f} vs ${other['cost']:,.2f}, p95 {p95:.0f} s vs "
+                      f"{other['pending_wait_s']['p95']:.0f} s",
+        })
+    return targets

@@ -1,0 +1,137 @@
+"""ours+standby in the replay: its settings, hits, misses and refills counted from the world, slow pods by cause, and
+its targets judged (never asserted) against the same run's ours and ca."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from devtools.replay.frontier import dominance, sweep_points
+from devtools.replay.harness import RESOURCE_GROUP, ReplayConfig, build_world
+from devtools.replay.metrics import STOPPED_INSTANCE_ASSUMPTIONS
+from devtools.replay.pools import CPU_POOL
+from devtools.replay.standby import (
+    ASSUMPTIONS,
+    FRONTIER_SIZES,
+    POLICY,
+    STANDBY_TARGETS,
+    evaluate_standby_targets,
+    slow_pods,
+    standby_section,
+    standby_settings,
+)
+from devtools.replay.traces import Trace, TracePod
+
+GIB = 1 << 30
+CONFIG = ReplayConfig(pools=(CPU_POOL,), tail_s=900.0)
+WHOLE_NODE = CPU_POOL.cpu_milli - 200  # one such pod per node, beside the DaemonSet
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ({}, "auto"),
+    ({"STANDBY_INSTANCES": "5"}, "5"),  # a frontier point's size wins over the policy's auto
+])
+def test_the_policy_sets_auto_standby_unless_the_run_says_otherwise(overrides: dict, expected: str) -> None:
+    settings = standby_settings({"SCALE_DOWN_UNNEEDED_TIME": "2m", **overrides})
+    assert settings["STANDBY_INSTANCES"] == expected and settings["SCALE_DOWN_UNNEEDED_TIME"] == "2m"
+
+
+def test_the_stopped_instance_assumptions_are_stated_with_the_policy() -> None:
+    assert set(STOPPED_INSTANCE_ASSUMPTIONS) <= set(ASSUMPTIONS)
+
+
+def _group(world):  # noqa: ANN001, ANN202 - the world's scale set
+    return world.scale_set(world.subscription_id, RESOURCE_GROUP, CPU_POOL.name)
+
+
+def test_hits_misses_and_refills_are_counted_from_the_worlds_instances() -> None:
+    # Two whole-node pods, the second arriving when the only node is taken: a created node runs it (a miss). A
+    # third instance is created and stopped before any pod (a refill), then started (a hit).
+    pods = (TracePod(at=0.0, duration=3000.0, cpu_milli=WHOLE_NODE, memory_bytes=GIB),
+            TracePod(at=30.0, duration=600.0, cpu_milli=WHOLE_NODE, memory_bytes=GIB))
+    world = build_world(Trace("two", "<test>", pods, "hand-made"), CONFIG, initial={CPU_POOL.name: 1})
+    group = _group(world)
+    world.advance_by(40)
+    world.set_capacity(group, 2)  # the miss: the pending pod's node
+    world.advance_by(1000)  # every boot done (the boot delay is capped at 900 s)
+    world.set_capacity(group, 3)  # the refill
+    world.advance_by(1000)
+    refill = max(world.instances(group), key=lambda i: i.instance_id)
+    world.deallocate_instances(group, [str(refill.instance_id)])
+    world.advance_by(200)
+    world.start_instances(group, [str(refill.instance_id)])
+    world.advance_by(1000)
+    section = standby_section(world, slow_s=60.0)
+    assert (section["hits"], section["misses"], section["refills"]) == (1, 1, 1)
+    assert section["hit_rate"] == pytest.approx(0.5)
+    assert section["deallocations"] == 1 and section["stopped_peak"] >= 1
+    assert section["disk_cost"] > 0 and section["disk_seconds"] > 0
+    # The second pod waited for a create (its node came up after it was created), longer than a minute.
+    assert section["slow_pods"]["by_cause"].get("create") == 1
+
+
+def _inst(created: float, *starts: float, node: str = "n1") -> Any:
+    return SimpleNamespace(node_name=node, created_at=created, start_times=list(starts))
+
+
+def _pod(created: float, started: float | None, node: str | None = "n1", outcome: str = "succeeded") -> dict:
+    return {"waiting_since": created, "started": started, "node": node, "outcome": outcome}
+
+
+@pytest.mark.parametrize(("pod", "inst", "cause"), [
+    (_pod(100, 200), _inst(150), "create"),  # its node was created after it
+    (_pod(100, 200), _inst(0, 150), "start"),  # its node was started after it
+    (_pod(100, 200), _inst(0, 50), "room"),  # its node was there: it waited for room
+    (_pod(100, 200), _inst(0, 150, 250), "start"),  # a later start (after its own) does not count
+    (_pod(100, None, node=None), _inst(0), "never_ran"),
+])
+def test_a_slow_pod_is_put_down_to_what_it_waited_for(pod: dict, inst: Any, cause: str) -> None:
+    result = slow_pods([pod], [inst], slow_s=60.0)
+    assert result["by_cause"] == {cause: 1} and result["count"] == 1
+
+
+def test_pods_within_the_threshold_and_refused_ones_are_not_slow() -> None:
+    pods = [_pod(100, 150), _pod(100, 160), _pod(0, 500, outcome="failed")]
+    assert slow_pods(pods, [_inst(0)], slow_s=60.0)["count"] == 0
+
+
+def _run(cost: float, p95: float, **standby: Any) -> dict:
+    return {"cost": cost, "pending_wait_s": {"p95": p95}, "pods_killed": 0, "work_lost_s": 0.0,
+            "standby": {"disk_cost": 1.5, "hits": 3, "misses": 1, "forecast_mape": None, **standby}}
+
+
+@pytest.mark.parametrize(("cost", "wait_over_target", "met"), [
+    (50, -5, [True, True]),
+    (70, -5, [True, False]),  # dearer than the run it is held to
+    (50, 30, [False, True]),  # slower than the target
+    (60, 0, [True, True]),  # at the limits
+])
+@pytest.mark.parametrize("target", STANDBY_TARGETS, ids=lambda t: t.trace)
+def test_the_standby_targets_judge_wait_and_cost_against_the_same_run(target: Any, cost: float,
+                                                                      wait_over_target: float, met: list[bool]) -> None:
+    per_policy = {POLICY: _run(cost, target.p95_s + wait_over_target), target.cost_at_most: _run(60, 150)}
+    targets = evaluate_standby_targets(target.trace, per_policy)
+    assert [t["met"] for t in targets] == met
+    assert "disk cost $1.50" in targets[0]["detail"] and "MAPE n/a" in targets[0]["detail"]
+
+
+def test_no_standby_target_on_a_trace_without_one_or_without_the_run() -> None:
+    assert evaluate_standby_targets("tiny", {POLICY: _run(1, 1)}) == []
+    assert evaluate_standby_targets(STANDBY_TARGETS[0].trace, {"ours": _run(1, 1)}) == []
+
+
+def test_the_frontier_sweeps_every_standby_size_and_counts_them_as_ours() -> None:
+    points = [p for p in sweep_points(("ours", POLICY, "ca")) if p.policy == POLICY]
+    assert [p.label for p in points] == list(FRONTIER_SIZES)
+    assert [p.label for p in points if p.default] == ["auto"]  # the main table's run, not replayed again
+    assert all(p.config_changes() == {"settings": {"STANDBY_INSTANCES": p.label}} for p in points)
+    frontier = {
+        "ours": [{"label": "auto", "cost": 100.0, "p95_wait_s": 140.0, "pods_killed": 0, "work_lost_s": 0.0}],
+        POLICY: [{"label": "5", "cost": 90.0, "p95_wait_s": 50.0, "pods_killed": 0, "work_lost_s": 0.0}],
+        "ca": [{"label": "10m/10m", "cost": 95.0, "p95_wait_s": 60.0, "pods_killed": 0, "work_lost_s": 0.0}],
+    }
+    result = dominance(frontier)
+    [row] = result["rows"]  # ours+standby is not a peer
+    assert row["policy"] == "ca" and row["ours"] == "standby 5" and row["met"]
