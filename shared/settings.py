@@ -528,6 +528,10 @@ SPECS: tuple[Spec, ...] = (
          "overrides it per group. See docs/standby.md."),
     Spec("STANDBY_MAX", "standby_max", "10", _int_at_least(0),
          "Most standby instances `auto` keeps per group (`STANDBY_INSTANCES` or the tag `autoscaler-standby`)."),
+    Spec("STANDBY_POOLS", "standby_pools", "false", _bool,
+         "Keep each Flexible group's VMSS Standby Pool at the group's standby target (maxReadyCapacity and "
+         "minReadyCapacity set to it, once per utilisation poll); groups without a pool are not affected. Needs "
+         "Microsoft.StandbyPool/standbyVirtualMachinePools/read and /write. See docs/standby-pools.md."),
     Spec("SCALE_DOWN_UNNEEDED_TIME", "scale_down_unneeded_time", "10m", _nonnegative_duration,
          "How long a node must be unneeded before it is removed (in `fixed` idle mode: see `SCALE_DOWN_IDLE_MODE`)."),
     Spec("SCALE_DOWN_IDLE_MODE", "scale_down_idle_mode", "auto", _choice("auto", "fixed", "break-even"),
@@ -638,8 +642,11 @@ SPECS: tuple[Spec, ...] = (
          "Time windows in which a node group keeps at least a minimum of nodes, as a JSON list of "
          '`{"group": "<resource group>/<name>", "start": "<six-field NCRONTAB>", "duration": "11h", "min": 10, '
          '"timezone": "Europe/Berlin"}` (`timezone` defaults to UTC). The pending poll grows the group to `min` '
-         "from the window's start, with no pod asking; scale-down keeps it there until the window ends. Overlapping "
-         "windows take the largest `min`; the group's max caps it. See docs/scheduled-capacity.md."),
+         "from the window's start, with no pod asking; scale-down keeps it there until the window ends. A window "
+         "may give `standby` (warm standby instances kept deallocated) instead of or beside `min`. The scale-set tag "
+         "`autoscaler-scheduled-capacity` adds a group's own windows (`0 0 8 * * 1-5|11h|min=10|Europe/Berlin`, "
+         "`;` between windows). Overlapping windows take the largest `min` and the largest `standby`; the group's "
+         "max caps `min`. See docs/scheduled-capacity.md."),
     Spec("VIRTUAL_NODE_BACKFILL", "virtual_node_backfill", "true", _bool,
          "Move long-running pods that overflowed onto a virtual node (ACI) back onto scale-set VMs once VM room "
          "is Ready, when that pays (see docs/virtual-nodes.md); the scale sets grow for them meanwhile. Job pods "
@@ -805,6 +812,7 @@ class Settings:
     scale_down_deallocated_max: int  # per group, with deallocate
     standby_instances: str  # a whole number or auto (engine.standby.parse_standby)
     standby_max: int
+    standby_pools: bool
     scale_down_unneeded_time: timedelta
     scale_down_idle_mode: str  # engine.idle.IDLE_MODES: auto | fixed | break-even
     scale_down_unready_time: timedelta
