@@ -47,9 +47,10 @@ MAX_DEPTH = 8
 SCALE_UP_STEPS = ("resize", "confirm")
 SCALE_DOWN_STEPS = ("cordon", "drain", "delete", "confirm")
 BACKFILL_STEPS = ("evict",)
+REFILL_STANDBY_STEPS = ("grow", "registered", "park")
 
-Kind = Literal["scale_up", "scale_down", "backfill"]
-KINDS = ("scale_up", "scale_down", "backfill")
+Kind = Literal["scale_up", "scale_down", "backfill", "refill_standby"]
+KINDS = ("scale_up", "scale_down", "backfill", "refill_standby")
 # Not an action: a request to plan the scale-down again soon (`ScaleDownRound`).
 ROUND_KIND = "scale_down_round"
 
@@ -164,8 +165,25 @@ class Backfill(_Action):
         return f"{self.namespace}/{self.pod}"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefillStandby(_Action):
+    """Add up to `count` instances to one group's warm standby: create them, let their nodes register, then
+    cordon and deallocate them (listed in GroupState.stopped).
+
+    `count` is only an upper bound: the executor recomputes the shortfall from the group and its state.
+    Set by the grow step and carried on: the capacity it grew from and the instances it created.
+    """
+
+    kind: ClassVar[Literal["refill_standby"]] = "refill_standby"
+    STEPS: ClassVar[tuple[str, ...]] = REFILL_STANDBY_STEPS
+
+    count: int
+    from_capacity: int | None = None
+    instances: tuple[str, ...] = ()
+
+
 # A scale action is one of the kinds, told apart by type (and by `kind` on the wire).
-ScaleAction = ScaleUp | ScaleDown | Backfill
+ScaleAction = ScaleUp | ScaleDown | Backfill | RefillStandby
 
 
 def new_scale_up(
@@ -194,6 +212,18 @@ def new_backfill(*, node: str, namespace: str, pod: str, uid: str, to: str, now:
         id=f"backfill:{namespace}/{pod}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}",
         group=node, created_at=now, expires_at=now + ttl, step=BACKFILL_STEPS[0], reason=reason,
         namespace=namespace, pod=pod, uid=uid, to=to, traceparent=traceparent, tracestate=tracestate,
+    )
+
+
+def new_refill_standby(*, group: str, count: int, now: datetime, ttl: timedelta, reason: str = "",
+                       traceparent: str = "", tracestate: str = "") -> RefillStandby:
+    """One refill of `group`'s standby; its id (group and decision time) makes a repeated decision one action."""
+    if not 1 <= count <= MAX_NODES_PER_ACTION:
+        raise ValueError(f"a standby refill adds 1 to {MAX_NODES_PER_ACTION} instances, not {count}")
+    return RefillStandby(
+        id=f"refill-standby:{group}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}",
+        group=group, created_at=now, expires_at=now + ttl, step=REFILL_STANDBY_STEPS[0], reason=reason,
+        count=count, traceparent=traceparent, tracestate=tracestate,
     )
 
 
@@ -259,7 +289,7 @@ def new_scale_down_round(*, now: datetime, ttl: timedelta) -> ScaleDownRound:
 
 
 def encode_message(message: ScaleAction | ScaleDownRound) -> str:
-    if isinstance(message, (ScaleUp, ScaleDown, Backfill)):
+    if isinstance(message, (ScaleUp, ScaleDown, Backfill, RefillStandby)):
         return encode_action(message)
     body = {"version": SCHEMA_VERSION, "kind": ROUND_KIND, "id": message.id,
             "created_at": _iso(message.created_at), "expires_at": _iso(message.expires_at)}
@@ -308,6 +338,12 @@ def encode_action(action: ScaleAction) -> str:
         body["pod"] = {"namespace": action.namespace, "name": action.pod, "uid": action.uid}
         if action.to:
             body["to"] = action.to
+    elif isinstance(action, RefillStandby):
+        body["count"] = action.count
+        if action.from_capacity is not None:
+            body["from_capacity"] = action.from_capacity
+        if action.instances:
+            body["instances"] = list(action.instances)
     elif isinstance(action, ScaleUp):
         body["target_size"] = action.target_size
         if action.from_size is not None:
@@ -390,6 +426,8 @@ def _action_of(body: dict[str, Any]) -> ScaleAction:
         raise InvalidAction(f"unknown kind {kind!r} (expected one of {', '.join(map(repr, KINDS))})")
     if kind == "backfill":
         return _backfill_of(body)
+    if kind == "refill_standby":
+        return _refill_standby_of(body)
     steps = SCALE_UP_STEPS if kind == "scale_up" else SCALE_DOWN_STEPS
     required = ["id", "group", "step", "created_at", "expires_at"]
     if kind == "scale_up":
@@ -463,6 +501,48 @@ def _backfill_of(body: dict[str, Any]) -> Backfill:
     _check_length("pod.uid", pod["uid"], 64)
     return Backfill(namespace=pod["namespace"], pod=pod["name"], uid=pod["uid"], to=body.get("to", ""),
                     **_common_fields(body))
+
+
+_REFILL_FIELDS = {"version", "kind", "id", "group", "step", "created_at", "expires_at", "reason", "attempt",
+                  "step_started_at", "traceparent", "tracestate", "count", "from_capacity", "instances"}
+
+
+def _refill_standby_of(body: dict[str, Any]) -> RefillStandby:
+    """A standby refill message (version 3 only: the kind came after it)."""
+    if body.get("version") != 3:
+        raise InvalidAction("a refill_standby is a version 3 message")
+    extra = sorted(set(body) - _REFILL_FIELDS)
+    if extra:
+        raise InvalidAction(f"a refill_standby has no field(s) {', '.join(extra)}")
+    missing = [name for name in ("id", "group", "step", "created_at", "expires_at", "count")
+               if body.get(name) in (None, "")]
+    if missing:
+        raise InvalidAction(f"missing field(s): {', '.join(missing)}")
+    for name in ("id", "group", "step", "reason"):
+        if name in body and not isinstance(body[name], str):
+            raise InvalidAction(f"field {name!r} must be a string")
+        if name in body:
+            _check_length(name, body[name], MAX_LENGTHS[name])
+    if body["step"] not in REFILL_STANDBY_STEPS:
+        raise InvalidAction(f"unknown step {body['step']!r} for refill_standby "
+                            f"(expected one of {', '.join(REFILL_STANDBY_STEPS)})")
+    count = _integer(body, "count", minimum=1)
+    assert count is not None
+    if count > MAX_NODES_PER_ACTION:
+        raise InvalidAction(f"count is {count}; a refill adds at most {MAX_NODES_PER_ACTION} instances")
+    from_capacity = _integer(body, "from_capacity", minimum=0)
+    instances = body.get("instances", [])
+    if not isinstance(instances, list) or not all(isinstance(i, str) and i for i in instances):
+        raise InvalidAction("instances must be a list of instance ids (non-empty strings)")
+    if len(instances) > count:
+        raise InvalidAction(f"instances names {len(instances)} instances; the refill adds at most its count {count}")
+    if len(set(instances)) != len(instances):
+        raise InvalidAction("instances names an instance twice")
+    for index, instance in enumerate(instances):
+        _check_length(f"instances[{index}]", instance, MAX_LENGTHS["instance"])
+    if instances and from_capacity is None:
+        raise InvalidAction("instances without from_capacity: only the grow step names them, and it sets both")
+    return RefillStandby(count=count, from_capacity=from_capacity, instances=tuple(instances), **_common_fields(body))
 
 
 def _common_fields(body: dict[str, Any]) -> dict[str, Any]:

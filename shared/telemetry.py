@@ -156,6 +156,7 @@ EVENTS: Mapping[str, tuple[str, ...]] = {
     "ScaleUp": ACTION_DIMENSIONS,
     "ScaleDown": ACTION_DIMENSIONS,
     "Backfill": ACTION_DIMENSIONS,  # a pod moved off a virtual node (`group` is the virtual node)
+    "RefillStandby": ACTION_DIMENSIONS,  # instances created and deallocated into a group's warm standby
     "ScaleActionRejected": REJECTED_DIMENSIONS,
     # A spot node evicted (or about to be): how we learnt it, its pods, and the batch work lost.
     "SpotEviction": ("node", "group", "how", "pods", "batch_pods", "lost_seconds", "replacements"),
@@ -406,9 +407,11 @@ def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetim
         "decided_at": action.created_at.isoformat(),
         "seconds_since_decided": round((now - action.created_at).total_seconds(), 3),
     }
-    name = "ScaleUp" if scale_up else "ScaleDown" if isinstance(action, ScaleDown) else "Backfill"
+    name = "ScaleUp" if scale_up else "ScaleDown" if isinstance(action, ScaleDown) else (
+        "Backfill" if action.kind == "backfill" else "RefillStandby")
     target = f"{action.group} {dimensions['old_size']} -> {dimensions['new_size']}" if scale_up else (
         f"{action.group} node(s) {dimensions['node']}" if isinstance(action, ScaleDown) else
+        f"standby of {action.group}" if action.kind == "refill_standby" else
         f"pod {getattr(action, 'pod_key', '')} off {action.group}")
     _event(name, f"{name} {target}: {outcome}{f' ({error_code})' if error_code else ''}", dimensions)
     trace.get_current_span().set_attribute("autoscaler.outcome", outcome)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from shared.actions import Backfill, ScaleAction, ScaleDown
+from shared.actions import Backfill, RefillStandby, ScaleAction, ScaleDown
 from shared.ports import LedgerEntry, StateStore
 from shared.services.swap import StateConflict, read_modify_write
 
@@ -136,6 +136,10 @@ def record_of(action: ScaleAction) -> str:
                                    "instances": {t.node: t.instance_id for t in action.targets}}
     elif isinstance(action, Backfill):
         body = {"pod": action.pod_key, "uid": action.uid}
+    elif isinstance(action, RefillStandby):
+        body = {"count": action.count}
+        if action.from_capacity is not None:
+            body.update(from_capacity=action.from_capacity, instances=sorted(action.instances))
     else:
         body = {"target_size": action.target_size}
         if action.from_size is not None:
@@ -160,6 +164,20 @@ def contradiction(entry: LedgerEntry, action: ScaleAction) -> str | None:
     if isinstance(action, Backfill):
         if (recorded.get("pod"), recorded.get("uid")) != (action.pod_key, action.uid):
             return f"it names pod {action.pod_key} ({action.uid}), not the one recorded"
+        return None
+    if isinstance(action, RefillStandby):
+        if recorded.get("count") != action.count:
+            return f"count {action.count} differs from the {recorded.get('count')} recorded"
+        if action.is_first_step:
+            return None
+        if "from_capacity" not in recorded:
+            return "it carries instances this refill never recorded"
+        if recorded["from_capacity"] != action.from_capacity:
+            return f"from_capacity {action.from_capacity!r} differs from the {recorded['from_capacity']!r} recorded"
+        # Later steps may name fewer instances (those that never came are dropped), never another one.
+        unknown = sorted(set(action.instances) - set(recorded.get("instances", [])))
+        if unknown:
+            return f"instance(s) {', '.join(unknown)} are not ones this refill created"
         return None
     if isinstance(action, ScaleDown):
         nodes: dict[str, str] = recorded.get("nodes", {})

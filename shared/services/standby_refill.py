@@ -1,0 +1,185 @@
+"""Refilling a group's warm standby: when the utilisation poll enqueues a RefillStandby, and how many instances
+the executor may still add when it runs (the action's steps are `standby_steps`).
+
+A group's standby is its stopped instances (GroupState.stopped) plus those a refill in flight is creating. A
+refill in flight is known by the room it reserved under the cluster-wide limits (`limit_reservations`, keyed by
+its action id, which starts with `refill-standby:`): one reservation row, read once per poll, no ledger scan.
+
+The poll enqueues one refill for a group when all of these hold:
+- its standby is below its target (engine.standby: the setting STANDBY_INSTANCES or the tag
+  `autoscaler-standby`), less the idle nodes scale-down may still take from it (they are deallocated into
+  the standby rather than deleted, so creating instances for them would pay twice);
+- no refill is in flight for it (one at a time per group);
+- it has no pending demand: no scale-up in flight (a live limits reservation of another action), and no
+  pending pod this poll's scale-up simulation places on it;
+- quotas and offering marks leave room for it (`offerings.planning_limits`); the cluster-wide limits are
+  checked by the executor, which reserves the room before it writes any capacity.
+
+Nothing in the message is trusted that state can tell: the executor recomputes the shortfall
+(`refill_shortfall`) from a fresh instance list, and the message's count is only an upper bound.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from datetime import datetime
+
+from shared import telemetry
+from shared.actions import MAX_NODES_PER_ACTION, new_refill_standby
+from shared.domain import ClusterSnapshot, GroupState, LimitReservations, NodeGroup
+from shared.engine.idle import boot_estimate
+from shared.engine.placement import PlacementState
+from shared.engine.quota import capped_target
+from shared.engine.scale_up import pending_pods, simulate_scale_up
+from shared.engine.standby import StandbyTarget, StandbyView, refill_count, standby_target, standby_view
+from shared.engine.virtual_nodes import plan_virtual_nodes, planning_snapshot
+from shared.options import scale_up_options, virtual_node_options
+from shared.engine.backoff import backoff_view
+from shared.ports import Ports
+from shared.services import offerings
+from shared.services.pending import reclaimable_nodes
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+REFILL_PREFIX = "refill-standby:"
+
+
+def group_target(settings: Settings, group: NodeGroup, state: GroupState) -> StandbyTarget:
+    """The group's standby target, with what the executor knows without a forecast: the measured boot, a start
+    of half of it (the sandbox's and replay's assumption), no prices (no break-even cap). ValueError on a
+    malformed tag."""
+    boot = boot_estimate(state.boots)
+    return standby_target(group, configured=settings.standby_instances, max_auto=settings.standby_max,
+                          forecast=None, boot=boot, start=boot / 2, disk_price_hour=None, node_price_hour=None)
+
+
+def refills_in_flight(row: LimitReservations, state: GroupState, *, now: datetime, other_than: str = "") -> int:
+    """Instances the group's refills in flight (but `other_than`) are creating: the room their grow step reserved
+    while it lives, else the nodes they hold reserved in the group row (registered, not yet parked)."""
+    reserved = {key: r.nodes for key, r in row.reservations.items()
+                if key.startswith(REFILL_PREFIX) and key != other_than and r.group_id == state.group_id
+                and r.live(now)}
+    held: dict[str, int] = {}
+    for holder in state.removing.values():
+        if holder.startswith(REFILL_PREFIX) and holder != other_than:
+            held[holder] = held.get(holder, 0) + 1
+    return sum(max(reserved.get(key, 0), held.get(key, 0)) for key in reserved.keys() | held.keys())
+
+
+def scale_up_in_flight(row: LimitReservations, group_id: str, *, now: datetime) -> bool:
+    """Whether a scale-up of the group holds room under the limits (from its check until its outcome)."""
+    return any(not key.startswith(REFILL_PREFIX) and r.group_id == group_id and r.live(now)
+               for key, r in row.reservations.items())
+
+
+def refill_shortfall(ports: Ports, settings: Settings, group: NodeGroup, state: GroupState, *, now: datetime,
+                     action_id: str) -> tuple[int, str]:
+    """How many instances the refill `action_id` may add now, and why (the executor's check, from a fresh
+    instance list): the target less the stopped instances that exist, less other refills in flight."""
+    try:
+        target = group_target(settings, group, state)
+    except ValueError as exc:
+        return 0, str(exc)
+    present = {i.instance_id for i in ports.provider.list_instances(group) if not i.deleting}
+    view = standby_view(state, present)
+    row = ports.state.get_limit_reservations()
+    if scale_up_in_flight(row, group.id, now=now):
+        return 0, "a scale-up of the group is in flight"
+    running = replace(group, stopped=view.count, capacity=len(present))
+    others = refills_in_flight(row, state, now=now, other_than=action_id)
+    count = max(refill_count(target, view, running) - others, 0)
+    return count, f"target {target.count} ({target.why}), {view.count} stopped, {others} in other refills"
+
+
+def plan_refills(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, states: Mapping[str, GroupState], *,
+                 unneeded: Collection[str], now: datetime, state: PlacementState | None = None) -> tuple[str, ...]:
+    """Enqueue one RefillStandby for each group whose standby is short and that has no pending demand (see the
+    module docstring); the ids of those enqueued."""
+    candidates: list[tuple[NodeGroup, int]] = []
+    for group in snapshot.groups:
+        if group.id not in states:
+            continue  # a group left out this poll (its row unreadable)
+        try:
+            target = group_target(settings, group, states[group.id])
+        except ValueError as exc:
+            log.warning("standby not refilled: %s", exc)
+            continue
+        if target.count:
+            candidates.append((group, target.count))
+    if not candidates:
+        return ()  # the usual case: no group keeps a standby
+    row = ports.state.get_limit_reservations()
+    demand = _demand_groups(snapshot, states, settings, now=now, state=state)
+    idle = _idle_by_group(snapshot, unneeded)
+    limits = offerings.planning_limits(ports, settings, [g for g, _ in candidates], now=now)
+    enqueued = []
+    for group, _ in candidates:
+        gstate = states[group.id]
+        why = _blocked(row, group, gstate, demand, limits.blocked, now=now)
+        if why is not None:
+            log.debug("standby of %s not refilled: %s", group.id, why)
+            continue
+        target = group_target(settings, group, gstate)
+        view = StandbyView(stopped=tuple(sorted(gstate.stopped)))
+        # Idle nodes beyond the minimum go to the standby when scale-down takes them (deallocated, not deleted).
+        takeable = min(idle.get(group.id, 0), max(group.running_target - group.min_size, 0))
+        count = min(refill_count(target, view, group) - takeable, MAX_NODES_PER_ACTION)
+        if count <= 0:
+            continue
+        allowed, quota_why = capped_target(group, group.capacity + count, limits.quota)
+        count = min(count, allowed - group.capacity)
+        if count <= 0:
+            log.info("standby of %s not refilled: quota: %s", group.id, quota_why)
+            continue
+        action = new_refill_standby(group=group.id, count=count, now=now, ttl=settings.action_ttl,
+                                    reason=f"standby {view.count} of {target.count} ({target.why})",
+                                    **telemetry.trace_fields())
+        ports.queue.send(action)
+        enqueued.append(action.id)
+        log.info("standby refill decided: group=%s adds up to %d (stopped %d, target %d: %s) action=%s",
+                 group.id, count, view.count, target.count, target.why, action.id)
+    return tuple(enqueued)
+
+
+def _blocked(row: LimitReservations, group: NodeGroup, state: GroupState, demand: Collection[str],
+             blocked: Mapping[str, str], *, now: datetime) -> str | None:
+    if refills_in_flight(row, state, now=now):
+        return "a refill is in flight"
+    if scale_up_in_flight(row, group.id, now=now):
+        return "a scale-up is in flight"
+    if group.id in demand:
+        return "pending pods are planned onto it"
+    if group.id in blocked:
+        return blocked[group.id]
+    return None
+
+
+def _idle_by_group(snapshot: ClusterSnapshot, unneeded: Collection[str]) -> dict[str, int]:
+    idle: dict[str, int] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is not None and node.name in unneeded and not node.is_being_deleted:
+            idle[ref.group_id] = idle.get(ref.group_id, 0) + 1
+    return idle
+
+
+def _demand_groups(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], settings: Settings, *,
+                   now: datetime, state: PlacementState | None) -> frozenset[str]:
+    """Groups this poll's scale-up simulation places pending pods on (their nodes on the way, or new ones): the
+    same simulation as the pending poll's, read-only. Nothing pending: none, and no simulation is run."""
+    if not pending_pods(snapshot):
+        return frozenset()
+    plan = plan_virtual_nodes(snapshot, virtual_node_options(settings), now=now)
+    view, after = planning_snapshot(snapshot, plan)
+    view, backed_off = backoff_view(view, states, now=now)
+    options = replace(scale_up_options(settings, now=now), unavailable=backed_off,
+                      reclaimable=reclaimable_nodes(states.values()), after=after)
+    simulation = simulate_scale_up(view, options=options, state=state)
+    groups = {step.group_id for step in simulation.steps if step.pod is not None and step.group_id}
+    groups |= {increase.group_id for increase in simulation.plan.increases}
+    return frozenset(groups)
+
+
