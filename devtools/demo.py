@@ -611,6 +611,7 @@ def build_summary(
         "spot": report.get("spot"),
         "spot_outcome": spot_outcome(report),
         "quota": report.get("quota"),
+        "standby_pools": report.get("standby_pools") or {},
         # Instances a successful capacity increase left Failed (sandbox `allocation_failures`): deleted, how soon,
         # and how soon another scale set was grown.
         "allocation": report.get("allocation"),

@@ -69,7 +69,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from sandbox.api import agent_pools_api, flexible, spot_api
+from sandbox.api import agent_pools_api, flexible, spot_api, standby_pool_api
 from sandbox.api.arm_paging import arm_page
 from sandbox.api.wire import Request, Response, json_response
 from sandbox.model import quota, spot
@@ -114,6 +114,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         *flexible.ROUTES,  # Flexible members: plain VMs and standalone NICs
         *agent_pools_api.ROUTES,  # the managed cluster's agent pools, machines and AKS operations
         *spot_api.ROUTES,  # the usages list, simulateEviction
+        *standby_pool_api.ROUTES,  # Microsoft.StandbyPool: a Flexible set's Standby Pool
     ]
 ]
 # operation name in the report, write?, throttling bucket
@@ -142,6 +143,7 @@ OPERATIONS: dict[str, tuple[str, bool, str | None]] = {
     **flexible.OPERATIONS,
     **agent_pools_api.OPERATIONS,
     **spot_api.OPERATIONS,
+    **standby_pool_api.OPERATIONS,
 }
 _DEFAULT_CODES = {
     400: "BadRequest", 401: "AuthenticationFailed", 403: "AuthorizationFailed", 404: "NotFound", 409: "Conflict",
@@ -209,6 +211,7 @@ def _dispatch(world: World, request: Request, name: str, params: dict[str, str],
     label, write, bucket = OPERATIONS[name]
     world.count_call("arm", label, write=write)
     fault_resource = flexible.fault_resource(world, name, params, request) or spot_api.fault_resource(world, name, params) or (
+        standby_pool_api.fault_resource(name, params)) or (
         "metrics" if name == "metrics"
         else params.get("pool") or agent_pools_api.FAULT_RESOURCES.get(name)  # an agent pool's name
         or params.get("cluster") or params.get("vmss")
@@ -948,4 +951,5 @@ _HANDLERS: dict[str, Callable[[World, Request, dict[str, str], str], Response]] 
     **flexible.HANDLERS,
     **agent_pools_api.HANDLERS,
     **spot_api.HANDLERS,
+    **standby_pool_api.HANDLERS,
 }

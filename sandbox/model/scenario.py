@@ -44,6 +44,7 @@ from sandbox.model.spot_spec import (
     SpotCapacitySpec,
 )
 from sandbox.model.spot_spec import parse_priority, parse_sections
+from sandbox.model.standby_pool_spec import StandbyPoolSpec, parse_standby_pool
 from sandbox.model.units import parse_bytes, parse_count, parse_cpu_milli, parse_duration, parse_time
 
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
@@ -108,6 +109,7 @@ class NodeGroupSpec:
     # Each VM's NICs (sandbox.model.nic_spec): () is one primary NIC named after the scale set in 10.224.0.0/16.
     nics: tuple[NicSpec, ...] = ()
     node_ip: str = ""  # the NIC whose address the Node registers as its InternalIP; "": the primary's
+    standby_pool: StandbyPoolSpec | None = None  # a Flexible set's Standby Pool (sandbox.model.standby_pool_spec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -778,7 +780,7 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         {
             "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
             "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
-            "annotations", "initial_age", "orchestration", *NODE_GROUP_FIELDS, *NIC_FIELDS,
+            "annotations", "initial_age", "orchestration", "standby_pool", *NODE_GROUP_FIELDS, *NIC_FIELDS,
         },
         {"resource_group", "name", "vm_size", "allocatable"},
     )
@@ -844,6 +846,9 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         max_price=max_price,
         nics=nics,
         node_ip=node_ip,
+        standby_pool=parse_standby_pool(
+            obj["standby_pool"], f"{path}.standby_pool", orchestration=orchestration, priority=priority,
+        ) if "standby_pool" in obj else None,
     )
 
 

@@ -73,6 +73,7 @@ from sandbox.world.scale_sets import (
 )
 from sandbox.world.scheduler import SchedulerPart
 from sandbox.world.spot import SpotPart
+from sandbox.world.standby_pools import StandbyPoolsPart
 from sandbox.world.virtual_node import VirtualNodePart, VirtualNodeUsage
 
 __all__ = [
@@ -103,6 +104,7 @@ class World(
     SpotPart,
     QuotaPart,
     FaultInjectionPart,
+    StandbyPoolsPart,
     ScaleSetsPart,
     NodesPart,
     PodLifecyclePart,
@@ -124,6 +126,7 @@ class World(
         self._init_reports_state()
         self._init_pod_state()
         self._init_scale_set_state()
+        self._init_standby_pool_state()
         self._init_node_state()
         self._init_fault_state()
         self._init_scheduler_state()
@@ -138,6 +141,7 @@ class World(
         self._init_scale_sets()
         self._init_static_nodes()
         self._init_agent_pools()  # draws no ids: worlds without pools are unchanged
+        self._init_standby_pools()  # draws no ids, pushes no events: worlds without Standby Pools are unchanged
         self._init_spot()  # draws no ids (its own streams): worlds without evictions are unchanged
         self._init_virtual_node()  # draws ids only for a virtual node: worlds without one are unchanged
         self._schedule_workloads()
@@ -193,6 +197,7 @@ class World(
             "spot_level": self._on_spot_level,
             "spot_level_candidate": self._on_spot_level_candidate,
             "spot_node_gc": self._on_spot_node_gc,
+            "standby_pool_tick": self._on_standby_pool_tick,
         }
         handlers[kind](payload)
         self._dirty = True

@@ -350,6 +350,8 @@ class ReportsPart(WorldCore):
                 # (sandbox.world.spot); the vCPU quotas, their peak usage and the requests refused (sandbox.world.quota).
                 "spot": self.spot_report(),
                 "quota": self.quota_report(),
+                # Standby Pools: VMs created, taken, deleted, VM-seconds running and stopped (sandbox.world.standby_pools).
+                "standby_pools": self.standby_pool_report(),
                 # Instances a successful capacity increase left Failed, their deletes and the fallback
                 # (sandbox.world.scale_sets, the scenario's `allocation_failures`).
                 "allocation": self.allocation_report(),

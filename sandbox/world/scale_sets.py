@@ -82,10 +82,14 @@ class ScaleSetsPart(WorldCore):
         dist = group.spec.boot_delay or self.scenario.boot_delay
         return dist.sample(self._rng("boot", group.key, instance_id))
 
-    def _new_instance(self, group: ScaleSetSim, *, already_running: bool = False) -> InstanceSim:
+    def _new_instance(
+        self, group: ScaleSetSim, *, already_running: bool = False, boot: float | None = None
+    ) -> InstanceSim:
+        """A new member; `boot` replaces the create-and-boot delay (a Standby Pool VM the scale-out took)."""
         instance_id = group.next_instance_id
         group.next_instance_id += 1
-        boot = 0.0 if already_running else self._boot_delay(group, instance_id)
+        if boot is None:
+            boot = 0.0 if already_running else self._boot_delay(group, instance_id)
         zones = group.spec.zones
         vm_name = ""
         if group.flexible:  # a plain VM `{vmss}_{8 hex}`, hostname `{prefix}{6 hex}`, from its own seeded stream
@@ -268,7 +272,10 @@ class ScaleSetsPart(WorldCore):
                 return op
             if capacity > current:
                 self._log_increase(group, "capacity", group.capacity, capacity, "ok")
-                created = [self._new_instance(group) for _ in range(capacity - current)]
+                # A Flexible set's Standby Pool gives its ready VMs first (sandbox.world.standby_pools).
+                pooled = self._take_from_pool(group, capacity - current)
+                created = [self._new_instance(group, boot=pooled[n] if n < len(pooled) else None)
+                           for n in range(capacity - current)]
                 self._fail_allocations(group, created)
                 op.instance_ids = frozenset(i.instance_id for i in created)
                 self._note_quota_peaks()
