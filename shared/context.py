@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from shared.ports import ActionQueue, BacklogSource, Clock, NodeGroupProvider, NodeUsageSource, Ports, QuotaSource, StateStore
+from shared.ports import ActionQueue, BacklogSource, Clock, NodeGroupProvider, NodeUsageSource, Ports, QuotaSource, StandbyPoolSource, StateStore
 from shared.settings import Settings, load_settings, misspelt_settings
 
 if TYPE_CHECKING:
@@ -96,6 +96,7 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
         usage=_usage_source(settings, credential),
         backlog=backlog,
         quota=_quota_source(settings, credential),
+        standby_pools=_standby_pools(settings, credential),
     )
 
 
@@ -127,6 +128,15 @@ def _quota_source(settings: Settings, credential: TokenCredential) -> QuotaSourc
     from shared.adapters.compute_usages import ComputeUsages
 
     return ComputeUsages.from_settings(settings, credential=credential)
+
+
+def _standby_pools(settings: Settings, credential: TokenCredential) -> StandbyPoolSource | None:
+    """The Standby Pool reader and writer (STANDBY_POOLS); None when off."""
+    if not settings.standby_pools:
+        return None
+    from shared.adapters.standby_pools import AzureStandbyPools
+
+    return AzureStandbyPools.from_settings(settings, credential=credential)
 
 
 def _usage_source(settings: Settings, credential: TokenCredential) -> NodeUsageSource | None:

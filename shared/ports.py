@@ -434,6 +434,28 @@ class QuotaSource(Protocol):
     def note_requested(self, location: str, names: Sequence[str], vcpus: int) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class StandbyPool:
+    """A VMSS Standby Pool (`Microsoft.StandbyPool/standbyVirtualMachinePools`) and the Flexible set it serves."""
+
+    resource_group: str
+    name: str
+    scale_set_resource_group: str  # of attachedVirtualMachineScaleSetId ("" when attached to nothing)
+    scale_set_name: str
+    vm_state: str  # Running, Deallocated or Hibernated
+    max_ready: int  # elasticityProfile.maxReadyCapacity
+    min_ready: int  # elasticityProfile.minReadyCapacity (0 when unset)
+
+
+class StandbyPoolSource(Protocol):
+    """The Standby Pools of the node resource groups (shared.adapters.standby_pools): listed, and their ready
+    capacities set. Errors raise ComputeError."""
+
+    def list_standby_pools(self) -> list[StandbyPool]: ...
+
+    def update_standby_pool(self, pool: StandbyPool, *, max_ready: int, min_ready: int) -> StandbyPool: ...
+
+
 class UsageUnavailable(RuntimeError):
     """The usage source could not be queried (unreachable, refused, throttled, misconfigured).
 
@@ -487,3 +509,4 @@ class Ports:
     usage: NodeUsageSource | None = None  # None: USAGE_SOURCE=none, scale-down goes by requests alone
     backlog: BacklogSource | None = None  # None: LOAD_BACKLOG_QUEUE unset, load-driven groups follow CPU alone
     quota: QuotaSource | None = None  # None: QUOTA_AWARE=false, scale-ups are capped by Azure's refusals alone
+    standby_pools: StandbyPoolSource | None = None  # None: STANDBY_POOLS=false, Standby Pools left as they are

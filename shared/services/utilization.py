@@ -30,6 +30,7 @@ from shared.ports import Ports
 from shared.services.group_rows import leave_out, nodes_of, read_group_states, removals_seen
 from shared.services.observe import measured_cpu, observe_or_skip, running_sizes
 from shared.services.scheduled_capacity import with_windows
+from shared.services.standby_pools import adjust_standby_pools
 from shared.services.plan_lease import plan_lease
 from shared.services.protection import apply_scale_in_protection
 from shared.services.rounds import request_round
@@ -88,6 +89,8 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
             snapshot, group_states = _readable(snapshot, group_states, unreadable)
     previous = ports.state.list_unneeded()
     snapshot = running_sizes(snapshot, group_states)
+    # Flexible groups' Standby Pools follow the standby decision (STANDBY_POOLS; errors logged, never fatal).
+    adjust_standby_pools(ports, settings, snapshot.groups)
     snapshot, _ = with_windows(settings, snapshot, now=now)  # scale-down keeps an active window's minimum
     state = initial_state(snapshot)  # one placement state for the scale-up simulation and the plan
     plan = plan_scale_down(
