@@ -537,6 +537,26 @@ def removal_lag(report: dict[str, Any], *, unneeded_time_s: float | Mapping[str,
             "max": round(lags[-1], 1) if lags else 0}
 
 
+def ready_at_first_pod(report: dict[str, Any]) -> dict[str, int]:
+    """Per group, its Ready nodes when the first workload pod was created (the latest timeline sample at or before
+    it): capacity that was there before any pod asked, as a scheduled window or a standby promises. Empty when no
+    workload pod was created."""
+    created = [p["created"] for p in report["pods"] if p.get("created") is not None]
+    samples = [s for s in report.get("timeline", []) if created and s["t"] <= min(created)]
+    if not samples:
+        return {}
+    return {group: counts["ready"] for group, counts in sorted(samples[-1]["groups"].items())}
+
+
+def first_removal_s(report: dict[str, Any]) -> dict[str, float]:
+    """Per group that removed a node, when its first removal started (the node cordoned), in sim seconds: a
+    scheduled window's capacity is kept until the window closes and released after."""
+    first: dict[str, float] = {}
+    for entry in report.get("scale_down_order", []):
+        first[entry["group"]] = min(first.get(entry["group"], entry["cordoned_at"]), entry["cordoned_at"])
+    return dict(sorted(first.items()))
+
+
 _SCALE_SET_WRITES = frozenset({"PATCH virtualMachineScaleSets", "PUT virtualMachineScaleSets", "POST delete",
                                "POST deallocate", "POST start"})
 
@@ -626,6 +646,10 @@ def build_summary(
         "node_registration_s": (report.get("node_registration") or {}).get("seconds"),
         "node_registration_s_by_group": (report.get("node_registration") or {}).get("seconds_by_group", {}),
         "node_registrations": (report.get("node_registration") or {}).get("nodes", []),
+        # Capacity ahead of demand: each group's Ready nodes when the first workload pod was created, and when its
+        # first removal started (sim seconds; groups that removed none left out).
+        "ready_at_first_pod_by_group": ready_at_first_pod(report),
+        "first_removal_s_by_group": first_removal_s(report),
         # Reason code -> distinct nodes kept for it during the run; node -> its reason in the latest poll.
         "kept_reasons": kept.reason_counts() if kept is not None else {},
         "kept_nodes": kept.kept_nodes() if kept is not None else {},
