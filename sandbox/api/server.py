@@ -338,6 +338,8 @@ class SandboxServer:
             # A cluster with AKS agent pools: the agent-pool backend manages them through this cluster's agentPools API.
             **({"AKS_CLUSTER_ID": self.aks_cluster_id, "MANAGE_AKS_POOLS": "true"}
                if any(g.agent_pool is not None for g in self.scenario.node_groups) else {}),
+            # A Flexible set's Standby Pool: the autoscaler keeps its ready capacity (docs/standby-pools.md).
+            **({"STANDBY_POOLS": "true"} if any(g.standby_pool is not None for g in self.scenario.node_groups) else {}),
             # A virtual node: its ACI quota, creation rates and prices, as the operator would set them.
             **aci.app_settings(self.scenario.virtual_node),
             # A render queue published in Storage (in the storage account the runner is given): the backlog to read.
