@@ -26,10 +26,12 @@ from sandbox.api.patching import merge_patch
 from sandbox.api.prices_api import LIST_PRICES_PER_HOUR
 from sandbox.model.quota import vm_family
 from sandbox.world import World
+from sandbox.world import capacity_buffers as buffer_store
 from sandbox.world.compute import Operation as SimOperation
 from sandbox.world.compute import ScaleSetSim
 from sandbox.world.errors import ArmError, KubeError
 from sandbox.world.faults import default_scale_up_message
+from shared.adapters import kube_buffers
 from shared.adapters.kubernetes import (
     event_time,
     add_taint_patch,
@@ -44,6 +46,9 @@ from shared.adapters.kubernetes import (
 from shared import discovery_tags
 from shared.domain import (
     UNIFORM_SCALE_SET,
+    BufferStatus,
+    BufferTemplate,
+    CapacityBuffer,
     DaemonSet,
     DisruptionBudget,
     Instance,
@@ -194,6 +199,34 @@ class WorldCluster:
     def list_daemonsets(self) -> list[DaemonSet]:
         self._world.count_call("k8s", "LIST daemonsets", write=False)
         return [daemonset_from_json(obj) for obj in self._world.k8s_list("daemonsets")]
+
+    def list_capacity_buffers(self) -> list[CapacityBuffer] | None:
+        self._world.count_call("k8s", "LIST capacitybuffers", write=False)
+        return [kube_buffers.buffer_from_json(obj) for obj in self._world.k8s_list("capacitybuffers")]
+
+    def update_capacity_buffer_status(self, namespace: str, name: str, *, status: BufferStatus) -> None:
+        self._world.count_call("k8s", "UPDATE capacitybuffers", write=True)
+        try:
+            buffer_store.replace_buffer(self._world, namespace, name, {"status": kube_buffers.status_json(status)},
+                                        subresource="status")
+        except KubeError as exc:
+            if exc.code != 404:
+                raise _cluster_error(f"update capacitybuffer {namespace}/{name} status", exc) from None
+
+    def get_pod_template(self, namespace: str, name: str, *, kind: str = "PodTemplate",
+                         api_group: str = "") -> BufferTemplate | None:
+        if kind != "PodTemplate":
+            return None  # the world has no workload controllers: only PodTemplates shape its buffers
+        self._world.count_call("k8s", "GET podtemplates", write=False)
+        try:
+            return kube_buffers.template_from_json(self._world.k8s_get("podtemplates", namespace, name), kind)
+        except KubeError as exc:
+            if exc.code == 404:
+                return None
+            raise _cluster_error(f"get podtemplate {namespace}/{name}", exc) from None
+
+    def get_scale(self, namespace: str, name: str, *, kind: str, api_group: str) -> int | None:
+        return None  # no workloads in the world (see get_pod_template)
 
     def _change_node(self, name: str, what: str, change: Any, *, missing_ok: bool) -> None:
         try:

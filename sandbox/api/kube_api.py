@@ -19,6 +19,7 @@ from sandbox.api.patching import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH,
 from sandbox.api.wire import Request, Response, json_response
 from sandbox.model.selectors import SelectorError, object_filter
 from sandbox.world import World
+from sandbox.world import capacity_buffers as buffers
 from sandbox.world.errors import KubeError
 from sandbox.world.faults import Fault
 from sandbox.world.identity import AKS
@@ -32,6 +33,8 @@ _KINDS = {
     "namespaces": ("Namespace", "v1", False),
     "poddisruptionbudgets": ("PodDisruptionBudget", "policy/v1", True),
     "daemonsets": ("DaemonSet", "apps/v1", True),
+    "podtemplates": ("PodTemplate", "v1", True),
+    "capacitybuffers": ("CapacityBuffer", buffers.API_VERSION, True),
 }
 # (resource, verb) pairs the double serves; anything else is 405 like an unsupported verb.
 _VERBS = {
@@ -42,7 +45,11 @@ _VERBS = {
     "namespaces": {"list", "get"},
     "poddisruptionbudgets": {"list", "get"},
     "daemonsets": {"list", "get"},
+    "podtemplates": {"list", "get", "create", "delete"},
+    "capacitybuffers": {"list", "get", "create", "update", "patch", "delete"},
 }
+# Subresources served besides pods/eviction: the CapacityBuffer CRD's status and scale.
+_SUBRESOURCES = {"capacitybuffers": ("status", "scale")}
 _WRITE_VERBS = {"create", "update", "patch", "delete", "evict"}
 _REASONS = {
     400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
@@ -86,7 +93,8 @@ def _parse_path(path: str, method: str) -> Route | None:
         return None
     if namespaced and name is not None and namespace is None:
         return None  # a namespaced object is only addressable inside its namespace
-    if subresource not in (None, "eviction") or (subresource == "eviction" and resource != "pods"):
+    if subresource not in (None, "eviction", *_SUBRESOURCES.get(resource, ())) or (
+            subresource == "eviction" and resource != "pods"):
         return None
     if subresource == "eviction":
         verb = "evict" if method == "POST" else ""
@@ -200,6 +208,9 @@ def _decode_continue(token: str) -> tuple[tuple[str, str], str]:
 
 
 def _get(world: World, route: Route, request: Request) -> Response:
+    if route.resource == "capacitybuffers":
+        return json_response(200, buffers.get_buffer(world, route.namespace or "", route.name or "",
+                                                     subresource=route.subresource))
     return json_response(200, world.k8s_get(route.resource, route.namespace or "", route.name or ""))
 
 
@@ -218,11 +229,18 @@ def _create(world: World, route: Route, request: Request) -> Response:
     kind, group_version, _ = _KINDS[route.resource]
     if body.get("kind") not in (None, kind):
         raise KubeError(400, "BadRequest", f"the kind of the provided object ({body.get('kind')}) is not {kind}")
+    if route.resource == "capacitybuffers":
+        return json_response(201, buffers.create_buffer(world, route.namespace or "", body))
+    if route.resource == "podtemplates":
+        return json_response(201, buffers.create_pod_template(world, route.namespace or "", body))
     return json_response(201, world.k8s_create(route.resource, route.namespace or "", body))
 
 
 def _update(world: World, route: Route, request: Request) -> Response:
     body = _body_object(request)
+    if route.resource == "capacitybuffers":
+        return json_response(200, buffers.replace_buffer(world, route.namespace or "", route.name or "", body,
+                                                         subresource=route.subresource))
     return json_response(200, world.k8s_replace(route.resource, route.namespace or "", route.name or "", body))
 
 
@@ -239,13 +257,19 @@ def _patch(world: World, route: Route, request: Request) -> Response:
         patch = request.json()
     except ValueError as exc:
         raise KubeError(400, "BadRequest", f"error decoding patch: {exc}") from None
-    current = world.k8s_get(route.resource, route.namespace or "", route.name or "")
+    if route.resource == "capacitybuffers":
+        current = buffers.get_buffer(world, route.namespace or "", route.name or "", subresource=route.subresource)
+    else:
+        current = world.k8s_get(route.resource, route.namespace or "", route.name or "")
     try:
         patched = apply_patch(content_type, current, patch)
     except PatchError as exc:
         if exc.unprocessable:
             raise KubeError(422, "Invalid", str(exc)) from None
         raise KubeError(400, "BadRequest", str(exc)) from None
+    if route.resource == "capacitybuffers":
+        return json_response(200, buffers.replace_buffer(world, route.namespace or "", route.name or "", patched,
+                                                         subresource=route.subresource))
     return json_response(200, world.k8s_replace(route.resource, route.namespace or "", route.name or "", patched))
 
 

@@ -23,7 +23,9 @@ from kubernetes.client import (
     ApiClient,
     Configuration,
     AppsV1Api,
+    BatchV1Api,
     CoreV1Api,
+    CustomObjectsApi,
     PolicyV1Api,
     V1ConfigMap,
     V1DeleteOptions,
@@ -47,6 +49,9 @@ from shared.adapters.kube_decode import (
 )
 from shared.domain import (
     EMPTY_MAP,
+    BufferStatus,
+    BufferTemplate,
+    CapacityBuffer,
     DaemonSet,
     DisruptionBudget,
     HostPort,
@@ -63,6 +68,7 @@ from shared.domain import (
     TopologySpreadConstraint,
     extended_resources,
 )
+from shared.adapters import kube_buffers
 from shared.gc_pause import gc_paused
 from shared.ports import ClusterError, EvictionOutcome
 from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
@@ -746,6 +752,8 @@ class KubernetesCluster:
         self._core = CoreV1Api(api_client)
         self._policy = PolicyV1Api(api_client)
         self._apps = AppsV1Api(api_client)
+        self._custom = CustomObjectsApi(api_client)
+        self._batch = BatchV1Api(api_client)
         self._timeout = request_timeout
         self._page_size = page_size
         self._conflict_retries = conflict_retries
@@ -1081,6 +1089,73 @@ class KubernetesCluster:
                 if exc.status != 409:
                     raise
         raise KubernetesApiError(f"{what}: created and deleted under us twice", status=409)
+
+    # -- CapacityBuffers (autoscaling.x-k8s.io/v1beta1) ---------------------------
+
+    def list_capacity_buffers(self) -> list[CapacityBuffer] | None:
+        """Every buffer; None when the API server does not serve the CRD (404: the feature is off). A buffer that
+        cannot be read comes back with `problem` set (kube_buffers.buffer_from_json)."""
+        what = "list capacitybuffers"
+        items: list[CapacityBuffer] = []
+        token: str | None = None
+        while True:
+            try:
+                page = self._json(what, self._custom.list_cluster_custom_object, kube_buffers.GROUP,
+                                  kube_buffers.VERSION, kube_buffers.PLURAL, limit=self._page_size, _continue=token)
+            except KubernetesApiError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            items += [kube_buffers.buffer_from_json(obj) for obj in page.get("items") or () if isinstance(obj, dict)]
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items
+
+    def update_capacity_buffer_status(self, namespace: str, name: str, *, status: BufferStatus) -> None:
+        """A JSON merge patch of the status subresource; a no-op on a missing buffer."""
+        what = f"update capacitybuffer {namespace}/{name} status"
+        try:
+            self._discard(what, self._custom.patch_namespaced_custom_object_status, kube_buffers.GROUP,
+                          kube_buffers.VERSION, namespace, kube_buffers.PLURAL, name,
+                          {"status": kube_buffers.status_json(status)}, _content_type=_MERGE_PATCH)
+        except KubernetesApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def get_pod_template(self, namespace: str, name: str, *, kind: str = "PodTemplate",
+                         api_group: str = "") -> BufferTemplate | None:
+        what = f"get {kind.lower()} {namespace}/{name}"
+        if kind == "PodTemplate" and api_group == "":
+            raw = self._json_or_none(what, self._core.read_namespaced_pod_template, name, namespace)
+        else:
+            raw = self._workload(what, namespace, name, kind=kind, api_group=api_group)
+        return None if raw is None else self._converted(what, lambda obj: kube_buffers.template_from_json(obj, kind),
+                                                        raw)
+
+    def get_scale(self, namespace: str, name: str, *, kind: str, api_group: str) -> int | None:
+        what = f"get {kind.lower()} {namespace}/{name} scale"
+        if kind == "Job":
+            raw = self._workload(what, namespace, name, kind=kind, api_group=api_group)
+        elif kind in kube_buffers.WORKLOADS and kube_buffers.WORKLOADS[kind][0] == api_group:
+            method = {"Deployment": self._apps.read_namespaced_deployment_scale,
+                      "ReplicaSet": self._apps.read_namespaced_replica_set_scale,
+                      "StatefulSet": self._apps.read_namespaced_stateful_set_scale}[kind]
+            raw = self._json_or_none(what, method, name, namespace)
+        else:
+            raise ClusterError(f"{what}: scalableRef kind {api_group}/{kind} is not one we read "
+                               f"({', '.join(sorted(kube_buffers.WORKLOADS))})")
+        return None if raw is None else self._converted(what, lambda obj: kube_buffers.scale_replicas(obj, kind), raw)
+
+    def _workload(self, what: str, namespace: str, name: str, *, kind: str, api_group: str) -> dict[str, Any] | None:
+        known = kube_buffers.WORKLOADS.get(kind)
+        if known is None or known[0] != api_group:
+            raise ClusterError(f"{what}: scalableRef kind {api_group}/{kind} is not one we read "
+                               f"({', '.join(sorted(kube_buffers.WORKLOADS))})")
+        method = {"Deployment": self._apps.read_namespaced_deployment,
+                  "ReplicaSet": self._apps.read_namespaced_replica_set,
+                  "StatefulSet": self._apps.read_namespaced_stateful_set,
+                  "Job": self._batch.read_namespaced_job}[kind]
+        return self._json_or_none(what, method, name, namespace)
 
     def delete_node(self, name: str) -> None:
         """Delete the Node object; already gone is fine."""

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from shared import telemetry, yaml_text
 from shared.actions import new_scale_up
-from shared.domain import ClusterSnapshot, GroupState, NodeGroup
+from shared.domain import BufferStatus, ClusterSnapshot, GroupState, NodeGroup
 from shared.engine.backoff import after_failure, backoff_view, provision_timed_out
 from shared.engine.node_counts import present_by_group
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
@@ -38,6 +38,7 @@ from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services import allocation, offerings, spot, virtual_nodes
+from shared.services.buffers import read_buffers, real_pod_events, statuses, write_statuses
 from shared.services.group_rows import leave_out, read_group_states
 from shared.services.load import plan_load_increases
 from shared.services.scheduled_capacity import plan_scheduled_increases, with_windows
@@ -63,6 +64,7 @@ class PendingPollResult:
     failed_allocations: tuple[FailedAllocation, ...] = ()  # instances a successful scale-up left Failed, this poll
     limits: offerings.PlanningLimits = offerings.PlanningLimits()  # unavailable offerings and quotas planned with
     windows: Mapping[str, ActiveWindow] = field(default_factory=dict)  # SCHEDULED_CAPACITY windows active, by group
+    buffers: Mapping[str, BufferStatus] = field(default_factory=dict)  # CapacityBuffers' statuses, by namespace/name
 
 
 def priority_rules(ports: Ports, settings: Settings) -> Priorities:
@@ -134,8 +136,11 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
     # Pods on virtual nodes that are demand for VMs are planned with the pending pods, after them.
     virtual = virtual_nodes.plan_for(ports, settings, snapshot, now=now)
-    options = replace(options, after=virtual.after)
-    simulation = simulate_scale_up(virtual.snapshot, options=options)
+    # CapacityBuffers' placeholder pods are planned after every pod that really waits, so they never take its room.
+    buffers = read_buffers(ports, now=now)
+    options = replace(options, after=virtual.after | buffers.keys)
+    planning = buffers.with_placeholders(virtual.snapshot)
+    simulation = simulate_scale_up(planning, options=options)
     plan = simulation.plan
     load = plan_load_increases(ports, settings, snapshot, states, unavailable=unavailable, now=now)
     scheduled = plan_scheduled_increases(settings, snapshot, windows, unavailable=unavailable)
@@ -159,8 +164,9 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         # increase are reconciled by the executor, which skips a group already at its target.
         action_id = f"scale-up:{increase.group_id}:{increase.new_target}:{now:%Y%m%dT%H%M%SZ}"
         hidden = sum(1 for key in increase.pods if key in virtual.after)
-        reason = f"{len(increase.pods) - hidden} pending pod(s)" + (
-            f", {hidden} on virtual nodes" if hidden else "")
+        chunks = sum(1 for key in increase.pods if key in buffers.keys)
+        reason = f"{len(increase.pods) - hidden - chunks} pending pod(s)" + (
+            f", {hidden} on virtual nodes" if hidden else "") + (f", {chunks} capacity buffer chunk(s)" if chunks else "")
         if increase.group_id in why_load:
             reason = f"load: {why_load[increase.group_id]}" + (f"; {reason}" if increase.pods else "")
         if increase.group_id in why_scheduled:
@@ -190,11 +196,13 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     enqueued += virtual_nodes.act(ports, settings, virtual, simulation, now=now)
     for pod, reason in plan.unplaceable.items():
         log.info("pod %s fits no node group: %s", pod, reason)
-    for event in scale_up_events(virtual.snapshot, plan, now=now):
+    for event in real_pod_events(scale_up_events(planning, plan, now=now), plan, now=now):
         ports.events.emit(event)
+    buffer_statuses = statuses(buffers, existing_placements(simulation), plan, now=now)
+    write_statuses(ports, buffers, buffer_statuses, dry_run=settings.dry_run)
     result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued),
                                observed=observed, virtual=virtual.plan, evictions=tuple(evictions), limits=limits,
-                               failed_allocations=tuple(failed), windows=windows)
+                               failed_allocations=tuple(failed), windows=windows, buffers=buffer_statuses)
     telemetry.record_offerings(Counter(mark.kind for mark in limits.marks), quota_capped=len(plan.quota_capped))
     telemetry.record_pending_poll(observed, states, unavailable, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
@@ -228,7 +236,8 @@ def _with_increases(plan: ScaleUpPlan, increases: Sequence[LoadIncrease | Schedu
 
 
 def pending_placements(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], settings: Settings, *,
-                       now: datetime, state: PlacementState | None = None) -> dict[str, tuple[str, ...]]:
+                       now: datetime, state: PlacementState | None = None,
+                       after: frozenset[str] = frozenset()) -> dict[str, tuple[str, ...]]:
     """Existing node -> the pending pods this poll's scale-up simulation would place in its free room.
 
     The utilisation poll keeps exactly these nodes for pending pods: the same simulation with the
@@ -239,16 +248,19 @@ def pending_placements(snapshot: ClusterSnapshot, states: Mapping[str, GroupStat
     `state`: `initial_state(snapshot)`, when the caller plans scale-down on it too (the simulation
     leaves it as found). The planning views below change pending pods' flags and the groups, never a
     node or a bound pod, which are all the state holds.
+
+    `after`: pending pods planned after the others (CapacityBuffers' placeholders, `services.buffers`).
     """
     plan = plan_virtual_nodes(snapshot, virtual_node_options(settings), now=now)
     if not pending_pods(snapshot) and not plan.demand:
         return {}
     # Room the virtual nodes' demand would move to is kept too (VM prices are not read here: a pod that
     # stays on ACI only because ACI is cheaper may keep a node one poll longer).
+    extra_after = after
     snapshot, after = planning_snapshot(snapshot, plan)
     snapshot, backed_off = backoff_view(snapshot, states, now=now)
     options = replace(scale_up_options(settings, now=now), unavailable=backed_off,
-                      reclaimable=reclaimable_nodes(states.values()), after=after)
+                      reclaimable=reclaimable_nodes(states.values()), after=after | extra_after)
     return existing_placements(simulate_scale_up(snapshot, options=options, state=state))
 
 

@@ -27,6 +27,7 @@ from shared.engine.scale_up import initial_state, pending_pods
 from shared.options import scale_down_options
 from shared.gc_pause import gc_paused
 from shared.ports import Ports
+from shared.services.buffers import keep_room
 from shared.services.group_rows import leave_out, nodes_of, read_group_states, removals_seen
 from shared.services.observe import measured_cpu, observe_or_skip, running_sizes
 from shared.services.scheduled_capacity import with_windows
@@ -36,6 +37,7 @@ from shared.services.protection import apply_scale_in_protection
 from shared.services.rounds import request_round
 from shared.services.pending import pending_placements
 from shared.services.reconcile import release_orphaned_removals, reserve_decided
+from shared.services.standby_refill import plan_refills
 from shared.services.status import publish_status, status_inputs
 from shared.settings import Settings
 
@@ -92,13 +94,17 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     # Flexible groups' Standby Pools follow the standby decision (STANDBY_POOLS; errors logged, never fatal).
     adjust_standby_pools(ports, settings, snapshot.groups)
     snapshot, _ = with_windows(settings, snapshot, now=now)  # scale-down keeps an active window's minimum
-    state = initial_state(snapshot)  # one placement state for the scale-up simulation and the plan
+    # CapacityBuffers' room is kept: their placeholders hold the nodes they fit and are load there (services.buffers).
+    planned, placements = keep_room(ports, snapshot, lambda held, after: pending_placements(
+        held, group_states, settings, now=now, after=after), now=now)
+    state = initial_state(planned)  # one placement state for the scale-up simulation and the plan
     plan = plan_scale_down(
         # A left-out group's nodes being deleted still hold their slots: its own removals in flight are unknown.
-        snapshot, unneeded_since=previous, now=now, options=scale_down_options(settings),
+        planned, unneeded_since=previous, now=now, options=scale_down_options(settings),
         group_states={**group_states, **{gid: removals_seen(observed, gid) for gid in unreadable}},
         measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
-        pending_placements=pending_placements(snapshot, group_states, settings, now=now, state=state),
+        pending_placements=(placements if placements is not None
+                            else pending_placements(snapshot, group_states, settings, now=now, state=state)),
         simulated_at=_rotation(ports.state), state=state,
     )
     if plan.simulated_at:
@@ -153,6 +159,8 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     for node, reason in plan.kept.items():
         # Flat keys: they become custom dimensions in Application Insights (a dict would arrive as one string).
         log.info("node %s kept (%s): %s", node, reason.code, reason, extra={"node": node, "kept_reason": reason.code})
+    if not settings.dry_run:  # warm standby short and the group quiet: create and park instances
+        enqueued += plan_refills(ports, settings, snapshot, group_states, unneeded=plan.unneeded, now=now)
     telemetry.record_utilization_poll(len(plan.unneeded), group_states, now=now)
     waiting = waiting_for_slots(snapshot, plan)
     throttled = any(reason.code == reasons.ARM_THROTTLED for reason in plan.kept.values())

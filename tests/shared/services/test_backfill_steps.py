@@ -66,6 +66,15 @@ class _Cluster:
     def list_daemonsets(self) -> list[Any]:
         return []
 
+    def list_capacity_buffers(self) -> None:
+        return None  # no CapacityBuffer CRD
+
+    def get_pod_template(self, namespace: str, name: str, **_: Any) -> None:
+        return None
+
+    def get_scale(self, namespace: str, name: str, **_: Any) -> None:
+        return None
+
     def list_event_times(self, reason: str) -> list[Any]:
         return []
 
