@@ -1,0 +1,168 @@
+"""The standby refill on in-memory ports over a real world: the utilisation poll enqueues one refill for a quiet
+group short of its standby; its steps create instances, wait for their nodes, cordon and deallocate them into
+GroupState.stopped; a repeated or crashed delivery never grows twice; a scale-up starts them again as fresh,
+uncordoned nodes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from shared.actions import decode_action
+from shared.domain import TO_BE_DELETED_TAINT
+from shared.services.executor import Executor
+from shared.services.standby_refill import REFILL_PREFIX
+from shared.services.utilization import run_utilization_poll
+from tests.memory_app import MemoryApp, memory_app
+
+GROUP = "rg-sb/pool"
+STANDBY = 2
+
+
+def _scenario(tags: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": "standby", "cluster_name": "standby", "arm_throttling": False,
+        "boot_delay": {"min": "40s", "max": "60s"},
+        "node_groups": [
+            {"resource_group": "rg-sb", "name": "pool", "vm_size": "Standard_D4s_v5",
+             "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}, "min": 1, "max": 10, "initial": 1,
+             "tags": tags},
+        ],
+    }
+
+
+def _app(standby: int = STANDBY) -> MemoryApp:
+    return memory_app(_scenario({"autoscaler-standby": str(standby)}),
+                      settings={"STEP_RETRY_DELAY": "10s", "SCALE_DOWN_UNNEEDED_TIME": "10m"})
+
+
+def _refills(texts: list[str]) -> list[str]:
+    return [t for t in texts if json.loads(t).get("kind") == "refill_standby"]
+
+
+def _run_until_quiet(app: MemoryApp, *, seconds: float, step: float = 10.0) -> list[str]:
+    """Run the executor on every visible message, `step` seconds at a time, with no poll; the outcomes."""
+    executor, outcomes = Executor(app.ports, app.settings), []
+    for _ in range(int(seconds / step)):
+        app.clock.advance(step)
+        for text in app.take_queued():
+            outcomes.append(executor.execute(text, now=app.clock.now()).outcome)
+    return outcomes
+
+
+def _poll(app: MemoryApp) -> list[str]:
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    return _refills(app.queued())
+
+
+def _stopped(app: MemoryApp) -> frozenset[str]:
+    return app.ports.state.get_group(GROUP).stopped
+
+
+def _instances(app: MemoryApp) -> dict[str, str]:
+    (group,) = app.ports.provider.list_node_groups()
+    return {i.instance_id: i.power_state for i in app.ports.provider.list_instances(group, power_state=True)}
+
+
+def test_a_quiet_group_short_of_its_standby_gets_one_refill_and_ends_with_it_parked() -> None:
+    app = _app()
+    (text,) = _poll(app)
+    action = decode_action(text)
+    assert action.group == GROUP and action.id.startswith(REFILL_PREFIX) and action.count == STANDBY
+    outcomes = _run_until_quiet(app, seconds=300)
+    assert outcomes[-1] == "succeeded", outcomes
+    stopped = _stopped(app)
+    assert len(stopped) == STANDBY
+    powers = _instances(app)
+    assert all(powers[i] in ("deallocating", "deallocated") for i in stopped)
+    # No node of a parked instance is left behind, and every node left runs uncordoned.
+    nodes = app.ports.cluster.list_nodes()
+    assert len(nodes) == 1 and not nodes[0].is_being_deleted and not nodes[0].unschedulable
+    state = app.ports.state.get_group(GROUP)
+    assert not state.removing and not state.committed and set(state.stopped_at) == stopped
+    assert app.ports.state.get_limit_reservations().reservations == {}
+    assert [e.reason for e in app.events() if e.reason.startswith("Standby")] == ["StandbyRefilled"]
+    # Full: the next poll enqueues nothing.
+    app.clear_queue()
+    assert _poll(app) == []
+
+
+def test_one_refill_in_flight_per_group() -> None:
+    app = _app()
+    assert len(_poll(app)) == 1
+    _run_until_quiet(app, seconds=20)  # grow ran: the refill is in flight
+    app.clear_queue()
+    app.clock.advance(60)
+    assert _poll(app) == []
+
+
+def test_a_group_without_standby_is_never_refilled() -> None:
+    app = _app(standby=0)
+    assert _poll(app) == []
+
+
+@pytest.mark.parametrize("repeat_step", ["grow", "registered", "park"])
+def test_a_delivery_repeated_after_its_step_ran_changes_nothing(repeat_step: str) -> None:
+    """At-least-once delivery: each step's message delivered twice; the second is a duplicate."""
+    app = _app()
+    (text,) = _poll(app)
+    app.take_queued()
+    executor = Executor(app.ports, app.settings)
+    pending, seen = [text], set()
+    for _ in range(60):
+        app.clock.advance(10)
+        for message in [*pending, *app.take_queued()]:
+            first = executor.execute(message, now=app.clock.now())
+            step = decode_action(message).step
+            if step == repeat_step and step not in seen:
+                seen.add(step)
+                assert executor.execute(message, now=app.clock.now()).outcome == "duplicate"
+            assert first.outcome in ("waiting", "succeeded"), first
+        pending = []
+    assert len(_stopped(app)) == STANDBY
+    assert len(_instances(app)) == 1 + STANDBY  # grown once
+
+
+def test_a_crash_after_the_resize_is_repeated_without_growing_twice() -> None:
+    """The grow step's delivery dies after ARM accepted the resize: its redelivery finds the instances."""
+    app = _app()
+    (text,) = _poll(app)
+    app.take_queued()
+    executor = Executor(app.ports, app.settings)
+    resize = app.ports.provider.begin_resize
+
+    def crash_after(group, capacity):  # type: ignore[no-untyped-def]
+        resize(group, capacity)
+        raise RuntimeError("the host died after the resize")
+
+    app.ports.provider.begin_resize = crash_after  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        executor.execute(text, now=app.clock.now())
+    app.ports.provider.begin_resize = resize  # type: ignore[method-assign]
+    app.clear_queue()
+    assert executor.execute(text, now=app.clock.now()).outcome == "waiting"  # released: the redelivery runs
+    _run_until_quiet(app, seconds=300)
+    assert len(_stopped(app)) == STANDBY
+    assert len(_instances(app)) == 1 + STANDBY
+
+
+def test_a_scale_up_starts_the_standby_as_fresh_uncordoned_nodes() -> None:
+    scenario = _scenario({"autoscaler-standby": str(STANDBY)})
+    scenario["workloads"] = [{"name": "burst", "kind": "Job", "count": 2, "at": "6m",
+                              "requests": {"cpu": "3", "memory": "1Gi"}, "duration": "20m"}]
+    app = memory_app(scenario, settings={"STEP_RETRY_DELAY": "10s", "SCALE_DOWN_UNNEEDED_TIME": "10m"})
+    for _ in range(33):  # to 5.5 minutes: the standby refilled before the burst
+        app.tick(10)
+    stopped = _stopped(app)
+    assert len(stopped) == STANDBY
+    for _ in range(24):  # the burst at 6 minutes, 4 minutes to run
+        app.tick(10)
+    started = stopped - _stopped(app)
+    assert started, "the scale-up started no standby instance"
+    nodes = app.ports.cluster.list_nodes()
+    assert len(nodes) == 1 + len(started)
+    assert all(not n.unschedulable and TO_BE_DELETED_TAINT not in {t.key for t in n.taints} for n in nodes)
+    pods = [p for p in app.ports.cluster.list_pods() if p.namespace == "default" and p.name.startswith("burst")]
+    assert len(pods) == 2 and all(p.node_name for p in pods)
