@@ -19,6 +19,7 @@ from shared.domain import BufferStatus, ClusterSnapshot, GroupState, NodeGroup
 from shared.engine.backoff import after_failure, backoff_view, provision_timed_out
 from shared.engine.node_counts import present_by_group
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
+from shared.engine.forecast import Forecast
 from shared.engine.idle import measure_boots
 from shared.engine.scale_up import (
     GroupIncrease,
@@ -37,7 +38,7 @@ from shared.options import scale_up_options, virtual_node_options
 from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.events import scale_up_events
-from shared.services import allocation, offerings, spot, virtual_nodes
+from shared.services import allocation, demand, offerings, spot, virtual_nodes
 from shared.services.buffers import read_buffers, real_pod_events, statuses, write_statuses
 from shared.services.group_rows import leave_out, read_group_states
 from shared.services.load import plan_load_increases
@@ -65,6 +66,7 @@ class PendingPollResult:
     limits: offerings.PlanningLimits = offerings.PlanningLimits()  # unavailable offerings and quotas planned with
     windows: Mapping[str, ActiveWindow] = field(default_factory=dict)  # SCHEDULED_CAPACITY windows active, by group
     buffers: Mapping[str, BufferStatus] = field(default_factory=dict)  # CapacityBuffers' statuses, by namespace/name
+    forecasts: Mapping[str, Forecast] = field(default_factory=dict)  # each group's demand forecast for the next hour
 
 
 def priority_rules(ports: Ports, settings: Settings) -> Priorities:
@@ -145,6 +147,8 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     load = plan_load_increases(ports, settings, snapshot, states, unavailable=unavailable, now=now)
     scheduled = plan_scheduled_increases(settings, snapshot, windows, unavailable=unavailable)
     plan = _with_increases(plan, (*load.increases, *scheduled))
+    # Demand by hour for the forecast (services.demand): a group's row is written when its hour's peak rises.
+    forecasts = demand.note_and_forecast(ports.state, demand.demand_by_group(observed, snapshot.groups, plan), now=now)
     why_load = {i.group_id: i.why for i in load.increases}
     why_scheduled = {i.group_id: i.why for i in scheduled}
     enqueued = []
@@ -202,7 +206,8 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     write_statuses(ports, buffers, buffer_statuses, dry_run=settings.dry_run)
     result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued),
                                observed=observed, virtual=virtual.plan, evictions=tuple(evictions), limits=limits,
-                               failed_allocations=tuple(failed), windows=windows, buffers=buffer_statuses)
+                               failed_allocations=tuple(failed), windows=windows, buffers=buffer_statuses,
+                               forecasts=forecasts)
     telemetry.record_offerings(Counter(mark.kind for mark in limits.marks), quota_capped=len(plan.quota_capped))
     telemetry.record_pending_poll(observed, states, unavailable, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
