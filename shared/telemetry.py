@@ -136,6 +136,16 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
                "Pods on spot nodes when they were evicted (`batch`: Job or BATCH_POD_SELECTOR pods, whose work is lost)."),
     MetricSpec(_OURS + "spot_lost_work_seconds_total", "counter", (), "s",
                "Run time batch pods had done when their spot node was evicted: work to do again."),
+    MetricSpec(_OURS + "standby_instances", "gauge", ("node_group",), "{instance}",
+               "Instances of the group kept deallocated as warm standby (or by SCALE_DOWN_MODE=deallocate), per poll."),
+    MetricSpec(_OURS + "standby_target", "gauge", ("node_group",), "{instance}",
+               "The group's warm standby target (STANDBY_INSTANCES, its tag, auto or a scheduled window), per poll."),
+    MetricSpec(_OURS + "standby_disk_cost_usd_per_hour", "gauge", ("node_group",), "USD/h",
+               "What the group's stopped instances' OS disks bill per hour (estimated from the size's default OS disk)."),
+    MetricSpec(_OURS + "standby_hits_total", "counter", ("node_group",), "{instance}",
+               "Instances a scale-up started from the group's stopped instances instead of creating them."),
+    MetricSpec(_OURS + "standby_misses_total", "counter", ("node_group",), "{instance}",
+               "Instances a scale-up created in a group that keeps standby: its standby was empty or too small."),
     MetricSpec(_OURS + "last_success", "gauge", ("activity",), "s",
                "Unix time of the last scale-up (scaleUp) and scale-down (scaleDown) action that succeeded."),
     MetricSpec(_OURS + "function_duration_seconds", "histogram", ("function",), "s",
@@ -511,6 +521,23 @@ def spot_work_lost(seconds: float) -> None:
     """Batch work that died with a spot VM after its notice was recorded (pods left to finish that did not)."""
     if seconds > 0:
         _add(_OURS + "spot_lost_work_seconds_total", seconds)
+
+
+@_never_raises
+def record_standby(group: str, *, stopped: int, target: int, disk_usd_per_hour: float) -> None:
+    """A poll's view of one group's warm standby."""
+    _set(_OURS + "standby_instances", stopped, node_group=group)
+    _set(_OURS + "standby_target", target, node_group=group)
+    _set(_OURS + "standby_disk_cost_usd_per_hour", disk_usd_per_hour, node_group=group)
+
+
+@_never_raises
+def standby_used(group: str, *, hits: int, misses: int) -> None:
+    """A scale-up of the group: instances started from standby (hits) and created for want of it (misses)."""
+    if hits:
+        _add(_OURS + "standby_hits_total", hits, node_group=group)
+    if misses:
+        _add(_OURS + "standby_misses_total", misses, node_group=group)
 
 
 def _event(name: str, message: str, dimensions: Mapping[str, Any]) -> None:
