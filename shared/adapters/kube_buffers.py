@@ -61,14 +61,19 @@ def _limits(raw: Any) -> dict[str, int]:
         raise ValueError(f"spec.limits must be a map of quantities, not {raw!r}")
     limits = {}
     for name, text in raw.items():
-        quantity = str(text)
-        if name == "cpu":
-            limits[name] = parse_cpu_milli(quantity)
-        elif name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
-            limits[name] = parse_memory_bytes(quantity)
-        else:
-            limits[str(name)] = parse_count(quantity)
+        try:
+            limits[str(name)] = _quantity(str(name), str(text))
+        except ValueError as exc:
+            raise ValueError(f"spec.limits.{name}: {exc}") from None
     return limits
+
+
+def _quantity(name: str, quantity: str) -> int:
+    if name == "cpu":
+        return parse_cpu_milli(quantity)
+    if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+        return parse_memory_bytes(quantity)
+    return parse_count(quantity)
 
 
 def status_from_json(raw: Any) -> BufferStatus:
