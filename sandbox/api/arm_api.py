@@ -656,11 +656,6 @@ def _power_action(
     act: Callable[[ScaleSetSim, list[str] | None], Operation],
 ) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
-    if request.query.get("hibernate", "").lower() == "true":
-        if group.flexible:
-            raise flexible.hibernation_refused(group.name)
-        message = "Hibernation is supported only for virtual machine scale sets in Flexible orchestration mode."
-        raise ArmError(400, "InvalidParameter", message, "hibernate")
     op = act(group, _power_instance_ids(request))
     async_url, location = _operation_urls(world, request, group, op, api_version)
     headers = {"Azure-AsyncOperation": async_url, "Location": location, "Retry-After": str(LRO_RETRY_AFTER)}
@@ -668,7 +663,10 @@ def _power_action(
 
 
 def _deallocate_instances(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
-    return _power_action(world, request, params, api_version, world.deallocate_instances)
+    # `hibernate=true`: the world hibernates them, or refuses a set not created hibernation-enabled.
+    hibernate = request.query.get("hibernate", "").lower() == "true"
+    return _power_action(world, request, params, api_version,
+                         lambda group, ids: world.deallocate_instances(group, ids, hibernate=hibernate))
 
 
 def _start_instances(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:

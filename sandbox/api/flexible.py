@@ -47,7 +47,9 @@ Scale-set routes of sandbox.api.arm_api that answer otherwise for a Flexible set
 - POST `.../delete`, `.../deallocate`, `.../start` take VM names in `instanceIds` (the world looks them up).
   Batch delete on Flexible is documented; batch deallocate and start are not (the docs point to the
   single-VM calls), but the sandbox serves them as for Uniform: unverified.
-- `hibernate=true` on a deallocate: refused, the members are not created hibernation-enabled.
+- `hibernate=true` on a deallocate: the members hibernate when the set was created hibernation-enabled (the
+  scenario's `hibernation_enabled`, `additionalCapabilities.hibernationEnabled`), else refused
+  (`sandbox.world.scale_sets.hibernation_refused`).
 
 Throttling (sandbox.world.throttling): the VM list filtered on a scale set spends that set's `list` bucket, an
 unfiltered one the resource group's (as scale-set lists do); a VM GET spends that VM's own `vm_get` bucket,
@@ -72,6 +74,7 @@ from sandbox.model.units import rfc3339_micro
 from sandbox.world import World
 from sandbox.world.compute import InstanceSim, Operation, ScaleSetSim, failed_statuses, nic_addresses
 from sandbox.world.errors import ArmError
+from sandbox.world.scale_sets import hibernation_refused
 
 Handler = Callable[[World, Request, dict[str, str], str], Response]
 
@@ -259,16 +262,6 @@ def override(world: World, name: str, params: dict[str, str]) -> Handler | None:
     if answer is None or "vmss" not in params:
         return None
     return answer if world.scale_set(params["sub"], params["rg"], params["vmss"]).flexible else None
-
-
-def hibernation_refused(target: str) -> ArmError:
-    """`hibernate=true` on a Flexible member or set: its VMs are not created hibernation-enabled (the sandbox's
-    wording; Azure refuses hibernating a VM without `additionalCapabilities.hibernationEnabled`)."""
-    return ArmError(
-        400, "InvalidParameter",
-        f"Hibernation is not enabled on '{target}': its VMs lack additionalCapabilities.hibernationEnabled.",
-        "hibernate",
-    )
 
 
 # ---------------------------------------------------------------------------- representations
@@ -482,9 +475,12 @@ def _delete_vm(world: World, request: Request, params: dict[str, str], api_versi
 
 def _deallocate_vm(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     group, inst = _vm(world, params)
-    if request.query.get("hibernate", "").lower() == "true":
-        raise hibernation_refused(inst.vm_name)
-    return _accepted(world, request, group, world.deallocate_instances(group, [inst.vm_name]), api_version)
+    hibernate = request.query.get("hibernate", "").lower() == "true"
+    refusal = hibernation_refused(group, inst.vm_name) if hibernate else None
+    if refusal is not None:
+        raise refusal
+    operation = world.deallocate_instances(group, [inst.vm_name], hibernate=hibernate)
+    return _accepted(world, request, group, operation, api_version)
 
 
 def _start_vm(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:

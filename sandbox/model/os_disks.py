@@ -11,10 +11,19 @@ Prices are Premium SSD LRS list prices, East US, USD per disk-month, as the Reta
 matches public retail-price fixtures; P15, P20 and P30 are the pricing page's figures as remembered: unverified
 against the live API. A month is Azure's 730 hours. Only deallocated time is priced: a running node's OS disk is
 left out of the bench's cost, as before.
+
+A hibernated VM (a deallocate with `hibernate=true`, on a set created with `additionalCapabilities.hibernationEnabled`)
+keeps its memory's contents on disk while stopped. The model bills that as a second managed disk, the "memory disk":
+the smallest tier of the same table that holds the memory (as many of the largest as needed beyond it), priced from
+the same rows. An assumption, stated where the figures are produced: Azure writes the hibernation file to the OS
+disk, whose size must cover the memory, and publishes no separate meter; so the sizes AKS gives (above) may already
+hold it, and this charge is an upper estimate of what hibernating adds. The table's smallest tier is 128 GiB, so a
+memory below it is billed as 128 GiB.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -54,6 +63,30 @@ OS_DISK_TIERS: Final[tuple[OsDiskTier, ...]] = (
     OsDiskTier("P20", 512, 73.22, 16),
     OsDiskTier("P30", 1024, 135.17, 64),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryDisk:
+    """What a hibernated VM's memory is billed as: `count` disks of `tier`."""
+
+    tier: OsDiskTier
+    count: int
+
+    @property
+    def usd_per_second(self) -> float:
+        return self.count * self.tier.usd_per_second
+
+
+def memory_disk_for(memory_gib: float) -> MemoryDisk:
+    """The managed disk(s) a hibernated VM's `memory_gib` of memory is billed as: the smallest tier holding it, or
+    as many of the largest as it takes."""
+    if memory_gib <= 0:
+        raise ValueError(f"a VM's memory must be positive to hibernate it, got {memory_gib} GiB")
+    for tier in OS_DISK_TIERS:
+        if memory_gib <= tier.size_gib:
+            return MemoryDisk(tier, 1)
+    largest = OS_DISK_TIERS[-1]
+    return MemoryDisk(largest, math.ceil(memory_gib / largest.size_gib))
 
 
 def os_disk_for(vcpus: int) -> OsDiskTier:

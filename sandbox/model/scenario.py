@@ -101,6 +101,8 @@ class NodeGroupSpec:
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)  # on every node of the pool
     initial_age: timedelta = timedelta(hours=1)  # how long before the start the initial nodes registered
     orchestration: Orchestration = "Uniform"  # one of ORCHESTRATIONS
+    # additionalCapabilities.hibernationEnabled, set at creation: a deallocate may hibernate its VMs (Flexible only).
+    hibernation_enabled: bool = False
     agent_pool: AgentPoolSpec | None = None  # the AKS agent pool this scale set is behind (sandbox.model.agent_pools)
     # Spot VMs (sandbox.model.spot, sandbox.model.spot_spec): a Spot group's nodes carry the Spot label and taint already.
     priority: Priority = "Regular"
@@ -780,7 +782,7 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         {
             "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
             "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
-            "annotations", "initial_age", "orchestration", "standby_pool", *NODE_GROUP_FIELDS, *NIC_FIELDS,
+            "annotations", "initial_age", "orchestration", "hibernation_enabled", "standby_pool", *NODE_GROUP_FIELDS, *NIC_FIELDS,
         },
         {"resource_group", "name", "vm_size", "allocatable"},
     )
@@ -793,6 +795,9 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
             f"<name>_<8 hex>, 64 at most), got {len(name)}",
         )
     autoscaled = _bool(obj.get("autoscaled", True), f"{path}.autoscaled")
+    hibernation = _bool(obj.get("hibernation_enabled", False), f"{path}.hibernation_enabled")
+    if hibernation and orchestration != "Flexible":
+        raise _Invalid(f"{path}.hibernation_enabled", "hibernation needs a Flexible scale set (orchestration: Flexible)")
     min_size = _int(obj.get("min", 0), f"{path}.min")
     initial = _int(obj.get("initial", min_size), f"{path}.initial")
     if autoscaled and "max" not in obj:
@@ -840,6 +845,7 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         annotations=_annotations(obj.get("annotations", {}), f"{path}.annotations"),
         initial_age=_initial_age(obj.get("initial_age", "1h"), f"{path}.initial_age"),
         orchestration=orchestration,
+        hibernation_enabled=hibernation,
         agent_pool=pool,
         priority=priority,
         eviction_policy=eviction_policy,

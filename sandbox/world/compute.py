@@ -88,6 +88,10 @@ class InstanceSim:
     # (devtools.replay.standby counts hits, misses and refills from them).
     first_stopped_at: float | None = None
     start_times: list[float] = field(default_factory=list)
+    # Hibernated (a deallocate with hibernate=true): its memory is kept on disk while stopped and billed as a disk
+    # (sandbox.model.os_disks.memory_disk_for); the closed hibernated spells' seconds.
+    hibernated: bool = False
+    hibernated_seconds: float = 0.0
     delete_started_at: float | None = None
     vanished_at: float | None = None
     node_registered: bool = False

@@ -259,6 +259,7 @@ class ReportsPart(WorldCore):
         with self.lock:
             node_seconds: dict[str, float] = {key: 0.0 for key in self._groups}
             stopped_seconds: dict[str, float] = {key: 0.0 for key in self._groups}
+            hibernated_seconds: dict[str, float] = {key: 0.0 for key in self._groups}
             for inst in self._iter_instances():
                 until = inst.vanished_at if inst.vanished_at is not None else self._t
                 unbilled = inst.unbilled_seconds
@@ -266,7 +267,11 @@ class ReportsPart(WorldCore):
                     unbilled += until - inst.unbilled_since
                 node_seconds[inst.group_key] += max(0.0, until - inst.created_at - unbilled)
                 stopped_seconds[inst.group_key] += unbilled  # no compute billed, its OS disk still is
-            stopped_disks = self._stopped_disks(stopped_seconds)
+                hibernated = inst.hibernated_seconds  # ... and a hibernated one's memory disk
+                if inst.hibernated and inst.unbilled_since is not None:
+                    hibernated += until - inst.unbilled_since
+                hibernated_seconds[inst.group_key] += hibernated
+            stopped_disks = self._stopped_disks(stopped_seconds, hibernated_seconds)
             pods = [p for p in sorted(self._pods.values(), key=lambda p: p.seq) if not p.node_bound]
             summaries = []
             for pod in pods:
@@ -364,17 +369,30 @@ class ReportsPart(WorldCore):
             }
 
 
-    def _stopped_disks(self, stopped_seconds: dict[str, float]) -> dict[str, Any]:
+    def _stopped_disks(self, stopped_seconds: dict[str, float], hibernated_seconds: dict[str, float]) -> dict[str, Any]:
         """The report's `stopped_disks`: per group, the disk-seconds of its deallocated instances, the OS disk tier
-        AKS gives its VM size and what those seconds cost at that tier's list price; totals."""
+        AKS gives its VM size and what those seconds cost at that tier's list price; of those, the seconds spent
+        hibernated and what their memory disk cost (sandbox.model.os_disks.memory_disk_for), inside `cost_usd`;
+        totals."""
         by_group: dict[str, dict[str, Any]] = {}
         for key, seconds_ in stopped_seconds.items():
-            disk = os_disks.os_disk_for(quota.vcpus(self._groups[key].spec.capacity))
-            by_group[key] = {"disk_seconds": round(seconds_, 3), "tier": disk.tier, "size_gib": disk.size_gib,
-                             "cost_usd": round(seconds_ * disk.usd_per_second, 6)}
+            spec = self._groups[key].spec
+            disk = os_disks.os_disk_for(quota.vcpus(spec.capacity))
+            cost = seconds_ * disk.usd_per_second
+            by_group[key] = {"disk_seconds": round(seconds_, 3), "tier": disk.tier, "size_gib": disk.size_gib}
+            hibernated = hibernated_seconds.get(key, 0.0)
+            if hibernated > 0:
+                memory = os_disks.memory_disk_for(spec.capacity.memory_bytes / (1 << 30))
+                memory_cost = hibernated * memory.usd_per_second
+                cost += memory_cost
+                by_group[key] |= {"hibernated_seconds": round(hibernated, 3), "memory_disk_tier": memory.tier.tier,
+                                  "memory_disks": memory.count, "memory_disk_cost_usd": round(memory_cost, 6)}
+            by_group[key]["cost_usd"] = round(cost, 6)
         return {
             "disk_seconds": round(sum(g["disk_seconds"] for g in by_group.values()), 3),
             "cost_usd": round(sum(g["cost_usd"] for g in by_group.values()), 6),
+            "hibernated_seconds": round(sum(g.get("hibernated_seconds", 0.0) for g in by_group.values()), 3),
+            "memory_disk_cost_usd": round(sum(g.get("memory_disk_cost_usd", 0.0) for g in by_group.values()), 6),
             "by_group": by_group,
             "price_date": os_disks.DISK_PRICE_DATE,
         }

@@ -32,6 +32,19 @@ SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
 PREEMPTED_MESSAGE = "Operation execution has been preempted by a more recent operation."
 
 
+def hibernation_refused(group: ScaleSetSim, target: str = "") -> ArmError | None:
+    """Why a deallocate with `hibernate=true` is refused on `group` (None: it is not): hibernation is for Flexible
+    sets only, and for those created with `additionalCapabilities.hibernationEnabled` (the sandbox's wording, 400
+    InvalidParameter on `hibernate`; the exact text Azure returns is unverified). `target`: the VM or set named."""
+    if not group.flexible:
+        return ArmError(400, "InvalidParameter", "Hibernation is supported only for virtual machine scale sets in "
+                        "Flexible orchestration mode.", "hibernate")
+    if not group.spec.hibernation_enabled:
+        return ArmError(400, "InvalidParameter", f"Hibernation is not enabled on '{target or group.name}': its VMs "
+                        "lack additionalCapabilities.hibernationEnabled.", "hibernate")
+    return None
+
+
 class ScaleSetsPart(WorldCore):
     """Scale sets, their instances and operations. See the module docstring."""
 
@@ -359,17 +372,24 @@ class ScaleSetsPart(WorldCore):
 
     # ------------------------------------------------------------------ deallocate and start instances
 
-    def deallocate_instances(self, group: ScaleSetSim, instance_ids: list[str] | None) -> Operation:
+    def deallocate_instances(self, group: ScaleSetSim, instance_ids: list[str] | None, *,
+                             hibernate: bool = False) -> Operation:
         """POST .../deallocate: the instances (every one when none are named, as ARM does) shut down and release
         their hardware; they stay in the scale set and in sku.capacity. Already deallocating or deallocated
-        ones are left as they are. Not billed once deallocated."""
+        ones are left as they are. Not billed once deallocated. `hibernate` (the query parameter `hibernate=true`):
+        their memory is kept on disk (billed as one, see the report's stopped_disks) and a start resumes them;
+        refused, before anything changes, on a set not created hibernation-enabled (`hibernation_refused`)."""
         with self.lock:
+            if hibernate:
+                refusal = hibernation_refused(group)
+                if refusal is not None:
+                    raise refusal
             targets = self._power_targets(group, instance_ids, "deallocate")
             self._touch_untagged_instances(group, targets)
             for inst in targets:
                 self.counters.instances_deallocated[f"{group.name}/{inst.arm_id}"] += 1
                 if inst.power not in ("deallocating", "deallocated"):
-                    self._start_deallocation(inst)
+                    self._start_deallocation(inst, hibernate=hibernate)
             return self._power_operation(group, "deallocate", targets)
 
     def start_instances(self, group: ScaleSetSim, instance_ids: list[str] | None) -> Operation:
@@ -437,11 +457,12 @@ class ScaleSetsPart(WorldCore):
         self._finish_operations()  # nothing to do (already there): succeeded at once
         return op
 
-    def _start_deallocation(self, inst: InstanceSim) -> None:
+    def _start_deallocation(self, inst: InstanceSim, *, hibernate: bool = False) -> None:
         """Provisioning Updating, power deallocating: the VM shuts down now, so kubelet stops (the node goes
         NotReady as when its VM is deleted, its workload pods die); deallocated after `deallocate_delay`."""
         group = self._groups[inst.group_key]
         inst.power_seq += 1
+        inst.hibernated = hibernate
         if inst.first_stopped_at is None:
             inst.first_stopped_at = self._t
         inst.state, inst.power = "Updating", "deallocating"
@@ -465,13 +486,19 @@ class ScaleSetsPart(WorldCore):
         inst.start_times.append(self._t)
         if inst.unbilled_since is not None:
             inst.unbilled_seconds += self._t - inst.unbilled_since
+            if inst.hibernated:
+                inst.hibernated_seconds += self._t - inst.unbilled_since
             inst.unbilled_since = None
             self._alive += 1
             self._nodes_max = max(self._nodes_max, self._alive)
         inst.state, inst.power = "Updating", "starting"
         group.generation += 1
-        # A start is not a create: its own delay (the scenario's `start_delay`), drawn from its own seeded stream.
-        inst.boot_delay = self.scenario.start_delay.sample(self._rng("start", group.key, inst.instance_id, inst.starts))
+        # A start is not a create: its own delay (the scenario's `start_delay`), drawn from its own seeded stream. A
+        # hibernated VM resumes: no published figure either, so the same distribution is assumed, from a stream of
+        # its own (sandbox.model.os_disks and docs/scenarios.md say so).
+        stream = "resume" if inst.hibernated else "start"
+        inst.hibernated = False
+        inst.boot_delay = self.scenario.start_delay.sample(self._rng(stream, group.key, inst.instance_id, inst.starts))
         inst.provision_at = self._t + inst.boot_delay * self.scenario.provisioning_fraction
         inst.ready_at = self._t + inst.boot_delay
         self._push(inst.provision_at, "power_done", (inst, inst.power_seq))
