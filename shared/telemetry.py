@@ -154,6 +154,12 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
                "HTTP requests to Azure Resource Manager (each attempt, retries included), by operation and status."),
     MetricSpec(_OURS + "arm_throttled_requests_total", "counter", ("operation",), "{request}",
                "ARM requests answered 429 (throttled)."),
+    MetricSpec(_OURS + "demand_forecast_nodes", "gauge", ("node_group",), "{node}",
+               "The group's forecast peak of nodes asked for and not yet there over the next hour (engine.forecast), "
+               "as of the last pending poll."),
+    MetricSpec(_OURS + "demand_forecast_error", "gauge", ("node_group",), "1",
+               "The MAPE of the group's one-hour-ahead demand forecasts over the last week's hours with demand, a "
+               "fraction (0.25 is 25 %); not set while no hour had demand."),
 )}
 
 # Dimensions of the ScaleUp and ScaleDown events, and of ScaleActionRejected (an undecodable message).
@@ -346,6 +352,14 @@ def _set_backoff(group: str, reason: str | None, *, last_reason: str) -> None:
         reported.add(reason)
     elif not reported:
         _set(_CA + "node_group_backoff_status", 0, node_group=group, reason=last_reason)
+
+
+@_never_raises
+def record_forecast(group: str, *, nodes: float, mape: float | None) -> None:
+    """A group's demand forecast for the next hour and the error of such forecasts (services.demand)."""
+    _set(_OURS + "demand_forecast_nodes", nodes, node_group=group)
+    if mape is not None:
+        _set(_OURS + "demand_forecast_error", mape, node_group=group)
 
 
 @_never_raises

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from shared import telemetry
 from shared.domain import ClusterSnapshot, DemandHistory, NodeGroup
 from shared.engine.forecast import Forecast, forecast_error, forecast_next_hour, hour_of, note_demand
 from shared.engine.node_counts import present_by_group
@@ -74,6 +75,7 @@ def note_and_forecast(state: StateStore, demand: Mapping[str, float], *, now: da
             known.pop(group_id, None)
             continue
         forecasts[group_id] = _forecast(known, group_id, history, now=now)
+        telemetry.record_forecast(group_id, nodes=forecasts[group_id].nodes, mape=forecasts[group_id].mape)
     return forecasts
 
 

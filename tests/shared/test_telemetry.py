@@ -53,6 +53,8 @@ CONTRACT = {
     "vmss_autoscaler_standby_disk_cost_usd_per_hour": ("gauge", ("node_group",)),
     "vmss_autoscaler_standby_hits_total": ("counter", ("node_group",)),
     "vmss_autoscaler_standby_misses_total": ("counter", ("node_group",)),
+    "vmss_autoscaler_demand_forecast_nodes": ("gauge", ("node_group",)),
+    "vmss_autoscaler_demand_forecast_error": ("gauge", ("node_group",)),
     "vmss_autoscaler_last_success": ("gauge", ("activity",)),
     "vmss_autoscaler_offering_refusals_total": ("counter", ("node_group", "kind", "error_code")),
     "vmss_autoscaler_unavailable_offerings": ("gauge", ("kind",)),

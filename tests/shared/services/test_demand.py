@@ -14,6 +14,7 @@ from shared.ports import UnreadableRow
 from shared.services import demand
 from shared.services.memory_state import MemoryStateStore
 from tests.builders import group, node, snapshot
+from tests.shared.services.telemetry_capture import Telemetry, telemetry  # noqa: F401  (the fixture)
 
 T0 = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
 POLL = timedelta(seconds=10)
@@ -114,6 +115,17 @@ def test_the_forecasts_are_the_engines_and_readable_without_noting() -> None:
     writes = store.writes
     assert demand.get_forecasts(store, [A, B], now=now) == noted
     assert store.writes == writes
+
+
+def test_each_forecast_and_its_error_are_gauges_per_group(telemetry: Telemetry) -> None:  # noqa: F811
+    store = CountingStore()
+    for h, (a, b) in enumerate([(2, 0), (4, 0), (2, 0)]):
+        polls(store, [{A: a, B: b}], start=T0 + timedelta(hours=h))
+    noted = polls(store, [{A: 0, B: 0}], start=T0 + timedelta(hours=3))
+    assert telemetry.last("vmss_autoscaler_demand_forecast_nodes", node_group=A) == pytest.approx(noted[A].nodes)
+    assert telemetry.last("vmss_autoscaler_demand_forecast_error", node_group=A) == pytest.approx(noted[A].mape)
+    assert telemetry.last("vmss_autoscaler_demand_forecast_nodes", node_group=B) == 0
+    assert telemetry.points("vmss_autoscaler_demand_forecast_error", node_group=B) == []  # no hour with demand
 
 
 def test_forecast_errors_per_group_and_pooled() -> None:
