@@ -100,10 +100,15 @@ def pool_from_resource(resource_group: str, resource: Any) -> StandbyPool:
         name=str(resource.name),
         scale_set_resource_group=set_rg,
         scale_set_name=set_name,
-        vm_state=str(getattr(props, "virtual_machine_state", None) or ""),
+        vm_state=_enum_text(getattr(props, "virtual_machine_state", None)),
         max_ready=int(getattr(profile, "max_ready_capacity", None) or 0),
         min_ready=int(getattr(profile, "min_ready_capacity", None) or 0),
     )
+
+
+def _enum_text(value: Any) -> str:
+    """An SDK enum's wire text (`VirtualMachineState.DEALLOCATED` -> `Deallocated`), or a plain string as sent."""
+    return str(getattr(value, "value", value) or "")
 
 
 def scale_set_of(resource_id: str) -> tuple[str, str]:
