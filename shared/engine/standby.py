@@ -48,6 +48,17 @@ STANDBY_TAG: Final = "autoscaler-standby"
 AUTO: Final = "auto"
 # The spans of boot - start one use of a standby instance saves (the module docstring lists them).
 SAVED_SPANS_PER_USE: Final = 3
+# The start estimate without a measured start: half the boot estimate. No primary source gives how long a
+# deallocated VM takes to start and rejoin against a create (shared/facts/capacity-ahead-gangs-sizes.md,
+# "Azure": unverified); half is the fastest the replays assume (a start median of 50 s against a
+# create-and-boot median of 100 s), so the saving is never taken from an optimistic guess.
+START_FRACTION: Final = 0.5
+# A stopped instance's OS disk, as the app estimates its bill: the Premium SSD LRS tier AKS gives a VM size
+# by its vCPUs (azure-aks-docs concepts-storage.md, "Managed OS disks"), at its list price, East US, USD per
+# disk-month (Azure Retail Prices, 2026-11; the sandbox bills the same figures, sandbox/model/os_disks.py).
+# (least vCPUs, USD per month), largest first. A month is Azure's 730 hours. Data disks are not counted.
+OS_DISK_PRICES: Final = ((64, 135.17), (16, 73.22), (8, 38.01), (1, 19.71))
+HOURS_PER_MONTH: Final = 730.0
 _HOUR = timedelta(hours=1)
 
 
@@ -179,6 +190,19 @@ def _auto(*, max_auto: int, forecast: ForecastLike | None, boot: timedelta, star
         return cap, (f"{why}; break-even: disks ${disk_price_hour:.4f}/h each against "
                      f"${saving_per_use(boot=boot, start=start, node_price_hour=node_price_hour):.4f} saved per start")
     return count, why
+
+
+def start_estimate(boot: timedelta) -> timedelta:
+    """How long a standby instance takes from its start request to Ready again: START_FRACTION of a boot."""
+    return boot * START_FRACTION
+
+
+def os_disk_price_hour(vcpus: int) -> float:
+    """USD per hour a stopped instance of `vcpus` vCPUs bills for its OS disk (OS_DISK_PRICES)."""
+    if vcpus < 1:
+        raise ValueError(f"a VM size has at least 1 vCPU, got {vcpus}")
+    monthly = next(price for least, price in OS_DISK_PRICES if vcpus >= least)
+    return monthly / HOURS_PER_MONTH
 
 
 def standby_view(state: GroupState, present: Collection[str]) -> StandbyView:

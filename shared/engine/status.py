@@ -62,6 +62,9 @@ class StatusInputs:
     spot_evictions: Mapping[str, str] | None = None
     # SCHEDULED_CAPACITY: a group in an active window shows it (`scheduledCapacity`, not in CA's layout).
     scheduled_windows: tuple[CapacityWindow, ...] = ()
+    # Warm standby by group id (services.standby.StandbyReport.as_dict: target, why, stopped, refilling, disk
+    # cost): shown as the group's `standby` (not in CA's layout). None keeps what was last written.
+    standby: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +209,9 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
                                           "until": window.until.isoformat(), "timeZone": window.zone}
             if window.standby is not None and window.standby_until is not None:  # a window's warm standby count
                 entry["scheduledCapacity"].update(standby=window.standby, standbyUntil=window.standby_until.isoformat())
+        standby = inputs.standby.get(group.id) if inputs.standby is not None else before.get("standby")
+        if standby:
+            entry["standby"] = dict(standby)
         groups.append(entry)
 
     if "InProgress" in scale_ups:

@@ -12,17 +12,24 @@ so a crash anywhere is repeated by its redelivery, and each part is safe to repe
 A crash between 3 and 4 leaves them listed; the redelivery sees them deleting and only forgets
 them, so nothing is deleted twice. A delete ARM refuses is logged and tried again after the
 group's next deallocation; the removal that triggered it has succeeded either way.
+
+Warm standby (services.standby) shares the list: a group whose standby is short of its target has its idle
+nodes deallocated whatever SCALE_DOWN_MODE says, and the cap is the larger of SCALE_DOWN_DEALLOCATED_MAX (with
+SCALE_DOWN_MODE=deallocate; 0 otherwise) and the standby target, so the trim never deletes the standby.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
+from datetime import datetime
 
 from shared.domain import NodeGroup
 from shared.engine.deallocated import trim_deallocated
 from shared.engine.scale_down import group_rules
 from shared.options import scale_down_options
 from shared.ports import ComputeError, Ports
+from shared.services.standby import get_standby_target, may_keep_standby, wants_more_standby
 from shared.services.swap import StateConflict, update_group
 from shared.settings import Settings
 
@@ -39,20 +46,42 @@ def deallocated_max(settings: Settings, group: NodeGroup) -> int | None:
         return None
 
 
-def removal_verb(settings: Settings, group: NodeGroup) -> str:
-    """`delete`, or `deallocate` with SCALE_DOWN_MODE=deallocate unless the group may keep none stopped (cap 0)
-    or is spot with eviction policy Delete."""
-    if settings.scale_down_mode != "deallocate":
-        return "delete"
+def removal_verb(settings: Settings, group: NodeGroup, *, ports: Ports | None = None, now: datetime | None = None,
+                 nodes: Collection[str] = ()) -> str:
+    """`delete`, or `deallocate`: with SCALE_DOWN_MODE=deallocate unless the group may keep none stopped (cap 0),
+    and in any mode while the group's warm standby has room for the removal's `nodes` (`ports` and `now`
+    given: the standby's reads); never for a spot group with eviction policy Delete."""
     if group.is_spot and group.eviction_policy.lower() != "deallocate":
         # A spot VM whose eviction policy is Delete is never deallocated and restarted: Azure would delete it
         # at its next eviction anyway, and a restart competes for spot capacity a new VM would get as well.
         return "delete"
-    return "delete" if deallocated_max(settings, group) == 0 else "deallocate"
+    if settings.scale_down_mode == "deallocate" and deallocated_max(settings, group) != 0:
+        return "deallocate"
+    if ports is not None and now is not None and wants_more_standby(ports, settings, group, now=now, nodes=nodes):
+        return "deallocate"
+    return "delete"
 
 
-def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str) -> tuple[str, ...]:
-    """Delete the group's stopped instances beyond its cap, oldest first; the ids asked to be deleted.
+def stopped_cap(ports: Ports, settings: Settings, group: NodeGroup, *, now: datetime) -> int | None:
+    """How many stopped instances the group keeps: the larger of SCALE_DOWN_DEALLOCATED_MAX (with
+    SCALE_DOWN_MODE=deallocate, else 0) and its standby target; None when a tag is malformed (trim nothing)."""
+    kept = deallocated_max(settings, group) if settings.scale_down_mode == "deallocate" else 0
+    if kept is None:
+        return None
+    if not may_keep_standby(settings, group):
+        return kept
+    try:
+        target = get_standby_target(ports, settings, group, now=now)
+    except ValueError as exc:
+        log.warning("%s: keeping deallocated instances as they are", exc)
+        return None
+    return max(kept, target.count)
+
+
+def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str, *,
+                            now: datetime | None = None) -> tuple[str, ...]:
+    """Delete the group's stopped instances beyond its cap (`stopped_cap`), oldest first; the ids asked to be
+    deleted. `now` defaults to the ports' clock.
 
     Never fails the removal that called it: an ARM error is logged, and the next deallocation of the
     group trims again.
@@ -62,7 +91,7 @@ def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str) -> 
         return ()
     try:
         group = ports.provider.get_node_group(group_id)
-        cap = deallocated_max(settings, group) if group is not None else None
+        cap = stopped_cap(ports, settings, group, now=now or ports.clock.now()) if group is not None else None
         if group is None or cap is None or len(state.stopped) <= cap:
             return ()  # the usual case: no ARM list needed
         present = {i.instance_id for i in ports.provider.list_instances(group) if not i.deleting}

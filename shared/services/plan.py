@@ -23,6 +23,7 @@ from shared.options import scale_down_options
 from shared.ports import ClusterEvent, Ports, StateStore
 from shared.services.memory_state import MemoryStateStore
 from shared.services.pending import PendingPollResult, run_pending_poll
+from shared.services.standby import StandbyReport, standby_report
 from shared.services.utilization import UtilizationPollResult, run_utilization_poll
 from shared.settings import Settings
 
@@ -55,6 +56,8 @@ class PlanReport:
     unneeded_time: timedelta  # SCALE_DOWN_UNNEEDED_TIME: for a node whose group's own time is not known
     # Per node, its group's unneeded time: the tags' and, in break-even idle mode, the group's measured boots.
     unneeded_times: Mapping[str, timedelta] = field(default_factory=dict)
+    # Per group that keeps warm standby (or has instances stopped): target, why, stopped (services.standby).
+    standby: Mapping[str, StandbyReport] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data: what `plan --json` prints."""
@@ -115,6 +118,8 @@ class PlanReport:
         for entry in groups:  # a SCHEDULED_CAPACITY window active now
             if entry["group"] in self.pending.windows:
                 entry["scheduled"] = self.pending.windows[entry["group"]].describe()
+            if entry["group"] in self.standby:  # warm standby
+                entry["standby"] = self.standby[entry["group"]].as_dict()
         refused = {**self.utilization.unreadable_groups, **seen.refused}
         groups += [{"group": gid, "refused": why} for gid, why in sorted(refused.items())]
         groups += [{"group": name, "backend": VIRTUAL_NODE, "vm_size": "ACI", "min": 0, "max": 0, "capacity": 0}
@@ -153,7 +158,27 @@ def plan_now(ports: Ports, settings: Settings, *, now: datetime, state: StateSto
     return PlanReport(at=now, with_state=state is not None, pending=pending, utilization=utilization,
                       actions=tuple(queue.actions), previous_unneeded=previous,
                       unneeded_time=settings.scale_down_unneeded_time,
-                      unneeded_times=_unneeded_times(pending, settings, overlay))
+                      unneeded_times=_unneeded_times(pending, settings, overlay),
+                      standby=_standby(quiet, dry, pending, now=now))
+
+
+def _standby(ports: Ports, settings: Settings, pending: PendingPollResult, *, now: datetime) -> dict[str, StandbyReport]:
+    """Each observed group's warm standby after both polls (their state writes included)."""
+    if pending.observed is None:
+        return {}
+    reports = {}
+    for group in pending.observed.groups:
+        report = standby_report(ports, settings, group, ports.state.get_group(group.id), now=now,
+                                active=pending.windows)
+        if report is not None:
+            reports[group.id] = report
+    return reports
+
+
+def _standby_text(standby: Mapping[str, Any]) -> str:
+    refill = f", {standby['refilling']} refilling" if standby.get("refilling") else ""
+    disks = f", disks ${standby['diskUsdPerHour']:.3f}/h" if "diskUsdPerHour" in standby else ""
+    return f"standby {standby['stopped']} of {standby['target']} stopped{refill}{disks} ({standby['why']})"
 
 
 def _unneeded_times(pending: PendingPollResult, settings: Settings, state: StateStore) -> dict[str, timedelta]:
@@ -224,6 +249,7 @@ def render_text(report: PlanReport) -> str:
                   f"  {g['group']} ({g['backend']}): never scaled or drained" if g["backend"] == VIRTUAL_NODE else
                   f"  {g['group']} ({g['backend']}, {g['vm_size']}): {g['capacity']} of {g['min']}..{g['max']}"
                   + (f"; scheduled capacity: {g['scheduled']}" if "scheduled" in g else "")
+                  + (f"; {_standby_text(g['standby'])}" if "standby" in g else "")
                   for g in data["groups"]]
     virtual = data["virtual_nodes"]
     if virtual:

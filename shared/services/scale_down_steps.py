@@ -332,7 +332,8 @@ def _commit_removals(run: Runs, group_id: str, nodes: list[str], action_id: str)
 def _remove_instances(run: Runs, action: ScaleDown, entry: LedgerEntry, group: NodeGroup, ids: list[str], *,
                       now: datetime) -> ExecutionResult:
     """Delete the instances, or deallocate them with SCALE_DOWN_MODE=deallocate (idempotent, so repeatable)."""
-    verb = removal_verb(run.settings, group)  # deallocate, unless the group may keep no instance stopped
+    # deallocate mode, or a standby with room for these nodes
+    verb = removal_verb(run.settings, group, ports=run.ports, now=now, nodes=action.nodes)
     log.info("%s instance(s) %s of %s (node(s) %s, action %s)", "deleting" if verb == "delete" else "deallocating",
              ", ".join(ids), group.id, ", ".join(action.nodes), action.id)
     if verb == "deallocate":
@@ -361,7 +362,8 @@ def confirm(run: Runs, action: ScaleDown, entry: LedgerEntry, now: datetime) -> 
         return run.follow(action, entry, check(token), next_step="confirm", now=now, kind=kind)
     group = run.ports.provider.get_node_group(action.group)
     instances = _instances(run, group, action) if group is not None else {}
-    if group is not None and removal_verb(run.settings, group) == "deallocate":
+    if group is not None and removal_verb(run.settings, group, ports=run.ports, now=now,
+                                                nodes=action.nodes) == "deallocate":
         # No operation recorded (a crash right after the call): deallocating again is harmless.
         ids = [t.instance_id for t in action.targets if instances[t.instance_id]]
         if ids:
@@ -400,7 +402,7 @@ def _finish_removal(run: Runs, action: ScaleDown, entry: LedgerEntry, *, now: da
 
     run.update_group(action.group, release)
     if deallocated:
-        enforce_deallocated_max(run.ports, run.settings, action.group)  # SCALE_DOWN_DEALLOCATED_MAX
+        enforce_deallocated_max(run.ports, run.settings, action.group, now=now)  # the cap, standby included
     return run.finish(action, entry, "succeeded", f"removed node(s) {', '.join(action.nodes)}", now=now)
 
 

@@ -23,7 +23,7 @@ from shared.engine.idle import note_boot_request
 from shared.engine.quota import capped_target
 from shared.ports import CHANGED_SINCE_READ, ComputeError, LedgerEntry, Operation
 from shared.services.execution import ExecutionResult, Run, Step, StepTable, throttled_delay, untag
-from shared.services import limit_reservations, offerings
+from shared.services import limit_reservations, offerings, standby
 from shared.services.pending import run_pending_poll
 from shared.services.swap import StateConflict
 
@@ -85,6 +85,7 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
                           f"(starting {len(start)} deallocated instance(s))", now=now, old_size=running)
     log.info("growing %s %d -> %d: starting %d deallocated instance(s), adding %d (action %s)",
              group.id, running, target, len(start), grow, action.id)
+    standby.note_standby_used(run.ports, run.settings, group, started=len(start), created=grow, now=now)
     run.status_event("ScaledUpGroup", f"Scale-up: setting group {group.id} size to {target} instead of "
                      f"{running} (max: {group.max_size})", now=now)
     action = replace(action, from_size=group.capacity, resized_to=group.capacity + grow if grow else None,

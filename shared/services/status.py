@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +28,7 @@ from shared.engine.status import (
 )
 from shared.engine.virtual_nodes import VirtualNodeStatus
 from shared.ports import ClusterError, Ports
+from shared.services.standby import record_standby, standby_report
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,8 @@ _LAST_WRITTEN: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
 def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, inputs: StatusInputs, *,
                    now: datetime) -> str | None:
     """Write the status; returns the YAML written, or None when nothing was (disabled, dry run, failed)."""
+    if inputs.standby is None:  # warm standby: gauges every poll, shown in the status
+        inputs = replace(inputs, standby=_standby(ports, settings, snapshot, inputs, now=now))
     if settings.status_configmap is None or settings.dry_run:
         return None
     namespace, name = settings.status_configmap
@@ -67,6 +71,19 @@ def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, 
         return None
     _LAST_WRITTEN[(namespace, name)] = (text, doc)  # only once written: until then the ConfigMap holds other text
     return text
+
+
+def _standby(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, inputs: StatusInputs, *,
+             now: datetime) -> dict[str, dict[str, Any]]:
+    """The groups' standby (services.standby), recorded as App Insights gauges; only groups that keep some."""
+    reports = {}
+    for group in snapshot.groups:
+        state = inputs.group_states.get(group.id) or GroupState(group.id)
+        report = standby_report(ports, settings, group, state, now=now)
+        if report is not None:
+            reports[group.id] = report
+    record_standby(reports)
+    return {gid: report.as_dict() for gid, report in reports.items()}
 
 
 def _previous(key: tuple[str, str], text: str | None) -> dict[str, Any] | None:

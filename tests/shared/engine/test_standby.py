@@ -10,8 +10,8 @@ import pytest
 
 from shared.domain import GroupState
 from shared.engine.standby import (
-    STANDBY_TAG, StandbyTarget, break_even_cap, parse_standby, refill_count, saving_per_use, standby_target,
-    standby_view,
+    STANDBY_TAG, StandbyTarget, break_even_cap, os_disk_price_hour, parse_standby, refill_count, saving_per_use,
+    standby_target, standby_view, start_estimate,
 )
 from tests.builders import group
 
@@ -171,3 +171,18 @@ def test_refill_count(count, stopped, capacity, max_size, expected) -> None:  # 
     assert n == expected
     assert view.count + n <= max(count, view.count)
     assert g.running_target + n <= max(max_size, g.running_target)
+
+
+@pytest.mark.parametrize("boot_s", [0, 60, 180, 600])
+def test_a_start_is_estimated_no_faster_than_half_a_boot(boot_s) -> None:  # type: ignore[no-untyped-def]
+    boot = timedelta(seconds=boot_s)
+    assert start_estimate(boot) * 2 == boot
+
+
+def test_os_disk_prices_grow_with_the_size() -> None:
+    prices = [os_disk_price_hour(v) for v in (1, 2, 4, 7, 8, 15, 16, 63, 64, 128)]
+    assert prices == sorted(prices)
+    assert all(p > 0 for p in prices)
+    assert os_disk_price_hour(2) == os_disk_price_hour(4)  # the same tier
+    with pytest.raises(ValueError, match="vCPU"):
+        os_disk_price_hour(0)

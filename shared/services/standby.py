@@ -1,0 +1,189 @@
+"""Warm standby in the polls and the executor: each group's target, what idle nodes feed it, what users see.
+
+The decision is engine.standby's (`standby_target`); this module gathers what it reads, per group:
+
+- the setting STANDBY_INSTANCES, or the group's tag `autoscaler-standby`, and STANDBY_MAX;
+- the next hour's forecast (engine.forecast, from the demand history in the state store) for `auto`;
+- the boot estimate (engine.idle: the median of the group's measured boots) and the start estimate, which is
+  not measured: START_FRACTION of the boot estimate (engine.standby says why half);
+- the node's price (the provider's retail prices, cached) and its OS disk's (engine.standby.os_disk_price_hour
+  from the size's vCPUs), for the break-even cap of `auto`;
+- an active scheduled window's standby count (engine.scheduled_capacity).
+
+Reads are made only for a group that may keep standby at all (`may_keep_standby`): with STANDBY_INSTANCES=0,
+no tag and no window, nothing here costs a call. A read that fails (demand row, prices) degrades the target
+(no forecast: 0 for `auto`; no price: no break-even cap) and is logged, never raised: a removal or a scale-up
+must not fail on a forecast.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared import telemetry
+from shared.domain import GroupState, NodeGroup
+from shared.engine.forecast import forecast_next_hour
+from shared.engine.idle import boot_estimate
+from shared.engine.scheduled_capacity import TAG_SCHEDULED_CAPACITY, ActiveWindow, active_windows
+from shared.engine.standby import (
+    STANDBY_TAG,
+    StandbyTarget,
+    os_disk_price_hour,
+    parse_standby,
+    standby_target,
+    start_estimate,
+)
+from shared.engine.vm_sizes import table_capacity
+from shared.ports import Ports
+from shared.services.events import status_event
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+NO_STANDBY = StandbyTarget(0, "none configured")
+
+
+@dataclass(frozen=True, slots=True)
+class StandbyReport:
+    """One group's standby as the status ConfigMap and `plan` show it."""
+
+    target: int
+    why: str
+    stopped: int  # instances the group's row lists as deallocated
+    refilling: int = 0  # instances being created for the standby (a refill in flight)
+    disk_usd_per_hour: float | None = None  # what the stopped instances' OS disks bill, when the size is known
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"target": self.target, "why": self.why, "stopped": self.stopped,
+                                  "refilling": self.refilling}
+        if self.disk_usd_per_hour is not None:
+            out["diskUsdPerHour"] = round(self.disk_usd_per_hour, 4)
+        return out
+
+    def line(self, group_id: str) -> str:
+        disks = f", disks ${self.disk_usd_per_hour:.3f}/h" if self.disk_usd_per_hour is not None else ""
+        refill = f", {self.refilling} refilling" if self.refilling else ""
+        return f"standby {group_id}: {self.stopped}/{self.target} stopped{refill}{disks} ({self.why})"
+
+
+def may_keep_standby(settings: Settings, group: NodeGroup) -> bool:
+    """Whether the group could have a standby target above 0, from the settings and its tags alone (no reads)."""
+    if any(k.lower() == STANDBY_TAG for k in group.tags):
+        return True
+    if parse_standby(settings.standby_instances) != 0:
+        return True
+    windows = getattr(settings, "scheduled_capacity", ())
+    return TAG_SCHEDULED_CAPACITY in group.tags or any(
+        w.group_id == group.id and getattr(w, "standby", None) for w in windows)
+
+
+def get_standby_target(ports: Ports, settings: Settings, group: NodeGroup, *, state: GroupState | None = None,
+                       now: datetime, active: Mapping[str, ActiveWindow] | None = None) -> StandbyTarget:
+    """The group's standby target now (engine.standby.standby_target, with what it reads gathered here).
+
+    `state`: the group's row, read when not given; `active`: the active scheduled windows by group, computed
+    for this group when not given. Raises ValueError on a malformed `autoscaler-standby` tag, naming it.
+    """
+    if not may_keep_standby(settings, group):
+        return NO_STANDBY
+    if state is None:
+        state = ports.state.get_group(group.id)
+    if active is None:
+        active = active_windows((group,), settings.scheduled_capacity, now=now)
+    window = active.get(group.id)
+    boot = boot_estimate(state.boots)
+    return standby_target(
+        group, configured=settings.standby_instances, max_auto=settings.standby_max,
+        forecast=_forecast(ports, group, now=now), boot=boot, start=start_estimate(boot),
+        disk_price_hour=disk_price_hour(group), node_price_hour=_node_price(ports, group),
+        window_standby=getattr(window, "standby", None) if window is not None else None)
+
+
+def wants_more_standby(ports: Ports, settings: Settings, group: NodeGroup, *, now: datetime,
+                       nodes: Collection[str] = ()) -> bool:
+    """Whether the group's idle nodes `nodes` (one removal; none: one node) removed now go into its standby.
+
+    The standby counted is the stopped instances plus the group's other committed removals (being deallocated
+    or deleted: both counted, so parallel removals do not overfill it; a delete counted so is made up by a
+    refill). A removal of several nodes goes to the standby only when all of them fit. A malformed tag or a
+    failed read: False (the node is removed as SCALE_DOWN_MODE says).
+    """
+    if not may_keep_standby(settings, group):
+        return False
+    try:
+        state = ports.state.get_group(group.id)
+        target = get_standby_target(ports, settings, group, state=state, now=now)
+    except ValueError as exc:
+        log.warning("%s: standby not fed by this removal", exc)
+        return False
+    others = state.committed - set(nodes)
+    return len(state.stopped) + len(others) + max(len(nodes), 1) <= target.count
+
+
+def disk_price_hour(group: NodeGroup) -> float | None:
+    """USD per hour one stopped instance of the group bills for its OS disk; None for a size we do not know."""
+    capacity = table_capacity(group.vm_size)
+    return os_disk_price_hour(capacity.vcpus) if capacity is not None else None
+
+
+def standby_report(ports: Ports, settings: Settings, group: NodeGroup, state: GroupState, *, now: datetime,
+                   active: Mapping[str, ActiveWindow] | None = None, refilling: int = 0) -> StandbyReport | None:
+    """The group's standby for status and plan; None for a group that keeps none and has none stopped."""
+    if not may_keep_standby(settings, group) and not state.stopped:
+        return None
+    try:
+        target = get_standby_target(ports, settings, group, state=state, now=now, active=active)
+    except ValueError as exc:
+        target = StandbyTarget(0, str(exc))
+    price = disk_price_hour(group)
+    stopped = len(state.stopped)
+    return StandbyReport(target.count, target.why, stopped, refilling,
+                         price * stopped if price is not None else None)
+
+
+def record_standby(reports: Mapping[str, StandbyReport]) -> None:
+    """App Insights gauges from a poll's standby reports: instances stopped and target per group, disk cost."""
+    for group_id, report in reports.items():
+        telemetry.record_standby(group_id, stopped=report.stopped, target=report.target,
+                                 disk_usd_per_hour=report.disk_usd_per_hour or 0.0)
+
+
+def note_standby_used(ports: Ports, settings: Settings, group: NodeGroup, *, started: int, created: int,
+                      now: datetime) -> None:
+    """A scale-up of the group starts `started` standby instances and creates `created`: the StandbyUsed event
+    (on the status ConfigMap, as CA's scale-up events) and the hits and misses. A creation counts as a miss
+    only in a group that keeps standby (otherwise there was nothing to hit). Never raises."""
+    keeps = may_keep_standby(settings, group)
+    misses = created if keeps else 0
+    try:
+        telemetry.standby_used(group.id, hits=started, misses=misses)
+        if started:
+            event = status_event(settings, "StandbyUsed", f"Scale-up of {group.id}: started {started} standby "
+                                 f"instance(s), created {created}", now=now)
+            if event is not None:
+                ports.events.emit(event)
+    except Exception:  # noqa: BLE001 - telemetry and events are best effort
+        log.exception("could not record the standby use of %s", group.id)
+
+
+def _forecast(ports: Ports, group: NodeGroup, *, now: datetime):  # type: ignore[no-untyped-def]
+    try:
+        return forecast_next_hour(ports.state.get_demand(group.id), now=now)
+    except Exception as exc:  # noqa: BLE001 - a forecast that cannot be read leaves auto at 0
+        log.warning("group %s: no demand forecast (%s); auto standby keeps none", group.id, exc)
+        return None
+
+
+def _node_price(ports: Ports, group: NodeGroup) -> float | None:
+    try:
+        return ports.provider.list_prices([group]).get(group.id)
+    except Exception as exc:  # noqa: BLE001 - list_prices should never raise; a double might
+        log.warning("group %s: no price (%s); auto standby has no break-even cap", group.id, exc)
+        return None
+
+
+__all__ = ["NO_STANDBY", "StandbyReport", "disk_price_hour", "get_standby_target",
+           "may_keep_standby", "note_standby_used", "record_standby", "standby_report", "wants_more_standby"]

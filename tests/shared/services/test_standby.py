@@ -1,0 +1,187 @@
+"""Warm standby in the services: idle nodes feed it in any SCALE_DOWN_MODE, the trim keeps it, a scale-up starts it
+and says so; the target's reads (forecast, prices, windows) and what status and plan show."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared.domain import DemandHistory, GroupState
+from shared.engine.forecast import note_demand
+from shared.services.deallocated import enforce_deallocated_max, removal_verb, stopped_cap
+from shared.services.standby import (
+    NO_STANDBY, disk_price_hour, get_standby_target, may_keep_standby, standby_report, wants_more_standby,
+)
+from tests.shared.services.test_executor import GROUP, App, make_memory_app, scale_down, scale_up, walk
+
+TAG = "autoscaler-standby"
+
+
+def _instance(app: App, node: str) -> str:
+    return app.provider_id(node).rsplit("/", 1)[-1]
+
+
+def _group(app: App):  # type: ignore[no-untyped-def]
+    group = app.context.ports.provider.get_node_group(GROUP)
+    assert group is not None
+    return group
+
+
+@pytest.mark.parametrize(
+    "case_id,settings,tags,expected",
+    [
+        ("nothing configured", {}, {}, False),
+        ("a count", {"STANDBY_INSTANCES": "2"}, {}, True),
+        ("auto", {"STANDBY_INSTANCES": "auto"}, {}, True),
+        ("a tag, even 0", {}, {TAG: "0"}, True),
+    ],
+)
+def test_may_keep_standby_reads_no_port(case_id, settings, tags, expected) -> None:  # type: ignore[no-untyped-def]
+    app = make_memory_app(settings=settings, tags=tags)
+    assert may_keep_standby(app.context.settings, _group(app)) is expected
+    if not expected:
+        assert get_standby_target(app.context.ports, app.context.settings, _group(app),
+                                  now=app.clock.now()) is NO_STANDBY
+
+
+def test_a_fixed_target_is_capped_by_max_minus_min() -> None:
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "9"})
+    group = _group(app)
+    target = get_standby_target(app.context.ports, app.context.settings, group, now=app.clock.now())
+    assert target.count == group.max_size - group.min_size
+
+
+def test_auto_follows_the_demand_history() -> None:
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "auto", "STANDBY_MAX": "3"})
+    ports, now = app.context.ports, app.clock.now()
+    history = DemandHistory(GROUP)
+    for hours in range(6, 0, -1):  # a steady 2 nodes asked for in each of the last hours
+        history = note_demand(history, 2, now=now - timedelta(hours=hours))
+    ports.state.update_demand(history)
+    settings = replace(app.context.settings)
+    target = get_standby_target(ports, settings, _group(app), now=now)
+    assert 1 <= target.count <= 2
+    assert "auto" in target.why
+    none = get_standby_target(ports, replace(settings, standby_max=0), _group(app), now=now)
+    assert none.count == 0
+
+
+def test_idle_nodes_feed_the_standby_in_delete_mode_until_it_is_full() -> None:
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "1"})
+    _, (first, second) = app.busy_and_idle()
+    one, two = _instance(app, first), _instance(app, second)
+    ports, settings, group = app.context.ports, app.context.settings, _group(app)
+    assert settings.scale_down_mode == "delete"
+    assert removal_verb(settings, group, ports=ports, now=app.clock.now()) == "deallocate"
+    assert removal_verb(settings, group) == "delete"  # without the standby's reads: the mode alone
+
+    assert walk(app, scale_down(app, first), step_seconds=30)[-1] == "succeeded"
+    state = ports.state.get_group(GROUP)
+    assert state.stopped == frozenset({one})
+    assert not wants_more_standby(ports, settings, _group(app), now=app.clock.now())
+
+    app.clock.advance(600)
+    assert walk(app, scale_down(app, second), step_seconds=30)[-1] == "succeeded"
+    arm = app.arm()
+    assert arm["instances_deallocated"] == {f"pool/{one}": 1}
+    assert arm["instances_deleted"] == {f"pool/{two}": 1}
+    assert ports.state.get_group(GROUP).stopped == frozenset({one})
+
+
+def test_spot_with_delete_eviction_never_feeds_the_standby() -> None:
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "2"})
+    spot = replace(_group(app), priority="Spot", eviction_policy="Delete")
+    assert removal_verb(app.context.settings, spot, ports=app.context.ports, now=app.clock.now()) == "delete"
+
+
+@pytest.mark.parametrize(
+    "case_id,settings,expected",
+    [
+        ("delete mode, no standby: none kept", {}, 0),
+        ("delete mode, standby 2", {"STANDBY_INSTANCES": "2"}, 2),
+        ("deallocate mode: its cap", {"SCALE_DOWN_MODE": "deallocate", "SCALE_DOWN_DEALLOCATED_MAX": "3"}, 3),
+        ("the larger of both", {"SCALE_DOWN_MODE": "deallocate", "SCALE_DOWN_DEALLOCATED_MAX": "1",
+                                "STANDBY_INSTANCES": "2"}, 2),
+    ],
+)
+def test_the_trim_cap_keeps_the_standby(case_id, settings, expected) -> None:  # type: ignore[no-untyped-def]
+    app = make_memory_app(settings=settings)
+    assert stopped_cap(app.context.ports, app.context.settings, _group(app), now=app.clock.now()) == expected
+
+
+def test_the_trim_never_deletes_the_standby_target() -> None:
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "2"})
+    _, (first, second) = app.busy_and_idle()
+    oldest = _instance(app, first)
+    for node in (first, second):
+        assert walk(app, scale_down(app, node), step_seconds=30)[-1] == "succeeded"
+        app.clock.advance(600)
+    ports = app.context.ports
+    assert len(ports.state.get_group(GROUP).stopped) == 2
+    assert enforce_deallocated_max(ports, app.context.settings, GROUP) == ()
+    assert not app.arm()["instances_deleted"]
+    # The target drops to 1: the instance deallocated longest ago goes.
+    assert enforce_deallocated_max(ports, replace(app.context.settings, standby_instances="1"), GROUP) == (oldest,)
+
+
+def test_a_scale_up_starts_the_standby_and_says_so() -> None:
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "1", "STATUS_CONFIGMAP": "kube-system/cluster-autoscaler-status"})
+    _, (idle, _other) = app.busy_and_idle()
+    instance = _instance(app, idle)
+    assert walk(app, scale_down(app, idle), step_seconds=30)[-1] == "succeeded"
+    app.clock.advance(600)
+    emitted: list[Any] = []
+    ports = app.context.ports
+    original = ports.events.emit
+    ports.events.emit = lambda event: (emitted.append(event), original(event))  # type: ignore[method-assign]
+    running = _group(app).capacity - 1
+    walk(app, scale_up(app, running + 2), step_seconds=30)
+    assert app.arm()["instances_started"] == {f"pool/{instance}": 1}
+    assert [e.reason for e in emitted if e.reason == "StandbyUsed"] == ["StandbyUsed"]
+    used = next(e for e in emitted if e.reason == "StandbyUsed")
+    assert "started 1" in used.message and "created 1" in used.message
+
+
+def test_status_and_plan_show_the_standby() -> None:
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "2"})
+    ports, settings, group = app.context.ports, app.context.settings, _group(app)
+    state = GroupState(GROUP, stopped=frozenset({"7"}))
+    report = standby_report(ports, settings, group, state, now=app.clock.now())
+    assert report is not None
+    assert (report.target, report.stopped) == (2, 1)
+    price = disk_price_hour(group)
+    assert price is not None and price > 0
+    assert report.disk_usd_per_hour == pytest.approx(price)
+    doc = report.as_dict()
+    assert {"target", "why", "stopped", "refilling"} <= set(doc)
+    assert "1/2" in report.line(GROUP)
+    # A group that keeps none and has none stopped shows nothing.
+    quiet = make_memory_app()
+    assert standby_report(quiet.context.ports, quiet.context.settings, _group(quiet), GroupState(GROUP),
+                          now=quiet.clock.now()) is None
+
+
+def test_the_status_configmap_and_plan_show_the_standby() -> None:
+    from shared.engine.status import parse_previous
+    from shared.services.pending import run_pending_poll
+    from shared.services.plan import plan_now, render_text
+
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "2",
+                                    "STATUS_CONFIGMAP": "kube-system/cluster-autoscaler-status"})
+    _, (idle, _other) = app.busy_and_idle()
+    assert walk(app, scale_down(app, idle), step_seconds=30)[-1] == "succeeded"
+    ports, settings = app.context.ports, app.context.settings
+    run_pending_poll(ports, settings, now=app.clock.now())
+    data = ports.cluster.get_config_map("kube-system", "cluster-autoscaler-status")
+    assert data is not None
+    doc = parse_previous(data["status"])
+    assert doc is not None
+    (entry,) = [g for g in doc["nodeGroups"] if g["name"] == "pool"]
+    assert entry["standby"]["target"] == 2 and entry["standby"]["stopped"] == 1
+    assert entry["standby"]["diskUsdPerHour"] > 0
+
+    text = render_text(plan_now(ports, settings, now=app.clock.now(), state=ports.state))
+    assert "standby 1 of 2 stopped" in text and "fixed 2" in text
