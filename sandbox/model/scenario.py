@@ -25,6 +25,8 @@ from shared.domain import EMPTY_MAP, Taint, Toleration
 from sandbox.model import aci
 from sandbox.model.aci import VirtualNodeSpec  # defined beside the rules that read it; scenario files declare it
 from sandbox.model.agent_pools import COMPUTER_NAME_PREFIX, AgentPoolError, AgentPoolSpec, check_pools, expand_node_group
+from sandbox.model.buffer_spec import FIELD as BUFFERS_FIELD
+from sandbox.model.buffer_spec import BufferActionSpec, parse_buffer_actions
 from sandbox.model.dists import Dist  # re-exported: scenario fields are Dists
 from sandbox.model.nic_spec import FIELDS as NIC_FIELDS
 from sandbox.model.nic_spec import NicSpec, check_subnets, group_nics, parse_nics
@@ -286,6 +288,8 @@ class Scenario:
     evictions: tuple[EvictionSpec, ...] = ()
     spot_availability: tuple[AvailabilitySpec, ...] = ()  # Spot Placement Score levels over the run
     cloud_node_lifecycle: bool = False
+    # CapacityBuffers created and scaled through /scale on the timeline (sandbox.model.buffer_spec).
+    capacity_buffers: tuple[BufferActionSpec, ...] = ()
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -501,7 +505,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "arm_throttling", "arm_page_size", "timeline_interval", "boot_delay", "provisioning_fraction",
             "delete_delay", "deallocate_delay", "start_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "allocation_failures", "restricted_vm_sizes", "expect_unschedulable",
-            "expect_at_most", "expect_at_least", "render_queue", "virtual_node", *TOP_LEVEL_FIELDS,
+            "expect_at_most", "expect_at_least", "render_queue", "virtual_node", BUFFERS_FIELD, *TOP_LEVEL_FIELDS,
         },
         {"node_groups"},
     )
@@ -610,6 +614,8 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         scenario = replace(scenario, render_queue=_render_queue(top["render_queue"], "$.render_queue", scenario.daemonsets))
     if "virtual_node" in top:
         scenario = replace(scenario, virtual_node=_virtual_node(top["virtual_node"], "$.virtual_node", scenario))
+    scenario = replace(scenario, capacity_buffers=parse_buffer_actions(
+        top, (*namespaces, *(w.namespace for w in scenario.workloads)), duration))
     return replace(scenario, **parse_sections(top, groups))
 
 

@@ -56,6 +56,7 @@ from sandbox.world.core import (
     RESOURCES,
     SANDBOX_TOKEN,
 )
+from sandbox.world import capacity_buffers
 from sandbox.world.agent_pools import AgentPoolsPart
 from sandbox.world.fault_injection import FaultInjectionPart
 from sandbox.world.kube_resources import MAX_EVENTS, KubeResourcesPart
@@ -145,6 +146,7 @@ class World(
         self._init_spot()  # draws no ids (its own streams): worlds without evictions are unchanged
         self._init_virtual_node()  # draws ids only for a virtual node: worlds without one are unchanged
         self._schedule_workloads()
+        capacity_buffers.schedule_actions(self)  # pushes events only for a scenario with capacity_buffers
         self._init_render_queue()  # draws from its own stream only: worlds without one are unchanged
         self._advance_to(0.0)  # arrivals at t=0 exist from the first look
 
@@ -198,6 +200,7 @@ class World(
             "spot_level_candidate": self._on_spot_level_candidate,
             "spot_node_gc": self._on_spot_node_gc,
             "standby_pool_tick": self._on_standby_pool_tick,
+            "buffer_action": lambda spec: capacity_buffers.apply_action(self, spec),
         }
         handlers[kind](payload)
         self._dirty = True

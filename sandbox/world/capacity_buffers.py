@@ -5,6 +5,7 @@ infra/kubernetes/capacitybuffer-v1beta1.yaml): a write to the main resource chan
 bumps `metadata.generation` when the spec changed; a write to `/status` changes status only; `/scale` reads and
 writes `spec.replicas` as an autoscaling/v1 Scale (status.replicas from `.status.replicas`). Optimistic
 concurrency on resourceVersion, as every replace. Nothing here acts on a buffer: only an autoscaler does.
+The scenario's `capacity_buffers` timeline (sandbox.model.buffer_spec) creates and scales them on the world's clock.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from sandbox.model.buffer_spec import BufferActionSpec
 from sandbox.world.core import WorldCore
 from sandbox.world.errors import KubeError, conflict, not_found
 
@@ -108,3 +110,26 @@ def replace_buffer(world: WorldCore, namespace: str, name: str, new: dict[str, A
             world._store.put(BUFFERS, updated)
         stored = world._store.get(BUFFERS, namespace, name)
         return scale_of(stored) if subresource == "scale" else copy.deepcopy(stored)
+
+
+def schedule_actions(world: WorldCore) -> None:
+    """The scenario's `capacity_buffers` on the event queue; each is an arrival due until applied, so the world
+    is not done while a buffer is still to be created or scaled."""
+    for spec in world.scenario.capacity_buffers:
+        world._push(spec.at, "buffer_action", spec)
+        world._arrivals_due += 1
+
+
+def apply_action(world: WorldCore, spec: BufferActionSpec) -> None:
+    """Create the buffer with its PodTemplate, or write its `/scale`, as a user or a workload autoscaler would."""
+    world._arrivals_due -= 1
+    if spec.action == "scale":
+        replace_buffer(world, spec.namespace, spec.name, {"spec": {"replicas": spec.replicas}}, subresource="scale")
+        return
+    container = {"name": "placeholder", "image": "registry.k8s.io/pause:3.10",
+                 "resources": {"requests": dict(spec.requests or {})}}
+    create_pod_template(world, spec.namespace, {
+        "metadata": {"name": spec.pod_template}, "template": {"spec": {"containers": [container]}}})
+    create_buffer(world, spec.namespace, {
+        "metadata": {"name": spec.name},
+        "spec": {"podTemplateRef": {"name": spec.pod_template}, "replicas": spec.replicas}})
