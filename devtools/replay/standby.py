@@ -35,6 +35,11 @@ FRONTIER_SIZES: tuple[str, ...] = ("0", "1", "2", "5", "10", "20", "auto")
 ASSUMPTIONS: tuple[str, ...] = (
     "ours+standby: ours with STANDBY_INSTANCES=auto (the standby target sized from recent scale-ups and the forecast, "
     "capped by STANDBY_MAX); every other setting at ours' default unless the run says otherwise",
+    "ours+standby: the replay's pools are Uniform scale sets, so standby instances are deallocated, never hibernated "
+    "(a hibernated one would also bill its memory as a disk: sandbox.model.os_disks)",
+    "forecast MAPE: the one-hour-ahead forecasts' mean absolute percentage error over every group's completed hours "
+    "with demand, pooled; a replay of a few hours gives the seasonal model no earlier week, so it is the recent-level "
+    "forecast being judged",
     "standby hits are starts of stopped instances, misses are instances created during the run whose node ran a "
     "workload pod before it was ever stopped, refills are instances created and stopped before running any: all "
     "counted from the world's instances, not from the autoscaler's own events",
@@ -108,9 +113,11 @@ def standby_section(world: World, *, slow_s: float = DEFAULT_SLOW_S, forecast_ma
 
 
 def forecast_mape(state: Any, now: Any) -> float | None:
-    """The forecast's mean absolute percentage error over the run, as the app's forecast reads it from its state;
-    None where this checkout has no forecast or it never had an hour to judge."""
-    return None
+    """The forecast's mean absolute percentage error over the run (every group's judged hours pooled), as the app's
+    forecast reads it from its demand rows; None where it never had an hour to judge."""
+    from shared.services.demand import pooled_forecast_error  # the app's services, only when a run asks
+
+    return pooled_forecast_error(state, now=now)
 
 
 def _stopped_peak(world: World) -> int:

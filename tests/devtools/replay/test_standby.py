@@ -135,3 +135,12 @@ def test_the_frontier_sweeps_every_standby_size_and_counts_them_as_ours() -> Non
     result = dominance(frontier)
     [row] = result["rows"]  # ours+standby is not a peer
     assert row["policy"] == "ca" and row["ours"] == "standby 5" and row["met"]
+
+
+def test_the_forecast_error_is_none_until_an_hour_with_demand_was_judged() -> None:
+    from datetime import UTC, datetime
+
+    from devtools.replay.memory import MemoryStateStore
+    from devtools.replay.standby import forecast_mape
+
+    assert forecast_mape(MemoryStateStore(), datetime(2030, 1, 7, tzinfo=UTC)) is None
