@@ -52,6 +52,7 @@ from shared.engine import reasons
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
 from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of
 from shared.engine.idle import BREAK_EVEN, DEFAULT_BOOT, FIXED, break_even_time, parse_idle_mode, resolve_idle_mode
+from shared.engine.standby import start_estimate
 from shared.engine.limits import ClusterLimits, at_min_size, cluster_totals, removal_blocked
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.pod_rules import is_virtual_node
@@ -89,6 +90,9 @@ class ScaleDownOptions:
     # the app's (shared.settings) is auto.
     idle_mode: str = FIXED
     default_boot: timedelta = DEFAULT_BOOT  # a group's boot estimate before its first measured boot
+    # Groups whose warm standby takes the next idle node (services.standby.with_standby_room): in break-even
+    # mode their unneeded time is the start estimate (engine.standby), as the node comes back in a start.
+    standby_room: frozenset[str] = frozenset()
     # The candidate pool (cluster-autoscaler's --scale-down-candidates-pool-ratio and -min-count): at most
     # max(ceil(ratio x nodes), min_count) candidates with pods to move are simulated per plan; see `_pool`.
     candidates_pool_ratio: float = 0.1  # SCALE_DOWN_CANDIDATES_POOL_RATIO
@@ -188,9 +192,12 @@ def group_rules(group: NodeGroup, options: ScaleDownOptions, state: GroupState |
     if rules.idle_mode == BREAK_EVEN:
         keep = break_even_time(state.boots if state is not None else (), default=options.default_boot)
         tagged = OPTIONS_TAG + "scaledownunneededtime" in tags
+        # The same rent-or-buy rule when the idle node goes into the group's standby: coming back costs a
+        # start, not a boot, so it is kept a start's worth (engine.standby.start_estimate).
+        idle = start_estimate(keep) if group.id in options.standby_room else keep
         # A node just added is not judged idle before it could have been used: the group's other
         # nodes wait one boot after a scale-up too, no longer (its pods may land on them meanwhile).
-        rules = replace(rules, after_add=keep, unneeded_time=rules.unneeded_time if tagged else keep)
+        rules = replace(rules, after_add=keep, unneeded_time=rules.unneeded_time if tagged else idle)
     return rules
 
 

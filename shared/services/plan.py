@@ -23,7 +23,7 @@ from shared.options import scale_down_options
 from shared.ports import ClusterEvent, Ports, StateStore
 from shared.services.memory_state import MemoryStateStore
 from shared.services.pending import PendingPollResult, run_pending_poll
-from shared.services.standby import StandbyReport, standby_report
+from shared.services.standby import StandbyReport, standby_report, with_standby_room
 from shared.services.utilization import UtilizationPollResult, run_utilization_poll
 from shared.settings import Settings
 
@@ -158,7 +158,7 @@ def plan_now(ports: Ports, settings: Settings, *, now: datetime, state: StateSto
     return PlanReport(at=now, with_state=state is not None, pending=pending, utilization=utilization,
                       actions=tuple(queue.actions), previous_unneeded=previous,
                       unneeded_time=settings.scale_down_unneeded_time,
-                      unneeded_times=_unneeded_times(pending, settings, overlay),
+                      unneeded_times=_unneeded_times(pending, settings, overlay, ports=quiet, now=now),
                       standby=_standby(quiet, dry, pending, now=now))
 
 
@@ -181,22 +181,26 @@ def _standby_text(standby: Mapping[str, Any]) -> str:
     return f"standby {standby['stopped']} of {standby['target']} stopped{refill}{disks} ({standby['why']})"
 
 
-def _unneeded_times(pending: PendingPollResult, settings: Settings, state: StateStore) -> dict[str, timedelta]:
+def _unneeded_times(pending: PendingPollResult, settings: Settings, state: StateStore, *, ports: Ports,
+                    now: datetime) -> dict[str, timedelta]:
     """Each mapped node's unneeded time as the planner applies it to its group (`scale_down.group_rules`)."""
     seen = pending.observed
     if seen is None:
         return {}
-    by_group = unneeded_times_by_group(seen.groups, settings, state)
+    by_group = unneeded_times_by_group(seen.groups, settings, state, ports=ports, now=now)
     return {node.name: by_group[node.instance.group_id] for node in seen.nodes
             if node.instance is not None and node.instance.group_id in by_group}
 
 
-def unneeded_times_by_group(groups: Iterable[NodeGroup], settings: Settings, state: StateStore
-                            ) -> dict[str, timedelta]:
+def unneeded_times_by_group(groups: Iterable[NodeGroup], settings: Settings, state: StateStore, *,
+                            ports: Ports | None = None, now: datetime | None = None) -> dict[str, timedelta]:
     """Each group's unneeded time as the planner applies it now (`scale_down.group_rules`: its tags and, in
     break-even idle mode, its measured boots). A group with a malformed tag or a state row that cannot be read
     (UnreadableRow is a ValueError) is left out: the utilization poll reports it."""
     options = scale_down_options(settings)
+    if ports is not None and now is not None:  # a standby with room shortens the break-even time (services.standby)
+        groups = tuple(groups)
+        options = with_standby_room(ports, settings, options, groups, now=now)
     times: dict[str, timedelta] = {}
     for group in groups:
         try:

@@ -31,6 +31,7 @@ from shared.options import drain_rules, scale_down_options
 from shared.ports import ClusterError, ClusterEvent, ComputeError, LedgerEntry
 from shared.services import ledger
 from shared.services.deallocated import enforce_deallocated_max, removal_verb
+from shared.services.standby import with_standby_room
 from shared.services.scheduled_capacity import with_window_min
 from shared.services.execution import ExecutionResult, Outcome, Run, Step, StepTable, untag
 from shared.services.mapping import map_cluster
@@ -162,7 +163,9 @@ def _removable(run: Runs, group: NodeGroup, node: Node | None, target: RemovalTa
         return f"removal already in progress by action {holder}"
     if holder is None and not run.settings.dry_run:  # a dry-run poll reserves nothing
         return f"not reserved for action {action_id}: no utilisation poll decided to remove it"
-    options = scale_down_options(run.settings)
+    # A standby with room for the node shortens the break-even time, as the poll planned it (services.standby).
+    options = with_standby_room(run.ports, run.settings, scale_down_options(run.settings), (group,), now=now,
+                                states={group.id: state})
     try:
         # The group's own rules: in break-even idle mode its unneeded time follows its measured boots.
         rules = group_rules(group, options, state)

@@ -19,14 +19,15 @@ must not fail on a forecast.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared import telemetry
 from shared.domain import GroupState, NodeGroup
 from shared.engine.forecast import forecast_next_hour
 from shared.engine.idle import boot_estimate
+from shared.engine.scale_down import ScaleDownOptions
 from shared.engine.scheduled_capacity import TAG_SCHEDULED_CAPACITY, ActiveWindow, active_windows
 from shared.engine.standby import (
     STANDBY_TAG,
@@ -123,6 +124,29 @@ def wants_more_standby(ports: Ports, settings: Settings, group: NodeGroup, *, no
     return len(state.stopped) + len(others) + max(len(nodes), 1) <= target.count
 
 
+def with_standby_room(ports: Ports, settings: Settings, options: ScaleDownOptions, groups: Iterable[NodeGroup], *,
+                      now: datetime, states: Mapping[str, GroupState] | None = None) -> ScaleDownOptions:
+    """`options` with `standby_room`: the groups whose standby takes their next idle node (its stopped instances
+    and committed removals below its target), whose break-even unneeded time is then a start's (engine.standby).
+
+    The whole group gets the shorter time while its standby has room for one more: idle nodes beyond the room
+    are deleted after a start's worth of idle time rather than a boot's (an approximation the next refill
+    makes up for). Groups whose target cannot be read keep the boot's.
+    """
+    room = set()
+    for group in groups:
+        if not may_keep_standby(settings, group):
+            continue
+        try:
+            state = (states or {}).get(group.id) or ports.state.get_group(group.id)
+            target = get_standby_target(ports, settings, group, state=state, now=now)
+        except ValueError:
+            continue  # the poll reports a malformed tag; the group keeps the boot's idle time
+        if len(state.stopped) + len(state.committed) < target.count:
+            room.add(group.id)
+    return replace(options, standby_room=frozenset(room)) if room else options
+
+
 def disk_price_hour(group: NodeGroup) -> float | None:
     """USD per hour one stopped instance of the group bills for its OS disk; None for a size we do not know."""
     capacity = table_capacity(group.vm_size)
@@ -186,4 +210,4 @@ def _node_price(ports: Ports, group: NodeGroup) -> float | None:
 
 
 __all__ = ["NO_STANDBY", "StandbyReport", "disk_price_hour", "get_standby_target",
-           "may_keep_standby", "note_standby_used", "record_standby", "standby_report", "wants_more_standby"]
+           "may_keep_standby", "note_standby_used", "record_standby", "standby_report", "wants_more_standby", "with_standby_room"]

@@ -31,6 +31,7 @@ from shared.services.buffers import keep_room
 from shared.services.group_rows import leave_out, nodes_of, read_group_states, removals_seen
 from shared.services.observe import measured_cpu, observe_or_skip, running_sizes
 from shared.services.scheduled_capacity import with_windows
+from shared.services.standby import with_standby_room
 from shared.services.standby_pools import adjust_standby_pools
 from shared.services.plan_lease import plan_lease
 from shared.services.protection import apply_scale_in_protection
@@ -100,7 +101,9 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     state = initial_state(planned)  # one placement state for the scale-up simulation and the plan
     plan = plan_scale_down(
         # A left-out group's nodes being deleted still hold their slots: its own removals in flight are unknown.
-        planned, unneeded_since=previous, now=now, options=scale_down_options(settings),
+        planned, unneeded_since=previous, now=now,
+        options=with_standby_room(ports, settings, scale_down_options(settings), snapshot.groups, now=now,
+                                  states=group_states),
         group_states={**group_states, **{gid: removals_seen(observed, gid) for gid in unreadable}},
         measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
         pending_placements=(placements if placements is not None

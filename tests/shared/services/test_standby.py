@@ -185,3 +185,31 @@ def test_the_status_configmap_and_plan_show_the_standby() -> None:
 
     text = render_text(plan_now(ports, settings, now=app.clock.now(), state=ports.state))
     assert "standby 1 of 2 stopped" in text and "fixed 2" in text
+
+
+@pytest.mark.parametrize(
+    "case_id,settings,stopped,room",
+    [
+        ("no standby", {}, 0, False),
+        ("standby short", {"STANDBY_INSTANCES": "2"}, 1, True),
+        ("standby full", {"STANDBY_INSTANCES": "2"}, 2, False),
+    ],
+)
+def test_a_standby_with_room_shortens_the_break_even_time_to_a_start(case_id, settings, stopped, room) -> None:  # type: ignore[no-untyped-def]
+    from shared.engine.scale_down import group_rules
+    from shared.options import scale_down_options
+    from shared.services.standby import with_standby_room
+
+    app = make_memory_app(settings={"SCALE_DOWN_IDLE_MODE": "break-even", **settings})
+    ports, group = app.context.ports, _group(app)
+    state = GroupState(GROUP, stopped=frozenset(str(100 + i) for i in range(stopped)), boots=(120, 120, 120))
+    plain = scale_down_options(app.context.settings)
+    options = with_standby_room(ports, app.context.settings, plain, [group], now=app.clock.now(),
+                                states={GROUP: state})
+    assert (GROUP in options.standby_room) is room
+    before, after = group_rules(group, plain, state), group_rules(group, options, state)
+    assert after.after_add == before.after_add  # the delay after a scale-up still waits one boot
+    if room:
+        assert after.unneeded_time * 2 == before.unneeded_time == timedelta(seconds=120)
+    else:
+        assert after == before
