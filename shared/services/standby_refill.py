@@ -1,9 +1,11 @@
 """Refilling a group's warm standby: when the utilisation poll enqueues a RefillStandby, and how many instances
 the executor may still add when it runs (the action's steps are `standby_steps`).
 
-A group's standby is its stopped instances (GroupState.stopped) plus those a refill in flight is creating. A
-refill in flight is known by the room it reserved under the cluster-wide limits (`limit_reservations`, keyed by
-its action id, which starts with `refill-standby:`): one reservation row, read once per poll, no ledger scan.
+A group's standby is its stopped instances (GroupState.stopped). A refill lists the instances it creates there
+from its grow step on, so that no planner counts them as capacity for pods or for the group's minimum while they
+boot, and the shortfall counts them at once. A refill in flight is seen (one per group) by the room its grow step
+reserves under the cluster-wide limits (`limit_reservations`, keyed by its id, `refill-standby:...`) and by the
+nodes it holds reserved in the group row: one reservation row per poll, no ledger scan.
 
 The poll enqueues one refill for a group when all of these hold:
 - its standby is below its target (engine.standby: the setting STANDBY_INSTANCES or the tag
@@ -29,17 +31,17 @@ from datetime import datetime
 from shared import telemetry
 from shared.actions import MAX_NODES_PER_ACTION, new_refill_standby
 from shared.domain import ClusterSnapshot, GroupState, LimitReservations, NodeGroup
-from shared.engine.idle import boot_estimate
 from shared.engine.placement import PlacementState
 from shared.engine.quota import capped_target
 from shared.engine.scale_up import pending_pods, simulate_scale_up
-from shared.engine.standby import StandbyTarget, StandbyView, refill_count, standby_target, standby_view
+from shared.engine.standby import StandbyTarget, StandbyView, refill_count, standby_view
 from shared.engine.virtual_nodes import plan_virtual_nodes, planning_snapshot
 from shared.options import scale_up_options, virtual_node_options
 from shared.engine.backoff import backoff_view
 from shared.ports import Ports
 from shared.services import offerings
 from shared.services.pending import reclaimable_nodes
+from shared.services.standby import get_standby_target, may_keep_standby
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -47,26 +49,21 @@ log = logging.getLogger(__name__)
 REFILL_PREFIX = "refill-standby:"
 
 
-def group_target(settings: Settings, group: NodeGroup, state: GroupState) -> StandbyTarget:
-    """The group's standby target, with what the executor knows without a forecast: the measured boot, a start
-    of half of it (the sandbox's and replay's assumption), no prices (no break-even cap). ValueError on a
+def group_target(ports: Ports, settings: Settings, group: NodeGroup, state: GroupState, *,
+                 now: datetime) -> StandbyTarget:
+    """The group's standby target (services.standby: forecast, estimates, prices, windows); ValueError on a
     malformed tag."""
-    boot = boot_estimate(state.boots)
-    return standby_target(group, configured=settings.standby_instances, max_auto=settings.standby_max,
-                          forecast=None, boot=boot, start=boot / 2, disk_price_hour=None, node_price_hour=None)
+    return get_standby_target(ports, settings, group, state=state, now=now)
 
 
-def refills_in_flight(row: LimitReservations, state: GroupState, *, now: datetime, other_than: str = "") -> int:
-    """Instances the group's refills in flight (but `other_than`) are creating: the room their grow step reserved
-    while it lives, else the nodes they hold reserved in the group row (registered, not yet parked)."""
-    reserved = {key: r.nodes for key, r in row.reservations.items()
-                if key.startswith(REFILL_PREFIX) and key != other_than and r.group_id == state.group_id
-                and r.live(now)}
-    held: dict[str, int] = {}
-    for holder in state.removing.values():
-        if holder.startswith(REFILL_PREFIX) and holder != other_than:
-            held[holder] = held.get(holder, 0) + 1
-    return sum(max(reserved.get(key, 0), held.get(key, 0)) for key in reserved.keys() | held.keys())
+def refill_in_flight(row: LimitReservations, state: GroupState, *, now: datetime, other_than: str = "") -> bool:
+    """Whether a refill of the group (but `other_than`) is in flight: its grow step holds room under the limits,
+    or its registered nodes are reserved in the group row. A gate only (one refill at a time per group): what
+    a refill creates is listed in GroupState.stopped from its grow step on, so the shortfall counts it anyway."""
+    if any(key.startswith(REFILL_PREFIX) and key != other_than and r.group_id == state.group_id and r.live(now)
+           for key, r in row.reservations.items()):
+        return True
+    return any(holder.startswith(REFILL_PREFIX) and holder != other_than for holder in state.removing.values())
 
 
 def scale_up_in_flight(row: LimitReservations, group_id: str, *, now: datetime) -> bool:
@@ -78,20 +75,20 @@ def scale_up_in_flight(row: LimitReservations, group_id: str, *, now: datetime) 
 def refill_shortfall(ports: Ports, settings: Settings, group: NodeGroup, state: GroupState, *, now: datetime,
                      action_id: str) -> tuple[int, str]:
     """How many instances the refill `action_id` may add now, and why (the executor's check, from a fresh
-    instance list): the target less the stopped instances that exist, less other refills in flight."""
+    instance list): the target less the listed stopped instances that exist, within the group's max."""
     try:
-        target = group_target(settings, group, state)
+        target = group_target(ports, settings, group, state, now=now)
     except ValueError as exc:
         return 0, str(exc)
-    present = {i.instance_id for i in ports.provider.list_instances(group) if not i.deleting}
-    view = standby_view(state, present)
     row = ports.state.get_limit_reservations()
     if scale_up_in_flight(row, group.id, now=now):
         return 0, "a scale-up of the group is in flight"
-    running = replace(group, stopped=view.count, capacity=len(present))
-    others = refills_in_flight(row, state, now=now, other_than=action_id)
-    count = max(refill_count(target, view, running) - others, 0)
-    return count, f"target {target.count} ({target.why}), {view.count} stopped, {others} in other refills"
+    if refill_in_flight(row, state, now=now, other_than=action_id):
+        return 0, "another refill of the group is in flight"
+    present = {i.instance_id for i in ports.provider.list_instances(group) if not i.deleting}
+    view = standby_view(state, present)
+    count = refill_count(target, view, replace(group, stopped=view.count))
+    return count, f"target {target.count} ({target.why}), {view.count} stopped"
 
 
 def plan_refills(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, states: Mapping[str, GroupState], *,
@@ -102,8 +99,10 @@ def plan_refills(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, st
     for group in snapshot.groups:
         if group.id not in states:
             continue  # a group left out this poll (its row unreadable)
+        if not may_keep_standby(settings, group):
+            continue  # no read at all for a group that keeps no standby
         try:
-            target = group_target(settings, group, states[group.id])
+            target = group_target(ports, settings, group, states[group.id], now=now)
         except ValueError as exc:
             log.warning("standby not refilled: %s", exc)
             continue
@@ -122,7 +121,7 @@ def plan_refills(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, st
         if why is not None:
             log.debug("standby of %s not refilled: %s", group.id, why)
             continue
-        target = group_target(settings, group, gstate)
+        target = group_target(ports, settings, group, gstate, now=now)
         view = StandbyView(stopped=tuple(sorted(gstate.stopped)))
         # Idle nodes beyond the minimum go to the standby when scale-down takes them (deallocated, not deleted).
         takeable = min(idle.get(group.id, 0), max(group.running_target - group.min_size, 0))
@@ -146,7 +145,7 @@ def plan_refills(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, st
 
 def _blocked(row: LimitReservations, group: NodeGroup, state: GroupState, demand: Collection[str],
              blocked: Mapping[str, str], *, now: datetime) -> str | None:
-    if refills_in_flight(row, state, now=now):
+    if refill_in_flight(row, state, now=now):
         return "a refill is in flight"
     if scale_up_in_flight(row, group.id, now=now):
         return "a scale-up is in flight"

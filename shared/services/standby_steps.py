@@ -91,7 +91,6 @@ def grow(run: Runs, action: RefillStandby, entry: LedgerEntry, now: datetime) ->
         # Written before the resize: a redelivery finds it and only looks for the new instances.
         entry = ledger.update(run.ports.state, entry, record=_with(entry.record, before=sorted(before),
                                                                     from_capacity=fresh.capacity))
-        run.update_group(group.id, lambda s: replace(s, last_scale_up=now))
         try:
             run.ports.provider.begin_resize(fresh, fresh.capacity + count)
         except ComputeError as exc:
@@ -114,6 +113,17 @@ def _after_resize(run: Runs, action: RefillStandby, entry: LedgerEntry, group: N
     ours to park (they stay ordinary capacity, which scale-down takes back when idle)."""
     new = sorted((i.instance_id for i in run.ports.provider.list_instances(group)
                   if i.instance_id not in before and not i.deleting), key=_instance_order)[:action.count]
+    # Standby from now on: no planner counts them as capacity for pods or for the group's minimum while they boot,
+    # and a scale-up may take them (it starts them: a no-op on a running VM), which the next steps respect.
+    def listed(state: GroupState) -> tuple[GroupState | None, None]:
+        fresh = set(new) - state.stopped
+        return (replace(state, stopped=state.stopped | fresh,
+                        stopped_at={**state.stopped_at, **{i: now for i in fresh}}) if fresh else None), None
+
+    swap_group(run.ports.state, group.id, listed, what=f"list the standby instances of {action.id}")
+    # The room under the limits was for the resize: the nodes count as registered nodes from here on, and a
+    # reservation kept would read to the scale-up planner as nodes on their way for pods.
+    limit_reservations.release(run.ports, action.id, now=now)
     following = replace(action, from_capacity=from_capacity, instances=tuple(new)).at_step("registered", now=now)
     record = _with(ledger.record_of(following), before=sorted(before))
     return run.continue_(following, entry, delay=run.settings.step_retry_delay, now=now, record=record,
@@ -127,9 +137,15 @@ def registered(run: Runs, action: RefillStandby, entry: LedgerEntry, now: dateti
     if group is None:
         return run.finish(action, entry, "failed", f"group {action.group!r} is gone", now=now)
     instances = {i.instance_id: i for i in run.ports.provider.list_instances(group)}
+    taken = _taken(run, action)
     broken = [i for i in action.instances if i in instances and instances[i].provisioning_state == "Failed"]
     alive = [i for i in action.instances if i in instances and not instances[i].deleting and i not in broken]
     nodes = _nodes_of(run, group, alive)
+    for instance in [i for i in alive if i in taken]:
+        if instance in nodes:
+            _give_back(run, action, nodes[instance].name, "a scale-up started it", instance=instance)
+    alive = [i for i in alive if i not in taken]
+    nodes = {i: n for i, n in nodes.items() if i in alive}
     kept = _reserve_and_cordon(run, action, nodes, now=now)
     alive = [i for i in alive if i not in kept]  # pending pods took them back: ordinary capacity now
     waiting = [i for i in alive if i not in nodes or not nodes[i].ready]
@@ -143,10 +159,14 @@ def registered(run: Runs, action: RefillStandby, entry: LedgerEntry, now: dateti
     for instance in late:
         if instance in nodes:
             _release(run, action, nodes[instance].name)
+    _unlist(run, action, [*broken, *late])
     ready = [i for i in alive if i not in late]
     if not ready:
-        return run.finish(action, entry, "failed", "no new node became Ready", now=now,
-                          error_code="ProvisionTimeout" if late else "")
+        if late or broken:
+            return run.finish(action, entry, "failed", "no new node became Ready", now=now,
+                              error_code="ProvisionTimeout" if late else "Failed")
+        return run.finish(action, entry, "skipped", "no new instance to park (taken by a scale-up, asked back, "
+                          "or never listed)", now=now)
     return run.continue_(replace(action, instances=tuple(ready)).at_step("park", now=now), entry,
                          delay=timedelta(0), now=now)
 
@@ -171,7 +191,7 @@ def _reserve_and_cordon(run: Runs, action: RefillStandby, nodes: Mapping[str, No
         if not nodes[names[name]].is_being_deleted:
             run.ports.cluster.cordon(name, taint=Taint(TO_BE_DELETED_TAINT, str(int(now.timestamp())), "NoSchedule"))
     for name in sorted(back):
-        _give_back(run, action, name, "pending pods asked for it")
+        _give_back(run, action, name, "pending pods asked for it", instance=names[name])
     return {names[n] for n in names if n not in ours}
 
 
@@ -188,16 +208,19 @@ def park(run: Runs, action: RefillStandby, entry: LedgerEntry, now: datetime) ->
     nodes = _nodes_of(run, group, list(action.instances))
     busy = {i for i, node in nodes.items() if _runs_workload(run, node.name)}
     for instance in sorted(busy):
-        _give_back(run, action, nodes[instance].name, "a pod runs there already")
+        _give_back(run, action, nodes[instance].name, "a pod runs there already", instance=instance)
     candidates = {nodes[i].name: i for i in action.instances if i in nodes and i not in busy}
 
     def commit(state: GroupState) -> tuple[GroupState | None, set[str]]:
-        ours = {n for n in candidates if state.removing.get(n) == action.id and n not in state.reclaim}
+        # Still ours (reserved, not asked back) and still standby (no scale-up started it meanwhile).
+        ours = {n for n, i in candidates.items()
+                if state.removing.get(n) == action.id and n not in state.reclaim and i in state.stopped}
         return (None if ours <= state.committed else replace(state, committed=state.committed | ours)), ours
 
     committed = swap_group(run.ports.state, action.group, commit, what=f"commit the standby nodes of {action.id}")
     for name in sorted(set(candidates) - committed):
-        _give_back(run, action, name, "pending pods asked for it")
+        _give_back(run, action, name, "pending pods asked for it, or a scale-up started it",
+                   instance=candidates[name])
     ids = sorted((candidates[n] for n in committed), key=_instance_order)
     action = replace(action, instances=tuple(ids))
     if not ids:
@@ -215,13 +238,15 @@ def succeeded(run: Runs, action: RefillStandby, entry: LedgerEntry, kind: str, n
         run.ports.cluster.delete_node(node.name)
         run.ports.state.clear_unneeded(node.name)
 
-    def stop(state: GroupState) -> GroupState:
-        for name in [n for n, holder in state.removing.items() if holder == action.id]:
+    def release(state: GroupState) -> tuple[GroupState | None, None]:
+        held = [n for n, holder in state.removing.items() if holder == action.id]
+        for name in held:
             state = state.without_removal(name)
-        return replace(state, stopped=state.stopped | ids,
-                       stopped_at={**state.stopped_at, **{i: now for i in ids - state.stopped}})
+        # Listed since the grow step; listed again in case a scale-up's failure handling dropped one meanwhile.
+        return (replace(state, stopped=state.stopped | ids) if held or not ids <= state.stopped else None), None
 
-    run.update_group(action.group, stop)
+    # Not the lenient update: a lost race raises, and the redelivery finds the operation done and repeats this.
+    swap_group(run.ports.state, action.group, release, what=f"release the standby nodes of {action.id}")
     run.status_event("StandbyRefilled", f"Standby of group {action.group}: {len(ids)} instance(s) created and "
                      f"deallocated ({', '.join(sorted(ids, key=_instance_order))})", now=now)
     return run.finish(action, entry, "succeeded", f"{len(ids)} instance(s) parked in standby", now=now)
@@ -233,8 +258,8 @@ def failed(run: Runs, action: RefillStandby, entry: LedgerEntry, detail: str, co
         group = run.ports.provider.get_node_group(action.group)
         if group is not None:
             offerings.record_refusal(run.ports, run.settings, group, code=code, message=detail, now=now)
-    else:  # the deallocation failed: the nodes stay as ordinary capacity
-        _give_back_all(run, action, f"deallocation failed: {detail}")
+    else:  # the deallocation failed: the nodes stay as ordinary capacity, committed ones too
+        _give_back_all(run, action, f"deallocation failed: {detail}", committed_too=True)
     run.status_event("StandbyRefillFailed", f"Standby refill of group {action.group} failed: {detail}", now=now,
                      type="Warning")
     return run.finish(action, entry, "failed", detail, now=now, error_code=code)
@@ -268,20 +293,41 @@ def _runs_workload(run: Runs, node: str) -> bool:
     return any(not p.is_node_bound_system_pod and not p.is_finished for p in run.ports.cluster.list_pods_on_node(node))
 
 
-def _give_back(run: Runs, action: RefillStandby, node: str, why: str) -> None:
-    """Leave the node as ordinary capacity: uncordoned, its reservation (and any reclaim request) released."""
+def _give_back(run: Runs, action: RefillStandby, node: str, why: str, *, instance: str) -> None:
+    """Leave the node as ordinary capacity: uncordoned, its reservation (and any reclaim request) released, its
+    instance off the stopped list (it runs)."""
     log.info("standby refill %s: node %s stays as capacity: %s", action.id, node, why)
     current = run.ports.cluster.get_node(node)
     if current is not None and current.is_being_deleted:
         run.ports.cluster.uncordon(node, taint_key=TO_BE_DELETED_TAINT)
     _release(run, action, node)
+    _unlist(run, action, [instance])
 
 
-def _give_back_all(run: Runs, action: RefillStandby, why: str) -> None:
-    state = run.ports.state.get_group(action.group)
-    for node, holder in sorted(state.removing.items()):
-        if holder == action.id and node not in state.committed:
-            _give_back(run, action, node, why)
+def _give_back_all(run: Runs, action: RefillStandby, why: str, *, committed_too: bool = False) -> None:
+    """Every instance of the refill not committed to its deallocation (`committed_too`: every one) goes back to
+    ordinary capacity."""
+    group = run.ports.provider.get_node_group(action.group)
+    nodes = _nodes_of(run, group, list(action.instances)) if group is not None else {}
+    committed = run.ports.state.get_group(action.group).committed
+    for instance in action.instances:
+        node = nodes.get(instance)
+        if node is None:
+            _unlist(run, action, [instance])  # never registered: it runs (or is gone), never counted as standby
+        elif committed_too or node.name not in committed:
+            _give_back(run, action, node.name, why, instance=instance)
+
+
+def _taken(run: Runs, action: RefillStandby) -> set[str]:
+    """The refill's instances no longer listed stopped: a scale-up started them (they are its capacity now)."""
+    return set(action.instances) - run.ports.state.get_group(action.group).stopped
+
+
+def _unlist(run: Runs, action: RefillStandby, instances: Sequence[str]) -> None:
+    gone = set(instances)
+    if gone:
+        run.update_group(action.group, lambda s: replace(
+            s, stopped=s.stopped - gone, stopped_at={i: t for i, t in s.stopped_at.items() if i not in gone}))
 
 
 def _release(run: Runs, action: RefillStandby, node: str) -> None:

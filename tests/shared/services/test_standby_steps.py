@@ -6,6 +6,7 @@ uncordoned nodes."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -166,3 +167,44 @@ def test_a_scale_up_starts_the_standby_as_fresh_uncordoned_nodes() -> None:
     assert all(not n.unschedulable and TO_BE_DELETED_TAINT not in {t.key for t in n.taints} for n in nodes)
     pods = [p for p in app.ports.cluster.list_pods() if p.namespace == "default" and p.name.startswith("burst")]
     assert len(pods) == 2 and all(p.node_name for p in pods)
+
+
+def test_pending_pods_planned_onto_the_group_hold_its_refill_back() -> None:
+    scenario = _scenario({"autoscaler-standby": str(STANDBY)})
+    scenario["workloads"] = [{"name": "wave", "kind": "Job", "count": 3, "at": "0s",
+                              "requests": {"cpu": "3", "memory": "1Gi"}, "duration": "10m"}]
+    app = memory_app(scenario, settings={"STEP_RETRY_DELAY": "10s"})
+    app.clock.advance(5)
+    assert _poll(app) == []  # the pods need the group's new nodes: demand first, standby after
+
+
+@pytest.mark.parametrize("initial,expected", [(1, STANDBY), (2, STANDBY - 1), (3, 0), (5, 0)])
+def test_idle_nodes_scale_down_may_take_count_as_standby_to_be(initial: int, expected: int) -> None:
+    """Idle nodes above the minimum are deallocated into the standby when removed: a refill creates only the rest."""
+    scenario = _scenario({"autoscaler-standby": str(STANDBY)})
+    scenario["node_groups"][0]["initial"] = initial
+    app = memory_app(scenario, settings={"STEP_RETRY_DELAY": "10s"})
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())  # the idle nodes are seen unneeded
+    app.clear_queue()
+    app.clock.advance(60)
+    counts = [decode_action(t).count for t in _poll(app)]
+    assert counts == ([expected] if expected else [])
+
+
+def test_an_instance_a_scale_up_starts_while_it_boots_is_given_back_as_capacity() -> None:
+    app = _app()
+    _poll(app)
+    _run_until_quiet(app, seconds=20)  # grown and listed stopped
+    stopped = sorted(_stopped(app), key=int)
+    assert len(stopped) == STANDBY
+    taken = stopped[0]
+    # What the scale-up's resize step does to a standby instance it starts: off the list.
+    state = app.ports.state.get_group(GROUP)
+    assert app.ports.state.update_group(replace(state, stopped=state.stopped - {taken}))
+    outcomes = _run_until_quiet(app, seconds=300)
+    assert outcomes[-1] == "succeeded", outcomes
+    assert _stopped(app) == frozenset(stopped[1:])
+    nodes = {n.name: n for n in app.ports.cluster.list_nodes()}
+    (kept,) = [n for n in nodes.values() if n.provider_id.endswith(f"/virtualMachines/{taken}")]
+    assert not kept.unschedulable and not kept.is_being_deleted
+    assert not app.ports.state.get_group(GROUP).removing
