@@ -65,6 +65,9 @@ class StatusInputs:
     # Warm standby by group id (services.standby.StandbyReport.as_dict: target, why, stopped, refilling, disk
     # cost): shown as the group's `standby` (not in CA's layout). None keeps what was last written.
     standby: Mapping[str, Mapping[str, Any]] | None = None
+    # CapacityBuffers by namespace/name (services.buffers.status_lines: replicas, ready, conditions), as the pending
+    # poll last computed them: shown as `clusterWide.capacityBuffers` (not in CA's layout). None keeps what was written.
+    capacity_buffers: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +247,11 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
         for key in ("unavailableOfferings", "spotEvictions"):  # the pending poll's, as it last wrote them
             if prev_wide.get(key):
                 wide[key] = prev_wide[key]
+    if inputs.capacity_buffers is not None:
+        if inputs.capacity_buffers:
+            wide["capacityBuffers"] = {key: dict(lines) for key, lines in sorted(inputs.capacity_buffers.items())}
+    elif prev_wide.get("capacityBuffers"):
+        wide["capacityBuffers"] = prev_wide["capacityBuffers"]  # the pending poll's, as it last wrote them
     if snapshot.refused:  # marked for us, never acted on (e.g. an AKS pool autoscaled by AKS): say why
         wide["refusedNodeGroups"] = [{"name": gid, "reason": why} for gid, why in sorted(snapshot.refused.items())]
     return {"time": go_time(now), "autoscalerStatus": "Running", "clusterWide": wide, "nodeGroups": groups}

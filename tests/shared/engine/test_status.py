@@ -227,3 +227,20 @@ def test_unavailable_offerings_and_spot_evictions_are_shown_and_kept_by_the_othe
     cleared = build_status(full, _inputs(unavailable_offerings=(), spot_evictions={}), now=T0 + timedelta(minutes=2),
                            previous=parse_previous(render_status(kept)))
     assert "unavailableOfferings" not in cleared["clusterWide"] and "spotEvictions" not in cleared["clusterWide"]
+
+
+def test_capacity_buffers_are_shown_cluster_wide_and_kept_by_the_other_poll() -> None:
+    full = _snapshot(*(node(f"a{i}", group_name="pool-a", instance=i) for i in range(4)), node("b0", group_name="pool-b"))
+    lines = {"web/room": {"replicas": 4, "ready": 3, "conditions": {"ReadyForProvisioning": "True (AttributesSet)",
+                                                                   "Provisioning": "True (ScaleUpTriggered)"}},
+             "batch/idle": {"replicas": 0, "ready": 0, "conditions": {}}}
+    pending = build_status(full, _inputs(capacity_buffers=lines), now=T0)
+    shown = pending["clusterWide"]["capacityBuffers"]
+    assert shown == lines and list(shown) == sorted(lines)
+    assert parse_previous(render_status(pending))["clusterWide"]["capacityBuffers"] == lines  # survives the YAML
+    # The utilisation poll (None) keeps what the pending poll wrote; a pending poll that read none clears them.
+    kept = build_status(full, _inputs(), now=T0 + timedelta(minutes=1), previous=parse_previous(render_status(pending)))
+    assert kept["clusterWide"]["capacityBuffers"] == lines
+    cleared = build_status(full, _inputs(capacity_buffers={}), now=T0 + timedelta(minutes=2),
+                           previous=parse_previous(render_status(kept)))
+    assert "capacityBuffers" not in cleared["clusterWide"]
