@@ -17,6 +17,8 @@ either a whole number or `auto`.
 - Every target is capped by the group's max minus its min: a group never runs fewer than min nodes, so
   more standby than max - min could never all be started.
 - A spot group whose eviction policy is Delete keeps none: its instances cannot be deallocated.
+- An AKS agent pool keeps none: AKS deallocates and starts its nodes itself (the pool's `scaleDownMode:
+  Deallocate`), and changing its scale sets directly is unsupported. Uniform and Flexible scale sets keep it.
 
 Why a standby instance pays (the break-even cap of `auto`). Its disk bills `disk_price_hour` every hour
 it is stopped. Each time one is used it saves, against a group without standby, three spans of
@@ -42,9 +44,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Protocol
 
-from shared.domain import GroupState, NodeGroup
+from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, GroupState, NodeGroup
 
 STANDBY_TAG: Final = "autoscaler-standby"
+# The backends whose instances we deallocate and start ourselves.
+STANDBY_BACKENDS: Final = frozenset({UNIFORM_SCALE_SET, FLEXIBLE_SCALE_SET})
 AUTO: Final = "auto"
 # The spans of boot - start one use of a standby instance saves (the module docstring lists them).
 SAVED_SPANS_PER_USE: Final = 3
@@ -156,6 +160,9 @@ def standby_target(group: NodeGroup, *, configured: str, max_auto: int, forecast
     setting = configured_standby(group, configured)
     if group.is_spot and group.eviction_policy.lower() != "deallocate":
         return StandbyTarget(0, "spot with eviction policy Delete: its instances cannot be deallocated")
+    if group.provider not in STANDBY_BACKENDS:
+        return StandbyTarget(0, f"{group.provider}: standby instances are kept on scale sets only (an AKS pool "
+                                "deallocates through its own scaleDownMode)")
     room = max(group.max_size - group.min_size, 0)
     if setting == AUTO:
         count, why = _auto(max_auto=max_auto, forecast=forecast, boot=boot, start=start,

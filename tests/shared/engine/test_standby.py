@@ -186,3 +186,11 @@ def test_os_disk_prices_grow_with_the_size() -> None:
     assert os_disk_price_hour(2) == os_disk_price_hour(4)  # the same tier
     with pytest.raises(ValueError, match="vCPU"):
         os_disk_price_hour(0)
+
+
+@pytest.mark.parametrize("provider,keeps", [("vmss-uniform", True), ("vmss-flexible", True), ("aks-agentpool", False)])
+def test_standby_is_kept_on_scale_sets_only(provider, keeps) -> None:  # type: ignore[no-untyped-def]
+    target = _target(replace(group(max_size=20), provider=provider), configured="3", window=2)
+    assert (target.count > 0) is keeps
+    if not keeps:
+        assert "AKS" in target.why
