@@ -72,3 +72,12 @@ def _start_delay(seed: int) -> float:
 def test_a_replay_start_delay_is_deterministic_per_seed() -> None:
     assert _start_delay(3) == _start_delay(3)
     assert _start_delay(3) != _start_delay(4)
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 1.0])
+def test_the_start_fraction_scales_the_start_delay_and_the_suite_keeps_half(fraction: float) -> None:
+    world = build_world(TRACE, replace(CONFIG, start_fraction=fraction), initial={CPU_POOL.name: 1})
+    start, boot = world.scenario.start_delay, world.scenario.boot_delay
+    assert (start.median, start.p95, start.high) == pytest.approx(
+        (boot.median * fraction, boot.p95 * fraction, boot.high * fraction))
+    assert ReplayConfig().start_fraction == 0.5  # the suite's configurations start from the default

@@ -34,6 +34,8 @@ def test_replay_command_prints_the_table_and_writes_json(tmp_path: Path, capsys:
     (["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "ours", "--setting", "EXPANDER=cheapest"],
      "EXPANDER"),
     (["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "ours", "--failure-rate", "2"], "--failure-rate"),
+    (["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "ours+standby", "--start-fraction", "0"],
+     "--start-fraction"),
 ])
 def test_replay_command_names_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
