@@ -39,7 +39,7 @@ from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services import allocation, demand, offerings, spot, virtual_nodes
-from shared.services.buffers import read_buffers, real_pod_events, statuses, write_statuses
+from shared.services.buffers import read_buffers, real_pod_events, status_lines, statuses, write_statuses
 from shared.services.group_rows import leave_out, read_group_states
 from shared.services.load import plan_load_increases
 from shared.services.scheduled_capacity import plan_scheduled_increases, with_windows
@@ -217,7 +217,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         scale_up_needed=frozenset(i.group_id for i in plan.increases), unschedulable_pods=result.pending,
         virtual_nodes=status_of(virtual.plan, virtual.options) if virtual.plan.nodes else None,
         unavailable_offerings=tuple(describe(m) for m in limits.marks),
-        spot_evictions={e.node: e.how for e in evictions},
+        spot_evictions={e.node: e.how for e in evictions}, capacity_buffers=status_lines(buffer_statuses),
     ), now=now)
     return result
 

@@ -22,6 +22,7 @@ from shared.engine.scale_down import group_rules
 from shared.options import scale_down_options
 from shared.ports import ClusterEvent, Ports, StateStore
 from shared.services.memory_state import MemoryStateStore
+from shared.services.buffers import status_lines
 from shared.services.pending import PendingPollResult, run_pending_poll
 from shared.services.standby import StandbyReport, standby_report, with_standby_room
 from shared.services.utilization import UtilizationPollResult, run_utilization_poll
@@ -87,6 +88,8 @@ class PlanReport:
                            for (location, name), left in sorted(self.pending.limits.quota.remaining.items())}
             if self.pending.limits.quota is not None else {},
             "spot_evictions": {e.node: e.how for e in self.pending.evictions},
+            # CapacityBuffers: replicas, ready and conditions as this plan leaves them (services.buffers).
+            "capacity_buffers": status_lines(self.pending.buffers),
             # Stored rows that cannot be read, named: groups left out of both polls, removals left as they are.
             "unreadable_rows": {**self.utilization.unreadable_groups, **self.utilization.unreadable_removals},
             "actions": [{"id": a.id, "kind": a.kind, "group": a.group,
@@ -226,6 +229,11 @@ def render_text(report: PlanReport) -> str:
                   for u in data["scale_up"]]
     else:
         lines.append("scale up: none")
+    if data["capacity_buffers"]:
+        lines.append("capacity buffers (room kept for pods not yet created):")
+        lines += [f"  {key}: {b['ready']} of {b['replicas']} ready"
+                  + "".join(f"; {kind}={value}" for kind, value in b["conditions"].items())
+                  for key, b in data["capacity_buffers"].items()]
     for node, pods in data["reclaimed_nodes"].items():
         lines.append(f"  take back draining node {node} for {len(pods)} pod(s)")
     for pod, why in data["unplaceable_pods"].items():
