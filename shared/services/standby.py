@@ -53,8 +53,8 @@ class StandbyReport:
 
     target: int
     why: str
-    stopped: int  # instances the group's row lists as deallocated
-    refilling: int = 0  # instances being created for the standby (a refill in flight)
+    stopped: int  # instances the group's row lists as stopped, a refill's instances included from its creation on
+    refilling: int = 0  # of those, the ones whose nodes a refill is parking (registered, being stopped)
     disk_usd_per_hour: float | None = None  # what the stopped instances' OS disks bill, when the size is known
 
     def as_dict(self) -> dict[str, object]:
@@ -154,10 +154,12 @@ def disk_price_hour(group: NodeGroup) -> float | None:
 
 
 def standby_report(ports: Ports, settings: Settings, group: NodeGroup, state: GroupState, *, now: datetime,
-                   active: Mapping[str, ActiveWindow] | None = None, refilling: int = 0) -> StandbyReport | None:
+                   active: Mapping[str, ActiveWindow] | None = None) -> StandbyReport | None:
     """The group's standby for status and plan; None for a group that keeps none and has none stopped."""
     if not may_keep_standby(settings, group) and not state.stopped:
         return None
+    from shared.services.standby_refill import REFILL_PREFIX  # the refill imports this module
+    refilling = sum(1 for holder in state.removing.values() if holder.startswith(REFILL_PREFIX))
     try:
         target = get_standby_target(ports, settings, group, state=state, now=now, active=active)
     except ValueError as exc:

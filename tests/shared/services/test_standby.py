@@ -213,3 +213,13 @@ def test_a_standby_with_room_shortens_the_break_even_time_to_a_start(case_id, se
         assert after.unneeded_time * 2 == before.unneeded_time == timedelta(seconds=120)
     else:
         assert after == before
+
+
+def test_the_report_counts_the_nodes_a_refill_is_parking() -> None:
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "3"})
+    state = GroupState(GROUP, stopped=frozenset({"5", "6"}),
+                       removing={"pool000005": "refill-standby:rg-exec/pool:20300107T090000Z", "pool000001": "down-1"})
+    report = standby_report(app.context.ports, app.context.settings, _group(app), state, now=app.clock.now())
+    assert report is not None
+    assert (report.stopped, report.refilling, report.target) == (2, 1, 3)
+    assert "1 refilling" in report.line(GROUP)
