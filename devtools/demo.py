@@ -614,6 +614,14 @@ def build_summary(
         "node_seconds": round(report["node_seconds"], 1),
         "nodes_max": report["nodes_max"],
         "nodes_by_group_at_end": {group: counts["ready"] for group, counts in report["nodes_by_group"].items()},
+        # Warm standby: instances deallocated at the end (deallocating included), and starts of deallocated
+        # instances over the run (a scale-up using the standby), per group.
+        "standby": {
+            "deallocated_at_end": {group: counts.get("deallocated", 0)
+                                   for group, counts in report["nodes_by_group"].items()},
+            "instances_started": sum(report["api_calls"].get("breakdown", {}).get("arm", {})
+                                     .get("instances_started", {}).values()),
+        },
         "placements": _placements(report["pods"]),
         "events": dict(sorted(report.get("events_by_reason", {}).items())),
         "events_by_workload": _events_by_workload(report),
