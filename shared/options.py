@@ -14,6 +14,7 @@ from shared.engine.expanders import parse_priorities
 from shared.engine.pod_rules import PodRules
 from shared.engine.scale_down import ScaleDownOptions
 from shared.engine.scale_up import ScaleUpOptions
+from shared.engine.standby import StandbyOptions
 from shared.engine.utilization import UtilizationRules
 from shared.engine.virtual_nodes import AciLimits, AciPrices, VirtualNodeOptions
 from shared.settings import Settings
@@ -93,3 +94,8 @@ def virtual_node_options(settings: Settings) -> VirtualNodeOptions:
         min_remaining=settings.virtual_node_min_remaining,
         drain=drain_rules(settings),
     )
+
+
+def standby_options(settings: Settings) -> StandbyOptions:
+    """Warm standby: every group's target (STANDBY_INSTANCES, a group's tag wins) and what `auto` keeps at most."""
+    return StandbyOptions(configured=settings.standby_instances, max_auto=settings.standby_max)

@@ -74,6 +74,19 @@ class ForecastLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class StandbyOptions:
+    """The app's standby settings (shared.options.standby_options): STANDBY_INSTANCES and STANDBY_MAX."""
+
+    configured: str = "0"  # a whole number or auto; a group's `autoscaler-standby` tag wins over it
+    max_auto: int = 10
+
+    def __post_init__(self) -> None:
+        parse_standby(self.configured)
+        if self.max_auto < 0:
+            raise ValueError(f"STANDBY_MAX must not be negative, got {self.max_auto}")
+
+
+@dataclass(frozen=True, slots=True)
 class StandbyTarget:
     """How many deallocated instances the group is to keep ready, and why that many (for status and plan)."""
 

@@ -38,6 +38,7 @@ from shared.engine.standby import (
     start_estimate,
 )
 from shared.engine.vm_sizes import table_capacity
+from shared.options import standby_options
 from shared.ports import Ports
 from shared.services.events import status_event
 from shared.settings import Settings
@@ -74,7 +75,7 @@ def may_keep_standby(settings: Settings, group: NodeGroup) -> bool:
     """Whether the group could have a standby target above 0, from the settings and its tags alone (no reads)."""
     if any(k.lower() == STANDBY_TAG for k in group.tags):
         return True
-    if parse_standby(settings.standby_instances) != 0:
+    if parse_standby(standby_options(settings).configured) != 0:
         return True
     windows = getattr(settings, "scheduled_capacity", ())
     return TAG_SCHEDULED_CAPACITY in group.tags or any(
@@ -96,8 +97,9 @@ def get_standby_target(ports: Ports, settings: Settings, group: NodeGroup, *, st
         active = active_windows((group,), settings.scheduled_capacity, now=now)
     window = active.get(group.id)
     boot = boot_estimate(state.boots)
+    options = standby_options(settings)
     return standby_target(
-        group, configured=settings.standby_instances, max_auto=settings.standby_max,
+        group, configured=options.configured, max_auto=options.max_auto,
         forecast=_forecast(ports, group, now=now), boot=boot, start=start_estimate(boot),
         disk_price_hour=disk_price_hour(group), node_price_hour=_node_price(ports, group),
         window_standby=getattr(window, "standby", None) if window is not None else None)

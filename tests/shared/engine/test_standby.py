@@ -194,3 +194,13 @@ def test_standby_is_kept_on_scale_sets_only(provider, keeps) -> None:  # type: i
     assert (target.count > 0) is keeps
     if not keeps:
         assert "AKS" in target.why
+
+
+def test_standby_options_refuse_what_settings_would() -> None:
+    from shared.engine.standby import StandbyOptions
+
+    assert StandbyOptions("auto", 3).max_auto == 3
+    with pytest.raises(ValueError):
+        StandbyOptions("many", 3)
+    with pytest.raises(ValueError, match="STANDBY_MAX"):
+        StandbyOptions("2", -1)
