@@ -41,6 +41,7 @@ from devtools.replay.frontier import (
 POLICY_ORDER = ("ours", "ours+standby", "ca", "nap", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
                 "ours+spot", "ca+spot", "ours+spot@5%", "ca+spot@5%", "ours+spot@20%", "ca+spot@20%",
                 "ours+spot@5%,quota320", "ca+spot@5%,quota320", "vmss-cpu", "static", "lower_bound", "oracle")
+FRONTIER_TITLE = "Frontier (each policy at each idle time swept; ours+standby at each standby size)"
 DEMAND_KEY = "_demand"
 MISSING = "–"  # en dash: a metric that does not apply to the policy (e.g. the oracle's pending waits)
 # Above this many points a line is decimated to MAX_PLOT_POINTS // 3 buckets, about one per pixel
@@ -322,7 +323,7 @@ def _md_frontier(section: TraceSection) -> list[str]:
     """The frontier's points, then the dominance table and its verdict (MISSED in bold, as the targets)."""
     lines: list[str] = []
     if section.frontier_rows:
-        lines += ["Frontier (each policy at each idle time swept):", "", *_md_rows(FRONTIER_HEADERS, section.frontier_rows)]
+        lines += [f"{FRONTIER_TITLE}:", "", *_md_rows(FRONTIER_HEADERS, section.frontier_rows)]
     if section.dominance_rows:
         rows = [(*row[:-1], row[-1] if row[-1] == "met" else f"**{row[-1]}**") for row in section.dominance_rows]
         lines += ["Dominance (for each peer point, the best ours point):", "", *_md_rows(DOMINANCE_HEADERS, rows)]
@@ -541,7 +542,7 @@ def _html_table(section: TraceSection) -> list[str]:
 def _html_frontier(section: TraceSection) -> list[str]:
     out: list[str] = []
     if section.frontier_rows:
-        out += ["<p>Frontier (each policy at each idle time swept):</p>", *_html_rows(FRONTIER_HEADERS, section.frontier_rows)]
+        out += [f"<p>{_e(FRONTIER_TITLE)}:</p>", *_html_rows(FRONTIER_HEADERS, section.frontier_rows)]
     if section.dominance_rows:
         out += ["<p>Dominance (for each peer point, the best ours point):</p>",
                 *_html_rows(DOMINANCE_HEADERS, section.dominance_rows)]

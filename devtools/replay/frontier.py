@@ -77,7 +77,7 @@ def sweep_points(policies: Iterable[str], *, ca_grid: bool = CA_GRID) -> list[Sw
     if OURS_STANDBY in available:
         from devtools.replay.standby import FRONTIER_SIZES, STANDBY_SETTING, STANDBY_SETTINGS
 
-        points += [SweepPoint(OURS_STANDBY, size, {STANDBY_SETTING: size},
+        points += [SweepPoint(OURS_STANDBY, f"standby {size}", {STANDBY_SETTING: size},
                               default=STANDBY_SETTINGS.get(STANDBY_SETTING) == size) for size in FRONTIER_SIZES]
     if "ca" in available:
         pairs = [(u, a) for u in IDLE_MINUTES for a in IDLE_MINUTES] if ca_grid else [(m, m) for m in IDLE_MINUTES]
@@ -164,9 +164,8 @@ def dominance(frontier: Mapping[str, Sequence[Mapping[str, Any]]], *, cost_ratio
 
 
 def ours_points(frontier: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Mapping[str, Any]]:
-    """Ours' points and ours+standby's, the latter labelled `standby <size>` so a dominance row names which."""
-    return [*(frontier.get(OURS) or ()),
-            *({**p, "label": f"standby {p['label']}"} for p in frontier.get(OURS_STANDBY) or ())]
+    """Ours' points and ours+standby's (labelled `standby <size>`, so a dominance row names which)."""
+    return [*(frontier.get(OURS) or ()), *(frontier.get(OURS_STANDBY) or ())]
 
 
 def _ratio(cost: float, peer_cost: float) -> float | None:

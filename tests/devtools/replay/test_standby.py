@@ -124,12 +124,12 @@ def test_no_standby_target_on_a_trace_without_one_or_without_the_run() -> None:
 
 def test_the_frontier_sweeps_every_standby_size_and_counts_them_as_ours() -> None:
     points = [p for p in sweep_points(("ours", POLICY, "ca")) if p.policy == POLICY]
-    assert [p.label for p in points] == list(FRONTIER_SIZES)
-    assert [p.label for p in points if p.default] == ["auto"]  # the main table's run, not replayed again
-    assert all(p.config_changes() == {"settings": {"STANDBY_INSTANCES": p.label}} for p in points)
+    assert [p.label for p in points] == [f"standby {size}" for size in FRONTIER_SIZES]
+    assert [p.label for p in points if p.default] == ["standby auto"]  # the main table's run, not replayed again
+    assert [p.config_changes() for p in points] == [{"settings": {"STANDBY_INSTANCES": size}} for size in FRONTIER_SIZES]
     frontier = {
         "ours": [{"label": "auto", "cost": 100.0, "p95_wait_s": 140.0, "pods_killed": 0, "work_lost_s": 0.0}],
-        POLICY: [{"label": "5", "cost": 90.0, "p95_wait_s": 50.0, "pods_killed": 0, "work_lost_s": 0.0}],
+        POLICY: [{"label": "standby 5", "cost": 90.0, "p95_wait_s": 50.0, "pods_killed": 0, "work_lost_s": 0.0}],
         "ca": [{"label": "10m/10m", "cost": 95.0, "p95_wait_s": 60.0, "pods_killed": 0, "work_lost_s": 0.0}],
     }
     result = dominance(frontier)
