@@ -208,3 +208,34 @@ def test_an_instance_a_scale_up_starts_while_it_boots_is_given_back_as_capacity(
     (kept,) = [n for n in nodes.values() if n.provider_id.endswith(f"/virtualMachines/{taken}")]
     assert not kept.unschedulable and not kept.is_being_deleted
     assert not app.ports.state.get_group(GROUP).removing
+
+
+def test_a_crash_after_the_deallocation_call_is_repeated_safely() -> None:
+    """The park step's delivery dies after ARM accepted the deallocation: its redelivery deallocates again
+    (idempotent) and ends with the instances listed once and no node left behind."""
+    app = _app()
+    _poll(app)
+    executor = Executor(app.ports, app.settings)
+    deallocate = app.ports.provider.begin_deallocate_instances
+    crashed: list[str] = []
+
+    def crash_once(group, ids):  # type: ignore[no-untyped-def]
+        operation = deallocate(group, ids)
+        if not crashed:
+            crashed.append(",".join(ids))
+            raise RuntimeError("the host died after the deallocation call")
+        return operation
+
+    app.ports.provider.begin_deallocate_instances = crash_once  # type: ignore[method-assign]
+    outcomes = []
+    for _ in range(40):
+        app.clock.advance(10)
+        for text in app.take_queued():
+            try:
+                outcomes.append(executor.execute(text, now=app.clock.now()).outcome)
+            except RuntimeError:
+                app.ports.queue.send(decode_action(text))  # the host's redelivery of the same message
+    assert crashed and outcomes[-1] == "succeeded", outcomes
+    assert len(_stopped(app)) == STANDBY
+    assert len(app.ports.cluster.list_nodes()) == 1  # the group's own node; no parked one left behind
+    assert not app.ports.state.get_group(GROUP).removing and not app.ports.state.get_group(GROUP).committed
