@@ -165,3 +165,9 @@ def test_a_standby_window_shows_in_the_status_and_grows_no_running_node() -> Non
     shown = doc["nodeGroups"][0]["scheduledCapacity"]
     assert shown["standby"] == 2 and shown["minSize"] is None and shown["effectiveMinSize"] == 1
     assert shown["standbyUntil"].startswith(f"{OPENS + timedelta(hours=1):%Y-%m-%dT%H:%M}")
+
+    from shared.services.plan import plan_now, render_text
+
+    text = render_text(plan_now(app.ports, app.settings, now=app.clock.now(), state=None))
+    assert f"scheduled capacity: standby 2 until {OPENS + timedelta(hours=1):%Y-%m-%d %H:%M} UTC" in text
+    assert "min " not in text.split("scheduled capacity: ", 1)[1].split("\n", 1)[0]
