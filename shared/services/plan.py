@@ -17,6 +17,7 @@ from typing import Any
 
 from shared.actions import Backfill, ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
 from shared.domain import VIRTUAL_NODE, NodeGroup
+from shared.engine.buffers import buffer_of
 from shared.engine.offerings import describe
 from shared.engine.scale_down import group_rules
 from shared.options import scale_down_options
@@ -184,6 +185,14 @@ def _standby_text(standby: Mapping[str, Any]) -> str:
     return f"standby {standby['stopped']} of {standby['target']} stopped{refill}{disks} ({standby['why']})"
 
 
+def _what_asks(pods: list[str]) -> str:
+    """A scale-up's reasons in words: its pending pods and its CapacityBuffers' chunks (placeholders, no pods)."""
+    chunks = sum(1 for key in pods if buffer_of(key) is not None)
+    parts = ([f"{len(pods) - chunks} pending pod(s)"] if len(pods) > chunks else []) + (
+        [f"{chunks} capacity buffer chunk(s)"] if chunks else [])
+    return " and ".join(parts) or "0 pending pod(s)"
+
+
 def _unneeded_times(pending: PendingPollResult, settings: Settings, state: StateStore, *, ports: Ports,
                     now: datetime) -> dict[str, timedelta]:
     """Each mapped node's unneeded time as the planner applies it to its group (`scale_down.group_rules`)."""
@@ -224,7 +233,7 @@ def render_text(report: PlanReport) -> str:
     if data["scale_up"]:
         lines.append("scale up:")
         scheduled = {g["group"]: g["scheduled"] for g in data["groups"] if "scheduled" in g}
-        lines += [f"  {u['group']}: {u['from']} -> {u['to']} for {len(u['pods'])} pending pod(s)"
+        lines += [f"  {u['group']}: {u['from']} -> {u['to']} for {_what_asks(u['pods'])}"
                   + (f" and scheduled capacity ({scheduled[u['group']]})" if u["group"] in scheduled else "")
                   for u in data["scale_up"]]
     else:

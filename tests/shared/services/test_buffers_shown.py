@@ -77,5 +77,7 @@ def test_plan_prints_each_buffer_beside_the_scale_up_it_asks_for(replicas: int) 
     text = render_text(report)
     assert f"  {KEY}: {lines['ready']} of {replicas} ready" in text
     assert all(f"{kind}={value.split()[0]}" in text for kind, value in lines["conditions"].items())
+    for increase in data["scale_up"]:  # the chunks are named as such, not as pending pods (there are none)
+        assert f"for {len(increase['pods'])} capacity buffer chunk(s)" in text and "pending pod(s)" not in text
     # plan writes nothing: the buffer's status is still unwritten.
     assert "status" not in store.get_buffer(app.world, "default", "headroom")
