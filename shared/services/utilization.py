@@ -162,8 +162,8 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     for node, reason in plan.kept.items():
         # Flat keys: they become custom dimensions in Application Insights (a dict would arrive as one string).
         log.info("node %s kept (%s): %s", node, reason.code, reason, extra={"node": node, "kept_reason": reason.code})
-    if not settings.dry_run:  # warm standby short and the group quiet: create and park instances
-        enqueued += plan_refills(ports, settings, snapshot, group_states, unneeded=plan.unneeded, now=now)
+    # Warm standby short and the group quiet: create and park instances (with DRY_RUN the executor only records it).
+    enqueued += plan_refills(ports, settings, snapshot, group_states, unneeded=plan.unneeded, now=now)
     telemetry.record_utilization_poll(len(plan.unneeded), group_states, now=now)
     waiting = waiting_for_slots(snapshot, plan)
     throttled = any(reason.code == reasons.ARM_THROTTLED for reason in plan.kept.values())

@@ -239,3 +239,11 @@ def test_a_crash_after_the_deallocation_call_is_repeated_safely() -> None:
     assert len(_stopped(app)) == STANDBY
     assert len(app.ports.cluster.list_nodes()) == 1  # the group's own node; no parked one left behind
     assert not app.ports.state.get_group(GROUP).removing and not app.ports.state.get_group(GROUP).committed
+
+
+def test_with_dry_run_the_refill_is_decided_and_recorded_and_nothing_changes() -> None:
+    app = memory_app(_scenario({"autoscaler-standby": str(STANDBY)}), settings={"DRY_RUN": "true"})
+    (text,) = _poll(app)
+    assert _run_until_quiet(app, seconds=30) == ["dry-run"]
+    (group,) = app.ports.provider.list_node_groups()
+    assert group.capacity == 1 and _stopped(app) == frozenset()
