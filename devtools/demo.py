@@ -343,6 +343,7 @@ def run_scenario(
                                     kept=kept, unneeded_time_s=unneeded_by_group)
             summary["state"] = _state_rows(context, report["nodes_by_group"])
             summary["node_mapping"], summary["refused_groups"] = mapping, refused
+            summary["capacity_buffers"] = buffers_at_end(context)
             from sandbox.model.scenario import load_scenario
 
             loaded = load_scenario(scenario)
@@ -559,6 +560,15 @@ def first_removal_s(report: dict[str, Any]) -> dict[str, float]:
 
 _SCALE_SET_WRITES = frozenset({"PATCH virtualMachineScaleSets", "PUT virtualMachineScaleSets", "POST delete",
                                "POST deallocate", "POST start"})
+
+
+def buffers_at_end(context: Any) -> dict[str, dict[str, Any]]:
+    """Each CapacityBuffer at the end as the cluster holds it: spec.replicas, and the status the autoscaler wrote
+    (replicas, readyReplicas, conditions as `status (reason)`). Empty without buffers or their CRD."""
+    listed = context.ports.cluster.list_capacity_buffers() or []
+    return {f"{b.namespace}/{b.name}": {
+        "spec_replicas": b.replicas, "replicas": b.status.replicas, "ready_replicas": b.status.ready_replicas,
+        "conditions": {c.type: f"{c.status} ({c.reason})" for c in b.status.conditions}} for b in listed}
 
 
 def _final_view(context: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, float]]:

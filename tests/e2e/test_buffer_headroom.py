@@ -77,5 +77,8 @@ def test_scaling_the_buffer_to_zero_releases_only_the_refill_node(headroom: Run)
     removed = s["scale_down_order"]
     assert [entry["node"] for entry in removed] == [refill["node"]], removed
     assert removed[0]["pods"] == 0 and removed[0]["cordoned_at"] > scaled_at, removed
+    # The autoscaler saw the /scale: the buffer's status it wrote last says 0 chunks, none ready.
+    assert s["capacity_buffers"][BUFFER]["spec_replicas"] == 0, s["capacity_buffers"]
+    assert s["capacity_buffers"][BUFFER]["replicas"] == s["capacity_buffers"][BUFFER]["ready_replicas"] == 0
     web_nodes = {p["node"] for p in headroom.report["pods"] if p.get("workload") == DEPLOYMENT}
     assert refill["node"] not in web_nodes, web_nodes
