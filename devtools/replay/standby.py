@@ -132,12 +132,14 @@ def _stopped_peak(world: World) -> int:
 def slow_pods(pods: Sequence[Mapping[str, Any]], instances: Sequence[Any], *, slow_s: float) -> dict[str, Any]:
     """The pods that waited longer than `slow_s`, by what they waited for.
 
-    The node a pod ran on came up after the pod was created: from a start of a stopped instance (`start`: the start
-    delay's tail), or from a create (`create`: standby was empty or none was kept); it was there already (`room`: the
-    pod waited for room or the scheduler, not for a VM); or the pod never ran (`never_ran`). Waits in seconds: how
-    many, and the longest, per cause."""
+    The node a pod ran on was Ready only after the pod was created: it waited for a start of a stopped instance
+    (`start`: the start delay's tail), or for a create (`create`: standby was empty, outgrown or none was kept),
+    whether that VM was asked for before or after it came; the node was Ready already (`room`: the pod waited for
+    room or the scheduler, not for a VM); or the pod never ran (`never_ran`). How many, and the
+    longest wait in seconds, per cause; how many per group (the scale set its node was in)."""
     by_node = {inst.node_name: inst for inst in instances if inst.node_name}
     causes: Counter[str] = Counter()
+    groups: Counter[str] = Counter()
     longest: dict[str, float] = {}
     for pod in pods:
         if pod["outcome"] == "failed":
@@ -151,20 +153,23 @@ def slow_pods(pods: Sequence[Mapping[str, Any]], instances: Sequence[Any], *, sl
                 continue
             cause = _cause(by_node.get(pod["node"]), created=pod["waiting_since"], started=end)
         causes[cause] += 1
+        inst = by_node.get(pod["node"]) if pod["node"] else None
+        groups[(inst.group_key.rsplit("/", 1)[-1] if inst is not None else pod.get("group")) or "none"] += 1
         if wait is not None:
             longest[cause] = max(longest.get(cause, 0.0), round(wait, 1))
     return {"threshold_s": slow_s, "count": sum(causes.values()), "by_cause": dict(sorted(causes.items())),
-            "longest_s": dict(sorted(longest.items()))}
+            "longest_s": dict(sorted(longest.items())), "by_group": dict(sorted(groups.items()))}
 
 
 def _cause(inst: Any, *, created: float, started: float) -> str:
+    """What a pod created at `created` and started at `started` on `inst`'s node waited for: the last time that
+    instance came up before `started` (its create, or a start), unless its node was Ready when the pod came."""
     if inst is None:
         return "room"
-    starts = [at for at in inst.start_times if at <= started]
-    came_up = max([inst.created_at, *starts])
-    if came_up <= created:
-        return "room"
-    return "start" if starts and came_up == starts[-1] else "create"
+    ups = [(inst.created_at, inst.registered_at if inst.registered_at is not None else inst.created_at, "create")]
+    ups += [(at, ready, "start") for at, ready in zip(inst.start_times, inst.start_ready_times, strict=True)]
+    _, ready, kind = max((up for up in ups if up[0] <= started), key=lambda up: up[0], default=ups[0])
+    return "room" if ready <= created else kind
 
 
 def evaluate_standby_targets(trace: str, per_policy: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

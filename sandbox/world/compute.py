@@ -84,10 +84,11 @@ class InstanceSim:
     starts: int = 0  # starts of this instance after a deallocation (each samples its own boot delay)
     unbilled_seconds: float = 0.0  # closed deallocated spells: not billed
     unbilled_since: float | None = None  # deallocated since then (not billed, not counted alive)
-    # When it was first asked to stop, and when each start began: which scale-ups a stopped instance served
-    # (devtools.replay.standby counts hits, misses and refills from them).
+    # When it was first asked to stop, when each start began and when each start's node was due Ready: which
+    # scale-ups a stopped instance served and what a pod waited for (devtools.replay.standby).
     first_stopped_at: float | None = None
     start_times: list[float] = field(default_factory=list)
+    start_ready_times: list[float] = field(default_factory=list)
     # Hibernated (a deallocate with hibernate=true): its memory is kept on disk while stopped and billed as a disk
     # (sandbox.model.os_disks.memory_disk_for); the closed hibernated spells' seconds.
     hibernated: bool = False

@@ -501,6 +501,7 @@ class ScaleSetsPart(WorldCore):
         inst.boot_delay = self.scenario.start_delay.sample(self._rng(stream, group.key, inst.instance_id, inst.starts))
         inst.provision_at = self._t + inst.boot_delay * self.scenario.provisioning_fraction
         inst.ready_at = self._t + inst.boot_delay
+        inst.start_ready_times.append(inst.ready_at)
         self._push(inst.provision_at, "power_done", (inst, inst.power_seq))
         self._push(inst.ready_at, "rebooted", (inst, inst.power_seq))
         self._dirty = True

@@ -72,8 +72,12 @@ def test_hits_misses_and_refills_are_counted_from_the_worlds_instances() -> None
     assert section["slow_pods"]["by_cause"].get("create") == 1
 
 
-def _inst(created: float, *starts: float, node: str = "n1") -> Any:
-    return SimpleNamespace(node_name=node, created_at=created, start_times=list(starts))
+def _inst(created: float, *starts: float, node: str = "n1", boot: float = 30.0) -> Any:
+    """An instance created at `created` (Ready `boot` later, 0 for the pools' initial ones) and started at `starts`
+    (each Ready `boot` later)."""
+    return SimpleNamespace(node_name=node, created_at=created, registered_at=created + boot if created else None,
+                           start_times=list(starts), start_ready_times=[at + boot for at in starts],
+                           group_key="rg/pool-a")
 
 
 def _pod(created: float, started: float | None, node: str | None = "n1", outcome: str = "succeeded") -> dict:
@@ -82,14 +86,18 @@ def _pod(created: float, started: float | None, node: str | None = "n1", outcome
 
 @pytest.mark.parametrize(("pod", "inst", "cause"), [
     (_pod(100, 200), _inst(150), "create"),  # its node was created after it
+    (_pod(100, 200), _inst(90), "create"),  # created just before it, still booting when it came
     (_pod(100, 200), _inst(0, 150), "start"),  # its node was started after it
-    (_pod(100, 200), _inst(0, 50), "room"),  # its node was there: it waited for room
+    (_pod(100, 200), _inst(0, 80), "start"),  # started before it, Ready only after it came
+    (_pod(100, 200), _inst(0, 50), "room"),  # its node was Ready: it waited for room
+    (_pod(100, 200), _inst(10), "room"),  # created and Ready before it came
     (_pod(100, 200), _inst(0, 150, 250), "start"),  # a later start (after its own) does not count
     (_pod(100, None, node=None), _inst(0), "never_ran"),
 ])
 def test_a_slow_pod_is_put_down_to_what_it_waited_for(pod: dict, inst: Any, cause: str) -> None:
     result = slow_pods([pod], [inst], slow_s=60.0)
     assert result["by_cause"] == {cause: 1} and result["count"] == 1
+    assert result["by_group"] == {"pool-a" if pod["node"] else "none": 1}
 
 
 def test_pods_within_the_threshold_and_refused_ones_are_not_slow() -> None:
