@@ -172,9 +172,13 @@ def _cause(inst: Any, *, created: float, started: float) -> str:
     return "room" if ready <= created else kind
 
 
-def evaluate_standby_targets(trace: str, per_policy: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def evaluate_standby_targets(trace: str, per_policy: Mapping[str, Mapping[str, Any]],
+                             seeds: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
     """The issue's targets for ours+standby on `trace` (none for a trace without one), met or missed with their
-    figures; the standby disk cost and the forecast's error are stated in the detail, never judged."""
+    figures; the standby disk cost and the forecast's error are stated in the detail, never judged. `seeds`: the
+    suite's rows of p95 and cost per seed (`wait_over_seeds`); where they hold ours+standby and the run its cost
+    is held to, both targets are judged once more on their means (one seed's p95 of a few hundred pods moves by
+    several seconds)."""
     mine = per_policy.get(POLICY)
     target = next((t for t in STANDBY_TARGETS if t.trace == trace), None)
     if mine is None or target is None:
@@ -193,5 +197,17 @@ def evaluate_standby_targets(trace: str, per_policy: Mapping[str, Mapping[str, A
             "met": mine["cost"] <= other["cost"],
             "detail": f"${mine['cost']:,.2f} vs ${other['cost']:,.2f}, p95 {p95:.0f} s vs "
                       f"{other['pending_wait_s']['p95']:.0f} s",
+        })
+    rows = [row for row in seeds if POLICY in row and target.cost_at_most in row]
+    if len(rows) > 1:
+        mean = {policy: {key: sum(row[policy][key] for row in rows) / len(rows) for key in ("p95", "cost")}
+                for policy in (POLICY, target.cost_at_most)}
+        mine_mean, other_mean = mean[POLICY], mean[target.cost_at_most]
+        targets.append({
+            "name": f"ours+standby: p95 wait at most {target.p95_s:.0f} s at a cost at most {target.cost_at_most}'s, "
+                    f"means over seeds {rows[0]['seed']}-{rows[-1]['seed']}",
+            "met": mine_mean["p95"] <= target.p95_s and mine_mean["cost"] <= other_mean["cost"],
+            "detail": f"p95 {mine_mean['p95']:.1f} s, cost ${mine_mean['cost']:,.2f} vs ${other_mean['cost']:,.2f} "
+                      f"(p95 {other_mean['p95']:.1f} s)",
         })
     return targets

@@ -36,6 +36,7 @@ from devtools.replay.spot import SPOT_SEEDS, SpotTier, compare_lost, quiet_spot_
 from devtools.replay.spot_prices import SPOT_PRICE_DATE, SPOT_PRICE_FRACTION, SPOT_PRICE_SOURCE
 from devtools.replay.spot_tiers import SPOT_TARGET_TIER, SPOT_TIERS, tier_facts
 from devtools.replay.standby import ASSUMPTIONS as STANDBY_ASSUMPTIONS
+from devtools.replay.standby import POLICY as STANDBY_POLICY
 from devtools.replay.standby import evaluate_standby_targets
 from devtools.replay.traces import Trace, load_trace, trace_stats
 from devtools.replay.vn_tiers import VN_QUOTAS, VN_TIER_STATEMENTS, VN_TIERS
@@ -172,12 +173,14 @@ def replay_on_seed(name: str, seed: int, policy: str, *, tier: str = "", runs: S
 
 def wait_over_seeds(name: str, per_policy: Mapping[str, Mapping[str, Any]], *, seed: int,
                     count: int = WAIT_SEEDS, runs: SeedRuns | None = None) -> list[dict[str, Any]]:
-    """Per seed from `seed` on, ours' and ca's p95 wait and cost on trace `name`: `seed`'s from this run's
-    results (`per_policy`), the next ones replayed here (the trace sampled, boots drawn, with that seed)."""
-    rows = [{"seed": seed, **{policy: _wait_row(per_policy[policy]) for policy in ("ours", "ca")}}]
+    """Per seed from `seed` on, ours' and ca's p95 wait and cost on trace `name` (and ours+standby's, when this run
+    has it): `seed`'s from this run's results (`per_policy`), the next ones replayed here (the trace sampled, boots
+    drawn, with that seed)."""
+    policies = [policy for policy in ("ours", "ca", STANDBY_POLICY) if policy in per_policy]
+    rows = [{"seed": seed, **{policy: _wait_row(per_policy[policy]) for policy in policies}}]
     for other in range(seed + 1, seed + count):
         rows.append({"seed": other, **{policy: _wait_row(replay_on_seed(name, other, policy, runs=runs))
-                                       for policy in ("ours", "ca")}})
+                                       for policy in policies}})
     return rows
 
 
@@ -359,7 +362,7 @@ def replay_section(
             step(f"{name} / spot: seeds", 1.0)
         if spot_targets:
             targets[name] = [*targets.get(name, []), *spot_targets]
-        standby_targets = evaluate_standby_targets(name, results[name])
+        standby_targets = evaluate_standby_targets(name, results[name], (facts[name].get("wait_over_seeds") or ()))
         if standby_targets:
             targets[name] = [*targets.get(name, []), *standby_targets]
     return results, facts, targets, series

@@ -152,3 +152,40 @@ def test_the_forecast_error_is_none_until_an_hour_with_demand_was_judged() -> No
     from devtools.replay.standby import forecast_mape
 
     assert forecast_mape(MemoryStateStore(), datetime(2030, 1, 7, tzinfo=UTC)) is None
+
+
+def _seed(seed: int, mine: tuple[float, float], theirs: tuple[float, float], held_to: str) -> dict:
+    return {"seed": seed, POLICY: {"p95": mine[0], "cost": mine[1]}, held_to: {"p95": theirs[0], "cost": theirs[1]}}
+
+
+@pytest.mark.parametrize(("rows", "met"), [
+    # (ours+standby's p95 over the target's limit, its cost), per seed; the run it is held to costs 100
+    ([(-6, 90), (2, 95)], True),  # 2 s under the limit on average, cheaper
+    ([(-5, 90), (15, 95)], False),  # 5 s over on average
+    ([(-5, 110), (-5, 95)], False),  # dearer on average
+])
+@pytest.mark.parametrize("target", STANDBY_TARGETS, ids=lambda t: t.trace)
+def test_the_standby_targets_are_judged_on_the_seeds_means_too(target: Any, rows: list, met: bool) -> None:
+    seeds = [_seed(i, (target.p95_s + over, cost), (70, 100), target.cost_at_most)
+             for i, (over, cost) in enumerate(rows)]
+    per_policy = {POLICY: _run(90, 40), target.cost_at_most: _run(100, 70)}
+    targets = evaluate_standby_targets(target.trace, per_policy, seeds)
+    assert len(targets) == 3 and targets[2]["met"] is met
+    assert targets[2]["name"].endswith("means over seeds 0-1")
+    assert len(evaluate_standby_targets(target.trace, per_policy, seeds[:1])) == 2  # one seed: no mean row
+
+
+def test_the_suites_seed_rows_carry_ours_standby_when_the_run_has_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from devtools.replay import suite
+    replayed: list[tuple[str, int]] = []
+
+    def fake_replay(trace, policy, config):  # type: ignore[no-untyped-def]
+        replayed.append((policy, config.seed))
+        return SimpleNamespace(result=_run(100 + config.seed, 40 + config.seed))
+
+    monkeypatch.setattr(suite, "replay", fake_replay)
+    monkeypatch.setattr(suite, "load_trace", lambda name, *, seed: f"{name}@{seed}")
+    per_policy = {"ours": _run(99, 5), "ca": _run(98, 6), POLICY: _run(97, 4)}
+    rows = suite.wait_over_seeds("alibaba2023", per_policy, seed=0, count=2)
+    assert rows[0][POLICY] == {"p95": 4, "cost": 97} and rows[1][POLICY] == {"p95": 41, "cost": 101}
+    assert sorted(replayed) == [("ca", 1), ("ours", 1), (POLICY, 1)]
