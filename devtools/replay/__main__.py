@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,14 @@ def _setting(text: str) -> tuple[str, str]:
     return name.strip(), value
 
 
+def _pool_tag(text: str) -> tuple[str, str, str]:
+    pool, sep, tag = text.partition("/")
+    name, eq, value = tag.partition("=")
+    if not sep or not eq or not pool.strip() or not name.strip():
+        raise argparse.ArgumentTypeError(f"--pool-tag wants POOL/NAME=VALUE, got {text!r}")
+    return pool.strip(), name.strip(), value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m devtools.replay", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -45,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
                      "a raw trace file's format's own, or a D16s_v5 pool and two A100 pools for a file)")
     one.add_argument("--setting", type=_setting, action="append", default=[], metavar="NAME=VALUE",
                      help="an app setting for `ours` (repeatable), e.g. SCALE_DOWN_UNNEEDED_TIME=5m")
+    one.add_argument("--pool-tag", type=_pool_tag, action="append", default=[], metavar="POOL/NAME=VALUE",
+                     help="a scale-set tag on one pool (repeatable), e.g. gpu-nc48/autoscaler-standby=4: a per-group "
+                          "choice an operator makes with tags")
     one.add_argument("--boot-median", type=float, default=100.0, help="median node boot delay, seconds (default 100)")
     one.add_argument("--boot-p95", type=float, default=300.0, help="p95 node boot delay, seconds (default 300)")
     one.add_argument("--start-fraction", type=float, default=0.5,
@@ -171,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot read trace: {exc}", file=sys.stderr)
         return 2
     pools = POOL_SETS[args.pools] if args.pools else POOL_SETS.get(kind or args.trace, DEFAULT_POOLS)
+    unknown = sorted({pool for pool, _, _ in args.pool_tag} - {p.name for p in pools})
+    if unknown:
+        print(f"--pool-tag names no pool of this run: {', '.join(unknown)} (pools: {', '.join(p.name for p in pools)})",
+              file=sys.stderr)
+        return 2
+    pools = tuple(replace(p, tags=(*p.tags, *((name, value) for pool, name, value in args.pool_tag if pool == p.name)))
+                  for p in pools)
     config = ReplayConfig(seed=args.seed, pools=pools, boot_median_s=args.boot_median, boot_p95_s=args.boot_p95,
                           start_fraction=args.start_fraction,
                           provisioning_failure_rate=args.failure_rate, settings=dict(args.setting),

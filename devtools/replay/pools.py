@@ -38,6 +38,8 @@ class Pool:
     eviction_policy: str = "Delete"  # a spot pool's (AKS's default for spot pools); ignored on Regular ones
     spot_price_fraction: float | None = None  # a spot pool's price over on-demand; None: the shipped table
     max_pods: int = 110  # the kubelet's maxPods (the Kubernetes default; NAP's nodes take 250)
+    # Extra scale-set tags, (name, value) pairs: an operator's per-group choices, e.g. ("autoscaler-standby", "2").
+    tags: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_spot(self) -> bool:
@@ -75,6 +77,8 @@ class Pool:
         if self.is_spot:  # the sandbox stamps AKS's spot label and taint on its nodes
             group["priority"] = "Spot"
             group["eviction_policy"] = self.eviction_policy
+        if self.tags:
+            group["tags"] = dict(self.tags)
         return group
 
 

@@ -103,6 +103,9 @@ def replay(
     if policy in STANDBY_POLICIES:
         # What it set beyond ours' defaults, how its scale-ups were served and what its stopped instances billed.
         result["settings"] = standby.standby_settings(config.settings)
+        tagged = {pool.name: dict(pool.tags) for pool in config.pools if pool.tags}
+        if tagged:  # per-group choices (autoscaler-standby) made with scale-set tags
+            result["pool_tags"] = tagged
         result["standby"] = standby.standby_section(world, slow_s=standby.slow_threshold(trace.name),
                                                     forecast_mape=standby.forecast_mape(chosen.state, world.now))
         result["assumptions"] = list(standby.ASSUMPTIONS)

@@ -189,3 +189,13 @@ def test_the_suites_seed_rows_carry_ours_standby_when_the_run_has_it(monkeypatch
     rows = suite.wait_over_seeds("alibaba2023", per_policy, seed=0, count=2)
     assert rows[0][POLICY] == {"p95": 4, "cost": 97} and rows[1][POLICY] == {"p95": 41, "cost": 101}
     assert sorted(replayed) == [("ca", 1), ("ours", 1), (POLICY, 1)]
+
+
+def test_a_pools_tags_reach_its_scale_set() -> None:
+    from dataclasses import replace as with_
+
+    pool = with_(CPU_POOL, tags=(("autoscaler-standby", "4"),))
+    world = build_world(Trace("none", "<test>", (TracePod(at=0.0, duration=60.0, cpu_milli=100, memory_bytes=GIB),),
+                              "hand-made"), ReplayConfig(pools=(pool,), tail_s=60.0))
+    assert _group(world).tags.get("autoscaler-standby") == "4"
+    assert "tags" not in CPU_POOL.node_group(resource_group="rg")  # no tags, none written

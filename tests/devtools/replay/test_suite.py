@@ -36,6 +36,8 @@ def test_replay_command_prints_the_table_and_writes_json(tmp_path: Path, capsys:
     (["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "ours", "--failure-rate", "2"], "--failure-rate"),
     (["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "ours+standby", "--start-fraction", "0"],
      "--start-fraction"),
+    (["replay", "--trace", str(FIXTURES / "pods.csv"), "--policy", "ours+standby", "--pool-tag",
+      "nosuch/autoscaler-standby=2"], "nosuch"),
 ])
 def test_replay_command_names_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
