@@ -6,7 +6,10 @@ the forecast gauges through telemetry. Each pending poll notes, per group, the n
 compare-and-swap (services.swap). So a group with steady demand costs one write an hour.
 
 Rows are kept per store object between polls (the pending poll runs on one instance at a time, its timer's
-singleton lock): a poll that changes nothing reads nothing. After a write, the next poll reads the row once
+singleton lock): a poll that changes nothing reads nothing. Callers outside the pending poll (the standby
+decision in the utilisation poll and the executor, `get_forecasts`) share those rows and read a row again only
+when what they hold is from an earlier hour, so a process that never notes demand sees the pending poll's
+notes within the hour (the forecast depends on completed hours only). After a write, the next poll reads the row once
 (the port does not hand back the new ETag); a write that loses its race reads the row afresh. Forecasts depend on
 completed hours only, so each group's is computed once an hour and kept with the row.
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared import telemetry
@@ -39,6 +42,7 @@ class _Known:
     row: DemandHistory | None  # as last read with its ETag; None: read it before the next write
     history: DemandHistory  # the latest content, written or read
     forecast: tuple[tuple[object, ...], Forecast] | None = None  # (what it was computed from, the forecast)
+    hour: datetime | None = None  # the hour `history` was last read or noted in (None: unknown, read it again)
 
 
 # Per store object (a store that goes away takes its rows along): group id -> what this process knows.
@@ -81,12 +85,13 @@ def note_and_forecast(state: StateStore, demand: Mapping[str, float], *, now: da
 
 def get_forecasts(state: StateStore, group_ids: Iterable[str], *, now: datetime) -> dict[str, Forecast]:
     """Each group's forecast for the next hour without noting demand (for a caller outside the pending poll);
-    rows this process knows are not read again. A group whose row cannot be read has none."""
+    a row this process knows from the current hour is not read again. A group whose row cannot be read has
+    none."""
     known = _known.setdefault(state, {})
     forecasts = {}
     for group_id in group_ids:
         try:
-            history = _history(state, known, group_id)
+            history = _history(state, known, group_id, now=now)
         except UnreadableRow as exc:
             log.error("group %s: %s; no forecast for it until the row is repaired or deleted", group_id, exc)
             continue
@@ -108,18 +113,21 @@ def pooled_forecast_error(state: StateStore, *, now: datetime) -> float | None:
     return sum(mape * count for mape, count in judged if mape is not None) / hours if hours else None
 
 
-def _history(state: StateStore, known: dict[str, _Known], group_id: str) -> DemandHistory:
+def _history(state: StateStore, known: dict[str, _Known], group_id: str, *, now: datetime) -> DemandHistory:
     mine = known.get(group_id)
-    if mine is not None:
+    hour = hour_of(now)
+    if mine is not None and mine.hour == hour:
         return mine.history
     row = state.get_demand(group_id)
-    known[group_id] = _Known(row, row)
+    known[group_id] = _Known(row, row, mine.forecast if mine is not None else None, hour)
     return row
 
 
 def _note(state: StateStore, known: dict[str, _Known], group_id: str, nodes: float, *, now: datetime) -> DemandHistory:
     mine = known.get(group_id)
     if mine is not None and note_demand(mine.history, nodes, now=now) == mine.history:
+        if mine.hour != hour_of(now):
+            known[group_id] = replace(mine, hour=hour_of(now))  # noted this hour: current for get_forecasts
         return mine.history  # nothing new this poll: no read, no write
 
     def change(row: DemandHistory) -> tuple[DemandHistory | None, tuple[DemandHistory, bool]]:
@@ -131,7 +139,7 @@ def _note(state: StateStore, known: dict[str, _Known], group_id: str, nodes: flo
                                        known=mine.row if mine is not None else None)
     previous = mine.forecast if mine is not None else None
     # After a write the ETag is unknown: the row is read again before the next write.
-    known[group_id] = _Known(None if wrote else history, history, previous)
+    known[group_id] = _Known(None if wrote else history, history, previous, hour_of(now))
     return history
 
 
@@ -145,5 +153,5 @@ def _forecast(known: dict[str, _Known], group_id: str, history: DemandHistory, *
         return mine.forecast[1]
     forecast = forecast_next_hour(history, now=now)
     if mine is not None:
-        known[group_id] = _Known(mine.row, mine.history, (basis, forecast))
+        known[group_id] = replace(mine, forecast=(basis, forecast))
     return forecast

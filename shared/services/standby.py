@@ -11,7 +11,11 @@ The decision is engine.standby's (`standby_target`); this module gathers what it
 - an active scheduled window's standby count (engine.scheduled_capacity).
 
 Reads are made only for a group that may keep standby at all (`may_keep_standby`): with STANDBY_INSTANCES=0,
-no tag and no window, nothing here costs a call. A read that fails (demand row, prices) degrades the target
+no tag and no window, nothing here costs a call. The forecast comes from services.demand's rows kept in memory
+(a row is read again once an hour at most), so a poll that changes nothing reads no demand row.
+
+A Flexible group served by a VMSS Standby Pool (STANDBY_POOLS, services.standby_pools) keeps no standby of its
+own: the pool is its standby, so its idle nodes are removed as SCALE_DOWN_MODE says and it gets no refill. A read that fails (demand row, prices) degrades the target
 (no forecast: 0 for `auto`; no price: no break-even cap) and is logged, never raised: a removal or a scale-up
 must not fail on a forecast.
 """
@@ -25,7 +29,6 @@ from datetime import datetime
 
 from shared import telemetry
 from shared.domain import GroupState, NodeGroup
-from shared.engine.forecast import forecast_next_hour
 from shared.engine.idle import boot_estimate
 from shared.engine.scale_down import ScaleDownOptions
 from shared.engine.scheduled_capacity import TAG_SCHEDULED_CAPACITY, ActiveWindow, active_windows
@@ -40,12 +43,15 @@ from shared.engine.standby import (
 from shared.engine.vm_sizes import table_capacity
 from shared.options import standby_options
 from shared.ports import Ports
+from shared.services import demand
 from shared.services.events import status_event
+from shared.services.standby_pools import pooled_group_ids
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
 NO_STANDBY = StandbyTarget(0, "none configured")
+REFILL_PREFIX = "refill-standby:"  # the ids of RefillStandby actions (shared.actions.new_refill_standby)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +112,19 @@ def get_standby_target(ports: Ports, settings: Settings, group: NodeGroup, *, st
 
 
 def wants_more_standby(ports: Ports, settings: Settings, group: NodeGroup, *, now: datetime,
-                       nodes: Collection[str] = ()) -> bool:
+                       nodes: Collection[str] = (), pooled: Collection[str] | None = None) -> bool:
     """Whether the group's idle nodes `nodes` (one removal; none: one node) removed now go into its standby.
 
     The standby counted is the stopped instances plus the group's other committed removals (being deallocated
     or deleted: both counted, so parallel removals do not overfill it; a delete counted so is made up by a
-    refill). A removal of several nodes goes to the standby only when all of them fit. A malformed tag or a
-    failed read: False (the node is removed as SCALE_DOWN_MODE says).
+    refill), each instance once (`standby_count`). A removal of several nodes goes to the standby only when all
+    of them fit. A group served by a Standby Pool (`pooled`: the poll's set; None: looked up through the
+    cached pool list) never: the pool is its standby. A malformed tag or a failed read: False (the node is
+    removed as SCALE_DOWN_MODE says).
     """
     if not may_keep_standby(settings, group):
+        return False
+    if group.id in (pooled if pooled is not None else pooled_group_ids(ports, (group,))):
         return False
     try:
         state = ports.state.get_group(group.id)
@@ -122,31 +132,61 @@ def wants_more_standby(ports: Ports, settings: Settings, group: NodeGroup, *, no
     except ValueError as exc:
         log.warning("%s: standby not fed by this removal", exc)
         return False
-    others = state.committed - set(nodes)
-    return len(state.stopped) + len(others) + max(len(nodes), 1) <= target.count
+    return standby_count(state, leaving_out=nodes) + max(len(nodes), 1) <= target.count
+
+
+def standby_count(state: GroupState, *, leaving_out: Collection[str] = ()) -> int:
+    """The group's standby as removals feed it: its stopped instances plus its committed removals but
+    `leaving_out`, each instance once. A refill's nodes are committed while it parks them and listed stopped
+    from its grow step on, so committed removals held by a refill (`REFILL_PREFIX`) are not counted again."""
+    others = {node for node in state.committed - set(leaving_out)
+              if not state.removing.get(node, "").startswith(REFILL_PREFIX)}
+    return len(state.stopped) + len(others)
 
 
 def with_standby_room(ports: Ports, settings: Settings, options: ScaleDownOptions, groups: Iterable[NodeGroup], *,
-                      now: datetime, states: Mapping[str, GroupState] | None = None) -> ScaleDownOptions:
-    """`options` with `standby_room`: the groups whose standby takes their next idle node (its stopped instances
-    and committed removals below its target), whose break-even unneeded time is then a start's (engine.standby).
+                      now: datetime, states: Mapping[str, GroupState] | None = None,
+                      pooled: Collection[str] | None = None) -> ScaleDownOptions:
+    """`options` with `standby_room`: the groups whose standby takes their next idle node (`standby_count`
+    below its target), whose break-even unneeded time is then a start's (engine.standby).
 
     The whole group gets the shorter time while its standby has room for one more: idle nodes beyond the room
     are deleted after a start's worth of idle time rather than a boot's (an approximation the next refill
-    makes up for). Groups whose target cannot be read keep the boot's.
+    makes up for). Groups whose target cannot be read keep the boot's, and so do groups served by a Standby
+    Pool (`pooled`, as in `wants_more_standby`): their idle nodes are deleted, not kept stopped.
     """
+    groups = [group for group in groups if may_keep_standby(settings, group)]
+    if not groups:
+        return options
+    if pooled is None:
+        pooled = pooled_group_ids(ports, groups)
     room = set()
     for group in groups:
-        if not may_keep_standby(settings, group):
+        if group.id in pooled:
             continue
         try:
             state = (states or {}).get(group.id) or ports.state.get_group(group.id)
             target = get_standby_target(ports, settings, group, state=state, now=now)
         except ValueError:
             continue  # the poll reports a malformed tag; the group keeps the boot's idle time
-        if len(state.stopped) + len(state.committed) < target.count:
+        if standby_count(state) < target.count:
             room.add(group.id)
     return replace(options, standby_room=frozenset(room)) if room else options
+
+
+def standby_targets(ports: Ports, settings: Settings, groups: Iterable[NodeGroup], *,
+                    states: Mapping[str, GroupState], now: datetime) -> dict[str, StandbyTarget]:
+    """Each group's standby target this poll (`get_standby_target`), for the groups that may keep standby and
+    whose row was read; a malformed tag leaves its group out (logged)."""
+    targets = {}
+    for group in groups:
+        if group.id not in states or not may_keep_standby(settings, group):
+            continue
+        try:
+            targets[group.id] = get_standby_target(ports, settings, group, state=states[group.id], now=now)
+        except ValueError as exc:
+            log.warning("%s: no standby target this poll", exc)
+    return targets
 
 
 def disk_price_hour(group: NodeGroup) -> float | None:
@@ -160,7 +200,6 @@ def standby_report(ports: Ports, settings: Settings, group: NodeGroup, state: Gr
     """The group's standby for status and plan; None for a group that keeps none and has none stopped."""
     if not may_keep_standby(settings, group) and not state.stopped:
         return None
-    from shared.services.standby_refill import REFILL_PREFIX  # the refill imports this module
     refilling = sum(1 for holder in state.removing.values() if holder.startswith(REFILL_PREFIX))
     try:
         target = get_standby_target(ports, settings, group, state=state, now=now, active=active)
@@ -199,7 +238,8 @@ def note_standby_used(ports: Ports, settings: Settings, group: NodeGroup, *, sta
 
 def _forecast(ports: Ports, group: NodeGroup, *, now: datetime):  # type: ignore[no-untyped-def]
     try:
-        return forecast_next_hour(ports.state.get_demand(group.id), now=now)
+        # Kept in memory by services.demand (shared with the pending poll's notes): read once an hour at most.
+        return demand.get_forecasts(ports.state, (group.id,), now=now).get(group.id)
     except Exception as exc:  # noqa: BLE001 - a forecast that cannot be read leaves auto at 0
         log.warning("group %s: no demand forecast (%s); auto standby keeps none", group.id, exc)
         return None
@@ -213,5 +253,6 @@ def _node_price(ports: Ports, group: NodeGroup) -> float | None:
         return None
 
 
-__all__ = ["NO_STANDBY", "StandbyReport", "disk_price_hour", "get_standby_target",
-           "may_keep_standby", "note_standby_used", "record_standby", "standby_report", "wants_more_standby", "with_standby_room"]
+__all__ = ["NO_STANDBY", "REFILL_PREFIX", "StandbyReport", "disk_price_hour", "get_standby_target",
+           "may_keep_standby", "note_standby_used", "record_standby", "standby_count", "standby_report",
+           "standby_targets", "wants_more_standby", "with_standby_room"]

@@ -9,7 +9,14 @@ count or `auto`), capped by the room the group has left below its `max` (a pool 
 paid for nothing) and by Azure's 1,000 VMs of set and pool together. A group with neither the tag nor a
 STANDBY_INSTANCES other than 0 leaves its pool as its owner configured it.
 
+A group whose set has a pool (`pooled_group_ids`) keeps no standby of its own (services.standby, standby_refill):
+the pool is its standby. The utilisation poll lists the pools once (`list_pools`; the adapter caches the list)
+and hands them and the set of pooled groups on; with STANDBY_POOLS=false (no port) nothing is read and no group
+is pooled.
+
 A pool whose listing or update fails is logged and left; the poll goes on (the pool is a help, never needed).
+A listing that fails leaves no group pooled for that poll: in-set standby may refill meanwhile, which costs
+disks for a while but never a pod's wait.
 """
 
 from __future__ import annotations
@@ -102,16 +109,40 @@ def plan_pool_writes(groups: Sequence[NodeGroup], pools: Sequence[StandbyPool], 
     return writes
 
 
-def adjust_standby_pools(ports: Ports, settings: Settings, groups: Sequence[NodeGroup],
-                         targets: Mapping[str, StandbyTarget] | None = None) -> list[PoolWrite]:
-    """Reads the pools (cached by the adapter) and writes those whose target changed; the writes made."""
+def list_pools(ports: Ports, groups: Sequence[NodeGroup]) -> tuple[StandbyPool, ...]:
+    """The Standby Pools of the node resource groups (the adapter's cached list); none without the port
+    (STANDBY_POOLS=false), without a Flexible group (no call), or when the listing fails (logged)."""
     source = ports.standby_pools
     if source is None or not any(g.provider == FLEXIBLE_SCALE_SET for g in groups):
-        return []
+        return ()
     try:
-        pools = source.list_standby_pools()
+        return tuple(source.list_standby_pools())
     except ComputeError as exc:
-        log.warning("standby pools not read, left as they are: %s", exc)
+        log.warning("standby pools not read, left as they are, no group served by one this time: %s", exc)
+        return ()
+
+
+def pooled_ids(groups: Sequence[NodeGroup], pools: Sequence[StandbyPool]) -> frozenset[str]:
+    """The Flexible groups among `groups` whose scale set has a pool in `pools` (pure)."""
+    return frozenset(g.id for g in groups if g.provider == FLEXIBLE_SCALE_SET and pool_of(g, pools) is not None)
+
+
+def pooled_group_ids(ports: Ports, groups: Sequence[NodeGroup]) -> frozenset[str]:
+    """The groups served by a Standby Pool (`list_pools`, then `pooled_ids`); none with STANDBY_POOLS=false."""
+    return pooled_ids(groups, list_pools(ports, groups))
+
+
+def adjust_standby_pools(ports: Ports, settings: Settings, groups: Sequence[NodeGroup],
+                         targets: Mapping[str, StandbyTarget] | None = None, *,
+                         pools: Sequence[StandbyPool] | None = None) -> list[PoolWrite]:
+    """Writes the pools whose target changed; the writes made. `targets`: the poll's standby decisions (with
+    the forecast, so `auto` sizes pools too); `pools`: the poll's `list_pools` (None: listed here)."""
+    source = ports.standby_pools
+    if source is None:
+        return []
+    if pools is None:
+        pools = list_pools(ports, groups)
+    if not pools:
         return []
     done = []
     for pool, write in plan_pool_writes(groups, pools, settings, targets):

@@ -12,6 +12,13 @@ The poll enqueues one refill for a group when all of these hold:
   `autoscaler-standby`), less the idle nodes scale-down may still take from it (they are deallocated into
   the standby rather than deleted, so creating instances for them would pay twice);
 - no refill is in flight for it (one at a time per group);
+- it is not served by a VMSS Standby Pool (services.standby_pools: the pool is its standby);
+- it has been quiet since its last scale-up for as long as scale-down needs to take a node that went idle at
+  once into the standby (`quiet_until`: the group's delay after a scale-up plus its unneeded time with standby
+  room, engine.scale_down.group_rules). A burst's own nodes go idle soon after it and are deallocated into
+  the standby for free; instances created for it meanwhile would be paid twice (a boot's compute, then the
+  burst's nodes deleted for want of room). After that, nodes still busy are not waited for. A refill's grow
+  step sets `last_scale_up` too, so a refill capped below the shortfall is followed by the next after as long;
 - it has no pending demand: no scale-up in flight (a live limits reservation of another action), and no
   pending pod this poll's scale-up simulation places on it;
 - quotas and offering marks leave room for it (`offerings.planning_limits`); the cluster-wide limits are
@@ -26,27 +33,27 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shared import telemetry
 from shared.actions import MAX_NODES_PER_ACTION, new_refill_standby
 from shared.domain import ClusterSnapshot, GroupState, LimitReservations, NodeGroup
 from shared.engine.placement import PlacementState
 from shared.engine.quota import capped_target
+from shared.engine.scale_down import group_rules
 from shared.engine.scale_up import pending_pods, simulate_scale_up
 from shared.engine.standby import StandbyTarget, StandbyView, refill_count, standby_view
 from shared.engine.virtual_nodes import plan_virtual_nodes, planning_snapshot
-from shared.options import scale_up_options, virtual_node_options
+from shared.options import scale_down_options, scale_up_options, virtual_node_options
 from shared.engine.backoff import backoff_view
 from shared.ports import Ports
 from shared.services import offerings
 from shared.services.pending import reclaimable_nodes
-from shared.services.standby import get_standby_target, may_keep_standby
+from shared.services.standby import REFILL_PREFIX, get_standby_target, may_keep_standby
+from shared.services.standby_pools import pooled_group_ids
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
-
-REFILL_PREFIX = "refill-standby:"
 
 
 def group_target(ports: Ports, settings: Settings, group: NodeGroup, state: GroupState, *,
@@ -91,23 +98,40 @@ def refill_shortfall(ports: Ports, settings: Settings, group: NodeGroup, state: 
     return count, f"target {target.count} ({target.why}), {view.count} stopped"
 
 
+def quiet_until(settings: Settings, group: NodeGroup, state: GroupState) -> datetime | None:
+    """When a refill may next create instances for the group: its last scale-up plus the time scale-down needs
+    to take a node idle since then into the standby (its delay after a scale-up and its unneeded time, the
+    latter a start's worth in break-even mode as the group's standby has room); None: not held back.
+    ValueError on a malformed scale-down tag (the poll reports it)."""
+    if state.last_scale_up is None:
+        return None
+    options = replace(scale_down_options(settings), standby_room=frozenset({group.id}))
+    rules = group_rules(group, options, state)
+    return state.last_scale_up + max(rules.after_add, timedelta(0)) + rules.wait(unready=False)
+
+
 def plan_refills(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, states: Mapping[str, GroupState], *,
-                 unneeded: Collection[str], now: datetime, state: PlacementState | None = None) -> tuple[str, ...]:
+                 unneeded: Collection[str], now: datetime, state: PlacementState | None = None,
+                 pooled: Collection[str] | None = None,
+                 targets: Mapping[str, StandbyTarget] | None = None) -> tuple[str, ...]:
     """Enqueue one RefillStandby for each group whose standby is short and that has no pending demand (see the
-    module docstring); the ids of those enqueued."""
-    candidates: list[tuple[NodeGroup, int]] = []
-    for group in snapshot.groups:
-        if group.id not in states:
-            continue  # a group left out this poll (its row unreadable)
-        if not may_keep_standby(settings, group):
-            continue  # no read at all for a group that keeps no standby
+    module docstring); the ids of those enqueued. `pooled`: the groups served by a Standby Pool (None: looked
+    up through the cached pool list); `targets`: the poll's standby targets (None: computed here)."""
+    candidates: list[tuple[NodeGroup, StandbyTarget]] = []
+    keeping = [g for g in snapshot.groups if g.id in states and may_keep_standby(settings, g)]
+    if keeping and pooled is None:
+        pooled = pooled_group_ids(ports, keeping)
+    for group in keeping:  # no read at all for a group that keeps no standby or whose row is unreadable
+        if group.id in (pooled or ()):
+            continue  # its Standby Pool is its standby (services.standby_pools)
         try:
-            target = group_target(ports, settings, group, states[group.id], now=now)
+            target = (targets[group.id] if targets is not None and group.id in targets
+                      else group_target(ports, settings, group, states[group.id], now=now))
         except ValueError as exc:
             log.warning("standby not refilled: %s", exc)
             continue
         if target.count:
-            candidates.append((group, target.count))
+            candidates.append((group, target))
     if not candidates:
         return ()  # the usual case: no group keeps a standby
     row = ports.state.get_limit_reservations()
@@ -115,13 +139,14 @@ def plan_refills(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, st
     idle = _idle_by_group(snapshot, unneeded)
     limits = offerings.planning_limits(ports, settings, [g for g, _ in candidates], now=now)
     enqueued = []
-    for group, _ in candidates:
+    for group, target in candidates:
         gstate = states[group.id]
         why = _blocked(row, group, gstate, demand, limits.blocked, now=now)
+        if why is None:
+            why = _not_quiet(settings, group, gstate, now=now)
         if why is not None:
             log.debug("standby of %s not refilled: %s", group.id, why)
             continue
-        target = group_target(ports, settings, group, gstate, now=now)
         view = StandbyView(stopped=tuple(sorted(gstate.stopped)))
         # Idle nodes beyond the minimum go to the standby when scale-down takes them (deallocated, not deleted).
         takeable = min(idle.get(group.id, 0), max(group.running_target - group.min_size, 0))
@@ -153,6 +178,16 @@ def _blocked(row: LimitReservations, group: NodeGroup, state: GroupState, demand
         return "pending pods are planned onto it"
     if group.id in blocked:
         return blocked[group.id]
+    return None
+
+
+def _not_quiet(settings: Settings, group: NodeGroup, state: GroupState, *, now: datetime) -> str | None:
+    try:
+        until = quiet_until(settings, group, state)
+    except ValueError as exc:
+        return str(exc)
+    if until is not None and now < until:
+        return f"its last scale-up's nodes may still go idle into it (quiet until {until.isoformat()})"
     return None
 
 

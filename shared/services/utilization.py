@@ -31,8 +31,8 @@ from shared.services.buffers import keep_room
 from shared.services.group_rows import leave_out, nodes_of, read_group_states, removals_seen
 from shared.services.observe import measured_cpu, observe_or_skip, running_sizes
 from shared.services.scheduled_capacity import with_windows
-from shared.services.standby import with_standby_room
-from shared.services.standby_pools import adjust_standby_pools
+from shared.services.standby import standby_targets, with_standby_room
+from shared.services.standby_pools import adjust_standby_pools, list_pools, pooled_ids
 from shared.services.plan_lease import plan_lease
 from shared.services.protection import apply_scale_in_protection
 from shared.services.rounds import request_round
@@ -92,9 +92,13 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
             snapshot, group_states = _readable(snapshot, group_states, unreadable)
     previous = ports.state.list_unneeded()
     snapshot = running_sizes(snapshot, group_states)
-    # Flexible groups' Standby Pools follow the standby decision (STANDBY_POOLS; errors logged, never fatal).
-    adjust_standby_pools(ports, settings, snapshot.groups)
+    # Flexible groups' Standby Pools follow the standby decision (STANDBY_POOLS; errors logged, never fatal),
+    # listed once (none without the port); a group served by one keeps no standby of its own.
+    pools = list_pools(ports, snapshot.groups)
+    pooled = pooled_ids(snapshot.groups, pools)
     snapshot, _ = with_windows(settings, snapshot, now=now)  # scale-down keeps an active window's minimum
+    targets = standby_targets(ports, settings, snapshot.groups, states=group_states, now=now)
+    adjust_standby_pools(ports, settings, snapshot.groups, targets, pools=pools)
     # CapacityBuffers' room is kept: their placeholders hold the nodes they fit and are load there (services.buffers).
     planned, placements = keep_room(ports, snapshot, lambda held, after: pending_placements(
         held, group_states, settings, now=now, after=after), now=now)
@@ -103,7 +107,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         # A left-out group's nodes being deleted still hold their slots: its own removals in flight are unknown.
         planned, unneeded_since=previous, now=now,
         options=with_standby_room(ports, settings, scale_down_options(settings), snapshot.groups, now=now,
-                                  states=group_states),
+                                  states=group_states, pooled=pooled),
         group_states={**group_states, **{gid: removals_seen(observed, gid) for gid in unreadable}},
         measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
         pending_placements=(placements if placements is not None
@@ -163,7 +167,8 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         # Flat keys: they become custom dimensions in Application Insights (a dict would arrive as one string).
         log.info("node %s kept (%s): %s", node, reason.code, reason, extra={"node": node, "kept_reason": reason.code})
     # Warm standby short and the group quiet: create and park instances (with DRY_RUN the executor only records it).
-    enqueued += plan_refills(ports, settings, snapshot, group_states, unneeded=plan.unneeded, now=now)
+    enqueued += plan_refills(ports, settings, snapshot, group_states, unneeded=plan.unneeded, now=now,
+                             pooled=pooled, targets=targets)
     telemetry.record_utilization_poll(len(plan.unneeded), group_states, now=now)
     waiting = waiting_for_slots(snapshot, plan)
     throttled = any(reason.code == reasons.ARM_THROTTLED for reason in plan.kept.values())

@@ -1,0 +1,128 @@
+"""When the utilisation poll refills a warm standby: never for a group its VMSS Standby Pool serves (the pool is
+its standby, listed once per poll, nothing read without the port), and not while its last scale-up's nodes may
+still go idle into it (`quiet_until`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from devtools.replay.world_ports import WorldCompute
+from shared.domain import FLEXIBLE_SCALE_SET
+from shared.ports import StandbyPool
+from shared.services.providers import ProviderRouter
+from shared.services.standby_refill import quiet_until
+from shared.services.utilization import run_utilization_poll
+from tests.memory_app import MemoryApp, memory_app
+
+GROUP = "rg-sb/pool"
+STANDBY = 2
+
+
+class CountingPools:
+    """A StandbyPoolSource holding `pools`, counting its lists and keeping its writes."""
+
+    def __init__(self, pools: list[StandbyPool]) -> None:
+        self.pools, self.lists, self.writes = pools, 0, []  # type: ignore[var-annotated]
+
+    def list_standby_pools(self) -> list[StandbyPool]:
+        self.lists += 1
+        return list(self.pools)
+
+    def update_standby_pool(self, pool: StandbyPool, *, max_ready: int, min_ready: int) -> StandbyPool:
+        self.writes.append((pool.name, max_ready, min_ready))
+        updated = replace(pool, max_ready=max_ready, min_ready=min_ready)
+        self.pools = [updated if p.name == pool.name else p for p in self.pools]
+        return updated
+
+
+POOL = StandbyPool("rg-sb", "pool-standby", "rg-sb", "pool", "Deallocated", 0, 0)
+OTHER_SET = replace(POOL, name="other-standby", scale_set_name="other")
+
+
+def _scenario(tags: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": "standby", "cluster_name": "standby", "arm_throttling": False,
+        "boot_delay": {"min": "40s", "max": "60s"},
+        "node_groups": [
+            {"resource_group": "rg-sb", "name": "pool", "vm_size": "Standard_D4s_v5",
+             "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}, "min": 1, "max": 10, "initial": 1,
+             "tags": tags},
+        ],
+    }
+
+
+def _app(*, pools: CountingPools | None, flexible: bool = True, settings: dict[str, str] | None = None) -> MemoryApp:
+    app = memory_app(_scenario({"autoscaler-standby": str(STANDBY)}),
+                     settings={"STEP_RETRY_DELAY": "10s", **(settings or {})})
+    if flexible:  # the world's set read as a Flexible one: what the pool decision looks at
+        compute = WorldCompute(app.world, cluster_name="standby", resource_groups=["rg-sb"], kind=FLEXIBLE_SCALE_SET)
+        app.ports = replace(app.ports, provider=ProviderRouter([compute]))
+    app.ports = replace(app.ports, standby_pools=pools)
+    return app
+
+
+def _refills(app: MemoryApp) -> list[dict[str, Any]]:
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    return [body for body in map(json.loads, app.queued()) if body.get("kind") == "refill_standby"]
+
+
+@pytest.mark.parametrize("pools,flexible,refilled", [
+    (None, True, True),  # STANDBY_POOLS=false: our standby
+    ([], True, True),  # no pool in the resource groups
+    ([OTHER_SET], True, True),  # a pool of another set
+    ([POOL], False, True),  # a Uniform set has no pool (its name matched or not)
+    ([POOL], True, False),  # the set's pool is its standby
+], ids=["no port", "no pool", "another set's pool", "uniform", "pooled"])
+def test_a_group_served_by_its_standby_pool_gets_no_refill(pools: list[StandbyPool] | None, flexible: bool,
+                                                           refilled: bool) -> None:
+    source = CountingPools(pools) if pools is not None else None
+    app = _app(pools=source, flexible=flexible)
+    refills = _refills(app)
+    assert bool(refills) is refilled
+    if source is not None:
+        assert source.lists == (1 if flexible else 0)  # once per poll, and only with a Flexible group
+        pooled = not refilled
+        # The pool follows the group's target instead, at the same poll.
+        assert source.writes == ([(POOL.name, STANDBY, STANDBY)] if pooled else [])
+
+
+def test_a_pooled_group_keeps_no_stopped_instances_through_the_polls() -> None:
+    source = CountingPools([POOL])
+    app = _app(pools=source)
+    for _ in range(12):
+        app.tick(30)
+    assert app.ports.state.get_group(GROUP).stopped == frozenset()
+    assert source.lists >= 12 and len(source.writes) == 1  # one write: the target did not change
+
+
+@pytest.mark.parametrize("settings", [{}, {"SCALE_DOWN_IDLE_MODE": "fixed"}], ids=["break-even", "fixed"])
+def test_no_refill_creates_while_the_last_scale_up_may_still_feed_it(settings: dict[str, str]) -> None:
+    app = _app(pools=None, flexible=False, settings=settings)
+    (group,) = app.ports.provider.list_node_groups()
+    state = app.ports.state.get_group(GROUP)
+    scaled_up = app.clock.now()
+    assert app.ports.state.update_group(replace(state, last_scale_up=scaled_up))
+    until = quiet_until(app.settings, group, app.ports.state.get_group(GROUP))
+    assert until is not None and until > scaled_up
+    assert _refills(app) == []
+    app.clock.advance((until - app.clock.now()).total_seconds() - 5)
+    assert _refills(app) == []  # just before: still held back
+    app.clock.advance(10)
+    (refill,) = _refills(app)  # past it: refilled
+    assert refill["group"] == GROUP
+
+
+def test_the_quiet_time_is_as_long_as_scale_down_needs_to_take_an_idle_node() -> None:
+    """Break-even: a boot's wait after the scale-up plus a start's idle time; fixed: the settings' two times."""
+    app = _app(pools=None, flexible=False, settings={"SCALE_DOWN_IDLE_MODE": "fixed",
+                                                     "SCALE_DOWN_DELAY_AFTER_ADD": "7m",
+                                                     "SCALE_DOWN_UNNEEDED_TIME": "4m"})
+    (group,) = app.ports.provider.list_node_groups()
+    state = replace(app.ports.state.get_group(GROUP), last_scale_up=app.clock.now())
+    assert quiet_until(app.settings, group, state) == app.clock.now() + timedelta(minutes=11)
+    assert quiet_until(app.settings, group, replace(state, last_scale_up=None)) is None
