@@ -223,3 +223,52 @@ def test_the_report_counts_the_nodes_a_refill_is_parking() -> None:
     assert report is not None
     assert (report.stopped, report.refilling, report.target) == (2, 1, 3)
     assert "1 refilling" in report.line(GROUP)
+
+
+@pytest.mark.parametrize("holder,fits", [
+    ("refill-standby:rg-exec/pool:20300107T090000Z", True),  # a refill's nodes: listed stopped already
+    ("down-1", False),  # a removal's: on their way into the standby, counted beside the stopped ones
+], ids=["refill parking", "removal"])
+def test_a_refill_parking_its_nodes_is_counted_once(holder: str, fits: bool) -> None:
+    from shared.services.standby import standby_count, with_standby_room
+    from shared.options import scale_down_options
+
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "3"})
+    ports, settings = app.context.ports, app.context.settings
+    state = ports.state.get_group(GROUP)
+    parking = {"pool000005": holder, "pool000006": holder}
+    assert ports.state.update_group(replace(state, stopped=frozenset({"5", "6"}), removing=parking,
+                                            committed=frozenset(parking)))
+    stored = ports.state.get_group(GROUP)
+    assert standby_count(stored) == (2 if fits else 4)
+    # One more idle node fits a standby of 3 only when the refill's two are counted once.
+    assert wants_more_standby(ports, settings, _group(app), now=app.clock.now()) is fits
+    room = with_standby_room(ports, settings, scale_down_options(settings), [_group(app)], now=app.clock.now())
+    assert (GROUP in room.standby_room) is fits
+
+
+def test_the_standby_decision_reads_each_demand_row_once_an_hour() -> None:
+    from shared.services.standby import with_standby_room
+    from shared.options import scale_down_options
+
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "auto"})
+    ports, settings, now = app.context.ports, app.context.settings, app.clock.now()
+    history = DemandHistory(GROUP)
+    for hours in range(6, 0, -1):
+        history = note_demand(history, 2, now=now - timedelta(hours=hours))
+    ports.state.update_demand(history)
+    reads: list[str] = []
+    store = ports.state
+    original = store.get_demand
+    store.get_demand = lambda group_id: (reads.append(group_id), original(group_id))[1]  # type: ignore[method-assign]
+    first = get_standby_target(ports, settings, _group(app), now=now)
+    assert first.count > 0 and reads == [GROUP]
+    for _ in range(3):  # what a poll and the executor's checks ask, again and again: nothing read anew
+        assert get_standby_target(ports, settings, _group(app), now=now) == first
+        wants_more_standby(ports, settings, _group(app), now=now)
+        with_standby_room(ports, settings, scale_down_options(settings), [_group(app)], now=now)
+    assert reads == [GROUP]
+    later = now + timedelta(hours=1)
+    get_standby_target(ports, settings, _group(app), now=later)
+    get_standby_target(ports, settings, _group(app), now=later)
+    assert reads == [GROUP, GROUP]  # the next hour: read once more

@@ -70,3 +70,27 @@ def test_the_adapter_lists_and_updates_the_sandbox_pool(sandbox_factory: Sandbox
         assert report["writes"][-1] == {"t": report["writes"][-1]["t"], "max_ready": 12, "min_ready": 12}
     finally:
         source.close()
+
+
+def test_auto_sizes_a_pool_from_the_forecast_the_poll_computed() -> None:
+    """The utilisation poll hands its standby targets (forecast included) to the pools: `auto` is not 0 there."""
+    from datetime import timedelta
+
+    from shared.domain import DemandHistory
+    from shared.engine.forecast import note_demand
+    from shared.services.standby import get_standby_target
+    from shared.services.utilization import run_utilization_poll
+    from tests.shared.services.test_standby_refill import GROUP, POOL, CountingPools, _app
+
+    source = CountingPools([replace(POOL, max_ready=0, min_ready=0)])
+    app = _app(pools=source, settings={"STANDBY_INSTANCES": "auto"}, tag="auto")
+    now = app.clock.now()
+    history = DemandHistory(GROUP)
+    for hours in range(6, 0, -1):
+        history = note_demand(history, 3, now=now - timedelta(hours=hours))
+    app.ports.state.update_demand(history)
+    (group,) = app.ports.provider.list_node_groups()
+    target = get_standby_target(app.ports, app.settings, group, now=now)
+    assert target.count > 0 and "auto" in target.why
+    run_utilization_poll(app.ports, app.settings, now=now)
+    assert source.writes == [(POOL.name, target.count, target.count)]

@@ -56,8 +56,9 @@ def _scenario(tags: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _app(*, pools: CountingPools | None, flexible: bool = True, settings: dict[str, str] | None = None) -> MemoryApp:
-    app = memory_app(_scenario({"autoscaler-standby": str(STANDBY)}),
+def _app(*, pools: CountingPools | None, flexible: bool = True, settings: dict[str, str] | None = None,
+         tag: str = str(STANDBY)) -> MemoryApp:
+    app = memory_app(_scenario({"autoscaler-standby": tag}),
                      settings={"STEP_RETRY_DELAY": "10s", **(settings or {})})
     if flexible:  # the world's set read as a Flexible one: what the pool decision looks at
         compute = WorldCompute(app.world, cluster_name="standby", resource_groups=["rg-sb"], kind=FLEXIBLE_SCALE_SET)
