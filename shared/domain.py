@@ -762,6 +762,9 @@ class NodeGroup:
     # The backend's version of the group as read (ARM's etag), "" when it reports none: a resize made from this
     # read is sent with If-Match, so ARM refuses it if the group changed since (NodeGroupProvider.begin_resize).
     etag: str = ""
+    # Whether its instances may hibernate on a deallocate (memory kept on the OS disk, resumed on start): a Flexible
+    # scale set created with additionalCapabilities.hibernationEnabled, not spot; read by the providers.
+    hibernation_enabled: bool = False
     # Filled in by the services from the group's state, never by a provider:
     stopped: int = 0  # of the capacity, instances we deallocated (SCALE_DOWN_MODE=deallocate): no node, none coming
     written_off: int = 0  # nodes asked for that the planner no longer counts on (a ProvisionTimeout backoff)

@@ -269,8 +269,14 @@ class NodeGroupProvider(Protocol):
 
     def begin_delete_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation: ...
 
-    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
-        """Stop these instances and release their hardware; capacity is unchanged, compute is no longer billed."""
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str], *,
+                                   hibernate: bool = False) -> Operation:
+        """Stop these instances and release their hardware; capacity is unchanged, compute is no longer billed.
+
+        `hibernate`: keep their memory on the OS disk so a start resumes them (only where
+        `group.hibernation_enabled`); a backend that cannot hibernate them refuses with ComputeError before
+        anything changes (ARM: 400), and the caller may deallocate them plainly instead.
+        """
         ...
 
     def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
