@@ -354,6 +354,7 @@ class WorldCompute:
             priority=sim.spec.priority,
             eviction_policy=sim.spec.eviction_policy if sim.spec.priority == "Spot" else "",
             etag=vmss_etag(sim),
+            hibernation_enabled=sim.spec.hibernation_enabled and sim.spec.priority != "Spot",
         )
 
     def _changed(self, run: Any) -> Operation:
@@ -473,11 +474,12 @@ class WorldCompute:
         self._arm("delete_instances", group=sim)
         return self._changed(lambda: self._world.delete_instances(sim, ids))
 
-    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str], *,
+                                   hibernate: bool = False) -> Operation:
         ids = self._some("deallocate", group, instance_ids)
         sim = self._sim(group)
         self._arm("deallocate_instances", group=sim)
-        return self._changed(lambda: self._world.deallocate_instances(sim, ids))
+        return self._changed(lambda: self._world.deallocate_instances(sim, ids, hibernate=hibernate))
 
     def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
         ids = self._some("start", group, instance_ids)

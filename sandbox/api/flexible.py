@@ -305,6 +305,8 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
             "uniqueId": group.unique_id,
             "platformFaultDomainCount": 1,
             "timeCreated": rfc3339_micro(world.start),
+            # VirtualMachineScaleSetProperties.additionalCapabilities: shown when the set was created with it.
+            **({"additionalCapabilities": {"hibernationEnabled": True}} if spec.hibernation_enabled else {}),
         },
     }
     if spec.zones:

@@ -240,7 +240,9 @@ class AksAgentPools:
             self._resource_group, self._cluster, group.name, body, polling=polling))
         return self._operations.outcome(what, poller, polling, resumed=False)
 
-    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str], *,
+                                   hibernate: bool = False) -> Operation:
+        """Refused, hibernating or not: AKS pools' nodes are stopped by AKS (hibernation_enabled stays false)."""
         raise ComputeError(f"deallocate machines of agent pool {group.name}: AKS deallocates through the pool's own "
                            "scaleDownMode; use SCALE_DOWN_MODE=delete for AKS pools", code="OperationNotAllowed")
 

@@ -392,6 +392,15 @@ def _priority(vmss: VirtualMachineScaleSet) -> tuple[str, str]:
     return "Regular", ""
 
 
+def _hibernation_enabled(vmss: VirtualMachineScaleSet, kind: str, priority: str) -> bool:
+    """Whether the set's VMs may hibernate: `additionalCapabilities.hibernationEnabled` on a Flexible set of regular
+    VMs. Azure supports hibernation on neither Uniform sets nor spot VMs (hibernate-resume.md, "Azure feature
+    limitations"), so the flag alone is not enough."""
+    capabilities = getattr(vmss, "additional_capabilities", None)
+    flagged = bool(getattr(capabilities, "hibernation_enabled", None))
+    return flagged and kind == FLEXIBLE_SCALE_SET and priority == "Regular"
+
+
 def _private_ips(nics: Iterable[Any]) -> dict[str, tuple[str, ...]]:
     """Instance id -> the private IPs of its NICs (primary NIC and primary IP configuration first)."""
     found: dict[str, list[str]] = {}
@@ -662,6 +671,7 @@ class VmssCompute:
             location=_text(vmss.location),
             provider=kind,
             etag=_text(vmss.etag),
+            hibernation_enabled=_hibernation_enabled(vmss, kind, priority),
         )
 
     def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
@@ -799,21 +809,27 @@ class VmssCompute:
         )
         return self._outcome(what, poller, polling, resumed=False)
 
-    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
-        """POST deallocate for exactly these instances; they stay in the scale set, stopped and not billed."""
-        return self._power("deallocate", group, instance_ids, self._client.virtual_machine_scale_sets.begin_deallocate)
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str], *,
+                                   hibernate: bool = False) -> Operation:
+        """POST deallocate for exactly these instances; they stay in the scale set, stopped and not billed.
+        `hibernate` sends `hibernate=true`, which ARM takes on Flexible sets only (a Uniform set refuses it)."""
+        # hibernate=None leaves the query parameter out: a plain deallocate's request stays what it was.
+        return self._power("hibernate" if hibernate else "deallocate", group, instance_ids,
+                           self._client.virtual_machine_scale_sets.begin_deallocate,
+                           **({"hibernate": True} if hibernate else {}))
 
     def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
         """POST start for exactly these instances."""
         return self._power("start", group, instance_ids, self._client.virtual_machine_scale_sets.begin_start)
 
-    def _power(self, verb: str, group: NodeGroup, instance_ids: list[str], begin: Callable[..., LROPoller[Any]]) -> Operation:
+    def _power(self, verb: str, group: NodeGroup, instance_ids: list[str], begin: Callable[..., LROPoller[Any]],
+               **options: Any) -> Operation:
         what = f"{verb} instances {','.join(instance_ids)} of scale set {group.resource_group}/{group.name}"
         if not instance_ids:
             raise ValueError(f"{what}: no instance ids given")
         ids = VirtualMachineScaleSetVMInstanceIDs(instance_ids=list(instance_ids))
         polling = self._polling(poll_first=False)
-        poller = self._arm(what, lambda: begin(group.resource_group, group.name, ids, polling=polling))
+        poller = self._arm(what, lambda: begin(group.resource_group, group.name, ids, polling=polling, **options))
         return self._outcome(what, poller, polling, resumed=False)
 
     # -- scale-in protection ----------------------------------------------------------------

@@ -113,23 +113,30 @@ class FlexCompute(VmssCompute):
 
     # -- power: one operation per VM ------------------------------------------------------
 
-    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
-        """POST deallocate on each member VM; they stay in the scale set, stopped and not billed."""
-        return self._each("deallocate", group, instance_ids, self._client.virtual_machines.begin_deallocate)
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str], *,
+                                   hibernate: bool = False) -> Operation:
+        """POST deallocate on each member VM; they stay in the scale set, stopped and not billed. `hibernate`
+        sends `hibernate=true` (VirtualMachines_Deallocate): on a set created hibernation-enabled the VMs
+        hibernate; otherwise ARM refuses the first VM's call (400) before that VM changes."""
+        # hibernate=None leaves the query parameter out: a plain deallocate's request stays what it was.
+        return self._each("hibernate" if hibernate else "deallocate", group, instance_ids,
+                          self._client.virtual_machines.begin_deallocate,
+                          **({"hibernate": True} if hibernate else {}))
 
     def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
         """POST start on each member VM."""
         return self._each("start", group, instance_ids, self._client.virtual_machines.begin_start)
 
     def _each(self, verb: str, group: NodeGroup, instance_ids: list[str],
-              begin: Callable[..., LROPoller[Any]]) -> Operation:
+              begin: Callable[..., LROPoller[Any]], **options: Any) -> Operation:
         what = f"{verb} VMs {','.join(instance_ids)} of scale set {group.resource_group}/{group.name}"
         if not instance_ids:
             raise ValueError(f"{what}: no instance ids given")
         operations = []
         for vm in instance_ids:
             polling = self._polling(poll_first=False)
-            poller = self._arm(f"{verb} VM {vm}", lambda vm=vm, p=polling: begin(group.resource_group, vm, polling=p))
+            poller = self._arm(f"{verb} VM {vm}",
+                               lambda vm=vm, p=polling: begin(group.resource_group, vm, polling=p, **options))
             operations.append(self._outcome(f"{verb} VM {vm}", poller, polling, resumed=False))
         return _combined(operations)
 

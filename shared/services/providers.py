@@ -145,9 +145,12 @@ class ProviderRouter:
         provider = self._of(group)
         return self._tagged(provider, provider.begin_delete_instances(group, instance_ids))
 
-    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
+    def begin_deallocate_instances(self, group: NodeGroup, instance_ids: list[str], *,
+                                   hibernate: bool = False) -> Operation:
         provider = self._of(group)
-        return self._tagged(provider, provider.begin_deallocate_instances(group, instance_ids))
+        # Asked only when hibernating, so a provider written before the keyword still serves plain deallocates.
+        options = {"hibernate": True} if hibernate else {}
+        return self._tagged(provider, provider.begin_deallocate_instances(group, instance_ids, **options))
 
     def begin_start_instances(self, group: NodeGroup, instance_ids: list[str]) -> Operation:
         provider = self._of(group)
