@@ -126,6 +126,9 @@ param alertEmail string = ''
 @minValue(1)
 param failedScaleUpThreshold int = 3
 
+@description('STANDBY_POOLS: keep each Flexible set\'s VMSS Standby Pool at the group\'s standby target; grants read and write on the Standby Pools of the node resource groups (docs/standby-pools.md).')
+param standbyPools bool = false
+
 @description('Deliver Azure Scheduled Events (the spot Preempt notice, preview) to the app through an Event Grid system topic, so a spot node is drained in the 30 s before its VM goes.')
 param enableScheduledEvents bool = false
 
@@ -225,6 +228,7 @@ module nodeAccess 'modules/node-access.bicep' = [for nodeResourceGroup in nodeRe
   params: {
     principalId: identity.outputs.principalId
     grantMetricsReader: usageSource == 'vmss-metric'
+    grantStandbyPools: standbyPools
     nodeRole: nodeRole
   }
 }]
@@ -278,6 +282,7 @@ var autoscalerSettings = {
   UTILIZATION_POLL_SCHEDULE: utilizationPollSchedule
   STATE_SWEEP_SCHEDULE: stateSweepSchedule
   DRY_RUN: dryRun ? 'true' : 'false'
+  STANDBY_POOLS: standbyPools ? 'true' : 'false'
 }
 
 module functionApp 'modules/functionapp.bicep' = {

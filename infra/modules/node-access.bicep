@@ -14,6 +14,9 @@ param principalId string
 @description('USAGE_SOURCE=vmss-metric: also read the scale sets\' Percentage CPU metric.')
 param grantMetricsReader bool = false
 
+@description('STANDBY_POOLS=true: also read and update the VMSS Standby Pools of this resource group (their ready capacity).')
+param grantStandbyPools bool = false
+
 @description('VirtualMachineContributor (built-in) or Custom (a role with only the actions the scale-set backends call).')
 @allowed([
   'VirtualMachineContributor'
@@ -131,6 +134,47 @@ resource monitoringReader 'Microsoft.Authorization/roleAssignments@2022-04-01' =
   name: guid(resourceGroup().id, principalId, roles.monitoringReader)
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.monitoringReader)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// STANDBY_POOLS=true: the Standby Pool calls of shared/adapters/standby_pools.py, on this resource group's pools
+// (names from Microsoft's resource provider operations, "Microsoft.StandbyPool"). Neither built-in role above
+// has them. Deliberately absent: standbyVirtualMachinePools/delete (the autoscaler never creates or removes a
+// pool) and runtimeViews/read (it reads a pool's settings, not its live counts).
+var standbyPoolActions = [
+  // standby_virtual_machine_pools.list_by_resource_group: which Flexible set each pool serves, its elasticity profile
+  'Microsoft.StandbyPool/standbyVirtualMachinePools/read'
+  // standby_virtual_machine_pools.update: PATCH elasticityProfile (maxReadyCapacity, minReadyCapacity) only
+  'Microsoft.StandbyPool/standbyVirtualMachinePools/write'
+]
+
+resource standbyPoolRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' = if (grantStandbyPools) {
+  name: guid(resourceGroup().id, 'vmss-autoscaler-standby-pools')
+  properties: {
+    roleName: 'VMSS autoscaler standby pools (${resourceGroup().name}, ${uniqueString(resourceGroup().id)})'
+    description: 'Read the VMSS Standby Pools of ${resourceGroup().name} and set their ready capacity: what the VMSS node autoscaler calls with STANDBY_POOLS=true.'
+    type: 'CustomRole'
+    permissions: [
+      {
+        actions: standbyPoolActions
+        notActions: []
+        dataActions: []
+        notDataActions: []
+      }
+    ]
+    assignableScopes: [
+      resourceGroup().id
+    ]
+  }
+}
+
+// STANDBY_POOLS=true keeps each Flexible set's Standby Pool at the standby target: read and PATCH the pools here.
+resource standbyPoolAccess 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantStandbyPools) {
+  name: guid(resourceGroup().id, principalId, 'vmss-autoscaler-standby-pools')
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', standbyPoolRole.name)
     principalId: principalId
     principalType: 'ServicePrincipal'
   }

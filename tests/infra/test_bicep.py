@@ -39,12 +39,14 @@ CUSTOM_AKS_ROLE = "custom AKS Kubernetes role"
 CUSTOM_NODE_ROLE = "custom node role"
 CUSTOM_POOL_ROLE = "custom AKS agent-pool role"
 CUSTOM_OPERATIONS_ROLE = "custom AKS operation-status role"
+CUSTOM_STANDBY_POOL_ROLE = "custom standby pool role"
 # Each custom role definition, by file and symbol: what an assignment of it is called below.
 CUSTOM_ROLES = {
     ("modules/aks-access.bicep", "autoscalerKubernetesRole"): CUSTOM_AKS_ROLE,
     ("modules/node-access.bicep", "nodeRoleDefinition"): CUSTOM_NODE_ROLE,
     ("modules/aks-pools-access.bicep", "poolRole"): CUSTOM_POOL_ROLE,
     ("modules/aks-pools-access.bicep", "operationStatusRole"): CUSTOM_OPERATIONS_ROLE,
+    ("modules/node-access.bicep", "standbyPoolRole"): CUSTOM_STANDBY_POOL_ROLE,
 }
 
 # Built-in role ids, as in /work/shared/facts/azure.md (Key Vault Secrets Officer added; both Key Vault ids
@@ -65,7 +67,9 @@ ROLES = {
 # Every right the deployment grants, per file. A new assignment fails here until it is reviewed and listed.
 EXPECTED_ASSIGNMENTS = {
     # Virtual Machine Contributor (nodeRole's default) or the custom node role, never both (nodeRole)
-    "modules/node-access.bicep": ["Monitoring Reader", "Virtual Machine Contributor", CUSTOM_NODE_ROLE],
+    # plus, with STANDBY_POOLS (grantStandbyPools), the Standby Pools' read and write
+    "modules/node-access.bicep": ["Monitoring Reader", "Virtual Machine Contributor", CUSTOM_NODE_ROLE,
+                                  CUSTOM_STANDBY_POOL_ROLE],
     "modules/storage.bicep": ["Storage Blob Data Owner", "Storage Queue Data Contributor",
                               "Storage Table Data Contributor"],
     "modules/insights.bicep": ["Monitoring Metrics Publisher"],
@@ -337,6 +341,15 @@ AKS_POOL_ACTIONS = [
     "Microsoft.ContainerService/managedClusters/agentPools/deleteMachines/action",
     "Microsoft.ContainerService/managedClusters/agentPools/machines/read",
 ]
+# Every SDK call of the Standby Pool adapter (standby_pools.py) -> its action, on the node resource groups' pools.
+STANDBY_POOL_CALLS = {
+    "list_by_resource_group": "Microsoft.StandbyPool/standbyVirtualMachinePools/read",
+    "update": "Microsoft.StandbyPool/standbyVirtualMachinePools/write",
+}
+STANDBY_POOL_ACTIONS = [
+    "Microsoft.StandbyPool/standbyVirtualMachinePools/read",
+    "Microsoft.StandbyPool/standbyVirtualMachinePools/write",
+]
 # KUBE_AUTH=aks without manageAksPools: the listing every poll makes (AksAgentPools.list_node_groups).
 # Polling the pool's PUT and deleteMachines (Azure-AsyncOperation, then Location), at the resource group.
 AKS_OPERATION_ACTIONS = [
@@ -421,6 +434,35 @@ def test_virtual_machine_contributor_stays_the_default_and_never_both() -> None:
     # The custom role is assigned at the node resource group itself, like Virtual Machine Contributor.
     for symbol, assignment in resources(relative, ROLE_ASSIGNMENT).items():
         assert "scope" not in resource_body(assignment), symbol
+
+
+def test_standby_pool_role_is_granted_exactly_with_standby_pools() -> None:
+    relative = "modules/node-access.bicep"
+    actions, _ = _custom_role(relative, "standbyPoolRole", {"grantStandbyPools": True})
+    assert actions == STANDBY_POOL_ACTIONS
+    _each_action_has_a_reason(relative, actions)
+    # The adapter's calls on the pools' operations (`self._client.standby_virtual_machine_pools`, or it held as
+    # `operations`).
+    calls = set(re.findall(r"(?:\.standby_virtual_machine_pools|\boperations)\.(\w+)\(",
+                           (ADAPTERS / "standby_pools.py").read_text()))
+    assert calls == set(STANDBY_POOL_CALLS) and set(STANDBY_POOL_CALLS.values()) == set(actions)
+    assignments = resources(relative, ROLE_ASSIGNMENT)
+    for grant in (False, True):
+        for value in ("VirtualMachineContributor", "Custom"):
+            params = {"nodeRole": value, "grantMetricsReader": False, "grantStandbyPools": grant}
+            granted = {_role_of(relative, a) for symbol, a in assignments.items() if _condition(relative, symbol, params)}
+            assert (CUSTOM_STANDBY_POOL_ROLE in granted) is grant
+            assert _condition(relative, "standbyPoolRole", params) is grant
+    assert "scope" not in resource_body(assignments["standbyPoolAccess"])  # the node resource group's pools only
+    # main.bicep: the parameter (off by default) grants the role on every node resource group and sets the setting.
+    assert parse("main.bicep")["parameters"]["standbyPools"]["default"] is False
+    assert parse("main.bicep")["modules"]["nodeAccess"]["config"]["config"]["params"]["grantStandbyPools"] == "standbyPools"
+    parameters = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    assert parameters["standbyPools"]["value"] == "${STANDBY_POOLS=false}"
+    for enabled in (False, True):
+        env = deployed_app_settings("aks", "none", standbyPools=enabled)
+        assert env["STANDBY_POOLS"] == ("true" if enabled else "false")
+        assert load_settings(env).standby_pools is enabled
 
 
 def test_aks_pool_role_has_exactly_the_agent_pool_actions_on_the_cluster_only() -> None:
