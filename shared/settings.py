@@ -532,6 +532,12 @@ SPECS: tuple[Spec, ...] = (
          "Keep each Flexible group's VMSS Standby Pool at the group's standby target (maxReadyCapacity and "
          "minReadyCapacity set to it, once per utilisation poll); groups without a pool are not affected. Needs "
          "Microsoft.StandbyPool/standbyVirtualMachinePools/read and /write. See docs/standby-pools.md."),
+    Spec("STANDBY_HIBERNATE", "standby_hibernate", "false", _bool,
+         "Hibernate the instances stopped into a group's standby (and by `SCALE_DOWN_MODE=deallocate`) where the scale"
+         " set allows it (Flexible, regular VMs, created with additionalCapabilities.hibernationEnabled): a start then"
+         " resumes the node with its memory instead of booting it; the OS disk holds the memory. Other sets deallocate"
+         " as before, and a set that refuses is deallocated plainly. The scale-set tag `autoscaler-standby-hibernate` "
+         "(true or false) overrides it per group. See docs/standby.md."),
     Spec("SCALE_DOWN_UNNEEDED_TIME", "scale_down_unneeded_time", "10m", _nonnegative_duration,
          "How long a node must be unneeded before it is removed (in `fixed` idle mode: see `SCALE_DOWN_IDLE_MODE`)."),
     Spec("SCALE_DOWN_IDLE_MODE", "scale_down_idle_mode", "auto", _choice("auto", "fixed", "break-even"),
@@ -813,6 +819,7 @@ class Settings:
     standby_instances: str  # a whole number or auto (engine.standby.parse_standby)
     standby_max: int
     standby_pools: bool
+    standby_hibernate: bool  # where the group allows it (engine.hibernation)
     scale_down_unneeded_time: timedelta
     scale_down_idle_mode: str  # engine.idle.IDLE_MODES: auto | fixed | break-even
     scale_down_unready_time: timedelta
