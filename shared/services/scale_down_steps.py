@@ -34,6 +34,7 @@ from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.standby import with_standby_room
 from shared.services.scheduled_capacity import with_window_min
 from shared.services.execution import ExecutionResult, Outcome, Run, Step, StepTable, untag
+from shared.services.hibernation import begin_stop_instances
 from shared.services.mapping import map_cluster
 from shared.services.swap import swap_group
 
@@ -339,8 +340,8 @@ def _remove_instances(run: Runs, action: ScaleDown, entry: LedgerEntry, group: N
     verb = removal_verb(run.settings, group, ports=run.ports, now=now, nodes=action.nodes)
     log.info("%s instance(s) %s of %s (node(s) %s, action %s)", "deleting" if verb == "delete" else "deallocating",
              ", ".join(ids), group.id, ", ".join(action.nodes), action.id)
-    if verb == "deallocate":
-        operation = run.ports.provider.begin_deallocate_instances(group, ids)
+    if verb == "deallocate":  # hibernated where STANDBY_HIBERNATE and the set allow it
+        operation = begin_stop_instances(run.ports.provider, run.settings, group, ids)
     else:
         operation = run.ports.provider.begin_delete_instances(group, ids)
     return run.follow(action, entry, operation, next_step="confirm", now=now, kind=verb)

@@ -38,6 +38,7 @@ from shared.engine.quota import capped_target
 from shared.ports import CHANGED_SINCE_READ, ComputeError, LedgerEntry
 from shared.services import ledger, limit_reservations, offerings
 from shared.services.execution import ExecutionResult, Run, Step, StepTable, untag
+from shared.services.hibernation import begin_stop_instances
 from shared.services.mapping import map_cluster
 from shared.services.standby_refill import refill_shortfall
 from shared.services.swap import StateConflict, swap_group
@@ -226,7 +227,8 @@ def park(run: Runs, action: RefillStandby, entry: LedgerEntry, now: datetime) ->
     if not ids:
         return run.finish(action, entry, "skipped", "every new node is in use: none parked", now=now)
     log.info("parking %s of %s in standby (action %s)", ", ".join(ids), group.id, action.id)
-    operation = run.ports.provider.begin_deallocate_instances(group, ids)
+    # hibernated where STANDBY_HIBERNATE and the set allow it
+    operation = begin_stop_instances(run.ports.provider, run.settings, group, ids)
     return run.follow(action, entry, operation, next_step="park", now=now, kind="deallocate")
 
 
