@@ -391,16 +391,18 @@ class WorldCompute:
         self._arm("list_vms", group=sim)
         listed = [self._instance(sim, i) for i in self._world.instances(sim)]
         if power_state:
-            powers = {str(i.instance_id): str(getattr(i, "power", "")) for i in self._world.instances(sim)}
+            powers = {i.arm_id: str(getattr(i, "power", "")) for i in self._world.instances(sim)}
             listed = [replace(i, power_state=powers.get(i.instance_id, "")) for i in listed]
         return listed
 
     def _instance(self, sim: ScaleSetSim, inst: Any) -> Instance:
-        """As VmssCompute converts the ARM double's VM: id, state, computer name and ARM id (no IPs)."""
+        """As VmssCompute converts the ARM double's VM: id, state, computer name and ARM id (no IPs). A Flexible
+        member as FlexCompute reads it: its VM name is its id, its ARM id a plain VM's."""
+        where = f"/subscriptions/{self._world.subscription_id}/resourceGroups/{sim.resource_group}/providers"
         return Instance(
-            str(inst.instance_id), inst.state, inst.computer_name,
-            resource_id=(f"/subscriptions/{self._world.subscription_id}/resourceGroups/{sim.resource_group}"
-                         f"/providers/Microsoft.Compute/virtualMachineScaleSets/{sim.name}"
+            inst.arm_id, inst.state, inst.computer_name,
+            resource_id=(f"{where}/Microsoft.Compute/virtualMachines/{inst.vm_name}" if sim.flexible else
+                         f"{where}/Microsoft.Compute/virtualMachineScaleSets/{sim.name}"
                          f"/virtualMachines/{inst.instance_id}"),
             # A Failed instance's code and message, as VmssCompute reads them from its instance view.
             error_code=inst.error_code if inst.state == "Failed" else "",
@@ -428,7 +430,7 @@ class WorldCompute:
         """The scale set's NICs as the ARM double serves them: every instance's addresses, the primary NIC's first."""
         sim = self._sim(group)
         self._arm("list_nics", group=sim)
-        return {str(i.instance_id): (i.private_ip, *(ip for ip in i.nic_ips if ip != i.private_ip))
+        return {i.arm_id: (i.private_ip, *(ip for ip in i.nic_ips if ip != i.private_ip))
                 for i in self._world.instances(sim)}
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
@@ -437,7 +439,7 @@ class WorldCompute:
             self._world.count_call("arm", OPERATIONS["get_vm"][0], write=False)
             return None
         self._arm("get_vm", group=sim)
-        inst = next((i for i in self._world.instances(sim) if str(i.instance_id) == instance_id), None)
+        inst = next((i for i in self._world.instances(sim) if i.arm_id == instance_id), None)
         return None if inst is None else self._instance(sim, inst)
 
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:

@@ -1,0 +1,146 @@
+"""Hibernated standby on in-memory ports over a real world: with STANDBY_HIBERNATE a hibernation-enabled Flexible
+group's refill parks its instances hibernated, a Uniform group's deallocated; a refusal deallocates them plainly
+and the refill still ends with its instances stopped and no node left behind; throttling is not a refusal."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from shared.domain import NodeGroup
+from shared.engine.hibernation import HIBERNATE_TAG
+from shared.ports import ComputeError, Operation
+from shared.services.executor import Executor
+from shared.services.hibernation import begin_stop_instances
+from shared.services.utilization import run_utilization_poll
+from sandbox.world.compute import InstanceSim
+from tests.memory_app import MemoryApp, memory_app
+
+GROUP = "rg-h/pool"
+STANDBY = 2
+
+
+def _app(*, flexible: bool, enabled: bool, setting: str = "true", tags: dict[str, str] | None = None) -> MemoryApp:
+    group: dict[str, Any] = {
+        "resource_group": "rg-h", "name": "pool", "vm_size": "Standard_D4s_v5",
+        "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}, "min": 1, "max": 10, "initial": 1,
+        "tags": {"autoscaler-standby": str(STANDBY), **(tags or {})},
+    }
+    if flexible:
+        group["orchestration"] = "Flexible"
+    if enabled:
+        group["hibernation_enabled"] = True
+    scenario = {"name": "hibernate", "cluster_name": "hibernate", "arm_throttling": False,
+                "boot_delay": {"min": "40s", "max": "60s"}, "node_groups": [group]}
+    # Hostname mapping: the in-memory ports stamp every group Uniform, and a Flexible member's providerID names a
+    # plain VM, which provider-id mapping without an instance list cannot place.
+    return memory_app(scenario, settings={"STEP_RETRY_DELAY": "10s", "SCALE_DOWN_UNNEEDED_TIME": "10m",
+                                          "STANDBY_HIBERNATE": setting, "NODE_MAPPING": "hostname"})
+
+
+def _refill(app: MemoryApp, seconds: float = 300, step: float = 10) -> list[str]:
+    """One utilisation poll (it enqueues the refill), then the executor on every message until `seconds` pass."""
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert any(json.loads(t).get("kind") == "refill_standby" for t in app.queued())
+    executor, outcomes = Executor(app.ports, app.settings), []
+    for _ in range(int(seconds / step)):
+        app.clock.advance(step)
+        for text in app.take_queued():
+            outcomes.append(executor.execute(text, now=app.clock.now()).outcome)
+    return outcomes
+
+
+def _stopped(app: MemoryApp) -> list[InstanceSim]:
+    """The world's instances the group's row lists as stopped."""
+    stopped = app.ports.state.get_group(GROUP).stopped
+    (scale_set,) = app.world._groups.values()  # noqa: SLF001 - the one group's scale set
+    found = [i for i in scale_set.instances.values() if i.vm_name in stopped or str(i.instance_id) in stopped]
+    assert len(found) == len(stopped) == STANDBY
+    return found
+
+
+@pytest.mark.parametrize("flexible,enabled,setting,tag,hibernated", [
+    (True, True, "true", None, True),     # allowed and asked for
+    (True, True, "false", None, False),   # allowed, not asked for
+    (True, True, "false", "true", True),  # the tag asks for it
+    (True, True, "true", "false", False),  # the tag declines it
+    (True, False, "true", None, False),   # asked for, the Flexible set is not hibernation-enabled
+    (False, False, "true", None, False),  # asked for, a Uniform set cannot hibernate
+], ids=["flex enabled", "not asked", "tag asks", "tag declines", "flex not enabled", "uniform"])
+def test_the_refill_parks_its_instances_hibernated_exactly_where_asked_and_allowed(
+    flexible: bool, enabled: bool, setting: str, tag: str | None, hibernated: bool
+) -> None:
+    app = _app(flexible=flexible, enabled=enabled, setting=setting,
+               tags=None if tag is None else {HIBERNATE_TAG: tag})
+    outcomes = _refill(app)
+    assert outcomes and outcomes[-1] == "succeeded", outcomes
+    stopped = _stopped(app)
+    assert all(i.power in ("deallocating", "deallocated") for i in stopped)
+    assert all(i.hibernated == hibernated for i in stopped)
+    assert len(app.ports.cluster.list_nodes()) == 1  # the group's own node; no parked one left behind
+
+
+def test_a_refused_hibernation_deallocates_plainly_and_the_refill_still_ends(caplog: pytest.LogCaptureFixture) -> None:
+    app = _app(flexible=True, enabled=True)
+    deallocate = app.ports.provider.begin_deallocate_instances
+    refused: list[list[str]] = []
+
+    def refusing(group: NodeGroup, ids: list[str], *, hibernate: bool = False) -> Operation:
+        if hibernate:
+            refused.append(list(ids))
+            raise ComputeError("HTTP 400 InvalidParameter: the image cannot hibernate", code="InvalidParameter")
+        return deallocate(group, ids)
+
+    app.ports.provider.begin_deallocate_instances = refusing  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="shared.services.hibernation"):
+        outcomes = _refill(app)
+    assert refused and outcomes[-1] == "succeeded", outcomes
+    stopped = _stopped(app)
+    assert all(i.power in ("deallocating", "deallocated") and not i.hibernated for i in stopped)
+    assert "was refused" in caplog.text and GROUP in caplog.text
+    assert len(app.ports.cluster.list_nodes()) == 1
+
+
+class _Failing:
+    """A provider whose hibernating deallocate fails with `error`; plain ones are recorded."""
+
+    def __init__(self, error: ComputeError) -> None:
+        self.error, self.plain = error, 0
+
+    def begin_deallocate_instances(self, group: NodeGroup, ids: list[str], *, hibernate: bool = False) -> Operation:
+        if hibernate:
+            raise self.error
+        self.plain += 1
+        return Operation(token="t", status="InProgress")
+
+
+@pytest.mark.parametrize("error,falls_back", [
+    (ComputeError("400", code="InvalidParameter"), True),
+    (ComputeError("409", code="OperationNotAllowed"), True),
+    (ComputeError("429", code="TooManyRequests", retry_after=30), False),
+    (ComputeError("503", code="ServiceUnavailable", transient=True), False),
+], ids=["invalid parameter", "not allowed", "throttled", "server fault"])
+def test_only_a_refusal_falls_back_to_a_plain_deallocate(error: ComputeError, falls_back: bool) -> None:
+    app = _app(flexible=True, enabled=True)
+    (group,) = app.ports.provider.list_node_groups()
+    assert group.hibernation_enabled
+    provider = _Failing(error)
+    if falls_back:
+        assert begin_stop_instances(provider, app.settings, group, ["a"]).token == "t"  # type: ignore[arg-type]
+        assert provider.plain == 1
+    else:
+        with pytest.raises(ComputeError) as caught:
+            begin_stop_instances(provider, app.settings, group, ["a"])  # type: ignore[arg-type]
+        assert caught.value is error and provider.plain == 0
+
+
+def test_a_malformed_tag_deallocates_plainly_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    app = _app(flexible=True, enabled=True, tags={HIBERNATE_TAG: "sometimes"})
+    (group,) = app.ports.provider.list_node_groups()
+    provider = _Failing(ComputeError("unused"))
+    with caplog.at_level(logging.WARNING, logger="shared.services.hibernation"):
+        begin_stop_instances(provider, app.settings, group, ["a"])  # type: ignore[arg-type]
+    assert provider.plain == 1 and HIBERNATE_TAG in caplog.text
