@@ -144,3 +144,20 @@ def test_a_malformed_tag_deallocates_plainly_with_a_warning(caplog: pytest.LogCa
     with caplog.at_level(logging.WARNING, logger="shared.services.hibernation"):
         begin_stop_instances(provider, app.settings, group, ["a"])  # type: ignore[arg-type]
     assert provider.plain == 1 and HIBERNATE_TAG in caplog.text
+
+
+@pytest.mark.parametrize("hibernation_enabled", [True, False], ids=["enabled", "not enabled"])
+def test_an_idle_node_removed_into_the_standby_is_hibernated_where_the_set_allows_it(hibernation_enabled: bool) -> None:
+    """The scale-down's deallocation goes the same way as the refill's: hibernated on a hibernation-enabled set."""
+    from tests.shared.services.test_executor import GROUP as EXECUTOR_GROUP
+    from tests.shared.services.test_executor import make_memory_app, scale_down, walk
+
+    app = make_memory_app(settings={"STANDBY_INSTANCES": "1", "STANDBY_HIBERNATE": "true", "NODE_MAPPING": "hostname"},
+                          orchestration="Flexible", hibernation_enabled=hibernation_enabled)
+    _, (idle, *_) = app.busy_and_idle()
+    vm = app.provider_id(idle).rsplit("/", 1)[-1]
+    assert walk(app, scale_down(app, idle), step_seconds=30)[-1] == "succeeded"
+    assert app.context.ports.state.get_group(EXECUTOR_GROUP).stopped == frozenset({vm})
+    (scale_set,) = app.world._groups.values()  # noqa: SLF001 - the one group's scale set
+    (stopped,) = [i for i in scale_set.instances.values() if i.vm_name == vm]
+    assert stopped.power in ("deallocating", "deallocated") and stopped.hibernated == hibernation_enabled
