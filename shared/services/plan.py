@@ -182,7 +182,8 @@ def _standby(ports: Ports, settings: Settings, pending: PendingPollResult, *, no
 def _standby_text(standby: Mapping[str, Any]) -> str:
     refill = f", {standby['refilling']} refilling" if standby.get("refilling") else ""
     disks = f", disks ${standby['diskUsdPerHour']:.3f}/h" if "diskUsdPerHour" in standby else ""
-    return f"standby {standby['stopped']} of {standby['target']} stopped{refill}{disks} ({standby['why']})"
+    state = "hibernated" if standby.get("hibernated") else "stopped"
+    return f"standby {standby['stopped']} of {standby['target']} {state}{refill}{disks} ({standby['why']})"
 
 
 def _what_asks(pods: list[str]) -> str:

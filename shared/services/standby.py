@@ -45,6 +45,7 @@ from shared.options import standby_options
 from shared.ports import Ports
 from shared.services import demand
 from shared.services.events import status_event
+from shared.services.hibernation import hibernates
 from shared.services.standby_pools import pooled_group_ids
 from shared.settings import Settings
 
@@ -63,18 +64,22 @@ class StandbyReport:
     stopped: int  # instances the group's row lists as stopped, a refill's instances included from its creation on
     refilling: int = 0  # of those, the ones whose nodes a refill is parking (registered, being stopped)
     disk_usd_per_hour: float | None = None  # what the stopped instances' OS disks bill, when the size is known
+    hibernated: bool = False  # the group's instances are stopped hibernated (services.hibernation), not deallocated
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"target": self.target, "why": self.why, "stopped": self.stopped,
                                   "refilling": self.refilling}
         if self.disk_usd_per_hour is not None:
             out["diskUsdPerHour"] = round(self.disk_usd_per_hour, 4)
+        if self.hibernated:
+            out["hibernated"] = True
         return out
 
     def line(self, group_id: str) -> str:
         disks = f", disks ${self.disk_usd_per_hour:.3f}/h" if self.disk_usd_per_hour is not None else ""
         refill = f", {self.refilling} refilling" if self.refilling else ""
-        return f"standby {group_id}: {self.stopped}/{self.target} stopped{refill}{disks} ({self.why})"
+        state = "hibernated" if self.hibernated else "stopped"
+        return f"standby {group_id}: {self.stopped}/{self.target} {state}{refill}{disks} ({self.why})"
 
 
 def may_keep_standby(settings: Settings, group: NodeGroup) -> bool:
@@ -208,7 +213,7 @@ def standby_report(ports: Ports, settings: Settings, group: NodeGroup, state: Gr
     price = disk_price_hour(group)
     stopped = len(state.stopped)
     return StandbyReport(target.count, target.why, stopped, refilling,
-                         price * stopped if price is not None else None)
+                         price * stopped if price is not None else None, hibernated=hibernates(settings, group))
 
 
 def record_standby(reports: Mapping[str, StandbyReport]) -> None:

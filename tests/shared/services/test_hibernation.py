@@ -161,3 +161,22 @@ def test_an_idle_node_removed_into_the_standby_is_hibernated_where_the_set_allow
     (scale_set,) = app.world._groups.values()  # noqa: SLF001 - the one group's scale set
     (stopped,) = [i for i in scale_set.instances.values() if i.vm_name == vm]
     assert stopped.power in ("deallocating", "deallocated") and stopped.hibernated == hibernation_enabled
+
+
+@pytest.mark.parametrize("flexible,enabled,setting,hibernated", [
+    (True, True, "true", True), (True, True, "false", False), (True, False, "true", False), (False, False, "true", False),
+], ids=["hibernating", "not asked", "flex not enabled", "uniform"])
+def test_the_status_and_plan_say_hibernated_exactly_when_the_group_hibernates(
+    flexible: bool, enabled: bool, setting: str, hibernated: bool
+) -> None:
+    from shared.domain import GroupState
+    from shared.services.plan import _standby_text
+    from shared.services.standby import standby_report
+
+    app = _app(flexible=flexible, enabled=enabled, setting=setting)
+    (group,) = app.ports.provider.list_node_groups()
+    report = standby_report(app.ports, app.settings, group, GroupState(GROUP), now=app.clock.now())
+    assert report is not None and report.hibernated == hibernated
+    assert report.as_dict().get("hibernated", False) == hibernated
+    assert (f"/{STANDBY} hibernated" in report.line(GROUP)) == hibernated
+    assert (f"of {STANDBY} hibernated" in _standby_text(report.as_dict())) == hibernated
