@@ -38,10 +38,11 @@ from devtools.replay.frontier import (
 
 # The policies in the order the table reads best: ours first, then what it is compared with, the
 # lower bound and the oracle (the two computed references) last. Policies not named here follow, alphabetically.
-POLICY_ORDER = ("ours", "ours+standby", "ca", "nap", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
+POLICY_ORDER = ("ours", "ours+standby", "ours+buffer", "ca", "nap", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
                 "ours+spot", "ca+spot", "ours+spot@5%", "ca+spot@5%", "ours+spot@20%", "ca+spot@20%",
                 "ours+spot@5%,quota320", "ca+spot@5%,quota320", "vmss-cpu", "static", "lower_bound", "oracle")
-FRONTIER_TITLE = "Frontier (each policy at each idle time swept; ours+standby at each standby size)"
+FRONTIER_TITLE = ("Frontier (each policy at each idle time swept; ours+standby at each standby size; ours+buffer at "
+                  "each CapacityBuffer size, in empty nodes kept per CPU pool)")
 DEMAND_KEY = "_demand"
 MISSING = "–"  # en dash: a metric that does not apply to the policy (e.g. the oracle's pending waits)
 # Above this many points a line is decimated to MAX_PLOT_POINTS // 3 buckets, about one per pixel
@@ -500,7 +501,7 @@ def _plot_frontier(trace: str, frontier: Mapping[str, Any], colors: Mapping[str,
                 linewidth=1.0, alpha=0.6)
         for (x, y), text in _frontier_labels(points, every=[q for ps in frontier.values() for q in ps]):
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=5.5, color=colors.get(policy))
-    ax.set(title=f"{trace}: cost against p95 pending wait, per idle-time setting", xlabel="cost ($)",
+    ax.set(title=f"{trace}: cost against p95 pending wait, per setting swept", xlabel="cost ($)",
            ylabel="p95 pending wait (s)")
     ax.margins(x=0.15, y=0.1)  # room for the rightmost and topmost points' labels
     ax.grid(alpha=0.3)

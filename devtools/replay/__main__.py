@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--start-fraction", type=float, default=0.5,
                      help="a deallocated instance's start delay as a fraction of the boot delay (default 0.5, the "
                           "suite's: no published figure; lower only to see what a faster start would change)")
+    one.add_argument("--buffer-nodes", type=int, default=0, metavar="NODES",
+                     help="running headroom: a CapacityBuffer per CPU pool keeping this many empty nodes' room "
+                          "(default 0: none; devtools.replay.harness.headroom_buffers)")
     one.add_argument("--failure-rate", type=float, default=0.0,
                      help="share of capacity increases that fail with QuotaExceeded (default 0)")
     one.add_argument("--aci-quota", type=int, default=None,
@@ -160,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.failure_rate <= 1.0:
         print(f"--failure-rate must be between 0 and 1, got {args.failure_rate}", file=sys.stderr)
         return 2
+    if args.buffer_nodes < 0:
+        print(f"--buffer-nodes must be 0 or more, got {args.buffer_nodes}", file=sys.stderr)
+        return 2
     if args.start_fraction <= 0:
         print(f"--start-fraction must be above 0, got {args.start_fraction}", file=sys.stderr)
         return 2
@@ -193,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     config = ReplayConfig(seed=args.seed, pools=pools, boot_median_s=args.boot_median, boot_p95_s=args.boot_p95,
                           start_fraction=args.start_fraction,
                           provisioning_failure_rate=args.failure_rate, settings=dict(args.setting),
-                          virtual_node=_virtual_node(args), spot=spot, quotas=_quotas(args))
+                          virtual_node=_virtual_node(args), spot=spot, quotas=_quotas(args),
+                          buffer_nodes=args.buffer_nodes)
     try:
         outcome = replay(trace, args.policy, config)
     except ValueError as exc:  # a bad --setting (SettingsError names it) or a trace no pool can hold

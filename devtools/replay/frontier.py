@@ -19,7 +19,18 @@ from typing import Any
 OURS = "ours"
 # Ours with warm standby: its points (one per standby size) are ours' too when dominance looks for the best ours point.
 OURS_STANDBY = "ours+standby"
-OURS_FAMILY = (OURS, OURS_STANDBY)
+# Ours with running headroom: a CapacityBuffer of N nodes' room per CPU pool (ReplayConfig.buffer_nodes), alone and
+# with auto standby. Not a policy of its own: its points are ours' (or ours+standby's) runs with a buffer, kept in
+# the frontier under this key.
+OURS_BUFFER = "ours+buffer"
+OURS_FAMILY = (OURS, OURS_STANDBY, OURS_BUFFER)
+# The buffer sizes swept, in nodes' room per CPU pool; 0 is ours' (or ours+standby's) default run, reused. The
+# traces listed in BUFFER_SIZES_LARGE_ON get the larger sizes too; with standby auto, the sizes in
+# BUFFER_WITH_STANDBY only (each point is a whole replay: the sweep's wall time is the bench's).
+BUFFER_SIZES = (0, 1, 2, 4, 8)
+BUFFER_SIZES_LARGE = (16, 32)
+BUFFER_SIZES_LARGE_ON = ("alibaba2018",)
+BUFFER_WITH_STANDBY = (0, 2, 8)
 PEERS = ("ca", "nap")
 IDLE_MINUTES = (1, 2, 5, 10)
 COST_RATIO = 1.0  # an ours point may cost at most this many times the peer point's
@@ -43,6 +54,10 @@ ASSUMPTIONS = (
     "frontier: `ours+standby` sweeps STANDBY_INSTANCES (fixed 0, 1, 2, 5, 10, 20 stopped instances per group, and "
     "`auto`, its default) at ours' default idle time; its points count as ours' in the dominance table, labelled "
     "`standby <size>`",
+    "frontier: `ours+buffer` is ours (`buffer <n>`) or ours+standby (`standby auto + buffer <n>`) with one "
+    "CapacityBuffer per CPU pool from the run's start, each chunk one empty node of the pool (its allocatable less "
+    "the daemonset's requests), `n` chunks: n empty nodes kept Ready beyond the pods' needs; GPU pools get none. "
+    "`buffer 0` is the policy's default run; its points count as ours' in the dominance table",
 )
 
 
@@ -56,18 +71,49 @@ class SweepPoint:
     settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # The policy as the suite's main table runs it: the caller may reuse that run instead of replaying it.
     default: bool = False
+    # Where the point goes in the frontier (default: `policy`): ours+buffer's points replay ours or ours+standby.
+    family: str = ""
+    buffer_nodes: int = 0  # ReplayConfig.buffer_nodes: nodes' room kept by a CapacityBuffer per CPU pool
 
-    def config_changes(self) -> dict[str, dict[str, str]]:
+    @property
+    def key(self) -> str:
+        """The frontier's key for this point's policy line."""
+        return self.family or self.policy
+
+    def config_changes(self) -> dict[str, Any]:
         """The ReplayConfig fields this point sets (`dataclasses.replace` keywords)."""
-        return {"settings" if self.policy in OURS_FAMILY else "peer_settings": dict(self.settings)}
+        changes: dict[str, Any] = {"settings" if self.policy in OURS_FAMILY else "peer_settings": dict(self.settings)}
+        if self.buffer_nodes:
+            changes["buffer_nodes"] = self.buffer_nodes
+        return changes
 
 
 def _idle(minutes: int, after_add: int | None = None) -> dict[str, str]:
     return {"SCALE_DOWN_UNNEEDED_TIME": f"{minutes}m", "SCALE_DOWN_DELAY_AFTER_ADD": f"{after_add or minutes}m"}
 
 
-def sweep_points(policies: Iterable[str], *, ca_grid: bool = CA_GRID) -> list[SweepPoint]:
-    """The sweep's runs for the policies given (those of OURS and PEERS among them), ours first."""
+def buffer_sizes(trace: str | None) -> tuple[int, ...]:
+    """The buffer sizes swept on `trace` (None: the common ones)."""
+    return BUFFER_SIZES + (BUFFER_SIZES_LARGE if trace in BUFFER_SIZES_LARGE_ON else ())
+
+
+def buffer_points(policies: Iterable[str], trace: str | None = None) -> list[SweepPoint]:
+    """ours+buffer's runs: ours at each of `buffer_sizes(trace)`, then ours+standby (auto) at BUFFER_WITH_STANDBY;
+    a size of 0 is the policy's default run (reused when the caller has it)."""
+    available = set(policies)
+    points: list[SweepPoint] = []
+    if OURS in available:
+        points += [SweepPoint(OURS, f"buffer {n}", family=OURS_BUFFER, buffer_nodes=n, default=n == 0)
+                   for n in buffer_sizes(trace)]
+    if OURS_STANDBY in available:
+        points += [SweepPoint(OURS_STANDBY, f"standby auto + buffer {n}", family=OURS_BUFFER, buffer_nodes=n,
+                              default=n == 0) for n in BUFFER_WITH_STANDBY]
+    return points
+
+
+def sweep_points(policies: Iterable[str], *, ca_grid: bool = CA_GRID, trace: str | None = None) -> list[SweepPoint]:
+    """The sweep's runs for the policies given (those of OURS and PEERS among them), ours first; ours+buffer's sizes
+    depend on the `trace` (`buffer_sizes`)."""
     available = set(policies)
     points: list[SweepPoint] = []
     if OURS in available:
@@ -79,6 +125,7 @@ def sweep_points(policies: Iterable[str], *, ca_grid: bool = CA_GRID) -> list[Sw
 
         points += [SweepPoint(OURS_STANDBY, f"standby {size}", {STANDBY_SETTING: size},
                               default=STANDBY_SETTINGS.get(STANDBY_SETTING) == size) for size in FRONTIER_SIZES]
+    points += buffer_points(available, trace)
     if "ca" in available:
         pairs = [(u, a) for u in IDLE_MINUTES for a in IDLE_MINUTES] if ca_grid else [(m, m) for m in IDLE_MINUTES]
         # CA's defaults are 10m and 10m (its flags' defaults), which the emulation leaves to ours' defaults.
@@ -164,8 +211,18 @@ def dominance(frontier: Mapping[str, Sequence[Mapping[str, Any]]], *, cost_ratio
 
 
 def ours_points(frontier: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Mapping[str, Any]]:
-    """Ours' points and ours+standby's (labelled `standby <size>`, so a dominance row names which)."""
-    return [*(frontier.get(OURS) or ()), *(frontier.get(OURS_STANDBY) or ())]
+    """Ours' points, ours+standby's and ours+buffer's (labelled `standby <size>`, `buffer <n>`, so a dominance row
+    names which)."""
+    return [p for family in OURS_FAMILY for p in (frontier.get(family) or ())]
+
+
+def cheapest_within(frontier: Mapping[str, Sequence[Mapping[str, Any]]], *, p95_s: float
+                    ) -> tuple[str, Mapping[str, Any]] | None:
+    """The cheapest ours-family point (its family and the point) whose p95 wait is at most `p95_s` and that kills no
+    pod (ties: the shorter wait); None when no such point was swept."""
+    eligible = [(family, p) for family in OURS_FAMILY for p in (frontier.get(family) or ())
+                if p["p95_wait_s"] <= p95_s and not p["pods_killed"]]
+    return min(eligible, key=lambda fp: (fp[1]["cost"], fp[1]["p95_wait_s"]), default=None)
 
 
 def _ratio(cost: float, peer_cost: float) -> float | None:

@@ -74,6 +74,13 @@ class ReplayConfig:
     # The subscription's regional vCPU quotas (the scenario's `quotas`: `lowPriorityCores`, `cores`, families);
     # empty: unlimited.
     quotas: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Running headroom: a CapacityBuffer per CPU pool holding this many nodes' room from t=0 (`headroom_buffers`);
+    # 0: none.
+    buffer_nodes: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.buffer_nodes, bool) or not isinstance(self.buffer_nodes, int) or self.buffer_nodes < 0:
+            raise ValueError(f"buffer_nodes must be a whole number of nodes, 0 or more, got {self.buffer_nodes!r}")
 
 
 class Policy(Protocol):
@@ -111,6 +118,31 @@ def placeable(trace: Trace, pools: Sequence[Pool]) -> tuple[list[TracePod], int]
     """The trace's pods some pool can hold, and how many none can (left out of every run alike)."""
     kept = [p for p in trace.pods if pool_of(p, pools) is not None]
     return kept, len(trace.pods) - len(kept)
+
+
+# A headroom chunk's share of an empty node's room (allocatable less the DaemonSet): above half, so one chunk holds one
+# node; below the planner's scale-from-zero estimate of a node (the VM size's capacity less AKS's reservations, about
+# nine tenths of the pools' allocatable memory), so a chunk can be planned on a pool at zero, not only beside a live
+# node of it.
+CHUNK_SHARE = 0.85
+
+
+def headroom_buffers(pools: Sequence[Pool], nodes: int) -> list[dict[str, Any]]:
+    """The scenario's `capacity_buffers` for `nodes` nodes' room in each CPU pool: one buffer per pool, created at
+    t=0, whose chunk is CHUNK_SHARE of one empty node of that pool and whose replicas are `nodes`.
+
+    A node-sized chunk, not a trace-shaped pod: the trace's pods vary in size, and a node's room is what an operator
+    can price (N nodes at the pool's rate) and what a burst of any shape can use. Such a chunk fits a node with at
+    most the rest of its room taken, so the buffer keeps about `nodes` empty Ready nodes; pods landing on one take
+    it out of the buffer and the next pending poll asks for another. GPU and spot pools get none: their pods
+    tolerate a taint the placeholder does not, and a GPU node's room is priced apart."""
+    if nodes <= 0:
+        return []
+    return [{"at": "0s", "action": "create", "namespace": "default", "name": f"headroom-{pool.name}",
+             "replicas": nodes,
+             "requests": {"cpu": f"{int((pool.cpu_milli - DAEMONSET_CPU_MILLI) * CHUNK_SHARE)}m",
+                          "memory": f"{int((pool.memory_mib - DAEMONSET_MEMORY_MIB) * CHUNK_SHARE)}Mi"}}
+            for pool in pools if not pool.gpus and not pool.is_spot]
 
 
 def _job_name(job: str, index: int) -> str:
@@ -152,6 +184,9 @@ def build_world(
         scenario.update(spot.scenario(config.pools))
     if config.quotas:
         scenario["quotas"] = dict(config.quotas)
+    buffers = headroom_buffers(config.pools, config.buffer_nodes)
+    if buffers:
+        scenario["capacity_buffers"] = buffers
     world = World(scenario, seed=config.seed)
     specs: dict[str, WorkloadSpec] = {}
     for index, pod in enumerate(pods):

@@ -37,7 +37,7 @@ from devtools.replay.spot_prices import SPOT_PRICE_DATE, SPOT_PRICE_FRACTION, SP
 from devtools.replay.spot_tiers import SPOT_TARGET_TIER, SPOT_TIERS, tier_facts
 from devtools.replay.standby import ASSUMPTIONS as STANDBY_ASSUMPTIONS
 from devtools.replay.standby import POLICY as STANDBY_POLICY
-from devtools.replay.standby import evaluate_standby_targets
+from devtools.replay.standby import evaluate_frontier_target, evaluate_standby_targets
 from devtools.replay.traces import Trace, load_trace, trace_stats
 from devtools.replay.vn_tiers import VN_QUOTAS, VN_TIER_STATEMENTS, VN_TIERS
 
@@ -446,38 +446,46 @@ def frontier_section(
     runs the replays in that many processes; 1 runs them here, in order."""
     for peer in missing_peers(policies):
         show(f"frontier: no `{peer}` policy in this checkout; its points are left out")
-    sweep = sweep_points(policies)
+    sweeps = {name: sweep_points(policies, trace=name) for name in traces}
     found: dict[tuple[str, int], Mapping[str, Any]] = {}
-    jobs: list[tuple[str, int]] = []
-    for name in traces:
+    # One replay per trace, policy and configuration: a point the sweep lists twice (ours' default is also
+    # ours+buffer's `buffer 0`) is run once.
+    jobs: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
+    for name, sweep in sweeps.items():
         for i, point in enumerate(sweep):
             reused = ((known or {}).get(name) or {}).get(point.policy) if point.default else None
             if reused is not None:
                 found[name, i] = reused
             else:
-                jobs.append((name, i))
+                key = (name, point.policy, json.dumps(point.config_changes(), sort_keys=True))
+                jobs.setdefault(key, []).append((name, i))
 
-    def label(job: tuple[str, int]) -> str:
-        return f"{job[0]} / frontier {sweep[job[1]].policy} {sweep[job[1]].label}"
+    def label(job: tuple[str, str, str]) -> str:
+        name, i = jobs[job][0]
+        return f"{name} / frontier {sweeps[name][i].key} {sweeps[name][i].label}"
+
+    def run_job(job: tuple[str, str, str]) -> Any:
+        name, i = jobs[job][0]
+        point = sweeps[name][i]
+        return traces[name], name, seed, point.policy, point.config_changes()
 
     if workers <= 1:
-        for job in jobs:
-            point = sweep[job[1]]
-            found[job] = _sweep_replay(traces[job[0]], job[0], seed, point.policy, point.config_changes())
+        for job, same in jobs.items():
+            result = _sweep_replay(*run_job(job))
+            found.update(dict.fromkeys(same, result))
             step(label(job), 1.0)
     else:
         # Fresh interpreters (not forks of one that runs the progress bar's thread), each a core of its own.
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {job: pool.submit(_sweep_replay, traces[job[0]], job[0], seed, sweep[job[1]].policy,
-                                        sweep[job[1]].config_changes()) for job in jobs}
+            futures = {job: pool.submit(_sweep_replay, *run_job(job)) for job in jobs}
             for job, future in futures.items():
-                found[job] = future.result()
+                found.update(dict.fromkeys(jobs[job], future.result()))
                 step(label(job), 1.0)
     frontier: dict[str, Any] = {}
-    for name in traces:
+    for name, sweep in sweeps.items():
         frontier[name] = {}
         for i, point in enumerate(sweep):
-            frontier[name].setdefault(point.policy, []).append(point_of(point, found[name, i]))
+            frontier[name].setdefault(point.key, []).append(point_of(point, found[name, i]))
     return frontier, {name: dominance(points) for name, points in frontier.items()}
 
 
@@ -487,9 +495,16 @@ def sweep_cpu_s(frontier: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]
                      for p in points), 1)
 
 
-def frontier_steps(policies: tuple[str, ...] = POLICIES, traces: int = len(TRACES)) -> int:
+def frontier_steps(policies: tuple[str, ...] = POLICIES, traces: Sequence[str] = TRACES) -> int:
     """The sweep's replays, for the progress bar: every point but the defaults the replay section ran."""
-    return traces * sum(not point.default for point in sweep_points(policies))
+    return sum(not point.default for name in traces for point in sweep_points(policies, trace=name))
+
+
+def default_costs(frontier: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, float]:
+    """Each policy's cost at its default setting, from its frontier points (a frontier run has no main table)."""
+    labels = {point.key: point.label for point in sweep_points(frontier) if point.default and point.key == point.policy}
+    return {policy: p["cost"] for policy, label in labels.items() for p in frontier.get(policy) or ()
+            if p["label"] == label}
 
 
 def run_frontier(*, seed: int = 0, out: Path = OUT / "frontier", show: Any = print,
@@ -502,13 +517,15 @@ def run_frontier(*, seed: int = 0, out: Path = OUT / "frontier", show: Any = pri
     traces = {name: load_trace(name, seed=seed) for name in TRACES}
     started = time.perf_counter()
     frontier, dominated = frontier_section(traces, seed=seed, workers=workers, show=show)
+    targets = {name: found for name in traces
+               if (found := evaluate_frontier_target(name, frontier[name], default_costs(frontier[name])))}
     results = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m devtools.replay frontier", "seed": seed,
         "machine": {"python": platform.python_version(), "cpus": _cpus(), "workers": workers},
         "wall_s": round(time.perf_counter() - started, 1), "cpu_s": sweep_cpu_s(frontier),
         "assumptions": list(FRONTIER_ASSUMPTIONS),
-        "frontier": frontier, "dominance": dominated,
+        "targets": targets, "frontier": frontier, "dominance": dominated,
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -529,7 +546,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
     quiet_spot_logs()
     traces = {name: load_trace(name, seed=seed) for name in TRACES}
     steps = len(traces) * len(runs_of(POLICIES)) + sum(name != BATCH_TRACE for name in traces) + 6
-    steps += frontier_steps(POLICIES, len(traces))
+    steps += frontier_steps(POLICIES, tuple(traces))
     with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), transient=False) as progress:
         task = progress.add_task("replays", total=steps)
@@ -546,6 +563,11 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         frontier, dominated = frontier_section(traces, seed=seed, known=replays, step=step,
                                                show=progress.console.print)
         frontier_wall_s = round(time.perf_counter() - frontier_started, 1)
+        for name in traces:
+            costs = {policy: r["cost"] for policy, r in (replays.get(name) or {}).items() if "cost" in r}
+            found = evaluate_frontier_target(name, frontier[name], costs)
+            if found:
+                targets[name] = [*targets.get(name, []), *found]
         progress.update(task, description="engine at scale")
         # The official client's deserialisation (the naive path) of 5,000 nodes takes minutes: measured
         # at 100 and 1,000 nodes, where its ratio to ours is already clear.

@@ -31,8 +31,9 @@ def test_the_sweep_runs_each_policy_at_each_idle_time_with_its_default_once(ca_g
     points = sweep_points(("ours", "ca", "nap", "vmss-cpu"), ca_grid=ca_grid)
     by_policy: dict[str, list] = {}
     for point in points:
-        by_policy.setdefault(point.policy, []).append(point)
-    assert set(by_policy) == {"ours", "ca", "nap"}  # the others have no idle time to sweep
+        by_policy.setdefault(point.key, []).append(point)
+    assert set(by_policy) == {"ours", "ca", "nap", "ours+buffer"}  # the others have no idle time to sweep
+    by_policy.pop("ours+buffer")  # its sizes: test_buffer_points_*
     for policy, runs in by_policy.items():
         assert sum(p.default for p in runs) == 1, policy  # the main table's run, reused
         assert len({p.label for p in runs}) == len(runs), policy
@@ -48,8 +49,10 @@ def test_the_sweep_runs_each_policy_at_each_idle_time_with_its_default_once(ca_g
 def test_ours_points_are_app_settings_the_peers_points_their_emulations() -> None:
     for point in sweep_points(("ours", "ca", "nap")):
         changes = point.config_changes()
+        # A buffer is a world change, not a setting: only its points carry one, and only when it has a size.
+        assert changes.pop("buffer_nodes", 0) == point.buffer_nodes
         assert list(changes) == (["settings"] if point.policy == "ours" else ["peer_settings"])
-        if point.policy == "ours" and not point.default:
+        if point.key == "ours" and not point.default:
             # A fixed idle time means both times and the fixed mode (ours' auto would ignore them).
             assert changes["settings"]["SCALE_DOWN_IDLE_MODE"] == "fixed"
             assert changes["settings"]["SCALE_DOWN_UNNEEDED_TIME"] == changes["settings"]["SCALE_DOWN_DELAY_AFTER_ADD"]

@@ -131,7 +131,7 @@ def test_no_standby_target_on_a_trace_without_one_or_without_the_run() -> None:
 
 
 def test_the_frontier_sweeps_every_standby_size_and_counts_them_as_ours() -> None:
-    points = [p for p in sweep_points(("ours", POLICY, "ca")) if p.policy == POLICY]
+    points = [p for p in sweep_points(("ours", POLICY, "ca")) if p.key == POLICY]
     assert [p.label for p in points] == [f"standby {size}" for size in FRONTIER_SIZES]
     assert [p.label for p in points if p.default] == ["standby auto"]  # the main table's run, not replayed again
     assert [p.config_changes() for p in points] == [{"settings": {"STANDBY_INSTANCES": size}} for size in FRONTIER_SIZES]

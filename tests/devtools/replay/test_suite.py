@@ -230,8 +230,9 @@ def test_the_frontier_section_replays_each_sweep_point_and_reuses_the_defaults(m
     assert all(not (policy == "ours" and peer) and not (policy == "ca" and ours)
                for _, policy, ours, peer in replayed)  # ours' settings to ours, the peer's to the peer
     for name in ("t1", "t2"):
-        assert set(frontier[name]) == {"ours", "ca"}
-        assert [p["label"] for p in frontier[name]["ours"]] == [p.label for p in sweep if p.policy == "ours"]
+        assert set(frontier[name]) == {"ours", "ca", "ours+buffer"}
+        for key in frontier[name]:
+            assert [p["label"] for p in frontier[name][key]] == [p.label for p in sweep if p.key == key]
         [auto] = [p for p in frontier[name]["ours"] if p["label"] == "auto"]
         [ca_default] = [p for p in frontier[name]["ca"] if p["label"] == "10m/10m"]
         assert (auto["cost"], ca_default["cost"]) == (50, 60)
