@@ -112,3 +112,15 @@ def test_points_on_the_same_spot_share_one_label() -> None:
               _p("1m/5m", 46.75, 146, 8, 1353.0), _p("10m/10m", 104.19, 149)]
     labels = [text for _, text in _frontier_labels(points, every=points)]
     assert labels == ["1m/1m, 1m/2m: 51 killed, 2.2 h lost", "1m/5m: 8 killed, 1,353 s lost", "10m/10m: 0 killed, 0 s lost"]
+
+
+def test_running_headroom_points_are_listed_and_can_be_the_best_ours_point() -> None:
+    frontier = {**_frontier(), "ours+buffer": [_p("buffer 0", 100, 60), _p("buffer 4", 125, 30)]}
+    results = {"frontier": {"alibaba2018": frontier}, "dominance": {"alibaba2018": dominance(frontier)},
+               "targets": {"alibaba2018": [{"name": "cheapest swept ours point with p95 wait at most 60 s",
+                                            "met": False, "detail": "ours+buffer buffer 4"}]}}
+    text = markdown_table(results)
+    assert "| ours+buffer | buffer 4 | 125.00 | 30 |" in text
+    # ca's 10m/10m (130 $, 41 s) is best met by the buffer: no dearer and 11 s faster.
+    assert re.search(r"\| ca 10m/10m \|[^\n]*\| buffer 4 \|[^\n]*\| met \|", text)
+    assert "cheapest swept ours point" in text
