@@ -93,6 +93,10 @@ class InstanceSim:
     # (sandbox.model.os_disks.memory_disk_for); the closed hibernated spells' seconds.
     hibernated: bool = False
     hibernated_seconds: float = 0.0
+    # Started from hibernation (until it next stops): its kubelet resumes rather than starts, so it registers no
+    # Node deleted meanwhile (sandbox.world.scale_sets._on_rebooted); `lost_node`: that happened.
+    resumed: bool = False
+    lost_node: bool = False
     delete_started_at: float | None = None
     vanished_at: float | None = None
     node_registered: bool = False

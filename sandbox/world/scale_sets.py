@@ -462,7 +462,7 @@ class ScaleSetsPart(WorldCore):
         NotReady as when its VM is deleted, its workload pods die); deallocated after `deallocate_delay`."""
         group = self._groups[inst.group_key]
         inst.power_seq += 1
-        inst.hibernated = hibernate
+        inst.hibernated, inst.resumed = hibernate, False
         if inst.first_stopped_at is None:
             inst.first_stopped_at = self._t
         inst.state, inst.power = "Updating", "deallocating"
@@ -497,7 +497,7 @@ class ScaleSetsPart(WorldCore):
         # hibernated VM resumes: no published figure either, so the same distribution is assumed, from a stream of
         # its own (sandbox.model.os_disks and docs/scenarios.md say so).
         stream = "resume" if inst.hibernated else "start"
-        inst.hibernated = False
+        inst.resumed, inst.hibernated = inst.hibernated, False
         inst.boot_delay = self.scenario.start_delay.sample(self._rng(stream, group.key, inst.instance_id, inst.starts))
         inst.provision_at = self._t + inst.boot_delay * self.scenario.provisioning_fraction
         inst.ready_at = self._t + inst.boot_delay
@@ -528,12 +528,19 @@ class ScaleSetsPart(WorldCore):
     def _on_rebooted(self, payload: tuple[InstanceSim, int]) -> None:
         """A started instance has booted: kubelet registers its node again under the same name (the hostname,
         or the name the flavour's kubelet is configured with, is unchanged). A Node object left from before the deallocation is made Ready again (the
-        lifecycle controllers lift their taints); a deleted one is created afresh."""
+        lifecycle controllers lift their taints), keeping its labels, taints of ours and unschedulable flag; a
+        deleted one is created afresh by a booted kubelet. A resumed (hibernated) VM's kubelet never stopped: it
+        registered once and does not register again, so a Node deleted under it stays gone and the VM runs
+        without one (the kubelet's behaviour: kubernetes/kubernetes#71398, #116485; an assumption for kubelets
+        that may change it, stated in docs/standby.md)."""
         inst, seq = payload
         if not inst.alive or inst.power_seq != seq or inst.power != "running":
             return
         node = self._store.get("nodes", "", inst.node_name)
         if node is None or self._by_node.get(inst.node_name) is not inst:
+            if inst.resumed:
+                inst.lost_node = True
+                return
             inst.node_deleted_by_api = False
             self._register_node(inst)
             return

@@ -154,3 +154,55 @@ def test_the_memory_disk_is_the_smallest_tier_holding_the_memory(memory_gib: flo
 def test_a_vm_without_memory_cannot_be_priced_hibernated() -> None:
     with pytest.raises(ValueError, match="memory"):
         os_disks.memory_disk_for(0)
+
+
+# -- the Node object of a resumed VM: its kubelet never stopped, so it registers nothing deleted under it ---------
+
+TAINT = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+
+
+def _stop_and_start(world: World, *, hibernate: bool, delete_node: bool) -> tuple[str, dict[str, Any] | None]:
+    """Cordon the second instance's node with our taint, stop it (its Node deleted or kept), start it again and
+    wait past the longest start delay: the node's name and its Node object then (None: never registered)."""
+    inst = world.instances(pool(world))[1]
+    name = inst.node_name
+    node = world.k8s_get("nodes", "", name)
+    node["spec"] = {**node.get("spec", {}), "unschedulable": True, "taints": [TAINT]}
+    node["metadata"]["labels"]["team"] = "kept"
+    world.k8s_replace("nodes", "", name, node)
+    world.deallocate_instances(pool(world), [inst.arm_id], hibernate=hibernate)
+    world.advance_by(60)
+    if delete_node:
+        world.k8s_delete("nodes", "", name)
+    world.start_instances(pool(world), [inst.arm_id])
+    world.advance_by(900)  # past any start delay of helpers.BASE
+    assert inst.power == "running"
+    return name, world._store.get("nodes", "", name)  # noqa: SLF001 - the Node as stored, or None
+
+
+@pytest.mark.parametrize("hibernate", [True, False], ids=["resumed", "booted"])
+def test_a_kept_node_comes_back_ready_with_its_name_labels_taints_and_cordon(hibernate: bool) -> None:
+    world = make()
+    name, node = _stop_and_start(world, hibernate=hibernate, delete_node=False)
+    assert node is not None and _ready(node)
+    assert node["metadata"]["name"] == name and node["metadata"]["labels"]["team"] == "kept"
+    # What we set stays until we lift it; only the lifecycle controllers' taints go.
+    assert node["spec"]["unschedulable"] is True
+    assert [t["key"] for t in node["spec"]["taints"]] == [TAINT["key"]]
+
+
+@pytest.mark.parametrize("hibernate,registers", [(True, False), (False, True)], ids=["resumed", "booted"])
+def test_a_node_deleted_while_stopped_registers_again_only_after_a_boot(hibernate: bool, registers: bool) -> None:
+    world = make()
+    name, node = _stop_and_start(world, hibernate=hibernate, delete_node=True)
+    inst = world.instances(pool(world))[1]
+    assert (node is not None) == registers and inst.lost_node == (not registers)
+    if registers:  # a booted kubelet registers afresh: Ready, uncordoned, none of the old labels
+        assert node is not None and _ready(node) and not node["spec"].get("unschedulable")
+        assert "team" not in node["metadata"]["labels"]
+    world.advance_by(3600)
+    assert (world._store.get("nodes", "", name) is not None) == registers  # noqa: SLF001 - never, for a resume
