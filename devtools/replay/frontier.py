@@ -106,8 +106,11 @@ def buffer_points(policies: Iterable[str], trace: str | None = None) -> list[Swe
         points += [SweepPoint(OURS, f"buffer {n}", family=OURS_BUFFER, buffer_nodes=n, default=n == 0)
                    for n in buffer_sizes(trace)]
     if OURS_STANDBY in available:
-        points += [SweepPoint(OURS_STANDBY, f"standby auto + buffer {n}", family=OURS_BUFFER, buffer_nodes=n,
-                              default=n == 0) for n in BUFFER_WITH_STANDBY]
+        from devtools.replay.standby import STANDBY_SETTING
+
+        # The standby size said as `standby auto` says it, so `+ buffer 0` is the same run (replayed once).
+        points += [SweepPoint(OURS_STANDBY, f"standby auto + buffer {n}", {STANDBY_SETTING: "auto"},
+                              family=OURS_BUFFER, buffer_nodes=n, default=n == 0) for n in BUFFER_WITH_STANDBY]
     return points
 
 

@@ -166,3 +166,28 @@ def test_a_frontier_run_takes_each_policys_cost_from_its_default_point() -> None
                 "ca": [_p("1m/1m", 30, 160), _p("10m/10m", 70, 130)],
                 OURS_BUFFER: [_p("buffer 0", 50, 140), _p("buffer 1", 60, 120)]}
     assert default_costs(frontier) == {"ours": 50, "ca": 70}
+
+
+def test_a_configuration_the_sweep_lists_twice_is_replayed_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from devtools.replay import suite
+
+    replayed: list[tuple[str, str, int]] = []
+
+    def fake_replay(trace, policy, config):  # type: ignore[no-untyped-def]
+        replayed.append((policy, repr(sorted(config.settings.items())), config.buffer_nodes))
+        result = {"cost": 10.0 + config.buffer_nodes, "pending_wait_s": {"p95": 100.0 - config.buffer_nodes},
+                  "pods_killed": 0, "work_lost_s": 0.0}
+        return type("Outcome", (), {"result": result})()
+
+    monkeypatch.setattr(suite, "replay", fake_replay)
+    policies = ("ours", "ours+standby")
+    frontiers, _ = suite.frontier_section({"t": "trace"}, seed=0, policies=policies, workers=1, show=lambda _: None)
+    frontier = frontiers["t"]
+    assert len(replayed) == len(set(replayed))  # `auto` and `buffer 0`, `standby auto` and `+ buffer 0`: once each
+    points = sweep_points(policies, trace="t")
+    assert len(replayed) == len(points) - 2
+    [auto] = [p for p in frontier["ours"] if p["label"] == "auto"]
+    [zero] = [p for p in frontier[OURS_BUFFER] if p["label"] == "buffer 0"]
+    assert auto["cost"] == zero["cost"]
+    assert [p["cost"] for p in frontier[OURS_BUFFER] if p["label"].startswith("buffer ")] == \
+        [10.0 + n for n in BUFFER_SIZES]
