@@ -133,6 +133,9 @@ def nodes_by_group(snapshot: ClusterSnapshot) -> dict[str, list[Node]]:
 
 def group_counts(group: NodeGroup, nodes: list[Node], state: GroupState, *, now: datetime,
                  max_node_provision_time: timedelta) -> NodeCounts:
+    # A stopped (hibernated) instance's kept Node is neither unready nor registered capacity (services.hibernation).
+    nodes = [n for n in nodes if n.instance is None or n.instance.instance_id not in state.stopped
+             or n.name in state.removing]
     ready = sum(1 for n in nodes if n.ready)
     young = sum(1 for n in nodes if not n.ready and now - n.created_at < max_node_provision_time)
     unready = len(nodes) - ready - young

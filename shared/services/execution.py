@@ -46,7 +46,7 @@ MAX_POISON_CHARS = 32 * 1024
 # Tolerated difference between the deciding poll's clock and ours.
 CLOCK_SKEW = timedelta(minutes=5)
 # The kinds of long-running operation a ledger row may be following, stored as `kind:token`.
-OPERATION_KINDS = ("resize", "delete", "start", "deallocate")
+OPERATION_KINDS = ("resize", "delete", "start", "deallocate", "hibernate")  # hibernate: a deallocate that hibernates
 
 
 class OutcomeNotRecorded(RuntimeError):

@@ -173,12 +173,24 @@ def running_sizes(snapshot: ClusterSnapshot, states: Mapping[str, GroupState]) -
 
     A deallocated instance stays in the scale set's capacity, but it is no node and no node on its
     way; min and max apply to running instances (`running_target`), and the next scale-up starts it again.
+    The Node object a hibernated instance keeps while stopped (services.hibernation) is left out of the snapshot:
+    it is no capacity and no node on its way, and not an unready node to remove (one still reserved by the
+    action stopping it stays, for that action).
     """
     groups = tuple(
         replace(g, stopped=len(states[g.id].stopped)) if g.id in states else g
         for g in snapshot.groups
     )
-    return replace(snapshot, groups=groups)
+    nodes = tuple(n for n in snapshot.nodes if not _parked(n, states))
+    return replace(snapshot, groups=groups, nodes=nodes)
+
+
+def _parked(node: Node, states: Mapping[str, GroupState]) -> bool:
+    """Whether the node is a stopped instance's, kept while it is stopped and held by no action."""
+    ref = node.instance
+    state = states.get(ref.group_id) if ref is not None else None
+    return state is not None and ref is not None and ref.instance_id in state.stopped \
+        and node.name not in state.removing
 
 
 def observe_or_skip(ports: Ports, *, now: datetime, with_budgets: bool = False,

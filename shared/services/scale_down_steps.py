@@ -34,7 +34,7 @@ from shared.services.deallocated import enforce_deallocated_max, removal_verb
 from shared.services.standby import with_standby_room
 from shared.services.scheduled_capacity import with_window_min
 from shared.services.execution import ExecutionResult, Outcome, Run, Step, StepTable, untag
-from shared.services.hibernation import begin_stop_instances
+from shared.services.hibernation import STOP_KINDS, begin_stop, keeps_node
 from shared.services.mapping import map_cluster
 from shared.services.swap import swap_group
 
@@ -340,8 +340,8 @@ def _remove_instances(run: Runs, action: ScaleDown, entry: LedgerEntry, group: N
     verb = removal_verb(run.settings, group, ports=run.ports, now=now, nodes=action.nodes)
     log.info("%s instance(s) %s of %s (node(s) %s, action %s)", "deleting" if verb == "delete" else "deallocating",
              ", ".join(ids), group.id, ", ".join(action.nodes), action.id)
-    if verb == "deallocate":  # hibernated where STANDBY_HIBERNATE and the set allow it
-        operation = begin_stop_instances(run.ports.provider, run.settings, group, ids)
+    if verb == "deallocate":  # hibernated where STANDBY_HIBERNATE and the set allow it (kind "hibernate")
+        operation, verb = begin_stop(run.ports.provider, run.settings, group, ids)
     else:
         operation = run.ports.provider.begin_delete_instances(group, ids)
     return run.follow(action, entry, operation, next_step="confirm", now=now, kind=verb)
@@ -362,7 +362,7 @@ def confirm(run: Runs, action: ScaleDown, entry: LedgerEntry, now: datetime) -> 
     if entry.operation:
         kind, token = untag(entry.operation, default="delete")
         provider = run.ports.provider
-        check = provider.get_deallocate_operation if kind == "deallocate" else provider.get_delete_operation
+        check = provider.get_deallocate_operation if kind in STOP_KINDS else provider.get_delete_operation
         return run.follow(action, entry, check(token), next_step="confirm", now=now, kind=kind)
     group = run.ports.provider.get_node_group(action.group)
     instances = _instances(run, group, action) if group is not None else {}
@@ -379,7 +379,7 @@ def confirm(run: Runs, action: ScaleDown, entry: LedgerEntry, now: datetime) -> 
 
 
 def succeeded(run: Runs, action: ScaleDown, entry: LedgerEntry, kind: str, now: datetime) -> ExecutionResult:
-    return _finish_removal(run, action, entry, now=now, deallocated=kind == "deallocate")
+    return _finish_removal(run, action, entry, now=now, deallocated=kind in STOP_KINDS, keep_nodes=keeps_node(kind))
 
 
 def failed(run: Runs, action: ScaleDown, entry: LedgerEntry, detail: str, code: str, kind: str,
@@ -388,10 +388,14 @@ def failed(run: Runs, action: ScaleDown, entry: LedgerEntry, detail: str, code: 
 
 
 def _finish_removal(run: Runs, action: ScaleDown, entry: LedgerEntry, *, now: datetime,
-                    deallocated: bool = False) -> ExecutionResult:
-    """The instances are gone (or deallocated): remove lingering Node objects, release the reservations."""
+                    deallocated: bool = False, keep_nodes: bool = False) -> ExecutionResult:
+    """The instances are gone (or deallocated): remove lingering Node objects, release the reservations.
+
+    `keep_nodes`: the instances hibernated; their Node objects stay, cordoned with our taint, for the kubelet
+    that resumes with them (services.hibernation)."""
     for name in action.nodes:
-        run.ports.cluster.delete_node(name)
+        if not keep_nodes:
+            run.ports.cluster.delete_node(name)
         run.ports.state.clear_unneeded(name)
 
     def release(state: GroupState) -> GroupState:

@@ -24,6 +24,7 @@ from shared.engine.quota import capped_target
 from shared.ports import CHANGED_SINCE_READ, ComputeError, LedgerEntry, Operation
 from shared.services.execution import ExecutionResult, Run, Step, StepTable, throttled_delay, untag
 from shared.services import limit_reservations, offerings, standby
+from shared.services.hibernation import uncordon_resumed
 from shared.services.pending import run_pending_poll
 from shared.services.swap import StateConflict
 
@@ -98,6 +99,9 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
     if start:
         # Starting is idempotent: a crash before the state update below repeats it harmlessly.
         operation, kind = run.ports.provider.begin_start_instances(group, start), "start"
+        # A hibernated instance kept its Node, cordoned: uncordoned now, before the state update, so a redelivery
+        # after a crash does it again (services.hibernation.uncordon_resumed says why not once it is Ready).
+        uncordon_resumed(run.ports.cluster, run.ports.provider, group, start, node_mapping=run.settings.node_mapping)
         run.update_group(group.id, lambda s: replace(s, stopped=s.stopped - set(start)))
     if grow:
         reached = group.capacity + grow

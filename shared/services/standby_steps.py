@@ -17,7 +17,8 @@ grow ──> registered ──> park ──> (succeeded: StandbyRefilled | faile
   Ready; past MAX_NODE_PROVISION_TIME the missing ones (and any that failed) are deleted.
 - park: a node pending pods asked back, or already running a pod that is not a DaemonSet's, is left as ordinary
   capacity (uncordoned, released). The rest are committed (no reclaim wins after this), deallocated, their Node
-  objects deleted (as a deallocating removal does: a started instance registers afresh, uncordoned), and listed
+  objects deleted (as a deallocating removal does: a started instance registers afresh, uncordoned; a hibernated
+  one keeps its Node, cordoned, which the scale-up starting it uncordons: services.hibernation), and listed
   in GroupState.stopped with stopped_at; the event StandbyRefilled is written.
 
 Every step is safe to repeat on redelivery: cordon and reservation are idempotent, the deallocation is followed
@@ -38,7 +39,7 @@ from shared.engine.quota import capped_target
 from shared.ports import CHANGED_SINCE_READ, ComputeError, LedgerEntry
 from shared.services import ledger, limit_reservations, offerings
 from shared.services.execution import ExecutionResult, Run, Step, StepTable, untag
-from shared.services.hibernation import begin_stop_instances
+from shared.services.hibernation import begin_stop, keeps_node
 from shared.services.mapping import map_cluster
 from shared.services.standby_refill import refill_shortfall
 from shared.services.swap import StateConflict, swap_group
@@ -227,9 +228,9 @@ def park(run: Runs, action: RefillStandby, entry: LedgerEntry, now: datetime) ->
     if not ids:
         return run.finish(action, entry, "skipped", "every new node is in use: none parked", now=now)
     log.info("parking %s of %s in standby (action %s)", ", ".join(ids), group.id, action.id)
-    # hibernated where STANDBY_HIBERNATE and the set allow it
-    operation = begin_stop_instances(run.ports.provider, run.settings, group, ids)
-    return run.follow(action, entry, operation, next_step="park", now=now, kind="deallocate")
+    # hibernated where STANDBY_HIBERNATE and the set allow it (kind "hibernate": the Node objects are kept)
+    operation, kind = begin_stop(run.ports.provider, run.settings, group, ids)
+    return run.follow(action, entry, operation, next_step="park", now=now, kind=kind)
 
 
 def succeeded(run: Runs, action: RefillStandby, entry: LedgerEntry, kind: str, now: datetime) -> ExecutionResult:
@@ -237,7 +238,8 @@ def succeeded(run: Runs, action: RefillStandby, entry: LedgerEntry, kind: str, n
     group = run.ports.provider.get_node_group(action.group)
     nodes = _nodes_of(run, group, sorted(ids)) if group is not None else {}
     for node in nodes.values():
-        run.ports.cluster.delete_node(node.name)
+        if not keeps_node(kind):  # a hibernated instance keeps its Node, cordoned, for its resuming kubelet
+            run.ports.cluster.delete_node(node.name)
         run.ports.state.clear_unneeded(node.name)
 
     def release(state: GroupState) -> tuple[GroupState | None, None]:

@@ -1,6 +1,8 @@
 """Hibernated standby on in-memory ports over a real world: with STANDBY_HIBERNATE a hibernation-enabled Flexible
 group's refill parks its instances hibernated, a Uniform group's deallocated; a refusal deallocates them plainly
-and the refill still ends with its instances stopped and no node left behind; throttling is not a refusal."""
+and the refill still ends with its instances stopped and no node left behind; throttling is not a refusal. A
+hibernated instance keeps its Node, out of the planners' view and the status' counts, and a scale-up that resumes it
+uncordons it; with the Node deleted (as before) the resumed VM never registers again."""
 
 from __future__ import annotations
 
@@ -80,7 +82,11 @@ def test_the_refill_parks_its_instances_hibernated_exactly_where_asked_and_allow
     stopped = _stopped(app)
     assert all(i.power in ("deallocating", "deallocated") for i in stopped)
     assert all(i.hibernated == hibernated for i in stopped)
-    assert len(app.ports.cluster.list_nodes()) == 1  # the group's own node; no parked one left behind
+    # A hibernated instance keeps its Node (its kubelet resumes, and would not register a deleted one), cordoned
+    # with our taint; a deallocated one leaves none behind.
+    nodes = app.ports.cluster.list_nodes()
+    assert len(nodes) == 1 + (STANDBY if hibernated else 0)
+    assert sum(n.is_being_deleted and n.unschedulable for n in nodes) == (STANDBY if hibernated else 0)
 
 
 def test_a_refused_hibernation_deallocates_plainly_and_the_refill_still_ends(caplog: pytest.LogCaptureFixture) -> None:
@@ -161,6 +167,9 @@ def test_an_idle_node_removed_into_the_standby_is_hibernated_where_the_set_allow
     (scale_set,) = app.world._groups.values()  # noqa: SLF001 - the one group's scale set
     (stopped,) = [i for i in scale_set.instances.values() if i.vm_name == vm]
     assert stopped.power in ("deallocating", "deallocated") and stopped.hibernated == hibernation_enabled
+    kept = app.context.ports.cluster.get_node(idle)
+    assert (kept is not None) == hibernation_enabled  # kept, for the kubelet that resumes
+    assert kept is None or (kept.is_being_deleted and kept.unschedulable)
 
 
 @pytest.mark.parametrize("flexible,enabled,setting,hibernated", [
@@ -180,3 +189,83 @@ def test_the_status_and_plan_say_hibernated_exactly_when_the_group_hibernates(
     assert report.as_dict().get("hibernated", False) == hibernated
     assert (f"/{STANDBY} hibernated" in report.line(GROUP)) == hibernated
     assert (f"of {STANDBY} hibernated" in _standby_text(report.as_dict())) == hibernated
+
+
+# -- a hibernated standby resumed by a scale-up: the kept Node comes back, and no node stays cordoned -------------
+
+def _burst_app() -> MemoryApp:
+    """A hibernation-enabled Flexible group with a standby of STANDBY, and a burst at 6 minutes that needs all of it
+    (one pod a node: one on the group's running node, the rest on the standby)."""
+    scenario = {"name": "hibernate", "cluster_name": "hibernate", "arm_throttling": False,
+                "boot_delay": {"min": "40s", "max": "60s"},
+                "node_groups": [{"resource_group": "rg-h", "name": "pool", "vm_size": "Standard_D4s_v5",
+                                 "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}, "min": 1,
+                                 "max": 10, "initial": 1, "tags": {"autoscaler-standby": str(STANDBY)},
+                                 "orchestration": "Flexible", "hibernation_enabled": True}],
+                "workloads": [{"name": "burst", "kind": "Job", "count": 1 + STANDBY, "at": "6m",
+                               "requests": {"cpu": "3", "memory": "1Gi"}, "duration": "20m"}]}
+    return memory_app(scenario, settings={"STEP_RETRY_DELAY": "10s", "SCALE_DOWN_UNNEEDED_TIME": "10m",
+                                          "STANDBY_HIBERNATE": "true", "NODE_MAPPING": "hostname"})
+
+
+def _burst_pods(app: MemoryApp) -> list[Any]:
+    return [p for p in app.ports.cluster.list_pods() if p.namespace == "default" and p.name.startswith("burst")]
+
+
+def test_a_hibernated_standby_keeps_its_node_out_of_the_planners_and_a_scale_up_resumes_it_schedulable() -> None:
+    from shared.engine.status import group_counts
+    from shared.services.observe import observe, running_sizes
+
+    app = _burst_app()
+    for _ in range(33):  # to 5.5 minutes: the standby refilled (hibernated) before the burst
+        app.tick(10)
+    state = app.ports.state.get_group(GROUP)
+    parked = [i for i in _stopped(app) if i.hibernated]
+    assert len(parked) == STANDBY
+    nodes = {n.name: n for n in app.ports.cluster.list_nodes()}
+    assert len(nodes) == 1 + STANDBY  # kept: one per hibernated instance
+    kept = [nodes[i.node_name] for i in parked]
+    assert all(n.is_being_deleted and n.unschedulable and not n.ready for n in kept)
+    # Out of the planners' snapshot (no capacity, no node on its way, no unready node to remove) ...
+    observed = observe(app.ports, now=app.clock.now(), node_mapping="hostname")
+    assert {n.name for n in kept} <= {n.name for n in observed.nodes if n.instance is not None}
+    snapshot = running_sizes(observed, {GROUP: state})
+    assert {n.name for n in snapshot.nodes}.isdisjoint(n.name for n in kept)
+    (group,) = snapshot.groups
+    # ... and out of the status' counts, even long after: no unready node, nothing unregistered.
+    later = app.clock.now() + 2 * app.settings.max_node_provision_time
+    counts = group_counts(group, list(observed.nodes), state, now=later,
+                          max_node_provision_time=app.settings.max_node_provision_time)
+    assert counts.unready == 0 and counts.unregistered == 0 and counts.total == 1
+
+    for _ in range(24):  # the burst at 6 minutes: the scale-up resumes the standby
+        app.tick(10)
+    resumed = [i for i in parked if i.power == "running"]
+    assert len(resumed) == STANDBY and all(i.resumed and not i.lost_node for i in resumed)
+    nodes_after = app.ports.cluster.list_nodes()
+    assert {i.node_name for i in resumed} <= {n.name for n in nodes_after if n.ready}  # the same Nodes, Ready
+    # No node stays cordoned or tainted by us once its instance runs again.
+    assert all(not n.unschedulable and not n.is_being_deleted for n in nodes_after)
+    pods = _burst_pods(app)
+    assert len(pods) == 1 + STANDBY and all(p.node_name for p in pods)
+    assert {i.node_name for i in resumed} <= {p.node_name for p in pods}  # the pods landed on the resumed nodes
+
+
+def test_with_the_node_deleted_as_before_a_resumed_vm_never_registers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The risk the kept Node removes: the old stop path deleted the Node, and a resumed kubelet does not register
+    it again, so the burst's pods wait on a started VM that never becomes a node."""
+    from shared.services import standby_steps
+
+    monkeypatch.setattr(standby_steps, "keeps_node", lambda kind: False)
+    app = _burst_app()
+    for _ in range(33):
+        app.tick(10)
+    parked = [i for i in _stopped(app) if i.hibernated]
+    assert len(parked) == STANDBY and len(app.ports.cluster.list_nodes()) == 1
+    for _ in range(24):
+        app.tick(10)
+    resumed = [i for i in parked if i.power == "running"]
+    assert resumed and all(i.lost_node for i in resumed)
+    names = {n.name for n in app.ports.cluster.list_nodes()}
+    assert names.isdisjoint(i.node_name for i in resumed)
+    assert any(not p.node_name for p in _burst_pods(app))
