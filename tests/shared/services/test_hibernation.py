@@ -269,3 +269,25 @@ def test_with_the_node_deleted_as_before_a_resumed_vm_never_registers(monkeypatc
     names = {n.name for n in app.ports.cluster.list_nodes()}
     assert names.isdisjoint(i.node_name for i in resumed)
     assert any(not p.node_name for p in _burst_pods(app))
+
+
+def test_a_kept_node_is_never_removed_as_an_unready_node() -> None:
+    """Past SCALE_DOWN_UNREADY_TIME a NotReady node is removable; a hibernated standby's kept Node is not one."""
+    scenario = {"name": "hibernate", "cluster_name": "hibernate", "arm_throttling": False,
+                "boot_delay": {"min": "40s", "max": "60s"},
+                "node_groups": [{"resource_group": "rg-h", "name": "pool", "vm_size": "Standard_D4s_v5",
+                                 "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}, "min": 1,
+                                 "max": 10, "initial": 1, "tags": {"autoscaler-standby": str(STANDBY)},
+                                 "orchestration": "Flexible", "hibernation_enabled": True}]}
+    app = memory_app(scenario, settings={"STEP_RETRY_DELAY": "10s", "SCALE_DOWN_UNREADY_TIME": "5m",
+                                          "STANDBY_HIBERNATE": "true", "NODE_MAPPING": "hostname"})
+    for _ in range(30):  # the standby refilled, hibernated
+        app.tick(10)
+    parked = {i.node_name for i in _stopped(app) if i.hibernated}
+    assert len(parked) == STANDBY
+    for _ in range(60):  # 10 minutes more: twice the unready time
+        app.tick(10)
+    nodes = {n.name: n for n in app.ports.cluster.list_nodes()}
+    assert parked <= set(nodes) and all(not nodes[n].ready and nodes[n].is_being_deleted for n in parked)
+    assert {i.node_name for i in _stopped(app)} == parked  # still the standby: none deleted, none started
+    assert not any(e.reason == "ScaleDown" and e.name in parked for e in app.events())
