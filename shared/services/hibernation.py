@@ -82,8 +82,8 @@ def uncordon_resumed(cluster: Cluster, provider: NodeGroupProvider, group: NodeG
     for the pods it is about to take; uncordoned early it counts as a node on its way, and the scheduler still
     places nothing on it until it is Ready (its not-ready and shutdown taints go only then). Idempotent."""
     wanted = set(instance_ids)
-    if not wanted:
-        return []
+    if not wanted or not group.hibernation_enabled:
+        return []  # a set that cannot hibernate kept no Node: no listing (and no ARM read) for it
     mapped = map_cluster(provider, cluster.list_nodes(), [group], method=node_mapping)
     names = sorted(node.name for node in mapped.nodes
                    if (ref := node.instance) is not None and ref.group_id == group.id and ref.instance_id in wanted
