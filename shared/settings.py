@@ -528,6 +528,8 @@ SPECS: tuple[Spec, ...] = (
          "overrides it per group. See docs/standby.md."),
     Spec("STANDBY_MAX", "standby_max", "10", _int_at_least(0),
          "Most standby instances `auto` keeps per group (`STANDBY_INSTANCES` or the tag `autoscaler-standby`)."),
+    Spec("STANDBY_REFILL_WAITS_FOR_IDLE", "standby_refill_waits_for_idle", "false", _bool,
+         "After a group's scale-up, a warm standby refill creates instances only once scale-down could have taken the scale-up's own nodes into the standby (the group's delay after a scale-up plus its unneeded time): fewer instances created and booted for the standby while a burst's nodes may still free up, at the risk of a short standby for a wave that follows soon. `false`: a refill creates as soon as no pod waits for the group (idle nodes are counted towards it either way). See docs/standby.md."),
     Spec("STANDBY_POOLS", "standby_pools", "false", _bool,
          "Keep each Flexible group's VMSS Standby Pool at the group's standby target (maxReadyCapacity and "
          "minReadyCapacity set to it, once per utilisation poll); groups without a pool are not affected. Needs "
@@ -818,6 +820,7 @@ class Settings:
     scale_down_deallocated_max: int  # per group, with deallocate
     standby_instances: str  # a whole number or auto (engine.standby.parse_standby)
     standby_max: int
+    standby_refill_waits_for_idle: bool  # services.standby_refill.quiet_until
     standby_pools: bool
     standby_hibernate: bool  # where the group allows it (engine.hibernation)
     scale_down_unneeded_time: timedelta
