@@ -13,12 +13,14 @@ The poll enqueues one refill for a group when all of these hold:
   the standby rather than deleted, so creating instances for them would pay twice);
 - no refill is in flight for it (one at a time per group);
 - it is not served by a VMSS Standby Pool (services.standby_pools: the pool is its standby);
-- it has been quiet since its last scale-up for as long as scale-down needs to take a node that went idle at
-  once into the standby (`quiet_until`: the group's delay after a scale-up plus its unneeded time with standby
-  room, engine.scale_down.group_rules). A burst's own nodes go idle soon after it and are deallocated into
-  the standby for free; instances created for it meanwhile would be paid twice (a boot's compute, then the
-  burst's nodes deleted for want of room). After that, nodes still busy are not waited for. A refill's grow
-  step sets `last_scale_up` too, so a refill capped below the shortfall is followed by the next after as long;
+- with STANDBY_REFILL_WAITS_FOR_IDLE, it has been quiet since its last scale-up for as long as scale-down needs
+  to take a node that went idle at once into the standby (`quiet_until`: the group's delay after a scale-up
+  plus its unneeded time with standby room, engine.scale_down.group_rules). A burst's own nodes may go idle
+  soon after it and be deallocated into the standby for free; instances created meanwhile are paid twice (a
+  boot's compute, then the burst's nodes deleted for want of room). After that, nodes still busy are not waited
+  for. A refill's grow step sets `last_scale_up` too, so a refill capped below the shortfall is followed by the
+  next after as long. Off by default: on the replayed traces the wait saved little and cost hits for the waves
+  that follow (docs/standby.md has the figures). Idle nodes are taken off the shortfall either way;
 - it has no pending demand: no scale-up in flight (a live limits reservation of another action), and no
   pending pod this poll's scale-up simulation places on it;
 - quotas and offering marks leave room for it (`offerings.planning_limits`); the cluster-wide limits are
@@ -101,9 +103,9 @@ def refill_shortfall(ports: Ports, settings: Settings, group: NodeGroup, state: 
 def quiet_until(settings: Settings, group: NodeGroup, state: GroupState) -> datetime | None:
     """When a refill may next create instances for the group: its last scale-up plus the time scale-down needs
     to take a node idle since then into the standby (its delay after a scale-up and its unneeded time, the
-    latter a start's worth in break-even mode as the group's standby has room); None: not held back.
-    ValueError on a malformed scale-down tag (the poll reports it)."""
-    if state.last_scale_up is None:
+    latter a start's worth in break-even mode as the group's standby has room); None: not held back (never
+    without STANDBY_REFILL_WAITS_FOR_IDLE). ValueError on a malformed scale-down tag (the poll reports it)."""
+    if not settings.standby_refill_waits_for_idle or state.last_scale_up is None:
         return None
     options = replace(scale_down_options(settings), standby_room=frozenset({group.id}))
     rules = group_rules(group, options, state)

@@ -101,7 +101,10 @@ def test_a_pooled_group_keeps_no_stopped_instances_through_the_polls() -> None:
     assert source.lists >= 12 and len(source.writes) == 1  # one write: the target did not change
 
 
-@pytest.mark.parametrize("settings", [{}, {"SCALE_DOWN_IDLE_MODE": "fixed"}], ids=["break-even", "fixed"])
+WAITS = {"STANDBY_REFILL_WAITS_FOR_IDLE": "true"}
+
+
+@pytest.mark.parametrize("settings", [WAITS, {**WAITS, "SCALE_DOWN_IDLE_MODE": "fixed"}], ids=["break-even", "fixed"])
 def test_no_refill_creates_while_the_last_scale_up_may_still_feed_it(settings: dict[str, str]) -> None:
     app = _app(pools=None, flexible=False, settings=settings)
     (group,) = app.ports.provider.list_node_groups()
@@ -119,11 +122,20 @@ def test_no_refill_creates_while_the_last_scale_up_may_still_feed_it(settings: d
 
 
 def test_the_quiet_time_is_as_long_as_scale_down_needs_to_take_an_idle_node() -> None:
-    """Break-even: a boot's wait after the scale-up plus a start's idle time; fixed: the settings' two times."""
-    app = _app(pools=None, flexible=False, settings={"SCALE_DOWN_IDLE_MODE": "fixed",
+    """Fixed idle mode: the settings' two times; none without a scale-up, none with the setting off."""
+    app = _app(pools=None, flexible=False, settings={**WAITS, "SCALE_DOWN_IDLE_MODE": "fixed",
                                                      "SCALE_DOWN_DELAY_AFTER_ADD": "7m",
                                                      "SCALE_DOWN_UNNEEDED_TIME": "4m"})
     (group,) = app.ports.provider.list_node_groups()
     state = replace(app.ports.state.get_group(GROUP), last_scale_up=app.clock.now())
     assert quiet_until(app.settings, group, state) == app.clock.now() + timedelta(minutes=11)
     assert quiet_until(app.settings, group, replace(state, last_scale_up=None)) is None
+    assert quiet_until(replace(app.settings, standby_refill_waits_for_idle=False), group, state) is None
+
+
+def test_by_default_a_refill_does_not_wait_for_the_last_scale_up() -> None:
+    app = _app(pools=None, flexible=False)
+    state = app.ports.state.get_group(GROUP)
+    assert app.ports.state.update_group(replace(state, last_scale_up=app.clock.now()))
+    (refill,) = _refills(app)
+    assert refill["group"] == GROUP
