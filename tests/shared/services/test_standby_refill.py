@@ -139,3 +139,16 @@ def test_by_default_a_refill_does_not_wait_for_the_last_scale_up() -> None:
     assert app.ports.state.update_group(replace(state, last_scale_up=app.clock.now()))
     (refill,) = _refills(app)
     assert refill["group"] == GROUP
+
+
+def test_a_utilisation_poll_that_changes_nothing_reads_no_demand_row_again() -> None:
+    app = _app(pools=None, flexible=False, settings={"STANDBY_INSTANCES": "auto"}, tag="auto")
+    reads: list[str] = []
+    original = app.ports.state.get_demand
+    app.ports.state.get_demand = lambda group_id: (reads.append(group_id), original(group_id))[1]  # type: ignore[method-assign]
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert reads == [GROUP]  # the group's row, once
+    for _ in range(3):
+        app.clock.advance(60)
+        run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert reads == [GROUP]
