@@ -55,8 +55,9 @@ ASSUMPTIONS = (
     "`auto`, its default) at ours' default idle time; its points count as ours' in the dominance table, labelled "
     "`standby <size>`",
     "frontier: `ours+buffer` is ours (`buffer <n>`) or ours+standby (`standby auto + buffer <n>`) with one "
-    "CapacityBuffer per CPU pool from the run's start, each chunk one empty node of the pool (its allocatable less "
-    "the daemonset's requests), `n` chunks: n empty nodes kept Ready beyond the pods' needs; GPU pools get none. "
+    "CapacityBuffer per CPU pool from the run's start, `n` chunks each 0.85 of an empty node's room (allocatable "
+    "less the daemonset's requests; devtools.replay.harness.CHUNK_SHARE): about n empty nodes kept Ready beyond the "
+    "pods' needs; GPU and spot pools get none. "
     "`buffer 0` is the policy's default run; its points count as ours' in the dominance table",
 )
 

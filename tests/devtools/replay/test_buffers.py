@@ -191,3 +191,10 @@ def test_a_configuration_the_sweep_lists_twice_is_replayed_once(monkeypatch) -> 
     assert auto["cost"] == zero["cost"]
     assert [p["cost"] for p in frontier[OURS_BUFFER] if p["label"].startswith("buffer ")] == \
         [10.0 + n for n in BUFFER_SIZES]
+
+
+def test_the_assumptions_state_the_chunk_share_the_harness_uses() -> None:
+    from devtools.replay.frontier import ASSUMPTIONS
+    from devtools.replay.harness import CHUNK_SHARE
+
+    assert any(OURS_BUFFER in text and f"{CHUNK_SHARE:g}" in text for text in ASSUMPTIONS)
