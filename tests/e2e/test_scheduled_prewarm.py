@@ -20,8 +20,8 @@ from tests.e2e.invariants import (
 pytestmark = pytest.mark.e2e
 
 GROUP = "rg-sandbox-nodes/pool-ci"
-# The scenario's clock starts at 07:40 Berlin time; its tag's window is 07:45-08:30, the Jobs come at 08:00.
-OPENS_S, CLOSES_S, JOBS_S = 300.0, 3000.0, 1200.0
+# The scenario's clock starts at 07:50 Berlin time; its tag's window is 07:52-08:15, the Jobs come at 08:00.
+OPENS_S, CLOSES_S, JOBS_S = 120.0, 1500.0, 600.0
 WINDOW_MIN = 6
 # No pod asks for a node: the Jobs land on the window's nodes, so no TriggeredScaleUp and waits under one poll.
 PROMISES = Promises()
