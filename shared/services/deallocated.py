@@ -28,7 +28,8 @@ from shared.domain import NodeGroup
 from shared.engine.deallocated import trim_deallocated
 from shared.engine.scale_down import group_rules
 from shared.options import scale_down_options
-from shared.ports import ComputeError, Ports
+from shared.services.hibernation import delete_kept_nodes
+from shared.ports import ClusterError, ComputeError, Ports
 from shared.services.standby import get_standby_target, may_keep_standby, wants_more_standby
 from shared.services.swap import StateConflict, update_group
 from shared.settings import Settings
@@ -109,6 +110,8 @@ def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str, *,
             log.warning("group %s: deleting deallocated instance(s) %s failed (%s); tried again after its next "
                         "deallocation", group_id, ", ".join(trim.delete), exc)
             trim = type(trim)(delete=(), forget=trim.forget)
+        else:
+            _delete_kept_nodes(ports, settings, group, trim.delete)
     if not (trim.delete or trim.forget):
         return ()
     try:
@@ -116,3 +119,13 @@ def enforce_deallocated_max(ports: Ports, settings: Settings, group_id: str, *,
     except StateConflict as exc:
         log.warning("%s; the next trim forgets the deleted instances", exc)
     return trim.delete
+
+
+def _delete_kept_nodes(ports: Ports, settings: Settings, group: NodeGroup, instance_ids: tuple[str, ...]) -> None:
+    """The kept Nodes of trimmed hibernated instances go with them (services.hibernation); a failure is logged: the
+    cloud node lifecycle controller removes them later."""
+    try:
+        delete_kept_nodes(ports.cluster, ports.provider, group, instance_ids, node_mapping=settings.node_mapping)
+    except (ClusterError, ComputeError) as exc:
+        log.warning("group %s: deleting the kept node(s) of trimmed instance(s) %s failed (%s)", group.id,
+                    ", ".join(instance_ids), exc)

@@ -93,3 +93,21 @@ def uncordon_resumed(cluster: Cluster, provider: NodeGroupProvider, group: NodeG
     if names:
         log.info("resuming instance(s) of %s: node(s) %s uncordoned", group.id, ", ".join(names))
     return names
+
+
+def delete_kept_nodes(cluster: Cluster, provider: NodeGroupProvider, group: NodeGroup, instance_ids: Iterable[str],
+                      *, node_mapping: str) -> list[str]:
+    """Delete the kept Node objects of stopped `instance_ids` that are being deleted themselves (the deallocated
+    cap's trim): nothing will resume them, so their Nodes would otherwise wait for the cloud node lifecycle
+    controller, counted as present meanwhile. The names deleted; idempotent (a Node gone already is skipped)."""
+    wanted = set(instance_ids)
+    if not wanted or not group.hibernation_enabled:
+        return []  # a set that cannot hibernate kept no Node
+    mapped = map_cluster(provider, cluster.list_nodes(), [group], method=node_mapping)
+    names = sorted(node.name for node in mapped.nodes
+                   if (ref := node.instance) is not None and ref.group_id == group.id and ref.instance_id in wanted)
+    for name in names:
+        cluster.delete_node(name)
+    if names:
+        log.info("instance(s) of %s deleted from the standby: kept node(s) %s deleted", group.id, ", ".join(names))
+    return names

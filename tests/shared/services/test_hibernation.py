@@ -294,3 +294,27 @@ def test_a_kept_node_is_never_removed_as_an_unready_node() -> None:
     assert parked <= set(nodes) and all(not nodes[n].ready and nodes[n].is_being_deleted for n in parked)
     assert {i.node_name for i in _stopped(app)} == parked  # still the standby: none deleted, none started
     assert not any(e.reason == "ScaleDown" and e.name in parked for e in app.events())
+
+
+def test_a_hibernated_standby_trimmed_by_the_cap_takes_its_kept_node_with_it() -> None:
+    """The cap's trim deletes stopped instances beyond the target: a hibernated one's kept Node goes with it (no
+    kubelet will come back for it), and the standby instances it keeps keep theirs."""
+    from shared.services.deallocated import enforce_deallocated_max
+
+    app = _burst_app()
+    for _ in range(30):  # the standby refilled, hibernated, before the burst
+        app.tick(10)
+    parked = [i for i in _stopped(app) if i.hibernated]
+    assert len(parked) == STANDBY
+    (scale_set,) = app.world._groups.values()  # noqa: SLF001 - the one group's scale set
+    scale_set.tags["autoscaler-standby"] = "1"  # the operator lowers the target: one instance too many
+
+    deleted = enforce_deallocated_max(app.ports, app.settings, GROUP)
+
+    assert len(deleted) == 1
+    gone = [i for i in parked if i.vm_name in deleted or str(i.instance_id) in deleted]
+    kept = [i for i in parked if i not in gone]
+    names = {n.name for n in app.ports.cluster.list_nodes()}
+    assert len(gone) == 1 and gone[0].node_name not in names
+    assert kept and all(i.node_name in names for i in kept)
+    assert app.ports.state.get_group(GROUP).stopped.isdisjoint(deleted)
