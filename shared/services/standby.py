@@ -65,6 +65,7 @@ class StandbyReport:
     refilling: int = 0  # of those, the ones whose nodes a refill is parking (registered, being stopped)
     disk_usd_per_hour: float | None = None  # what the stopped instances' OS disks bill, when the size is known
     hibernated: bool = False  # the group's instances are stopped hibernated (services.hibernation), not deallocated
+    pooled: bool = False  # a VMSS Standby Pool is the group's standby: the target is the pool's, not ours to refill
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"target": self.target, "why": self.why, "stopped": self.stopped,
@@ -73,11 +74,15 @@ class StandbyReport:
             out["diskUsdPerHour"] = round(self.disk_usd_per_hour, 4)
         if self.hibernated:
             out["hibernated"] = True
+        if self.pooled:
+            out["standbyPool"] = True
         return out
 
     def line(self, group_id: str) -> str:
         disks = f", disks ${self.disk_usd_per_hour:.3f}/h" if self.disk_usd_per_hour is not None else ""
         refill = f", {self.refilling} refilling" if self.refilling else ""
+        if self.pooled:
+            return f"standby {group_id}: held by its Standby Pool, ready capacity set to {self.target} ({self.why})"
         state = "hibernated" if self.hibernated else "stopped"
         return f"standby {group_id}: {self.stopped}/{self.target} {state}{refill}{disks} ({self.why})"
 
@@ -212,8 +217,11 @@ def standby_report(ports: Ports, settings: Settings, group: NodeGroup, state: Gr
         target = StandbyTarget(0, str(exc))
     price = disk_price_hour(group)
     stopped = len(state.stopped)
+    # The pool list is cached (services.standby_pools): no read per group; none with STANDBY_POOLS=false.
+    pooled = group.id in pooled_group_ids(ports, (group,))
     return StandbyReport(target.count, target.why, stopped, refilling,
-                         price * stopped if price is not None else None, hibernated=hibernates(settings, group))
+                         price * stopped if price is not None else None, hibernated=hibernates(settings, group),
+                         pooled=pooled)
 
 
 def record_standby(reports: Mapping[str, StandbyReport]) -> None:
