@@ -570,6 +570,11 @@ def parse_provider_id(provider_id: str) -> InstanceRef | None:
     return InstanceRef(match["sub"], match["rg"], match["vmss"], match["id"])
 
 
+def instance_order(instance_id: str) -> tuple[int, str]:
+    """A sort key for instance ids: Uniform ids (digits) numerically, then Flexible VM names by text."""
+    return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)
+
+
 def group_id(resource_group: str, scale_set: str) -> str:
     """A node group's identity: resource groups compare case-insensitively in ARM, names do not."""
     return f"{resource_group.lower()}/{scale_set}"

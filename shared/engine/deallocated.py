@@ -11,7 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from shared.domain import GroupState
+from shared.domain import GroupState, instance_order
 
 _LONG_AGO = datetime.min.replace(tzinfo=timezone.utc)
 
@@ -37,10 +37,6 @@ def trim_deallocated(state: GroupState, *, cap: int, present: Collection[str]) -
     """
     live = [i for i in state.stopped if i in present]
     forget = frozenset(state.stopped - set(live))
-    live.sort(key=lambda i: (state.stopped_at.get(i, _LONG_AGO), _instance_order(i)), reverse=True)
+    live.sort(key=lambda i: (state.stopped_at.get(i, _LONG_AGO), instance_order(i)), reverse=True)
     excess = live[max(cap, 0):]
     return DeallocatedTrim(delete=tuple(reversed(excess)), forget=forget)
-
-
-def _instance_order(instance_id: str) -> tuple[int, str]:
-    return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)

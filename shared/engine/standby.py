@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Protocol
 
-from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, GroupState, NodeGroup
+from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, GroupState, NodeGroup, instance_order
 
 STANDBY_TAG: Final = "autoscaler-standby"
 # The backends whose instances we deallocate and start ourselves.
@@ -228,7 +228,7 @@ def os_disk_price_hour(vcpus: int) -> float:
 def standby_view(state: GroupState, present: Collection[str]) -> StandbyView:
     """The group's standby now: which of the instances its row lists as stopped exist (`present`: a fresh list
     of its instances that exist and are not being deleted), by instance id, and which are gone."""
-    live = tuple(sorted((i for i in state.stopped if i in present), key=_instance_order))
+    live = tuple(sorted((i for i in state.stopped if i in present), key=instance_order))
     return StandbyView(stopped=live, gone=frozenset(state.stopped - set(live)))
 
 
@@ -244,7 +244,3 @@ def _tag(tags: Mapping[str, str], key: str) -> str | None:
         if name.lower() == key:
             return value
     return None
-
-
-def _instance_order(instance_id: str) -> tuple[int, str]:
-    return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)

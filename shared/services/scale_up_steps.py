@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from shared.actions import ScaleUp
-from shared.domain import NodeGroup
+from shared.domain import NodeGroup, instance_order
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
 from shared.engine.idle import note_boot_request
 from shared.engine.quota import capped_target
@@ -79,7 +79,7 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
         target = allowed
         action = replace(action, target_size=target)
     need = target - running
-    start = sorted(state.stopped, key=_instance_order)[:need]
+    start = sorted(state.stopped, key=instance_order)[:need]
     grow = need - len(start)
     if run.settings.dry_run:
         return run.finish(action, entry, "dry-run", f"would grow {group.id} {running} -> {target} "
@@ -238,10 +238,6 @@ def fail(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, why: str, code:
 def ended(run: Run[ScaleUp], action: ScaleUp, now: datetime) -> None:
     """The scale-up has its outcome: the room it reserved under the cluster-wide limits is given back."""
     limit_reservations.release(run.ports, action.id, now=now)
-
-
-def _instance_order(instance_id: str) -> tuple[int, str]:
-    return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)
 
 
 TABLE = StepTable(

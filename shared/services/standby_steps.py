@@ -34,7 +34,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from shared.actions import RefillStandby
-from shared.domain import TO_BE_DELETED_TAINT, GroupState, Node, NodeGroup, Taint
+from shared.domain import TO_BE_DELETED_TAINT, GroupState, Node, NodeGroup, Taint, instance_order
 from shared.engine.quota import capped_target
 from shared.ports import CHANGED_SINCE_READ, ComputeError, LedgerEntry
 from shared.services import ledger, limit_reservations, offerings
@@ -114,7 +114,7 @@ def _after_resize(run: Runs, action: RefillStandby, entry: LedgerEntry, group: N
     """The new instances (listed now, not before), carried to `registered`; those ARM lists only later are not
     ours to park (they stay ordinary capacity, which scale-down takes back when idle)."""
     new = sorted((i.instance_id for i in run.ports.provider.list_instances(group)
-                  if i.instance_id not in before and not i.deleting), key=_instance_order)[:action.count]
+                  if i.instance_id not in before and not i.deleting), key=instance_order)[:action.count]
     # Standby from now on: no planner counts them as capacity for pods or for the group's minimum while they boot,
     # and a scale-up may take them (it starts them: a no-op on a running VM), which the next steps respect.
     def listed(state: GroupState) -> tuple[GroupState | None, None]:
@@ -223,7 +223,7 @@ def park(run: Runs, action: RefillStandby, entry: LedgerEntry, now: datetime) ->
     for name in sorted(set(candidates) - committed):
         _give_back(run, action, name, "pending pods asked for it, or a scale-up started it",
                    instance=candidates[name])
-    ids = sorted((candidates[n] for n in committed), key=_instance_order)
+    ids = sorted((candidates[n] for n in committed), key=instance_order)
     action = replace(action, instances=tuple(ids))
     if not ids:
         return run.finish(action, entry, "skipped", "every new node is in use: none parked", now=now)
@@ -252,7 +252,7 @@ def succeeded(run: Runs, action: RefillStandby, entry: LedgerEntry, kind: str, n
     # Not the lenient update: a lost race raises, and the redelivery finds the operation done and repeats this.
     swap_group(run.ports.state, action.group, release, what=f"release the standby nodes of {action.id}")
     run.status_event("StandbyRefilled", f"Standby of group {action.group}: {len(ids)} instance(s) created and "
-                     f"deallocated ({', '.join(sorted(ids, key=_instance_order))})", now=now)
+                     f"deallocated ({', '.join(sorted(ids, key=instance_order))})", now=now)
     return run.finish(action, entry, "succeeded", f"{len(ids)} instance(s) parked in standby", now=now)
 
 
@@ -356,10 +356,6 @@ def _with(record: str, **fields: object) -> str:
 def _without(record: str, *names: str) -> str:
     body = {k: v for k, v in (json.loads(record) if record else {}).items() if k not in names}
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-
-def _instance_order(instance_id: str) -> tuple[int, str]:
-    return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)
 
 
 TABLE = StepTable(
