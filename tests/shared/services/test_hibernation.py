@@ -15,10 +15,10 @@ import pytest
 from shared.domain import NodeGroup
 from shared.engine.hibernation import HIBERNATE_TAG
 from shared.ports import ComputeError, Operation
-from shared.services.executor import Executor
 from shared.services.hibernation import begin_stop_instances
 from shared.services.utilization import run_utilization_poll
 from sandbox.world.compute import InstanceSim
+from tests.shared.services.standby_world import run_executor
 from tests.memory_app import MemoryApp, memory_app
 
 GROUP = "rg-h/pool"
@@ -47,12 +47,7 @@ def _refill(app: MemoryApp, seconds: float = 300, step: float = 10) -> list[str]
     """One utilisation poll (it enqueues the refill), then the executor on every message until `seconds` pass."""
     run_utilization_poll(app.ports, app.settings, now=app.clock.now())
     assert any(json.loads(t).get("kind") == "refill_standby" for t in app.queued())
-    executor, outcomes = Executor(app.ports, app.settings), []
-    for _ in range(int(seconds / step)):
-        app.clock.advance(step)
-        for text in app.take_queued():
-            outcomes.append(executor.execute(text, now=app.clock.now()).outcome)
-    return outcomes
+    return run_executor(app, seconds=seconds, step=step)
 
 
 def _stopped(app: MemoryApp) -> list[InstanceSim]:

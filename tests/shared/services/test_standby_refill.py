@@ -17,9 +17,9 @@ from shared.ports import StandbyPool
 from shared.services.providers import ProviderRouter
 from shared.services.standby_refill import quiet_until
 from shared.services.utilization import run_utilization_poll
+from tests.shared.services.standby_world import GROUP, standby_scenario
 from tests.memory_app import MemoryApp, memory_app
 
-GROUP = "rg-sb/pool"
 STANDBY = 2
 
 
@@ -44,21 +44,9 @@ POOL = StandbyPool("rg-sb", "pool-standby", "rg-sb", "pool", "Deallocated", 0, 0
 OTHER_SET = replace(POOL, name="other-standby", scale_set_name="other")
 
 
-def _scenario(tags: dict[str, str]) -> dict[str, Any]:
-    return {
-        "name": "standby", "cluster_name": "standby", "arm_throttling": False,
-        "boot_delay": {"min": "40s", "max": "60s"},
-        "node_groups": [
-            {"resource_group": "rg-sb", "name": "pool", "vm_size": "Standard_D4s_v5",
-             "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}, "min": 1, "max": 10, "initial": 1,
-             "tags": tags},
-        ],
-    }
-
-
 def _app(*, pools: CountingPools | None, flexible: bool = True, settings: dict[str, str] | None = None,
          tag: str = str(STANDBY)) -> MemoryApp:
-    app = memory_app(_scenario({"autoscaler-standby": tag}),
+    app = memory_app(standby_scenario({"autoscaler-standby": tag}),
                      settings={"STEP_RETRY_DELAY": "10s", **(settings or {})})
     if flexible:  # the world's set read as a Flexible one: what the pool decision looks at
         compute = WorldCompute(app.world, cluster_name="standby", resource_groups=["rg-sb"], kind=FLEXIBLE_SCALE_SET)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -16,41 +15,19 @@ from shared.domain import TO_BE_DELETED_TAINT
 from shared.services.executor import Executor
 from shared.services.standby_refill import REFILL_PREFIX
 from shared.services.utilization import run_utilization_poll
+from tests.shared.services.standby_world import GROUP, run_executor, standby_scenario
 from tests.memory_app import MemoryApp, memory_app
 
-GROUP = "rg-sb/pool"
 STANDBY = 2
 
 
-def _scenario(tags: dict[str, str]) -> dict[str, Any]:
-    return {
-        "name": "standby", "cluster_name": "standby", "arm_throttling": False,
-        "boot_delay": {"min": "40s", "max": "60s"},
-        "node_groups": [
-            {"resource_group": "rg-sb", "name": "pool", "vm_size": "Standard_D4s_v5",
-             "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110}, "min": 1, "max": 10, "initial": 1,
-             "tags": tags},
-        ],
-    }
-
-
 def _app(standby: int = STANDBY) -> MemoryApp:
-    return memory_app(_scenario({"autoscaler-standby": str(standby)}),
+    return memory_app(standby_scenario({"autoscaler-standby": str(standby)}),
                       settings={"STEP_RETRY_DELAY": "10s", "SCALE_DOWN_UNNEEDED_TIME": "10m"})
 
 
 def _refills(texts: list[str]) -> list[str]:
     return [t for t in texts if json.loads(t).get("kind") == "refill_standby"]
-
-
-def _run_until_quiet(app: MemoryApp, *, seconds: float, step: float = 10.0) -> list[str]:
-    """Run the executor on every visible message, `step` seconds at a time, with no poll; the outcomes."""
-    executor, outcomes = Executor(app.ports, app.settings), []
-    for _ in range(int(seconds / step)):
-        app.clock.advance(step)
-        for text in app.take_queued():
-            outcomes.append(executor.execute(text, now=app.clock.now()).outcome)
-    return outcomes
 
 
 def _poll(app: MemoryApp) -> list[str]:
@@ -72,7 +49,7 @@ def test_a_quiet_group_short_of_its_standby_gets_one_refill_and_ends_with_it_par
     (text,) = _poll(app)
     action = decode_action(text)
     assert action.group == GROUP and action.id.startswith(REFILL_PREFIX) and action.count == STANDBY
-    outcomes = _run_until_quiet(app, seconds=300)
+    outcomes = run_executor(app, seconds=300)
     assert outcomes[-1] == "succeeded", outcomes
     stopped = _stopped(app)
     assert len(stopped) == STANDBY
@@ -93,7 +70,7 @@ def test_a_quiet_group_short_of_its_standby_gets_one_refill_and_ends_with_it_par
 def test_one_refill_in_flight_per_group() -> None:
     app = _app()
     assert len(_poll(app)) == 1
-    _run_until_quiet(app, seconds=20)  # grow ran: the refill is in flight
+    run_executor(app, seconds=20)  # grow ran: the refill is in flight
     app.clear_queue()
     app.clock.advance(60)
     assert _poll(app) == []
@@ -144,13 +121,13 @@ def test_a_crash_after_the_resize_is_repeated_without_growing_twice() -> None:
     app.ports.provider.begin_resize = resize  # type: ignore[method-assign]
     app.clear_queue()
     assert executor.execute(text, now=app.clock.now()).outcome == "waiting"  # released: the redelivery runs
-    _run_until_quiet(app, seconds=300)
+    run_executor(app, seconds=300)
     assert len(_stopped(app)) == STANDBY
     assert len(_instances(app)) == 1 + STANDBY
 
 
 def test_a_scale_up_starts_the_standby_as_fresh_uncordoned_nodes() -> None:
-    scenario = _scenario({"autoscaler-standby": str(STANDBY)})
+    scenario = standby_scenario({"autoscaler-standby": str(STANDBY)})
     scenario["workloads"] = [{"name": "burst", "kind": "Job", "count": 2, "at": "6m",
                               "requests": {"cpu": "3", "memory": "1Gi"}, "duration": "20m"}]
     app = memory_app(scenario, settings={"STEP_RETRY_DELAY": "10s", "SCALE_DOWN_UNNEEDED_TIME": "10m"})
@@ -170,7 +147,7 @@ def test_a_scale_up_starts_the_standby_as_fresh_uncordoned_nodes() -> None:
 
 
 def test_pending_pods_planned_onto_the_group_hold_its_refill_back() -> None:
-    scenario = _scenario({"autoscaler-standby": str(STANDBY)})
+    scenario = standby_scenario({"autoscaler-standby": str(STANDBY)})
     scenario["workloads"] = [{"name": "wave", "kind": "Job", "count": 3, "at": "0s",
                               "requests": {"cpu": "3", "memory": "1Gi"}, "duration": "10m"}]
     app = memory_app(scenario, settings={"STEP_RETRY_DELAY": "10s"})
@@ -181,7 +158,7 @@ def test_pending_pods_planned_onto_the_group_hold_its_refill_back() -> None:
 @pytest.mark.parametrize("initial,expected", [(1, STANDBY), (2, STANDBY - 1), (3, 0), (5, 0)])
 def test_idle_nodes_scale_down_may_take_count_as_standby_to_be(initial: int, expected: int) -> None:
     """Idle nodes above the minimum are deallocated into the standby when removed: a refill creates only the rest."""
-    scenario = _scenario({"autoscaler-standby": str(STANDBY)})
+    scenario = standby_scenario({"autoscaler-standby": str(STANDBY)})
     scenario["node_groups"][0]["initial"] = initial
     app = memory_app(scenario, settings={"STEP_RETRY_DELAY": "10s"})
     run_utilization_poll(app.ports, app.settings, now=app.clock.now())  # the idle nodes are seen unneeded
@@ -194,14 +171,14 @@ def test_idle_nodes_scale_down_may_take_count_as_standby_to_be(initial: int, exp
 def test_an_instance_a_scale_up_starts_while_it_boots_is_given_back_as_capacity() -> None:
     app = _app()
     _poll(app)
-    _run_until_quiet(app, seconds=20)  # grown and listed stopped
+    run_executor(app, seconds=20)  # grown and listed stopped
     stopped = sorted(_stopped(app), key=int)
     assert len(stopped) == STANDBY
     taken = stopped[0]
     # What the scale-up's resize step does to a standby instance it starts: off the list.
     state = app.ports.state.get_group(GROUP)
     assert app.ports.state.update_group(replace(state, stopped=state.stopped - {taken}))
-    outcomes = _run_until_quiet(app, seconds=300)
+    outcomes = run_executor(app, seconds=300)
     assert outcomes[-1] == "succeeded", outcomes
     assert _stopped(app) == frozenset(stopped[1:])
     nodes = {n.name: n for n in app.ports.cluster.list_nodes()}
@@ -242,8 +219,8 @@ def test_a_crash_after_the_deallocation_call_is_repeated_safely() -> None:
 
 
 def test_with_dry_run_the_refill_is_decided_and_recorded_and_nothing_changes() -> None:
-    app = memory_app(_scenario({"autoscaler-standby": str(STANDBY)}), settings={"DRY_RUN": "true"})
+    app = memory_app(standby_scenario({"autoscaler-standby": str(STANDBY)}), settings={"DRY_RUN": "true"})
     (text,) = _poll(app)
-    assert _run_until_quiet(app, seconds=30) == ["dry-run"]
+    assert run_executor(app, seconds=30) == ["dry-run"]
     (group,) = app.ports.provider.list_node_groups()
     assert group.capacity == 1 and _stopped(app) == frozenset()
