@@ -182,6 +182,7 @@ def _standby(ports: Ports, settings: Settings, pending: PendingPollResult, *, no
 def _standby_text(standby: Mapping[str, Any]) -> str:
     refill = f", {standby['refilling']} refilling" if standby.get("refilling") else ""
     disks = f", disks ${standby['diskUsdPerHour']:.3f}/h" if "diskUsdPerHour" in standby else ""
+    disks += f", {standby['quotaCores']} cores of quota held" if standby.get("quotaCores") else ""
     if standby.get("standbyPool"):
         return f"standby held by its Standby Pool, ready capacity set to {standby['target']} ({standby['why']})"
     state = "hibernated" if standby.get("hibernated") else "stopped"

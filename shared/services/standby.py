@@ -66,6 +66,7 @@ class StandbyReport:
     disk_usd_per_hour: float | None = None  # what the stopped instances' OS disks bill, when the size is known
     hibernated: bool = False  # the group's instances are stopped hibernated (services.hibernation), not deallocated
     pooled: bool = False  # a VMSS Standby Pool is the group's standby: the target is the pool's, not ours to refill
+    quota_cores: int | None = None  # vCPUs the stopped instances hold against quota, when the size is known
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"target": self.target, "why": self.why, "stopped": self.stopped,
@@ -76,10 +77,13 @@ class StandbyReport:
             out["hibernated"] = True
         if self.pooled:
             out["standbyPool"] = True
+        if self.quota_cores is not None:
+            out["quotaCores"] = self.quota_cores
         return out
 
     def line(self, group_id: str) -> str:
         disks = f", disks ${self.disk_usd_per_hour:.3f}/h" if self.disk_usd_per_hour is not None else ""
+        disks += f", {self.quota_cores} cores of quota held" if self.quota_cores else ""
         refill = f", {self.refilling} refilling" if self.refilling else ""
         if self.pooled:
             return f"standby {group_id}: held by its Standby Pool, ready capacity set to {self.target} ({self.why})"
@@ -219,9 +223,11 @@ def standby_report(ports: Ports, settings: Settings, group: NodeGroup, state: Gr
     stopped = len(state.stopped)
     # The pool list is cached (services.standby_pools): no read per group; none with STANDBY_POOLS=false.
     pooled = group.id in pooled_group_ids(ports, (group,))
+    # A deallocated VM keeps counting against its quota (regular or spot): a scale-up elsewhere cannot use them.
+    capacity = table_capacity(group.vm_size)
     return StandbyReport(target.count, target.why, stopped, refilling,
                          price * stopped if price is not None else None, hibernated=hibernates(settings, group),
-                         pooled=pooled)
+                         pooled=pooled, quota_cores=capacity.vcpus * stopped if capacity is not None else None)
 
 
 def record_standby(reports: Mapping[str, StandbyReport]) -> None:

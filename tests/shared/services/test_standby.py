@@ -167,6 +167,7 @@ def test_status_and_plan_show_the_standby() -> None:
 def test_the_status_configmap_and_plan_show_the_standby() -> None:
     from shared.engine.status import parse_previous
     from shared.services.pending import run_pending_poll
+    from shared.engine.vm_sizes import table_capacity
     from shared.services.plan import plan_now, render_text
 
     app = make_memory_app(settings={"STANDBY_INSTANCES": "2",
@@ -182,9 +183,14 @@ def test_the_status_configmap_and_plan_show_the_standby() -> None:
     (entry,) = [g for g in doc["nodeGroups"] if g["name"] == "pool"]
     assert entry["standby"]["target"] == 2 and entry["standby"]["stopped"] == 1
     assert entry["standby"]["diskUsdPerHour"] > 0
+    # The stopped instance's cores still count against quota: shown as its size's vCPUs per stopped instance.
+    (group,) = [g for g in ports.provider.list_node_groups() if g.id.endswith("/pool")]
+    vcpus = table_capacity(group.vm_size)
+    assert vcpus is not None and entry["standby"]["quotaCores"] == vcpus.vcpus * entry["standby"]["stopped"]
 
     text = render_text(plan_now(ports, settings, now=app.clock.now(), state=ports.state))
     assert "standby 1 of 2 stopped" in text and "fixed 2" in text
+    assert f"{vcpus.vcpus} cores of quota held" in text
 
 
 @pytest.mark.parametrize(
