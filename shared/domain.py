@@ -861,6 +861,13 @@ class GroupState:
     boot_requests: tuple[tuple[datetime, int, int], ...] = ()
     # The latest registration measured: nodes registered at or before it are counted already.
     boots_counted_until: datetime | None = None
+    # Measured starts (engine.idle.measure_starts): seconds from a scale-up's start of stopped instances to its
+    # median instance's node being Ready, one per scale-up, the last idle.BOOT_WINDOW, oldest first.
+    starts: tuple[int, ...] = ()
+    # Starts of stopped instances not yet expired: (requested at, instance ids started, ids not yet Ready),
+    # oldest first. Kept until MAX_NODE_PROVISION_TIME after the request even once all are Ready, so that their
+    # fresh nodes are not taken for new instances' boots.
+    start_requests: tuple[tuple[datetime, tuple[str, ...], tuple[str, ...]], ...] = ()
     etag: str | None = None  # None: the row does not exist yet
 
     def without_removal(self, node: str) -> GroupState:
