@@ -8,7 +8,9 @@ azure-data-tables. One table holds six partitions:
               object: node name -> ISO time pending pods asked for it back, `Stopped` a JSON list of
               the instance ids we deallocated, `Preempted` a JSON object: spot instance id -> the ISO
               time Azure said it would evict it, `Boots` a JSON list of measured boots in seconds,
-              `BootRequests` a JSON list of [ISO time, nodes asked for, nodes still to come] (engine.idle).
+              `BootRequests` a JSON list of [ISO time, nodes asked for, nodes still to come] (engine.idle),
+              `Starts` a JSON list of measured starts in seconds, `StartRequests` a JSON list of
+              [ISO time, [instance ids started], [ids not yet Ready]].
 - `unneeded`: one row per node that is unneeded, with `Since`.
 - `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
 - `offering`: one row per unavailable offering (its key, `Until`, `Since`, `Kind`, `Code`, `Group`, `Message`).
@@ -156,6 +158,8 @@ class TableStateStore:
             boot_requests=read("BootRequests", lambda text: tuple(
                 (_parse_iso(at), _whole(asked), _whole(left)) for at, asked, left in _json_list(text, tuple))),
             boots_counted_until=read("BootsCountedUntil", _time_or_none),
+            starts=read("Starts", lambda text: tuple(_json_list(text, _whole))),
+            start_requests=read("StartRequests", lambda text: tuple(_json_list(text, _start_request))),
             etag=entity.metadata["etag"],
         )
 
@@ -178,6 +182,9 @@ class TableStateStore:
             "Boots": json.dumps(list(state.boots)),
             "BootRequests": json.dumps([[_utc(at, "BootRequests").isoformat(), asked, left]
                                         for at, asked, left in state.boot_requests]),
+            "Starts": json.dumps(list(state.starts)),
+            "StartRequests": json.dumps([[_utc(at, "StartRequests").isoformat(), list(started), list(left)]
+                                         for at, started, left in state.start_requests]),
         }
         for column, moment in (
             ("LastScaleUp", state.last_scale_up),
@@ -529,6 +536,14 @@ def _whole(value: object) -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
     raise ValueError(f"not a whole number: {value!r:.60}")
+
+
+def _start_request(item: object) -> tuple[datetime, tuple[str, ...], tuple[str, ...]]:
+    """One of `StartRequests`: [ISO time, [instance ids started], [ids not yet Ready]]."""
+    if not isinstance(item, list) or len(item) != 3 or not all(isinstance(ids, list) for ids in item[1:]):
+        raise ValueError(f"expected [time, [ids], [ids]], got {item!r:.80}")
+    at, started, left = item
+    return _parse_iso(_text(at)), tuple(_text(i) for i in started), tuple(_text(i) for i in left)
 
 
 def _status(value: object) -> LedgerStatus:

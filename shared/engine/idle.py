@@ -24,12 +24,19 @@ asked for (`note_boot_request`), and each new Ready node of the group takes the 
 waiting for a node; its boot is from that request to the node's registration (`Node.created_at`).
 Each request gives one boot, its median node's: the nodes of one request register fastest first, so
 keeping every boot of a 60-node scale-up would fill the window with its slowest 20.
+
+Starts of stopped (standby or deallocated) instances are measured the same way (`measure_starts`), one per
+scale-up that started some: each such scale-up notes the instances it started (`note_start_request`), and
+each of them is Ready again when its node is: a deallocated instance registers a fresh Node (its
+`created_at`), a hibernated one keeps its Node and turns Ready again (the Node carries no transition time
+here, so the first poll that sees it Ready). The start is from the request to the median instance's Ready.
+Started instances are matched by instance id, so their fresh nodes are never taken for a boot.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -47,6 +54,8 @@ _ACCELERATED_SIZE_PREFIX = "standard_n"
 BOOT_WINDOW = 20
 # Scale-up requests still waiting for nodes that a group keeps; older ones beyond it are forgotten.
 REQUEST_WINDOW = 50
+# Start requests a group keeps (each lists its instance ids, so fewer than boot requests: a small Table column).
+START_REQUEST_WINDOW = 10
 # The estimate before a group's first measured boot. On Azure, AKS adds 1 node in 53 s (P50) and 50
 # nodes in 76 s (P50, P99 250 s) (Azure/AKS-Performance-and-Scale, Oct 2024); users report 1-5 minutes
 # per CPU node; a realistic model is a median of 90-120 s to Ready and a p95 of 4-5 minutes. 180 s sits
@@ -126,9 +135,60 @@ def measure_boots(state: GroupState, registered: Iterable[datetime], *, now: dat
                 continue
             request[2] -= 1
             counted = at
-            if request[1] - request[2] == (request[1] + 1) // 2:
+            if _median_reached(request[1], request[2]):
                 boots.append(round((at - request[0]).total_seconds()))
     changed = replace(state, boots=tuple(boots[-BOOT_WINDOW:]),
                       boot_requests=tuple((at, asked, left) for at, asked, left in waiting if left > 0),
                       boots_counted_until=counted)
     return state if changed == state else changed
+
+
+def note_start_request(state: GroupState, instance_ids: Iterable[str], *, now: datetime) -> GroupState:
+    """The state once the group's stopped instances `instance_ids` were started at `now` (none: unchanged)."""
+    started = tuple(dict.fromkeys(instance_ids))
+    if not started:
+        return state
+    requests = (*state.start_requests, (now, started, started))
+    return replace(state, start_requests=requests[-START_REQUEST_WINDOW:])
+
+
+def starting_instances(state: GroupState) -> frozenset[str]:
+    """The instances of the group's start requests still kept: their nodes are starts, not boots."""
+    return frozenset(i for _, started, _ in state.start_requests for i in started)
+
+
+def measure_starts(state: GroupState, ready: Mapping[str, datetime], *, now: datetime,
+                   give_up: timedelta) -> GroupState:
+    """The state with the starts of the group's started instances that are Ready again measured.
+
+    `ready`: the group's Ready nodes, instance id -> the node's registration (`Node.created_at`). A started
+    instance is Ready at its node's registration when that is at or after its request (a fresh Node: it was
+    deallocated), else now (a kept Node, a hibernated instance: this poll is the first to see it Ready). The
+    request's median instance (the ceil(n/2)-th of n to be Ready) gives its one start. A request is kept until
+    `give_up` after it even once answered (`starting_instances`); its instances not Ready by then are a
+    ProvisionTimeout, not a start. Returns `state` itself when nothing changed.
+    """
+    starts = list(state.starts)
+    kept = []
+    for at, started, left in state.start_requests:
+        if now - at > give_up:
+            continue
+        answered = sorted((_ready_at(ready[i], at, now), i) for i in left if i in ready)
+        remaining = len(left)
+        for when, _ in answered:
+            remaining -= 1
+            if _median_reached(len(started), remaining):
+                starts.append(round((when - at).total_seconds()))
+        done = {i for _, i in answered}
+        kept.append((at, started, tuple(i for i in left if i not in done)))
+    changed = replace(state, starts=tuple(starts[-BOOT_WINDOW:]), start_requests=tuple(kept))
+    return state if changed == state else changed
+
+
+def _ready_at(registered: datetime, requested: datetime, now: datetime) -> datetime:
+    return registered if registered >= requested else now
+
+
+def _median_reached(asked: int, left: int) -> bool:
+    """Whether the node just answered is a request's median: the ceil(n/2)-th of its n nodes."""
+    return asked - left == (asked + 1) // 2

@@ -193,8 +193,10 @@ def group_rules(group: NodeGroup, options: ScaleDownOptions, state: GroupState |
         keep = break_even_time(state.boots if state is not None else (), default=options.default_boot)
         tagged = OPTIONS_TAG + "scaledownunneededtime" in tags
         # The same rent-or-buy rule when the idle node goes into the group's standby: coming back costs a
-        # start, not a boot, so it is kept a start's worth (engine.standby.start_estimate).
-        idle = start_estimate(keep) if group.id in options.standby_room else keep
+        # start, not a boot, so it is kept a start's worth (engine.standby.start_estimate: measured starts, else
+        # half the boot), never longer than a boot's.
+        starts = state.starts if state is not None else ()
+        idle = min(start_estimate(keep, starts), keep) if group.id in options.standby_room else keep
         # A node just added is not judged idle before it could have been used: the group's other
         # nodes wait one boot after a scale-up too, no longer (its pods may land on them meanwhile).
         rules = replace(rules, after_add=keep, unneeded_time=rules.unneeded_time if tagged else idle)

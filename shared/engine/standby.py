@@ -39,7 +39,8 @@ nothing, and auto keeps none.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+import statistics
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Protocol
@@ -157,13 +158,15 @@ def break_even_cap(forecast_nodes: float, *, boot: timedelta, start: timedelta, 
 
 def standby_target(group: NodeGroup, *, configured: str, max_auto: int, forecast: ForecastLike | None,
                    boot: timedelta, start: timedelta, disk_price_hour: float | None,
-                   node_price_hour: float | None, window_standby: int | None = None) -> StandbyTarget:
+                   node_price_hour: float | None, window_standby: int | None = None,
+                   starts_measured: int = 0) -> StandbyTarget:
     """How many deallocated instances `group` keeps ready (see the module docstring for the rule).
 
     `configured`: STANDBY_INSTANCES (the group's `autoscaler-standby` tag wins over it); `max_auto`:
     STANDBY_MAX; `forecast`: the next hour's peak scale-up of the group, None before there is one;
     `boot`/`start`: the group's boot and start estimates; prices in USD per hour, None when unknown;
-    `window_standby`: an active scheduled window's standby count, None outside windows.
+    `window_standby`: an active scheduled window's standby count, None outside windows; `starts_measured`: how
+    many measured starts `start` is the median of (0: assumed, half the boot), which `auto`'s why says.
     Raises ValueError on a malformed tag or setting, naming it.
     """
     if max_auto < 0:
@@ -180,6 +183,8 @@ def standby_target(group: NodeGroup, *, configured: str, max_auto: int, forecast
     if setting == AUTO:
         count, why = _auto(max_auto=max_auto, forecast=forecast, boot=boot, start=start,
                            disk_price_hour=disk_price_hour, node_price_hour=node_price_hour)
+        if forecast is not None:
+            why = f"{why}; {_start_phrase(start, starts_measured)}"
     else:
         assert isinstance(setting, int)
         count, why = setting, f"fixed {setting}"
@@ -212,9 +217,19 @@ def _auto(*, max_auto: int, forecast: ForecastLike | None, boot: timedelta, star
     return count, why
 
 
-def start_estimate(boot: timedelta) -> timedelta:
-    """How long a standby instance takes from its start request to Ready again: START_FRACTION of a boot."""
+def start_estimate(boot: timedelta, starts: Sequence[float] = ()) -> timedelta:
+    """How long a standby instance takes from its start request to Ready again: the median of the group's measured
+    `starts` (seconds, engine.idle.measure_starts), START_FRACTION of its boot estimate before the first."""
+    if starts:
+        return timedelta(seconds=statistics.median(starts))
     return boot * START_FRACTION
+
+
+def _start_phrase(start: timedelta, measured: int) -> str:
+    seconds = start.total_seconds()
+    if measured:
+        return f"start {seconds:.0f} s measured (median of {measured})"
+    return f"start {seconds:.0f} s assumed (half the boot, none measured yet)"
 
 
 def os_disk_price_hour(vcpus: int) -> float:

@@ -195,6 +195,8 @@ def _check_group_times(state: GroupState) -> None:
         _aware(moment, "Preempted")
     for moment, *_ in state.boot_requests:
         _aware(moment, "BootRequests")
+    for moment, *_ in state.start_requests:
+        _aware(moment, "StartRequests")
 
 
 def _check_ledger_times(entry: LedgerEntry) -> None:

@@ -20,7 +20,7 @@ from shared.engine.backoff import after_failure, backoff_view, provision_timed_o
 from shared.engine.node_counts import present_by_group
 from shared.engine.expanders import ExpanderError, Priorities, parse_priorities
 from shared.engine.forecast import Forecast
-from shared.engine.idle import measure_boots
+from shared.engine.idle import measure_boots, measure_starts, starting_instances
 from shared.engine.scale_up import (
     GroupIncrease,
     ScaleUpPlan,
@@ -304,28 +304,36 @@ def _request_reclaim(ports: Ports, states: Mapping[str, GroupState], node: str, 
 
 def _measure_boots(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, GroupState], settings: Settings, *,
                    now: datetime) -> None:
-    """Record how long the groups' new Ready nodes took from their scale-up (engine.idle.measure_boots).
+    """Record how long the groups' new Ready nodes took from their scale-up (engine.idle.measure_boots), and
+    their started instances from their start (engine.idle.measure_starts).
 
     Written only for a group with a scale-up waiting for nodes, and only when a node answered it or
     it expired: most polls write nothing. Every idle mode measures, so switching to break-even
     starts from the boots measured so far.
     """
-    registered: dict[str, list[datetime]] = {}
+    ready: dict[str, dict[str, datetime]] = {}
     for node in snapshot.nodes:
         ref = node.instance
         if ref is not None and node.ready:
-            registered.setdefault(ref.group_id, []).append(node.created_at)
+            ready.setdefault(ref.group_id, {})[ref.instance_id] = node.created_at
+    give_up = settings.max_node_provision_time
+
+    def measured(state: GroupState) -> GroupState:
+        nodes = ready.get(state.group_id, {})
+        # A started instance's fresh node is a start, not a boot: left out of the boots.
+        starting = starting_instances(state)
+        booted = measure_boots(state, [at for i, at in nodes.items() if i not in starting], now=now, give_up=give_up)
+        return measure_starts(booted, nodes, now=now, give_up=give_up)
+
     for group in snapshot.groups:
         state = states[group.id]
-        if not state.boot_requests or measure_boots(state, registered.get(group.id, ()), now=now,
-                                                   give_up=settings.max_node_provision_time) == state:
+        if not (state.boot_requests or state.start_requests) or measured(state) == state:
             continue
 
-        def measure(fresh: GroupState, group_id: str = group.id) -> tuple[GroupState | None, GroupState]:
+        def measure(fresh: GroupState) -> tuple[GroupState | None, GroupState]:
             # Against the row as it is now: the executor may have noted another request meanwhile.
-            measured = measure_boots(fresh, registered.get(group_id, ()), now=now,
-                                     give_up=settings.max_node_provision_time)
-            return (None if measured == fresh else measured), measured
+            after = measured(fresh)
+            return (None if after == fresh else after), after
 
         try:
             states[group.id] = swap_group(ports.state, group.id, measure, what="record boot times")

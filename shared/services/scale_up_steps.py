@@ -19,7 +19,7 @@ from datetime import datetime
 from shared.actions import ScaleUp
 from shared.domain import NodeGroup, instance_order
 from shared.engine.backoff import ALLOCATION_FAILURES, after_failure
-from shared.engine.idle import note_boot_request
+from shared.engine.idle import note_boot_request, note_start_request
 from shared.engine.quota import capped_target
 from shared.ports import CHANGED_SINCE_READ, ComputeError, LedgerEntry, Operation
 from shared.services.execution import ExecutionResult, Run, Step, StepTable, throttled_delay, untag
@@ -93,8 +93,9 @@ def resize(run: Run[ScaleUp], action: ScaleUp, entry: LedgerEntry, now: datetime
                      starting=tuple(start))
     # Recorded before the ARM calls: a crash after them leaves a redelivery that finds the group at its
     # target and skips, and the scale-down delay and the provision timeout must still count from now.
-    # The new instances (`grow`) are noted for the boot measurement (engine.idle); started ones keep their Node.
-    run.update_group(group.id, lambda s: note_boot_request(replace(s, last_scale_up=now), grow, now=now))
+    # The new instances (`grow`) are noted for the boot measurement (engine.idle), the started ones for the start's.
+    run.update_group(group.id, lambda s: note_start_request(
+        note_boot_request(replace(s, last_scale_up=now), grow, now=now), start, now=now))
     operation, kind = None, "resize"
     if start:
         # Starting is idempotent: a crash before the state update below repeats it harmlessly.

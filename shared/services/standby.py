@@ -120,9 +120,10 @@ def get_standby_target(ports: Ports, settings: Settings, group: NodeGroup, *, st
     options = standby_options(settings)
     return standby_target(
         group, configured=options.configured, max_auto=options.max_auto,
-        forecast=_forecast(ports, group, now=now), boot=boot, start=start_estimate(boot),
+        forecast=_forecast(ports, group, now=now), boot=boot, start=start_estimate(boot, state.starts),
         disk_price_hour=disk_price_hour(group), node_price_hour=_node_price(ports, group),
-        window_standby=getattr(window, "standby", None) if window is not None else None)
+        window_standby=getattr(window, "standby", None) if window is not None else None,
+        starts_measured=len(state.starts))
 
 
 def wants_more_standby(ports: Ports, settings: Settings, group: NodeGroup, *, now: datetime,

@@ -17,11 +17,15 @@ from shared.engine.idle import (
     DEFAULT_BOOT,
     FIXED,
     REQUEST_WINDOW,
+    START_REQUEST_WINDOW,
     boot_estimate,
     break_even_time,
     measure_boots,
+    measure_starts,
     note_boot_request,
+    note_start_request,
     resolve_idle_mode,
+    starting_instances,
 )
 from shared.engine.scale_down import OPTIONS_TAG, ScaleDownOptions, group_rules, plan_scale_down
 from tests.builders import T0, group, node, pod, snapshot
@@ -225,6 +229,68 @@ def test_the_windows_stay_bounded_and_keep_the_newest() -> None:
 def test_asking_for_no_new_instance_notes_nothing() -> None:
     state = GroupState(GID)
     assert note_boot_request(state, 0, now=T0) is state
+
+
+# --- measuring starts ----------------------------------------------------------------------------------------
+
+STARTED = ("3", "4", "5")
+
+
+@pytest.mark.parametrize(("ready", "poll_s", "expected"), [
+    # Deallocated instances register fresh nodes: each is Ready at its registration; the 2nd of 3 is the median.
+    ({"3": 40, "4": 55, "5": 70}, 80, (55,)),
+    ({"5": 40, "3": 55, "4": 70}, 80, (55,)),  # whichever instance, the median time
+    # Hibernated ones keep their nodes (registered before the start): Ready when a poll first sees them.
+    ({"3": -3600, "4": -3600, "5": -3600}, 45, (45,)),
+    ({"3": -3600, "4": 30}, 50, (50,)),  # one of each: the kept node counts from the poll, after the fresh one
+    ({"3": 40}, 60, ()),  # 1 of 3: no median yet
+    ({}, 60, ()),
+])
+def test_a_start_request_gives_its_median_instance_s_ready_time(ready, poll_s, expected) -> None:  # type: ignore[no-untyped-def]
+    state = note_start_request(GroupState(GID), STARTED, now=T0)
+    measured = measure_starts(state, {i: T0 + s(t) for i, t in ready.items()}, now=T0 + s(poll_s), give_up=GIVE_UP)
+    assert measured.starts == expected
+    assert all(0 < start <= poll_s for start in measured.starts)
+    (at, started, left), = measured.start_requests  # kept, answered or not, until it expires
+    assert (at, started) == (T0, STARTED) and set(left) == set(STARTED) - set(ready)
+    assert measured.boots == state.boots and measured.boot_requests == state.boot_requests
+
+
+def test_an_instance_is_counted_once_and_the_request_kept_until_it_expires() -> None:
+    state = note_start_request(GroupState(GID), STARTED, now=T0)
+    first = measure_starts(state, {"3": T0 + s(40), "4": T0 + s(50)}, now=T0 + s(60), give_up=GIVE_UP)
+    assert first.starts == (50,)
+    again = measure_starts(first, {"3": T0 + s(40), "4": T0 + s(50), "5": T0 + s(90)}, now=T0 + s(100),
+                           give_up=GIVE_UP)
+    assert again.starts == (50,) and again.start_requests == ((T0, STARTED, ()),)
+    assert measure_starts(again, {"3": T0 + s(40)}, now=T0 + s(110), give_up=GIVE_UP) is again  # nothing new
+    assert starting_instances(again) == frozenset(STARTED)  # their nodes are not boots while it is kept
+    expired = measure_starts(again, {}, now=T0 + GIVE_UP + s(1), give_up=GIVE_UP)
+    assert expired.start_requests == () and expired.starts == (50,) and starting_instances(expired) == frozenset()
+
+
+def test_an_instance_never_ready_by_the_provision_time_is_no_start() -> None:
+    state = note_start_request(GroupState(GID), ("3",), now=T0)
+    late = measure_starts(state, {"3": T0 + GIVE_UP + s(5)}, now=T0 + GIVE_UP + s(10), give_up=GIVE_UP)
+    assert late.starts == () and late.start_requests == ()
+
+
+def test_start_windows_stay_bounded_and_keep_the_newest() -> None:
+    state = GroupState(GID)
+    for i in range(START_REQUEST_WINDOW + 3):
+        state = note_start_request(state, (str(i),), now=T0 + s(i))
+    assert len(state.start_requests) == START_REQUEST_WINDOW
+    assert state.start_requests[0][1] == (str(3),)
+    state = GroupState(GID, starts=tuple(range(BOOT_WINDOW)))
+    state = note_start_request(state, ("x",), now=T0)
+    measured = measure_starts(state, {"x": T0 + s(77)}, now=T0 + s(80), give_up=GIVE_UP)
+    assert len(measured.starts) == BOOT_WINDOW and measured.starts[-1] == 77 and measured.starts[0] == 1
+
+
+def test_starting_no_instance_notes_nothing_and_a_repeated_id_counts_once() -> None:
+    state = GroupState(GID)
+    assert note_start_request(state, (), now=T0) is state
+    assert note_start_request(state, ("3", "3"), now=T0).start_requests == ((T0, ("3",), ("3",)),)
 
 
 # --- the planner ---------------------------------------------------------------------------------------------

@@ -174,9 +174,29 @@ def test_refill_count(count, stopped, capacity, max_size, expected) -> None:  # 
 
 
 @pytest.mark.parametrize("boot_s", [0, 60, 180, 600])
-def test_a_start_is_estimated_no_faster_than_half_a_boot(boot_s) -> None:  # type: ignore[no-untyped-def]
+def test_an_unmeasured_start_is_estimated_no_faster_than_half_a_boot(boot_s) -> None:  # type: ignore[no-untyped-def]
     boot = timedelta(seconds=boot_s)
     assert start_estimate(boot) * 2 == boot
+    assert start_estimate(boot, ()) * 2 == boot
+
+
+@pytest.mark.parametrize("starts", [(40,), (40, 60), (30, 45, 600), (200, 20, 55, 70)])
+def test_measured_starts_give_their_median_whatever_the_boot(starts) -> None:  # type: ignore[no-untyped-def]
+    for boot in (timedelta(seconds=60), BOOT):
+        estimate = start_estimate(boot, starts).total_seconds()
+        assert sum(x < estimate for x in starts) == sum(x > estimate for x in starts)  # the median
+        assert min(starts) <= estimate <= max(starts)
+
+
+@pytest.mark.parametrize(("measured", "says"), [(0, "assumed"), (5, "measured")])
+def test_auto_says_whether_its_start_is_measured_or_assumed(measured, says) -> None:  # type: ignore[no-untyped-def]
+    target = standby_target(group(max_size=20), configured="auto", max_auto=10, forecast=_Forecast(3),
+                            boot=BOOT, start=START, disk_price_hour=None, node_price_hour=None,
+                            starts_measured=measured)
+    assert says in target.why and f"{START.total_seconds():.0f} s" in target.why
+    fixed = standby_target(group(max_size=20), configured="2", max_auto=10, forecast=_Forecast(3), boot=BOOT,
+                           start=START, disk_price_hour=None, node_price_hour=None, starts_measured=measured)
+    assert "measured" not in fixed.why and "assumed" not in fixed.why  # a fixed count does not use the start
 
 
 def test_os_disk_prices_grow_with_the_size() -> None:
