@@ -55,6 +55,9 @@ def test_every_group_field_round_trips(store: StateStore) -> None:
         boots=(95, 101, 240),
         boot_requests=((at(11), 3, 2), (at(12).astimezone(CET), 1, 1)),
         boots_counted_until=at(13),
+        starts=(41, 55),
+        start_requests=((at(14), ("3", "vm-flex_1a2b3c4d"), ("vm-flex_1a2b3c4d",)),
+                        (at(15).astimezone(CET), ("4",), ())),
     )
     assert store.update_group(written)
 
@@ -247,6 +250,8 @@ def test_a_naive_time_is_refused(store: StateStore) -> None:
                  id="stopped-at"),
     pytest.param(GroupState(GROUP, boot_requests=((datetime(2030, 1, 7, 9, 0), 2, 2),)), id="boot-requests"),
     pytest.param(GroupState(GROUP, boots_counted_until=datetime(2030, 1, 7, 9, 0)), id="boots-counted-until"),
+    pytest.param(GroupState(GROUP, start_requests=((datetime(2030, 1, 7, 9, 0), ("3",), ("3",)),)),
+                 id="start-requests"),
 ])
 def test_a_naive_time_anywhere_in_a_group_is_refused_and_nothing_written(store: StateStore,
                                                                           naive_state: GroupState) -> None:

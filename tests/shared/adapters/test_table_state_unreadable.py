@@ -40,6 +40,11 @@ def _row(connection: StorageConnection, store: TableStateStore, partition: str, 
     ("Preempted", "null-ish"),
     ("Boots", "[\"fast\"]"),
     ("BootRequests", "[[\"2026-01-01T00:00:00+00:00\", 1]]"),
+    ("Starts", "[1.5]"),
+    ("StartRequests", "[[\"2026-01-01T00:00:00+00:00\", 1, 1]]"),  # counts where the instance ids go
+    ("StartRequests", "[[\"2026-01-01T00:00:00+00:00\", [\"3\"]]]"),
+    ("StartRequests", "[[\"never\", [\"3\"], []]]"),
+    ("StartRequests", "[[\"2026-01-01T00:00:00+00:00\", [3], [3]]]"),  # ids are text
     ("BackoffFailures", "many"),
     ("LastScaleUp", "not a time"),
     ("Deleting", "[" * 5_000),  # nesting deep enough to exhaust the parser's recursion
