@@ -229,7 +229,7 @@ def _start_phrase(start: timedelta, measured: int) -> str:
     seconds = start.total_seconds()
     if measured:
         return f"start {seconds:.0f} s measured (median of {measured})"
-    return f"start {seconds:.0f} s assumed (half the boot, none measured yet)"
+    return f"start {seconds:.0f} s assumed (half the boot: no start seen yet)"
 
 
 def os_disk_price_hour(vcpus: int) -> float:

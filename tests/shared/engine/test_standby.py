@@ -194,6 +194,7 @@ def test_auto_says_whether_its_start_is_measured_or_assumed(measured, says) -> N
                             boot=BOOT, start=START, disk_price_hour=None, node_price_hour=None,
                             starts_measured=measured)
     assert says in target.why and f"{START.total_seconds():.0f} s" in target.why
+    assert ("measured" in target.why) is bool(measured)
     fixed = standby_target(group(max_size=20), configured="2", max_auto=10, forecast=_Forecast(3), boot=BOOT,
                            start=START, disk_price_hour=None, node_price_hour=None, starts_measured=measured)
     assert "measured" not in fixed.why and "assumed" not in fixed.why  # a fixed count does not use the start
