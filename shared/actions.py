@@ -473,23 +473,12 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 def _backfill_of(body: dict[str, Any]) -> Backfill:
     """A backfill message (version 3 only: the kind came with it)."""
-    if body.get("version") != 3:
-        raise InvalidAction("a backfill is a version 3 message")
-    extra = sorted(set(body) - _BACKFILL_FIELDS)
-    if extra:
-        raise InvalidAction(f"a backfill has no field(s) {', '.join(extra)}")
-    missing = [name for name in ("id", "group", "step", "created_at", "expires_at", "pod") if body.get(name) in (None, "")]
-    if missing:
-        raise InvalidAction(f"missing field(s): {', '.join(missing)}")
-    for name in ("id", "group", "step", "reason", "to"):
-        if name in body and not isinstance(body[name], str):
-            raise InvalidAction(f"field {name!r} must be a string")
+    _check_v3_kind(body, "backfill", fields=_BACKFILL_FIELDS, required=("pod",), text=("to",))
     _check_length("id", body["id"], MAX_LENGTHS["id"])
     _check_length("group", body["group"], MAX_LENGTHS["node"])
     _check_length("reason", body.get("reason", ""), MAX_LENGTHS["reason"])
     _check_length("to", body.get("to", ""), MAX_LENGTHS["node"])
-    if body["step"] not in BACKFILL_STEPS:
-        raise InvalidAction(f"unknown step {body['step']!r} for backfill (expected one of {', '.join(BACKFILL_STEPS)})")
+    _check_step(body, "backfill", BACKFILL_STEPS)
     pod = body["pod"]
     if not isinstance(pod, dict) or set(pod) != {"namespace", "name", "uid"}:
         raise InvalidAction("pod must be an object with exactly 'namespace', 'name' and 'uid'")
@@ -503,29 +492,40 @@ def _backfill_of(body: dict[str, Any]) -> Backfill:
                     **_common_fields(body))
 
 
+def _check_v3_kind(body: dict[str, Any], kind: str, *, fields: set[str], required: tuple[str, ...],
+                   text: tuple[str, ...] = ()) -> None:
+    """The envelope every kind after version 3 shares: the version, no unknown field, the common required fields
+    and `required`, and text fields (the common ones and `text`) that are strings."""
+    if body.get("version") != 3:
+        raise InvalidAction(f"a {kind} is a version 3 message")
+    extra = sorted(set(body) - fields)
+    if extra:
+        raise InvalidAction(f"a {kind} has no field(s) {', '.join(extra)}")
+    missing = [name for name in ("id", "group", "step", "created_at", "expires_at", *required)
+               if body.get(name) in (None, "")]
+    if missing:
+        raise InvalidAction(f"missing field(s): {', '.join(missing)}")
+    for name in ("id", "group", "step", "reason", *text):
+        if name in body and not isinstance(body[name], str):
+            raise InvalidAction(f"field {name!r} must be a string")
+
+
+def _check_step(body: dict[str, Any], kind: str, steps: Sequence[str]) -> None:
+    if body["step"] not in steps:
+        raise InvalidAction(f"unknown step {body['step']!r} for {kind} (expected one of {', '.join(steps)})")
+
+
 _REFILL_FIELDS = {"version", "kind", "id", "group", "step", "created_at", "expires_at", "reason", "attempt",
                   "step_started_at", "traceparent", "tracestate", "count", "from_capacity", "instances"}
 
 
 def _refill_standby_of(body: dict[str, Any]) -> RefillStandby:
     """A standby refill message (version 3 only: the kind came after it)."""
-    if body.get("version") != 3:
-        raise InvalidAction("a refill_standby is a version 3 message")
-    extra = sorted(set(body) - _REFILL_FIELDS)
-    if extra:
-        raise InvalidAction(f"a refill_standby has no field(s) {', '.join(extra)}")
-    missing = [name for name in ("id", "group", "step", "created_at", "expires_at", "count")
-               if body.get(name) in (None, "")]
-    if missing:
-        raise InvalidAction(f"missing field(s): {', '.join(missing)}")
+    _check_v3_kind(body, "refill_standby", fields=_REFILL_FIELDS, required=("count",))
     for name in ("id", "group", "step", "reason"):
-        if name in body and not isinstance(body[name], str):
-            raise InvalidAction(f"field {name!r} must be a string")
         if name in body:
             _check_length(name, body[name], MAX_LENGTHS[name])
-    if body["step"] not in REFILL_STANDBY_STEPS:
-        raise InvalidAction(f"unknown step {body['step']!r} for refill_standby "
-                            f"(expected one of {', '.join(REFILL_STANDBY_STEPS)})")
+    _check_step(body, "refill_standby", REFILL_STANDBY_STEPS)
     count = _integer(body, "count", minimum=1)
     assert count is not None
     if count > MAX_NODES_PER_ACTION:
