@@ -25,6 +25,7 @@ from shared.ports import ClusterEvent, Ports, StateStore
 from shared.services.memory_state import MemoryStateStore
 from shared.services.buffers import status_lines
 from shared.services.pending import PendingPollResult, run_pending_poll
+from shared.services.standby_pools import pooled_group_ids
 from shared.services.standby import StandbyReport, standby_report, with_standby_room
 from shared.services.utilization import UtilizationPollResult, run_utilization_poll
 from shared.settings import Settings
@@ -171,9 +172,10 @@ def _standby(ports: Ports, settings: Settings, pending: PendingPollResult, *, no
     if pending.observed is None:
         return {}
     reports = {}
+    pooled = pooled_group_ids(ports, pending.observed.groups)  # one pool list for every group
     for group in pending.observed.groups:
         report = standby_report(ports, settings, group, ports.state.get_group(group.id), now=now,
-                                active=pending.windows)
+                                active=pending.windows, pooled=pooled)
         if report is not None:
             reports[group.id] = report
     return reports

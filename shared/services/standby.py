@@ -211,8 +211,10 @@ def disk_price_hour(group: NodeGroup) -> float | None:
 
 
 def standby_report(ports: Ports, settings: Settings, group: NodeGroup, state: GroupState, *, now: datetime,
-                   active: Mapping[str, ActiveWindow] | None = None) -> StandbyReport | None:
-    """The group's standby for status and plan; None for a group that keeps none and has none stopped."""
+                   active: Mapping[str, ActiveWindow] | None = None,
+                   pooled: Collection[str] | None = None) -> StandbyReport | None:
+    """The group's standby for status and plan; None for a group that keeps none and has none stopped.
+    `pooled`: the groups a Standby Pool serves, when the caller listed them for all its groups (None: looked up)."""
     if not may_keep_standby(settings, group) and not state.stopped:
         return None
     refilling = sum(1 for holder in state.removing.values() if holder.startswith(REFILL_PREFIX))
@@ -223,12 +225,13 @@ def standby_report(ports: Ports, settings: Settings, group: NodeGroup, state: Gr
     price = disk_price_hour(group)
     stopped = len(state.stopped)
     # The pool list is cached (services.standby_pools): no read per group; none with STANDBY_POOLS=false.
-    pooled = group.id in pooled_group_ids(ports, (group,))
+    if pooled is None:
+        pooled = pooled_group_ids(ports, (group,))
     # A deallocated VM keeps counting against its quota (regular or spot): a scale-up elsewhere cannot use them.
     capacity = table_capacity(group.vm_size)
     return StandbyReport(target.count, target.why, stopped, refilling,
                          price * stopped if price is not None else None, hibernated=hibernates(settings, group),
-                         pooled=pooled, quota_cores=capacity.vcpus * stopped if capacity is not None else None)
+                         pooled=group.id in pooled, quota_cores=capacity.vcpus * stopped if capacity is not None else None)
 
 
 def record_standby(reports: Mapping[str, StandbyReport]) -> None:

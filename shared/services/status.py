@@ -28,6 +28,7 @@ from shared.engine.status import (
 )
 from shared.engine.virtual_nodes import VirtualNodeStatus
 from shared.ports import ClusterError, Ports
+from shared.services.standby_pools import pooled_group_ids
 from shared.services.standby import record_standby, standby_report
 from shared.settings import Settings
 
@@ -77,9 +78,10 @@ def _standby(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, inputs
              now: datetime) -> dict[str, dict[str, Any]]:
     """The groups' standby (services.standby), recorded as App Insights gauges; only groups that keep some."""
     reports = {}
+    pooled = pooled_group_ids(ports, snapshot.groups)  # one pool list for every group
     for group in snapshot.groups:
         state = inputs.group_states.get(group.id) or GroupState(group.id)
-        report = standby_report(ports, settings, group, state, now=now)
+        report = standby_report(ports, settings, group, state, now=now, pooled=pooled)
         if report is not None:
             reports[group.id] = report
     record_standby(reports)
