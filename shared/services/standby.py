@@ -161,14 +161,16 @@ def standby_count(state: GroupState, *, leaving_out: Collection[str] = ()) -> in
 
 def with_standby_room(ports: Ports, settings: Settings, options: ScaleDownOptions, groups: Iterable[NodeGroup], *,
                       now: datetime, states: Mapping[str, GroupState] | None = None,
-                      pooled: Collection[str] | None = None) -> ScaleDownOptions:
+                      pooled: Collection[str] | None = None,
+                      targets: Mapping[str, StandbyTarget] | None = None) -> ScaleDownOptions:
     """`options` with `standby_room`: the groups whose standby takes their next idle node (`standby_count`
     below its target), whose break-even unneeded time is then a start's (engine.standby).
 
     The whole group gets the shorter time while its standby has room for one more: idle nodes beyond the room
     are deleted after a start's worth of idle time rather than a boot's (an approximation the next refill
     makes up for). Groups whose target cannot be read keep the boot's, and so do groups served by a Standby
-    Pool (`pooled`, as in `wants_more_standby`): their idle nodes are deleted, not kept stopped.
+    Pool (`pooled`, as in `wants_more_standby`): their idle nodes are deleted, not kept stopped. `targets`: the
+    poll's `standby_targets`, when it computed them (a group missing from them has no readable target).
     """
     groups = [group for group in groups if may_keep_standby(settings, group)]
     if not groups:
@@ -181,9 +183,12 @@ def with_standby_room(ports: Ports, settings: Settings, options: ScaleDownOption
             continue
         try:
             state = (states or {}).get(group.id) or ports.state.get_group(group.id)
-            target = get_standby_target(ports, settings, group, state=state, now=now)
+            target = (targets.get(group.id) if targets is not None
+                      else get_standby_target(ports, settings, group, state=state, now=now))
         except ValueError:
-            continue  # the poll reports a malformed tag; the group keeps the boot's idle time
+            continue  # the poll reports a malformed tag or row; the group keeps the boot's idle time
+        if target is None:
+            continue  # the poll found no readable target for it
         if standby_count(state) < target.count:
             room.add(group.id)
     return replace(options, standby_room=frozenset(room)) if room else options

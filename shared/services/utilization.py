@@ -107,7 +107,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         # A left-out group's nodes being deleted still hold their slots: its own removals in flight are unknown.
         planned, unneeded_since=previous, now=now,
         options=with_standby_room(ports, settings, scale_down_options(settings), snapshot.groups, now=now,
-                                  states=group_states, pooled=pooled),
+                                  states=group_states, pooled=pooled, targets=targets),
         group_states={**group_states, **{gid: removals_seen(observed, gid) for gid in unreadable}},
         measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
         pending_placements=(placements if placements is not None
