@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Protocol
 
+from shared.discovery_tags import tag
 from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, GroupState, NodeGroup, instance_order
 
 STANDBY_TAG: Final = "autoscaler-standby"
@@ -130,11 +131,11 @@ def configured_standby(group: NodeGroup, setting: str) -> int | str:
 
     A malformed tag raises ValueError naming the group and the tag: the poll reports it, as other tags.
     """
-    tag = _tag(group.tags, STANDBY_TAG)
-    if tag is None:
+    value = tag(group.tags, STANDBY_TAG)
+    if value is None:
         return parse_standby(setting)
     try:
-        return parse_standby(tag)
+        return parse_standby(value)
     except ValueError as exc:
         raise ValueError(f"scale set {group.id}: tag {STANDBY_TAG}: {exc}") from exc
 
@@ -252,10 +253,3 @@ def refill_count(target: StandbyTarget, view: StandbyView, group: NodeGroup) -> 
     (its max less the nodes it runs): an instance that could not be started at once would only bill its disk."""
     startable = max(group.max_size - group.running_target, 0)
     return max(min(target.count, startable) - view.count, 0)
-
-
-def _tag(tags: Mapping[str, str], key: str) -> str | None:
-    for name, value in tags.items():
-        if name.lower() == key:
-            return value
-    return None

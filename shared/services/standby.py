@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared import telemetry
+from shared.discovery_tags import tag
 from shared.domain import GroupState, NodeGroup
 from shared.engine.idle import boot_estimate
 from shared.engine.scale_down import ScaleDownOptions
@@ -93,7 +94,7 @@ class StandbyReport:
 
 def may_keep_standby(settings: Settings, group: NodeGroup) -> bool:
     """Whether the group could have a standby target above 0, from the settings and its tags alone (no reads)."""
-    if any(k.lower() == STANDBY_TAG for k in group.tags):
+    if tag(group.tags, STANDBY_TAG) is not None:
         return True
     if parse_standby(standby_options(settings).configured) != 0:
         return True

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from shared.discovery_tags import tag
 from shared.domain import FLEXIBLE_SCALE_SET, NodeGroup
 from shared.engine.standby import START_FRACTION, STANDBY_TAG, StandbyTarget, standby_target
 from shared.ports import ComputeError, Ports, StandbyPool
@@ -57,7 +58,7 @@ def group_target(group: NodeGroup, settings: Settings,
 
     `targets`: the standby decisions the poll made already (engine.standby with the forecast); without one for
     the group, `standby_target` is asked here without a forecast (a fixed count is kept, `auto` keeps none)."""
-    if _tag(group.tags, STANDBY_TAG) is None and settings.standby_instances.strip() == "0":
+    if tag(group.tags, STANDBY_TAG) is None and settings.standby_instances.strip() == "0":
         return None
     if targets is not None and group.id in targets:
         return targets[group.id]
@@ -68,10 +69,6 @@ def group_target(group: NodeGroup, settings: Settings,
     except ValueError as exc:
         log.warning("standby pool of %s left as it is: %s", group.id, exc)
         return None
-
-
-def _tag(tags: Mapping[str, str], key: str) -> str | None:
-    return next((v for k, v in tags.items() if k.lower() == key), None)
 
 
 def pool_ready_count(group: NodeGroup, wanted: int) -> int:
