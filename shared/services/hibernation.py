@@ -81,13 +81,7 @@ def uncordon_resumed(cluster: Cluster, provider: NodeGroupProvider, group: NodeG
     count as present to the planners (on its way out) while it can take no pod, so they would plan another node
     for the pods it is about to take; uncordoned early it counts as a node on its way, and the scheduler still
     places nothing on it until it is Ready (its not-ready and shutdown taints go only then). Idempotent."""
-    wanted = set(instance_ids)
-    if not wanted or not group.hibernation_enabled:
-        return []  # a set that cannot hibernate kept no Node: no listing (and no ARM read) for it
-    mapped = map_cluster(provider, cluster.list_nodes(), [group], method=node_mapping)
-    names = sorted(node.name for node in mapped.nodes
-                   if (ref := node.instance) is not None and ref.group_id == group.id and ref.instance_id in wanted
-                   and node.is_being_deleted)
+    names = _kept_nodes(cluster, provider, group, instance_ids, node_mapping=node_mapping, cordoned_only=True)
     for name in names:
         cluster.uncordon(name, taint_key=TO_BE_DELETED_TAINT)
     if names:
@@ -100,14 +94,22 @@ def delete_kept_nodes(cluster: Cluster, provider: NodeGroupProvider, group: Node
     """Delete the kept Node objects of stopped `instance_ids` that are being deleted themselves (the deallocated
     cap's trim): nothing will resume them, so their Nodes would otherwise wait for the cloud node lifecycle
     controller, counted as present meanwhile. The names deleted; idempotent (a Node gone already is skipped)."""
-    wanted = set(instance_ids)
-    if not wanted or not group.hibernation_enabled:
-        return []  # a set that cannot hibernate kept no Node
-    mapped = map_cluster(provider, cluster.list_nodes(), [group], method=node_mapping)
-    names = sorted(node.name for node in mapped.nodes
-                   if (ref := node.instance) is not None and ref.group_id == group.id and ref.instance_id in wanted)
+    names = _kept_nodes(cluster, provider, group, instance_ids, node_mapping=node_mapping, cordoned_only=False)
     for name in names:
         cluster.delete_node(name)
     if names:
         log.info("instance(s) of %s deleted from the standby: kept node(s) %s deleted", group.id, ", ".join(names))
     return names
+
+
+def _kept_nodes(cluster: Cluster, provider: NodeGroupProvider, group: NodeGroup, instance_ids: Iterable[str], *,
+                node_mapping: str, cordoned_only: bool) -> list[str]:
+    """The names of the Nodes that map to `instance_ids` of `group` (only those carrying our taint with
+    `cordoned_only`), sorted; none, and nothing listed, for a set that cannot hibernate: it kept no Node."""
+    wanted = set(instance_ids)
+    if not wanted or not group.hibernation_enabled:
+        return []
+    mapped = map_cluster(provider, cluster.list_nodes(), [group], method=node_mapping)
+    return sorted(node.name for node in mapped.nodes
+                  if (ref := node.instance) is not None and ref.group_id == group.id and ref.instance_id in wanted
+                  and (node.is_being_deleted or not cordoned_only))
