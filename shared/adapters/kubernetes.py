@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -101,6 +102,8 @@ DEFAULT_REQUEST_TIMEOUT: Final = (5.0, 30.0)
 # 500, 112 at 2,000, 169 at 5,000), and every page is a round trip: 65 requests at 500, 19 at 2,000, so at 20 ms
 # a round trip 0.9 s less waiting (4.5 s at 5,000 nodes). kubectl pages at 500.
 DEFAULT_PAGE_SIZE: Final = 2000
+# How long a 404 on the CapacityBuffer list is believed: a CRD installed meanwhile is seen within this long.
+CRD_ABSENT_RECHECK: Final = 300.0
 
 
 class KubernetesApiError(ClusterError):
@@ -759,6 +762,10 @@ class KubernetesCluster:
         self._conflict_retries = conflict_retries
         # Warm reuse between polls of one Function instance: the last full list's conversions.
         self._warm_nodes: dict[tuple[str, str], Node] = {}
+        # When the API server last said it serves no CapacityBuffer CRD (monotonic seconds): not asked again for
+        # CRD_ABSENT_RECHECK, so a cluster without buffers costs one LIST every few minutes, not one per poll.
+        self._buffers_absent_at: float | None = None
+        self._monotonic: Callable[[], float] = time.monotonic
         self._warm_pods: dict[tuple[str, str], Pod] = {}
 
     @classmethod
@@ -1093,9 +1100,12 @@ class KubernetesCluster:
     # -- CapacityBuffers (autoscaling.x-k8s.io/v1beta1) ---------------------------
 
     def list_capacity_buffers(self) -> list[CapacityBuffer] | None:
-        """Every buffer; None when the API server does not serve the CRD (404: the feature is off). A buffer that
-        cannot be read comes back with `problem` set (kube_buffers.buffer_from_json)."""
+        """Every buffer; None when the API server does not serve the CRD (404: the feature is off; believed for
+        CRD_ABSENT_RECHECK before asking again). A buffer that cannot be read comes back with `problem` set
+        (kube_buffers.buffer_from_json)."""
         what = "list capacitybuffers"
+        if self._buffers_absent_at is not None and self._monotonic() - self._buffers_absent_at < CRD_ABSENT_RECHECK:
+            return None
         items: list[CapacityBuffer] = []
         token: str | None = None
         while True:
@@ -1104,6 +1114,7 @@ class KubernetesCluster:
                                   kube_buffers.VERSION, kube_buffers.PLURAL, limit=self._page_size, _continue=token)
             except KubernetesApiError as exc:
                 if exc.status == 404:
+                    self._buffers_absent_at = self._monotonic()
                     return None
                 raise
             items += [kube_buffers.buffer_from_json(obj) for obj in page.get("items") or () if isinstance(obj, dict)]

@@ -1087,3 +1087,32 @@ def test_a_daemonset_affinity_we_cannot_evaluate_counts_it_everywhere_it_tolerat
     daemonset = daemonset_from_json({"metadata": {"namespace": "ns", "name": "odd"},
                                      "spec": {"template": {"spec": {"containers": [], "affinity": affinity}}}})
     assert daemonset.node_affinity == ()
+
+
+class _FakeCustom:
+    """Answers the CapacityBuffer list with 404 (no CRD) until `served`, counting the calls."""
+
+    def __init__(self) -> None:
+        self.calls, self.served = 0, False
+
+    def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> _FakeResponse:
+        self.calls += 1
+        if not self.served:
+            raise ApiException(status=404, reason="Not Found")
+        return _FakeResponse({"items": [], "metadata": {}})
+
+
+def test_a_cluster_without_the_buffer_crd_is_asked_again_only_after_the_recheck_time() -> None:
+    from shared.adapters.kubernetes import CRD_ABSENT_RECHECK
+
+    cluster = KubernetesCluster(ApiClient(Configuration()))
+    custom, now = _FakeCustom(), [1000.0]
+    cluster._custom = custom  # type: ignore[assignment]  # stand-in for the generated CustomObjectsApi
+    cluster._monotonic = lambda: now[0]
+    assert cluster.list_capacity_buffers() is None and custom.calls == 1
+    now[0] += CRD_ABSENT_RECHECK / 2
+    assert cluster.list_capacity_buffers() is None and custom.calls == 1  # believed: no call per poll
+    custom.served = True  # the CRD is installed
+    now[0] += CRD_ABSENT_RECHECK / 2
+    assert cluster.list_capacity_buffers() == [] and custom.calls == 2  # seen within the recheck time
+    assert cluster.list_capacity_buffers() == [] and custom.calls == 3  # served: listed every poll
