@@ -985,3 +985,58 @@ class BufferTemplate:
     pod: Pod  # namespace and name empty: a shape, not a pod
     name: str  # the PodTemplate's (or the workload's) name
     generation: int = 0
+
+
+# ProvisioningRequest (autoscaling.x-k8s.io/v1): capacity asked for a set of pods ahead of them, all of it or none;
+# read by the Cluster port, decided on by engine.provisioning. Only the fields we act on; `problem` names what could
+# not be read (the request is reported Failed, never acted on).
+CHECK_CAPACITY_CLASS = "check-capacity.autoscaling.x-k8s.io"
+ATOMIC_SCALE_UP_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+# A pod names the request whose booked room it takes (the older cluster-autoscaler.kubernetes.io key still read).
+CONSUME_PROVISIONING_REQUEST = "autoscaling.x-k8s.io/consume-provisioning-request"
+CONSUME_PROVISIONING_REQUEST_LEGACY = "cluster-autoscaler.kubernetes.io/consume-provisioning-request"
+PROVISIONING_CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
+PROVISIONING_CLASS_ANNOTATION_LEGACY = "cluster-autoscaler.kubernetes.io/provisioning-class-name"
+
+# A metav1.Condition, as buffers' and requests' statuses carry it.
+Condition = BufferCondition
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """spec.podSets[]: `count` pods shaped like the PodTemplate `pod_template` in the request's namespace."""
+
+    pod_template: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProvisioningRequest:
+    namespace: str
+    name: str
+    class_name: str  # spec.provisioningClassName
+    pod_sets: tuple[PodSet, ...] = ()
+    created_at: datetime | None = None  # metadata.creationTimestamp
+    uid: str = ""
+    generation: int = 0
+    parameters: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)  # spec.parameters
+    conditions: tuple[Condition, ...] = ()  # status.conditions
+    details: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)  # status.provisioningClassDetails
+    problem: str = ""  # the spec could not be read
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def is_true(self, type_: str) -> bool:
+        found = self.condition(type_)
+        return found is not None and found.status == "True"
+
+
+def consumed_request(pod: Pod) -> str | None:
+    """namespace/name of the ProvisioningRequest whose room this pod takes, from its annotations; None if none."""
+    name = pod.annotations.get(CONSUME_PROVISIONING_REQUEST) or pod.annotations.get(CONSUME_PROVISIONING_REQUEST_LEGACY)
+    return f"{pod.namespace}/{name}" if name else None

@@ -18,6 +18,8 @@ from shared.domain import (
     BufferStatus,
     BufferTemplate,
     CapacityBuffer,
+    Condition,
+    ProvisioningRequest,
     DaemonSet,
     DemandHistory,
     DisruptionBudget,
@@ -134,6 +136,17 @@ class Cluster(Protocol):
                          api_group: str = "") -> BufferTemplate | None:
         """The pod shape of a PodTemplate, or of a workload's spec.template (Deployment, ReplicaSet, StatefulSet,
         Job); None when the object does not exist."""
+        ...
+
+    def list_provisioning_requests(self) -> list[ProvisioningRequest] | None:
+        """Every ProvisioningRequest (autoscaling.x-k8s.io/v1) of every namespace; None when the API does not serve
+        the CRD (the feature is off). One that cannot be read comes back with its `problem` set."""
+        ...
+
+    def update_provisioning_request_status(self, namespace: str, name: str, *, conditions: Sequence[Condition],
+                                           details: Mapping[str, str] | None = None) -> None:
+        """Write the request's status subresource: these conditions replace the old ones (and
+        provisioningClassDetails when given); a no-op on a missing request."""
         ...
 
     def get_scale(self, namespace: str, name: str, *, kind: str, api_group: str) -> int | None:

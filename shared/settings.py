@@ -534,6 +534,23 @@ SPECS: tuple[Spec, ...] = (
          "Keep each Flexible group's VMSS Standby Pool at the group's standby target (maxReadyCapacity and "
          "minReadyCapacity set to it, once per utilisation poll); groups without a pool are not affected. Needs "
          "Microsoft.StandbyPool/standbyVirtualMachinePools/read and /write. See docs/standby-pools.md."),
+    Spec("PROVISIONING_REQUESTS", "provisioning_requests", "true", _bool,
+         "Act on ProvisioningRequests (autoscaling.x-k8s.io/v1, classes `check-capacity.autoscaling.x-k8s.io` and "
+         "`best-effort-atomic-scale-up.autoscaling.x-k8s.io`) where the cluster serves the CRD: book existing room, "
+         "or scale up for the whole request or not at all (a partial grant is given back). `false`: leave them to "
+         "another controller. See docs/provisioning-requests.md."),
+    Spec("PROVISIONING_REQUEST_BOOKING", "provisioning_request_booking", "10m", _nonnegative_duration,
+         "How long a Provisioned ProvisioningRequest's room stays booked for its pods (kept from scale-down and from "
+         "other requests) before it expires unused (`BookingExpired`): cluster-autoscaler's 10 minutes."),
+    Spec("GANG_SCALE_UP", "gang_scale_up", "all-or-nothing", _choice("all-or-nothing", "off"),
+         "Pending pods of one gang (label `scheduling.x-k8s.io/pod-group`, a JobSet, or a Kueue workload) are "
+         "planned together: `all-or-nothing` asks for no node unless the whole gang fits; `off` plans each pod on "
+         "its own, as cluster-autoscaler. See docs/gangs.md."),
+    Spec("GPU_READINESS", "gpu_readiness", "true", _bool,
+         "A node of a GPU size counts as capacity only once its GPUs are allocatable (the driver and device plugin "
+         "report them after the node turns Ready); a GPU node that never reports them within "
+         "`MAX_NODE_PROVISION_TIME` is reported and replaced. `false`: a Ready node is capacity, GPUs or not. "
+         "See docs/gpu-readiness.md."),
     Spec("STANDBY_HIBERNATE", "standby_hibernate", "false", _bool,
          "Hibernate the instances stopped into a group's standby (and by `SCALE_DOWN_MODE=deallocate`) where the scale"
          " set allows it (Flexible, regular VMs, created with additionalCapabilities.hibernationEnabled): a start then"
@@ -823,6 +840,10 @@ class Settings:
     standby_refill_waits_for_idle: bool  # services.standby_refill.quiet_until
     standby_pools: bool
     standby_hibernate: bool  # where the group allows it (engine.hibernation)
+    provisioning_requests: bool  # services.provisioning
+    provisioning_request_booking: timedelta
+    gang_scale_up: str  # all-or-nothing | off (engine.gangs)
+    gpu_readiness: bool  # engine.gpu_readiness
     scale_down_unneeded_time: timedelta
     scale_down_idle_mode: str  # engine.idle.IDLE_MODES: auto | fixed | break-even
     scale_down_unready_time: timedelta
