@@ -48,9 +48,14 @@ SCALE_UP_STEPS = ("resize", "confirm")
 SCALE_DOWN_STEPS = ("cordon", "drain", "delete", "confirm")
 BACKFILL_STEPS = ("evict",)
 REFILL_STANDBY_STEPS = ("grow", "registered", "park")
+# The rollback comes last so that an action's progress only moves forward whichever step hands over to it.
+ATOMIC_SCALE_UP_STEPS = ("check", "resize", "confirm", "ready", "rollback")
 
-Kind = Literal["scale_up", "scale_down", "backfill", "refill_standby"]
-KINDS = ("scale_up", "scale_down", "backfill", "refill_standby")
+Kind = Literal["scale_up", "scale_down", "backfill", "refill_standby", "atomic_scale_up"]
+KINDS = ("scale_up", "scale_down", "backfill", "refill_standby", "atomic_scale_up")
+# The id of a ProvisioningRequest's atomic scale-up: `provreq:<request uid>`, so that a poll finding it in the
+# ledger (in flight or done) does not plan the request again.
+ATOMIC_ID_PREFIX = "provreq:"
 # Not an action: a request to plan the scale-down again soon (`ScaleDownRound`).
 ROUND_KIND = "scale_down_round"
 
@@ -182,8 +187,29 @@ class RefillStandby(_Action):
     instances: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AtomicScaleUp(_Action):
+    """All the nodes a ProvisioningRequest of the atomic class needs, asked for at once, or none: every instance it
+    added is deleted again when Azure grants only part (shared.services.atomic_steps).
+
+    `group` is the first part's group. The message carries the decision only: what the resize added is recorded
+    in the ledger entry (our state) before the resize, never read back from a message.
+    """
+
+    kind: ClassVar[Literal["atomic_scale_up"]] = "atomic_scale_up"
+    STEPS: ClassVar[tuple[str, ...]] = ATOMIC_SCALE_UP_STEPS
+
+    request: str  # namespace/name
+    request_uid: str
+    parts: tuple[tuple[str, int], ...]  # (group id, nodes to add): one part, or several where the request allows
+
+    @property
+    def nodes_asked(self) -> int:
+        return sum(count for _, count in self.parts)
+
+
 # A scale action is one of the kinds, told apart by type (and by `kind` on the wire).
-ScaleAction = ScaleUp | ScaleDown | Backfill | RefillStandby
+ScaleAction = ScaleUp | ScaleDown | Backfill | RefillStandby | AtomicScaleUp
 
 
 def new_scale_up(
@@ -224,6 +250,18 @@ def new_refill_standby(*, group: str, count: int, now: datetime, ttl: timedelta,
         id=f"refill-standby:{group}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}",
         group=group, created_at=now, expires_at=now + ttl, step=REFILL_STANDBY_STEPS[0], reason=reason,
         count=count, traceparent=traceparent, tracestate=tracestate,
+    )
+
+
+def new_atomic_scale_up(*, request: str, request_uid: str, parts: Sequence[tuple[str, int]], now: datetime,
+                        ttl: timedelta, reason: str = "", traceparent: str = "", tracestate: str = "") -> AtomicScaleUp:
+    """The one atomic scale-up of a ProvisioningRequest; its id (`provreq:<uid>`) makes every poll's decision one
+    action. Raises ValueError naming what is wrong with the request or its parts."""
+    _check_atomic(request=request, request_uid=request_uid, parts=parts, error=ValueError)
+    return AtomicScaleUp(
+        id=f"{ATOMIC_ID_PREFIX}{request_uid}", group=parts[0][0], created_at=now, expires_at=now + ttl,
+        step=ATOMIC_SCALE_UP_STEPS[0], reason=reason, request=request, request_uid=request_uid,
+        parts=tuple((group, count) for group, count in parts), traceparent=traceparent, tracestate=tracestate,
     )
 
 
@@ -289,7 +327,7 @@ def new_scale_down_round(*, now: datetime, ttl: timedelta) -> ScaleDownRound:
 
 
 def encode_message(message: ScaleAction | ScaleDownRound) -> str:
-    if isinstance(message, (ScaleUp, ScaleDown, Backfill, RefillStandby)):
+    if isinstance(message, (ScaleUp, ScaleDown, Backfill, RefillStandby, AtomicScaleUp)):
         return encode_action(message)
     body = {"version": SCHEMA_VERSION, "kind": ROUND_KIND, "id": message.id,
             "created_at": _iso(message.created_at), "expires_at": _iso(message.expires_at)}
@@ -334,7 +372,10 @@ def encode_action(action: ScaleAction) -> str:
         body["traceparent"] = action.traceparent
         if action.tracestate:
             body["tracestate"] = action.tracestate
-    if isinstance(action, Backfill):
+    if isinstance(action, AtomicScaleUp):
+        body["request"] = {"name": action.request, "uid": action.request_uid}
+        body["parts"] = [{"group": group, "count": count} for group, count in action.parts]
+    elif isinstance(action, Backfill):
         body["pod"] = {"namespace": action.namespace, "name": action.pod, "uid": action.uid}
         if action.to:
             body["to"] = action.to
@@ -428,6 +469,8 @@ def _action_of(body: dict[str, Any]) -> ScaleAction:
         return _backfill_of(body)
     if kind == "refill_standby":
         return _refill_standby_of(body)
+    if kind == "atomic_scale_up":
+        return _atomic_scale_up_of(body)
     steps = SCALE_UP_STEPS if kind == "scale_up" else SCALE_DOWN_STEPS
     required = ["id", "group", "step", "created_at", "expires_at"]
     if kind == "scale_up":
@@ -543,6 +586,66 @@ def _refill_standby_of(body: dict[str, Any]) -> RefillStandby:
     if instances and from_capacity is None:
         raise InvalidAction("instances without from_capacity: only the grow step names them, and it sets both")
     return RefillStandby(count=count, from_capacity=from_capacity, instances=tuple(instances), **_common_fields(body))
+
+
+_ATOMIC_FIELDS = {"version", "kind", "id", "group", "step", "created_at", "expires_at", "reason", "attempt",
+                  "step_started_at", "traceparent", "tracestate", "request", "parts"}
+_REQUEST_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")  # a metadata.uid (a UUID in practice)
+
+
+def _atomic_scale_up_of(body: dict[str, Any]) -> AtomicScaleUp:
+    """An atomic scale-up message (version 3 only: the kind came after it)."""
+    _check_v3_kind(body, "atomic_scale_up", fields=_ATOMIC_FIELDS, required=("request", "parts"))
+    for name in ("id", "group", "step", "reason"):
+        if name in body:
+            _check_length(name, body[name], MAX_LENGTHS[name])
+    _check_step(body, "atomic_scale_up", ATOMIC_SCALE_UP_STEPS)
+    request = body["request"]
+    if not isinstance(request, dict) or set(request) != {"name", "uid"}:
+        raise InvalidAction("request must be an object with exactly 'name' (namespace/name) and 'uid'")
+    raw_parts = body["parts"]
+    if not isinstance(raw_parts, list) or not raw_parts:
+        raise InvalidAction("parts must be a non-empty list of {'group', 'count'} objects")
+    parts = []
+    for index, part in enumerate(raw_parts):
+        if not isinstance(part, dict) or set(part) != {"group", "count"}:
+            raise InvalidAction(f"parts[{index}] must be an object with exactly 'group' and 'count'")
+        if not isinstance(part["group"], str) or not part["group"]:
+            raise InvalidAction(f"parts[{index}].group must be a non-empty string")
+        _check_length(f"parts[{index}].group", part["group"], MAX_LENGTHS["group"])
+        count = _integer(part, "count", minimum=1)
+        assert count is not None
+        parts.append((part["group"], count))
+    _check_atomic(request=request["name"], request_uid=request["uid"], parts=parts, error=InvalidAction)
+    if body["id"] != f"{ATOMIC_ID_PREFIX}{request['uid']}":
+        raise InvalidAction(f"id {body['id'][:80]!r} is not {ATOMIC_ID_PREFIX}<request uid>")
+    if body["group"] != parts[0][0]:
+        raise InvalidAction(f"group {body['group'][:80]!r} is not the first part's group {parts[0][0][:80]!r}")
+    return AtomicScaleUp(request=request["name"], request_uid=request["uid"], parts=tuple(parts),
+                         **_common_fields(body))
+
+
+def _check_atomic(*, request: object, request_uid: object, parts: Sequence[tuple[str, int]],
+                  error: type[ValueError]) -> None:
+    """What an atomic scale-up must be, for the constructor (ValueError) and the decoder (InvalidAction)."""
+    if not isinstance(request, str) or request.count("/") != 1 or not all(
+            _DNS_SUBDOMAIN.match(part) for part in request.split("/")):
+        raise error(f"request {str(request)[:80]!r} is not <namespace>/<name> of Kubernetes names")
+    if not isinstance(request_uid, str) or not _REQUEST_UID.match(request_uid):
+        raise error(f"request uid {str(request_uid)[:80]!r} is not a Kubernetes uid")
+    if not parts:
+        raise error("an atomic scale-up needs at least one (group, count) part")
+    groups = [group for group, _ in parts]
+    if len(set(groups)) != len(groups):
+        raise error("an atomic scale-up names a group twice in its parts")
+    for group, count in parts:
+        if not isinstance(group, str) or not group:
+            raise error(f"a part's group must be a non-empty string, got {group!r}")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise error(f"group {group!r}: a part adds at least one node, not {count!r}")
+    total = sum(count for _, count in parts)
+    if total > MAX_NODES_PER_ACTION:
+        raise error(f"an atomic scale-up adds at most {MAX_NODES_PER_ACTION} nodes, not {total}")
 
 
 def _common_fields(body: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from shared.actions import Backfill, RefillStandby, ScaleAction, ScaleDown
+from shared.actions import AtomicScaleUp, Backfill, RefillStandby, ScaleAction, ScaleDown
 from shared.ports import LedgerEntry, StateStore
 from shared.services.swap import StateConflict, read_modify_write
 
@@ -136,6 +136,9 @@ def record_of(action: ScaleAction) -> str:
                                    "instances": {t.node: t.instance_id for t in action.targets}}
     elif isinstance(action, Backfill):
         body = {"pod": action.pod_key, "uid": action.uid}
+    elif isinstance(action, AtomicScaleUp):
+        # Its steps add what the resize added to this record (shared.services.atomic_steps), never the message.
+        body = {"request": action.request, "uid": action.request_uid, "parts": [list(p) for p in action.parts]}
     elif isinstance(action, RefillStandby):
         body = {"count": action.count}
         if action.from_capacity is not None:
@@ -164,6 +167,12 @@ def contradiction(entry: LedgerEntry, action: ScaleAction) -> str | None:
     if isinstance(action, Backfill):
         if (recorded.get("pod"), recorded.get("uid")) != (action.pod_key, action.uid):
             return f"it names pod {action.pod_key} ({action.uid}), not the one recorded"
+        return None
+    if isinstance(action, AtomicScaleUp):
+        decided = (recorded.get("request"), recorded.get("uid"), recorded.get("parts"))
+        if decided != (action.request, action.request_uid, [list(p) for p in action.parts]):
+            return f"it names request {action.request} ({action.request_uid}) and parts {list(action.parts)}, " \
+                   "not the ones recorded"
         return None
     if isinstance(action, RefillStandby):
         if recorded.get("count") != action.count:
