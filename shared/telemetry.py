@@ -36,7 +36,7 @@ from typing import Any, Literal, TypeVar
 from opentelemetry import metrics, trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from shared.actions import ScaleAction, ScaleDown, ScaleUp
+from shared.actions import AtomicScaleUp, ScaleAction, ScaleDown, ScaleUp
 from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.status import group_counts, nodes_by_group
 
@@ -173,6 +173,9 @@ EVENTS: Mapping[str, tuple[str, ...]] = {
     "ScaleDown": ACTION_DIMENSIONS,
     "Backfill": ACTION_DIMENSIONS,  # a pod moved off a virtual node (`group` is the virtual node)
     "RefillStandby": ACTION_DIMENSIONS,  # instances created and deallocated into a group's warm standby
+    # A ProvisioningRequest's nodes asked for at once (`group` its first group, `new_size` the nodes asked for):
+    # failed means every instance it added was deleted again.
+    "AtomicScaleUp": ACTION_DIMENSIONS,
     "ScaleActionRejected": REJECTED_DIMENSIONS,
     # A spot node evicted (or about to be): how we learnt it, its pods, and the batch work lost.
     "SpotEviction": ("node", "group", "how", "pods", "batch_pods", "lost_seconds", "replacements"),
@@ -431,10 +434,14 @@ def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetim
         "decided_at": action.created_at.isoformat(),
         "seconds_since_decided": round((now - action.created_at).total_seconds(), 3),
     }
+    atomic = isinstance(action, AtomicScaleUp)
+    if atomic:
+        dimensions["new_size"] = action.nodes_asked
     name = "ScaleUp" if scale_up else "ScaleDown" if isinstance(action, ScaleDown) else (
-        "Backfill" if action.kind == "backfill" else "RefillStandby")
+        "Backfill" if action.kind == "backfill" else "AtomicScaleUp" if atomic else "RefillStandby")
     target = f"{action.group} {dimensions['old_size']} -> {dimensions['new_size']}" if scale_up else (
         f"{action.group} node(s) {dimensions['node']}" if isinstance(action, ScaleDown) else
+        f"{action.nodes_asked} node(s) for {action.request}" if atomic else
         f"standby of {action.group}" if action.kind == "refill_standby" else
         f"pod {getattr(action, 'pod_key', '')} off {action.group}")
     _event(name, f"{name} {target}: {outcome}{f' ({error_code})' if error_code else ''}", dimensions)
@@ -444,7 +451,11 @@ def action_ended(action: ScaleAction, outcome: str, *, detail: str, now: datetim
         if added:
             _add(_CA + "scaled_up_nodes_total", added, node_group=action.group)
         _set(_OURS + "last_success", now.timestamp(), activity="scaleUp")
-    elif scale_up and outcome == "failed":
+    elif atomic and outcome == "succeeded":
+        for group, count in action.parts:
+            _add(_CA + "scaled_up_nodes_total", count, node_group=group)
+        _set(_OURS + "last_success", now.timestamp(), activity="scaleUp")
+    elif (scale_up or atomic) and outcome == "failed":
         _add(_CA + "failed_scale_ups_total", 1, node_group=action.group, reason=CA_CLOUD_PROVIDER_ERROR)
         _add(_OURS + "failed_scale_ups_by_code_total", 1, node_group=action.group, error_code=error_code or "Failed")
     elif isinstance(action, ScaleDown) and outcome == "succeeded":

@@ -94,9 +94,10 @@ def test_the_metric_contract_holds() -> None:
 
 
 def test_events_carry_the_documented_dimensions() -> None:
-    assert set(EVENTS) == {"ScaleUp", "ScaleDown", "Backfill", "RefillStandby", "ScaleActionRejected", "SpotEviction"}
+    assert set(EVENTS) == {"ScaleUp", "ScaleDown", "Backfill", "RefillStandby", "AtomicScaleUp", "ScaleActionRejected",
+                           "SpotEviction"}
     assert {"node", "group", "how", "pods", "batch_pods", "lost_seconds"} <= set(EVENTS["SpotEviction"])
-    for name in ("ScaleUp", "ScaleDown", "Backfill", "RefillStandby"):
+    for name in ("ScaleUp", "ScaleDown", "Backfill", "RefillStandby", "AtomicScaleUp"):
         assert {"action_id", "group", "old_size", "new_size", "node", "reason", "outcome", "error_code", "poison",
                 "dry_run", "decided_at"} <= set(EVENTS[name])
     assert {"action_id", "reason", "outcome", "poison"} <= set(EVENTS["ScaleActionRejected"])
