@@ -28,6 +28,8 @@ from sandbox.model.agent_pools import COMPUTER_NAME_PREFIX, AgentPoolError, Agen
 from sandbox.model.buffer_spec import FIELD as BUFFERS_FIELD
 from sandbox.model.buffer_spec import BufferActionSpec, parse_buffer_actions
 from sandbox.model.dists import Dist  # re-exported: scenario fields are Dists
+from sandbox.model.gang_spec import TOP_LEVEL_FIELDS as GANG_FIELDS
+from sandbox.model.gang_spec import GangSections, parse_gang_sections
 from sandbox.model.nic_spec import FIELDS as NIC_FIELDS
 from sandbox.model.nic_spec import NicSpec, check_subnets, group_nics, parse_nics
 from sandbox.model.podspec import HostPort, SpecError, parse_affinity, parse_spread_constraints
@@ -290,6 +292,8 @@ class Scenario:
     cloud_node_lifecycle: bool = False
     # CapacityBuffers created and scaled through /scale on the timeline (sandbox.model.buffer_spec).
     capacity_buffers: tuple[BufferActionSpec, ...] = ()
+    # Gang jobs with ProvisioningRequests, a Kueue-like queue, quota changes on the timeline (sandbox.model.gang_spec).
+    gangs: GangSections = GangSections()
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -506,6 +510,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "delete_delay", "deallocate_delay", "start_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "allocation_failures", "restricted_vm_sizes", "expect_unschedulable",
             "expect_at_most", "expect_at_least", "render_queue", "virtual_node", BUFFERS_FIELD, *TOP_LEVEL_FIELDS,
+            *GANG_FIELDS,
         },
         {"node_groups"},
     )
@@ -615,6 +620,8 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
     if "virtual_node" in top:
         scenario = replace(scenario, virtual_node=_virtual_node(top["virtual_node"], "$.virtual_node", scenario))
     scenario = replace(scenario, capacity_buffers=parse_buffer_actions(
+        top, (*namespaces, *(w.namespace for w in scenario.workloads)), duration))
+    scenario = replace(scenario, gangs=parse_gang_sections(
         top, (*namespaces, *(w.namespace for w in scenario.workloads)), duration))
     return replace(scenario, **parse_sections(top, groups))
 
