@@ -3,7 +3,8 @@
 Covers what an autoscaler uses, shaped so the official `kubernetes` client works
 unchanged: discovery, nodes (list/get/replace/patch/delete), pods (list, get,
 create, replace/patch of their metadata, delete, eviction), events, config maps,
-namespaces and policy/v1 PodDisruptionBudgets. Errors are metav1.Status bodies. The caller (the server)
+namespaces, policy/v1 PodDisruptionBudgets, and the autoscaling.x-k8s.io custom resources (CapacityBuffers
+v1beta1 with their status and scale, ProvisioningRequests v1 with their status). Errors are metav1.Status bodies. The caller (the server)
 advances the world and holds `world.lock` around the call.
 """
 
@@ -20,6 +21,7 @@ from sandbox.api.wire import Request, Response, json_response
 from sandbox.model.selectors import SelectorError, object_filter
 from sandbox.world import World
 from sandbox.world import capacity_buffers as buffers
+from sandbox.world import provisioning_requests as provreqs
 from sandbox.world.errors import KubeError
 from sandbox.world.faults import Fault
 from sandbox.world.identity import AKS
@@ -35,6 +37,7 @@ _KINDS = {
     "daemonsets": ("DaemonSet", "apps/v1", True),
     "podtemplates": ("PodTemplate", "v1", True),
     "capacitybuffers": ("CapacityBuffer", buffers.API_VERSION, True),
+    "provisioningrequests": ("ProvisioningRequest", provreqs.API_VERSION, True),
 }
 # (resource, verb) pairs the double serves; anything else is 405 like an unsupported verb.
 _VERBS = {
@@ -47,9 +50,13 @@ _VERBS = {
     "daemonsets": {"list", "get"},
     "podtemplates": {"list", "get", "create", "delete"},
     "capacitybuffers": {"list", "get", "create", "update", "patch", "delete"},
+    "provisioningrequests": {"list", "get", "create", "update", "patch", "delete"},
 }
-# Subresources served besides pods/eviction: the CapacityBuffer CRD's status and scale.
-_SUBRESOURCES = {"capacitybuffers": ("status", "scale")}
+# Subresources served besides pods/eviction: the CapacityBuffer CRD's status and scale, the ProvisioningRequest's status.
+_SUBRESOURCES = {"capacitybuffers": ("status", "scale"), "provisioningrequests": ("status",)}
+# The custom resources' API group, its versions as discovery lists them (preferred first).
+_CUSTOM_GROUP = "autoscaling.x-k8s.io"
+_CUSTOM_VERSIONS = {"v1": ("provisioningrequests",), "v1beta1": ("capacitybuffers",)}
 _WRITE_VERBS = {"create", "update", "patch", "delete", "evict"}
 _REASONS = {
     400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
@@ -129,7 +136,8 @@ def handle(world: World, request: Request) -> Response:
             return status_response(KubeError(401, "Unauthorized", "Unauthorized"))
         if request.path in ("/version", "/version/"):
             return json_response(200, _version())
-        if request.path.rstrip("/") in ("/api", "/apis", "/api/v1", "/apis/policy/v1", "/apis/apps/v1"):
+        if request.path.rstrip("/") in ("/api", "/apis", "/api/v1", "/apis/policy/v1", "/apis/apps/v1",
+                                        *(f"/apis/{_CUSTOM_GROUP}/{v}" for v in _CUSTOM_VERSIONS)):
             return json_response(200, _discovery(request.path.rstrip("/"), request.header("host", "127.0.0.1")))
         route = _parse_path(request.path, request.method)
         if route is None:
@@ -211,6 +219,7 @@ def _get(world: World, route: Route, request: Request) -> Response:
     if route.resource == "capacitybuffers":
         return json_response(200, buffers.get_buffer(world, route.namespace or "", route.name or "",
                                                      subresource=route.subresource))
+    # A GET of /status is the whole object, as for every status subresource.
     return json_response(200, world.k8s_get(route.resource, route.namespace or "", route.name or ""))
 
 
@@ -233,6 +242,8 @@ def _create(world: World, route: Route, request: Request) -> Response:
         return json_response(201, buffers.create_buffer(world, route.namespace or "", body))
     if route.resource == "podtemplates":
         return json_response(201, buffers.create_pod_template(world, route.namespace or "", body))
+    if route.resource == "provisioningrequests":
+        return json_response(201, provreqs.create_provisioning_request(world, route.namespace or "", body))
     return json_response(201, world.k8s_create(route.resource, route.namespace or "", body))
 
 
@@ -241,6 +252,9 @@ def _update(world: World, route: Route, request: Request) -> Response:
     if route.resource == "capacitybuffers":
         return json_response(200, buffers.replace_buffer(world, route.namespace or "", route.name or "", body,
                                                          subresource=route.subresource))
+    if route.resource == "provisioningrequests":
+        return json_response(200, provreqs.replace_provisioning_request(
+            world, route.namespace or "", route.name or "", body, subresource=route.subresource))
     return json_response(200, world.k8s_replace(route.resource, route.namespace or "", route.name or "", body))
 
 
@@ -270,6 +284,9 @@ def _patch(world: World, route: Route, request: Request) -> Response:
     if route.resource == "capacitybuffers":
         return json_response(200, buffers.replace_buffer(world, route.namespace or "", route.name or "", patched,
                                                          subresource=route.subresource))
+    if route.resource == "provisioningrequests":
+        return json_response(200, provreqs.replace_provisioning_request(
+            world, route.namespace or "", route.name or "", patched, subresource=route.subresource))
     return json_response(200, world.k8s_replace(route.resource, route.namespace or "", route.name or "", patched))
 
 
@@ -351,7 +368,21 @@ def _discovery(path: str, host: str) -> dict[str, Any]:
         for name in ("apps", "policy"):
             version = {"groupVersion": f"{name}/v1", "version": "v1"}
             groups.append({"name": name, "versions": [version], "preferredVersion": version})
+        versions = [{"groupVersion": f"{_CUSTOM_GROUP}/{v}", "version": v} for v in _CUSTOM_VERSIONS]
+        groups.append({"name": _CUSTOM_GROUP, "versions": versions, "preferredVersion": versions[0]})
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+    if path.startswith(f"/apis/{_CUSTOM_GROUP}/"):
+        version = path.rsplit("/", 1)[1]
+        verbs = ["create", "delete", "get", "list", "patch", "update"]
+        resources = []
+        for plural in _CUSTOM_VERSIONS[version]:
+            kind = _KINDS[plural][0]
+            resources.append(_resource(plural, kind, True, verbs))
+            resources += [_resource(f"{plural}/{sub}", "Scale" if sub == "scale" else kind, True,
+                                    ["get", "patch", "update"]) | {"singularName": ""}
+                          for sub in _SUBRESOURCES.get(plural, ())]
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{_CUSTOM_GROUP}/{version}",
+                "resources": resources}
     if path == "/apis/apps/v1":
         return {
             "kind": "APIResourceList",

@@ -35,7 +35,7 @@ DEFAULT_START = datetime(2030, 1, 7, 9, 0, 0, tzinfo=UTC)  # a Monday morning; a
 SANDBOX_TOKEN = "sandbox-token"  # the kubeconfig's ServiceAccount token: only the Kubernetes API double takes it
 LOG_ANALYTICS_WORKSPACE_ID = "5a4d0b0e-0000-4000-8000-00000000c0de"  # the workspace the Log Analytics double serves
 RESOURCES = ("nodes", "pods", "events", "configmaps", "poddisruptionbudgets", "namespaces", "daemonsets",
-             "capacitybuffers", "podtemplates")
+             "capacitybuffers", "podtemplates", "provisioningrequests")
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery rand.String: no vowels, no confusables
 INITIAL_NODE_AGE = timedelta(hours=1)  # initial nodes registered before the scenario starts
 

@@ -266,7 +266,7 @@ class KubeResourcesPart(WorldCore):
                     inst.node_deleted_by_api = True
                 removed = self._remove_node(name)
                 return copy.deepcopy(removed or current)
-            if resource not in ("configmaps", "events", "capacitybuffers", "podtemplates"):
+            if resource not in ("configmaps", "events", "capacitybuffers", "podtemplates", "provisioningrequests"):
                 raise KubeError(405, "MethodNotAllowed", f"the sandbox does not delete {resource}")
             return copy.deepcopy(self._store.drop(resource, namespace, name) or current)
 

@@ -44,7 +44,7 @@ def test_version_and_discovery(server: SandboxServer) -> None:
     assert k8s.VersionApi(api_client).get_code().git_version.startswith("v1.")
     assert k8s.CoreApi(api_client).get_api_versions().versions == ["v1"]
     groups = k8s.ApisApi(api_client).get_api_versions().groups
-    assert [g.name for g in groups] == ["apps", "policy"]
+    assert [g.name for g in groups] == ["apps", "policy", "autoscaling.x-k8s.io"]
 
 
 def test_daemonsets_are_listed_at_apps_v1_page_by_page(sandbox_factory: SandboxFactory) -> None:
