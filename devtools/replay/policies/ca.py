@@ -73,8 +73,8 @@ Simplifications, and the side each favours:
 - Pods arriving at one instant give one signal; CA, seeing them a few milliseconds apart while its loop runs,
   may run one more loop (finding them too new) when it ends, and start its timer a loop's duration later.
   Favours CA.
-- ProvisioningRequests (the trigger's third reason to loop at once) are not modelled: the traces have none.
-  Favours neither side.
+- ProvisioningRequests are read only when a `provisioning` pass is given (devtools.replay.policies.ca_provreq, the
+  gang replay); as the trigger's third reason to loop at once they are not modelled. Favours neither side.
 - An empty node's delete call is made in the loop that taints it, not 5 s later: its VM goes 5 s sooner.
   Favours CA.
 - A long-running capacity increase that fails backs the group off at once; CA on Azure (its fast backoff is off
@@ -218,8 +218,10 @@ class ClusterAutoscaler:
     name = "ca"
 
     def __init__(self, replay: Replay, *, settings: Mapping[str, str] = CA_SETTINGS,
-                 arrivals: Sequence[float] = ()) -> None:
+                 arrivals: Sequence[float] = (), provisioning: Any = None) -> None:
         self._replay = replay
+        # The ProvisioningRequest pass (devtools.replay.policies.ca_provreq); None: requests are not read.
+        self._provisioning = provisioning
         self._world = replay.world
         self._cluster = replay.cluster
         self._compute = replay.compute
@@ -332,6 +334,8 @@ class ClusterAutoscaler:
         snapshot = self._snapshot(now)
         self._check_increases(snapshot, now)
         self._progress_deletions(snapshot, now)
+        if self._provisioning is not None and self._provisioning.run_once(self, snapshot, now):
+            return  # a request's scale-up: like any scale-up, no scale-down in this loop
         scaled_up, too_new = self._scale_up(snapshot, now)
         if not scaled_up:
             self._scale_down(snapshot, now, actuate=not too_new)
@@ -419,15 +423,14 @@ class ClusterAutoscaler:
     def _scale_up(self, snapshot: ClusterSnapshot, now: datetime) -> tuple[bool, bool]:
         """(scaled up, pods too new: CA waits a loop for more and disables scale-down for it)."""
         pending = pending_pods(snapshot)
+        if self._provisioning is not None:
+            pending = self._provisioning.ordinary(self, pending, now)
         if not pending:
             return False, False
         gpu = [p.created_at for p in pending if any(name == NVIDIA_GPU for name, _ in p.requests.extended)]
         if now - min(p.created_at for p in pending) < NEW_POD_BUFFER or (gpu and now - min(gpu) < NEW_GPU_POD_BUFFER):
             return False, True
-        unavailable = {
-            gid: why for gid in self._groups if (why := backoff_reason(self._state(gid), now=now)) is not None
-        }
-        options = replace(scale_up_options(self._settings, now=now), unavailable=unavailable)
+        options = replace(scale_up_options(self._settings, now=now), unavailable=self.unavailable_groups(now))
         simulation = simulate_scale_up(snapshot, options=options)
         chosen = expander_choice(simulation)
         if chosen is None:
@@ -446,6 +449,35 @@ class ClusterAutoscaler:
         self._increases.append(_Increase(group.id, increase.new_target, now + MAX_NODE_PROVISION_TIME, op.token))
         self._last_scale_up = now
         return True, False
+
+    # -- what the ProvisioningRequest pass uses -----------------------------------------------
+
+    @property
+    def settings(self) -> Any:
+        return self._settings
+
+    def unavailable_groups(self, now: datetime) -> dict[str, str]:
+        """Groups in backoff, with why: the scale-up leaves them out."""
+        return {gid: why for gid in self._groups if (why := backoff_reason(self._state(gid), now=now)) is not None}
+
+    def increase_in_flight(self, token: str) -> bool:
+        return any(i.token == token for i in self._increases)
+
+    def atomic_increase(self, gid: str, target: int, now: datetime) -> str | None:
+        """AtomicIncreaseSize on Azure: one capacity PUT for the whole increase, tracked like any increase (given up
+        after --max-node-provision-time, never rolled back); its operation token, or None when Azure refused it."""
+        group = self._groups[gid]
+        try:
+            op = self._compute.begin_resize(group, target)
+        except ComputeError as exc:
+            log.info("ca: AtomicIncreaseSize %s failed: %s", gid, exc)
+            self._back_off(gid, exc.code or "IncreaseSizeFailed", now)
+            return None
+        self._actions += 1
+        self._set_target(gid, target)
+        self._increases.append(_Increase(gid, target, now + MAX_NODE_PROVISION_TIME, op.token))
+        self._last_scale_up = now
+        return op.token
 
     # -- scale-down -------------------------------------------------------------------------
 
