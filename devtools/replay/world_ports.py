@@ -27,11 +27,12 @@ from sandbox.api.prices_api import LIST_PRICES_PER_HOUR
 from sandbox.model.quota import vm_family
 from sandbox.world import World
 from sandbox.world import capacity_buffers as buffer_store
+from sandbox.world import provisioning_requests as provreq_store
 from sandbox.world.compute import Operation as SimOperation
 from sandbox.world.compute import ScaleSetSim
 from sandbox.world.errors import ArmError, KubeError
 from sandbox.world.faults import default_scale_up_message
-from shared.adapters import kube_buffers
+from shared.adapters import kube_buffers, kube_provreq
 from shared.adapters.kubernetes import (
     event_time,
     add_taint_patch,
@@ -49,12 +50,14 @@ from shared.domain import (
     BufferStatus,
     BufferTemplate,
     CapacityBuffer,
+    Condition,
     DaemonSet,
     DisruptionBudget,
     Instance,
     Node,
     NodeGroup,
     Pod,
+    ProvisioningRequest,
     QuotaUsage,
     Taint,
     VmSizeCapacity,
@@ -212,6 +215,26 @@ class WorldCluster:
         except KubeError as exc:
             if exc.code != 404:
                 raise _cluster_error(f"update capacitybuffer {namespace}/{name} status", exc) from None
+
+    def list_provisioning_requests(self) -> list[ProvisioningRequest] | None:
+        self._world.count_call("k8s", "LIST provisioningrequests", write=False)
+        return [kube_provreq.request_from_json(obj) for obj in self._world.k8s_list(provreq_store.REQUESTS)]
+
+    def update_provisioning_request_status(self, namespace: str, name: str, *, conditions: Sequence[Condition],
+                                           details: Mapping[str, str] | None = None) -> None:
+        """The adapter's one PATCH of /status, as the world applies it: the conditions replace the old ones, the
+        details only when given."""
+        self._world.count_call("k8s", "PATCH provisioningrequests", write=True)
+        current = provreq_store.get_provisioning_request(self._world, namespace, name)
+        if current is None:
+            return
+        status = kube_provreq.status_json(conditions, details, current=current.get("status"))
+        try:
+            provreq_store.replace_provisioning_request(self._world, namespace, name, {"status": status},
+                                                       subresource="status")
+        except KubeError as exc:
+            if exc.code != 404:
+                raise _cluster_error(f"update provisioningrequest {namespace}/{name} status", exc) from None
 
     def get_pod_template(self, namespace: str, name: str, *, kind: str = "PodTemplate",
                          api_group: str = "") -> BufferTemplate | None:

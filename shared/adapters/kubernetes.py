@@ -53,6 +53,7 @@ from shared.domain import (
     BufferStatus,
     BufferTemplate,
     CapacityBuffer,
+    Condition,
     DaemonSet,
     DisruptionBudget,
     HostPort,
@@ -62,6 +63,7 @@ from shared.domain import (
     OwnerRef,
     Pod,
     PodAffinityTerm,
+    ProvisioningRequest,
     Resources,
     SelectorRequirement,
     Taint,
@@ -69,7 +71,7 @@ from shared.domain import (
     TopologySpreadConstraint,
     extended_resources,
 )
-from shared.adapters import kube_buffers
+from shared.adapters import kube_buffers, kube_provreq
 from shared.gc_pause import gc_paused
 from shared.ports import ClusterError, EvictionOutcome
 from shared.quantities import parse_count, parse_cpu_milli, parse_memory_bytes
@@ -102,7 +104,8 @@ DEFAULT_REQUEST_TIMEOUT: Final = (5.0, 30.0)
 # 500, 112 at 2,000, 169 at 5,000), and every page is a round trip: 65 requests at 500, 19 at 2,000, so at 20 ms
 # a round trip 0.9 s less waiting (4.5 s at 5,000 nodes). kubectl pages at 500.
 DEFAULT_PAGE_SIZE: Final = 2000
-# How long a 404 on the CapacityBuffer list is believed: a CRD installed meanwhile is seen within this long.
+# How long a 404 on the CapacityBuffer or ProvisioningRequest list is believed: a CRD installed meanwhile is seen
+# within this long.
 CRD_ABSENT_RECHECK: Final = 300.0
 
 
@@ -765,6 +768,7 @@ class KubernetesCluster:
         # When the API server last said it serves no CapacityBuffer CRD (monotonic seconds): not asked again for
         # CRD_ABSENT_RECHECK, so a cluster without buffers costs one LIST every few minutes, not one per poll.
         self._buffers_absent_at: float | None = None
+        self._provreqs_absent_at: float | None = None  # the same for the ProvisioningRequest CRD
         self._monotonic: Callable[[], float] = time.monotonic
         self._warm_pods: dict[tuple[str, str], Pod] = {}
 
@@ -1129,6 +1133,44 @@ class KubernetesCluster:
             self._discard(what, self._custom.patch_namespaced_custom_object_status, kube_buffers.GROUP,
                           kube_buffers.VERSION, namespace, kube_buffers.PLURAL, name,
                           {"status": kube_buffers.status_json(status)}, _content_type=_MERGE_PATCH)
+        except KubernetesApiError as exc:
+            if exc.status != 404:
+                raise
+
+    # -- ProvisioningRequests (autoscaling.x-k8s.io/v1) ----------------------------
+
+    def list_provisioning_requests(self) -> list[ProvisioningRequest] | None:
+        """Every request; None when the API server does not serve the CRD (404, believed for CRD_ABSENT_RECHECK
+        like the buffers' list). One that cannot be read comes back with `problem` set
+        (kube_provreq.request_from_json)."""
+        what = "list provisioningrequests"
+        if self._provreqs_absent_at is not None and self._monotonic() - self._provreqs_absent_at < CRD_ABSENT_RECHECK:
+            return None
+        items: list[ProvisioningRequest] = []
+        token: str | None = None
+        while True:
+            try:
+                page = self._json(what, self._custom.list_cluster_custom_object, kube_provreq.GROUP,
+                                  kube_provreq.VERSION, kube_provreq.PLURAL, limit=self._page_size, _continue=token)
+            except KubernetesApiError as exc:
+                if exc.status == 404:
+                    self._provreqs_absent_at = self._monotonic()
+                    return None
+                raise
+            items += [kube_provreq.request_from_json(obj) for obj in page.get("items") or () if isinstance(obj, dict)]
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items
+
+    def update_provisioning_request_status(self, namespace: str, name: str, *, conditions: Sequence[Condition],
+                                           details: Mapping[str, str] | None = None) -> None:
+        """One PATCH of the status subresource (kube_provreq.status_patch says which kind and why); a no-op on a
+        missing request."""
+        what = f"update provisioningrequest {namespace}/{name} status"
+        content_type, body = kube_provreq.status_patch(conditions, details)
+        try:
+            self._discard(what, self._custom.patch_namespaced_custom_object_status, kube_provreq.GROUP,
+                          kube_provreq.VERSION, namespace, kube_provreq.PLURAL, name, body, _content_type=content_type)
         except KubernetesApiError as exc:
             if exc.status != 404:
                 raise
