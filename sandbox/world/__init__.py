@@ -56,7 +56,7 @@ from sandbox.world.core import (
     RESOURCES,
     SANDBOX_TOKEN,
 )
-from sandbox.world import capacity_buffers
+from sandbox.world import capacity_buffers, gang_jobs
 from sandbox.world.agent_pools import AgentPoolsPart
 from sandbox.world.fault_injection import FaultInjectionPart
 from sandbox.world.kube_resources import MAX_EVENTS, KubeResourcesPart
@@ -114,6 +114,8 @@ class World(
 ):
     """One simulated cluster world. See the module docstring; every public method holds `lock`."""
 
+    _gang_jobs: gang_jobs.GangJobs  # the scenario's gang jobs and Kueue double (sandbox.world.gang_jobs)
+
     def __init__(
         self,
         scenario: Scenario | str | Path | Mapping[str, Any],
@@ -147,6 +149,7 @@ class World(
         self._init_virtual_node()  # draws ids only for a virtual node: worlds without one are unchanged
         self._schedule_workloads()
         capacity_buffers.schedule_actions(self)  # pushes events only for a scenario with capacity_buffers
+        gang_jobs.schedule(self)  # pushes events only for a scenario with gang_jobs or quota_changes
         self._init_render_queue()  # draws from its own stream only: worlds without one are unchanged
         self._advance_to(0.0)  # arrivals at t=0 exist from the first look
 
@@ -201,6 +204,7 @@ class World(
             "spot_node_gc": self._on_spot_node_gc,
             "standby_pool_tick": self._on_standby_pool_tick,
             "buffer_action": lambda spec: capacity_buffers.apply_action(self, spec),
+            "gang_job": lambda payload: gang_jobs.on_event(self, payload),
         }
         handlers[kind](payload)
         self._dirty = True
@@ -211,6 +215,7 @@ class World(
         if self._retry_all_pending:  # set by every node or pod change that system pods could care about
             self._ensure_node_pods()
         self._schedule()
+        gang_jobs.reconcile(self)  # gang jobs and the Kueue double act on what the pass and the autoscaler did
         self._render_frames()
         self._finish_operations()
         self._dirty = False
