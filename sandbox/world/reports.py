@@ -16,7 +16,7 @@ from typing import Any
 from sandbox.model import os_disks, quota
 from sandbox.model.resources import parse_resource_list
 from sandbox.model.units import parse_time, rfc3339
-from sandbox.world import kobjects
+from sandbox.world import gang_jobs, kobjects
 from sandbox.world.compute import InstanceSim
 from sandbox.world.core import WorldCore
 from sandbox.world.metrics import distribution, percentile, seconds
@@ -362,6 +362,8 @@ class ReportsPart(WorldCore):
                 "allocation": self.allocation_report(),
                 # How long each new node took from the capacity increase that created its VM to registering.
                 "node_registration": self._node_registration(),
+                # Gang jobs: attempts, admissions, gang waits, capacity held by partial gangs; None without any.
+                "gang_jobs": gang_jobs.report(self),  # type: ignore[arg-type]
                 # Each scenario workload's kind, by "<namespace>/<name>" as pods name their workload.
                 "workload_kinds": {f"{w.namespace}/{w.name}": w.kind for w in self.scenario.workloads},
                 "timeline": copy.deepcopy(self.timeline),
