@@ -156,6 +156,8 @@ def reconcile(world: World) -> None:
         attempt = state.current
         if attempt is not None and attempt.provisioned is not None:
             _follow_pods(world, state, attempt)
+    if gangs.kueue is not None and gangs.kueue.released:
+        gangs.kueue.reconcile(world, gangs)  # quota given back by an attempt that ended: the next job's turn now
 
 
 def start_attempt(world: World, state: JobState) -> Attempt:

@@ -40,6 +40,7 @@ class KueueDouble:
         self.queues = {queue.name: queue for queue in queues}
         self.reserved: dict[str, set[str]] = {queue.name: set() for queue in queues}  # queue -> job keys holding quota
         self.admission_order: list[str] = []  # job keys, in the order their quota was reserved
+        self.released = False  # quota went back since the last reservation pass
 
     def _used(self, queue: ClusterQueueSpec, gangs: GangJobs) -> dict[str, int]:
         used = {name: 0 for name in queue.nominal_quota}
@@ -52,6 +53,7 @@ class KueueDouble:
         """Reserve quota in each queue's order for the jobs that may enter, and make each one's request."""
         from sandbox.world.gang_jobs import start_attempt
 
+        self.released = False
         for queue in self.queues.values():
             waiting = sorted(
                 (s for s in gangs.jobs.values()
@@ -77,8 +79,9 @@ class KueueDouble:
 
     def release(self, state: JobState) -> None:
         """The job's attempt ended (failed, or the job is done): its quota goes back to the queue."""
-        if state.spec.queue is not None:
+        if state.spec.queue is not None and state.spec.key in self.reserved[state.spec.queue]:
             self.reserved[state.spec.queue].discard(state.spec.key)
+            self.released = True
 
     def report(self, gangs: GangJobs) -> dict[str, Any]:
         """Per queue: its nominal quota, what is reserved now and by whom; the order quota was reserved in."""
