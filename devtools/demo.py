@@ -653,6 +653,8 @@ def build_summary(
         # Instances a successful capacity increase left Failed (sandbox `allocation_failures`): deleted, how soon,
         # and how soon another scale set was grown.
         "allocation": report.get("allocation"),
+        # Gang jobs (sandbox `gang_jobs`, `kueue`): attempts, admissions, gang waits, capacity held by partial gangs.
+        "gang_jobs": report.get("gang_jobs"),
         # What the autoscaler made of it: pods left on ACI, moved back onto VMs, and how long they stayed there.
         "virtual_node_outcome": virtual_node_outcome(report),
         # How long after becoming removable each node removed while empty started to be deleted (seconds).
