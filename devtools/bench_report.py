@@ -309,6 +309,10 @@ def markdown_table(results: Mapping[str, Any]) -> str:
                       for t in section.targets]
             lines.append("")
         lines += _md_frontier(section)
+    if results.get("gangs"):  # the gang replay (devtools.replay.gangs)
+        from devtools.replay.gangs import gang_markdown
+
+        lines += [gang_markdown(results["gangs"]), ""]
     prices = _prices_line(results)
     if prices:
         lines += [prices, ""]

@@ -375,3 +375,16 @@ def run_gang_suite(config: GangConfig = GangConfig()) -> dict[str, Any]:
     ran = {k: v for k, v in per_policy.items() if "error" not in v}
     return {"note": workload.note, "assumptions": list(ASSUMPTIONS), "results": per_policy,
             "targets": evaluate_gang_targets(ran) if "ours" in ran else []}
+
+
+def gang_markdown(section: Mapping[str, Any]) -> str:
+    """The gang replay's part of the bench report: its note, assumptions, table and targets (met or MISSED)."""
+    lines = ["### Gangs (alibaba2023 multi-GPU jobs, best-effort-atomic ProvisioningRequests)", "",
+             section.get("note", ""), "", *(f"- assumption: {a}" for a in section.get("assumptions", ())), "",
+             *gang_table(section.get("results") or {}), ""]
+    targets = section.get("targets") or ()
+    if targets:
+        lines.append("Targets:")
+        lines += [f"- {'met' if t['met'] else '**MISSED**'}: {t['name']} — {t['detail']}" for t in targets]
+        lines.append("")
+    return "\n".join(lines)

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from devtools.replay import gangs
 from devtools.replay.frontier import ASSUMPTIONS as FRONTIER_ASSUMPTIONS
 from devtools.replay.frontier import dominance, missing_peers, point_of, sweep_points
 from devtools.replay.harness import ReplayConfig
@@ -546,7 +547,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
     quiet_spot_logs()
     traces = {name: load_trace(name, seed=seed) for name in TRACES}
     steps = len(traces) * len(runs_of(POLICIES)) + sum(name != BATCH_TRACE for name in traces) + 6
-    steps += frontier_steps(POLICIES, tuple(traces))
+    steps += frontier_steps(POLICIES, tuple(traces)) + 1  # and the gang replay
     with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), transient=False) as progress:
         task = progress.add_task("replays", total=steps)
@@ -591,6 +592,9 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         progress.update(task, description="encoding share")
         encoding = [encoding_share.measure(name, "ours", seed=seed) for name in TRACES]
         step("encoding share", 1.0)
+        progress.update(task, description="gang replay")
+        gang_figures = gangs.run_gang_suite(gangs.GangConfig(seed=seed))
+        step("gang replay", 1.0)
     results = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "make bench",
@@ -610,6 +614,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         "cold_start": cold,
         "reaction": reaction_figures,
         "encoding_share": encoding,
+        "gangs": gang_figures,
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

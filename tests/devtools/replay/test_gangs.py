@@ -158,3 +158,18 @@ def test_pods_consuming_a_booked_request_are_no_ordinary_pending_pods_until_the_
     assert [p.name for p in within] == ["open-0", "plain"]
     after = provreq.ordinary(ca, pending, T0 + BOOKING)
     assert [p.name for p in after] == [p.name for p in pending]
+
+
+def test_the_bench_report_prints_the_gang_section_with_its_targets() -> None:
+    from devtools.bench_report import markdown_table
+
+    ours = {"partial_gang_gpu_hours": 0.0, "gangs_held_partial": 0, "gang_wait_s": {"p50": 10.0, "p95": 900.0},
+            "gangs_never_complete": 0, "requests": 3, "requests_failed": 1, "pods_killed": 0, "cost": 12.0}
+    ca = {**ours, "partial_gang_gpu_hours": 2.5, "gang_wait_s": {"p50": 10.0, "p95": 400.0}}
+    section = {"note": "the rule", "assumptions": ["a quota"], "results": {"ours": ours, "ca": ca},
+               "targets": gangs.evaluate_gang_targets({"ours": ours, "ca": ca})}
+    text = markdown_table({"gangs": section})
+    assert "### Gangs" in text and "the rule" in text and "a quota" in text
+    assert "**MISSED**: gang p95 wait" in text and "met: 0 GPU-hours held by partial gangs" in text
+    unavailable = markdown_table({"gangs": {**section, "results": {"ours": {"error": "not played"}}, "targets": []}})
+    assert "could not run: not played" in unavailable
