@@ -5,14 +5,17 @@ keeps it, delete."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from sandbox.api.server import SandboxServer
 from sandbox.clock import ManualClock
+from sandbox.world import provisioning_requests as store
 from sandbox.world.provisioning_requests import create_provisioning_request, get_provisioning_request
 from shared.domain import ATOMIC_SCALE_UP_CLASS, CHECK_CAPACITY_CLASS
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory, kube_api_client
@@ -172,3 +175,33 @@ def test_the_world_functions_store_what_the_api_serves(server: SandboxServer, cu
     assert get_provisioning_request(world, "default", "missing") is None
     served = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "gang")
     assert served["metadata"]["uid"] == created["metadata"]["uid"]
+
+
+def test_the_sandbox_checks_the_limits_of_the_crd_we_ship() -> None:
+    """The sandbox's rules and infra/kubernetes/provisioningrequest-v1.yaml's v1 schema say the same."""
+    crd = yaml.safe_load((Path(__file__).parents[2] / "infra/kubernetes/provisioningrequest-v1.yaml").read_text())
+    assert crd["spec"]["group"] == GROUP and crd["spec"]["names"]["plural"] == PLURAL
+    v1 = next(v for v in crd["spec"]["versions"] if v["name"] == VERSION)
+    assert v1["storage"] and v1["served"] and v1["subresources"] == {"status": {}}
+    schema = v1["schema"]["openAPIV3Schema"]["properties"]
+    spec, status = schema["spec"], schema["status"]["properties"]
+    assert sorted(spec["required"]) == ["podSets", "provisioningClassName"]
+    assert (spec["properties"]["podSets"]["minItems"], spec["properties"]["podSets"]["maxItems"]) == (
+        1, store.MAX_POD_SETS)
+    pod_set = spec["properties"]["podSets"]["items"]
+    assert sorted(pod_set["required"]) == ["count", "podTemplateRef"] and pod_set["properties"]["count"]["minimum"] == 1
+    assert pod_set["properties"]["podTemplateRef"]["properties"]["name"]["pattern"] == store._DNS_SUBDOMAIN.pattern
+    assert spec["properties"]["provisioningClassName"]["pattern"] == store._DNS_SUBDOMAIN.pattern
+    parameters = spec["properties"]["parameters"]
+    assert (parameters["maxProperties"], parameters["additionalProperties"]["maxLength"]) == (
+        store.MAX_PARAMETERS, store.MAX_PARAMETER_LENGTH)
+    immutable = [field for field, rule in spec["properties"].items()
+                 if {"message": "Value is immutable", "rule": "self == oldSelf"} in rule.get("x-kubernetes-validations", [])]
+    assert sorted(immutable) == ["parameters", "podSets", "provisioningClassName"]
+    condition = status["conditions"]["items"]["properties"]
+    assert condition["reason"]["pattern"] == store._REASON.pattern and condition["type"]["pattern"] == (
+        store._CONDITION_TYPE.pattern)
+    assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
+    details = status["provisioningClassDetails"]
+    assert (details["maxProperties"], details["additionalProperties"]["maxLength"]) == (
+        store.MAX_DETAILS, store.MAX_DETAIL_LENGTH)
