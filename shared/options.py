@@ -32,6 +32,7 @@ def scale_up_options(settings: Settings, *, now: datetime) -> ScaleUpOptions:
         balance_similar=settings.balance_similar_node_groups,
         balancing_ignored_labels=settings.balancing_ignore_labels,
         spot_first=settings.spot_first,
+        gangs=settings.gang_scale_up == "all-or-nothing",
     )
 
 

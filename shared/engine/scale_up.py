@@ -47,6 +47,7 @@ from shared.domain import (
 )
 from shared.engine.node_counts import present_by_group
 from shared.engine.expanders import ExpansionOption, Priorities, choose
+from shared.engine.gangs import gangs, partial_reason
 from shared.engine.limits import (
     MAX_CLUSTER_CORES_REACHED,
     MAX_CLUSTER_MEMORY_REACHED,
@@ -110,6 +111,9 @@ class ScaleUpOptions:
     # Spot groups are tried first for pods that tolerate them (SPOT_FIRST): each round, when some spot group can
     # take pods, only spot options reach the expander.
     spot_first: bool = False
+    # GANG_SCALE_UP=all-or-nothing: the pending pods of one gang (engine.gangs) are placed all or none; a gang
+    # that only partly fits takes no room and asks for no node. False plans every pod on its own.
+    gangs: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,18 +446,85 @@ def _simulate_scale_up(snapshot: ClusterSnapshot, options: ScaleUpOptions,
     pending = list(split.demand)
     if not pending:
         return ScaleUpSimulation(ScaleUpPlan(ignored=dict(split.ignored)))
+    if state is None:
+        state = initial_state(snapshot)
+    members = gangs(pending) if options.gangs else {}
+    if not members:
+        return _plan(snapshot, options, state, pending, split.ignored, virtual, {})
+    return _plan_gangs(snapshot, options, state, pending, split.ignored, virtual, members)
+
+
+# Plans in which the gangs left over may still take the room a partial gang gave back; then only the gangs
+# the last plan placed whole are planned again, so identical gangs behind a limit cost one plan, not one each.
+MAX_GANG_ROUNDS = 4
+
+
+def _plan_gangs(snapshot: ClusterSnapshot, options: ScaleUpOptions, state: PlacementState, pending: list[Pod],
+                ignored: Mapping[str, str], virtual: set[str], members: Mapping[str, list[Pod]]) -> ScaleUpSimulation:
+    """The plan with every gang placed whole or not at all.
+
+    Plan; a gang only partly placed is left out and the rest planned again, so the room it took goes to
+    pods that can use it. When several gangs are partial, the first in the plan's order is kept one more
+    round (the others' room may complete it), so two gangs competing for room that fits one do not
+    starve each other. Every round leaves out at least one gang, and the loop ends only on a plan with no
+    partial gang: the answer never holds part of a gang.
+    """
+    gang_of_pod = {id(pod): gang for gang, pods in members.items() for pod in pods}
+    gang_of_key = {pod.key: gang for gang, pods in members.items() for pod in pods}
+    left_out: dict[str, str] = {}  # pod key -> why, for every pod of a gang left out
+    spared: set[str] = set()
+    rounds = 0
+    checkpoint = state.checkpoint()
+    while True:
+        planned = [p for p in pending if p.key not in left_out]
+        simulation = _plan(snapshot, options, state, planned, ignored, virtual, gang_of_pod)  # sorts `planned`
+        unplaced: dict[str, int] = {}
+        for key in simulation.plan.unplaceable:
+            gang = gang_of_key.get(key)
+            if gang is not None:
+                unplaced[gang] = unplaced.get(gang, 0) + 1
+        # In the plan's order (that of each gang's first pod), so the gang kept is the one planned first.
+        in_order = dict.fromkeys(gang_of_pod[id(p)] for p in planned if id(p) in gang_of_pod)
+        partial = [g for g in in_order if 0 < unplaced.get(g, 0) < len(members[g])]
+        if not partial:
+            break
+        rounds += 1
+        if rounds >= MAX_GANG_ROUNDS:
+            drop = [g for g in in_order if unplaced.get(g, 0)]
+        elif len(partial) > 1 and partial[0] not in spared:
+            spared.add(partial[0])
+            drop = partial[1:]
+        else:
+            drop = partial
+        for gang in drop:
+            count = len(members[gang])
+            why = partial_reason(gang, count - unplaced[gang], count)
+            for pod in members[gang]:
+                # A gang none of whose pods fit keeps the plan's own reason (a filter, a limit).
+                left_out[pod.key] = why if unplaced[gang] < count else simulation.plan.unplaceable[pod.key]
+        state.rollback(checkpoint)
+    if not left_out:
+        return simulation
+    return replace(simulation, plan=replace(simulation.plan, unplaceable={**simulation.plan.unplaceable, **left_out}))
+
+
+def _plan(snapshot: ClusterSnapshot, options: ScaleUpOptions, state: PlacementState, pending: list[Pod],
+          ignored: Mapping[str, str], virtual: set[str], gang_of_pod: Mapping[int, str]) -> ScaleUpSimulation:
+    """One plan of `pending` (the demand) on `state`, which it changes (the caller rolls it back)."""
+    if not pending:
+        return ScaleUpSimulation(ScaleUpPlan(ignored=dict(ignored)))
     classes = _classify(pending, snapshot)
 
     after = options.after
 
-    def size_order(pod: Pod) -> tuple[bool, int, int, int, str]:
-        # First-fit decreasing; a class's pods stay together among equals, so its caches stay warm.
+    def size_order(pod: Pod) -> tuple[bool, int, int, str, int, str]:
+        # First-fit decreasing; a gang's pods, then a class's, stay together among equals: a gang reaches
+        # the limits whole or late, and a class's caches stay warm. Without gangs, the gang is "" for all.
         cls = classes[id(pod)]
-        return (pod.key in after, -cls.requests.cpu_milli, -cls.requests.memory_bytes, cls.index, pod.key)
+        return (pod.key in after, -cls.requests.cpu_milli, -cls.requests.memory_bytes, gang_of_pod.get(id(pod), ""),
+                cls.index, pod.key)
 
     pending.sort(key=size_order)
-    if state is None:
-        state = initial_state(snapshot)
     plans = _group_plans(snapshot)
     steps: list[SimulationStep] = []
 
@@ -582,7 +653,7 @@ def _simulate_scale_up(snapshot: ClusterSnapshot, options: ScaleUpOptions,
     }
     limited = _limited(remaining, classes, plans, room, room_reason, added, state)
     plan = ScaleUpPlan(increases=increases, absorbed=tuple(absorbed), unplaceable=unplaceable,
-                       ignored=dict(split.ignored), reclaimed={n: tuple(p) for n, p in reclaimed.items()},
+                       ignored=dict(ignored), reclaimed={n: tuple(p) for n, p in reclaimed.items()},
                        limited=limited, quota_capped=tuple(sorted(capped)))
     return ScaleUpSimulation(plan, tuple(steps))
 
