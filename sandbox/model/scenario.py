@@ -116,6 +116,9 @@ class NodeGroupSpec:
     nics: tuple[NicSpec, ...] = ()
     node_ip: str = ""  # the NIC whose address the Node registers as its InternalIP; "": the primary's
     standby_pool: StandbyPoolSpec | None = None  # a Flexible set's Standby Pool (sandbox.model.standby_pool_spec)
+    # Seconds after registration until a GPU node's GPUs are allocatable (sandbox.model.gpu_spec); None: its default
+    # for a group with GPUs.
+    gpu_ready_delay: Dist | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -795,7 +798,8 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         {
             "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
             "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
-            "annotations", "initial_age", "orchestration", "hibernation_enabled", "standby_pool", *NODE_GROUP_FIELDS, *NIC_FIELDS,
+            "annotations", "initial_age", "orchestration", "hibernation_enabled", "standby_pool", "gpu_ready_delay",
+            *NODE_GROUP_FIELDS, *NIC_FIELDS,
         },
         {"resource_group", "name", "vm_size", "allocatable"},
     )
@@ -868,6 +872,8 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         standby_pool=parse_standby_pool(
             obj["standby_pool"], f"{path}.standby_pool", orchestration=orchestration, priority=priority,
         ) if "standby_pool" in obj else None,
+        gpu_ready_delay=(_dist(obj["gpu_ready_delay"], f"{path}.gpu_ready_delay", parse_duration)
+                         if "gpu_ready_delay" in obj else None),
     )
 
 

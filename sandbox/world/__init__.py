@@ -184,6 +184,7 @@ class World(
             "arrival": self._on_arrival,
             "provisioned": self._on_provisioned,
             "registered": self._on_registered,
+            "gpu_ready": self._on_gpu_ready,
             "complete": self._on_complete,
             "terminated": self._on_terminated,
             "vanish": self._on_vanish,

@@ -101,6 +101,7 @@ class InstanceSim:
     vanished_at: float | None = None
     node_registered: bool = False
     registered_at: float | None = None  # when its Node first registered, for an instance a capacity increase created
+    gpus_ready_at: float | None = None  # when its fresh Node's GPUs became allocatable (sandbox.model.gpu_spec)
     node_deleted_by_api: bool = False
     ip_index: int = 0
     node_name: str = ""  # the name its kubelet registers the Node under (the flavour decides; see world.nodes)

@@ -31,7 +31,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.domain import Taint
-from sandbox.model.resources import Amounts
+from sandbox.model.gpu_spec import gpu_ready_delay, without_gpus
+from sandbox.model.resources import Amounts, resource_list
 from sandbox.model.scenario import NodeGroupSpec
 from sandbox.model.units import parse_time, rfc3339
 from sandbox.world import kobjects
@@ -248,6 +249,35 @@ class NodesPart(WorldCore):
         if inst.alive and inst.state != "Deleting" and not inst.node_registered and inst.power_seq == 0:
             self._register_node(inst)
             inst.registered_at = self._t
+            self._hold_gpus(inst)
+
+    def _hold_gpus(self, inst: InstanceSim) -> None:
+        """A fresh GPU VM's node registers Ready without its GPUs: the driver and the device plugin add them to
+        capacity and allocatable after the group's `gpu_ready_delay` (sandbox.model.gpu_spec). Only a created VM
+        waits: the initial nodes are long up, and a started one keeps its installed driver (an assumption)."""
+        spec = self._groups[inst.group_key].spec
+        delay = gpu_ready_delay(spec.allocatable, spec.gpu_ready_delay)
+        node = self._store.get("nodes", "", inst.node_name)
+        if delay is None or node is None:
+            return
+        status = node.setdefault("status", {})
+        status["capacity"] = resource_list(without_gpus(spec.capacity))
+        status["allocatable"] = resource_list(without_gpus(spec.allocatable))
+        self._store.touch(node)
+        self._push(self._t + delay.sample(self._rng("gpu_ready", inst.node_name, self._t)), "gpu_ready", inst)
+
+    def _on_gpu_ready(self, inst: InstanceSim) -> None:
+        """The device plugin reports: the node's GPUs are in its capacity and allocatable (if it is still this VM's)."""
+        node = self._store.get("nodes", "", inst.node_name)
+        if node is None or self._by_node.get(inst.node_name) is not inst or not inst.alive:
+            return
+        spec = self._groups[inst.group_key].spec
+        status = node.setdefault("status", {})
+        status["capacity"] = resource_list(spec.capacity)
+        status["allocatable"] = resource_list(spec.allocatable)
+        self._store.touch(node)
+        inst.gpus_ready_at = self._t
+        self._retry_all_pending = True
 
     def _node_lost(self, node: dict[str, Any]) -> None:
         """The VM is shutting down: kubelet stops posting status, the node lifecycle controller marks it."""

@@ -8,18 +8,27 @@ way, not as room (cluster-autoscaler's `FilterOutNodesWithUnreadyResources` does
 A node is expected to have GPUs when its group's template says so (GPUs in the template's allocatable, or a GPU
 label), or when the node's own labels say so: AKS's `kubernetes.azure.com/accelerator`, NVIDIA's GPU feature
 discovery `nvidia.com/gpu.present`, or the legacy `accelerator`.
+
+`as_capacity` presents a Ready node that is not usable yet as not Ready, as cluster-autoscaler overrides such a
+node's Ready condition (reason ResourceUnready): the planners then count it as a node on its way, and one that
+never gets its GPUs is removed on the unready clock. The node keeps a marker condition (`GPU_NOT_READY`) so the
+report of GPU nodes overdue (`overdue`) tells them from nodes whose kubelet is not Ready.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
 
-from shared.domain import Node, NodeTemplate, Resources
+from shared.domain import ClusterSnapshot, Node, NodeTemplate, Resources
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 GPU_LABELS = ("kubernetes.azure.com/accelerator", "nvidia.com/gpu.present", "accelerator")
 # Label values that say "no GPU" (GPU feature discovery writes "false" on a node it found without one).
 _NO_GPU_VALUES = frozenset({"", "false", "none", "0"})
+# The marker condition type a held-back node carries in the snapshot (never written to the cluster).
+GPU_NOT_READY = "GPUNotReady"
 
 
 def gpu_count(allocatable: Resources) -> int:
@@ -54,3 +63,45 @@ def usable(node: Node, template: NodeTemplate | None) -> bool:
     if not node.ready:
         return False
     return expected_gpus(node, template) == 0 or gpu_count(node.allocatable) > 0
+
+
+def gpu_template(template: NodeTemplate | None) -> bool:
+    """Whether a group's new nodes will have GPUs (its template's allocatable or labels say so)."""
+    return template is not None and (gpu_count(template.allocatable) > 0 or _labelled_gpu(template.labels))
+
+
+def template_of(snapshot: ClusterSnapshot, node: Node) -> NodeTemplate | None:
+    """The template of the node's group, None for a node of no discovered group."""
+    ref = node.instance
+    return None if ref is None else snapshot.templates.get(ref.group_id)
+
+
+def waiting_for_gpus(node: Node, template: NodeTemplate | None) -> bool:
+    """Ready, but its expected GPUs not allocatable yet."""
+    return node.ready and not usable(node, template)
+
+
+def as_capacity(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """The snapshot with every node waiting for its GPUs presented as not Ready and marked `GPU_NOT_READY`.
+
+    Returns `snapshot` itself when no node waits, so a cluster without GPU nodes pays one scan.
+    """
+    held = {node.name for node in snapshot.nodes if waiting_for_gpus(node, template_of(snapshot, node))}
+    if not held:
+        return snapshot
+    nodes = tuple(
+        replace(node, ready=False, conditions=node.conditions | {GPU_NOT_READY}) if node.name in held else node
+        for node in snapshot.nodes
+    )
+    return replace(snapshot, nodes=nodes)
+
+
+def held_back(node: Node) -> bool:
+    """Whether `as_capacity` held this node back (it is Ready, its GPUs are not allocatable yet)."""
+    return GPU_NOT_READY in node.conditions
+
+
+def overdue(nodes: Iterable[Node], *, now: datetime, give_up: timedelta) -> tuple[Node, ...]:
+    """The held-back nodes created more than `give_up` (MAX_NODE_PROVISION_TIME) ago: their device plugin never
+    reported, to be reported and removed like unready nodes."""
+    return tuple(node for node in nodes if held_back(node) and now - node.created_at > give_up)

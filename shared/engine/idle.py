@@ -113,7 +113,8 @@ def note_boot_request(state: GroupState, count: int, *, now: datetime) -> GroupS
 
 
 def measure_boots(state: GroupState, registered: Iterable[datetime], *, now: datetime,
-                  give_up: timedelta) -> GroupState:
+                  give_up: timedelta, not_yet: Iterable[datetime] = (), usable_at: datetime | None = None
+                  ) -> GroupState:
     """The state with the boots of the group's newly registered nodes measured.
 
     `registered`: when each of the group's Ready nodes registered (`Node.created_at`), all of them;
@@ -123,20 +124,27 @@ def measure_boots(state: GroupState, registered: Iterable[datetime], *, now: dat
     the request's one boot. Requests older than `give_up` (MAX_NODE_PROVISION_TIME) are dropped with
     their missing nodes: those are a ProvisionTimeout, not a boot, and a later node taking them would
     be measured from a request it did not answer. Returns `state` itself when nothing changed.
+
+    Nodes that become capacity later than they register (a GPU node, once its GPUs are allocatable:
+    engine.gpu_readiness) pass `usable_at` (this poll: each boot then runs to it, not to the registration) and
+    `not_yet`, when the group's nodes not usable yet registered: no node registered after one of those is
+    counted before it is, so counting stays in registration order whatever order the nodes become usable in.
     """
     waiting = [[at, asked, left] for at, asked, left in state.boot_requests if now - at <= give_up and left > 0]
     counted = state.boots_counted_until
     boots = list(state.boots)
     if waiting:
         oldest = waiting[0][0]
-        for at in sorted(t for t in registered if t >= oldest and (counted is None or t > counted)):
+        blocked = min((t for t in not_yet if t >= oldest), default=None)
+        for at in sorted(t for t in registered if t >= oldest and (counted is None or t > counted)
+                         and (blocked is None or t < blocked)):
             request = next((r for r in waiting if r[0] <= at and r[2] > 0), None)
             if request is None:
                 continue
             request[2] -= 1
             counted = at
             if _median_reached(request[1], request[2]):
-                boots.append(round((at - request[0]).total_seconds()))
+                boots.append(round(((usable_at or at) - request[0]).total_seconds()))
     changed = replace(state, boots=tuple(boots[-BOOT_WINDOW:]),
                       boot_requests=tuple((at, asked, left) for at, asked, left in waiting if left > 0),
                       boots_counted_until=counted)

@@ -181,6 +181,25 @@ def test_each_new_node_takes_the_oldest_request_still_waiting_and_each_request_g
     assert measured.boots_counted_until == T0 + s(100)
 
 
+def test_gpu_nodes_are_counted_in_registration_order_and_measured_to_the_poll_that_found_them_usable() -> None:
+    # Four GPU nodes registered at 60-63 s; their GPUs come in another order. A node registered after one still
+    # without GPUs waits for it, and each boot runs to the poll (`usable_at`), not to the registration.
+    state = note_boot_request(GroupState(GID), 4, now=T0)
+    reg = [T0 + s(60 + i) for i in range(4)]
+    # Poll at 300 s: nodes 1 and 3 usable, 0 and 2 not: nothing counted (node 0 blocks every later one).
+    first = measure_boots(state, [reg[1], reg[3]], now=T0 + s(300), give_up=GIVE_UP, not_yet=[reg[0], reg[2]],
+                          usable_at=T0 + s(300))
+    assert first is state
+    # Poll at 330 s: node 0 usable too; 0 and 1 counted (2 blocks 3): the 2nd of 4 is the median, at 330 s.
+    second = measure_boots(first, [reg[0], reg[1], reg[3]], now=T0 + s(330), give_up=GIVE_UP, not_yet=[reg[2]],
+                           usable_at=T0 + s(330))
+    assert second.boots == (330,) and second.boot_requests == ((T0, 4, 2),)
+    third = measure_boots(second, reg, now=T0 + s(360), give_up=GIVE_UP, usable_at=T0 + s(360))
+    assert third.boots == (330,) and third.boot_requests == ()  # the rest counted, the request's boot given once
+    # Without the hold (GPU_READINESS=false), the same nodes are measured to their registration.
+    assert measure_boots(state, reg, now=T0 + s(360), give_up=GIVE_UP).boots == (61,)
+
+
 def test_a_large_scale_up_gives_its_median_boot_not_its_slowest() -> None:
     state = note_boot_request(GroupState(GID), 60, now=T0)
     measured = measure_boots(state, [T0 + s(60 + i) for i in range(60)], now=T0 + s(300), give_up=GIVE_UP)
