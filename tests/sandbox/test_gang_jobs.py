@@ -105,7 +105,11 @@ def test_pods_appear_only_after_the_request_is_provisioned(kind: str, class_name
 
 
 def test_the_work_starts_when_the_last_pod_runs_and_earlier_pods_held_their_nodes_meanwhile() -> None:
-    world = _world(JOB, initial=2)  # room for 2 of the 3 pods (3 CPU on a 4-CPU node)
+    gpu_job = {**JOB, "requests": {**JOB["requests"], "nvidia.com/gpu": 2}}
+    doc = scenario(gang_jobs=[gpu_job])
+    doc["node_groups"][0].update(initial=2, allocatable={"cpu": "4", "memory": "16Gi", "pods": 110,
+                                                         "nvidia.com/gpu": 2})
+    world = World(doc)  # room for 2 of the 3 pods (3 CPU on a 4-CPU node)
     world.advance_by(30)
     set_condition(world, "train-1", "Provisioned")
     admitted = world.t
@@ -114,8 +118,11 @@ def test_the_work_starts_when_the_last_pod_runs_and_earlier_pods_held_their_node
     world.advance_by(20 * 60)  # longer than the job's work: nothing completes without the third pod
     assert not any(p.finished is not None for p in gang_pods(world).values())
     world.set_capacity(world.scale_set(world.subscription_id, "rg-test", POOL), 3)
-    world.advance_by(120)  # the node boots (60 s) and the last pod starts
     pods = gang_pods(world).values()
+    for _ in range(60):  # the node boots (and a GPU node's device plugin reports), then the last pod starts
+        if all(p.started is not None for p in pods):
+            break
+        world.advance_by(10)
     last = max(p.started for p in pods if p.started is not None)
     assert all(p.started is not None for p in pods) and last > admitted
     world.advance_by(10 * 60 + 1)
@@ -127,6 +134,7 @@ def test_the_work_starts_when_the_last_pod_runs_and_earlier_pods_held_their_node
     assert held == pytest.approx(report["partial_gang_pod_seconds"])
     assert held == pytest.approx(sum(last - p.started for p in pods if p.started is not None))
     assert held >= 2 * 20 * 60  # the two early pods held their nodes the whole wait
+    assert report["partial_gang_gpu_seconds"] == pytest.approx(2 * held)  # two GPUs a pod
 
 
 def test_a_failed_request_is_retried_after_the_backoff_with_a_new_name_until_the_job_is_given_up() -> None:
