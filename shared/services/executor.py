@@ -1,9 +1,9 @@
 """The executor: runs one scale action message, one step at a time (and hands scale-down rounds to the poll).
 
 Each action kind is a step table (`shared.services.execution.StepTable`): `scale_up_steps`,
-`scale_down_steps`, `backfill_steps` (moving a pod off a virtual node) and `standby_steps` (refilling a
-group's warm standby) today. This module is the
-protocol around them: decode, expire, hold a delivery to what the ledger recorded, claim the step, run
+`scale_down_steps`, `backfill_steps` (moving a pod off a virtual node), `standby_steps` (refilling a
+group's warm standby) and `atomic_steps` (a ProvisioningRequest's nodes all at once, or none) today.
+This module is the protocol around them: decode, expire, hold a delivery to what the ledger recorded, claim the step, run
 the named step's handler, and turn faults into retries or recorded failures. A new action kind is one
 new step table added to `TABLES`.
 
@@ -36,6 +36,7 @@ from typing import Any
 
 from shared import telemetry
 from shared.actions import (
+    AtomicScaleUp,
     Backfill,
     InvalidAction,
     RefillStandby,
@@ -47,7 +48,7 @@ from shared.actions import (
     encode_action,
 )
 from shared.ports import ClusterError, ComputeError, LedgerEntry, Ports, UnreadableRow
-from shared.services import backfill_steps, ledger, scale_down_steps, scale_up_steps, standby_steps
+from shared.services import atomic_steps, backfill_steps, ledger, scale_down_steps, scale_up_steps, standby_steps
 from shared.services.execution import (
     CLOCK_SKEW,
     HOST_MAX_DEQUEUE_COUNT,
@@ -71,7 +72,8 @@ __all__ = ["Executor", "ExecutionResult", "Outcome", "TABLES", "HOST_MAX_DEQUEUE
 
 # One step table per action kind, by the action's class.
 TABLES: dict[type, StepTable[Any]] = {ScaleUp: scale_up_steps.TABLE, ScaleDown: scale_down_steps.TABLE,
-                                      Backfill: backfill_steps.TABLE, RefillStandby: standby_steps.TABLE}
+                                      Backfill: backfill_steps.TABLE, RefillStandby: standby_steps.TABLE,
+                                      AtomicScaleUp: atomic_steps.TABLE}
 
 
 class Executor:
