@@ -68,6 +68,9 @@ class StatusInputs:
     # CapacityBuffers by namespace/name (services.buffers.status_lines: replicas, ready, conditions), as the pending
     # poll last computed them: shown as `clusterWide.capacityBuffers` (not in CA's layout). None keeps what was written.
     capacity_buffers: Mapping[str, Mapping[str, Any]] | None = None
+    # ProvisioningRequests of ours by namespace/name (services.provisioning.status_lines: class, state, pods,
+    # consumed, bookedUntil, conditions): `clusterWide.provisioningRequests` (not in CA's layout). None keeps it.
+    provisioning_requests: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +258,12 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
             wide["capacityBuffers"] = {key: dict(lines) for key, lines in sorted(inputs.capacity_buffers.items())}
     elif prev_wide.get("capacityBuffers"):
         wide["capacityBuffers"] = prev_wide["capacityBuffers"]  # the pending poll's, as it last wrote them
+    if inputs.provisioning_requests is not None:
+        if inputs.provisioning_requests:
+            wide["provisioningRequests"] = {key: dict(lines)
+                                            for key, lines in sorted(inputs.provisioning_requests.items())}
+    elif prev_wide.get("provisioningRequests"):
+        wide["provisioningRequests"] = prev_wide["provisioningRequests"]  # the pending poll's, as last written
     if snapshot.refused:  # marked for us, never acted on (e.g. an AKS pool autoscaled by AKS): say why
         wide["refusedNodeGroups"] = [{"name": gid, "reason": why} for gid, why in sorted(snapshot.refused.items())]
     return {"time": go_time(now), "autoscalerStatus": "Running", "clusterWide": wide, "nodeGroups": groups}

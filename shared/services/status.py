@@ -103,11 +103,13 @@ def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],
                   virtual_nodes: VirtualNodeStatus | None = None,
                   unavailable_offerings: tuple[str, ...] | None = None,
                   spot_evictions: Mapping[str, str] | None = None,
-                  capacity_buffers: Mapping[str, Mapping[str, Any]] | None = None) -> StatusInputs:
+                  capacity_buffers: Mapping[str, Mapping[str, Any]] | None = None,
+                  provisioning_requests: Mapping[str, Mapping[str, Any]] | None = None) -> StatusInputs:
     return StatusInputs(
         group_states=group_states, unneeded=unneeded, backoff=dict(backoff or {}),
         scale_up_needed=scale_up_needed, unschedulable_pods=unschedulable_pods,
         max_node_provision_time=settings.max_node_provision_time, waiting_for_slots=waiting_for_slots,
         virtual_nodes=virtual_nodes, unavailable_offerings=unavailable_offerings, spot_evictions=spot_evictions,
         scheduled_windows=settings.scheduled_capacity, capacity_buffers=capacity_buffers,
+        provisioning_requests=provisioning_requests,
     )
