@@ -166,6 +166,9 @@ class _Increase:
     target: int
     deadline: datetime
     token: str
+    # A ProvisioningRequest's AtomicIncreaseSize: at the deadline its unregistered instances are deleted by id (CA's
+    # removal of long-unregistered nodes), not given up by a resize that would scale in the newest instances.
+    atomic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +411,9 @@ class ClusterAutoscaler:
             if now >= inc.deadline:
                 # Long-unregistered nodes: back off and give up the instances that never came.
                 self._back_off(inc.group_id, "MaxNodeProvisionTime", now)
+                if inc.atomic:
+                    self._delete_unregistered(group, snapshot)
+                    continue
                 keep = registered.get(inc.group_id, 0)
                 try:
                     self._compute.begin_resize(group, keep)
@@ -475,9 +481,22 @@ class ClusterAutoscaler:
             return None
         self._actions += 1
         self._set_target(gid, target)
-        self._increases.append(_Increase(gid, target, now + MAX_NODE_PROVISION_TIME, op.token))
+        self._increases.append(_Increase(gid, target, now + MAX_NODE_PROVISION_TIME, op.token, atomic=True))
         self._last_scale_up = now
         return op.token
+
+    def _delete_unregistered(self, group: NodeGroup, snapshot: ClusterSnapshot) -> None:
+        """DeleteNodes for the group's instances with no Ready node (left Failed, or still creating)."""
+        ready = {ref.instance_id for node in snapshot.nodes if node.ready
+                 and (ref := parse_provider_id(node.provider_id)) is not None and ref.group_id == group.id}
+        try:
+            missing = [i.instance_id for i in self._compute.list_instances(group)
+                       if i.instance_id not in ready and i.provisioning_state != "Deleting"]
+            if missing:
+                self._compute.begin_delete_instances(group, missing)
+                self._set_target(group.id, max(0, self._groups[group.id].capacity - len(missing)))
+        except ComputeError as exc:
+            log.info("ca: deleting unregistered instances of %s failed: %s", group.id, exc)
 
     # -- scale-down -------------------------------------------------------------------------
 
