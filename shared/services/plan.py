@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.actions import Backfill, ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
+from shared.actions import AtomicScaleUp, Backfill, ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
 from shared.domain import VIRTUAL_NODE, NodeGroup
 from shared.engine.buffers import buffer_of
 from shared.engine.offerings import describe
@@ -92,12 +92,16 @@ class PlanReport:
             "spot_evictions": {e.node: e.how for e in self.pending.evictions},
             # CapacityBuffers: replicas, ready and conditions as this plan leaves them (services.buffers).
             "capacity_buffers": status_lines(self.pending.buffers),
+            # ProvisioningRequests: class, state, pods, consumed, booked until, conditions (services.provisioning).
+            "provisioning_requests": {key: dict(line) for key, line in self.pending.provisioning_requests.items()},
             # Stored rows that cannot be read, named: groups left out of both polls, removals left as they are.
             "unreadable_rows": {**self.utilization.unreadable_groups, **self.utilization.unreadable_removals},
             "actions": [{"id": a.id, "kind": a.kind, "group": a.group,
                          "target_size": a.target_size if isinstance(a, ScaleUp) else None,
                          "nodes": [t.node for t in a.targets] if isinstance(a, ScaleDown) else [],
-                         **({"pod": a.pod_key, "to": a.to} if isinstance(a, Backfill) else {}), "reason": a.reason}
+                         **({"pod": a.pod_key, "to": a.to} if isinstance(a, Backfill) else {}),
+                         **({"request": a.request, "parts": [[g, n] for g, n in a.parts]}
+                            if isinstance(a, AtomicScaleUp) else {}), "reason": a.reason}
                         for a in self.actions],
         }
 
@@ -249,6 +253,12 @@ def render_text(report: PlanReport) -> str:
         lines += [f"  {key}: {b['ready']} of {b['replicas']} ready"
                   + "".join(f"; {kind}={value}" for kind, value in b["conditions"].items())
                   for key, b in data["capacity_buffers"].items()]
+    if data["provisioning_requests"]:
+        lines.append("provisioning requests (capacity asked for ahead of their pods):")
+        lines += [f"  {key}: {r['class']}, {r['state']}, {r['consumed']} of {r['pods']} pod(s) consumed"
+                  + (f", booked until {r['bookedUntil']}" if "bookedUntil" in r else "")
+                  + "".join(f"; {kind}={value}" for kind, value in r["conditions"].items())
+                  for key, r in data["provisioning_requests"].items()]
     for node, pods in data["reclaimed_nodes"].items():
         lines.append(f"  take back draining node {node} for {len(pods)} pod(s)")
     for pod, why in data["unplaceable_pods"].items():
@@ -284,6 +294,10 @@ def render_text(report: PlanReport) -> str:
                      f"{virtual['cores']:g} cores, {virtual['refused_by_aci']} refused; "
                      f"{'closed' if virtual['closed'] else 'open'} ({virtual['gate']})")
         lines += [f"  {pod}: {decision}" for pod, decision in virtual["decisions"].items()]
+    atomic = [a for a in data["actions"] if "parts" in a]
+    if atomic:
+        lines.append("atomic scale-ups (all of a provisioning request's nodes at once):")
+        lines += [f"  {a['request']}: " + ", ".join(f"{g} +{n}" for g, n in a["parts"]) for a in atomic]
     backfills = [a for a in data["actions"] if a["kind"] == "backfill"]
     if backfills:
         lines.append("move back onto VMs:")

@@ -24,7 +24,9 @@ from shared.domain import (
 from shared.engine import provisioning as engine
 from shared.engine.scale_up import ScaleUpOptions, plan_scale_up
 from shared.services.provisioning import Requests, plan_requests
+from shared import yaml_text
 from shared.services.pending import run_pending_poll
+from shared.services.plan import plan_now, render_text
 from shared.services.utilization import run_utilization_poll
 from tests.builders import T0, group, node, pod, snapshot
 from tests.memory_app import MemoryApp, memory_app
@@ -173,3 +175,22 @@ def test_a_status_is_written_only_when_it_changes() -> None:
     for _ in range(3):
         _poll(app)
     assert _request(app)["metadata"]["resourceVersion"] == version
+
+
+def test_status_configmap_and_plan_show_the_request_and_its_atomic_scale_up() -> None:
+    app = _app(klass=ATOMIC_SCALE_UP_CLASS, count=4, initial=1)
+    app.clock.advance(10)
+    report = plan_now(app.ports, app.settings, now=app.clock.now(), state=None)
+    data = report.as_dict()
+    line = data["provisioning_requests"]["default/gang"]
+    assert line["class"] == "atomic-scale-up" and line["pods"] == 4 and line["state"] == "in-progress"
+    atomic = [a for a in data["actions"] if "parts" in a]
+    assert [a["request"] for a in atomic] == ["default/gang"] and sum(n for _, n in atomic[0]["parts"]) == 3
+    text = render_text(report)
+    assert "default/gang: atomic-scale-up" in text and "+3" in text
+    assert not (_request(app).get("status") or {}).get("conditions")  # plan writes nothing
+    _poll(app, 0)
+    namespace, name = app.settings.status_configmap or ("", "")
+    doc = yaml_text.safe_load(app.world.k8s_get("configmaps", namespace, name)["data"]["status"])
+    shown = doc["clusterWide"]["provisioningRequests"]["default/gang"]
+    assert shown["conditions"] == {c: f"{s} ({r})" for c, (s, r) in _conditions(app).items()}
