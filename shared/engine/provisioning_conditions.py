@@ -24,7 +24,8 @@ CAPACITY_REVOKED = "CapacityRevoked"
 CAPACITY_IS_FOUND = "CapacityIsFound"  # check-capacity: the pods fit the nodes there are
 CAPACITY_IS_NOT_FOUND = "CapacityIsNotFound"  # they do not (retried later, or Failed with noRetry)
 CAPACITY_IS_PROVISIONED = "CapacityIsProvisioned"  # atomic: every node asked for came
-BOOKING_EXPIRED_REASON = "BookingExpired"
+BOOKING_EXPIRED_REASON = "CapacityReservationTimeExpired"  # CA's reason for BookingExpired=True
+EXPIRED_REASON = "Expired"  # CA: Failed for a check-capacity request not provisioned within a week
 CAPACITY_REVOKED_REASON = "CapacityRevoked"
 ACCEPTED_REASON = "Accepted"
 NOT_SUPPORTED_CLASS = "NotSupportedClass"
