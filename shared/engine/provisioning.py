@@ -46,6 +46,7 @@ from shared.engine.provisioning_conditions import (
     SCALE_UP_IN_PROGRESS,
     BOOKING_EXPIRED,
     BOOKING_EXPIRED_REASON,
+    EXPIRED_REASON,
     is_final,
     with_condition,
 )
@@ -57,6 +58,8 @@ ACTION_PREFIX = "provreq:"  # the atomic scale-up's action id: provreq:<request 
 # spec.parameters key (ours): "true" lets an atomic request's nodes come from several groups.
 MULTI_GROUP = "autoscaler.azure.com/multi-group"
 CLASSES = (CHECK_CAPACITY_CLASS, ATOMIC_SCALE_UP_CLASS)
+# cluster-autoscaler fails a check-capacity request still not provisioned this long after its creation.
+CHECK_CAPACITY_EXPIRY = timedelta(days=7)
 _NOT_THIS_ONE = "not the group tried for this request"
 
 
@@ -360,15 +363,19 @@ def invalid(request: ProvisioningRequest, problem: str, *, now: datetime) -> tup
 
 def capacity_found(request: ProvisioningRequest, *, now: datetime, booking: timedelta) -> tuple[Condition, ...]:
     return _set(request, PROVISIONED, "True", CAPACITY_IS_FOUND,
-                f"capacity is found in the cluster; booked for {booking}", now=now)
+                f"Capacity is found in the cluster (booked for {booking})", now=now)
 
 
 def capacity_not_found(request: ProvisioningRequest, fit: int, total: int, *, now: datetime
                        ) -> tuple[Condition, ...]:
-    """Provisioned=False, tried again next poll; Failed with noRetry ("true")."""
+    """Provisioned=False, tried again next poll; Failed with noRetry ("true"), or once a check-capacity request
+    has waited CHECK_CAPACITY_EXPIRY since its creation (CA's Expired)."""
     message = f"only {fit} of {total} pod(s) fit the nodes there are"
     if request.parameters.get(NO_RETRY, "").lower() == "true":
         return _set(request, FAILED, "True", CAPACITY_IS_NOT_FOUND, f"{message} (noRetry)", now=now)
+    if (request.class_name == CHECK_CAPACITY_CLASS and request.created_at is not None
+            and now > request.created_at + CHECK_CAPACITY_EXPIRY):
+        return _set(request, FAILED, "True", EXPIRED_REASON, "ProvisioningRequest is expired", now=now)
     return _set(request, PROVISIONED, "False", CAPACITY_IS_NOT_FOUND, message, now=now)
 
 
@@ -380,8 +387,9 @@ def atomic_decided(request: ProvisioningRequest, plan: AtomicPlan, *, now: datet
 
 
 def booking_expired(request: ProvisioningRequest, left: int, *, now: datetime) -> tuple[Condition, ...]:
-    message = (f"the booking expired with {left} pod(s) not consumed; their room is released" if left
-               else "the booking expired; every pod consumed it")
+    # As cluster-autoscaler: the booking ends when its time is over, whether or not every pod came.
+    message = ("Capacity reservation time is expired" + (f"; {left} pod(s) never consumed it, their room is "
+                                                          "released" if left else ""))
     return _set(request, BOOKING_EXPIRED, "True", BOOKING_EXPIRED_REASON, message, now=now)
 
 

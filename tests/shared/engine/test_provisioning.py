@@ -21,6 +21,8 @@ from shared.engine import provisioning as engine
 from shared.engine.limits import ClusterLimits
 from shared.engine.provisioning_conditions import (
     BOOKING_EXPIRED,
+    BOOKING_EXPIRED_REASON,
+    EXPIRED_REASON,
     CAPACITY_IS_NOT_FOUND,
     FAILED,
     PROVISIONED,
@@ -192,10 +194,19 @@ def test_a_check_capacity_miss_is_retried_unless_no_retry(no_retry: str, type_: 
     assert changed[0].status == ("True" if type_ == FAILED else "False")
 
 
+def test_an_unprovisioned_check_capacity_request_fails_expired_after_a_week() -> None:
+    young = request(klass=CHECK_CAPACITY_CLASS)
+    old = replace(young, created_at=T0 - engine.CHECK_CAPACITY_EXPIRY - timedelta(seconds=1))
+    assert replace(young, conditions=engine.capacity_not_found(young, 0, 4, now=T0)).is_true(FAILED) is False
+    failed = replace(old, conditions=engine.capacity_not_found(old, 0, 4, now=T0))
+    assert failed.is_true(FAILED) and failed.condition(FAILED).reason == EXPIRED_REASON  # type: ignore[union-attr]
+
+
 def test_booking_expired_keeps_provisioned_and_is_final() -> None:
     req = request(conditions=_provisioned(12))
     conditions = engine.booking_expired(req, 2, now=T0)
     after = replace(req, conditions=conditions)
     assert after.is_true(BOOKING_EXPIRED) and after.is_true(PROVISIONED)
+    assert after.condition(BOOKING_EXPIRED).reason == BOOKING_EXPIRED_REASON  # type: ignore[union-attr]
     assert engine.phase(resolved(after), now=T0, booking=BOOKING, asked=False) == engine.FINAL
     assert engine.state_of(after) == "expired"

@@ -22,6 +22,7 @@ from shared.domain import (
     ProvisioningRequest,
 )
 from shared.engine import provisioning as engine
+from shared.engine.provisioning_conditions import BOOKING_EXPIRED_REASON
 from shared.engine.scale_up import ScaleUpOptions, plan_scale_up
 from shared.services.provisioning import Requests, plan_requests
 from shared import yaml_text
@@ -98,7 +99,7 @@ def test_check_capacity_that_fits_is_booked_kept_from_scale_down_and_released_wh
     assert not down.plan.unneeded
     app.clock.advance(600)
     _poll(app, 0)
-    assert _conditions(app)["BookingExpired"] == ("True", "BookingExpired")
+    assert _conditions(app)["BookingExpired"] == ("True", BOOKING_EXPIRED_REASON)
     down = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
     assert len(down.plan.unneeded) == 2
 
