@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.actions import AtomicScaleUp
-from shared.domain import ATOMIC_SCALE_UP_CLASS, Node, NodeGroup, ProvisioningRequest, instance_order
+from shared.domain import ATOMIC_SCALE_UP_CLASS, Node, NodeGroup, NodeTemplate, ProvisioningRequest, instance_order
 from shared.engine import provisioning_conditions as pc
 from shared.engine.backoff import ALLOCATION_FAILURES
 from shared.engine.gpu_readiness import usable
@@ -48,11 +48,6 @@ from shared.services.swap import StateConflict
 log = logging.getLogger(__name__)
 
 Runs = Run[AtomicScaleUp]
-
-# Events on the request, beside the status ConfigMap's (ScaledUpGroup, FailedToScaleUpGroup, as CA names them).
-EVENT_PROVISIONED = "TriggeredScaleUp"
-EVENT_FAILED = "FailedToScaleUp"
-
 
 # -- check --------------------------------------------------------------------------------------
 
@@ -81,7 +76,6 @@ def check(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime) -
     if binding is not None:
         reason, why = binding
         _write_status(run, request, pc.FAILED, reason, f"nothing was asked for: {why}", now=now)
-        _request_event(run, request, EVENT_FAILED, f"not scaled up: {why}", now=now)
         return run.finish(action, entry, "failed", f"{why}: nothing asked", now=now, error_code=reason)
     if run.settings.dry_run:
         return run.finish(action, entry, "dry-run", f"would add {_parts_text(action.parts)} for {action.request}",
@@ -250,7 +244,7 @@ def ready(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime) -
             return _to_rollback(run, action, entry, f"{group_id}: instance(s) {', '.join(lost)} failed or went "
                                 f"away before their node was usable ({code})", code, now=now)
         nodes = _nodes_of(run, replace(group, instances=tuple(instances.values())), ids)
-        template = template_from_tags(group)
+        template = _sized_template(run, group)
         waiting += [f"{group_id}/{i}" for i in ids if i not in nodes or not usable(nodes[i], template)]
     if waiting:
         started = action.step_started_at or now
@@ -262,8 +256,14 @@ def ready(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime) -
         return _to_rollback(run, action, entry, why, "ProvisionTimeout", now=now)
     message = f"{action.nodes_asked} node(s) provisioned and usable: {_added_text(added)}"
     _write_status(run, request, pc.PROVISIONED, pc.CAPACITY_IS_PROVISIONED, message, now=now)
-    _request_event(run, request, EVENT_PROVISIONED, f"scaled up all at once: {_added_text(added)}", now=now)
     return run.finish(action, entry, "succeeded", message, now=now)
+
+
+def _sized_template(run: Runs, group: NodeGroup) -> NodeTemplate | None:
+    """What the group's VM size promises (its GPUs), from its tags over the SKU list (cached for hours): never from a
+    live node, which may be one of the added ones, Ready before its device plugin has run."""
+    sizes = {s.name.lower(): s for s in run.ports.provider.list_vm_sizes(group.location)} if group.location else {}
+    return template_from_tags(group, vm_sizes=sizes)
 
 
 def _nodes_of(run: Runs, group: NodeGroup, instances: Sequence[str]) -> dict[str, Node]:
@@ -328,7 +328,6 @@ def _rolled_back(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, record: M
     request, refusal = _request(run, action)
     if request is not None and refusal is None and not pc.is_final(request):
         _write_status(run, request, pc.FAILED, pc.PARTIAL_CAPACITY_RETURNED, message, now=now)
-        _request_event(run, request, EVENT_FAILED, message, now=now, type="Warning")
     run.status_event("FailedToScaleUpGroup", f"Scale-up failed for ProvisioningRequest {action.request} "
                      f"({_parts_text(action.parts)}): {message}", now=now, type="Warning")
     return run.finish(action, entry, "failed", message, now=now, error_code=code)
@@ -418,8 +417,9 @@ def _request(run: Runs, action: AtomicScaleUp) -> tuple[ProvisioningRequest | No
 
 def _write_status(run: Runs, request: ProvisioningRequest, type_: str, reason: str, message: str, *,
                   now: datetime) -> None:
-    """One condition set on the request's current ones (True); a Provisioned or Failed set ends the other's claim:
-    Provisioned=False while it is Failed would read as still to come."""
+    """One condition set True on the request's current ones, and its Event (reason as the condition's, a Warning for
+    Failed: as the polls write them, services.provisioning). On Failed, Provisioned=False takes the failure's reason:
+    ScaleUpInProgress left beside it would read as still to come."""
     conditions = pc.with_condition(request.conditions, type_, "True", reason, message[:32768], now=now,
                                    generation=request.generation)
     if type_ == pc.FAILED and request.condition(pc.PROVISIONED) is not None:
@@ -428,13 +428,8 @@ def _write_status(run: Runs, request: ProvisioningRequest, type_: str, reason: s
     if run.settings.dry_run or not pc.conditions_changed(request.conditions, conditions):
         return
     run.ports.cluster.update_provisioning_request_status(request.namespace, request.name, conditions=conditions)
-
-
-def _request_event(run: Runs, request: ProvisioningRequest, reason: str, message: str, *, now: datetime,
-                   type: str = "Normal") -> None:
-    if not run.settings.dry_run:
-        run.ports.events.emit(ClusterEvent(request.namespace, "ProvisioningRequest", request.name, request.uid,
-                                           reason, message, now, "Warning" if type == "Warning" else "Normal"))
+    run.ports.events.emit(ClusterEvent(request.namespace, "ProvisioningRequest", request.name, request.uid, reason,
+                                       message[:1024], now, "Warning" if type_ == pc.FAILED else "Normal"))
 
 
 def _reservation(action: AtomicScaleUp, group_id: str) -> str:

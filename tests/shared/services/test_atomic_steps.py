@@ -153,7 +153,7 @@ def test_all_granted_the_request_is_provisioned_once_every_node_is_ready() -> No
     provisioned = [c for _, conditions in world.cluster.writes for c in conditions
                    if c.type == pc.PROVISIONED and c.status == "True"]
     assert len(provisioned) == 1
-    assert any(e.reason == "TriggeredScaleUp" and e.kind == "ProvisioningRequest" for e in world.app.events())
+    assert any(e.reason == pc.CAPACITY_IS_PROVISIONED and e.kind == "ProvisioningRequest" for e in world.app.events())
 
 
 @pytest.mark.parametrize(("changes", "names"), [
@@ -206,7 +206,7 @@ def test_instances_left_failed_every_added_instance_is_deleted_and_the_request_f
     assert len(deleted) == 4  # every instance it added, the ones that came too
     assert all(n == 1 for n in world.app.world.counters.instances_deleted.values())
     _assert_nothing_left(world)
-    assert any(e.reason == "FailedToScaleUp" and e.type == "Warning" for e in world.app.events())
+    assert any(e.reason == pc.PARTIAL_CAPACITY_RETURNED and e.type == "Warning" for e in world.app.events())
 
 
 def test_nodes_not_ready_within_the_provision_time_are_given_back() -> None:
@@ -365,3 +365,27 @@ def test_a_forged_follow_up_step_with_other_parts_is_refused() -> None:
     assert outcome.outcome == "rejected"
     assert decode_message(world.app.poison()[-1]) == forged
     assert world.capacity() == 4  # the real action's nodes untouched
+
+
+def test_a_gpu_request_is_provisioned_only_once_every_node_has_its_gpus() -> None:
+    gpu_group = {"resource_group": "rg-atomic", "name": "pool-a100", "vm_size": "Standard_NC24ads_A100_v4",
+                 "allocatable": {"cpu": "23", "memory": "200Gi", "pods": 110, "nvidia.com/gpu": 1},
+                 "min": 0, "max": 8, "initial": 0, "gpu_ready_delay": "3m"}
+    world = World(_scenario(node_groups=[gpu_group], quotas={}), settings={"MAX_NODE_PROVISION_TIME": "10m"})
+    seen: list[tuple[bool, bool]] = []  # at each Provisioned write: every node Ready, every node with its GPUs
+    write = world.cluster.update_provisioning_request_status
+
+    def watched(namespace: str, name: str, **kwargs: Any) -> None:
+        if any(c.type == pc.PROVISIONED and c.status == "True" for c in kwargs["conditions"]):
+            nodes = world.ports.cluster.list_nodes()
+            seen.append((len(nodes) == 4 and all(n.ready for n in nodes),
+                         all(n.allocatable.amount("nvidia.com/gpu") > 0 for n in nodes)))
+        write(namespace, name, **kwargs)
+
+    world.cluster.update_provisioning_request_status = watched  # type: ignore[method-assign]
+    action = new_atomic_scale_up(request="training/gang-a", request_uid=UID, parts=[("rg-atomic/pool-a100", 4)],
+                                 now=world.app.clock.now(), ttl=timedelta(minutes=5))
+    world.app.ports.queue.send(action)
+    world.run()
+    assert world.outcome(action).startswith("succeeded")
+    assert seen == [(True, True)]
