@@ -36,6 +36,8 @@ from shared.domain import (
 from shared.engine.limits import ClusterLimits
 from shared.engine.node_counts import present_by_group
 from shared.engine.provisioning_conditions import (
+    ACCEPTED,
+    ACCEPTED_REASON,
     CAPACITY_IS_FOUND,
     CAPACITY_IS_NOT_FOUND,
     FAILED,
@@ -357,6 +359,12 @@ def _set(request: ProvisioningRequest, type_: str, status: str, reason: str, mes
                           generation=request.generation)
 
 
+def accepted(request: ProvisioningRequest, *, now: datetime) -> ProvisioningRequest:
+    """The request with Accepted=True, as cluster-autoscaler marks every request of its classes it processes."""
+    return replace(request, conditions=_set(request, ACCEPTED, "True", ACCEPTED_REASON,
+                                            "ProvisioningRequest is accepted by ClusterAutoscaler", now=now))
+
+
 def invalid(request: ProvisioningRequest, problem: str, *, now: datetime) -> tuple[Condition, ...]:
     return _set(request, FAILED, "True", INVALID_REQUEST, problem, now=now)
 
@@ -370,13 +378,15 @@ def capacity_not_found(request: ProvisioningRequest, fit: int, total: int, *, no
                        ) -> tuple[Condition, ...]:
     """Provisioned=False, tried again next poll; Failed with noRetry ("true"), or once a check-capacity request
     has waited CHECK_CAPACITY_EXPIRY since its creation (CA's Expired)."""
-    message = f"only {fit} of {total} pod(s) fit the nodes there are"
+    fits = f"{fit} of {total} pod(s) fit the nodes there are"
     if request.parameters.get(NO_RETRY, "").lower() == "true":
-        return _set(request, FAILED, "True", CAPACITY_IS_NOT_FOUND, f"{message} (noRetry)", now=now)
+        return _set(request, FAILED, "True", CAPACITY_IS_NOT_FOUND, f"CA could not find requested capacity ({fits})",
+                    now=now)
     if (request.class_name == CHECK_CAPACITY_CLASS and request.created_at is not None
             and now > request.created_at + CHECK_CAPACITY_EXPIRY):
         return _set(request, FAILED, "True", EXPIRED_REASON, "ProvisioningRequest is expired", now=now)
-    return _set(request, PROVISIONED, "False", CAPACITY_IS_NOT_FOUND, message, now=now)
+    return _set(request, PROVISIONED, "False", CAPACITY_IS_NOT_FOUND,
+                f"Capacity is not found, CA will try to find it later ({fits})", now=now)
 
 
 def atomic_decided(request: ProvisioningRequest, plan: AtomicPlan, *, now: datetime) -> tuple[Condition, ...]:

@@ -164,9 +164,12 @@ def plan_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, r
     quota = options.quota
     asked_nodes: dict[str, int] = {}
     for one in requests.resolved:
-        request, key = one.request, one.request.key
-        phase = requests.phases[key]
+        key, phase = one.request.key, requests.phases[one.request.key]
         consumed = requests.consumed.get(key, 0)
+        if phase == engine.FINAL:
+            continue
+        request = engine.accepted(one.request, now=now) if phase != engine.INVALID else one.request
+        conditions[key] = request.conditions
         if phase == engine.INVALID:
             conditions[key] = engine.invalid(request, one.problem, now=now)
         elif phase == engine.EXPIRED:

@@ -92,6 +92,7 @@ def test_check_capacity_that_fits_is_booked_kept_from_scale_down_and_released_wh
     app = _app(klass=CHECK_CAPACITY_CLASS, count=2)
     result = _poll(app)
     assert _conditions(app)["Provisioned"] == ("True", "CapacityIsFound")
+    assert _conditions(app)["Accepted"] == ("True", "Accepted")
     assert not result.plan.increases and not app.queued()
     assert result.provisioning_requests["default/gang"]["state"] == "provisioned"
     # Booked: both nodes hold its pods, so neither is unneeded.
