@@ -98,6 +98,7 @@ from devtools.replay.harness import Replay, every
 from devtools.replay.policies.ours import replay_settings
 from shared.domain import TO_BE_DELETED_TAINT, ClusterSnapshot, GroupState, NodeGroup, Taint, parse_provider_id
 from shared.engine.backoff import after_failure, backoff_reason
+from shared.engine.gpu_readiness import hold_back
 from shared.engine.scale_down import plan_scale_down
 from shared.engine.scale_up import ScaleUpSimulation, pending_pods, simulate_scale_up
 from shared.engine.templates import build_templates
@@ -363,7 +364,9 @@ class ClusterAutoscaler:
             self._vm_sizes = {s.name.lower(): s for s in self._compute.list_vm_sizes(self._replay.world.scenario.location)}
 
     def _snapshot(self, now: datetime) -> ClusterSnapshot:
-        nodes = self._cluster.list_nodes()
+        # FilterOutNodesWithUnreadyResources: a node with the GPU label and no allocatable GPU is unready to CA.
+        listed = self._cluster.list_nodes()
+        nodes = list(hold_back(listed, {}) or listed)
         groups = tuple(self._groups.values())
         return ClusterSnapshot(
             taken_at=now, nodes=tuple(nodes), pods=tuple(self._cluster.list_pods()), groups=groups,

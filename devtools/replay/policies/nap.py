@@ -70,6 +70,7 @@ from devtools.replay.harness import DAEMONSET_CPU_MILLI, DAEMONSET_MEMORY_MIB, M
 from devtools.replay.pools import Pool
 from shared.domain import NodeGroup, Pod, Taint, parse_provider_id
 from shared.engine.drainability import Budgets
+from shared.engine.gpu_readiness import usable
 from shared.engine.pod_rules import parse_go_duration
 from shared.engine.vm_sizes import NVIDIA_GPU
 from shared.ports import ComputeError
@@ -437,8 +438,9 @@ class NodeAutoProvisioning:
             pool = self._pools.get(ref.scale_set.lower()) if ref is not None else None
             if ref is None or pool is None:
                 continue
+            # Karpenter's Initialized: Ready, and the instance type's extended resources (GPUs) registered.
             nodes[node.name] = _NodeState(node.name, pool, ref.instance_id, ref.group_id, node.created_at,
-                                          node.ready,
+                                          usable(node, None),
                                           node.annotations,
                                           cpu=DAEMONSET_CPU_MILLI, mem=DAEMONSET_MEMORY_MIB * MIB, count=1)
             if node.name not in self._known_nodes:
