@@ -48,6 +48,18 @@ STOPPED_INSTANCE_ASSUMPTIONS: tuple[str, ...] = (
 )
 
 
+# What GPU nodes' timing rests on (sandbox.model.gpu_spec), for the bench to write beside its figures.
+GPU_READINESS_ASSUMPTIONS: tuple[str, ...] = (
+    "A created GPU VM's node registers Ready without its GPUs; its device plugin adds them after an extra delay, "
+    "lognormal with median 240 s and p95 480 s, clipped to 60-720 s (sandbox.model.gpu_spec.DEFAULT_GPU_READY_DELAY). "
+    "The only figure found is 'A100 nodes 5-11 minutes to Ready with drivers' (a Microsoft Q&A answer, unverified); "
+    "with the replay's boot delay this puts a GPU node's boot plus GPUs at about 5-13 minutes. A started "
+    "(deallocated) GPU VM keeps its installed driver and gets its GPUs at registration. Every policy sees the same "
+    "nodes: ours counts such a node as capacity on its way (GPU_READINESS), the ca emulation as unready (its GPU "
+    "label without allocatable GPUs), the nap emulation as not initialized.",
+)
+
+
 def wait_percentiles(waits: Iterable[float]) -> dict[str, float]:
     ordered = sorted(waits)
     return {

@@ -26,6 +26,7 @@ from devtools.replay.frontier import ASSUMPTIONS as FRONTIER_ASSUMPTIONS
 from devtools.replay.frontier import dominance, missing_peers, point_of, sweep_points
 from devtools.replay.harness import ReplayConfig
 from devtools.replay.metrics import (
+    GPU_READINESS_ASSUMPTIONS,
     lower_bound_for,
     with_cost_vs_lower_bound,
     without_reference_ratios,
@@ -602,7 +603,7 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         "seed": seed,
         "prices": {"date": PRICE_DATE, "currency": "USD", "source": PRICE_SOURCE, "per_hour": PRICES_PER_HOUR,
                    "spot": {"date": SPOT_PRICE_DATE, "source": SPOT_PRICE_SOURCE, "fraction": SPOT_PRICE_FRACTION}},
-        "assumptions": [*BOUND_ASSUMPTIONS, *FRONTIER_ASSUMPTIONS, *STANDBY_ASSUMPTIONS],
+        "assumptions": [*BOUND_ASSUMPTIONS, *FRONTIER_ASSUMPTIONS, *STANDBY_ASSUMPTIONS, *GPU_READINESS_ASSUMPTIONS],
         "traces": facts,
         "targets": targets,
         "replay": replays,
