@@ -48,7 +48,7 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")  # room for the requ
 _EXTENDED = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _JOB = frozenset({"name", "namespace", "at", "pods", "requests", "duration", "class", "queue", "node_selector",
-                  "tolerations", "retry", "parameters"})
+                  "tolerations", "retry", "parameters", "pods_after"})
 _RETRY = frozenset({"backoff_limit_count", "backoff_base", "backoff_max"})
 
 
@@ -85,6 +85,9 @@ class GangJobSpec:
     tolerations: tuple[Toleration, ...] = ()
     retry: RetrySpec = RetrySpec()
     parameters: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)  # the request's spec.parameters
+    # Seconds from seeing Provisioned=True to creating the pods: a framework slow to start its workers (longer
+    # than the booking: a check-capacity booking left to expire).
+    pods_after: float = 0.0
 
     @property
     def key(self) -> str:
@@ -236,6 +239,7 @@ def _job(value: Any, path: str, namespaces: Sequence[str], queues: Mapping[str, 
                           for i, item in enumerate(listed(fields.get("tolerations", []), f"{path}.tolerations"))),
         retry=retry,
         parameters=parameters,
+        pods_after=duration(fields.get("pods_after", 0), f"{path}.pods_after"),
     )
 
 

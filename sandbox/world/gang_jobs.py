@@ -70,7 +70,8 @@ class Attempt:
     number: int
     request: str
     created: float
-    provisioned: float | None = None  # Provisioned=True seen: the job admitted, its pods created
+    provisioned: float | None = None  # the job admitted, its pods created (its spec's pods_after after Provisioned)
+    provisioned_seen: float | None = None  # Provisioned=True first seen
     pods: list[PodSim] = field(default_factory=list)
     all_running: float | None = None  # when the last pod started: the work began
     ended: float | None = None
@@ -200,6 +201,12 @@ def _follow_request(world: World, state: JobState, attempt: Attempt) -> bool:
         _end_attempt(world, state, attempt, outcome, str(failed.get("reason") or failed["type"]))
         return False
     if _condition(obj, "Provisioned") is None:
+        return False
+    if attempt.provisioned_seen is None:
+        attempt.provisioned_seen = world._t
+        if state.spec.pods_after > 0:
+            world._push(world._t + state.spec.pods_after, "gang_job", Wake(state.spec.key))
+    if world._t < attempt.provisioned_seen + state.spec.pods_after:
         return False
     attempt.provisioned = world._t
     for i in range(state.spec.pods):

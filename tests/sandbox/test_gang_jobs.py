@@ -180,6 +180,24 @@ def test_a_booking_that_expires_before_any_pod_ran_ends_the_attempt() -> None:
     assert world.report()["gang_jobs"]["jobs"]["default/train"]["attempts"][0]["outcome"] == "booking-expired"
 
 
+@pytest.mark.parametrize("expires", [False, True])
+def test_pods_after_delays_the_pods_and_a_booking_expiring_meanwhile_ends_the_attempt(expires: bool) -> None:
+    world = _world({**JOB, "pods_after": "5m", "retry": {"backoff_limit_count": 0}})
+    world.advance_by(30)
+    set_condition(world, "train-1", "Provisioned")
+    world.advance_by(299)
+    assert not gang_pods(world)  # provisioned, but the framework has not started its workers yet
+    if expires:
+        set_condition(world, "train-1", "BookingExpired", reason="BookingExpired")
+    world.advance_by(2)
+    job = world.report()["gang_jobs"]["jobs"]["default/train"]
+    if expires:
+        assert not gang_pods(world)
+        assert job["attempts"][0]["outcome"] == "booking-expired" and job["outcome"] == "given-up"
+    else:
+        assert len(gang_pods(world)) == 3 and job["admitted"] is not None and job["admitted"] >= 30 + 300
+
+
 def test_a_quota_change_applies_from_its_time() -> None:
     world = _world(JOB, quotas={"cores": 4}, quota_changes=[{"at": "10m", "quotas": {"cores": 64}}])
     group = world.scale_set(world.subscription_id, "rg-test", POOL)
