@@ -52,7 +52,8 @@ def evict(run: Run[Backfill], action: Backfill, entry: LedgerEntry, now: datetim
     # The pending poll's decision, taken again with the poll's own inputs (the observed cluster, the groups, their
     # templates and VM prices, read by `virtual_nodes.plan_for` as the poll reads them) and our settings: whatever
     # the message says, a pod the poll would leave on the virtual node is left there.
-    snapshot = observe(run.ports, now=now, node_mapping=run.settings.node_mapping)
+    snapshot = observe(run.ports, now=now, node_mapping=run.settings.node_mapping,
+                       gpu_readiness=run.settings.gpu_readiness)
     decided = {d.pod.key: d for d in virtual_nodes.plan_for(run.ports, run.settings, snapshot, now=now).plan.decisions}
     decision = decided.get(pod.key)
     if decision is None:

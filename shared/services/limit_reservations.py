@@ -90,6 +90,7 @@ def release(ports: Ports, action_id: str, *, now: datetime) -> None:
 
 def _observe(ports: Ports, settings: Settings, *, now: datetime) -> ClusterSnapshot:
     """Nodes and groups as they are now, deallocated instances left out of the running sizes; no pod is listed."""
-    snapshot = observe(ports, now=now, node_mapping=settings.node_mapping, with_pods=False)
+    snapshot = observe(ports, now=now, node_mapping=settings.node_mapping, with_pods=False,
+                       gpu_readiness=settings.gpu_readiness)
     states, _ = read_group_states(ports, snapshot.groups)  # an unreadable row counts the group's whole capacity
     return running_sizes(snapshot, states)

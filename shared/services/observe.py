@@ -22,8 +22,9 @@ from shared.domain import (
     VmSizeCapacity,
 )
 from shared.engine.daemonsets import daemonsets_seen_by_group, unpredicted_daemonsets
+from shared.engine.gpu_readiness import gpu_template, hold_back
 from shared.engine.node_mapping import AUTO, NodeMapping
-from shared.engine.templates import build_templates, groups_needing_vm_size
+from shared.engine.templates import build_templates, groups_needing_vm_size, template_from_tags
 from shared.ports import ComputeError, NodeGroupProvider, Ports, UsageUnavailable
 from shared.services.mapping import map_cluster
 from shared.settings import Settings
@@ -32,13 +33,16 @@ log = logging.getLogger(__name__)
 
 
 def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_mapping: str = AUTO,
-            with_pods: bool = True) -> ClusterSnapshot:
+            with_pods: bool = True, gpu_readiness: bool = True) -> ClusterSnapshot:
     """One consistent-enough view: groups first, so nodes booting meanwhile count as upcoming, not missing.
 
     `with_budgets` also lists PodDisruptionBudgets, which only scale-down needs. Each node is mapped to
     its instance by `node_mapping` (NODE_MAPPING; services.mapping says what that reads). `with_pods=False`
     lists no pods, DaemonSets or budgets (the snapshot has none): for a caller that reads only nodes, groups
     and templates, such as the executor's limits check, the pod list is most of a poll's read.
+    `gpu_readiness` (GPU_READINESS) presents a Ready node whose GPUs are not allocatable yet as not Ready
+    (engine.gpu_readiness.hold_back): every planner then sees it as capacity on its way, and no template is
+    built from it.
     """
     # The pod list is the long read (hundreds of pages in a big cluster); it runs beside discovery and the node
     # list, which wait on ARM and on the API server, instead of after them. The smaller lists follow it there.
@@ -57,6 +61,13 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_map
     _report_unmapped(mapped.mapping)
     vm_sizes = scale_from_zero_sizes(ports.provider, groups, nodes)
     templates = build_templates(groups, nodes, vm_sizes=vm_sizes)
+    held = hold_back(nodes, _gpu_templates(groups, templates, vm_sizes)) if gpu_readiness else None
+    if held is not None:
+        # Templates again, from usable nodes only: a live node still without its GPUs would give its group a
+        # template without them (its pods would then fit no group).
+        nodes = list(held)
+        vm_sizes = scale_from_zero_sizes(ports.provider, groups, nodes)
+        templates = build_templates(groups, nodes, vm_sizes=vm_sizes)
     _cross_check_daemonsets(daemonsets, nodes, pods, templates)
     return ClusterSnapshot(
         taken_at=now,
@@ -73,6 +84,21 @@ def observe(ports: Ports, *, now: datetime, with_budgets: bool = False, node_map
         ambiguous=frozenset(u.node_name for u in mapped.mapping.ambiguous),
         refused=refused,
     )
+
+
+def _gpu_templates(groups: Sequence[NodeGroup], templates: Mapping[str, NodeTemplate],
+                   vm_sizes: Mapping[str, VmSizeCapacity]) -> dict[str, NodeTemplate]:
+    """Per group, the template that says whether its nodes have GPUs: the live node's, unless it has none and the
+    group's tags or VM size do (that live node may be one still waiting for its GPUs)."""
+    chosen = dict(templates)
+    for group in groups:
+        live = templates.get(group.id)
+        if live is not None and gpu_template(live):
+            continue
+        sized = template_from_tags(group, vm_sizes=vm_sizes)
+        if sized is not None and gpu_template(sized):
+            chosen[group.id] = sized
+    return chosen
 
 
 def _list_pods_and_more(ports: Ports, with_budgets: bool,
@@ -194,10 +220,11 @@ def _parked(node: Node, states: Mapping[str, GroupState]) -> bool:
 
 
 def observe_or_skip(ports: Ports, *, now: datetime, with_budgets: bool = False,
-                    node_mapping: str = AUTO) -> ClusterSnapshot | None:
+                    node_mapping: str = AUTO, gpu_readiness: bool = True) -> ClusterSnapshot | None:
     """observe(), or None when ARM throttles us: a skipped tick is harmless, a retry storm is not."""
     try:
-        return observe(ports, now=now, with_budgets=with_budgets, node_mapping=node_mapping)
+        return observe(ports, now=now, with_budgets=with_budgets, node_mapping=node_mapping,
+                       gpu_readiness=gpu_readiness)
     except ComputeError as exc:
         if exc.code != "TooManyRequests":
             raise

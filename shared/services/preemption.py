@@ -123,7 +123,7 @@ def handle_scheduled_event(ports: Ports, settings: Settings, event: Mapping[str,
         return NoticeResult("ignored", f"event type {kind or '(none)'} is not Preempt")
     if not vms:
         return NoticeResult("ignored", "the Preempt event names no VM")
-    snapshot = observe(ports, now=now, node_mapping=settings.node_mapping)
+    snapshot = observe(ports, now=now, node_mapping=settings.node_mapping, gpu_readiness=settings.gpu_readiness)
     spot = {g.id: g for g in snapshot.groups if g.is_spot}
     named = _instances_named(ports, list(spot.values()), vms)
     if not named:
