@@ -33,6 +33,7 @@ SCALE_UP_IN_PROGRESS = "ScaleUpInProgress"  # ours: the whole request was asked 
 PARTIAL_CAPACITY_RETURNED = "PartialCapacityReturned"  # ours: Azure granted part; every added instance given back
 QUOTA_EXCEEDED = "QuotaExceeded"  # ours: the quota or a group's max cannot hold it: nothing was asked for
 INVALID_REQUEST = "InvalidRequest"  # ours: the spec or a PodTemplate could not be read
+SCALE_UP_EXPIRED = "ScaleUpExpired"  # ours: the atomic scale-up expired on the queue before it ran: nothing asked
 
 # spec.parameters key: "true" makes a capacity miss Failed (Kueue retries on Failed) instead of Provisioned=False.
 NO_RETRY = "noRetry"
