@@ -89,6 +89,8 @@ class StepTable(Generic[A]):
     fail: Callable[[Run[A], A, LedgerEntry, str, str, datetime], ExecutionResult]  # why, code
     # A delivery of the action was refused as contradicting the ledger: say so where operators look.
     refused: Callable[[Run[A], A, str, datetime], None] = field(default=_nothing)
+    # The action expired on the queue before its first step ran: what the kind tells besides the ledger (why).
+    expired: Callable[[Run[A], A, str, datetime], None] = field(default=_nothing)
     # ARM throttled the step for `delay`: what the kind does besides waiting.
     throttled: Callable[[Run[A], A, timedelta, datetime], None] = field(default=_nothing)
     # The action is about to record its outcome: give back what it held (a scale-up's room under the limits).
