@@ -391,6 +391,16 @@ def fail(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, why: str, code: s
     return run.finish(action, entry, "failed", why, now=now, error_code=code)
 
 
+def expired(run: Runs, action: AtomicScaleUp, why: str, now: datetime) -> None:
+    """The decision expired on the queue before it ran: nothing was asked, and its id (the request's uid) is spent,
+    so no later poll can ask for the request again. It is Failed, as a request that could not be served: Kueue then
+    retries the workload with a new request."""
+    request, refusal = _request(run, action)
+    if request is not None and refusal is None and not pc.is_final(request) and not request.is_true(pc.PROVISIONED):
+        _write_status(run, request, pc.FAILED, pc.SCALE_UP_EXPIRED, f"nothing was asked for: the scale-up {why}",
+                      now=now)
+
+
 def ended(run: Runs, action: AtomicScaleUp, now: datetime) -> None:
     """The action has its outcome: the room its parts reserved under the cluster limits goes."""
     _release_reservations(run, action, now=now)
@@ -483,5 +493,6 @@ TABLE = StepTable(
     succeeded=succeeded,
     failed=failed,
     fail=fail,
+    expired=expired,
     ended=ended,
 )

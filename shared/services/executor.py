@@ -132,7 +132,9 @@ class Executor:
             # ACTION_TTL bounds a decision's life whatever the message says: a message cannot extend itself.
             expires = min(action.expires_at, action.created_at + self._settings.action_ttl)
             if now > expires:
-                return run.reject(action, f"expired at {expires.isoformat()} before it started", now=now,
+                why = f"expired at {expires.isoformat()} before it started"
+                run.table.expired(run, action, why, now)
+                return run.reject(action, why, now=now,
                                   poison=False, outcome="expired")
         elif ledger.decide_claim(entry, action.progress, now=now, lease=self._settings.action_lease) == "claim":
             why = ledger.contradiction(entry, action)

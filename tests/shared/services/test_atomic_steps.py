@@ -389,3 +389,51 @@ def test_a_gpu_request_is_provisioned_only_once_every_node_has_its_gpus() -> Non
     world.run()
     assert world.outcome(action).startswith("succeeded")
     assert seen == [(True, True)]
+
+
+def test_a_step_that_fails_on_the_hosts_last_delivery_gives_back_what_it_added() -> None:
+    from shared.services.execution import HOST_MAX_DEQUEUE_COUNT
+
+    world = World(_scenario())
+    provider = world.ports.provider
+
+    class Failing:
+        """The provider, with a capacity write that happens and then fails the invocation."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(provider, name)
+
+        def begin_resize(self, group: Any, capacity: int) -> Any:
+            provider.begin_resize(group, capacity)
+            raise RuntimeError("the invocation died after its capacity write")
+
+    world.ports = replace(world.ports, provider=Failing())  # type: ignore[arg-type]
+    world.executor = Executor(world.ports, world.app.settings)
+    action = world.send(4)
+
+    died: list[str] = []
+
+    def deliver(text: str) -> None:
+        try:
+            world.executor.execute(text, now=world.app.clock.now(), dequeue_count=HOST_MAX_DEQUEUE_COUNT)
+        except RuntimeError as exc:
+            died.append(str(exc))
+
+    world.run(deliver=deliver, seconds=30)
+    assert len(died) == 1
+    assert world.outcome(action).startswith("failed")
+    failed = world.request.condition(pc.FAILED)  # type: ignore[union-attr]
+    assert failed is not None and failed.status == "True" and failed.reason == pc.PARTIAL_CAPACITY_RETURNED
+    assert len([n for n in world.app.world.counters.instances_deleted.values() if n]) == 4
+    _assert_nothing_left(world)
+
+
+def test_a_decision_that_expired_on_the_queue_fails_the_request_and_asks_for_nothing() -> None:
+    world = World(_scenario())
+    action = world.send(4)
+    world.app.clock.advance(600)  # past ACTION_TTL before any delivery
+    assert world.run() == ["rejected"]
+    assert world.outcome(action).startswith("rejected: expired")
+    failed = world.request.condition(pc.FAILED)  # type: ignore[union-attr]
+    assert failed is not None and failed.status == "True" and failed.reason == pc.SCALE_UP_EXPIRED
+    assert world.app.world.counters.arm[PATCH] == 0 and world.capacity() == 0
