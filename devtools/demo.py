@@ -655,6 +655,8 @@ def build_summary(
         "allocation": report.get("allocation"),
         # Gang jobs (sandbox `gang_jobs`, `kueue`): attempts, admissions, gang waits, capacity held by partial gangs.
         "gang_jobs": report.get("gang_jobs"),
+        "gang_outcome": gang_outcome(report),
+        "capacity_added": capacity_added(report),
         # What the autoscaler made of it: pods left on ACI, moved back onto VMs, and how long they stayed there.
         "virtual_node_outcome": virtual_node_outcome(report),
         # How long after becoming removable each node removed while empty started to be deleted (seconds).
@@ -718,6 +720,39 @@ def spot_outcome(report: dict[str, Any]) -> dict[str, Any] | None:
             lags.append(round(first - eviction["t"], 1))
     return {"notice_lead_s_min": min(leads) if leads else None, "no_notice_lag_s_max": max(lags) if lags else None,
             "unanswered": unanswered}
+
+
+def gang_outcome(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The gang jobs' attempts counted by outcome (`succeeded`, `failed`, `booking-expired`, `pod-lost`) and by the
+    reason of the condition that ended them (`QuotaExceeded`, `BookingExpired`, ...), so a scenario can bound them;
+    None without gang jobs."""
+    gangs = report.get("gang_jobs")
+    if not gangs:
+        return None
+    outcomes: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    for job in gangs["jobs"].values():
+        for attempt in job["attempts"]:
+            if attempt["outcome"]:
+                outcomes[attempt["outcome"]] = outcomes.get(attempt["outcome"], 0) + 1
+            if attempt["reason"]:
+                reasons[attempt["reason"]] = reasons.get(attempt["reason"], 0) + 1
+    return {"attempts_by_outcome": dict(sorted(outcomes.items())), "attempts_by_reason": dict(sorted(reasons.items()))}
+
+
+def capacity_added(report: dict[str, Any]) -> dict[str, int] | None:
+    """Instances added by accepted capacity increases (and starts) before and after the first quota change of the
+    scenario's `quota_changes` (None without one): what a quota too small for a whole request let through."""
+    changes = (report.get("gang_jobs") or {}).get("quota_changes") or []
+    if not changes:
+        return None
+    at = min(change["t"] for change in changes)
+    added = {"before_first_quota_change": 0, "after_first_quota_change": 0}
+    for entry in (report.get("spot") or {}).get("capacity_increases", []):
+        if entry["outcome"] == "ok" and entry["to"] > entry["from"]:
+            added["before_first_quota_change" if entry["t"] < at else "after_first_quota_change"] += (
+                entry["to"] - entry["from"])
+    return added
 
 
 def virtual_node_outcome(report: dict[str, Any]) -> dict[str, Any] | None:
