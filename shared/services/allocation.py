@@ -195,7 +195,8 @@ def _ledger_entry(ports: Ports, reservation: LimitReservation) -> tuple[LedgerEn
     """The reservation's action's ledger row, and whether it could be read (an unreadable row counts as an action
     still going: its reservation lapses by itself)."""
     try:
-        return ports.state.get_ledger_entry(reservation.action_id), True
+        # An atomic scale-up's later parts are keyed `<action id>#<group>` (services.atomic_steps._reservation).
+        return ports.state.get_ledger_entry(reservation.action_id.partition("#")[0]), True
     except UnreadableRow as exc:
         log.warning("%s; its reservation counts until it lapses", exc)
         return None, False
