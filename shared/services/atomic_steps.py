@@ -88,8 +88,8 @@ def _binding_limit(run: Runs, action: AtomicScaleUp, groups: Mapping[str, NodeGr
     """The reason and words of the first limit that cannot hold the whole increase; None when every one can.
 
     In the order Azure or we would refuse it: the group's max size, an offering marked unavailable, the Compute
-    quota (the parts one after another, as they share families), the cluster-wide limits (room reserved per part
-    under `<action id>#<group>`, released when the action ends). Raises StateConflict when the limits row stays
+    quota (the parts one after another, as they share families), the cluster-wide limits (room reserved per part,
+    `_reservation`, released once the capacity is visible or when the action ends). Raises StateConflict when the limits row stays
     contended.
     """
     limits = offerings.planning_limits(run.ports, run.settings, list(groups.values()), now=now, fresh=True)
@@ -443,7 +443,9 @@ def _write_status(run: Runs, request: ProvisioningRequest, type_: str, reason: s
 
 
 def _reservation(action: AtomicScaleUp, group_id: str) -> str:
-    return f"{action.id}#{group_id}"
+    """The key of a part's room on the limits row: the action's id for its first group (so the polls find its
+    ledger row, services.allocation), `<id>#<group>` for the others (the row holds one reservation per key)."""
+    return action.id if group_id == action.group else f"{action.id}#{group_id}"
 
 
 def _release_reservations(run: Runs, action: AtomicScaleUp, *, now: datetime) -> None:

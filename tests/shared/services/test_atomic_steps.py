@@ -437,3 +437,32 @@ def test_a_decision_that_expired_on_the_queue_fails_the_request_and_asks_for_not
     failed = world.request.condition(pc.FAILED)  # type: ignore[union-attr]
     assert failed is not None and failed.status == "True" and failed.reason == pc.SCALE_UP_EXPIRED
     assert world.app.world.counters.arm[PATCH] == 0 and world.capacity() == 0
+
+
+@pytest.mark.parametrize("failures", [[], [{"scale_set": "pool-e4", "code": "AllocationFailed", "instances": 1}]])
+def test_a_request_over_two_groups_is_granted_whole_or_given_back_in_both(failures: list[dict[str, Any]]) -> None:
+    scenario = _scenario(allocation_failures=failures)
+    second = {**scenario["node_groups"][0], "name": "pool-e4", "vm_size": "Standard_E4s_v5"}
+    scenario["node_groups"].append(second)
+    world = World(scenario)
+    parts = [(GROUP, 2), ("rg-atomic/pool-e4", 2)]
+    action = new_atomic_scale_up(request="training/gang-a", request_uid=UID, parts=parts, now=world.app.clock.now(),
+                                 ttl=timedelta(minutes=5))
+    world.app.ports.queue.send(action)
+    world.run()
+    world.app.clock.advance(120)
+    request = world.request
+    assert request is not None
+    sizes = {}
+    for group_id, _ in parts:
+        group = world.ports.provider.get_node_group(group_id)
+        assert group is not None
+        sizes[group_id] = (group.capacity, len([i for i in world.ports.provider.list_instances(group)
+                                                if not i.deleting]))
+    if failures:
+        assert world.outcome(action).startswith("failed") and request.is_true(pc.FAILED)
+        assert sizes == {g: (0, 0) for g, _ in parts}  # both groups given back, not only the one that failed
+    else:
+        assert world.outcome(action).startswith("succeeded") and request.is_true(pc.PROVISIONED)
+        assert sizes == {g: (n, n) for g, n in parts}
+    assert world.ports.state.get_limit_reservations().reservations == {}  # every part's room given back
