@@ -237,6 +237,16 @@ def hold_nodes(snapshot: ClusterSnapshot, held: Mapping[str, int]) -> ClusterSna
     return replace(snapshot, groups=tuple(groups))
 
 
+def restore_targets(plan: ScaleUpPlan, held: Mapping[str, int]) -> ScaleUpPlan:
+    """A plan made on `hold_nodes(snapshot, held)` in the real group's terms: its targets are absolute, so each
+    increase of a group with held nodes gets them back (the nodes stay the request's; the increase is on top)."""
+    if not held or not any(held.get(i.group_id, 0) for i in plan.increases):
+        return plan
+    return replace(plan, increases=tuple(
+        replace(i, current_target=i.current_target + held.get(i.group_id, 0),
+                new_target=i.new_target + held.get(i.group_id, 0)) for i in plan.increases))
+
+
 def upcoming_by_group(snapshot: ClusterSnapshot) -> dict[str, int]:
     """Per group, the nodes asked for that have not registered Ready: an atomic request never counts on them
     (they are another scale-up's)."""

@@ -65,6 +65,9 @@ class RequestPlan:
     conditions: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)  # the statuses to have
     actions: tuple[AtomicScaleUp, ...] = ()
     quota: Quota | None = None  # the quotas left once the atomic scale-ups are counted
+    # Nodes on their way held for in-flight requests, by group: taken out of `snapshot`'s sizes, so the ordinary
+    # plan's targets are given them back (`engine.restore_targets`) before they are sent.
+    held: Mapping[str, int] = field(default_factory=dict)
     lines: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # status ConfigMap / plan view
 
 
@@ -137,17 +140,18 @@ def without_consumers(snapshot: ClusterSnapshot, requests: Requests) -> ClusterS
     return replace(snapshot, pods=kept) if len(kept) != len(snapshot.pods) else snapshot
 
 
-def hold(snapshot: ClusterSnapshot, pods: Sequence[Pod], *, options: ScaleUpOptions) -> ClusterSnapshot:
+def hold(snapshot: ClusterSnapshot, pods: Sequence[Pod], *, options: ScaleUpOptions
+         ) -> tuple[ClusterSnapshot, dict[str, int]]:
     """`pods` (placeholders) placed on existing nodes' free room first and bound there, those left over on the
-    nodes on their way (whose whole nodes are then held out of their group's size and max)."""
+    nodes on their way (whose whole nodes are then held out of their group's size and max); and those held nodes
+    by group."""
     if not pods:
-        return snapshot
+        return snapshot, {}
     where = engine.place_on_existing(snapshot, pods, options=options)
     snapshot = engine.bind(snapshot, pods, where)
     left = [p for p in pods if p.key not in where]
-    if left:
-        snapshot = engine.hold_nodes(snapshot, engine.place_on_upcoming(snapshot, left, options=options))
-    return snapshot
+    held = engine.place_on_upcoming(snapshot, left, options=options) if left else {}
+    return engine.hold_nodes(snapshot, held), held
 
 
 def plan_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, requests: Requests, *,
@@ -158,7 +162,7 @@ def plan_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, r
         return RequestPlan(snapshot, quota=options.quota)
     booking = settings.provisioning_request_booking
     planning = without_consumers(snapshot, requests)
-    planning = hold(planning, requests.held_pods(), options=options)
+    planning, held = hold(planning, requests.held_pods(), options=options)
     conditions: dict[str, tuple[Condition, ...]] = {}
     actions: list[AtomicScaleUp] = []
     quota = options.quota
@@ -201,7 +205,7 @@ def plan_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, r
         planning = replace(planning, groups=tuple(
             replace(g, max_size=max(g.max_size - asked_nodes.get(g.id, 0), 0)) for g in planning.groups))
     lines = status_lines(requests, conditions, now=now, booking=booking)
-    return RequestPlan(planning, conditions, tuple(actions), quota, lines)
+    return RequestPlan(planning, conditions, tuple(actions), quota=quota, held=held, lines=lines)
 
 
 def act(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, requests: Requests, plan: RequestPlan,

@@ -196,3 +196,19 @@ def test_status_configmap_and_plan_show_the_request_and_its_atomic_scale_up() ->
     doc = yaml_text.safe_load(app.world.k8s_get("configmaps", namespace, name)["data"]["status"])
     shown = doc["clusterWide"]["provisioningRequests"]["default/gang"]
     assert shown["conditions"] == {c: f"{s} ({r})" for c, (s, r) in _conditions(app).items()}
+
+
+def test_nodes_on_their_way_for_an_in_flight_request_are_its_own_and_targets_stay_absolute() -> None:
+    settings = _app(klass=ATOMIC_SCALE_UP_CLASS, count=1).settings
+    shape = BufferTemplate(replace(pod("shape", cpu=3, mem=1), namespace="", name=""), "worker")
+    gang = ProvisioningRequest("default", "gang", ATOMIC_SCALE_UP_CLASS, (PodSet("worker", 2),), T0, uid="u")
+    full = pod("busy", cpu=3.5, node_name="n0")
+    world = snapshot(nodes=[node("n0")], pods=[full, pod("waiting", cpu=3, pending=True)],
+                     groups=[group(target=3, max_size=10)])  # two nodes on their way
+    options = ScaleUpOptions()
+    assert not plan_scale_up(world, options=options).increases  # alone, the pod takes a node on its way
+    requests = Requests((engine.resolve(gang, {"worker": shape}),), {gang.key: engine.IN_FLIGHT})
+    decided = plan_requests(None, settings, world, requests, options=options, now=T0)  # type: ignore[arg-type]
+    assert decided.held == {"rg/pool": 2}
+    plan = engine.restore_targets(plan_scale_up(decided.snapshot, options=options), decided.held)
+    assert [(i.current_target, i.new_target, i.pods) for i in plan.increases] == [(3, 4, ("default/waiting",))]
