@@ -89,8 +89,8 @@ def _binding_limit(run: Runs, action: AtomicScaleUp, groups: Mapping[str, NodeGr
 
     In the order Azure or we would refuse it: the group's max size, an offering marked unavailable, the Compute
     quota (the parts one after another, as they share families), the cluster-wide limits (room reserved per part,
-    `_reservation`, released once the capacity is visible or when the action ends). Raises StateConflict when the limits row stays
-    contended.
+    `_reservation`, released once the capacity is visible or when the action ends). Raises StateConflict when the
+    limits row stays contended.
     """
     limits = offerings.planning_limits(run.ports, run.settings, list(groups.values()), now=now, fresh=True)
     quota = limits.quota
