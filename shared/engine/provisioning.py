@@ -176,6 +176,15 @@ def booking_ends(request: ProvisioningRequest, booking: timedelta) -> datetime |
 # --- The simulations ---------------------------------------------------------------------------
 
 
+# The simulations below see only a request's placeholders (never pending pods) with the options given minus `after`,
+# `reclaimable` (draining nodes are not room to book) and `gangs` (a request is all-or-nothing by its own rules
+# here: a template's gang label must not make its placeholders one gang of the planner's).
+
+
+def _own(options: ScaleUpOptions, **more: object) -> ScaleUpOptions:
+    return replace(options, after=frozenset(), reclaimable=frozenset(), gangs=False, **more)  # type: ignore[arg-type]
+
+
 def without_pending(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """The snapshot with no pending pod: room for the requests' pods is what the bound pods leave free."""
     return replace(snapshot, pods=tuple(p for p in snapshot.pods if p.node_name is not None))
@@ -188,7 +197,7 @@ def place_on_existing(snapshot: ClusterSnapshot, pods: Sequence[Pod], *, options
     if not pods:
         return {}
     view = replace(without_pending(snapshot), groups=(), pods=(*without_pending(snapshot).pods, *pods))
-    simulation = simulate_scale_up(view, options=replace(options, after=frozenset(), reclaimable=frozenset()))
+    simulation = simulate_scale_up(view, options=_own(options))
     return {key: node for node, keys in existing_placements(simulation).items() for key in keys}
 
 
@@ -202,8 +211,7 @@ def place_on_upcoming(snapshot: ClusterSnapshot, pods: Sequence[Pod], *, options
     base = without_pending(snapshot)
     view = replace(base, pods=(*base.pods, *pods))
     closed = {g.id: "holding nodes on their way" for g in snapshot.groups}
-    simulation = simulate_scale_up(view, options=replace(options, after=frozenset(), reclaimable=frozenset(),
-                                                         unavailable=closed))
+    simulation = simulate_scale_up(view, options=_own(options, unavailable=closed))
     taken = {step.node.name for step in simulation.steps if step.kind == "upcoming" and step.pod is not None}
     held: Counter[str] = Counter()
     for name in taken:
@@ -272,7 +280,7 @@ class AtomicPlan:
 
 def _simulate(snapshot: ClusterSnapshot, pods: Sequence[Pod], options: ScaleUpOptions) -> ScaleUpPlan:
     view = replace(snapshot, pods=(*snapshot.pods, *pods))
-    return simulate_scale_up(view, options=replace(options, after=frozenset(), reclaimable=frozenset())).plan
+    return simulate_scale_up(view, options=_own(options)).plan
 
 
 def _complete(plan: ScaleUpPlan, pods: Sequence[Pod]) -> bool:
