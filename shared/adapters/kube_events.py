@@ -17,6 +17,9 @@ from shared.ports import ClusterEvent
 log = logging.getLogger(__name__)
 
 COMPONENT = "vmss-autoscaler"
+# involvedObject.apiVersion of the kinds we write Events about that are not core/v1: kubectl describe and event
+# watchers match on it.
+API_VERSIONS = {"CapacityBuffer": "autoscaling.x-k8s.io/v1beta1", "ProvisioningRequest": "autoscaling.x-k8s.io/v1"}
 
 
 class KubernetesEventSink:
@@ -30,7 +33,7 @@ class KubernetesEventSink:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{event.name}.", "namespace": event.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": event.kind, "namespace": event.namespace,
+            "involvedObject": {"apiVersion": API_VERSIONS.get(event.kind, "v1"), "kind": event.kind, "namespace": event.namespace,
                                "name": event.name, "uid": event.uid},
             "reason": event.reason,
             "message": event.message,
