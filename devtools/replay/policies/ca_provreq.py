@@ -17,9 +17,12 @@ provisioningrequest processors; the Azure VMSS AtomicIncreaseSize merged 2026-05
 - Pods consuming a request are not planned as ordinary pending pods while the request's increase is in flight or
   its booking lasts; after that they are ordinary pods (a scale-up for what is missing, possibly one at a time).
 
-Simplifications: conditions are written only when they change; requests are handled one per loop after the
-ordinary scale-up is skipped for them (CA processes ProvisioningRequests in their own scale-up pass, one request per
-loop by default: --max-provisioning-requests... is not modelled beyond that); no event is emitted.
+Simplifications, and the side each favours:
+- Conditions are written only when they change; no event is emitted. Favours neither side.
+- One atomic scale-up per loop, after which the loop does no ordinary scale-up (CA's ProvisioningRequest pass takes
+  one request per loop); check-capacity requests are all checked in each loop (CA's batch processing). Favours CA.
+- A refused PUT leaves the request Provisioned=False and retried; the gang job retries only on Failed, so such a
+  request waits for CA's next try after the group's backoff. Favours neither side.
 """
 
 from __future__ import annotations
