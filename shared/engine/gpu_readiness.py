@@ -9,7 +9,7 @@ A node is expected to have GPUs when its group's template says so (GPUs in the t
 label), or when the node's own labels say so: AKS's `kubernetes.azure.com/accelerator`, NVIDIA's GPU feature
 discovery `nvidia.com/gpu.present`, or the legacy `accelerator`.
 
-`as_capacity` presents a Ready node that is not usable yet as not Ready, as cluster-autoscaler overrides such a
+`hold_back` (and `as_capacity` over a snapshot) presents a Ready node that is not usable yet as not Ready, as cluster-autoscaler overrides such a
 node's Ready condition (reason ResourceUnready): the planners then count it as a node on its way, and one that
 never gets its GPUs is removed on the unready clock. The node keeps a marker condition (`GPU_NOT_READY`) so the
 report of GPU nodes overdue (`overdue`) tells them from nodes whose kubelet is not Ready.
@@ -17,7 +17,7 @@ report of GPU nodes overdue (`overdue`) tells them from nodes whose kubelet is n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -81,19 +81,26 @@ def waiting_for_gpus(node: Node, template: NodeTemplate | None) -> bool:
     return node.ready and not usable(node, template)
 
 
-def as_capacity(snapshot: ClusterSnapshot) -> ClusterSnapshot:
-    """The snapshot with every node waiting for its GPUs presented as not Ready and marked `GPU_NOT_READY`.
+def hold_back(nodes: Sequence[Node], templates: Mapping[str, NodeTemplate]) -> tuple[Node, ...] | None:
+    """The nodes with every one waiting for its GPUs presented as not Ready and marked `GPU_NOT_READY`
+    (`templates`: by group id); None when no node waits, so a cluster without GPU nodes pays one scan."""
+    def template(node: Node) -> NodeTemplate | None:
+        ref = node.instance
+        return None if ref is None else templates.get(ref.group_id)
 
-    Returns `snapshot` itself when no node waits, so a cluster without GPU nodes pays one scan.
-    """
-    held = {node.name for node in snapshot.nodes if waiting_for_gpus(node, template_of(snapshot, node))}
+    held = {node.name for node in nodes if waiting_for_gpus(node, template(node))}
     if not held:
-        return snapshot
-    nodes = tuple(
+        return None
+    return tuple(
         replace(node, ready=False, conditions=node.conditions | {GPU_NOT_READY}) if node.name in held else node
-        for node in snapshot.nodes
+        for node in nodes
     )
-    return replace(snapshot, nodes=nodes)
+
+
+def as_capacity(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """The snapshot with its nodes held back (`hold_back`) by its own templates; itself when none waits."""
+    nodes = hold_back(snapshot.nodes, snapshot.templates)
+    return snapshot if nodes is None else replace(snapshot, nodes=nodes)
 
 
 def held_back(node: Node) -> bool:
