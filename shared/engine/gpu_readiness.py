@@ -9,9 +9,9 @@ A node is expected to have GPUs when its group's template says so (GPUs in the t
 label), or when the node's own labels say so: AKS's `kubernetes.azure.com/accelerator`, NVIDIA's GPU feature
 discovery `nvidia.com/gpu.present`, or the legacy `accelerator`.
 
-`hold_back` (and `as_capacity` over a snapshot) presents a Ready node that is not usable yet as not Ready, as cluster-autoscaler overrides such a
-node's Ready condition (reason ResourceUnready): the planners then count it as a node on its way, and one that
-never gets its GPUs is removed on the unready clock. The node keeps a marker condition (`GPU_NOT_READY`) so the
+`hold_back` (and `as_capacity` over a snapshot) presents a Ready node that is not usable yet as not Ready, as
+cluster-autoscaler overrides such a node's Ready condition (reason ResourceUnready): the planners then count it as
+a node on its way, and one that never gets its GPUs is removed on the unready clock. The node keeps a marker condition (`GPU_NOT_READY`) so the
 report of GPU nodes overdue (`overdue`) tells them from nodes whose kubelet is not Ready.
 """
 
