@@ -32,7 +32,8 @@ synchronously, as CA's RunOnce does:
    (it updates its cache after IncreaseSize). In-flight capacity changes are polled each loop.
 2. Provisioning: nodes asked for that have not registered within `--max-node-provision-time`
    (15 min) put the group into exponential backoff (5 min doubling to 30 min) and CA gives the
-   missing instances up (DecreaseTargetSize). An increase is done when no node is upcoming against
+   missing instances up: those Azure left Failed deleted by id (removeOldUnregisteredNodes), else
+   DecreaseTargetSize. An increase is done when no node is upcoming against
    the target CA's cache holds (so an instance that left the scale set meanwhile, e.g. a spot VM
    evicted with policy Delete, is not waited for). A capacity change Azure refuses at once (a 409
    such as a quota refusal: IncreaseSize returns the error) backs the group off at once, as CA does.
@@ -167,9 +168,7 @@ class _Increase:
     target: int
     deadline: datetime
     token: str
-    # A ProvisioningRequest's AtomicIncreaseSize: at the deadline its unregistered instances are deleted by id (CA's
-    # removal of long-unregistered nodes), not given up by a resize that would scale in the newest instances.
-    atomic: bool = False
+    atomic: bool = False  # a ProvisioningRequest's AtomicIncreaseSize (devtools.replay.policies.ca_provreq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,8 +413,9 @@ class ClusterAutoscaler:
             if now >= inc.deadline:
                 # Long-unregistered nodes: back off and give up the instances that never came.
                 self._back_off(inc.group_id, "MaxNodeProvisionTime", now)
-                if inc.atomic:
-                    self._delete_unregistered(group, snapshot)
+                # Instances Azure left Failed are deleted by id (CA's removal of long-unregistered nodes); a resize
+                # down would scale in the newest instances, Ready ones with pods among them.
+                if self._delete_failed(group):
                     continue
                 keep = registered.get(inc.group_id, 0)
                 try:
@@ -488,18 +488,18 @@ class ClusterAutoscaler:
         self._last_scale_up = now
         return op.token
 
-    def _delete_unregistered(self, group: NodeGroup, snapshot: ClusterSnapshot) -> None:
-        """DeleteNodes for the group's instances with no Ready node (left Failed, or still creating)."""
-        ready = {ref.instance_id for node in snapshot.nodes if node.ready
-                 and (ref := parse_provider_id(node.provider_id)) is not None and ref.group_id == group.id}
+    def _delete_failed(self, group: NodeGroup) -> bool:
+        """DeleteNodes for the group's instances in provisioning state Failed; False when it has none."""
         try:
-            missing = [i.instance_id for i in self._compute.list_instances(group)
-                       if i.instance_id not in ready and i.provisioning_state != "Deleting"]
-            if missing:
-                self._compute.begin_delete_instances(group, missing)
-                self._set_target(group.id, max(0, self._groups[group.id].capacity - len(missing)))
+            failed = [i.instance_id for i in self._compute.list_instances(group) if i.provisioning_state == "Failed"]
+            if not failed:
+                return False
+            self._compute.begin_delete_instances(group, failed)
         except ComputeError as exc:
-            log.info("ca: deleting unregistered instances of %s failed: %s", group.id, exc)
+            log.info("ca: deleting the failed instances of %s failed: %s", group.id, exc)
+            return False  # given up by the resize instead
+        self._set_target(group.id, max(0, self._groups[group.id].capacity - len(failed)))
+        return True
 
     # -- scale-down -------------------------------------------------------------------------
 
