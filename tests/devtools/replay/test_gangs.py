@@ -173,3 +173,15 @@ def test_the_bench_report_prints_the_gang_section_with_its_targets() -> None:
     assert "**MISSED**: gang p95 wait" in text and "met: 0 GPU-hours held by partial gangs" in text
     unavailable = markdown_table({"gangs": {**section, "results": {"ours": {"error": "not played"}}, "targets": []}})
     assert "could not run: not played" in unavailable
+
+
+def test_ca_provisions_an_atomic_request_on_the_put_and_holds_a_partial_gang_until_the_failed_instance_goes() -> None:
+    # One gang of two 4-GPU nodes' workers; Azure leaves one of the two new instances Failed.
+    workload = GangWorkload((_job("gang-000", 30.0, 600.0, 8),), "one gang")
+    config = gangs.GangConfig(pools=(gangs.GANG_POOLS[1],), allocation_failures=1, quota_share=10.0)
+    result = gangs.run_gangs("ca", workload, config)
+    assert result["gangs_never_complete"] == 0 and result["pods_killed"] == 0
+    assert result["partial_gang_gpu_hours"] > 0  # the node that came held its GPUs while the other never did
+    # CA deletes the Failed instance only at --max-node-provision-time: the gang waits at least that long.
+    assert result["gang_wait_s"]["max"] >= 15 * 60
+    assert result["requests_failed"] == 0  # CA never writes Failed for an atomic request it asked for
