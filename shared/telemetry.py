@@ -129,6 +129,9 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
                "Offerings (VM size, family or all spot, per zone and priority) marked unavailable now, by failure kind."),
     MetricSpec(_OURS + "quota_capped_groups", "gauge", (), "{group}",
                "Node groups whose increase a Compute quota capped in the last pending poll."),
+    MetricSpec(_OURS + "provisioning_requests", "gauge", ("state",), "{request}",
+               "ProvisioningRequests of ours by state as the last pending poll left them: pending, in-progress "
+               "(atomic scale-up asked for), provisioned (booked), failed, expired, revoked."),
     MetricSpec(_OURS + "spot_evictions_total", "counter", ("node_group", "how"), "{node}",
                "Spot nodes lost to Azure evictions, by how we learnt it: notice (Preempt via Event Grid), signal "
                "(an in-cluster agent's taint or condition), deleted or deallocated (seen from the scale set)."),
@@ -525,6 +528,20 @@ def record_offerings(marks_by_kind: Mapping[str, int], *, quota_capped: int) -> 
     _offering_kinds_reported.clear()
     _offering_kinds_reported.update(marks_by_kind)
     _set(_OURS + "quota_capped_groups", quota_capped)
+
+
+_request_states_reported: set[str] = set()
+
+
+@_never_raises
+def record_provisioning_requests(by_state: Mapping[str, int]) -> None:
+    """One pending poll's ProvisioningRequests by state (states gone report 0)."""
+    for state in _request_states_reported - set(by_state):
+        _set(_OURS + "provisioning_requests", 0, state=state)
+    for state, count in by_state.items():
+        _set(_OURS + "provisioning_requests", count, state=state)
+    _request_states_reported.clear()
+    _request_states_reported.update(by_state)
 
 
 def spot_eviction(node: str, *, group: str, how: str, pods: int, batch_pods: int, lost_seconds: float,

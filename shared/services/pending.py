@@ -31,6 +31,7 @@ from shared.engine.scale_up import (
 from shared.engine.load import LoadIncrease
 from shared.engine.scheduled_capacity import ActiveWindow, ScheduledIncrease
 from shared.engine.offerings import FailedAllocation, describe
+from shared.engine.provisioning import restore_targets
 from shared.engine.placement import PlacementState
 from shared.engine.spot import Eviction, keep_off_spot
 from shared.engine.virtual_nodes import VirtualNodePlan, plan_virtual_nodes, planning_snapshot, status_of
@@ -38,7 +39,7 @@ from shared.options import scale_up_options, virtual_node_options
 from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.events import scale_up_events
-from shared.services import allocation, demand, offerings, spot, virtual_nodes
+from shared.services import allocation, demand, offerings, provisioning, spot, virtual_nodes
 from shared.services.buffers import read_buffers, real_pod_events, status_lines, statuses, write_statuses
 from shared.services.group_rows import leave_out, read_group_states
 from shared.services.load import plan_load_increases
@@ -67,6 +68,8 @@ class PendingPollResult:
     windows: Mapping[str, ActiveWindow] = field(default_factory=dict)  # SCHEDULED_CAPACITY windows active, by group
     buffers: Mapping[str, BufferStatus] = field(default_factory=dict)  # CapacityBuffers' statuses, by namespace/name
     forecasts: Mapping[str, Forecast] = field(default_factory=dict)  # each group's demand forecast for the next hour
+    # ProvisioningRequests as this poll leaves them, by namespace/name (services.provisioning.status_lines).
+    provisioning_requests: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
 def priority_rules(ports: Ports, settings: Settings) -> Priorities:
@@ -138,12 +141,17 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
     # Pods on virtual nodes that are demand for VMs are planned with the pending pods, after them.
     virtual = virtual_nodes.plan_for(ports, settings, snapshot, now=now)
+    # ProvisioningRequests come before every real pod: booked room and in-flight nodes are theirs, new atomic
+    # scale-ups are decided (and their quota counted), and pods consuming a live request are not planned.
+    requests = provisioning.read_requests(ports, settings, snapshot, now=now)
+    decided = provisioning.plan_requests(ports, settings, virtual.snapshot, requests, options=options, now=now)
+    options = replace(options, quota=decided.quota)
     # CapacityBuffers' placeholder pods are planned after every pod that really waits, so they never take its room.
     buffers = read_buffers(ports, now=now)
     options = replace(options, after=virtual.after | buffers.keys)
-    planning = buffers.with_placeholders(virtual.snapshot)
+    planning = buffers.with_placeholders(decided.snapshot)
     simulation = simulate_scale_up(planning, options=options)
-    plan = simulation.plan
+    plan = restore_targets(simulation.plan, decided.held)  # nodes held for requests are still the groups'
     load = plan_load_increases(ports, settings, snapshot, states, unavailable=unavailable, now=now)
     scheduled = plan_scheduled_increases(settings, snapshot, windows, unavailable=unavailable)
     plan = _with_increases(plan, (*load.increases, *scheduled))
@@ -198,6 +206,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     for node, pods in plan.reclaimed.items():
         _request_reclaim(ports, states, node, pods, now=now)
     enqueued += virtual_nodes.act(ports, settings, virtual, simulation, now=now)
+    enqueued += provisioning.act(ports, settings, snapshot, requests, decided, limits.quota, now=now)
     for pod, reason in plan.unplaceable.items():
         log.info("pod %s fits no node group: %s", pod, reason)
     for event in real_pod_events(scale_up_events(planning, plan, now=now), plan, now=now):
@@ -207,7 +216,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     result = PendingPollResult(pending=len(pending_pods(snapshot)), plan=plan, enqueued=tuple(enqueued),
                                observed=observed, virtual=virtual.plan, evictions=tuple(evictions), limits=limits,
                                failed_allocations=tuple(failed), windows=windows, buffers=buffer_statuses,
-                               forecasts=forecasts)
+                               forecasts=forecasts, provisioning_requests=decided.lines)
     telemetry.record_offerings(Counter(mark.kind for mark in limits.marks), quota_capped=len(plan.quota_capped))
     telemetry.record_pending_poll(observed, states, unavailable, pending=result.pending, now=now,
                                   provision_time=settings.max_node_provision_time)
@@ -218,6 +227,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         virtual_nodes=status_of(virtual.plan, virtual.options) if virtual.plan.nodes else None,
         unavailable_offerings=tuple(describe(m) for m in limits.marks),
         spot_evictions={e.node: e.how for e in evictions}, capacity_buffers=status_lines(buffer_statuses),
+        provisioning_requests=decided.lines,
     ), now=now)
     return result
 

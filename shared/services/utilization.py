@@ -24,7 +24,7 @@ from shared.engine import reasons
 from shared.engine.backoff import backoff_reason
 from shared.engine.scale_down import Removal, ScaleDownPlan, plan_scale_down
 from shared.engine.scale_up import initial_state, pending_pods
-from shared.options import scale_down_options
+from shared.options import scale_down_options, scale_up_options
 from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.buffers import keep_room
@@ -34,6 +34,7 @@ from shared.services.scheduled_capacity import with_windows
 from shared.services.standby import standby_targets, with_standby_room
 from shared.services.standby_pools import adjust_standby_pools, list_pools, pooled_ids
 from shared.services.plan_lease import plan_lease
+from shared.services.provisioning import hold_room
 from shared.services.protection import apply_scale_in_protection
 from shared.services.rounds import request_round
 from shared.services.pending import pending_placements
@@ -99,8 +100,10 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     snapshot, _ = with_windows(settings, snapshot, now=now)  # scale-down keeps an active window's minimum
     targets = standby_targets(ports, settings, snapshot.groups, states=group_states, now=now)
     adjust_standby_pools(ports, settings, snapshot.groups, targets, pools=pools)
-    # CapacityBuffers' room is kept: their placeholders hold the nodes they fit and are load there (services.buffers).
-    planned, placements = keep_room(ports, snapshot, lambda held, after: pending_placements(
+    # ProvisioningRequests' booked room is load first (services.provisioning), then CapacityBuffers' room is kept:
+    # their placeholders hold the nodes they fit and are load there (services.buffers).
+    booked = hold_room(ports, settings, snapshot, options=scale_up_options(settings, now=now), now=now)
+    planned, placements = keep_room(ports, booked, lambda held, after: pending_placements(
         held, group_states, settings, now=now, after=after), now=now)
     state = initial_state(planned)  # one placement state for the scale-up simulation and the plan
     plan = plan_scale_down(
@@ -111,7 +114,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         group_states={**group_states, **{gid: removals_seen(observed, gid) for gid in unreadable}},
         measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
         pending_placements=(placements if placements is not None
-                            else pending_placements(snapshot, group_states, settings, now=now, state=state)),
+                            else pending_placements(planned, group_states, settings, now=now, state=state)),
         simulated_at=_rotation(ports.state), state=state,
     )
     if plan.simulated_at:

@@ -31,6 +31,7 @@ from shared.services.plan import plan_now, render_text
 from shared.services.utilization import run_utilization_poll
 from tests.builders import T0, group, node, pod, snapshot
 from tests.memory_app import MemoryApp, memory_app
+from tests.shared.services.telemetry_capture import Telemetry, telemetry  # noqa: F401  (the fixture)
 
 WORKER_CPU = "3"  # one per D4 (3860m allocatable, 150m of DaemonSets), never two
 
@@ -212,3 +213,14 @@ def test_nodes_on_their_way_for_an_in_flight_request_are_its_own_and_targets_sta
     assert decided.held == {"rg/pool": 2}
     plan = engine.restore_targets(plan_scale_up(decided.snapshot, options=options), decided.held)
     assert [(i.current_target, i.new_target, i.pods) for i in plan.increases] == [(3, 4, ("default/waiting",))]
+
+
+def test_the_gauge_counts_requests_by_state(telemetry: Telemetry) -> None:  # noqa: F811
+    app = _app(klass=ATOMIC_SCALE_UP_CLASS, count=4, initial=0, max_size=3)
+    _poll(app)
+    assert telemetry.last("vmss_autoscaler_provisioning_requests", state="failed") == 1
+    store.create_provisioning_request(app.world, "default", {"metadata": {"name": "probe"}, "spec": {
+        "provisioningClassName": CHECK_CAPACITY_CLASS, "podSets": [{"podTemplateRef": {"name": "worker"}, "count": 1}]}})
+    _poll(app)
+    assert telemetry.last("vmss_autoscaler_provisioning_requests", state="pending") == 1
+    assert telemetry.last("vmss_autoscaler_provisioning_requests", state="failed") == 1
