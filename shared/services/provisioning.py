@@ -90,7 +90,7 @@ def read_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *
     ours = sorted((r for r in listed if engine.is_ours(r)),
                   key=lambda r: (r.created_at or now, r.key))
     templates: dict[tuple[str, str], BufferTemplate | None] = {}
-    resolved = tuple(_resolve(ports, request, templates) for request in ours)
+    resolved = tuple(one for one in (_resolve(ports, request, templates) for request in ours) if one is not None)
     consumed = engine.consumers(snapshot.pods)
     phases = {one.request.key: engine.phase(one, now=now, booking=settings.provisioning_request_booking,
                                             asked=_asked(ports, settings, one.request, now=now))
@@ -99,7 +99,9 @@ def read_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *
 
 
 def _resolve(ports: Ports, request: ProvisioningRequest,
-             cache: dict[tuple[str, str], BufferTemplate | None]) -> ResolvedRequest:
+             cache: dict[tuple[str, str], BufferTemplate | None]) -> ResolvedRequest | None:
+    """The request with its pods; None when a PodTemplate could not be read for now (an API server 5xx, 429 or
+    timeout): the request sits this poll out rather than fail for the API server's trouble."""
     if request.problem:
         return engine.resolve(request, {})
     found: dict[str, BufferTemplate | None] = {}
@@ -109,7 +111,12 @@ def _resolve(ports: Ports, request: ProvisioningRequest,
             if key not in cache:
                 cache[key] = ports.cluster.get_pod_template(request.namespace, pod_set.pod_template)
             found[pod_set.pod_template] = cache[key]
-    except (ClusterError, ValueError) as exc:
+    except ClusterError as exc:
+        if exc.transient:
+            log.warning("provisioning request %s: PodTemplate not read (%s); left alone this poll", request.key, exc)
+            return None
+        return engine.resolve(replace(request, problem=f"PodTemplate not read: {exc}"), {})
+    except ValueError as exc:
         return engine.resolve(replace(request, problem=f"PodTemplate not read: {exc}"), {})
     return engine.resolve(request, found)
 

@@ -26,6 +26,7 @@ from shared.engine.provisioning_conditions import BOOKING_EXPIRED_REASON
 from shared.engine.scale_up import ScaleUpOptions, plan_scale_up
 from shared.services.provisioning import Requests, plan_requests
 from shared import yaml_text
+from shared.ports import ClusterError
 from shared.services.pending import run_pending_poll
 from shared.services.plan import plan_now, render_text
 from shared.services.utilization import run_utilization_poll
@@ -224,3 +225,18 @@ def test_the_gauge_counts_requests_by_state(telemetry: Telemetry) -> None:  # no
     _poll(app)
     assert telemetry.last("vmss_autoscaler_provisioning_requests", state="pending") == 1
     assert telemetry.last("vmss_autoscaler_provisioning_requests", state="failed") == 1
+
+
+@pytest.mark.parametrize(("transient", "failed"), [(True, False), (False, True)])
+def test_a_template_read_that_fails_for_now_leaves_the_request_alone_and_one_that_cannot_fails_it(
+        monkeypatch: pytest.MonkeyPatch, transient: bool, failed: bool) -> None:
+    app = _app(klass=CHECK_CAPACITY_CLASS, count=1)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise ClusterError("GET podtemplates default/worker: 503" if transient else "forbidden", transient=transient)
+
+    monkeypatch.setattr(app.ports.cluster, "get_pod_template", refuse)
+    _poll(app)
+    assert ("Failed" in _conditions(app)) is failed and "Provisioned" not in _conditions(app)
+    if failed:
+        assert _conditions(app)["Failed"] == ("True", "InvalidRequest")
