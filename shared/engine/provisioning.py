@@ -229,17 +229,19 @@ def bind(snapshot: ClusterSnapshot, pods: Sequence[Pod], where: Mapping[str, str
 
 def hold_nodes(snapshot: ClusterSnapshot, held: Mapping[str, int]) -> ClusterSnapshot:
     """The snapshot with `held` nodes per group taken out of both its size and its max: nodes on their way (or
-    asked for) for a request, which no other pod may be planned onto, while the group's room to grow is kept."""
+    asked for) for a request, which no other pod may be planned onto, while the group's room to grow is kept.
+    Held nodes are part of the group's size: more than it has is an error."""
     if not held:
         return snapshot
     groups = []
     for group in snapshot.groups:
-        n = min(held.get(group.id, 0), group.capacity)
-        take_max = held.get(group.id, 0)
-        if take_max <= 0:
+        n = held.get(group.id, 0)
+        if n <= 0:
             groups.append(group)
             continue
-        max_size = max(group.max_size - take_max, 0)
+        if n > group.capacity:
+            raise ValueError(f"group {group.id}: {n} node(s) held for requests, but its size is {group.capacity}")
+        max_size = max(group.max_size - n, 0)
         groups.append(replace(group, capacity=group.capacity - n, max_size=max_size,
                               min_size=min(group.min_size, max_size)))
     return replace(snapshot, groups=tuple(groups))

@@ -25,7 +25,7 @@ from shared.actions import AtomicScaleUp, new_atomic_scale_up
 from shared.domain import BufferTemplate, ClusterSnapshot, Condition, Pod, ProvisioningRequest, consumed_request
 from shared.engine import provisioning as engine
 from shared.engine.provisioning import ResolvedRequest
-from shared.engine.provisioning_conditions import conditions_changed
+from shared.engine.provisioning_conditions import conditions_changed, is_final
 from shared.engine.quota import Quota
 from shared.engine.scale_up import ScaleUpOptions
 from shared.ports import ClusterError, ClusterEvent, Ports
@@ -124,8 +124,9 @@ def _resolve(ports: Ports, request: ProvisioningRequest,
 def _asked(ports: Ports, settings: Settings, request: ProvisioningRequest, *, now: datetime) -> bool:
     """Whether the request's atomic scale-up was asked for: a ledger entry under its id (in flight or done), or
     our ScaleUpInProgress written within the action's lifetime (the message may not be claimed yet)."""
-    if request.class_name != engine.ATOMIC_SCALE_UP_CLASS or engine.provisioned_since(request) is not None:
-        return False
+    if (request.class_name != engine.ATOMIC_SCALE_UP_CLASS or engine.provisioned_since(request) is not None
+            or is_final(request)):
+        return False  # nothing to ask: no ledger read (failed requests stay listed until their owner deletes them)
     since = engine.in_progress_since(request)
     if since is not None and now < since + settings.action_ttl:
         return True

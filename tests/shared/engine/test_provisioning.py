@@ -30,7 +30,7 @@ from shared.engine.provisioning_conditions import (
     SCALE_UP_IN_PROGRESS,
 )
 from shared.engine.quota import REGIONAL, Quota
-from shared.engine.scale_up import ScaleUpOptions
+from shared.engine.scale_up import ScaleUpOptions, plan_scale_up
 from tests.builders import T0, group, node, pod, res, snapshot, template
 
 BOOKING = timedelta(minutes=10)
@@ -131,6 +131,8 @@ def test_hold_nodes_takes_them_from_size_and_max_alike() -> None:
     held = engine.hold_nodes(replace(world, groups=(replace(g, capacity=5),)), {g.id: 3}).groups[0]
     assert held.capacity == 2 and held.max_size == 3
     assert held.max_size - held.running_target == 6 - 5
+    with pytest.raises(ValueError, match="rg/gpu"):
+        engine.hold_nodes(world, {g.id: 3})
 
 
 @pytest.mark.parametrize("count", [1, 3, 4])
@@ -210,3 +212,16 @@ def test_booking_expired_keeps_provisioned_and_is_final() -> None:
     assert after.condition(BOOKING_EXPIRED).reason == BOOKING_EXPIRED_REASON  # type: ignore[union-attr]
     assert engine.phase(resolved(after), now=T0, booking=BOOKING, asked=False) == engine.FINAL
     assert engine.state_of(after) == "expired"
+
+
+@pytest.mark.parametrize("held", [{}, {"rg/gpu": 2}, {"rg/other": 3}])
+def test_restored_targets_are_the_real_groups_and_the_increase_unchanged(held: dict[str, int]) -> None:
+    one = gpu_world(nodes=1)
+    world = replace(one, groups=(replace(one.groups[0], capacity=3),))  # two nodes on their way
+    pending = replace(engine.hold_nodes(world, held), pods=tuple(
+        pod(f"w{i}", requests=WORKER.pod.requests, pending=True) for i in range(2)))
+    made = plan_scale_up(pending, options=ScaleUpOptions())
+    restored = engine.restore_targets(made, held)
+    real = {g.id: g.running_target for g in world.groups}
+    for before, after in zip(made.increases, restored.increases, strict=True):
+        assert after.delta == before.delta and after.current_target == real[after.group_id]
