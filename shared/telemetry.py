@@ -132,6 +132,9 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
     MetricSpec(_OURS + "provisioning_requests", "gauge", ("state",), "{request}",
                "ProvisioningRequests of ours by state as the last pending poll left them: pending, in-progress "
                "(atomic scale-up asked for), provisioned (booked), failed, expired, revoked."),
+    MetricSpec(_OURS + "gpu_not_ready_nodes", "gauge", (), "{node}",
+               "GPU nodes Ready longer than MAX_NODE_PROVISION_TIME since creation without allocatable GPUs, as of "
+               "the last utilisation poll (GPU_READINESS): removed as unready nodes."),
     MetricSpec(_OURS + "spot_evictions_total", "counter", ("node_group", "how"), "{node}",
                "Spot nodes lost to Azure evictions, by how we learnt it: notice (Preempt via Event Grid), signal "
                "(an in-cluster agent's taint or condition), deleted or deallocated (seen from the scale set)."),
@@ -528,6 +531,12 @@ def record_offerings(marks_by_kind: Mapping[str, int], *, quota_capped: int) -> 
     _offering_kinds_reported.clear()
     _offering_kinds_reported.update(marks_by_kind)
     _set(_OURS + "quota_capped_groups", quota_capped)
+
+
+@_never_raises
+def record_gpu_not_ready(nodes: int) -> None:
+    """GPU nodes whose GPUs are overdue (services.gpu_readiness), per utilisation poll."""
+    _set(_OURS + "gpu_not_ready_nodes", nodes)
 
 
 _request_states_reported: set[str] = set()

@@ -41,6 +41,7 @@ from shared.ports import Ports
 from shared.services.events import scale_up_events
 from shared.services import allocation, demand, offerings, provisioning, spot, virtual_nodes
 from shared.services.buffers import read_buffers, real_pod_events, status_lines, statuses, write_statuses
+from shared.services.gpu_readiness import boot_holds as gpu_boot_holds
 from shared.services.group_rows import leave_out, read_group_states
 from shared.services.load import plan_load_increases
 from shared.services.scheduled_capacity import plan_scheduled_increases, with_windows
@@ -103,7 +104,8 @@ def run_pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pend
 
 
 def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> PendingPollResult:
-    snapshot = observe_or_skip(ports, now=now, node_mapping=settings.node_mapping)
+    snapshot = observe_or_skip(ports, now=now, node_mapping=settings.node_mapping,
+                               gpu_readiness=settings.gpu_readiness)
     if snapshot is None:
         return PendingPollResult(pending=0, plan=ScaleUpPlan(), enqueued=())
     states, unreadable = read_group_states(ports, snapshot.groups)
@@ -327,12 +329,15 @@ def _measure_boots(ports: Ports, snapshot: ClusterSnapshot, states: dict[str, Gr
         if ref is not None and node.ready:
             ready.setdefault(ref.group_id, {})[ref.instance_id] = node.created_at
     give_up = settings.max_node_provision_time
+    holds = gpu_boot_holds(settings, snapshot, now=now)  # GPU groups: measured to when their nodes became usable
 
     def measured(state: GroupState) -> GroupState:
         nodes = ready.get(state.group_id, {})
         # A started instance's fresh node is a start, not a boot: left out of the boots.
         starting = starting_instances(state)
-        booted = measure_boots(state, [at for i, at in nodes.items() if i not in starting], now=now, give_up=give_up)
+        hold = holds.get(state.group_id)
+        booted = measure_boots(state, [at for i, at in nodes.items() if i not in starting], now=now, give_up=give_up,
+                               not_yet=hold.not_yet if hold else (), usable_at=hold.usable_at if hold else None)
         return measure_starts(booted, nodes, now=now, give_up=give_up)
 
     for group in snapshot.groups:

@@ -28,6 +28,7 @@ from shared.options import scale_down_options, scale_up_options
 from shared.gc_pause import gc_paused
 from shared.ports import Ports
 from shared.services.buffers import keep_room
+from shared.services.gpu_readiness import report_overdue as report_gpu_not_ready
 from shared.services.group_rows import leave_out, nodes_of, read_group_states, removals_seen
 from shared.services.observe import measured_cpu, observe_or_skip, running_sizes
 from shared.services.scheduled_capacity import with_windows
@@ -77,7 +78,8 @@ def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> 
 def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
     if not settings.scale_down_enabled:
         return UtilizationPollResult(ScaleDownPlan(), ())
-    snapshot = observe_or_skip(ports, now=now, with_budgets=True, node_mapping=settings.node_mapping)
+    snapshot = observe_or_skip(ports, now=now, with_budgets=True, node_mapping=settings.node_mapping,
+                               gpu_readiness=settings.gpu_readiness)
     if snapshot is None:
         return UtilizationPollResult(ScaleDownPlan(), ())
     observed = snapshot
@@ -173,6 +175,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     enqueued += plan_refills(ports, settings, snapshot, group_states, unneeded=plan.unneeded, now=now,
                              pooled=pooled, targets=targets)
     telemetry.record_utilization_poll(len(plan.unneeded), group_states, now=now)
+    report_gpu_not_ready(ports, settings, snapshot, now=now)  # GPU nodes whose device plugin never reported
     waiting = waiting_for_slots(snapshot, plan)
     throttled = any(reason.code == reasons.ARM_THROTTLED for reason in plan.kept.values())
     if (waiting or throttled) and not settings.dry_run:

@@ -60,6 +60,7 @@ CONTRACT = {
     "vmss_autoscaler_unavailable_offerings": ("gauge", ("kind",)),
     "vmss_autoscaler_quota_capped_groups": ("gauge", ()),
     "vmss_autoscaler_provisioning_requests": ("gauge", ("state",)),
+    "vmss_autoscaler_gpu_not_ready_nodes": ("gauge", ()),
     "vmss_autoscaler_spot_evictions_total": ("counter", ("node_group", "how")),
     "vmss_autoscaler_spot_evicted_pods_total": ("counter", ("batch",)),
     "vmss_autoscaler_spot_lost_work_seconds_total": ("counter", ()),
