@@ -339,7 +339,8 @@ def plan_atomic(snapshot: ClusterSnapshot, resolved: ResolvedRequest, *, options
     lifted_snapshot = replace(snapshot, groups=tuple(_lifted(g, len(pods)) for g in snapshot.groups))
     lifted_options = replace(options, quota=None, limits=ClusterLimits(), max_nodes_per_scale_up=max(len(pods), 1),
                              unavailable={})
-    limited: list[str] = []
+    limited: list[str] = []  # no capacity freed would let the group hold the set: its max, its quota's limit
+    busy: list[str] = []  # it could, once nodes in use (of any group in the same quotas) go
     blocked: list[str] = []
     for group in groups:
         lifted = _simulate(lifted_snapshot, pods, replace(lifted_options, unavailable={
@@ -351,17 +352,42 @@ def plan_atomic(snapshot: ClusterSnapshot, resolved: ResolvedRequest, *, options
             continue
         bound = _simulate(snapshot, pods, replace(options, unavailable=alone([group.id])))
         held = len(bound.absorbed) + sum(len(i.pods) for i in bound.increases)
-        limited.append(f"{group.id}: {_why(bound, group.id)} ({held} of {len(pods)} pod(s) fit)")
+        why = f"{group.id}: {_why(bound, group.id)} ({held} of {len(pods)} pod(s) fit)"
+        (busy if _could_ever_hold(snapshot, group, pods, options) else limited).append(why)
     total = f"{len(pods)} pod(s)"
+    if busy:
+        # The limits could hold the set once capacity in use is freed: wait, as cluster-autoscaler does
+        # (Provisioned=False is no failure to Kueue, which would otherwise retry and give the job up).
+        return AtomicPlan(reason=CAPACITY_IS_NOT_FOUND,
+                          message=f"the {total} do not fit what the limits leave now; tried again: " + "; ".join(busy))
     if limited:
         what = "no node group can hold" if not multi else "the node groups together cannot hold"
         return AtomicPlan(refused=True, reason=QUOTA_EXCEEDED,
-                          message=f"{what} all {total}; nothing was asked for: " + "; ".join(limited))
+                          message=f"{what} all {total}, even with none of their capacity in use; nothing was asked "
+                                  "for: " + "; ".join(limited))
     if blocked:
         return AtomicPlan(reason=CAPACITY_IS_NOT_FOUND,
                           message=f"only unavailable groups can hold the {total}; tried again: " + "; ".join(blocked))
     return AtomicPlan(refused=True, reason=CAPACITY_IS_NOT_FOUND,
                       message=f"no node group's nodes can hold the {total} (their shape)")
+
+
+def _could_ever_hold(snapshot: ClusterSnapshot, group: NodeGroup, pods: Sequence[Pod],
+                     options: ScaleUpOptions) -> bool:
+    """Whether `group`, empty in an empty cluster, could hold every pod within its max, MAX_NODES_PER_SCALE_UP,
+    the cluster-wide limits and its quotas' limits (what is left now plus what the snapshot's groups use of them):
+    then the limit binds only through capacity in use, which scale-down or finished work gives back."""
+    quota = options.quota
+    if quota is not None:
+        in_use: dict[tuple[str, str], int] = {}
+        for g in snapshot.groups:
+            for name in quota.pools(g):
+                key = (g.location.strip().lower(), name)
+                in_use[key] = in_use.get(key, 0) + g.capacity * quota.vcpus(g)
+        quota = replace(quota, remaining={k: v + in_use.get(k, 0) for k, v in quota.remaining.items()})
+    empty = replace(group, capacity=0, stopped=0, written_off=0, instances=())
+    alone = replace(snapshot, nodes=(), pods=(), groups=(empty,))
+    return _complete(_simulate(alone, pods, replace(options, quota=quota, unavailable={})), pods)
 
 
 def _chosen(plan: ScaleUpPlan) -> AtomicPlan:

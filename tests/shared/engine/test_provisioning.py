@@ -157,6 +157,26 @@ def test_a_limit_that_holds_only_part_refuses_it_whole_and_is_named(max_size: in
     assert what in plan.message and "3 of 4" in plan.message
 
 
+@pytest.mark.parametrize(("max_size", "quota_nodes", "cores_max", "what"), [
+    (4, None, 0, "max size"),
+    (10, 2, 0, "quota"),  # 2 nodes' vCPUs left, 2 more in use by the group's busy nodes
+    (10, None, 128, "cores"),
+])
+def test_a_limit_that_binds_only_through_busy_nodes_waits_instead_of_failing(max_size: int, quota_nodes: int | None,
+                                                                              cores_max: int, what: str) -> None:
+    # Two nodes of the group run work; the limits could hold the whole set once they are free: Provisioned=False
+    # and tried again (Kueue retries a Failed request a few times, then gives the job up).
+    world = gpu_world(max_size=max_size, nodes=2)
+    world = replace(world, pods=tuple(pod(f"busy-{i}", node_name=f"gpu-{i}", requests=res(8, 32, gpu=4))
+                                      for i in range(2)))
+    quota = None if quota_nodes is None else Quota(
+        remaining={("westeurope", REGIONAL): 24 * quota_nodes}, sizes={"standard_nc24ads_a100_v4": ("", 24)})
+    limits = ClusterLimits(cores_total=(0, cores_max)) if cores_max else ClusterLimits()
+    plan = engine.plan_atomic(world, resolved(request(count=4)), options=ScaleUpOptions(quota=quota, limits=limits))
+    assert plan.waiting and not plan.refused and not plan.parts, (what, plan)
+    assert plan.reason == CAPACITY_IS_NOT_FOUND and "2 of 4" in plan.message
+
+
 def test_a_shape_no_group_has_is_capacity_not_found() -> None:
     cpu_only = group("cpu", target=0)
     world = snapshot(groups=[cpu_only])
