@@ -439,7 +439,9 @@ class ClusterAutoscaler:
         gpu = [p.created_at for p in pending if any(name == NVIDIA_GPU for name, _ in p.requests.extended)]
         if now - min(p.created_at for p in pending) < NEW_POD_BUFFER or (gpu and now - min(gpu) < NEW_GPU_POD_BUFFER):
             return False, True
-        options = replace(scale_up_options(self._settings, now=now), unavailable=self.unavailable_groups(now))
+        # gangs=False: cluster-autoscaler plans each pod on its own (it knows gangs only through ProvisioningRequests).
+        options = replace(scale_up_options(self._settings, now=now), unavailable=self.unavailable_groups(now),
+                          gangs=False)
         simulation = simulate_scale_up(snapshot, options=options)
         chosen = expander_choice(simulation)
         if chosen is None:

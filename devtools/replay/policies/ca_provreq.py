@@ -123,7 +123,7 @@ class CaProvisioningRequests:
         view = replace(snapshot, pods=(*bound, *booked, *pods))
         options = scale_up_options(ca.settings, now=now)
         unavailable = {g.id: "not grown" for g in snapshot.groups} if not grow else ca.unavailable_groups(now)
-        return simulate_scale_up(view, options=replace(options, unavailable=unavailable))
+        return simulate_scale_up(view, options=replace(options, unavailable=unavailable, gangs=False))
 
     def _check_capacity(self, ca: ClusterAutoscaler, request: ProvisioningRequest, snapshot: ClusterSnapshot,
                         booked: list[Pod], pods: list[Pod], now: datetime) -> None:
