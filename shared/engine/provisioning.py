@@ -375,8 +375,9 @@ def plan_atomic(snapshot: ClusterSnapshot, resolved: ResolvedRequest, *, options
 def _could_ever_hold(snapshot: ClusterSnapshot, group: NodeGroup, pods: Sequence[Pod],
                      options: ScaleUpOptions) -> bool:
     """Whether `group`, empty in an empty cluster, could hold every pod within its max, MAX_NODES_PER_SCALE_UP,
-    the cluster-wide limits and its quotas' limits (what is left now plus what the snapshot's groups use of them):
-    then the limit binds only through capacity in use, which scale-down or finished work gives back."""
+    the cluster-wide limits and its quotas' limits (a quota whose limit the view lacks: what is left now plus what
+    the snapshot's groups use of it): then the limit binds only through capacity in use, which scale-down or
+    finished work gives back."""
     quota = options.quota
     if quota is not None:
         in_use: dict[tuple[str, str], int] = {}
@@ -384,7 +385,8 @@ def _could_ever_hold(snapshot: ClusterSnapshot, group: NodeGroup, pods: Sequence
             for name in quota.pools(g):
                 key = (g.location.strip().lower(), name)
                 in_use[key] = in_use.get(key, 0) + g.capacity * quota.vcpus(g)
-        quota = replace(quota, remaining={k: v + in_use.get(k, 0) for k, v in quota.remaining.items()})
+        quota = replace(quota, remaining={k: quota.limits.get(k, v + in_use.get(k, 0))
+                                          for k, v in quota.remaining.items()})
     empty = replace(group, capacity=0, stopped=0, written_off=0, instances=())
     alone = replace(snapshot, nodes=(), pods=(), groups=(empty,))
     return _complete(_simulate(alone, pods, replace(options, quota=quota, unavailable={})), pods)

@@ -31,6 +31,8 @@ class Quota:
     remaining: Mapping[tuple[str, str], int] = field(default_factory=dict)
     sizes: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     names: Mapping[str, str] = field(default_factory=dict)  # lower-cased quota name -> as ARM spells it
+    # Each quota's limit (same keys as `remaining`): what it could hold with nothing in use.
+    limits: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     def pools(self, group: NodeGroup) -> tuple[str, ...]:
         """The quota names the group's new nodes count against (those this view knows of)."""
@@ -86,7 +88,9 @@ def quota_view(usages: Mapping[str, Sequence[QuotaUsage]], sizes: Sequence[VmSiz
         for location, listed in usages.items() for usage in listed
     }
     names = {usage.name.strip().lower(): usage.name.strip() for listed in usages.values() for usage in listed}
-    return Quota(remaining, {size.name.lower(): (size.family.lower(), size.vcpus) for size in sizes}, names)
+    limits = {(location.strip().lower(), usage.name.strip().lower()): usage.limit
+              for location, listed in usages.items() for usage in listed}
+    return Quota(remaining, {size.name.lower(): (size.family.lower(), size.vcpus) for size in sizes}, names, limits)
 
 
 def capped_target(group: NodeGroup, target: int, quota: Quota | None) -> tuple[int, str | None]:

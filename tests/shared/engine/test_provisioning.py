@@ -177,6 +177,16 @@ def test_a_limit_that_binds_only_through_busy_nodes_waits_instead_of_failing(max
     assert plan.reason == CAPACITY_IS_NOT_FOUND and "2 of 4" in plan.message
 
 
+@pytest.mark.parametrize(("limit_nodes", "waits"), [(4, True), (10, True), (3, False)])
+def test_a_quota_limit_decides_between_waiting_and_failing(limit_nodes: int, waits: bool) -> None:
+    # 2 nodes' vCPUs left now (the rest used outside our groups): the quota's limit says whether it could ever fit.
+    key = ("westeurope", REGIONAL)
+    quota = Quota(remaining={key: 24 * 2}, sizes={"standard_nc24ads_a100_v4": ("", 24)}, limits={key: 24 * limit_nodes})
+    plan = engine.plan_atomic(gpu_world(), resolved(request(count=4)), options=ScaleUpOptions(quota=quota))
+    assert not plan.parts and plan.waiting == waits and plan.refused == (not waits)
+    assert plan.reason == (CAPACITY_IS_NOT_FOUND if waits else QUOTA_EXCEEDED) and "2 of 4" in plan.message
+
+
 def test_a_shape_no_group_has_is_capacity_not_found() -> None:
     cpu_only = group("cpu", target=0)
     world = snapshot(groups=[cpu_only])
