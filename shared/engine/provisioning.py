@@ -131,6 +131,17 @@ def consumers(pods: Iterable[Pod]) -> Counter[str]:
     return counts
 
 
+# status.provisioningClassDetails key (ours): the most consuming pods seen at once. Finished pods are not listed, so
+# without it a request whose pods ran and finished would look unconsumed again and hold its room until it expires.
+CONSUMED_DETAIL = "autoscaler.azure.com/consumed-pods"
+
+
+def recorded_consumers(request: ProvisioningRequest) -> int:
+    """The most consuming pods seen at once, as written in the request's details (0 when absent or unreadable)."""
+    text = request.details.get(CONSUMED_DETAIL, "")
+    return int(text) if text.isdigit() else 0
+
+
 def unconsumed(resolved: ResolvedRequest, consumed: int) -> tuple[Pod, ...]:
     """The placeholders still holding room: the request's pods less those real pods that consume it took."""
     return resolved.pods[max(consumed, 0):]

@@ -43,7 +43,9 @@ class Requests:
 
     resolved: tuple[ResolvedRequest, ...] = ()
     phases: Mapping[str, str] = field(default_factory=dict)  # namespace/name -> engine phase
-    consumed: Mapping[str, int] = field(default_factory=dict)  # namespace/name -> consuming pods alive
+    # namespace/name -> its pods consumed: the most consuming pods seen at once (alive now, or recorded in its details)
+    consumed: Mapping[str, int] = field(default_factory=dict)
+    seen: Mapping[str, int] = field(default_factory=dict)  # namespace/name -> consuming pods alive now
 
     @property
     def live(self) -> frozenset[str]:
@@ -69,6 +71,8 @@ class RequestPlan:
     # plan's targets are given them back (`engine.restore_targets`) before they are sent.
     held: Mapping[str, int] = field(default_factory=dict)
     lines: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # status ConfigMap / plan view
+    # provisioningClassDetails to write (only where more consuming pods were seen than recorded)
+    details: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 def read_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *, now: datetime) -> Requests:
@@ -95,7 +99,10 @@ def read_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *
     phases = {one.request.key: engine.phase(one, now=now, booking=settings.provisioning_request_booking,
                                             asked=_asked(ports, settings, one.request, now=now))
               for one in resolved}
-    return Requests(resolved, phases, {key: consumed[key] for key in phases if consumed[key]})
+    most = {one.request.key: max(consumed[one.request.key], engine.recorded_consumers(one.request))
+            for one in resolved}
+    return Requests(resolved, phases, {key: n for key, n in most.items() if n},
+                    {key: consumed[key] for key in phases if consumed[key]})
 
 
 def _resolve(ports: Ports, request: ProvisioningRequest,
@@ -213,7 +220,11 @@ def plan_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, r
         planning = replace(planning, groups=tuple(
             replace(g, max_size=max(g.max_size - asked_nodes.get(g.id, 0), 0)) for g in planning.groups))
     lines = status_lines(requests, conditions, now=now, booking=booking)
-    return RequestPlan(planning, conditions, tuple(actions), quota=quota, held=held, lines=lines)
+    details = {one.request.key: {**one.request.details, engine.CONSUMED_DETAIL: str(requests.seen[one.request.key])}
+               for one in requests.resolved
+               if requests.phases[one.request.key] != engine.FINAL
+               and requests.seen.get(one.request.key, 0) > engine.recorded_consumers(one.request)}
+    return RequestPlan(planning, conditions, tuple(actions), quota=quota, held=held, lines=lines, details=details)
 
 
 def act(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, requests: Requests, plan: RequestPlan,
@@ -234,7 +245,8 @@ def act(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, requests: R
     by_key = {one.request.key: one.request for one in requests.resolved}
     for key, new in plan.conditions.items():
         request = by_key[key]
-        if not conditions_changed(request.conditions, new):
+        details = plan.details.get(key)
+        if not conditions_changed(request.conditions, new) and details is None:
             continue
         changed = [c for c in new if not any(o.type == c.type and o.status == c.status and o.reason == c.reason
                                              for o in request.conditions)]
@@ -244,7 +256,8 @@ def act(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, requests: R
         if settings.dry_run:
             continue
         try:
-            ports.cluster.update_provisioning_request_status(request.namespace, request.name, conditions=new)
+            ports.cluster.update_provisioning_request_status(request.namespace, request.name, conditions=new,
+                                                             details=details)
         except ClusterError as exc:
             log.warning("provisioning request %s: status not written (%s); the next poll tries again", key, exc)
             continue

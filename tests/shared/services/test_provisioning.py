@@ -107,6 +107,26 @@ def test_check_capacity_that_fits_is_booked_kept_from_scale_down_and_released_wh
     assert len(down.plan.unneeded) == 2
 
 
+def test_a_booking_whose_pods_ran_and_finished_holds_no_room_again() -> None:
+    # Finished pods are not listed: the request's details remember how many consumed it.
+    app = _app(klass=CHECK_CAPACITY_CLASS, count=2)
+    _poll(app)
+    assert _conditions(app)["Provisioned"] == ("True", "CapacityIsFound")
+    consume = {CONSUME_PROVISIONING_REQUEST: "gang"}
+    for name in ("w-0", "w-1"):
+        _add_pod(app, name, annotations=consume)
+    _poll(app)
+    details = (_request(app).get("status") or {}).get("provisioningClassDetails") or {}
+    assert details.get(engine.CONSUMED_DETAIL) == "2"
+    for name in ("w-0", "w-1"):
+        app.world.k8s_delete("pods", "default", name)
+    _poll(app)
+    # Still within its booking, yet no placeholder holds the nodes: both are unneeded.
+    assert "BookingExpired" not in _conditions(app)
+    down = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert len(down.plan.unneeded) == 2
+
+
 @pytest.mark.parametrize("phase", [engine.BOOKED, engine.IN_FLIGHT])
 def test_an_ordinary_pending_pod_is_not_planned_onto_booked_room(phase: str) -> None:
     # The planner's view only: the scheduler does not know the booking (as with cluster-autoscaler).
