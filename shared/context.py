@@ -95,7 +95,7 @@ def connect(settings: Settings, env: Mapping[str, str], *, clock: Clock | None =
         events=EventRecorder(KubernetesEventSink(cluster.api_client)),
         usage=_usage_source(settings, credential),
         backlog=backlog,
-        quota=_quota_source(settings, credential),
+        quota=_quota_source(settings, credential, clock),
         standby_pools=_standby_pools(settings, credential),
     )
 
@@ -121,13 +121,16 @@ class _NoStorage:
         raise RuntimeError(f"no storage connected: {name} is not available here")
 
 
-def _quota_source(settings: Settings, credential: TokenCredential) -> QuotaSource | None:
-    """The Compute usages reader (QUOTA_AWARE); None when off."""
+def _quota_source(settings: Settings, credential: TokenCredential, clock: Clock | None) -> QuotaSource | None:
+    """The Compute usages reader (QUOTA_AWARE); None when off. Its cache ages in `clock`'s time when one is given
+    (the local runner's sandbox clock, which runs faster than the wall), else in monotonic wall time."""
     if not settings.quota_aware:
         return None
     from shared.adapters.compute_usages import ComputeUsages
 
-    return ComputeUsages.from_settings(settings, credential=credential)
+    if clock is None:
+        return ComputeUsages.from_settings(settings, credential=credential)
+    return ComputeUsages.from_settings(settings, credential=credential, monotonic=lambda: clock.now().timestamp())
 
 
 def _standby_pools(settings: Settings, credential: TokenCredential) -> StandbyPoolSource | None:

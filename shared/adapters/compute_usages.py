@@ -50,14 +50,15 @@ class ComputeUsages:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, credential: TokenCredential) -> ComputeUsages:
+    def from_settings(cls, settings: Settings, *, credential: TokenCredential,
+                      monotonic: Callable[[], float] = time.monotonic) -> ComputeUsages:
         from azure.mgmt.compute import ComputeManagementClient
 
         client = ComputeManagementClient(
             credential, settings.subscription_id,
             **arm_client_options(settings, retry_total=2, retry_backoff_max=4, timeout=30),
         )
-        return cls(client, ttl=settings.quota_cache.total_seconds())
+        return cls(client, ttl=settings.quota_cache.total_seconds(), monotonic=monotonic)
 
     def list_usages(self, location: str, *, refresh: bool = False) -> list[QuotaUsage]:
         key = location.strip().lower()

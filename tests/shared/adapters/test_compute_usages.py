@@ -95,3 +95,21 @@ def test_a_failed_read_is_unavailable_and_not_asked_again_every_poll() -> None:
     with pytest.raises(QuotaUnavailable):
         quota.list_usages("westeurope")
     assert client.calls == 2
+
+
+def test_the_composition_root_ages_the_cache_in_the_clock_it_is_given(server: SandboxServer) -> None:
+    # The local runner passes the sandbox's accelerated clock: a 3-minute cache must last 3 sandbox minutes, not 3
+    # wall minutes (90 sandbox minutes at speed 30).
+    from shared.context import build_context
+
+    env = {**server.env(), "AzureWebJobsStorage": "UseDevelopmentStorage=true", "QUOTA_AWARE": "true"}
+    quota = build_context(env, clock=server.clock).ports.quota
+    assert isinstance(quota, ComputeUsages)
+    quota.list_usages("westeurope")
+    pages = _calls(server)
+    server.clock.advance(179)
+    quota.list_usages("westeurope")
+    assert _calls(server) == pages
+    server.clock.advance(1)
+    quota.list_usages("westeurope")
+    assert _calls(server) > pages
