@@ -868,6 +868,10 @@ class GroupState:
     # oldest first. Kept until MAX_NODE_PROVISION_TIME after the request even once all are Ready, so that their
     # fresh nodes are not taken for new instances' boots.
     start_requests: tuple[tuple[datetime, tuple[str, ...], tuple[str, ...]], ...] = ()
+    # The atomic scale-up (its action id) growing the group, and since when: it names the instances it added by
+    # listing the group before and after its capacity write, so no other atomic scale-up writes in between.
+    atomic_holder: str = ""
+    atomic_since: datetime | None = None
     etag: str | None = None  # None: the row does not exist yet
 
     def without_removal(self, node: str) -> GroupState:

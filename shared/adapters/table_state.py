@@ -160,6 +160,8 @@ class TableStateStore:
             boots_counted_until=read("BootsCountedUntil", _time_or_none),
             starts=read("Starts", lambda text: tuple(_json_list(text, _whole))),
             start_requests=read("StartRequests", lambda text: tuple(_json_list(text, _start_request))),
+            atomic_holder=str(entity.get("AtomicHolder") or ""),
+            atomic_since=read("AtomicSince", _time_or_none),
             etag=entity.metadata["etag"],
         )
 
@@ -185,6 +187,7 @@ class TableStateStore:
             "Starts": json.dumps(list(state.starts)),
             "StartRequests": json.dumps([[_utc(at, "StartRequests").isoformat(), list(started), list(left)]
                                          for at, started, left in state.start_requests]),
+            "AtomicHolder": state.atomic_holder,
         }
         for column, moment in (
             ("LastScaleUp", state.last_scale_up),
@@ -193,6 +196,7 @@ class TableStateStore:
             ("BackoffUntil", state.backoff_until),
             ("ThrottledUntil", state.throttled_until),
             ("BootsCountedUntil", state.boots_counted_until),
+            ("AtomicSince", state.atomic_since),
         ):
             # Tables stores no nulls: an absent column is None, and REPLACE drops columns not sent.
             if moment is not None:

@@ -10,14 +10,18 @@ check ──> resize ──> confirm ──> ready ──> (succeeded: Provision
 - check: the request is read again (it exists with the message's uid, is of the atomic class, not final and not
   Provisioned: a message is never trusted), the groups are ours, and each group's max size, the Compute quota and
   the cluster-wide limits hold the whole increase; otherwise nothing is asked and the request is Failed.
-- resize: before each group's capacity write, what the group holds (its capacity, its instance ids) and the
-  capacity asked for are recorded in the ledger entry (our state); the write then asks for the whole part at once.
+- resize: each group is claimed for the action in its state row (GroupState.atomic_holder) until confirm has named
+  the instances added, so two atomic scale-ups never count each other's; before each group's capacity write, what
+  the group holds (its capacity, its instance ids) and the capacity asked for are recorded in the ledger entry (our
+  state); the write then asks for the whole part at once.
 - confirm: the capacity operations' outcomes; the instances added are those listed now that were not before. Any
   refused operation, fewer instances than asked, or one left Failed: rollback.
 - ready: every added instance's node Ready and usable (its GPUs allocatable: engine.gpu_readiness), else waited
   for up to MAX_NODE_PROVISION_TIME, then rollback; a request deleted meanwhile: rollback.
 - rollback: exactly the instances the request added are deleted (never others': a capacity decrease would let
-  Azure pick), the capacity set back to what exists, and the request Failed with what Azure granted and why.
+  Azure pick), except one whose node already runs another pod (kube-scheduler knows no booking: it stays as
+  ordinary capacity, never killing that pod), the capacity set back to what exists, and the request Failed with
+  what Azure granted and why.
 
 Unlike cluster-autoscaler, which calls an atomic request Provisioned once the resize is accepted and leaves a
 partial grant in place, Provisioned here means the nodes are usable, and a partial grant is given back.
@@ -33,7 +37,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.actions import AtomicScaleUp
-from shared.domain import ATOMIC_SCALE_UP_CLASS, Node, NodeGroup, NodeTemplate, ProvisioningRequest, instance_order
+from shared.domain import (
+    ATOMIC_SCALE_UP_CLASS,
+    GroupState,
+    Node,
+    NodeGroup,
+    NodeTemplate,
+    ProvisioningRequest,
+    instance_order,
+)
 from shared.engine import provisioning_conditions as pc
 from shared.engine.backoff import ALLOCATION_FAILURES
 from shared.engine.gpu_readiness import usable
@@ -43,7 +55,7 @@ from shared.ports import CHANGED_SINCE_READ, ClusterEvent, ComputeError, LedgerE
 from shared.services import ledger, limit_reservations, offerings
 from shared.services.execution import ExecutionResult, Run, Step, StepTable, throttled_delay
 from shared.services.mapping import map_cluster
-from shared.services.swap import StateConflict
+from shared.services.swap import StateConflict, swap_group
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +135,12 @@ def _binding_limit(run: Runs, action: AtomicScaleUp, groups: Mapping[str, NodeGr
 def resize(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime) -> ExecutionResult:
     """Each part's capacity written once, with what the group held recorded first (see the module)."""
     record = _record(entry)
+    unwritten = [g for g, _ in action.parts if record.get("asked", {}).get(g) is None]
+    blocker = _claim(run, action, unwritten, now=now) if unwritten else None
+    if blocker is not None:
+        # Another atomic scale-up is between its write and its listing there: ours would count its instances.
+        return run.continue_(action.retried(), entry, delay=run.settings.step_retry_delay, now=now,
+                             detail=f"waiting for the atomic scale-up growing {blocker}")
     quota = None
     for group_id, count in action.parts:
         asked = record.get("asked", {}).get(group_id)
@@ -207,8 +225,10 @@ def confirm(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime)
     if problems:
         why = f"Azure granted part of {action.nodes_asked} node(s): {'; '.join(problems)}"
         return _to_rollback(run, action, entry, why, code, now=now, record=record)
-    # The capacity is visible now: the room reserved under the cluster limits has done its work.
+    # The capacity is visible now: the room reserved under the cluster limits has done its work, and the instances
+    # are named, so other atomic scale-ups may grow these groups.
     _release_reservations(run, action, now=now)
+    _release_claims(run, action)
     return run.continue_(action.at_step("ready", now=now), entry, delay=run.settings.step_retry_delay, now=now,
                          record=ledger_record(record), detail=f"added {_added_text(added)}")
 
@@ -266,6 +286,16 @@ def _sized_template(run: Runs, group: NodeGroup) -> NodeTemplate | None:
     return template_from_tags(group, vm_sizes=sizes)
 
 
+def _running_others(run: Runs, group: NodeGroup, instances: Sequence[str]) -> list[str]:
+    """Those of `instances` whose node runs a pod other than a DaemonSet's or a mirror pod (not finished)."""
+    busy = []
+    for instance_id, node in sorted(_nodes_of(run, group, instances).items()):
+        if any(not p.is_node_bound_system_pod and not p.is_finished
+               for p in run.ports.cluster.list_pods_on_node(node.name)):
+            busy.append(instance_id)
+    return busy
+
+
 def _nodes_of(run: Runs, group: NodeGroup, instances: Sequence[str]) -> dict[str, Node]:
     """The registered nodes of these instances of the group, by instance id (mapped by the poll's rules)."""
     wanted = set(instances)
@@ -290,6 +320,7 @@ def rollback(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime
     if "deleting" not in record:
         deleting: dict[str, str] = {}
         deleted: dict[str, list[str]] = {}
+        kept: dict[str, list[str]] = {}
         for group_id, count in action.parts:
             group = run.ports.provider.get_node_group(group_id)
             if group is None or group_id not in record.get("asked", {}):
@@ -299,12 +330,18 @@ def rollback(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime
             if ids is None:  # the rollback came before confirm named them
                 ids = [i.instance_id for i in _new_instances(run, group, record, count)]
             ids = sorted((i for i in ids if i in present and not present[i].deleting), key=instance_order)
+            busy = _running_others(run, group, ids)
+            if busy:
+                # kube-scheduler knows no booking: another pod may have landed on an added node. Deleting it would
+                # kill that pod; the node stays as ordinary capacity, which scale-down drains when it is idle.
+                kept[group_id] = busy
+                ids = [i for i in ids if i not in busy]
             deleted[group_id] = ids
             if ids:
                 log.warning("atomic scale-up %s: deleting %s of %s (%s)", action.id, ", ".join(ids), group_id,
                             record.get("why", ""))
                 deleting[group_id] = run.ports.provider.begin_delete_instances(group, ids).token
-        record = {**record, "deleting": deleting, "deleted": deleted}
+        record = {**record, "deleting": deleting, "deleted": deleted, "kept": kept}
         entry = _save(run, entry, record)
     for group_id, token in sorted(record["deleting"].items()):
         if token and run.ports.provider.get_delete_operation(token).status == "InProgress":
@@ -323,7 +360,10 @@ def _rolled_back(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, record: M
         if group is not None and code in ALLOCATION_FAILURES and code != "ProvisionTimeout":  # Azure's refusals only
             offerings.record_refusal(run.ports, run.settings, group, code=code, message=why, now=now)
     deleted = {g: ids for g, ids in record.get("deleted", {}).items() if ids}
+    kept = {g: ids for g, ids in record.get("kept", {}).items() if ids}
     returned = f"deleted {_added_text(deleted)}" if deleted else "no instance to delete"
+    if kept:
+        returned += f"; kept {_added_text(kept)} (other pods run there: ordinary capacity now)"
     message = f"{why}; {returned}, capacity given back"
     request, refusal = _request(run, action)
     if request is not None and refusal is None and not pc.is_final(request):
@@ -376,6 +416,8 @@ def fail(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, why: str, code: s
             continue
         ids = record.get("added", {}).get(group_id) or [i.instance_id for i in
                                                         _new_instances(run, group, record, count)]
+        busy = _running_others(run, group, ids)  # as in rollback: never kill a pod that landed there
+        ids = [i for i in ids if i not in busy]
         if ids:
             try:
                 run.ports.provider.begin_delete_instances(group, list(ids))
@@ -402,8 +444,35 @@ def expired(run: Runs, action: AtomicScaleUp, why: str, now: datetime) -> None:
 
 
 def ended(run: Runs, action: AtomicScaleUp, now: datetime) -> None:
-    """The action has its outcome: the room its parts reserved under the cluster limits goes."""
+    """The action has its outcome: the room its parts reserved under the cluster limits goes, and its groups are
+    free for other atomic scale-ups."""
     _release_reservations(run, action, now=now)
+    _release_claims(run, action)
+
+
+def _claim(run: Runs, action: AtomicScaleUp, group_ids: Sequence[str], *, now: datetime) -> str | None:
+    """Each group claimed for this action (GroupState.atomic_holder), in id order so two multi-group actions never
+    wait on each other; `group (holder)` of the first held by another live action, None when all are ours. A claim
+    older than MAX_NODE_PROVISION_TIME is stale (its holder crashed past every redelivery) and taken over."""
+    for group_id in sorted(group_ids):
+        def take(state: GroupState) -> tuple[GroupState | None, str | None]:
+            holder, since = state.atomic_holder, state.atomic_since
+            if holder == action.id:
+                return None, None
+            if holder and since is not None and now - since < run.settings.max_node_provision_time:
+                return None, holder
+            return replace(state, atomic_holder=action.id, atomic_since=now), None
+
+        holder = swap_group(run.ports.state, group_id, take, what=f"claim for atomic scale-up {action.id}")
+        if holder is not None:
+            return f"{group_id} ({holder})"
+    return None
+
+
+def _release_claims(run: Runs, action: AtomicScaleUp) -> None:
+    for group_id, _ in action.parts:
+        run.update_group(group_id, lambda s: replace(s, atomic_holder="", atomic_since=None)
+                         if s.atomic_holder == action.id else s)
 
 
 # -- shared -------------------------------------------------------------------------------------

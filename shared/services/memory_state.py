@@ -183,7 +183,7 @@ def _check_group_times(state: GroupState) -> None:
     for name, moment in (("LastScaleUp", state.last_scale_up), ("LastScaleDown", state.last_scale_down),
                          ("LastFailure", state.last_failure), ("BackoffUntil", state.backoff_until),
                          ("ThrottledUntil", state.throttled_until),
-                         ("BootsCountedUntil", state.boots_counted_until)):
+                         ("BootsCountedUntil", state.boots_counted_until), ("AtomicSince", state.atomic_since)):
         if moment is not None:
             _aware(moment, name)
     for instance, moment in state.stopped_at.items():

@@ -58,6 +58,8 @@ def test_every_group_field_round_trips(store: StateStore) -> None:
         starts=(41, 55),
         start_requests=((at(14), ("3", "vm-flex_1a2b3c4d"), ("vm-flex_1a2b3c4d",)),
                         (at(15).astimezone(CET), ("4",), ())),
+        atomic_holder="provreq:0b6f2c1e-5d7a-4a1b-9c3e-2f8d7e6a5b4c",
+        atomic_since=at(16).astimezone(CET),
     )
     assert store.update_group(written)
 
@@ -252,6 +254,8 @@ def test_a_naive_time_is_refused(store: StateStore) -> None:
     pytest.param(GroupState(GROUP, boots_counted_until=datetime(2030, 1, 7, 9, 0)), id="boots-counted-until"),
     pytest.param(GroupState(GROUP, start_requests=((datetime(2030, 1, 7, 9, 0), ("3",), ("3",)),)),
                  id="start-requests"),
+    pytest.param(GroupState(GROUP, atomic_holder="provreq:u", atomic_since=datetime(2030, 1, 7, 9, 0)),
+                 id="atomic-since"),
 ])
 def test_a_naive_time_anywhere_in_a_group_is_refused_and_nothing_written(store: StateStore,
                                                                           naive_state: GroupState) -> None:

@@ -8,6 +8,7 @@ or Failed with no instance it added left behind and the group's capacity as it w
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -466,3 +467,55 @@ def test_a_request_over_two_groups_is_granted_whole_or_given_back_in_both(failur
         assert world.outcome(action).startswith("succeeded") and request.is_true(pc.PROVISIONED)
         assert sizes == {g: (n, n) for g, n in parts}
     assert world.ports.state.get_limit_reservations().reservations == {}  # every part's room given back
+
+
+def test_a_rollback_never_deletes_an_added_node_that_another_pod_landed_on() -> None:
+    # kube-scheduler knows no booking: an ordinary pod may take an added node before the request fails. That
+    # node stays (ordinary capacity, drained by scale-down when idle); every other added instance goes.
+    world = World(_scenario(boot_delay={"min": "60s", "max": "10m"}))
+    action = world.send(4)
+    nodes: list[Any] = []
+    for _ in range(60):
+        world.run(seconds=10)
+        nodes = [n for n in world.app.ports.cluster.list_nodes() if n.ready]
+        if nodes:
+            break
+    assert nodes and len(nodes) < 4, "some added nodes registered, not all"
+    world.app.world.k8s_create("pods", "default", {"metadata": {"name": "squatter"}, "spec": {
+        "nodeName": nodes[0].name,
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}})
+    del world.cluster.requests["training/gang-a"]
+    world.run()
+    assert world.outcome(action).startswith("failed")
+    _settled(world)
+    left = world.instances()
+    assert [i.instance_id for i in left] == [nodes[0].instance.instance_id]  # type: ignore[union-attr]
+    squatter = world.app.ports.cluster.get_pod("default", "squatter")
+    assert squatter is not None and squatter.node_name == nodes[0].name and not squatter.is_finished
+
+
+def test_two_atomic_scale_ups_of_one_group_never_count_each_others_instances() -> None:
+    # The first holds the group from its capacity write until confirm has named its instances; the second's write
+    # waits for that, so its "before" listing holds every instance of the first.
+    other_uid = "9f8e7d6c-5b4a-4321-8fed-cba987654321"
+    other = replace(_request(uid=other_uid), name="gang-b")
+    world = World(_scenario(boot="5m"), request=_request())
+    world.cluster.requests[other.key] = other
+    first = world.send(4)
+    for _ in range(10):
+        world.run(seconds=10)
+        if world.ports.state.get_group(GROUP).atomic_holder == first.id:
+            break
+    assert world.ports.state.get_group(GROUP).atomic_holder == first.id
+    second = new_atomic_scale_up(request="training/gang-b", request_uid=other_uid, parts=[(GROUP, 3)],
+                                 now=world.app.clock.now(), ttl=timedelta(minutes=5), reason="gang of 3")
+    world.app.ports.queue.send(second)
+    world.run()
+    assert world.outcome(first).startswith("succeeded") and world.outcome(second).startswith("succeeded")
+    records = [json.loads(world.ports.state.get_ledger_entry(a.id).record or "{}")  # type: ignore[union-attr]
+               for a in (first, second)]
+    added = [r["added"][GROUP] for r in records]
+    assert len(added[0]) == 4 and len(added[1]) == 3 and not set(added[0]) & set(added[1])
+    assert set(added[0]) <= set(records[1]["before"][GROUP])
+    assert len(world.instances()) == 7
+    assert world.ports.state.get_group(GROUP).atomic_holder == ""
