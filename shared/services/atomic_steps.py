@@ -49,6 +49,7 @@ from shared.domain import (
 from shared.engine import provisioning_conditions as pc
 from shared.engine.backoff import ALLOCATION_FAILURES
 from shared.engine.gpu_readiness import usable
+from shared.engine.offerings import QUOTA_CODES
 from shared.engine.idle import note_boot_request
 from shared.engine.templates import template_from_tags
 from shared.ports import CHANGED_SINCE_READ, ClusterEvent, ComputeError, LedgerEntry
@@ -60,6 +61,8 @@ from shared.services.swap import StateConflict, swap_group
 log = logging.getLogger(__name__)
 
 Runs = Run[AtomicScaleUp]
+# Least wait before a capacity write Azure refused for quota is tried again: quota comes back as nodes are deleted.
+QUOTA_RETRY_DELAY = timedelta(seconds=30)
 
 # -- check --------------------------------------------------------------------------------------
 
@@ -170,7 +173,20 @@ def resize(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime) 
                 delay = throttled_delay(None, run.settings.step_retry_delay, attempt=action.attempt)
                 return run.continue_(action.retried(), entry, delay=delay, now=now, record=ledger_record(record),
                                      detail=f"{group_id} changed since it was read")
-            if exc.code in ALLOCATION_FAILURES:
+            if _quota_refusal(exc) and not record.get("operations"):
+                # Nothing granted anywhere yet: capacity in use holds the quota (the planner saw it free, or another
+                # scale-up took it since). Wait for it as a request blocked by busy capacity waits, rather than
+                # fail a request Kueue would retry only a few times; past MAX_NODE_PROVISION_TIME, give up.
+                started = action.step_started_at or now
+                if now - started < run.settings.max_node_provision_time:
+                    record = _unset(record, group_id)
+                    entry = _save(run, entry, record)
+                    _release_claims(run, action)
+                    delay = max(throttled_delay(None, run.settings.step_retry_delay, attempt=action.attempt),
+                                QUOTA_RETRY_DELAY)
+                    return run.continue_(action.retried(), entry, delay=delay, now=now, record=ledger_record(record),
+                                         detail=f"Azure refused {group_id} -> {asked} for quota; waiting for it")
+            if exc.code in ALLOCATION_FAILURES or _quota_refusal(exc):
                 return _to_rollback(run, action, entry, f"Azure refused {group_id} -> {asked}: {exc}", exc.code,
                                     now=now, record=record)
             raise
@@ -467,6 +483,11 @@ def _claim(run: Runs, action: AtomicScaleUp, group_ids: Sequence[str], *, now: d
         if holder is not None:
             return f"{group_id} ({holder})"
     return None
+
+
+def _quota_refusal(exc: ComputeError) -> bool:
+    """Azure refused the capacity write for a quota (the whole write: nothing was granted)."""
+    return (exc.code or "").lower() in QUOTA_CODES and "quota" in str(exc).lower()
 
 
 def _release_claims(run: Runs, action: AtomicScaleUp) -> None:

@@ -176,7 +176,8 @@ def test_a_limit_that_cannot_hold_the_whole_request_fails_it_and_asks_for_nothin
     assert world.instances() == [] and world.capacity() == 0
 
 
-def test_a_quota_azure_enforces_alone_refuses_the_resize_and_nothing_is_left() -> None:
+def test_a_quota_azure_enforces_alone_is_waited_for_then_the_request_fails_with_nothing_left() -> None:
+    # Refused whole, nothing granted: asked again while MAX_NODE_PROVISION_TIME (5m here) lasts, then Failed.
     world = World(_scenario(quota_vcpus=12), settings={"QUOTA_AWARE": "false"})
     action = world.send(4)
     world.run()
@@ -184,8 +185,24 @@ def test_a_quota_azure_enforces_alone_refuses_the_resize_and_nothing_is_left() -
     request = world.request
     assert request is not None and request.is_true(pc.FAILED)
     assert request.condition(pc.FAILED).reason == pc.PARTIAL_CAPACITY_RETURNED  # type: ignore[union-attr]
-    assert world.app.world.counters.arm[PATCH] == 1  # asked once, refused whole
+    assert "quota" in request.condition(pc.FAILED).message  # type: ignore[union-attr]
+    writes = world.app.world.counters.arm[PATCH]
+    assert 2 <= writes <= 5 * 60 / 30 + 1  # asked again at most every QUOTA_RETRY_DELAY, never more
+    assert world.ports.state.get_group(GROUP).atomic_holder == ""
     _assert_nothing_left(world)
+
+
+def test_a_quota_refusal_waited_for_is_granted_whole_once_the_quota_allows_it() -> None:
+    world = World(_scenario(quota_vcpus=12), settings={"QUOTA_AWARE": "false"})
+    action = world.send(4)
+    world.run(seconds=60)
+    assert world.app.world.counters.arm[PATCH] >= 1 and world.capacity() == 0  # refused, waiting
+    assert world.request is not None and not world.request.is_true(pc.FAILED)
+    world.app.world._quota_limits["standarddsv5family"] = ("standardDSv5Family", 16)  # noqa: SLF001 - raised
+    world.run()
+    assert world.outcome(action).startswith("succeeded")
+    assert world.request is not None and world.request.is_true(pc.PROVISIONED)
+    assert len(world.instances()) == 4
 
 
 @pytest.mark.parametrize("left_failed", [1, None])  # one instance of the four, or all of them
