@@ -53,9 +53,18 @@ ATOMIC_SCALE_UP_STEPS = ("check", "resize", "confirm", "ready", "rollback")
 
 Kind = Literal["scale_up", "scale_down", "backfill", "refill_standby", "atomic_scale_up"]
 KINDS = ("scale_up", "scale_down", "backfill", "refill_standby", "atomic_scale_up")
-# The id of a ProvisioningRequest's atomic scale-up: `provreq:<request uid>`, so that a poll finding it in the
-# ledger (in flight or done) does not plan the request again.
+# The id of a ProvisioningRequest's atomic scale-up: `provreq:<request uid>`, then `provreq:<request uid>:<n>` for
+# its n-th attempt (a write Azure refused for quota ends an attempt without failing the request), so that a poll
+# finding the attempt in the ledger (in flight or done) does not plan it again.
 ATOMIC_ID_PREFIX = "provreq:"
+_ATOMIC_ATTEMPT = re.compile(r":([2-9]|[1-9][0-9]+)")
+
+
+def atomic_id(request_uid: str, attempt: int = 1) -> str:
+    """`provreq:<uid>` for the first attempt, `provreq:<uid>:<attempt>` after."""
+    if attempt < 1:
+        raise ValueError(f"an attempt is counted from 1, got {attempt}")
+    return f"{ATOMIC_ID_PREFIX}{request_uid}" + (f":{attempt}" if attempt > 1 else "")
 # Not an action: a request to plan the scale-down again soon (`ScaleDownRound`).
 ROUND_KIND = "scale_down_round"
 
@@ -254,12 +263,13 @@ def new_refill_standby(*, group: str, count: int, now: datetime, ttl: timedelta,
 
 
 def new_atomic_scale_up(*, request: str, request_uid: str, parts: Sequence[tuple[str, int]], now: datetime,
-                        ttl: timedelta, reason: str = "", traceparent: str = "", tracestate: str = "") -> AtomicScaleUp:
-    """The one atomic scale-up of a ProvisioningRequest; its id (`provreq:<uid>`) makes every poll's decision one
-    action. Raises ValueError naming what is wrong with the request or its parts."""
+                        ttl: timedelta, reason: str = "", traceparent: str = "", tracestate: str = "",
+                        attempt: int = 1) -> AtomicScaleUp:
+    """An attempt at a ProvisioningRequest's atomic scale-up; its id (`atomic_id`) makes every poll's decision for
+    that attempt one action. Raises ValueError naming what is wrong with the request or its parts."""
     _check_atomic(request=request, request_uid=request_uid, parts=parts, error=ValueError)
     return AtomicScaleUp(
-        id=f"{ATOMIC_ID_PREFIX}{request_uid}", group=parts[0][0], created_at=now, expires_at=now + ttl,
+        id=atomic_id(request_uid, attempt), group=parts[0][0], created_at=now, expires_at=now + ttl,
         step=ATOMIC_SCALE_UP_STEPS[0], reason=reason, request=request, request_uid=request_uid,
         parts=tuple((group, count) for group, count in parts), traceparent=traceparent, tracestate=tracestate,
     )
@@ -617,8 +627,9 @@ def _atomic_scale_up_of(body: dict[str, Any]) -> AtomicScaleUp:
         assert count is not None
         parts.append((part["group"], count))
     _check_atomic(request=request["name"], request_uid=request["uid"], parts=parts, error=InvalidAction)
-    if body["id"] != f"{ATOMIC_ID_PREFIX}{request['uid']}":
-        raise InvalidAction(f"id {body['id'][:80]!r} is not {ATOMIC_ID_PREFIX}<request uid>")
+    base = f"{ATOMIC_ID_PREFIX}{request['uid']}"
+    if not (body["id"] == base or (body["id"].startswith(base) and _ATOMIC_ATTEMPT.fullmatch(body["id"][len(base):]))):
+        raise InvalidAction(f"id {body['id'][:80]!r} is not {ATOMIC_ID_PREFIX}<request uid>[:<attempt from 2>]")
     if body["group"] != parts[0][0]:
         raise InvalidAction(f"group {body['group'][:80]!r} is not the first part's group {parts[0][0][:80]!r}")
     return AtomicScaleUp(request=request["name"], request_uid=request["uid"], parts=tuple(parts),

@@ -56,7 +56,6 @@ from shared.engine.scale_up import ScaleUpOptions, ScaleUpPlan, existing_placeme
 
 PLACEHOLDER_PREFIX = "provreq:"
 PLACEHOLDER_OWNER = "ProvisioningRequest"
-ACTION_PREFIX = "provreq:"  # the atomic scale-up's action id: provreq:<request uid>
 # spec.parameters key (ours): "true" lets an atomic request's nodes come from several groups.
 MULTI_GROUP = "autoscaler.azure.com/multi-group"
 CLASSES = (CHECK_CAPACITY_CLASS, ATOMIC_SCALE_UP_CLASS)
@@ -70,8 +69,20 @@ def is_ours(request: ProvisioningRequest) -> bool:
     return request.class_name in CLASSES
 
 
-def action_id(request: ProvisioningRequest) -> str:
-    return f"{ACTION_PREFIX}{request.uid}"
+# status.provisioningClassDetails key (ours): which attempt at the request's atomic scale-up is the latest (1 when
+# absent). An attempt that Azure refused for quota ends without failing the request, and the next is planned anew.
+ATTEMPT_DETAIL = "autoscaler.azure.com/atomic-attempt"
+
+
+# ... and when the poll last asked for it: ScaleUpInProgress keeps the transition time of an earlier
+# Provisioned=False (a condition's time moves only with its status), so the decision's own time is kept here.
+ASKED_AT_DETAIL = "autoscaler.azure.com/atomic-asked-at"
+
+
+def attempt_of(request: ProvisioningRequest) -> int:
+    text = request.details.get(ATTEMPT_DETAIL, "")
+    return int(text) if text.isdigit() and int(text) >= 1 else 1
+
 
 
 def placeholder_name(request: ProvisioningRequest, index: int) -> str:
@@ -463,11 +474,16 @@ def booking_expired(request: ProvisioningRequest, left: int, *, now: datetime) -
 
 
 def in_progress_since(request: ProvisioningRequest) -> datetime | None:
-    """When this planner wrote ScaleUpInProgress, if that is the request's Provisioned condition."""
+    """When this planner wrote ScaleUpInProgress, if that is the request's Provisioned condition (the time it
+    wrote in the details, else the condition's transition time)."""
     condition = request.condition(PROVISIONED)
     if condition is None or condition.status != "False" or condition.reason != SCALE_UP_IN_PROGRESS:
         return None
-    return condition.since
+    try:
+        asked = datetime.fromisoformat(request.details.get(ASKED_AT_DETAIL, ""))
+    except ValueError:
+        return condition.since
+    return asked if asked.tzinfo is not None else condition.since
 
 
 def state_of(request: ProvisioningRequest) -> str:

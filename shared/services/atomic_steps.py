@@ -61,8 +61,6 @@ from shared.services.swap import StateConflict, swap_group
 log = logging.getLogger(__name__)
 
 Runs = Run[AtomicScaleUp]
-# Least wait before a capacity write Azure refused for quota is tried again: quota comes back as nodes are deleted.
-QUOTA_RETRY_DELAY = timedelta(seconds=30)
 
 # -- check --------------------------------------------------------------------------------------
 
@@ -89,9 +87,10 @@ def check(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime) -
         delay = throttled_delay(None, run.settings.step_retry_delay, attempt=action.attempt)
         return run.continue_(action.retried(), entry, delay=delay, now=now, detail=f"limits row contended: {exc}")
     if binding is not None:
+        # The poll found room for the whole request; what holds it back now is capacity taken since (the poll rules
+        # out a request no limit could ever hold): this attempt ends, the next is planned when room comes back.
         reason, why = binding
-        _write_status(run, request, pc.FAILED, reason, f"nothing was asked for: {why}", now=now)
-        return run.finish(action, entry, "failed", f"{why}: nothing asked", now=now, error_code=reason)
+        return _not_yet(run, action, entry, f"{why}: nothing asked", reason, now=now)
     if run.settings.dry_run:
         return run.finish(action, entry, "dry-run", f"would add {_parts_text(action.parts)} for {action.request}",
                           now=now)
@@ -174,18 +173,12 @@ def resize(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, now: datetime) 
                 return run.continue_(action.retried(), entry, delay=delay, now=now, record=ledger_record(record),
                                      detail=f"{group_id} changed since it was read")
             if _quota_refusal(exc) and not record.get("operations"):
-                # Nothing granted anywhere yet: capacity in use holds the quota (the planner saw it free, or another
-                # scale-up took it since). Wait for it as a request blocked by busy capacity waits, rather than
-                # fail a request Kueue would retry only a few times; past MAX_NODE_PROVISION_TIME, give up.
-                started = action.step_started_at or now
-                if now - started < run.settings.max_node_provision_time:
-                    record = _unset(record, group_id)
-                    entry = _save(run, entry, record)
-                    _release_claims(run, action)
-                    delay = max(throttled_delay(None, run.settings.step_retry_delay, attempt=action.attempt),
-                                QUOTA_RETRY_DELAY)
-                    return run.continue_(action.retried(), entry, delay=delay, now=now, record=ledger_record(record),
-                                         detail=f"Azure refused {group_id} -> {asked} for quota; waiting for it")
+                # Nothing granted anywhere: capacity in use holds the quota (the poll saw it free; another scale-up
+                # took it since). The attempt ends without failing the request, which reads Provisioned=False as
+                # one that does not fit yet, and the poll plans the next attempt when the quota allows it: Kueue
+                # retries a Failed request only a few times before it gives the job up.
+                offerings.record_refusal(run.ports, run.settings, group, code=exc.code, message=str(exc), now=now)
+                return _not_yet(run, action, entry, f"Azure refused {group_id} -> {asked}: {exc}", exc.code, now=now)
             if exc.code in ALLOCATION_FAILURES or _quota_refusal(exc):
                 return _to_rollback(run, action, entry, f"Azure refused {group_id} -> {asked}: {exc}", exc.code,
                                     now=now, record=record)
@@ -450,13 +443,12 @@ def fail(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, why: str, code: s
 
 
 def expired(run: Runs, action: AtomicScaleUp, why: str, now: datetime) -> None:
-    """The decision expired on the queue before it ran: nothing was asked, and its id (the request's uid) is spent,
-    so no later poll can ask for the request again. It is Failed, as a request that could not be served: Kueue then
-    retries the workload with a new request."""
+    """The decision expired on the queue before it ran: nothing was asked. The request reads Provisioned=False
+    (ScaleUpExpired), so the poll plans its next attempt under a new id."""
     request, refusal = _request(run, action)
     if request is not None and refusal is None and not pc.is_final(request) and not request.is_true(pc.PROVISIONED):
-        _write_status(run, request, pc.FAILED, pc.SCALE_UP_EXPIRED, f"nothing was asked for: the scale-up {why}",
-                      now=now)
+        _write_status(run, request, pc.PROVISIONED, pc.SCALE_UP_EXPIRED,
+                      f"nothing was asked for: the scale-up {why}; planned again", now=now, status="False")
 
 
 def ended(run: Runs, action: AtomicScaleUp, now: datetime) -> None:
@@ -483,6 +475,17 @@ def _claim(run: Runs, action: AtomicScaleUp, group_ids: Sequence[str], *, now: d
         if holder is not None:
             return f"{group_id} ({holder})"
     return None
+
+
+def _not_yet(run: Runs, action: AtomicScaleUp, entry: LedgerEntry, why: str, code: str, *,
+             now: datetime) -> ExecutionResult:
+    """End this attempt with nothing granted: the request Provisioned=False CapacityIsNotFound (not Failed), so
+    the poll plans its next attempt (`provreq:<uid>:<n>`) when room allows, or fails it if no limit ever could."""
+    request, refusal = _request(run, action)
+    if request is not None and refusal is None and not pc.is_final(request):
+        _write_status(run, request, pc.PROVISIONED, pc.CAPACITY_IS_NOT_FOUND,
+                      f"{why}; nothing was granted, planned again when there is room", now=now, status="False")
+    return run.finish(action, entry, "failed", why, now=now, error_code=code)
 
 
 def _quota_refusal(exc: ComputeError) -> bool:
@@ -516,11 +519,11 @@ def _request(run: Runs, action: AtomicScaleUp) -> tuple[ProvisioningRequest | No
 
 
 def _write_status(run: Runs, request: ProvisioningRequest, type_: str, reason: str, message: str, *,
-                  now: datetime) -> None:
-    """One condition set True on the request's current ones, and its Event (reason as the condition's, a Warning for
-    Failed: as the polls write them, services.provisioning). On Failed, Provisioned=False takes the failure's reason:
-    ScaleUpInProgress left beside it would read as still to come."""
-    conditions = pc.with_condition(request.conditions, type_, "True", reason, message[:32768], now=now,
+                  now: datetime, status: str = "True") -> None:
+    """One condition set (True unless `status` says otherwise) on the request's current ones, and its Event (reason
+    as the condition's, a Warning for Failed: as the polls write them, services.provisioning). On Failed,
+    Provisioned=False takes the failure's reason: ScaleUpInProgress left beside it would read as still to come."""
+    conditions = pc.with_condition(request.conditions, type_, status, reason, message[:32768], now=now,
                                    generation=request.generation)
     if type_ == pc.FAILED and request.condition(pc.PROVISIONED) is not None:
         conditions = pc.with_condition(conditions, pc.PROVISIONED, "False", reason, message[:32768], now=now,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from shared import telemetry
-from shared.actions import AtomicScaleUp, new_atomic_scale_up
+from shared.actions import AtomicScaleUp, atomic_id, new_atomic_scale_up
 from shared.domain import BufferTemplate, ClusterSnapshot, Condition, Pod, ProvisioningRequest, consumed_request
 from shared.engine import provisioning as engine
 from shared.engine.provisioning import ResolvedRequest
@@ -46,6 +46,7 @@ class Requests:
     # namespace/name -> its pods consumed: the most consuming pods seen at once (alive now, or recorded in its details)
     consumed: Mapping[str, int] = field(default_factory=dict)
     seen: Mapping[str, int] = field(default_factory=dict)  # namespace/name -> consuming pods alive now
+    attempts: Mapping[str, int] = field(default_factory=dict)  # namespace/name -> the atomic attempt to plan next
 
     @property
     def live(self) -> frozenset[str]:
@@ -96,13 +97,15 @@ def read_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *
     templates: dict[tuple[str, str], BufferTemplate | None] = {}
     resolved = tuple(one for one in (_resolve(ports, request, templates) for request in ours) if one is not None)
     consumed = engine.consumers(snapshot.pods)
+    asked = {one.request.key: _asked(ports, settings, one.request, now=now) for one in resolved}
     phases = {one.request.key: engine.phase(one, now=now, booking=settings.provisioning_request_booking,
-                                            asked=_asked(ports, settings, one.request, now=now))
+                                            asked=asked[one.request.key][0])
               for one in resolved}
     most = {one.request.key: max(consumed[one.request.key], engine.recorded_consumers(one.request))
             for one in resolved}
     return Requests(resolved, phases, {key: n for key, n in most.items() if n},
-                    {key: consumed[key] for key in phases if consumed[key]})
+                    {key: consumed[key] for key in phases if consumed[key]},
+                    {key: attempt for key, (_, attempt) in asked.items()})
 
 
 def _resolve(ports: Ports, request: ProvisioningRequest,
@@ -128,20 +131,30 @@ def _resolve(ports: Ports, request: ProvisioningRequest,
     return engine.resolve(request, found)
 
 
-def _asked(ports: Ports, settings: Settings, request: ProvisioningRequest, *, now: datetime) -> bool:
-    """Whether the request's atomic scale-up was asked for: a ledger entry under its id (in flight or done), or
-    our ScaleUpInProgress written within the action's lifetime (the message may not be claimed yet)."""
+def _asked(ports: Ports, settings: Settings, request: ProvisioningRequest, *, now: datetime) -> tuple[bool, int]:
+    """Whether the request's atomic scale-up was asked for, and the attempt to ask for next otherwise.
+
+    Asked: our ScaleUpInProgress written within the action's lifetime (the message may not be claimed yet), or a
+    ledger entry under the latest attempt's id that is in flight, or done with its outcome on the request (Failed,
+    or Provisioned). An attempt done whose request reads Provisioned=False (Azure refused the write for quota,
+    nothing granted) is not: the next attempt is planned, as a request that never fit is."""
+    attempt = engine.attempt_of(request)
     if (request.class_name != engine.ATOMIC_SCALE_UP_CLASS or engine.provisioned_since(request) is not None
             or is_final(request)):
-        return False  # nothing to ask: no ledger read (failed requests stay listed until their owner deletes them)
+        return False, attempt  # nothing to ask: no ledger read (failed requests stay listed until deleted)
     since = engine.in_progress_since(request)
     if since is not None and now < since + settings.action_ttl:
-        return True
+        return True, attempt
     try:
-        return ports.state.get_ledger_entry(engine.action_id(request)) is not None
+        entry = ports.state.get_ledger_entry(atomic_id(request.uid, attempt))
     except Exception as exc:  # noqa: BLE001 - an unreadable row must not stop the poll; not asking again is safe
         log.warning("provisioning request %s: ledger entry not read (%s); not planned this poll", request.key, exc)
-        return True
+        return True, attempt
+    if entry is None:
+        return False, attempt
+    if not entry.outcome or engine.in_progress_since(request) is not None:
+        return True, attempt  # in flight, or its outcome not on the request yet
+    return False, attempt + 1
 
 
 def without_consumers(snapshot: ClusterSnapshot, requests: Requests) -> ClusterSnapshot:
@@ -182,6 +195,7 @@ def plan_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, r
     actions: list[AtomicScaleUp] = []
     quota = options.quota
     asked_nodes: dict[str, int] = {}
+    attempts_written: dict[str, int] = {}
     for one in requests.resolved:
         key, phase = one.request.key, requests.phases[one.request.key]
         consumed = requests.consumed.get(key, 0)
@@ -206,10 +220,12 @@ def plan_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, r
                 decided = engine.plan_atomic(atomic_view, one, options=replace(options, quota=quota))
                 conditions[key] = engine.atomic_decided(request, decided, now=now)
                 if decided.parts:
+                    attempt = requests.attempts.get(key, 1)
                     actions.append(new_atomic_scale_up(
                         request=key, request_uid=request.uid, parts=decided.parts, now=now,
                         ttl=settings.action_ttl, reason=f"provisioning request {key}: {len(one.pods)} pod(s)",
-                        **telemetry.trace_fields()))
+                        attempt=attempt, **telemetry.trace_fields()))
+                    attempts_written[key] = attempt
                     groups = {g.id: g for g in planning.groups}
                     for group_id, nodes in decided.parts:
                         asked_nodes[group_id] = asked_nodes.get(group_id, 0) + nodes
@@ -220,10 +236,17 @@ def plan_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, r
         planning = replace(planning, groups=tuple(
             replace(g, max_size=max(g.max_size - asked_nodes.get(g.id, 0), 0)) for g in planning.groups))
     lines = status_lines(requests, conditions, now=now, booking=booking)
-    details = {one.request.key: {**one.request.details, engine.CONSUMED_DETAIL: str(requests.seen[one.request.key])}
-               for one in requests.resolved
-               if requests.phases[one.request.key] != engine.FINAL
-               and requests.seen.get(one.request.key, 0) > engine.recorded_consumers(one.request)}
+    details: dict[str, dict[str, str]] = {}
+    for one in requests.resolved:
+        key = one.request.key
+        if requests.phases[key] == engine.FINAL:
+            continue
+        if requests.seen.get(key, 0) > engine.recorded_consumers(one.request):
+            details.setdefault(key, dict(one.request.details))[engine.CONSUMED_DETAIL] = str(requests.seen[key])
+        if key in attempts_written:
+            mine = details.setdefault(key, dict(one.request.details))
+            mine[engine.ATTEMPT_DETAIL] = str(attempts_written[key])
+            mine[engine.ASKED_AT_DETAIL] = now.isoformat()
     return RequestPlan(planning, conditions, tuple(actions), quota=quota, held=held, lines=lines, details=details)
 
 

@@ -27,6 +27,7 @@ from shared.engine.scale_up import ScaleUpOptions, plan_scale_up
 from shared.services.provisioning import Requests, plan_requests
 from shared import yaml_text
 from shared.ports import ClusterError
+from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from shared.services.plan import plan_now, render_text
 from shared.services.utilization import run_utilization_poll
@@ -162,6 +163,32 @@ def test_an_atomic_request_is_asked_for_whole_once() -> None:
     app.clear_queue()
     again = _poll(app)
     assert not _atomic_actions(app) and not again.plan.increases
+
+
+def test_an_attempt_azure_refused_for_quota_is_followed_by_the_next_attempt_not_a_failure() -> None:
+    # The poll does not read quotas here (QUOTA_AWARE=false); Azure's family quota (8 vCPUs) refuses 3 D4s whole.
+    app = _app(klass=ATOMIC_SCALE_UP_CLASS, count=3, initial=0, settings={"QUOTA_AWARE": "false"})
+    app.world._quota_limits["standarddsv5family"] = ("standardDSv5Family", 8)  # noqa: SLF001 - the scenario's quota
+    executor = Executor(app.ports, app.settings)
+    _poll(app)
+    (first,) = _atomic_actions(app)
+    for text in app.take_queued():
+        executor.execute(text, now=app.clock.now())
+    for _ in range(3):  # check, then resize (refused): the attempt ends
+        app.clock.advance(10)
+        for text in app.take_queued():
+            executor.execute(text, now=app.clock.now())
+    assert _conditions(app)["Provisioned"] == ("False", "CapacityIsNotFound") and "Failed" not in _conditions(app)
+    app.clock.advance(11 * 60)  # past the family's refusal mark
+    _poll(app, 0)
+    (second,) = _atomic_actions(app)
+    assert second.id == f"{first.id}:2" and second.request_uid == first.request_uid
+    details = (_request(app).get("status") or {}).get("provisioningClassDetails") or {}
+    assert details.get(engine.ATTEMPT_DETAIL) == "2"
+    assert _conditions(app)["Provisioned"] == ("False", "ScaleUpInProgress")
+    app.take_queued()
+    _poll(app)
+    assert not _atomic_actions(app)  # asked: not planned a third time while it is in flight
 
 
 def test_an_atomic_request_beyond_max_is_refused_and_boots_nothing() -> None:
