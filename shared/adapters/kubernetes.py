@@ -765,10 +765,10 @@ class KubernetesCluster:
         self._conflict_retries = conflict_retries
         # Warm reuse between polls of one Function instance: the last full list's conversions.
         self._warm_nodes: dict[tuple[str, str], Node] = {}
-        # When the API server last said it serves no CapacityBuffer CRD (monotonic seconds): not asked again for
-        # CRD_ABSENT_RECHECK, so a cluster without buffers costs one LIST every few minutes, not one per poll.
-        self._buffers_absent_at: float | None = None
-        self._provreqs_absent_at: float | None = None  # the same for the ProvisioningRequest CRD
+        # When the API server last said it serves no such CRD (monotonic seconds, by plural): not asked again for
+        # CRD_ABSENT_RECHECK, so a cluster without buffers or requests costs one LIST every few minutes, not one per
+        # poll (_list_custom).
+        self._crd_absent_at: dict[str, float] = {}
         self._monotonic: Callable[[], float] = time.monotonic
         self._warm_pods: dict[tuple[str, str], Pod] = {}
 
@@ -1107,21 +1107,29 @@ class KubernetesCluster:
         """Every buffer; None when the API server does not serve the CRD (404: the feature is off; believed for
         CRD_ABSENT_RECHECK before asking again). A buffer that cannot be read comes back with `problem` set
         (kube_buffers.buffer_from_json)."""
-        what = "list capacitybuffers"
-        if self._buffers_absent_at is not None and self._monotonic() - self._buffers_absent_at < CRD_ABSENT_RECHECK:
+        return self._list_custom(kube_buffers.GROUP, kube_buffers.VERSION, kube_buffers.PLURAL,
+                                 kube_buffers.buffer_from_json)
+
+    def _list_custom(self, group: str, version: str, plural: str, decode: Callable[[dict[str, Any]], _Item]
+                     ) -> list[_Item] | None:
+        """Every object of a custom resource, all namespaces, page by page, each decoded; None when the CRD is not
+        served (a 404, believed for CRD_ABSENT_RECHECK per resource: a cluster without it costs one LIST then)."""
+        what = f"list {plural}"
+        absent = self._crd_absent_at.get(plural)
+        if absent is not None and self._monotonic() - absent < CRD_ABSENT_RECHECK:
             return None
-        items: list[CapacityBuffer] = []
+        items: list[_Item] = []
         token: str | None = None
         while True:
             try:
-                page = self._json(what, self._custom.list_cluster_custom_object, kube_buffers.GROUP,
-                                  kube_buffers.VERSION, kube_buffers.PLURAL, limit=self._page_size, _continue=token)
+                page = self._json(what, self._custom.list_cluster_custom_object, group, version, plural,
+                                  limit=self._page_size, _continue=token)
             except KubernetesApiError as exc:
                 if exc.status == 404:
-                    self._buffers_absent_at = self._monotonic()
+                    self._crd_absent_at[plural] = self._monotonic()
                     return None
                 raise
-            items += [kube_buffers.buffer_from_json(obj) for obj in page.get("items") or () if isinstance(obj, dict)]
+            items += [decode(obj) for obj in page.get("items") or () if isinstance(obj, dict)]
             token = (page.get("metadata") or {}).get("continue") or None
             if token is None:
                 return items
@@ -1143,24 +1151,8 @@ class KubernetesCluster:
         """Every request; None when the API server does not serve the CRD (404, believed for CRD_ABSENT_RECHECK
         like the buffers' list). One that cannot be read comes back with `problem` set
         (kube_provreq.request_from_json)."""
-        what = "list provisioningrequests"
-        if self._provreqs_absent_at is not None and self._monotonic() - self._provreqs_absent_at < CRD_ABSENT_RECHECK:
-            return None
-        items: list[ProvisioningRequest] = []
-        token: str | None = None
-        while True:
-            try:
-                page = self._json(what, self._custom.list_cluster_custom_object, kube_provreq.GROUP,
-                                  kube_provreq.VERSION, kube_provreq.PLURAL, limit=self._page_size, _continue=token)
-            except KubernetesApiError as exc:
-                if exc.status == 404:
-                    self._provreqs_absent_at = self._monotonic()
-                    return None
-                raise
-            items += [kube_provreq.request_from_json(obj) for obj in page.get("items") or () if isinstance(obj, dict)]
-            token = (page.get("metadata") or {}).get("continue") or None
-            if token is None:
-                return items
+        return self._list_custom(kube_provreq.GROUP, kube_provreq.VERSION, kube_provreq.PLURAL,
+                                 kube_provreq.request_from_json)
 
     def update_provisioning_request_status(self, namespace: str, name: str, *, conditions: Sequence[Condition],
                                            details: Mapping[str, str] | None = None) -> None:
