@@ -27,10 +27,11 @@ from shared.engine.buffers import (
 )
 from shared.engine.scale_up import ScaleUpPlan
 from shared.ports import ClusterError, ClusterEvent, Ports
+from shared.services.optional_crds import OptionalCrd
 
 log = logging.getLogger(__name__)
 
-_absent_logged = False  # the CRD's absence is said once per process, not every poll
+_CRD = OptionalCrd("capacitybuffers.autoscaling.x-k8s.io", "capacity buffers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,18 +51,9 @@ class Buffers:
 
 def read_buffers(ports: Ports, *, now: datetime) -> Buffers:
     """Every buffer, resolved (its pod shape and its workload's replicas read), and the placeholders."""
-    global _absent_logged
-    try:
-        listed = ports.cluster.list_capacity_buffers()
-    except ClusterError as exc:
-        log.warning("capacity buffers not read (%s); planning without them this poll", exc)
-        return Buffers()
+    listed = _CRD.read(ports.cluster.list_capacity_buffers)
     if listed is None:
-        if not _absent_logged:
-            log.info("capacitybuffers.autoscaling.x-k8s.io is not served: capacity buffers are off")
-            _absent_logged = True
         return Buffers()
-    _absent_logged = False
     shapes: dict[tuple[str, str, str, str], BufferTemplate | None] = {}
     resolved = tuple(_resolve(ports, buffer, shapes) for buffer in listed)
     return Buffers(resolved, placeholders(resolved, now=now))

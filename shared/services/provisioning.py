@@ -30,11 +30,12 @@ from shared.engine.quota import Quota
 from shared.engine.scale_up import ScaleUpOptions
 from shared.ports import ClusterError, ClusterEvent, Ports
 from shared.services import offerings
+from shared.services.optional_crds import OptionalCrd
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_absent_logged = False  # the CRD's absence is said once per process, not every poll
+_CRD = OptionalCrd("provisioningrequests.autoscaling.x-k8s.io", "provisioning requests")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,20 +79,11 @@ class RequestPlan:
 
 def read_requests(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, *, now: datetime) -> Requests:
     """Every request of ours, resolved, and its phase (one ledger read per atomic request not provisioned)."""
-    global _absent_logged
     if not settings.provisioning_requests:
         return Requests()
-    try:
-        listed = ports.cluster.list_provisioning_requests()
-    except ClusterError as exc:
-        log.warning("provisioning requests not read (%s); planning without them this poll", exc)
-        return Requests()
+    listed = _CRD.read(ports.cluster.list_provisioning_requests)
     if listed is None:
-        if not _absent_logged:
-            log.info("provisioningrequests.autoscaling.x-k8s.io is not served: provisioning requests are off")
-            _absent_logged = True
         return Requests()
-    _absent_logged = False
     ours = sorted((r for r in listed if engine.is_ours(r)),
                   key=lambda r: (r.created_at or now, r.key))
     templates: dict[tuple[str, str], BufferTemplate | None] = {}
