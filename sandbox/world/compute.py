@@ -113,6 +113,7 @@ class InstanceSim:
     vm_name: str = ""  # a Flexible member's VM name (`{vmss}_{8 hex}`), its instance id in ARM; "" in a Uniform set
     # Set when the instance is to end Failed (the scenario's `allocation_failures`): its instance view's code, message.
     error_code: str = ""
+    failure_batch: int = 0  # which armed allocation failure failed it (one per capacity increase); 0: none
     error_message: str = ""
 
     @property

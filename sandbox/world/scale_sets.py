@@ -63,6 +63,7 @@ class ScaleSetsPart(WorldCore):
         self._allocation_failures: dict[str, list[list[Any]]] = {}
         # Instances left Failed by a successful operation, with when (the report's `allocation` section).
         self._failed_instances: list[tuple[float, InstanceSim]] = []
+        self._failure_batches = 0  # armed allocation failures consumed so far (InstanceSim.failure_batch)
 
     def _init_scale_sets(self) -> None:
         for spec in self.scenario.node_groups:
@@ -166,8 +167,10 @@ class ScaleSetsPart(WorldCore):
         else:
             armed[0][1] = left - 1
         message = spec.message or default_scale_up_message(spec.code, group.spec.vm_size, group.spec.location)
+        self._failure_batches += 1
         for inst in created[: spec.instances or len(created)]:
             inst.error_code, inst.error_message = spec.code, message
+            inst.failure_batch = self._failure_batches
 
     def _on_provisioned(self, inst: InstanceSim) -> None:
         if inst.state == "Creating" and inst.error_code:
@@ -603,18 +606,27 @@ class ScaleSetsPart(WorldCore):
     def allocation_report(self) -> dict[str, Any]:
         """The report's `allocation` section: instances a successful capacity increase left Failed, by code; how
         long each stayed before its delete was asked for (`detect_lag_s_max`; one still there counts to now);
-        and how long after each failure another scale set was grown (`fallback_lag_s_max`; none: to now)."""
+        and how long after each increase's first failed instance another scale set was grown (`fallback_lag_s_max`;
+        none: to now). Per increase, not per instance: its instances fail at their own provisioning times, and a
+        later one's pods may fit room the first fallback already asked for, which needs no growth of its own (how
+        long pods waited is `pending_wait_s`)."""
         with self.lock:
             by_code: Counter[str] = Counter()
             detect, fallback, log = [], [], []
+            first_failure: dict[tuple[str, int], float] = {}
+            for failed_at, inst in self._failed_instances:
+                key = (inst.group_key, inst.failure_batch)
+                first_failure[key] = min(failed_at, first_failure.get(key, failed_at))
+            for (group_key, _), failed_at in first_failure.items():
+                group = self._groups[group_key]
+                grown = [e["t"] for e in self._capacity_log
+                         if e["outcome"] == "ok" and e["scale_set"] != group.name and e["t"] >= failed_at]
+                fallback.append((min(grown) if grown else self._t) - failed_at)
             for failed_at, inst in self._failed_instances:
                 group = self._groups[inst.group_key]
                 by_code[inst.error_code] += 1
                 deleted_at = inst.delete_started_at
                 detect.append((deleted_at if deleted_at is not None else self._t) - failed_at)
-                grown = [e["t"] for e in self._capacity_log
-                         if e["outcome"] == "ok" and e["scale_set"] != group.name and e["t"] >= failed_at]
-                fallback.append((min(grown) if grown else self._t) - failed_at)
                 log.append({"t": round(failed_at, 3), "scale_set": group.name, "instance": str(inst.report_id),
                             "code": inst.error_code,
                             "delete_asked": round(deleted_at, 3) if deleted_at is not None else None})
