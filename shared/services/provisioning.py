@@ -36,6 +36,9 @@ from shared.settings import Settings
 log = logging.getLogger(__name__)
 
 _CRD = OptionalCrd("provisioningrequests.autoscaling.x-k8s.io", "provisioning requests")
+# Ledger outcomes of an attempt that ended with nothing granted and the request not final (Azure refused it for
+# quota, a limit was taken since the poll, it expired on the queue): the next attempt may be planned.
+_ENDED_WITH_NOTHING = ("failed", "rejected")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,8 @@ def _asked(ports: Ports, settings: Settings, request: ProvisioningRequest, *, no
         return False, attempt
     if not entry.outcome or engine.in_progress_since(request) is not None:
         return True, attempt  # in flight, or its outcome not on the request yet
+    if not entry.outcome.startswith(_ENDED_WITH_NOTHING):
+        return True, attempt  # e.g. a dry run's outcome: asking again every poll would only repeat it
     return False, attempt + 1
 
 

@@ -191,6 +191,19 @@ def test_an_attempt_azure_refused_for_quota_is_followed_by_the_next_attempt_not_
     assert not _atomic_actions(app)  # asked: not planned a third time while it is in flight
 
 
+def test_a_dry_run_asks_for_an_atomic_request_once_and_never_plans_another_attempt() -> None:
+    app = _app(klass=ATOMIC_SCALE_UP_CLASS, count=3, initial=0, settings={"DRY_RUN": "true"})
+    executor = Executor(app.ports, app.settings)
+    sent: list[str] = []
+    for _ in range(6):
+        _poll(app)
+        for text in app.take_queued():
+            sent.append(decode_action(text).id)
+            executor.execute(text, now=app.clock.now())
+    assert len(set(sent)) == 1 and not sent[0].endswith(":2")
+    assert not (_request(app).get("status") or {}).get("conditions")  # a dry run writes no status
+
+
 def test_an_atomic_request_beyond_max_is_refused_and_boots_nothing() -> None:
     app = _app(klass=ATOMIC_SCALE_UP_CLASS, count=4, initial=0, max_size=3)
     result = _poll(app)
