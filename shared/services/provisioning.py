@@ -130,9 +130,10 @@ def _asked(ports: Ports, settings: Settings, request: ProvisioningRequest, *, no
     """Whether the request's atomic scale-up was asked for, and the attempt to ask for next otherwise.
 
     Asked: our ScaleUpInProgress written within the action's lifetime (the message may not be claimed yet), or a
-    ledger entry under the latest attempt's id that is in flight, or done with its outcome on the request (Failed,
-    or Provisioned). An attempt done whose request reads Provisioned=False (Azure refused the write for quota,
-    nothing granted) is not: the next attempt is planned, as a request that never fit is."""
+    ledger entry under the latest attempt's id that is in flight, or done otherwise than by failing or being
+    rejected (a dry run's outcome). An attempt that failed or was rejected with the request neither final nor
+    Provisioned (checked before this is called) ended with nothing granted: the next attempt is planned, as for a
+    request that never fit."""
     attempt = engine.attempt_of(request)
     if (request.class_name != engine.ATOMIC_SCALE_UP_CLASS or engine.provisioned_since(request) is not None
             or is_final(request)):
@@ -147,8 +148,8 @@ def _asked(ports: Ports, settings: Settings, request: ProvisioningRequest, *, no
         return True, attempt
     if entry is None:
         return False, attempt
-    if not entry.outcome or engine.in_progress_since(request) is not None:
-        return True, attempt  # in flight, or its outcome not on the request yet
+    if not entry.outcome:
+        return True, attempt  # in flight
     if not entry.outcome.startswith(_ENDED_WITH_NOTHING):
         return True, attempt  # e.g. a dry run's outcome: asking again every poll would only repeat it
     return False, attempt + 1
