@@ -73,6 +73,7 @@ from sandbox.api import agent_pools_api, flexible, spot_api, standby_pool_api
 from sandbox.api.arm_paging import arm_page
 from sandbox.api.wire import Request, Response, json_response
 from sandbox.model import quota, spot
+from sandbox.model.instance_mix import MIX_SKU, sku_profile
 from sandbox.model.nic_spec import NicSpec, group_nics, subnet_name
 from sandbox.model.resources import Amounts
 from sandbox.model.units import parse_time, rfc3339, rfc3339_micro
@@ -488,7 +489,9 @@ def vm_size_catalogue(world: World) -> dict[str, tuple[str, Amounts]]:
     """The VM sizes the scenario's scale sets use, by lower-cased name: (name, the capacity their nodes report)."""
     sizes: dict[str, tuple[str, Amounts]] = {}
     for spec in world.scenario.node_groups:
-        sizes.setdefault(spec.vm_size.lower(), (spec.vm_size, spec.capacity))
+        mix_sizes = spec.instance_mix.sizes if spec.instance_mix is not None else ()
+        for name, capacity in ((spec.vm_size, spec.capacity), *((m.vm_size, m.capacity) for m in mix_sizes)):
+            sizes.setdefault(name.lower(), (name, capacity))
     return sizes
 
 
@@ -587,8 +590,10 @@ def _capacity_request(group: ScaleSetSim, request: Request) -> tuple[int, dict[s
     if not isinstance(body, dict):
         raise ArmError(400, "InvalidRequestContent", "The request content must be a JSON object.")
     sku = body.get("sku") or {}
-    if sku.get("name") and str(sku["name"]).lower() != group.spec.vm_size.lower():
+    mix = group.spec.instance_mix
+    if sku.get("name") and str(sku["name"]).lower() != (MIX_SKU if mix is not None else group.spec.vm_size).lower():
         raise ArmError(409, "OperationNotAllowed", "The sandbox cannot change the VM size of a scale set.", "sku.name")
+    _check_sku_profile(group, body)
     capacity = sku.get("capacity", group.capacity)
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         message = f"The value '{capacity}' of parameter 'sku.capacity' is invalid."
@@ -597,6 +602,30 @@ def _capacity_request(group: ScaleSetSim, request: Request) -> tuple[int, dict[s
     if tags is not None and (not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values())):
         raise ArmError(400, "InvalidParameter", "Tags must be a map of strings.", "tags")
     return capacity, tags
+
+
+def _check_sku_profile(group: ScaleSetSim, body: dict[str, Any]) -> None:
+    """A write may carry the set's `properties.skuProfile` back unchanged (a PUT of the GET's body); the sandbox
+    changes no instance mix, and gives none to a set without one."""
+    properties = body.get("properties")
+    sent = properties.get("skuProfile") if isinstance(properties, dict) else None
+    if sent is None:
+        return
+    mix = group.spec.instance_mix
+    if mix is None or not _same_sku_profile(sent, sku_profile(mix)):
+        raise ArmError(409, "OperationNotAllowed", "The sandbox cannot change the instance mix of a scale set.",
+                       "properties.skuProfile")
+
+
+def _same_sku_profile(sent: Any, current: dict[str, Any]) -> bool:
+    """Equal but for the case of names and strategy (ARM compares them case-insensitively)."""
+    def norm(profile: Any) -> Any:
+        if not isinstance(profile, dict) or not isinstance(profile.get("vmSizes"), list):
+            return None
+        sizes = [(str(v.get("name", "")).lower(), v.get("rank")) if isinstance(v, dict) else None
+                 for v in profile["vmSizes"]]
+        return sorted(sizes, key=repr), str(profile.get("allocationStrategy", "")).lower()
+    return norm(sent) is not None and norm(sent) == norm(current)
 
 
 def _update(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:

@@ -69,7 +69,9 @@ from urllib.parse import quote
 from sandbox.api.arm_paging import arm_page
 from sandbox.api.wire import Request, Response, json_response
 from sandbox.model import spot
+from sandbox.model.instance_mix import MIX_SKU, sku_profile
 from sandbox.model.nic_spec import NicSpec, group_nics, subnet_name
+from sandbox.model.scenario import NodeGroupSpec
 from sandbox.model.units import rfc3339_micro
 from sandbox.world import World
 from sandbox.world.compute import InstanceSim, Operation, ScaleSetSim, failed_statuses, nic_addresses
@@ -277,10 +279,11 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
         "location": spec.location,
         "tags": dict(group.tags),
         "etag": f'"{group.generation}"',
-        "sku": {"name": spec.vm_size, "tier": "Standard", "capacity": group.capacity},
+        "sku": _sku(spec, group.capacity),
         "properties": {
             "singlePlacementGroup": False,
             "orchestrationMode": "Flexible",
+            **({"skuProfile": sku_profile(spec.instance_mix)} if spec.instance_mix is not None else {}),
             "virtualMachineProfile": {
                 "osProfile": {
                     "computerNamePrefix": spec.computer_name_prefix,
@@ -314,6 +317,13 @@ def vmss_json(world: World, group: ScaleSetSim) -> dict[str, Any]:
     return body
 
 
+def _sku(spec: NodeGroupSpec, capacity: int) -> dict[str, Any]:
+    """The set's `sku`: an instance-mix set's is named "Mix" without a tier (its sizes are in `skuProfile`)."""
+    if spec.instance_mix is not None:
+        return {"name": MIX_SKU, "capacity": capacity}
+    return {"name": spec.vm_size, "tier": "Standard", "capacity": capacity}
+
+
 def _instance_view(inst: InstanceSim) -> dict[str, Any]:
     """VirtualMachineInstanceView: the computer name and the provisioning and power state statuses."""
     if inst.state == "Failed":
@@ -341,7 +351,7 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_vie
         "location": group.spec.location,
         "properties": {
             "vmId": inst.vm_id,
-            "hardwareProfile": {"vmSize": group.spec.vm_size},
+            "hardwareProfile": {"vmSize": inst.vm_size or group.spec.vm_size},  # a mix member has its own
             "storageProfile": {
                 "imageReference": dict(_IMAGE),
                 "osDisk": {

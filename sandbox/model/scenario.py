@@ -30,6 +30,8 @@ from sandbox.model.buffer_spec import BufferActionSpec, parse_buffer_actions
 from sandbox.model.dists import Dist  # re-exported: scenario fields are Dists
 from sandbox.model.gang_spec import TOP_LEVEL_FIELDS as GANG_FIELDS
 from sandbox.model.gang_spec import GangSections, parse_gang_sections
+from sandbox.model.instance_mix import FIELD as MIX_FIELD
+from sandbox.model.instance_mix import InstanceMixSpec, parse_instance_mix
 from sandbox.model.nic_spec import FIELDS as NIC_FIELDS
 from sandbox.model.nic_spec import NicSpec, check_subnets, group_nics, parse_nics
 from sandbox.model.podspec import HostPort, SpecError, parse_affinity, parse_spread_constraints
@@ -119,6 +121,9 @@ class NodeGroupSpec:
     # Seconds after registration until a GPU node's GPUs are allocatable (sandbox.model.gpu_spec); None: its default
     # for a group with GPUs.
     gpu_ready_delay: Dist | None = None
+    # A Flexible set's VM sizes and allocation strategy (sandbox.model.instance_mix); then vm_size, allocatable and
+    # capacity above are its largest size's, and each member VM has its own (instance_mix.member_spec).
+    instance_mix: InstanceMixSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -792,6 +797,8 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
             )
         except AgentPoolError as exc:
             raise _Invalid(exc.path, exc.problem) from None
+    # an instance mix's sizes carry their own vm_size and allocatable
+    sized = set() if isinstance(value, dict) and MIX_FIELD in value else {"vm_size", "allocatable"}
     obj = _obj(
         value,
         path,
@@ -799,10 +806,11 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
             "resource_group", "name", "vm_size", "allocatable", "capacity", "min", "max", "initial", "autoscaled",
             "location", "labels", "taints", "zones", "tags", "computer_name_prefix", "boot_delay", "mirror_pods",
             "annotations", "initial_age", "orchestration", "hibernation_enabled", "standby_pool", "gpu_ready_delay",
-            *NODE_GROUP_FIELDS, *NIC_FIELDS,
+            MIX_FIELD, *NODE_GROUP_FIELDS, *NIC_FIELDS,
         },
-        {"resource_group", "name", "vm_size", "allocatable"},
+        {"resource_group", "name"} | sized,
     )
+    mix = _instance_mix(obj, path)
     name = _str(obj["name"], f"{path}.name", _VMSS_NAME, "scale set name")
     orchestration = _orchestration(obj.get("orchestration", "Uniform"), f"{path}.orchestration")
     if orchestration == "Flexible" and len(name) > _FLEX_VMSS_NAME_MAX:
@@ -824,8 +832,12 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         raise _Invalid(f"{path}.max", f"must be at least min ({min_size}), got {max_size}")
     if autoscaled and not min_size <= initial <= max_size:
         raise _Invalid(f"{path}.initial", f"must be between min ({min_size}) and max ({max_size}), got {initial}")
-    allocatable = _resources(obj["allocatable"], f"{path}.allocatable", need_pods=True)
-    capacity = _resources(obj["capacity"], f"{path}.capacity", need_pods=True) if "capacity" in obj else allocatable
+    if mix is not None:  # the set stands as its largest size where one size is asked (module docstring)
+        vm_size, allocatable, capacity = mix.largest().vm_size, mix.largest().allocatable, mix.largest().capacity
+    else:
+        vm_size = _str(obj["vm_size"], f"{path}.vm_size")
+        allocatable = _resources(obj["allocatable"], f"{path}.allocatable", need_pods=True)
+        capacity = _resources(obj["capacity"], f"{path}.capacity", need_pods=True) if "capacity" in obj else allocatable
     if not allocatable.fits_in(capacity):
         raise _Invalid(f"{path}.allocatable", "must not exceed capacity")
     zones = _items(obj, "zones", path, lambda item, where: _str(item, where))
@@ -844,7 +856,7 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
     return NodeGroupSpec(
         resource_group=_str(obj["resource_group"], f"{path}.resource_group", _RG_NAME, "resource group name"),
         name=name,
-        vm_size=_str(obj["vm_size"], f"{path}.vm_size"),
+        vm_size=vm_size,
         allocatable=allocatable,
         capacity=capacity,
         min_size=min_size,
@@ -874,6 +886,22 @@ def _node_group(value: Any, path: str, location: str, top: Mapping[str, Any]) ->
         ) if "standby_pool" in obj else None,
         gpu_ready_delay=(_dist(obj["gpu_ready_delay"], f"{path}.gpu_ready_delay", parse_duration)
                          if "gpu_ready_delay" in obj else None),
+        instance_mix=mix,
+    )
+
+
+def _instance_mix(obj: Mapping[str, Any], path: str) -> InstanceMixSpec | None:
+    """The group's `instance_mix` section, None without one; the sizes replace the group's own size fields."""
+    if MIX_FIELD not in obj:
+        return None
+    for name in ("vm_size", "allocatable", "capacity"):
+        if name in obj:
+            raise _Invalid(f"{path}.{name}", f"not with {MIX_FIELD}: each of its sizes has its own")
+    return parse_instance_mix(
+        obj[MIX_FIELD], f"{path}.{MIX_FIELD}",
+        orchestration=_orchestration(obj.get("orchestration", "Uniform"), f"{path}.orchestration"),
+        has_standby_pool="standby_pool" in obj,
+        resources=lambda value, where: _resources(value, where, need_pods=True),
     )
 
 

@@ -110,6 +110,7 @@ class InstanceSim:
     nic_ips: tuple[str, ...] = ()
     primary_nic: int = 0
     node_nic: int = 0
+    vm_size: str = ""  # an instance-mix member's own size (sandbox.world.instance_mix); "": its scale set's
     vm_name: str = ""  # a Flexible member's VM name (`{vmss}_{8 hex}`), its instance id in ARM; "" in a Uniform set
     # Set when the instance is to end Failed (the scenario's `allocation_failures`): its instance view's code, message.
     error_code: str = ""

@@ -32,6 +32,7 @@ from typing import Any
 
 from shared.domain import Taint
 from sandbox.model.gpu_spec import gpu_ready_delay, without_gpus
+from sandbox.model.instance_mix import member_spec
 from sandbox.model.resources import Amounts, resource_list
 from sandbox.model.scenario import NodeGroupSpec
 from sandbox.model.units import parse_time, rfc3339
@@ -218,7 +219,7 @@ class NodesPart(WorldCore):
 
     def _register_node(self, inst: InstanceSim, created: datetime | None = None) -> None:
         group = self._groups[inst.group_key]
-        spec = group.spec
+        spec = member_spec(group.spec, inst.vm_size)  # an instance-mix member registers as its own size
         labels = self._node_labels(spec, inst.node_name, inst.zone)
         node = self._node_object(
             inst.node_name, inst.ip_index, self._provider_id(inst), labels, spec.taints, spec.capacity,
@@ -255,7 +256,7 @@ class NodesPart(WorldCore):
         """A fresh GPU VM's node registers Ready without its GPUs: the driver and the device plugin add them to
         capacity and allocatable after the group's `gpu_ready_delay` (sandbox.model.gpu_spec). Only a created VM
         waits: the initial nodes are long up, and a started one keeps its installed driver (an assumption)."""
-        spec = self._groups[inst.group_key].spec
+        spec = member_spec(self._groups[inst.group_key].spec, inst.vm_size)
         delay = gpu_ready_delay(spec.allocatable, spec.gpu_ready_delay)
         node = self._store.get("nodes", "", inst.node_name)
         if delay is None or node is None:
@@ -271,7 +272,7 @@ class NodesPart(WorldCore):
         node = self._store.get("nodes", "", inst.node_name)
         if node is None or self._by_node.get(inst.node_name) is not inst or not inst.alive:
             return
-        spec = self._groups[inst.group_key].spec
+        spec = member_spec(self._groups[inst.group_key].spec, inst.vm_size)
         status = node.setdefault("status", {})
         status["capacity"] = resource_list(spec.capacity)
         status["allocatable"] = resource_list(spec.allocatable)

@@ -23,6 +23,7 @@ from sandbox.world.compute import InstanceSim, Operation, ScaleSetSim, computer_
 from sandbox.world.core import WorldCore
 from sandbox.world.errors import ArmError
 from sandbox.world.faults import default_scale_up_message
+from sandbox.world.instance_mix import choose_size
 from sandbox.world.throttling import BUCKETS, TokenBucket
 
 MAX_CAPACITY = 1000  # a Uniform scale set without single placement group
@@ -125,6 +126,7 @@ class ScaleSetsPart(WorldCore):
             ip_index=(ip_index := next(self._ip_counter)),
             node_name=self._node_name(group, hostname),
             vm_name=vm_name,
+            vm_size=self._mix_size(group),
         )
         nics = nic_addresses(group.spec, ip_index)
         inst.nic_ips = tuple(ip for _, ip in nics)
@@ -139,6 +141,14 @@ class ScaleSetsPart(WorldCore):
             self._push(inst.provision_at, "provisioned", inst)
             self._push(inst.ready_at, "registered", inst)
         return inst
+
+    @staticmethod
+    def _mix_size(group: ScaleSetSim) -> str:
+        """An instance-mix member's size, by the set's strategy (sandbox.world.instance_mix); "" without a mix."""
+        mix = group.spec.instance_mix
+        if mix is None:
+            return ""
+        return choose_size(mix, (i.vm_size for i in group.instances.values() if i.state != "Deleting")).vm_size
 
     def _flexible_names(self, group: ScaleSetSim, instance_id: int) -> tuple[str, str]:
         members = [*group.instances.values(), *(i for i in self._gone if i.group_key == group.key)]
