@@ -26,6 +26,12 @@ stable spec's examples (AgentPoolsGet, AgentPoolsCreate_Update, AgentPoolsDelete
   `InProgress`, `Succeeded`, `Failed` with `error`) and `.../operationresults/{id}` (202 while running, then
   204, or the error with status 400).
 
+A `VirtualMachines` pool (several sizes; `sandbox.model.agent_pools`) answers `vmSize: ""`,
+`type: VirtualMachines`, `virtualMachinesProfile.scale.manual` (a count per size) and
+`virtualMachineNodesStatus` (azure-rest-api-specs' managed cluster with a VirtualMachines pool); a PUT's
+`manual` counts scale each size, and its machines carry their ARM VM id and `properties.hardware.vmSize`
+(the machine shape of api-version 2025-06-02-preview; the stable SDK leaves it in the model's extra fields).
+
 Every route but the operations checks the subscription (404 `SubscriptionNotFound`) and that the path
 names `world.managed_cluster` (404 `ResourceNotFound`, as listClusterUserCredential does).
 """
@@ -153,7 +159,25 @@ def pool_properties(world: World, pool: AgentPoolSim) -> dict[str, Any]:
         properties["nodeLabels"] = dict(pool.spec.node_labels)
     if pool.spec.node_taints:
         properties["nodeTaints"] = list(pool.spec.node_taints)
+    if pool.spec.multi_size:
+        properties.update(_vm_pool_properties(world, pool))
     return properties
+
+
+def _vm_pool_properties(world: World, pool: AgentPoolSim) -> dict[str, Any]:
+    """What a VirtualMachines pool answers in place of a VMSS pool's size (AgentPoolsCreate_VirtualMachines-style
+    shape: `vmSize` empty, the sizes' counts in `virtualMachinesProfile.scale.manual`, the machines there are
+    per size in `virtualMachineNodesStatus`)."""
+    counts = world.agent_pool_size_counts(pool)
+    machines = world.machines(pool)
+    status = [{"size": size, "count": sum(1 for m in machines if m.state != "Deleting"
+                                          and world.machine_group(m).spec.vm_size == size)} for size, _ in counts]
+    return {
+        "vmSize": "",
+        "type": "VirtualMachines",
+        "virtualMachinesProfile": {"scale": {"manual": [{"size": size, "count": count} for size, count in counts]}},
+        "virtualMachineNodesStatus": [entry for entry in status if entry["count"]],
+    }
 
 
 def pool_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim) -> dict[str, Any]:
@@ -162,20 +186,27 @@ def pool_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim) -> dict
 
 
 def machine_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim, inst: InstanceSim) -> dict[str, Any]:
-    """One machine as the spec's MachineList example has it: name = node name, the VM's ARM id and IP."""
-    group = world.agent_pool_group(pool)
+    """One machine as the spec's MachineList example has it: name = node name, the VM's ARM id and IP; a
+    VirtualMachines pool's machine is a plain VM and says its size (`properties.hardware.vmSize`)."""
+    group = world.machine_group(inst)
+    resource_id = (
+        f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}"
+        f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{inst.instance_id}"
+    )
+    if pool.spec.multi_size:
+        resource_id = (f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}"
+                       f"/providers/Microsoft.Compute/virtualMachines/{inst.vm_name}")
     body: dict[str, Any] = {
         "id": f"{_pool_id(cluster, pool)}/machines/{inst.node_name}",
         "name": inst.node_name,
         "type": _MACHINE_TYPE,
         "properties": {
             "network": {"ipAddresses": [{"ip": inst.private_ip, "family": "IPv4"}]},
-            "resourceId": (
-                f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}"
-                f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{inst.instance_id}"
-            ),
+            "resourceId": resource_id,
         },
     }
+    if pool.spec.multi_size:
+        body["properties"]["hardware"] = {"vmSize": group.spec.vm_size}
     if inst.zone:
         body["zones"] = [inst.zone]
     return body
@@ -289,11 +320,12 @@ def _put_agent_pool(world: World, request: Request, params: dict[str, str], api_
         raise ArmError(400, "InvalidRequestContent", "The request content must be an agent pool with properties.")
     group = world.agent_pool_group(pool)
     spec = group.spec
+    multi = pool.spec.multi_size
     immutable: list[tuple[str, Any, Callable[[Any], Any]]] = [
-        ("vmSize", spec.vm_size, lambda v: str(v).lower()),
+        ("vmSize", "" if multi else spec.vm_size, lambda v: str(v).lower()),
         ("osType", "Linux", lambda v: str(v).lower()),
         ("osSKU", agent_pools.OS_SKU, lambda v: str(v).lower()),
-        ("type", "VirtualMachineScaleSets", lambda v: str(v).lower()),
+        ("type", pool.spec.pool_type, lambda v: str(v).lower()),
         ("availabilityZones", list(spec.zones), lambda v: sorted(map(str, v)) if isinstance(v, list) else v),
         ("maxPods", spec.allocatable.pods, lambda v: v),
         ("osDiskSizeGB", _OS_DISK_SIZE_GB, lambda v: v),
@@ -324,6 +356,8 @@ def _put_agent_pool(world: World, request: Request, params: dict[str, str], api_
     if isinstance(power, dict) and power.get("code") not in (None, "Running"):
         raise _sandbox_cannot("stop agent pools", "properties.powerState")
 
+    if multi:
+        return _put_vm_agent_pool(world, request, cluster, pool, properties)
     count = properties.get("count")
     if count is None:  # AKS's answer (seen in public reports, 2023)
         raise ArmError(400, "InvalidParameter", "Required parameter properties.count is missing (null).",
@@ -356,6 +390,63 @@ def _put_agent_pool(world: World, request: Request, params: dict[str, str], api_
         pool, count=count, mode=mode, enable_auto_scaling=enabled, min_count=bounds["minCount"],
         max_count=bounds["maxCount"], tags=tags,
     )
+    headers = _operation_headers(world, request, op)
+    del headers["Location"]  # a PUT's answer carries the async operation only
+    return json_response(200, pool_json(world, cluster, pool), headers)
+
+
+def _manual_counts(pool: AgentPoolSim, sizes: list[str], profile: Any) -> dict[str, int]:
+    """`virtualMachinesProfile.scale.manual` as a count per size of the pool (a size left out: 0 machines)."""
+    target = "properties.virtualMachinesProfile.scale.manual"
+    scale = profile.get("scale") if isinstance(profile, dict) else None
+    manual = scale.get("manual") if isinstance(scale, dict) else None
+    if not isinstance(manual, list):
+        raise ArmError(400, "InvalidParameter", f"The value of parameter {target} is invalid: it must be a list of "
+                                                "sizes and counts.", target)
+    if isinstance(scale, dict) and scale.get("autoscale"):
+        raise _sandbox_cannot("model autoscale profiles of VirtualMachines pools", "properties.virtualMachinesProfile")
+    known = {size.lower(): size for size in sizes}
+    counts = {size: 0 for size in sizes}
+    seen: set[str] = set()
+    for i, entry in enumerate(manual):
+        size = entry.get("size") if isinstance(entry, dict) else None
+        count = entry.get("count") if isinstance(entry, dict) else None
+        if not isinstance(size, str) or isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ArmError(400, "InvalidParameter", f"The value of parameter {target}[{i}] is invalid: it must be "
+                                                    "a size and a count of at least 0.", f"{target}[{i}]")
+        if size.lower() in seen:  # code and wording unverified
+            raise ArmError(400, "InvalidParameter", f"The size {size} appears more than once in {target}.",
+                           f"{target}[{i}].size")
+        seen.add(size.lower())
+        if size.lower() not in known:
+            raise _sandbox_cannot(f"add size {size} to agent pool '{pool.name}' (its sizes: {', '.join(sizes)})",
+                                  f"{target}[{i}].size")
+        counts[known[size.lower()]] = count
+    return counts
+
+
+def _put_vm_agent_pool(
+    world: World, request: Request, cluster: ManagedCluster, pool: AgentPoolSim, properties: dict[str, Any],
+) -> Response:
+    """A PUT of a VirtualMachines pool: the counts per size from `virtualMachinesProfile.scale.manual` (left out:
+    unchanged); `count`, when given, must be their sum; AKS's autoscaler and a new mode are not modelled here."""
+    sizes = [size for size, _ in world.agent_pool_size_counts(pool)]
+    profile = properties.get("virtualMachinesProfile")
+    counts = (_manual_counts(pool, sizes, profile) if profile is not None
+              else dict(world.agent_pool_size_counts(pool)))
+    count = properties.get("count")
+    if count is not None and count != sum(counts.values()):  # code and wording unverified
+        raise ArmError(400, "InvalidParameter", f"properties.count ({count}) must be the sum of the counts in "
+                                                f"properties.virtualMachinesProfile.scale.manual "
+                                                f"({sum(counts.values())}).", "properties.count")
+    if properties.get("enableAutoScaling"):
+        raise _sandbox_cannot("model AKS's autoscaler on VirtualMachines pools", "properties.enableAutoScaling")
+    if (properties.get("mode") or pool.mode) != pool.mode:
+        raise _sandbox_cannot("change the mode of VirtualMachines pools", "properties.mode")
+    tags = properties.get("tags")
+    if tags is not None and (not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values())):
+        raise ArmError(400, "InvalidParameter", "Tags must be a map of strings.", "properties.tags")
+    op = world.update_vm_agent_pool(pool, counts=counts, tags=tags)
     headers = _operation_headers(world, request, op)
     del headers["Location"]  # a PUT's answer carries the async operation only
     return json_response(200, pool_json(world, cluster, pool), headers)

@@ -15,6 +15,11 @@ name), so the scale set stays the one source of truth. It answers `sandbox.api.a
 - `deleteMachines` deletes the named machines' instances and lowers `count` (no cordon, no drain);
 - one operation at a time per pool: another PUT or deleteMachines meanwhile is refused with AKS's
   409 `OperationNotAllowed`.
+
+A `VirtualMachines` pool (several sizes, AKS keeps plain VMs) stands on one Flexible scale set per size
+(`sandbox.model.agent_pools.vm_pool_parts`), so its machines are plain VMs with their own ARM ids and
+their size's allocatable: `count` is their sum, a PUT gives a count per size (`update_vm_agent_pool`:
+each size's set grows or shrinks as a VMSS pool's does), deleteMachines deletes named machines of any size.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class AgentPoolSim:
     tags: dict[str, str]
     version: int = 1  # bumped by every change through the API: the eTag
     operation: str | None = None  # the latest operation's id
+    group_keys: tuple[str, ...] = ()  # a VirtualMachines pool's scale sets, one per size in its sizes' order
 
     @property
     def name(self) -> str:
@@ -88,8 +94,9 @@ class PoolOperation:
     pool: str
     kind: PoolOperationKind
     started_at: float
-    compute_op: str | None = None
-    created: frozenset[int] = frozenset()  # new instances whose nodes must register before it succeeds
+    compute_ops: tuple[str, ...] = ()  # one per scale set it changes (a VirtualMachines pool's sizes: several)
+    created: frozenset[tuple[str, int]] = frozenset()  # (group key, instance id) of new instances whose nodes
+    # must register before it succeeds
     status: OperationStatus = "InProgress"
     ended_at: float | None = None
     error_code: str | None = None
@@ -108,10 +115,15 @@ class AgentPoolsPart(WorldCore):
             pool = group.spec.agent_pool
             if pool is None:
                 continue
+            known = self._agent_pools.get(pool.name)
+            if known is not None and pool.multi_size:  # the next size of a VirtualMachines pool
+                known.group_keys = (*known.group_keys, group.key)
+                continue
             discovery = {k: v for k, v in group.tags.items() if k in _DISCOVERY_TAGS} if group.spec.autoscaled else {}
             self._agent_pools[pool.name] = AgentPoolSim(
                 spec=pool, group_key=group.key, mode=pool.mode, enable_auto_scaling=pool.enable_auto_scaling,
                 min_count=pool.min_count, max_count=pool.max_count, tags={**pool.tags, **discovery},
+                group_keys=(group.key,),
             )
 
     # ------------------------------------------------------------------ reads
@@ -132,9 +144,19 @@ class AgentPoolsPart(WorldCore):
         with self.lock:
             return self._groups[pool.group_key]
 
+    def agent_pool_groups(self, pool: AgentPoolSim) -> list[ScaleSetSim]:
+        """The scale sets behind the pool: one, or a VirtualMachines pool's one per size (its sizes' order)."""
+        with self.lock:
+            return [self._groups[key] for key in pool.group_keys]
+
     def agent_pool_count(self, pool: AgentPoolSim) -> int:
         with self.lock:
-            return self._groups[pool.group_key].capacity
+            return sum(group.capacity for group in self.agent_pool_groups(pool))
+
+    def agent_pool_size_counts(self, pool: AgentPoolSim) -> list[tuple[str, int]]:
+        """(size, count) of each of the pool's sizes (a VMSS pool: its one size), as `scale.manual` lists them."""
+        with self.lock:
+            return [(group.spec.vm_size, group.capacity) for group in self.agent_pool_groups(pool)]
 
     def agent_pool_state(self, pool: AgentPoolSim) -> str:
         """provisioningState: Scaling while a count change or deleteMachines runs, Failed after a failed one."""
@@ -154,9 +176,14 @@ class AgentPoolsPart(WorldCore):
             return op
 
     def machines(self, pool: AgentPoolSim) -> list[InstanceSim]:
-        """The pool's machines: its scale set's instances (those being deleted too, until they are gone)."""
+        """The pool's machines: its scale sets' instances (those being deleted too, until they are gone)."""
         with self.lock:
-            return sorted(self._groups[pool.group_key].instances.values(), key=lambda i: i.instance_id)
+            return [inst for group in self.agent_pool_groups(pool)
+                    for inst in sorted(group.instances.values(), key=lambda i: i.instance_id)]
+
+    def machine_group(self, inst: InstanceSim) -> ScaleSetSim:
+        with self.lock:
+            return self._groups[inst.group_key]
 
     def machine(self, pool: AgentPoolSim, name: str) -> InstanceSim | None:
         with self.lock:
@@ -188,18 +215,50 @@ class AgentPoolsPart(WorldCore):
             compute = self.set_capacity(group, count) if count > current else None
             pool.mode, pool.enable_auto_scaling = mode, enable_auto_scaling
             pool.min_count, pool.max_count = min_count, max_count
-            if tags is not None and dict(tags) != pool.tags:
-                # AKS propagates a pool's tags to its scale set: the old pool tags go, the new ones come.
-                group.tags = {k: v for k, v in group.tags.items() if k not in pool.tags} | dict(tags)
-                group.generation += 1
-                pool.tags = dict(tags)
+            self._retag_pool(pool, tags)
             if compute is not None:
-                op = self._pool_operation(pool, "scale", compute, created=compute.instance_ids)
+                op = self._pool_operation(pool, "scale", [compute], created=_created(group, compute))
             elif count < current:
-                op = self._pool_operation(pool, "scale", self._scale_in(group, current - count))
+                op = self._pool_operation(pool, "scale", [self._scale_in(group, current - count)])
             else:
-                op = self._pool_operation(pool, "update", None)
+                op = self._pool_operation(pool, "update", [])
             return op
+
+    def update_vm_agent_pool(self, pool: AgentPoolSim, *, counts: Mapping[str, int],
+                             tags: Mapping[str, str] | None) -> PoolOperation:
+        """A PUT of a VirtualMachines pool (already parsed): `counts` by size (every size of the pool, as
+        `virtualMachinesProfile.scale.manual` gives them); each size's scale set grows or shrinks to its count."""
+        with self.lock:
+            self._refuse_if_busy(pool)
+            groups = {group.spec.vm_size.lower(): group for group in self.agent_pool_groups(pool)}
+            total = sum(counts.values())
+            if not (1 if pool.mode == "System" else 0) <= total <= MAX_COUNT:
+                raise ArmError(400, "InvalidParameter", INVALID_COUNT_MESSAGE, "agentPoolProfile.count")
+            targets = [(groups[size.lower()], count) for size, count in counts.items()]
+            for group, count in targets:
+                if count > group.capacity and _restricted(self.scenario.restricted_vm_sizes, group.spec.vm_size):
+                    message = default_scale_up_message("SkuNotAvailable", group.spec.vm_size, group.spec.location)
+                    self._log_increase(group, "capacity", group.capacity, count, "SkuNotAvailable")
+                    raise ArmError(409, "SkuNotAvailable", message, "properties.virtualMachinesProfile")
+            grown: list[tuple[ScaleSetSim, Operation]] = []
+            for group, count in targets:  # growing first: a refusal (quota) leaves the shrinking sizes alone
+                if count > group.capacity:
+                    grown.append((group, self.set_capacity(group, count)))
+            shrunk = [self._scale_in(group, group.capacity - count) for group, count in targets
+                      if count < group.capacity]
+            self._retag_pool(pool, tags)
+            created = frozenset().union(*(_created(group, op) for group, op in grown))
+            operations = [op for _, op in grown] + shrunk
+            return self._pool_operation(pool, "scale" if operations else "update", operations, created=created)
+
+    def _retag_pool(self, pool: AgentPoolSim, tags: Mapping[str, str] | None) -> None:
+        """New pool tags on every scale set behind it (AKS propagates a pool's tags): the old ones go."""
+        if tags is None or dict(tags) == pool.tags:
+            return
+        for group in self.agent_pool_groups(pool):
+            group.tags = {k: v for k, v in group.tags.items() if k not in pool.tags} | dict(tags)
+            group.generation += 1
+        pool.tags = dict(tags)
 
     def delete_agent_pool_machines(self, pool: AgentPoolSim, names: list[str]) -> PoolOperation:
         """deleteMachines: the named machines' instances go and `count` drops with them. AKS neither cordons nor
@@ -207,8 +266,8 @@ class AgentPoolsPart(WorldCore):
         machines", suggests it goes on with the valid ones; unverified); none valid refuses the request."""
         with self.lock:
             self._refuse_if_busy(pool)
-            group = self._groups[pool.group_key]
-            by_name = {i.node_name.lower(): i for i in group.instances.values()}
+            by_name = {i.node_name.lower(): i for group in self.agent_pool_groups(pool) for i in group.instances.values()}
+            keys = set(pool.group_keys)
             valid: list[InstanceSim] = []
             refused: list[str] = []
             for name in names:
@@ -217,18 +276,24 @@ class AgentPoolsPart(WorldCore):
                     refused.append(name)
                 elif inst not in valid:
                     valid.append(inst)
-            gone = {i.node_name.lower(): i for i in self._gone if i.group_key == group.key}
+            gone = {i.node_name.lower(): i for i in self._gone if i.group_key in keys}
+            first = self._groups[pool.group_key]
             for name in refused:  # one gone already (deleted before) counts under its instance id, as for scale sets
                 named = gone.get(name.lower())
-                self.counters.instance_deletes_refused[f"{group.name}/{named.instance_id if named else name}"] += 1
+                where = self._groups[named.group_key].name if named else first.name
+                self.counters.instance_deletes_refused[f"{where}/{named.report_id if named else name}"] += 1
+            active = [i for group in self.agent_pool_groups(pool) for i in group.active()]
             if not valid:
-                choices = ", ".join(i.node_name for i in group.active())
+                choices = ", ".join(i.node_name for i in active)
                 raise ArmError(400, "InvalidParameter", NO_VALID_MACHINES_MESSAGE.format(pool=pool.name, machines=choices))
-            remaining = len(group.active()) - sum(1 for i in valid if i.state != "Deleting")
+            remaining = len(active) - sum(1 for i in valid if i.state != "Deleting")
             if pool.mode == "System" and remaining < 1:  # a System pool keeps a node (AKS's answer here: unverified)
                 raise ArmError(400, "InvalidParameter", INVALID_COUNT_MESSAGE, "agentPoolProfile.count")
-            compute = self.delete_instances(group, [str(i.instance_id) for i in valid])
-            return self._pool_operation(pool, "delete_machines", compute)
+            operations = [
+                self.delete_instances(group, [i.arm_id for i in valid if i.group_key == group.key])
+                for group in self.agent_pool_groups(pool) if any(i.group_key == group.key for i in valid)
+            ]
+            return self._pool_operation(pool, "delete_machines", operations)
 
     def _refuse_if_busy(self, pool: AgentPoolSim) -> None:
         op = self.agent_pool_operation(pool.operation) if pool.operation else None
@@ -264,12 +329,12 @@ class AgentPoolsPart(WorldCore):
         return op
 
     def _pool_operation(
-        self, pool: AgentPoolSim, kind: PoolOperationKind, compute: Operation | None,
-        created: frozenset[int] = frozenset(),
+        self, pool: AgentPoolSim, kind: PoolOperationKind, compute: list[Operation],
+        created: frozenset[tuple[str, int]] = frozenset(),
     ) -> PoolOperation:
         op = PoolOperation(
             op_id=self._uid(), pool=pool.name, kind=kind, started_at=self._t,
-            compute_op=compute.op_id if compute is not None else None, created=created,
+            compute_ops=tuple(c.op_id for c in compute), created=created,
         )
         self._pool_operations[op.op_id] = op
         pool.operation = op.op_id
@@ -278,27 +343,27 @@ class AgentPoolsPart(WorldCore):
         return op
 
     def _settle(self, op: PoolOperation) -> None:
-        """Bring an operation up to date with the scale set's: failed with it, or done once it is and every new
-        instance's node has registered (or the instance went meanwhile)."""
+        """Bring an operation up to date with the scale sets': failed with the first that failed, or done once all
+        are and every new instance's node has registered (or the instance went meanwhile)."""
         if op.status != "InProgress":
             return
-        if op.compute_op is None:
+        if not op.compute_ops:
             op.status, op.ended_at = "Succeeded", op.started_at
             return
-        compute = self._operations[op.compute_op]
-        if compute.status == "Failed":
-            op.status, op.ended_at = "Failed", compute.ended_at
-            op.error_code, op.error_message = compute.error_code, compute.error_message
+        computes = [self._operations[op_id] for op_id in op.compute_ops]
+        failed = next((c for c in computes if c.status == "Failed"), None)
+        if failed is not None:
+            op.status, op.ended_at = "Failed", failed.ended_at
+            op.error_code, op.error_message = failed.error_code, failed.error_message
             return
-        if compute.status != "Succeeded":
+        if any(c.status != "Succeeded" for c in computes):
             return
-        group = self._groups[compute.group_key]
-        created = [group.instances.get(i) for i in op.created]
+        created = [self._groups[key].instances.get(i) for key, i in op.created]
         live = [i for i in created if i is not None and i.state != "Deleting" and i.power_seq == 0]
         if any(not i.node_registered for i in live):
             return
         op.status = "Succeeded"
-        op.ended_at = max([compute.ended_at or self._t, *(i.ready_at for i in live)])
+        op.ended_at = max([*(c.ended_at or self._t for c in computes), *(i.ready_at for i in live)])
 
 
 def _check_autoscale_bounds(mode: str, enabled: bool, min_count: int | None, max_count: int | None) -> None:
@@ -322,6 +387,10 @@ def _check_autoscale_bounds(mode: str, enabled: bool, min_count: int | None, max
         raise ArmError(400, "InvalidParameter", f"The value of parameter agentPoolProfile.maxCount ({max_count}) must "
                                                 f"be at least agentPoolProfile.minCount ({min_count}).",
                        "agentPoolProfile.maxCount")
+
+
+def _created(group: ScaleSetSim, compute: Operation) -> frozenset[tuple[str, int]]:
+    return frozenset((group.key, i) for i in compute.instance_ids)
 
 
 def _restricted(sizes: tuple[str, ...], vm_size: str) -> bool:
