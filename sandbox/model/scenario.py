@@ -24,7 +24,9 @@ from typing import Any, Literal
 from shared.domain import EMPTY_MAP, Taint, Toleration
 from sandbox.model import aci
 from sandbox.model.aci import VirtualNodeSpec  # defined beside the rules that read it; scenario files declare it
-from sandbox.model.agent_pools import COMPUTER_NAME_PREFIX, AgentPoolError, AgentPoolSpec, check_pools, expand_node_group
+from sandbox.model.agent_pools import (
+    COMPUTER_NAME_PREFIX, AgentPoolError, AgentPoolSpec, check_pools, expand_node_group, split_vm_pool,
+)
 from sandbox.model.buffer_spec import FIELD as BUFFERS_FIELD
 from sandbox.model.buffer_spec import BufferActionSpec, parse_buffer_actions
 from sandbox.model.dists import Dist  # re-exported: scenario fields are Dists
@@ -523,7 +525,9 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         {"node_groups"},
     )
     location = _str(top.get("location", "westeurope"), "$.location")
-    groups = _items(top, "node_groups", "$", lambda item, path: _node_group(item, path, location, top))
+    # A VirtualMachines agent pool stands for one scale set per size (sandbox.model.agent_pools.split_vm_pool).
+    groups = tuple(group for parts in _items(top, "node_groups", "$", lambda item, path: tuple(
+        _node_group(part, path, location, top) for part in split_vm_pool(item, path))) for group in parts)
     if not groups:
         raise _Invalid("$.node_groups", "must name at least one scale set")
     pool_problem = check_pools([(i, g.agent_pool) for i, g in enumerate(groups) if g.agent_pool is not None])
