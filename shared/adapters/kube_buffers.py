@@ -8,12 +8,11 @@ exception that would stop the poll.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
+from shared.adapters.kube_conditions import conditions_from_json, conditions_json
 from shared.domain import (
     ACTIVE_CAPACITY,
-    BufferCondition,
     BufferStatus,
     BufferTemplate,
     CapacityBuffer,
@@ -32,16 +31,6 @@ WORKLOADS: Mapping[str, tuple[str, str]] = {
     "StatefulSet": ("apps", "statefulsets"),
     "Job": ("batch", "jobs"),
 }
-
-
-def _timestamp(text: Any) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _optional_int(value: Any, field: str) -> int | None:
@@ -80,13 +69,6 @@ def status_from_json(raw: Any) -> BufferStatus:
     """The status as stored; anything unreadable is dropped (we write it afresh)."""
     if not isinstance(raw, Mapping):
         return BufferStatus()
-    conditions = []
-    for item in raw.get("conditions") or ():
-        if isinstance(item, Mapping) and item.get("type"):
-            conditions.append(BufferCondition(
-                str(item["type"]), str(item.get("status") or "Unknown"), str(item.get("reason") or ""),
-                str(item.get("message") or ""), _timestamp(item.get("lastTransitionTime")),
-                item.get("observedGeneration") if isinstance(item.get("observedGeneration"), int) else 0))
     ref = raw.get("podTemplateRef")
 
     def number(name: str) -> int | None:
@@ -98,7 +80,7 @@ def status_from_json(raw: Any) -> BufferStatus:
         pod_template=str(ref["name"]) if isinstance(ref, Mapping) and ref.get("name") else None,
         pod_template_generation=number("podTemplateGeneration"),
         strategy=str(raw["provisioningStrategy"]) if raw.get("provisioningStrategy") else None,
-        conditions=tuple(conditions),
+        conditions=conditions_from_json(raw.get("conditions")),
     )
 
 
@@ -145,12 +127,7 @@ def status_json(status: BufferStatus) -> dict[str, Any]:
         "podTemplateRef": {"name": status.pod_template} if status.pod_template else None,
         "podTemplateGeneration": status.pod_template_generation,
         "provisioningStrategy": status.strategy,
-        "conditions": [
-            {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-             "lastTransitionTime": (c.since or datetime(1970, 1, 1, tzinfo=UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-             "observedGeneration": c.observed_generation}
-            for c in status.conditions
-        ],
+        "conditions": conditions_json(status.conditions),
     }
 
 

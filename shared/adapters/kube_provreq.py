@@ -16,10 +16,9 @@ optimistic concurrency would cost a read per write to guard against a writer the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from shared.adapters.kube_buffers import status_from_json
+from shared.adapters.kube_conditions import conditions_from_json, conditions_json, timestamp
 from shared.domain import Condition, PodSet, ProvisioningRequest
 
 GROUP = "autoscaling.x-k8s.io"
@@ -27,17 +26,6 @@ VERSION = "v1"
 PLURAL = "provisioningrequests"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _timestamp(text: Any) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _string_map(raw: Any, field: str) -> dict[str, str]:
@@ -83,9 +71,9 @@ def request_from_json(obj: Mapping[str, Any]) -> ProvisioningRequest:
     class_name = spec.get("provisioningClassName") if spec is not None else None
     base = ProvisioningRequest(
         namespace, name, class_name if isinstance(class_name, str) else "",
-        created_at=_timestamp(metadata.get("creationTimestamp")), uid=str(metadata.get("uid") or ""),
+        created_at=timestamp(metadata.get("creationTimestamp")), uid=str(metadata.get("uid") or ""),
         generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else 0,
-        conditions=status_from_json(raw_status).conditions, details=details)
+        conditions=conditions_from_json(raw_status.get("conditions")), details=details)
     try:
         if spec is None:
             raise ValueError("spec is missing")
@@ -100,17 +88,6 @@ def request_from_json(obj: Mapping[str, Any]) -> ProvisioningRequest:
         return ProvisioningRequest(
             namespace, name, base.class_name, created_at=base.created_at, uid=base.uid, generation=base.generation,
             conditions=base.conditions, details=details, problem=f"spec cannot be read: {exc}")
-
-
-def _rfc3339(moment: datetime | None) -> str:
-    return (moment or _EPOCH).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def conditions_json(conditions: Sequence[Condition]) -> list[dict[str, Any]]:
-    """metav1.Conditions as the API takes them: every required field, lastTransitionTime in RFC 3339 UTC."""
-    return [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-             "lastTransitionTime": _rfc3339(c.since), "observedGeneration": c.observed_generation}
-            for c in conditions]
 
 
 def status_json(conditions: Sequence[Condition], details: Mapping[str, str] | None,
