@@ -15,7 +15,7 @@ from typing import Any
 
 from sandbox.model.buffer_spec import BufferActionSpec
 from sandbox.world.core import WorldCore
-from sandbox.world.errors import KubeError, conflict, not_found
+from sandbox.world.errors import KubeError, not_found
 
 BUFFERS = "capacitybuffers"
 TEMPLATES = "podtemplates"
@@ -82,14 +82,8 @@ def replace_buffer(world: WorldCore, namespace: str, name: str, new: dict[str, A
                    subresource: str | None = None) -> dict[str, Any]:
     """PUT (and PATCH's last step) on the buffer, its `status` or its `scale`."""
     with world.lock:
-        current = world._store.get(BUFFERS, namespace, name)
-        if current is None:
-            raise not_found(BUFFERS, name)
+        current = world.k8s_current_for_write(BUFFERS, namespace, name, new)  # type: ignore[attr-defined]
         meta = new.get("metadata") or {}
-        if meta.get("name", name) != name:
-            raise KeyError  # pragma: no cover - the URL names the object
-        if meta.get("resourceVersion") and meta["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise conflict(BUFFERS, name)
         updated = copy.deepcopy(current)
         if subresource == "status":
             updated["status"] = copy.deepcopy(new.get("status") or {})

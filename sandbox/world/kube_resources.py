@@ -181,18 +181,25 @@ class KubeResourcesPart(WorldCore):
             obj.setdefault("kind", {"events": "Event", "configmaps": "ConfigMap"}.get(resource, ""))
             return copy.deepcopy(self._store.put(resource, obj))
 
+    def k8s_current_for_write(self, resource: str, namespace: str, name: str, new: dict[str, Any]) -> dict[str, Any]:
+        """The stored object a PUT of `new` replaces (call with the lock held): 404 when there is none, 400 when
+        `new` names another object, 409 when its resourceVersion is not the stored one (optimistic concurrency)."""
+        current = self._store.get(resource, namespace, name)
+        if current is None:
+            raise not_found(resource, name)
+        meta = new.get("metadata") or {}
+        if meta.get("name", name) != name:
+            message = f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+            raise KubeError(400, "BadRequest", message)
+        if meta.get("resourceVersion") and meta["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            raise conflict(resource, name)
+        return current
+
     def k8s_replace(self, resource: str, namespace: str, name: str, new: dict[str, Any]) -> dict[str, Any]:
         """PUT semantics (also the last step of PATCH): optimistic concurrency on resourceVersion."""
         with self.lock:
-            current = self._store.get(resource, namespace, name)
-            if current is None:
-                raise not_found(resource, name)
+            current = self.k8s_current_for_write(resource, namespace, name, new)
             meta = new.get("metadata") or {}
-            if meta.get("name", name) != name:
-                message = f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
-                raise KubeError(400, "BadRequest", message)
-            if meta.get("resourceVersion") and meta["resourceVersion"] != current["metadata"]["resourceVersion"]:
-                raise conflict(resource, name)
             updated = copy.deepcopy(new)
             updated_meta = updated.setdefault("metadata", {})
             for immutable in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "ownerReferences"):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandbox.world.core import WorldCore
-from sandbox.world.errors import KubeError, conflict, not_found
+from sandbox.world.errors import KubeError
 
 REQUESTS = "provisioningrequests"
 GROUP = "autoscaling.x-k8s.io"
@@ -198,15 +198,8 @@ def replace_provisioning_request(world: WorldCore, namespace: str, name: str, ne
                                  subresource: str | None = None) -> dict[str, Any]:
     """PUT (and PATCH's last step) on the request or its `status`."""
     with world.lock:
-        current = world._store.get(REQUESTS, namespace, name)
-        if current is None:
-            raise not_found(REQUESTS, name)
+        current = world.k8s_current_for_write(REQUESTS, namespace, name, new)  # type: ignore[attr-defined]
         meta = new.get("metadata") or {}
-        if meta.get("name", name) != name:
-            message = f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
-            raise KubeError(400, "BadRequest", message)
-        if meta.get("resourceVersion") and meta["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise conflict(REQUESTS, name)
         updated = copy.deepcopy(current)
         if subresource == "status":
             status = new.get("status")
