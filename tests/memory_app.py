@@ -115,6 +115,20 @@ class MemoryApp:
         """The Kubernetes Events the app wrote, in order."""
         return list(self.sink.events)
 
+    def run_actions(self, *, rounds: int = 40, step: float = 5) -> list[Any]:
+        """Every queued action run to its end, as the host would: what is visible now, then `step` seconds later
+        what those deliveries queued, for at most `rounds` rounds; the executor's results, in order."""
+        from shared.services.executor import Executor
+
+        executor, results = Executor(self.ports, self.settings), []
+        for _ in range(rounds):
+            queued = self.take_queued()
+            if not queued:
+                break
+            results += [executor.execute(text, now=self.clock.now()) for text in queued]
+            self.clock.advance(step)
+        return results
+
     def tick(self, seconds: float) -> None:
         """`seconds` later: both polls run, then every action they queued, as the host would run them."""
         from shared.services.executor import Executor

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from shared.engine.gpu_readiness import held_back
-from shared.services.executor import Executor
 from shared.services.observe import observe
 from shared.services.pending import run_pending_poll
 from tests.memory_app import MemoryApp, memory_app
@@ -32,23 +31,12 @@ def _app(*, gpu_ready_delay: str, pods: int = 2, **settings: str) -> MemoryApp:
     }, settings={"ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s", **settings})
 
 
-def _run_actions(app: MemoryApp) -> None:
-    executor = Executor(app.ports, app.settings)
-    for _ in range(40):
-        queued = app.take_queued()
-        if not queued:
-            return
-        for text in queued:
-            executor.execute(text, now=app.clock.now())
-        app.clock.advance(5)
-
-
 def _pending_polls(app: MemoryApp, seconds: int, *, every: int = 30) -> list[Any]:
     results = []
     for _ in range(seconds // every):
         app.clock.advance(every)
         results.append(run_pending_poll(app.ports, app.settings, now=app.clock.now()))
-        _run_actions(app)
+        app.run_actions()
     return results
 
 

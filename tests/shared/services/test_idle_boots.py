@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from shared.services.utilization import run_utilization_poll
 from tests.memory_app import MemoryApp, memory_app
@@ -28,22 +27,11 @@ def _app(**settings: str) -> MemoryApp:
     }, settings={"ARM_OPERATION_WAIT": "0s", "STEP_RETRY_DELAY": "0s", **settings})
 
 
-def _run_actions(app: MemoryApp) -> None:
-    executor = Executor(app.ports, app.settings)
-    for _ in range(40):
-        queued = app.take_queued()
-        if not queued:
-            return
-        for text in queued:
-            executor.execute(text, now=app.clock.now())
-        app.clock.advance(5)
-
-
 def _scale_up_and_wait(app: MemoryApp) -> Any:
     app.clock.advance(10)
     first = run_pending_poll(app.ports, app.settings, now=app.clock.now())
     assert [i.new_target for i in first.plan.increases] == [3]
-    _run_actions(app)
+    app.run_actions()
     assert app.ports.state.get_group(GROUP).boot_requests[0][1:] == (2, 2)  # two new instances, no node yet
     for _ in range(8):  # the pending poll every 30 s, as its schedule
         app.clock.advance(30)
@@ -66,7 +54,7 @@ def test_break_even_removes_a_node_idle_for_longer_than_its_measured_boot(mode: 
     for _ in range(4):  # four minutes of utilisation polls: past 75 s idle, short of the fixed 10 minutes
         app.clock.advance(60)
         run_utilization_poll(app.ports, app.settings, now=app.clock.now())
-        _run_actions(app)
+        app.run_actions()
     assert (len(app.ports.cluster.list_nodes()) < nodes) is removed
 
 

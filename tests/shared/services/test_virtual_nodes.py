@@ -8,7 +8,6 @@ from typing import Any
 
 from shared.actions import Backfill, decode_message
 from shared.engine.virtual_nodes import CLOSED_TAINT_KEY, DELETION_COST_ANNOTATION, VIRTUAL_NODE_DELETION_COST
-from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
 from tests.memory_app import MemoryApp, memory_app
 from tests.shared.services.telemetry_capture import Telemetry, telemetry  # noqa: F401  (the fixture)
@@ -34,17 +33,6 @@ def _on(app: MemoryApp, node: str) -> list[Any]:
     return [p for p in app.ports.cluster.list_pods() if p.node_name == node and p.owner is not None]
 
 
-def _run_actions(app: MemoryApp) -> list[Any]:
-    executor, results = Executor(app.ports, app.settings), []
-    for _ in range(40):
-        queued = app.take_queued()
-        if not queued:
-            break
-        results += [executor.execute(text, now=app.clock.now()) for text in queued]
-        app.clock.advance(5)
-    return results
-
-
 def test_a_deployment_bursts_onto_aci_grows_the_scale_set_and_moves_back() -> None:
     app = _app({"name": "web", "kind": "ReplicaSet", "count": 12, "at": "5s", "spread": "0s",
                 "requests": {"cpu": "1", "memory": "2Gi"}})
@@ -57,13 +45,13 @@ def test_a_deployment_bursts_onto_aci_grows_the_scale_set_and_moves_back() -> No
     assert first.virtual.count("backfill") == len(on_aci)
     assert all(p.annotations.get(DELETION_COST_ANNOTATION) == VIRTUAL_NODE_DELETION_COST for p in _on(app, VN))
     assert sum(1 for e in app.events() if e.reason == "BurstToVirtualNode") == len(on_aci)
-    _run_actions(app)  # the scale-up
+    app.run_actions()  # the scale-up
     app.clock.advance(90)  # the new VMs boot and are Ready
     moved: list[str] = []
     for _ in range(6):
         result = run_pending_poll(app.ports, app.settings, now=app.clock.now())
         assert not result.plan.increases  # nothing asked twice: the VMs on their way are counted
-        outcomes = _run_actions(app)
+        outcomes = app.run_actions()
         moved += [o.action_id for o in outcomes if o.outcome == "succeeded" and o.action_id.startswith("backfill:")]
         app.clock.advance(30)
     assert _on(app, VN) == []  # every replica runs on a VM now
@@ -119,7 +107,7 @@ def _vm_ready_for_six_on_aci() -> MemoryApp:
                 "requests": {"cpu": "1", "memory": "2Gi"}}, boot="30s", admission="open")
     app.clock.advance(40)
     run_pending_poll(app.ports, app.settings, now=app.clock.now())
-    _run_actions(app)
+    app.run_actions()
     app.clock.advance(60)
     return app
 
