@@ -74,8 +74,8 @@ SCENARIO_OPTIONS: dict[str, dict[str, Any]] = {
     "render-farm": {"settings": FIXED_IDLE_TIMES},
     "k3s-daemonset-farm": {"settings": FIXED_IDLE_TIMES},
     "stuck-pending": {"settings": FIXED_IDLE_TIMES},
-    # The Compute usages cache lives in wall time (QUOTA_CACHE, 3 minutes: 90 sandbox minutes at speed 30), so
-    # the quota raised mid-run would never be read again; a few wall seconds are about its 3 sandbox minutes.
+    # The quota is raised a minute after the first request fails: with the default 3-minute QUOTA_CACHE the retry
+    # Kueue makes a minute later would still plan against the old limit. A short cache shows the raise at once.
     "gang-atomic": {"settings": {"QUOTA_CACHE": "6s"}},
 }
 DEFAULT_SPEED = 30.0
