@@ -548,10 +548,11 @@ class InstanceRef:
     resource_group: str
     scale_set: str
     instance_id: str
+    lane: str = ""  # the VM size of the lane it belongs to, in a multi-size group (NodeGroup.lane); "" otherwise
 
     @property
     def group_id(self) -> str:
-        return group_id(self.resource_group, self.scale_set)
+        return group_id(self.resource_group, self.scale_set, self.lane)
 
 
 _PROVIDER_ID = re.compile(
@@ -575,9 +576,26 @@ def instance_order(instance_id: str) -> tuple[int, str]:
     return (int(instance_id), "") if instance_id.isdigit() else (1 << 62, instance_id)
 
 
-def group_id(resource_group: str, scale_set: str) -> str:
+# A multi-size group (a Flexible scale set with an instance mix, an AKS VirtualMachines pool) is planned as one
+# lane per VM size: a NodeGroup each, whose id is the set's id, LANE_SEPARATOR and the size as the set spells it
+# (`rg/vmss~Standard_D4s_v5`). `~` is not allowed in scale-set or agent-pool names, so the id stays unambiguous.
+LANE_SEPARATOR = "~"
+
+
+def group_id(resource_group: str, scale_set: str, lane: str = "") -> str:
     """A node group's identity: resource groups compare case-insensitively in ARM, names do not."""
-    return f"{resource_group.lower()}/{scale_set}"
+    base = f"{resource_group.lower()}/{scale_set}"
+    return f"{base}{LANE_SEPARATOR}{lane}" if lane else base
+
+
+def parent_group_id(group_id_: str) -> str:
+    """The scale set's (or pool's) id of a lane's id; a group that is not a lane is its own parent."""
+    return group_id_.partition(LANE_SEPARATOR)[0]
+
+
+def lane_of(group_id_: str) -> str:
+    """The VM size a lane's id names; "" for a group that is not a lane."""
+    return group_id_.partition(LANE_SEPARATOR)[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -725,6 +743,12 @@ class Instance:
     # operator's, never changed by us (engine.protection).
     protected_from_scale_in: bool | None = None
     protected_from_scale_set_actions: bool = False
+    # The instance's own VM size where its group holds several (instance mix, AKS VirtualMachines pools); "" when
+    # the group has one size.
+    vm_size: str = ""
+    # Whether the instance runs the scale set's latest model (ARM's `latestModelApplied`): False means it drifted
+    # (engine.drift); None when the backend does not report it.
+    latest_model_applied: bool | None = None
 
     @property
     def deleting(self) -> bool:
@@ -770,6 +794,17 @@ class NodeGroup:
     # Whether its instances may hibernate on a deallocate (memory kept on the OS disk, resumed on start): a Flexible
     # scale set created with additionalCapabilities.hibernationEnabled, not spot; read by the providers.
     hibernation_enabled: bool = False
+    # Multi-size groups (engine.multi_size): `lane` is the VM size this NodeGroup grows and removes, one lane per
+    # size of the scale set or pool (its id ends in `~<size>`, `vm_size` is that size, `capacity` its instances,
+    # and `min_size`/`max_size` what the other lanes leave of the set's own). `lanes` lists every size of the set in
+    # the order its allocation strategy prefers them (`allocation_strategy`: LowestPrice, CapacityOptimized,
+    # Prioritized, or "" for an AKS VirtualMachines pool, whose sizes we choose freely). "" and () for a one-size group.
+    lane: str = ""
+    lanes: tuple[str, ...] = ()
+    allocation_strategy: str = ""
+    # AKS: the node image version the pool's new nodes get (`properties.nodeImageVersion`); a node whose
+    # `kubernetes.azure.com/node-image-version` label differs has drifted (engine.drift). "" elsewhere.
+    node_image_version: str = ""
     # Filled in by the services from the group's state, never by a provider:
     stopped: int = 0  # of the capacity, instances we deallocated (SCALE_DOWN_MODE=deallocate): no node, none coming
     written_off: int = 0  # nodes asked for that the planner no longer counts on (a ProvisionTimeout backoff)
@@ -785,6 +820,11 @@ class NodeGroup:
 
     @property
     def id(self) -> str:
+        return group_id(self.resource_group, self.name, self.lane)
+
+    @property
+    def parent_id(self) -> str:
+        """The scale set's (or pool's) id: a lane's parent, or the group itself."""
         return group_id(self.resource_group, self.name)
 
     @property
@@ -821,6 +861,36 @@ class ClusterSnapshot:
 
     def pods_on(self, node_name: str) -> list[Pod]:
         return [p for p in self.pods if p.node_name == node_name and not p.is_finished]
+
+
+# Voluntary disruptions, by reason (Karpenter's names, and ours for a replacement by a cheaper node): what a
+# disruption budget (engine.disruption_budgets) may limit.
+EMPTY = "Empty"
+UNDERUTILIZED = "Underutilized"
+REPLACE = "Replace"
+DRIFTED = "Drifted"
+DISRUPTION_REASONS = (EMPTY, UNDERUTILIZED, REPLACE, DRIFTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """One node being replaced: capacity asked of `to_group` first, the node drained once that is Ready.
+
+    `reason` is REPLACE (consolidation: several nodes onto one cheaper) or DRIFTED (model, image or age: `detail`
+    says which). `since` is when the replacement capacity was asked, by action `action_id`; `count` is the nodes
+    that action asked for on behalf of the nodes replaced together (`together`, this one included).
+    `saving_per_hour` is the consolidation's saving in USD per hour (0 for drift).
+    """
+
+    node: str
+    reason: str
+    to_group: str
+    since: datetime
+    action_id: str = ""
+    count: int = 1
+    together: tuple[str, ...] = ()
+    saving_per_hour: float = 0.0
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -872,6 +942,9 @@ class GroupState:
     # listing the group before and after its capacity write, so no other atomic scale-up writes in between.
     atomic_holder: str = ""
     atomic_since: datetime | None = None
+    # Nodes of this group being replaced (engine.replacement), by node name: the replacement was asked of
+    # `Replacement.to_group`, and the node is drained once it is Ready.
+    replacing: Mapping[str, Replacement] = field(default_factory=dict)
     etag: str | None = None  # None: the row does not exist yet
 
     def without_removal(self, node: str) -> GroupState:

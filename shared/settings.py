@@ -11,6 +11,7 @@ The settings table of docs/settings.md is checked against `SPECS` by a test.
 from __future__ import annotations
 
 import difflib
+import math
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from shared import json_text
+from shared.engine.disruption_budgets import NodeBudget, parse_budgets
 from shared.engine.expanders import EXPANDERS, parse_expander_chain, parse_priorities
 from shared.engine.node_mapping import parse_mapping_method
 from shared.engine.limits import ClusterLimits, parse_min_max
@@ -164,6 +166,17 @@ def _ncrontab(text: str) -> str:
 def _standby(text: str) -> str:
     """A whole number or `auto` (engine.standby.parse_standby), kept as text: the group's tag may override it."""
     return str(parse_standby(text))
+
+
+def _budgets(text: str) -> tuple[NodeBudget, ...]:
+    return parse_budgets(text)
+
+
+def _ratio_at_least_zero(text: str) -> float:
+    value = float(text.strip())
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"must be a number of 0 or more, got {text!r}")
+    return value
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
@@ -551,6 +564,30 @@ SPECS: tuple[Spec, ...] = (
          "report them after the node turns Ready); a GPU node that never reports them within "
          "`MAX_NODE_PROVISION_TIME` is reported and replaced. `false`: a Ready node is capacity, GPUs or not. "
          "See docs/gpu-readiness.md."),
+    Spec("DISRUPTION_BUDGETS", "disruption_budgets", "nodes=10%&reasons=Replace,Drifted", _budgets,
+         "How many nodes may be disrupted at once, cluster-wide, by reason (`Empty`, `Underutilized`, `Replace`, "
+         "`Drifted`): budgets separated by `;`, each `nodes=<count or %>[&reasons=<R>,...][&schedule=<NCRONTAB>&"
+         "duration=<d>]` (a schedule opens a window that lasts the duration; outside it the budget does not apply). "
+         "The smallest budget that applies to a reason wins; `nodes=0` in a window stops that reason there. A group's "
+         "tag `autoscaler-disruption-budgets` (same form) adds budgets for its own nodes. Removals of empty and "
+         "under-used nodes are also bounded by `MAX_SCALE_DOWN_PARALLELISM`. See docs/consolidation.md."),
+    Spec("CONSOLIDATION", "consolidation", "balanced", _choice("balanced", "always", "off"),
+         "Replace under-used nodes with one cheaper node where their pods fit it (beside removing empty and "
+         "under-used nodes, which scale-down does as before): `balanced` acts only when the saving outweighs the "
+         "disruption (`CONSOLIDATION_THRESHOLD`), `always` whenever it saves, `off` never. The new node is Ready "
+         "before the old ones are drained; batch pods are never moved. See docs/consolidation.md."),
+    Spec("CONSOLIDATION_THRESHOLD", "consolidation_threshold", "0.5", _ratio_at_least_zero,
+         "With `CONSOLIDATION=balanced`: the least share of the saving over the share of the disruption (Karpenter's "
+         "`Balanced` policy) for which a replacement is made. See docs/consolidation.md."),
+    Spec("DRIFT_REPLACEMENT", "drift_replacement", "true", _bool,
+         "Replace nodes that drifted (an instance not on its scale set's latest model, an AKS node on an older node "
+         "image than its pool's, or older than `NODE_MAX_AGE`): a new instance first, then a drain of the old one, "
+         "within the disruption budgets; nodes running batch pods wait for them to end. See docs/consolidation.md."),
+    Spec("NODE_MAX_AGE", "node_max_age", "0", _nonnegative_duration,
+         "Nodes older than this are replaced as drifted (Karpenter's `expireAfter`); `0` never."),
+    Spec("REPLACEMENT_TIMEOUT", "replacement_timeout", "30m", _nonnegative_duration,
+         "How long a replacement (consolidation or drift) may wait for its new node to be Ready and the old node's "
+         "pods to fit elsewhere before it is given up (the old node stays; the new one is removed as any idle node)."),
     Spec("STANDBY_HIBERNATE", "standby_hibernate", "false", _bool,
          "Hibernate the instances stopped into a group's standby (and by `SCALE_DOWN_MODE=deallocate`) where the scale"
          " set allows it (Flexible, regular VMs, created with additionalCapabilities.hibernationEnabled): a start then"
@@ -844,6 +881,12 @@ class Settings:
     provisioning_request_booking: timedelta
     gang_scale_up: str  # all-or-nothing | off (engine.gangs)
     gpu_readiness: bool  # engine.gpu_readiness
+    disruption_budgets: tuple[NodeBudget, ...]  # engine.disruption_budgets
+    consolidation: str  # balanced | always | off (engine.consolidation)
+    consolidation_threshold: float
+    drift_replacement: bool  # engine.drift
+    node_max_age: timedelta  # 0: never
+    replacement_timeout: timedelta  # engine.replacement
     scale_down_unneeded_time: timedelta
     scale_down_idle_mode: str  # engine.idle.IDLE_MODES: auto | fixed | break-even
     scale_down_unready_time: timedelta
