@@ -121,6 +121,9 @@ class Removal:
     move: tuple[str, ...] = ()  # pods to evict
     wait: tuple[str, ...] = ()  # batch pods the node waits for
     instance_id: str = ""  # the node's instance in its group, as node mapping found it
+    # The disruption's reason (shared.domain.DISRUPTION_REASONS) where it is not the kind's own (a forced
+    # replacement or drift drain): "" derives it (engine.disruption_budgets.removal_reason).
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
