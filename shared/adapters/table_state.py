@@ -10,7 +10,9 @@ azure-data-tables. One table holds six partitions:
               time Azure said it would evict it, `Boots` a JSON list of measured boots in seconds,
               `BootRequests` a JSON list of [ISO time, nodes asked for, nodes still to come] (engine.idle),
               `Starts` a JSON list of measured starts in seconds, `StartRequests` a JSON list of
-              [ISO time, [instance ids started], [ids not yet Ready]].
+              [ISO time, [instance ids started], [ids not yet Ready]], `Replacing` a JSON object: node name ->
+              {reason, toGroup, since (ISO), actionId, count, together, savingPerHour, detail} (the nodes being
+              replaced, engine.replacement).
 - `unneeded`: one row per node that is unneeded, with `Since`.
 - `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
 - `offering`: one row per unavailable offering (its key, `Until`, `Since`, `Kind`, `Code`, `Group`, `Message`).
@@ -55,7 +57,15 @@ from shared.adapters.storage_connection import (
 )
 
 log = logging.getLogger(__name__)
-from shared.domain import DemandHistory, GroupState, LimitReservation, LimitReservations, OfferingKey, UnavailableOffering
+from shared.domain import (
+    DemandHistory,
+    GroupState,
+    LimitReservation,
+    LimitReservations,
+    OfferingKey,
+    Replacement,
+    UnavailableOffering,
+)
 from shared.ports import LedgerEntry, LedgerStatus, UnreadableRow
 
 if TYPE_CHECKING:
@@ -162,6 +172,8 @@ class TableStateStore:
             start_requests=read("StartRequests", lambda text: tuple(_json_list(text, _start_request))),
             atomic_holder=str(entity.get("AtomicHolder") or ""),
             atomic_since=read("AtomicSince", _time_or_none),
+            replacing=read("Replacing", lambda text: {node: _replacement(node, body)
+                                                      for node, body in _json_map(text, lambda body: body).items()}),
             etag=entity.metadata["etag"],
         )
 
@@ -188,6 +200,7 @@ class TableStateStore:
             "StartRequests": json.dumps([[_utc(at, "StartRequests").isoformat(), list(started), list(left)]
                                          for at, started, left in state.start_requests]),
             "AtomicHolder": state.atomic_holder,
+            "Replacing": _replacing_text(state.replacing),
         }
         for column, moment in (
             ("LastScaleUp", state.last_scale_up),
@@ -588,3 +601,26 @@ def _reservations_text(row: LimitReservations) -> str:
     return json.dumps({r.action_id: {"group": r.group_id, "target": r.target, "nodes": r.nodes, "cores": r.cores,
                                      "memory": r.memory_bytes, "until": _utc(r.until, "until").isoformat()}
                        for r in row.reservations.values()}, sort_keys=True)
+
+
+def _replacement(node: str, body: Any) -> Replacement:
+    """One `Replacing` entry: the node's replacement, as `_replacing_text` writes it."""
+    if not isinstance(body, dict):
+        raise TypeError(f"replacement of {node!r} is not a JSON object")
+    together = body.get("together", [])
+    if not isinstance(together, list):
+        raise TypeError(f"replacement of {node!r}: together is not a JSON list")
+    saving = body.get("savingPerHour", 0)
+    if isinstance(saving, bool) or not isinstance(saving, (int, float)):
+        raise ValueError(f"replacement of {node!r}: savingPerHour is not a number: {saving!r:.60}")
+    return Replacement(node=node, reason=_text(body["reason"]), to_group=_text(body["toGroup"]),
+                       since=_parse_iso(_text(body["since"])), action_id=_optional_text(body.get("actionId")),
+                       count=_whole(body.get("count", 1)), together=tuple(_text(n) for n in together),
+                       saving_per_hour=float(saving), detail=_optional_text(body.get("detail")))
+
+
+def _replacing_text(replacing: Mapping[str, Replacement]) -> str:
+    return json.dumps({node: {"reason": r.reason, "toGroup": r.to_group, "since": _utc(r.since, "Replacing").isoformat(),
+                              "actionId": r.action_id, "count": r.count, "together": list(r.together),
+                              "savingPerHour": r.saving_per_hour, "detail": r.detail}
+                       for node, r in replacing.items()}, sort_keys=True)

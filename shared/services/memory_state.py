@@ -197,6 +197,8 @@ def _check_group_times(state: GroupState) -> None:
         _aware(moment, "BootRequests")
     for moment, *_ in state.start_requests:
         _aware(moment, "StartRequests")
+    for replacement in state.replacing.values():
+        _aware(replacement.since, "Replacing")
 
 
 def _check_ledger_times(entry: LedgerEntry) -> None:
