@@ -8,7 +8,11 @@ and leaves by the ordinary drain.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from shared.domain import ClusterSnapshot, GroupState, Node, Replacement
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +25,69 @@ class ReplacementProposal:
     count: int
     saving_per_hour: float = 0.0  # USD per hour, consolidation
     detail: str = ""  # drift: model | image | age; consolidation: e.g. "3 x Standard_D8s_v5 -> 1 x Standard_D16s_v5"
+
+
+def ready_replacements(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], *,
+                       now: datetime) -> dict[str, Replacement]:
+    """The nodes whose replacement capacity is Ready (node -> its entry): they may be drained now.
+
+    Entries asked together (one action: same `to_group`, `action_id` and `since`) share the `count` nodes it
+    asked for. A node of `to_group` counts when it is Ready, was created at or after the entry's `since`, is
+    not being deleted and is not itself being replaced; each counts for one action only. The actions asked
+    last are matched first: the nodes they may use are also usable by every earlier one (created later than
+    an earlier `since`), so no action takes a node that only a later one could use.
+    """
+    del now  # the same signature as stale_replacements; readiness depends on the snapshot only
+    present = {node.name for node in snapshot.nodes}
+    replacing = {node for state in states.values() for node in state.replacing}
+    fresh: dict[str, list[Node]] = {}
+    for node in snapshot.nodes:
+        ref = node.instance
+        if ref is None or not node.ready or node.is_being_deleted or node.name in replacing:
+            continue
+        fresh.setdefault(ref.group_id, []).append(node)
+    actions: dict[tuple[str, str, datetime], list[Replacement]] = {}
+    for state in states.values():
+        for node, entry in state.replacing.items():
+            if node in present:
+                key = (entry.to_group, entry.action_id or f"node:{node}", entry.since)
+                actions.setdefault(key, []).append(entry)
+    used: set[str] = set()
+    ready: dict[str, Replacement] = {}
+    for key in sorted(actions, key=lambda k: (k[2], k[1]), reverse=True):
+        to_group, _, since = key
+        entries = actions[key]
+        count = max(e.count for e in entries)
+        usable = sorted((n for n in fresh.get(to_group, ()) if n.created_at >= since and n.name not in used),
+                        key=lambda n: (n.created_at, n.name))
+        if len(usable) < count:
+            continue
+        used.update(n.name for n in usable[:count])
+        ready.update((e.node, e) for e in entries)
+    return ready
+
+
+def stale_replacements(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], *, now: datetime,
+                       timeout: timedelta) -> list[tuple[str, str, str]]:
+    """Entries to drop, as (group id, node, why): the node is gone (its replacement is done), or its
+    replacement was asked more than `timeout` ago and its removal has not started (given up: the new
+    capacity never came, or the node could not be drained; a new proposal may come on a later poll)."""
+    present = {node.name: node for node in snapshot.nodes}
+    stale = []
+    for group_id, state in sorted(states.items()):
+        for node, entry in sorted(state.replacing.items()):
+            current = present.get(node)
+            if current is None:
+                stale.append((group_id, node, GONE))
+            elif now - entry.since > timeout and node not in state.removing and not current.is_being_deleted:
+                stale.append((group_id, node, f"{TIMED_OUT} after {_minutes(now - entry.since)} "
+                                              f"(asked of {entry.to_group} at {entry.since.isoformat()})"))
+    return stale
+
+
+GONE = "node gone"
+TIMED_OUT = "given up"
+
+
+def _minutes(span: timedelta) -> str:
+    return f"{int(span.total_seconds() // 60)} min"
