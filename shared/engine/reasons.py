@@ -28,6 +28,8 @@ RECEIVES_MOVED_PODS = "ReceivesMovedPods"
 SCALE_DOWN_COOLDOWN = "ScaleDownCooldown"
 MAX_PARALLELISM_REACHED = "MaxParallelismReached"
 ARM_THROTTLED = "ArmThrottled"
+# A disruption budget (engine.disruption_budgets) allows no more disruptions of the node's reason now. Ours.
+DISRUPTION_BUDGET = "DisruptionBudget"
 # Outside this poll's candidate pool (scale_down._pool): never removed on an older verdict. Ours: CA drops such a
 # node from its unneeded list.
 NOT_SIMULATED = "NotSimulatedThisTick"
