@@ -163,6 +163,8 @@ class AksAgentPools:
             priority="Spot" if _text(getattr(pool, "scale_set_priority", None)).lower() == "spot" else "Regular",
             eviction_policy=(_text(getattr(pool, "scale_set_eviction_policy", None)) or "Delete")
             if _text(getattr(pool, "scale_set_priority", None)).lower() == "spot" else "",
+            # What new nodes boot with; a node labelled with another version drifted (engine.drift).
+            node_image_version=_text(getattr(pool, "node_image_version", None)),
         )
 
     @staticmethod

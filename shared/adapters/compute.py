@@ -336,6 +336,8 @@ def _instance(vm: VirtualMachineScaleSetVM) -> Instance:
         error_code=code,
         error_message=message,
         **_protection(getattr(vm, "protection_policy", None)),
+        # A stale instance (false) drifted from the scale set's model (engine.drift); None when ARM omits it.
+        latest_model_applied=getattr(vm, "latest_model_applied", None),
     )
 
 

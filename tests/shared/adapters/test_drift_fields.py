@@ -1,0 +1,63 @@
+"""What the providers read for drift (engine.drift), without a server: a Uniform instance's `latestModelApplied`,
+a Flexible member's (ARM's VM has none: None), and an AKS pool's `nodeImageVersion`. The sandbox's ARM double
+serves the same fields after a model change: tests/sandbox/test_drift_world.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.compute.models import VirtualMachine, VirtualMachineScaleSetVM
+
+from shared.adapters.aks_pools import AksAgentPools
+from shared.adapters.compute import VmssCompute
+from shared.adapters.credentials import StaticTokenCredential
+from shared.adapters.flex_compute import _member
+from shared.domain import UNIFORM_SCALE_SET, NodeGroup
+
+CLUSTER_ID = "/subscriptions/s/resourceGroups/rg-aks/providers/Microsoft.ContainerService/managedClusters/prod"
+
+
+def uniform(vms: list[dict[str, Any]]) -> VmssCompute:
+    client = ComputeManagementClient(StaticTokenCredential(), "sub", base_url="https://127.0.0.1:1")
+    compute = VmssCompute(client, cluster_name="demo", resource_groups=["rg"], operation_wait=0)
+    listed = [VirtualMachineScaleSetVM(vm) for vm in vms]  # the SDK's model over the wire's JSON
+    compute._client = SimpleNamespace(  # type: ignore[assignment]
+        _config=client._config, virtual_machine_scale_set_vms=SimpleNamespace(list=lambda rg, name, **kw: listed))
+    return compute
+
+
+@pytest.mark.parametrize("wire, expected", [
+    ({"latestModelApplied": True}, True),
+    ({"latestModelApplied": False}, False),
+    ({}, None),  # not reported: never taken for drift
+], ids=["latest", "stale", "absent"])
+def test_a_uniform_instance_list_reports_whether_the_latest_model_is_applied(wire: dict[str, Any],
+                                                                            expected: bool | None) -> None:
+    vm = {"location": "westeurope", "instanceId": "3", "properties": {"provisioningState": "Succeeded", **wire}}
+    group = NodeGroup("rg", "pool", 0, 10, 1, "Standard_D4s_v5", provider=UNIFORM_SCALE_SET, location="westeurope")
+    (listed,) = uniform([vm]).list_instances(group)
+    assert listed.latest_model_applied is expected
+
+
+def test_a_flexible_member_has_no_latest_model_field() -> None:
+    # VirtualMachineProperties carries no latestModelApplied (azure-rest-api-specs): a member's model drift is
+    # unknown, so it never drifts by model.
+    vm = VirtualMachine({"location": "westeurope", "name": "pool_ab12", "id": "/x/virtualMachines/pool_ab12",
+                         "properties": {"provisioningState": "Succeeded", "latestModelApplied": False}})
+    assert _member(vm).latest_model_applied is None
+
+
+@pytest.mark.parametrize("version", ["AKSUbuntu-2204gen2containerd-202611.10.0", None])
+def test_an_aks_pool_reports_its_node_image_version(version: str | None) -> None:
+    client = SimpleNamespace(_config=SimpleNamespace(base_url="https://management.azure.com"),
+                             managed_clusters=SimpleNamespace(get=lambda rg, name: SimpleNamespace(location="westeurope")))
+    pools = AksAgentPools(client, cluster_id=CLUSTER_ID, cluster_name="prod", named_pools={}, operation_wait=0)
+    tags = {"cluster-autoscaler-enabled": "true", "cluster-autoscaler-name": "prod", "min": "0", "max": "8"}
+    pool = SimpleNamespace(name="render", tags=tags, count=2, vm_size="Standard_D4s_v5", enable_auto_scaling=False,
+                           mode="User", node_labels={}, node_taints=[], availability_zones=[],
+                           type_properties_type="VirtualMachineScaleSets", node_image_version=version)
+    group = pools._as_group(pool)
+    assert group is not None and group.node_image_version == (version or "")
