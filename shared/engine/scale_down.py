@@ -34,6 +34,10 @@ protected:
    its group's unneeded (or unready) time it is removed, unless a guard rail says
    otherwise: the group's minimum, cooldowns, the cluster's minimum cores and
    memory, MAX_SCALE_DOWN_PARALLELISM.
+5. A forced node (`ScaleDownOptions.forced`: its replacement is Ready, engine.replacement) is a
+   candidate whatever its utilisation or measured CPU, due at once (no unneeded wait, no delay after
+   a scale-up: that scale-up was its replacement) and removed when its movable pods fit elsewhere, as
+   any other; a forced node running batch pods is kept until they end. Its Removal carries the reason.
 
 Order of removal: empty nodes first, then the nodes whose pods are cheapest to
 move (fewest pods, then least utilised, then oldest), then the nodes whose batch
@@ -72,6 +76,8 @@ from shared.engine.utilization import Utilization, UtilizationRules, node_utiliz
 from shared.quantities import parse_duration
 
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+# Kept reason of a forced node (its replacement Ready) that runs batch pods: it waits for them to end.
+BATCH_PODS_RUNNING = "BatchPodsRunning"
 OPTIONS_TAG = "k8s.io_cluster-autoscaler_node-template_autoscaling-options_"
 
 
@@ -97,6 +103,9 @@ class ScaleDownOptions:
     # max(ceil(ratio x nodes), min_count) candidates with pods to move are simulated per plan; see `_pool`.
     candidates_pool_ratio: float = 0.1  # SCALE_DOWN_CANDIDATES_POOL_RATIO
     candidates_pool_min_count: int = 50  # SCALE_DOWN_CANDIDATES_POOL_MIN_COUNT
+    # Nodes whose replacement is Ready (engine.replacement.ready_replacements), node -> disruption reason
+    # (shared.domain.REPLACE or DRIFTED): candidates now whatever their utilisation (see the module's item 5).
+    forced: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 < self.candidates_pool_ratio <= 1:
@@ -233,6 +242,7 @@ class _Candidate:
     drain: NodeDrain
     utilization: Utilization
     unready: bool
+    forced: str = ""  # the disruption reason of a forced candidate; "" for the others
 
     @property
     def kind(self) -> str:
@@ -304,9 +314,10 @@ def plan_scale_down(
             kept[node.name] = KeptReason(reasons.CORDONED_BY_OTHERS, "cordoned by someone else")
             continue
         unready = not node.ready
-        if not unready and not used.low:
+        forced = options.forced.get(node.name, "")
+        if not unready and not used.low and not forced:
             continue  # needed: not a candidate, nothing to report
-        if not unready and measured_cpu is not None and node.name in measured_cpu:
+        if not unready and not forced and measured_cpu is not None and node.name in measured_cpu:
             measured = measured_cpu[node.name]
             if measured > options.measured_cpu_threshold:
                 kept[node.name] = KeptReason(reasons.MEASURED_CPU_HIGH,
@@ -316,6 +327,15 @@ def plan_scale_down(
         drain = drain_of(pods, options.drain, snapshot.disruption_budgets, now=now)
         if drain.pinned_by is not None:
             kept[node.name] = drain.pinned_by
+            continue
+        if forced and drain.wait:
+            # A replacement never cuts batch work short: the node leaves once its batch pods have ended.
+            kept[node.name] = KeptReason(BATCH_PODS_RUNNING, f"{forced}: waits for {len(drain.wait)} batch pod(s) "
+                                                             "to end before its drain")
+            continue
+        if forced:
+            # Its replacement is Ready: pending pods go there (or to new capacity), not back onto it.
+            candidates.append(_Candidate(node, group, drain, used, unready, forced))
             continue
         # Only pods the scale-up simulation would put here, with every filter and the room other
         # pending pods take, keep a node: a pod no node or group can hold keeps none (it stays
@@ -329,7 +349,9 @@ def plan_scale_down(
         candidates.append(_Candidate(node, group, drain, used, unready))
 
     slots_held = _slots_held(group_states, state, snapshot, options, now=now)  # before the simulation moves pods
-    candidates.sort(key=_removal_order)
+    # Forced candidates first: they are due now, and an idle node simulated before them could take the room
+    # their pods need while it only starts its unneeded clock.
+    candidates.sort(key=lambda c: (not c.forced, _removal_order(c)))
     if simulated_at is None:
         simulated, unsimulated = candidates, []
     else:
@@ -388,7 +410,9 @@ def _pool(
     unneeded, and rotates by skipping a node found unremovable for
     --unremovable-node-recheck-timeout (5 min); a node it does not simulate loses its timer.
     """
-    heavy = [c for c in candidates if c.drain.move]
+    # A forced candidate (its replacement is Ready) is always simulated: it is due, and waiting for its turn
+    # would keep two nodes running for one.
+    heavy = [c for c in candidates if c.drain.move and not c.forced]
     if len(heavy) <= size:
         return list(candidates), []
     order = {c.node.name: i for i, c in enumerate(candidates)}
@@ -407,7 +431,7 @@ def _pool(
     chosen = {c.node.name for c in sorted(filter(due, heavy), key=staleness)[: size // 2]}
     rest = sorted((c for c in heavy if c.node.name not in chosen), key=staleness)
     chosen.update(c.node.name for c in rest[: size - len(chosen)])
-    simulated = [c for c in candidates if not c.drain.move or c.node.name in chosen]
+    simulated = [c for c in candidates if not c.drain.move or c.forced or c.node.name in chosen]
     return simulated, [c for c in heavy if c.node.name not in chosen]
 
 
@@ -654,7 +678,7 @@ def _choose(
         node, group = candidate.node, candidate.group
         name = node.name
         since = unneeded[name]
-        wait_for = rules[group.id].wait(unready=candidate.unready)
+        wait_for = timedelta(0) if candidate.forced else rules[group.id].wait(unready=candidate.unready)
         if now - since < wait_for:
             state = "unready" if candidate.unready else "unneeded"
             code = reasons.NOT_UNREADY_LONG_ENOUGH if candidate.unready else reasons.NOT_UNNEEDED_LONG_ENOUGH
@@ -662,7 +686,10 @@ def _choose(
                                           f"of {int(wait_for.total_seconds())}s")
             continue
         state = group_states.get(group.id, GroupState(group.id))
-        blocked = scale_down_blocked(state, now=now, delays=rules[group.id].delays(options))
+        delays = rules[group.id].delays(options)
+        if candidate.forced:
+            delays = replace(delays, after_add=timedelta(0))  # the scale-up was its own replacement
+        blocked = scale_down_blocked(state, now=now, delays=delays)
         if blocked:
             kept[name] = KeptReason(reasons.SCALE_DOWN_COOLDOWN, blocked)
             continue
@@ -697,6 +724,7 @@ def _choose(
             unneeded_since=since, kind=candidate.kind,
             utilization=candidate.utilization.value, node_age=now - node.created_at,
             move=tuple(p.key for p in candidate.drain.move), wait=tuple(p.key for p in candidate.drain.wait),
+            reason=candidate.forced,
         ))
         planned[group.id] = planned.get(group.id, 0) + 1
         totals = totals.plus(-1, node.allocatable)
