@@ -30,6 +30,7 @@ from shared.engine.offerings import Lifetimes, OfferingError, parse_lifetimes
 from shared.engine.scheduled_capacity import CapacityWindow, parse_windows
 from shared.engine.standby import parse_standby
 from shared.engine.spot import EvictionSignal
+from shared.engine.spot_work import parse_max_runtime, parse_rate
 from shared.domain import LabelSelector
 from shared.engine.selectors import parse_label_selector
 from shared.quantities import parse_duration
@@ -176,6 +177,18 @@ def _ratio_at_least_zero(text: str) -> float:
     value = float(text.strip())
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"must be a number of 0 or more, got {text!r}")
+    return value
+
+
+def _spot_max_runtime(text: str) -> str:
+    parse_max_runtime(text)
+    return text.strip().lower()
+
+
+def _positive_number(text: str) -> float:
+    value = float(text.strip())
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a number above 0, got {text!r}")
     return value
 
 
@@ -770,6 +783,18 @@ SPECS: tuple[Spec, ...] = (
          "groups first, whatever `EXPANDER` says among the rest; `false`: spot groups are one option among others."),
     Spec("ON_DEMAND_POD_SELECTOR", "on_demand_pod_selector", "", _label_selector,
          "Pods this label selector picks are never planned onto spot groups, even when they tolerate spot."),
+    Spec("SPOT_MAX_RUNTIME", "spot_max_runtime", "auto", _spot_max_runtime,
+         "Pending pods expected to run longer than this (annotation `autoscaler.azure.com/expected-runtime`) are "
+         "planned on on-demand groups, not spot, however they tolerate spot: `auto` is the break-even run time "
+         "2(1-f)/(rate x SPOT_LOST_WORK_COST) for the spot price fraction f and `SPOT_EVICTION_RATE`; a duration "
+         "fixes it; `off` plans every pod spot-first. The pod annotation `autoscaler.azure.com/spot` (`avoid`, "
+         "`prefer`) overrides it. See docs/spot-and-quota.md."),
+    Spec("SPOT_EVICTION_RATE", "spot_eviction_rate", "5%", parse_rate,
+         "The spot eviction rate per instance-hour the `auto` SPOT_MAX_RUNTIME assumes (Azure shows each size's band, "
+         "e.g. 0-5 %, in the portal and through the Spot Placement Score)."),
+    Spec("SPOT_LOST_WORK_COST", "spot_lost_work_cost", "4", _positive_number,
+         "What an hour of work lost to an eviction costs, in hours of the on-demand price: the compute redone and the "
+         "delay to the result. Higher keeps shorter pods off spot."),
     Spec("SPOT_NOTICE_BATCH_PODS", "spot_notice_batch_pods", "keep", _choice("keep", "evict"),
          "On a spot node's eviction notice, batch pods (Jobs, `BATCH_POD_SELECTOR`) are `keep`: left to run, since "
          "evicting one 30 s early saves none of its work and it may finish in time (its replacement is planned at "
@@ -935,6 +960,9 @@ class Settings:
     unavailable_offering_ttl: Lifetimes
     spot_first: bool
     on_demand_pod_selector: LabelSelector | None
+    spot_max_runtime: str  # auto | off | a duration (engine.spot_work)
+    spot_eviction_rate: float
+    spot_lost_work_cost: float
     spot_eviction_signal: EvictionSignal | None
     spot_notice_batch_pods: str  # keep | evict
     load_driven_groups: tuple[str, ...]
