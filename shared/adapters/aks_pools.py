@@ -7,6 +7,11 @@ group's scale sets directly is unsupported; the agent-pool API is the supported 
   us, with the scale sets' tags (`cluster-autoscaler-enabled=true`, `cluster-autoscaler-name=<CLUSTER_NAME>`, `min`, `max`)
   or by naming them in `AKS_NODE_POOLS` (`pool:min:max`). A marked pool whose AKS cluster autoscaler
   is on is refused (NodeGroup.refused says why): two autoscalers on one pool fight;
+* VirtualMachines pools (several VM sizes in one pool, `virtualMachinesProfile.scale.manual` a count per
+  size): one NodeGroup per size, a lane (`rg/pool~Standard_D4s_v5`, engine.multi_size), whose capacity is its
+  size's count, whose instances are the machines of that size (`properties.hardware.vmSize`, read with
+  MACHINES_API_VERSION), grown or shrunk by a PUT changing only its size's count; the pool's min and max
+  bound its lanes together;
 * instances: the pool's machines (`GET .../agentPools/<pool>/machines`): each machine's name is its
   node's name, and it carries the VM's ARM id and IPs, so every node maps without another read;
 * growing: `count` on the pool (GET, change, PUT: a long-running operation, tracked like a scale
@@ -16,13 +21,14 @@ group's scale sets directly is unsupported; the agent-pool API is the supported 
 * templates: the pool's VM size, node labels and taints, written as cluster-autoscaler's
   node-template tags on the group.
 
-Groups are named after the pool in the cluster's resource group (`<rg>/<pool>`).
+Groups are named after the pool in the cluster's resource group (`<rg>/<pool>`, a lane `<rg>/<pool>~<size>`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from azure.core.credentials import TokenCredential
@@ -39,11 +45,19 @@ from shared.adapters.compute import (
 )
 from shared.adapters.compute import arm_id_leaf, with_instance_ids
 from shared.adapters.retail_prices import RetailPrices
-from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity
+from shared.domain import AKS_AGENT_POOL, LANE_SEPARATOR, Instance, NodeGroup, VmSizeCapacity
 from shared.ports import CHANGED_SINCE_READ, SCALE_IN_PROTECTION_UNSUPPORTED, ComputeError, Operation
 from shared.settings import Settings, parse_aks_cluster_id
 
 log = logging.getLogger(__name__)
+
+# The machines' api-version for VirtualMachines pools: a machine says its VM size (`properties.hardware.vmSize`)
+# only from this preview on (azure-rest-api-specs, aks/Machine.tsp: MachineProperties.hardware is
+# @added(v2026_03_02_preview)); the stable version the SDK sends (2026-08-01) lists machines without it.
+MACHINES_API_VERSION = "2026-03-02-preview"
+VIRTUAL_MACHINES = "virtualmachines"  # AgentPoolType of a pool of plain VMs, several sizes allowed
+_RESOURCE_TAGS = discovery_tags.template_tag("resources", "")
+
 
 class AksAgentPools:
     """`shared.ports.NodeGroupProvider` of kind `aks-agentpool` (see the module docstring)."""
@@ -59,8 +73,11 @@ class AksAgentPools:
         named_pools: Mapping[str, tuple[int, int]],
         operation_wait: float,
         prices: RetailPrices | None = None,
+        machines_client: Any = None,
     ) -> None:
         self._client = client
+        # VirtualMachines pools' machines are read at MACHINES_API_VERSION (their sizes); the same client else.
+        self._machines_client = machines_client if machines_client is not None else client
         self._cluster_id = cluster_id
         _, self._resource_group, self._cluster = parse_aks_cluster_id(cluster_id) if cluster_id else ("", "", "")
         self._cluster_name = cluster_name
@@ -73,19 +90,21 @@ class AksAgentPools:
     def from_settings(cls, settings: Settings, *, credential: TokenCredential) -> AksAgentPools:
         from azure.mgmt.containerservice import ContainerServiceClient
 
-        client = None
+        client = machines = None
         if settings.manage_aks_pools and settings.aks_cluster_id:
             subscription, _, _ = parse_aks_cluster_id(settings.aks_cluster_id)
-            client = ContainerServiceClient(
-                credential, subscription, **arm_client_options(settings, retry_total=2, retry_backoff_max=4, timeout=90)
-            )
+            options = arm_client_options(settings, retry_total=2, retry_backoff_max=4, timeout=90)
+            client = ContainerServiceClient(credential, subscription, **options)
+            machines = ContainerServiceClient(credential, subscription, api_version=MACHINES_API_VERSION, **options)
         return cls(client, cluster_id=settings.aks_cluster_id, cluster_name=settings.cluster_name,
                    named_pools=settings.aks_node_pools, operation_wait=settings.arm_operation_wait.total_seconds(),
-                   prices=RetailPrices.from_settings(settings))
+                   prices=RetailPrices.from_settings(settings), machines_client=machines)
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+        if self._machines_client is not None and self._machines_client is not self._client:
+            self._machines_client.close()
 
     def _arm(self, what: str, call: Any) -> Any:
         try:
@@ -107,7 +126,7 @@ class AksAgentPools:
             return []
         pools = self._arm(f"list agent pools of AKS cluster {self._cluster_id}",
                           lambda: list(self._client.agent_pools.list(self._resource_group, self._cluster)))
-        groups = [g for pool in pools if (g := self._as_group(pool)) is not None]
+        groups = [g for pool in pools for g in self._as_groups(pool)]
         if self._named:
             found = {g.name.lower() for g in groups}
             for name in sorted(set(self._named) - found):
@@ -117,16 +136,41 @@ class AksAgentPools:
     def get_node_group(self, group_id: str) -> NodeGroup | None:
         if self._client is None:
             return None
-        rg, _, name = group_id.partition("/")
+        rg, _, rest = group_id.partition("/")
+        name, _, lane = rest.partition(LANE_SEPARATOR)
         if rg.lower() != self._resource_group.lower() or not name:
             return None
         pool = found_or_none(f"get agent pool {name} of AKS cluster {self._cluster_id}",
                              lambda: self._client.agent_pools.get(self._resource_group, self._cluster, name))
-        return None if pool is None else self._as_group(pool)
+        groups = [] if pool is None else self._as_groups(pool)
+        return next((g for g in groups if g.lane.lower() == lane.lower()), None)
+
+    def _as_groups(self, pool: Any) -> list[NodeGroup]:
+        """The node groups of a pool marked for us (none for a pool that is not): the pool, or one lane per size
+        of a VirtualMachines pool. A marked pool AKS autoscales is a group with `refused` set: reported, never
+        acted on."""
+        group = self._as_group(pool)
+        if group is None or not _is_vm_pool(pool):
+            return [] if group is None else [group]
+        counts = manual_counts(pool)
+        if group.refused or not counts:
+            why = group.refused or (f"pool {group.name} is of type VirtualMachines with no manual scale profile "
+                                    "(virtualMachinesProfile.scale.manual): nothing says its sizes")
+            return [replace(group, refused=why)]
+        # Lanes take the pool's labels and taints; resource tags describe one size and would mislead the others.
+        tags = {k: v for k, v in group.tags.items() if not k.startswith(_RESOURCE_TAGS)}
+        sizes = tuple(size for size, _ in counts)
+        total = sum(count for _, count in counts)
+        lanes = []
+        for size, count in counts:
+            others = total - count
+            lanes.append(replace(group, lane=size, lanes=sizes, vm_size=size, capacity=count, tags=tags,
+                                 allocation_strategy="", min_size=max(0, group.min_size - others),
+                                 max_size=max(count, group.max_size - others)))
+        return lanes
 
     def _as_group(self, pool: Any) -> NodeGroup | None:
-        """The node group of a pool marked for us; None for a pool that is not. A marked pool AKS
-        autoscales is a group with `refused` set: reported, never acted on."""
+        """The node group of a pool marked for us, as one group; None for a pool that is not."""
         name = _text(pool.name)
         tags = dict(getattr(pool, "tags", None) or {})
         label = f"AKS pool {self._cluster}/{name}"
@@ -142,9 +186,10 @@ class AksAgentPools:
         if getattr(pool, "enable_auto_scaling", False):
             refused = (f"the AKS cluster autoscaler is on for pool {name}: turn it off "
                        f"(az aks nodepool update --disable-cluster-autoscaler) for this autoscaler to manage it")
-        pool_type = _text(getattr(pool, "type_properties_type", None) or getattr(pool, "type", None))
-        if pool_type and pool_type.lower() == "virtualmachines":
-            refused = f"pool {name} is of type VirtualMachines; only VirtualMachineScaleSets pools are supported"
+        autoscale = getattr(getattr(getattr(pool, "virtual_machines_profile", None), "scale", None), "autoscale", None)
+        if _is_vm_pool(pool) and autoscale:
+            refused = (f"AKS autoscales sizes of pool {name} (virtualMachinesProfile.scale.autoscale): remove its "
+                       f"autoscale profiles for this autoscaler to manage it")
         template = {**tags, **self._template_tags(pool)}
         return NodeGroup(
             resource_group=self._resource_group,
@@ -185,17 +230,28 @@ class AksAgentPools:
     # -- instances ----------------------------------------------------------------------
 
     def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
-        """The pool's machines: name (= node name), VM id and IPs, in one list."""
+        """The pool's machines: name (= node name), VM id and IPs, in one list; a lane's: those of its size."""
+        client = self._machines_client if group.lane else self._client
         machines = self._arm(f"list machines of agent pool {group.name}",
-                             lambda: list(self._client.machines.list(self._resource_group, self._cluster, group.name)))
+                             lambda: list(client.machines.list(self._resource_group, self._cluster, group.name)))
         machines = with_instance_ids(machines, machine_name, f"list machines of agent pool {group.id}")
+        if group.lane:
+            unsized = sorted(machine_name(m) for m in machines if not machine_size(m))
+            if unsized:  # no lane can claim them: their nodes stay unmapped, never touched
+                log.warning("agent pool %s: machines %s say no VM size (properties.hardware.vmSize); left out of its "
+                            "lanes", group.name, ", ".join(unsized))
+            machines = [m for m in machines if machine_size(m).lower() == group.lane.lower()]
         return [_instance(m) for m in machines]
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
+        """The machine of that name; None if it is gone, or (a lane) of another size."""
+        client = self._machines_client if group.lane else self._client
         machine = found_or_none(f"get machine {instance_id} of agent pool {group.name}",
-                                lambda: self._client.machines.get(self._resource_group, self._cluster, group.name,
-                                                                  instance_id))
-        return None if machine is None else _instance(machine)
+                                lambda: client.machines.get(self._resource_group, self._cluster, group.name,
+                                                            instance_id))
+        if machine is None or (group.lane and machine_size(machine).lower() != group.lane.lower()):
+            return None
+        return _instance(machine)
 
     def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
         return {i.instance_id: i.private_ips for i in self.list_instances(group)}
@@ -209,7 +265,9 @@ class AksAgentPools:
     # -- changes ------------------------------------------------------------------------
 
     def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
-        """The pool's `count`: GET the pool, change it, PUT it back (what `az aks nodepool scale` does).
+        """The pool's `count`: GET the pool, change it, PUT it back (what `az aks nodepool scale` does). A lane
+        of a VirtualMachines pool: its size's count in `virtualMachinesProfile.scale.manual`, the other sizes'
+        unchanged (and `count` their sum).
 
         The PUT carries If-Match with the pool's eTag, and a pool whose eTag is no longer the group's (a change
         since the caller read it) is refused as ARM refuses a stale If-Match: CHANGED_SINCE_READ."""
@@ -222,7 +280,10 @@ class AksAgentPools:
         if group.etag and etag and etag != group.etag:
             raise ComputeError(f"{what}: the pool changed since it was read (eTag {group.etag} is now {etag})",
                                code=CHANGED_SINCE_READ)
-        pool.count = capacity
+        if group.lane:
+            _set_manual_count(pool, group.lane, capacity, what)
+        else:
+            pool.count = capacity
         polling = self._operations.polling(poll_first=False)
         poller = self._arm(what, lambda: self._client.agent_pools.begin_create_or_update(
             self._resource_group, self._cluster, group.name, pool, polling=polling, **if_unchanged(etag)))
@@ -282,6 +343,42 @@ class AksAgentPools:
         raise ComputeError("AKS pools have no start operations of ours", code="OperationNotAllowed")
 
 
+def _is_vm_pool(pool: Any) -> bool:
+    pool_type = _text(getattr(pool, "type_properties_type", None) or getattr(pool, "type", None))
+    return pool_type.lower() == VIRTUAL_MACHINES
+
+
+def _manual_entries(pool: Any) -> list[Any]:
+    scale = getattr(getattr(pool, "virtual_machines_profile", None), "scale", None)
+    return [m for m in getattr(scale, "manual", None) or () if _text(getattr(m, "size", None))]
+
+
+def manual_counts(pool: Any) -> list[tuple[str, int]]:
+    """A VirtualMachines pool's (size, count) pairs, as `virtualMachinesProfile.scale.manual` lists them."""
+    return [(_text(m.size), int(getattr(m, "count", 0) or 0)) for m in _manual_entries(pool)]
+
+
+def _set_manual_count(pool: Any, size: str, count: int, what: str) -> None:
+    """Set one size's count in the pool read back (the others as read) and `count` to their sum."""
+    entries = _manual_entries(pool)
+    entry = next((m for m in entries if _text(m.size).lower() == size.lower()), None)
+    if entry is None:
+        raise ComputeError(f"{what}: the pool no longer has size {size} (its sizes: "
+                           f"{', '.join(_text(m.size) for m in entries) or 'none'})", code="NotFound")
+    entry.count = count
+    pool.count = sum(int(getattr(m, "count", 0) or 0) for m in entries)
+
+
+def machine_size(machine: Any) -> str:
+    """A machine's VM size (`properties.hardware.vmSize`), "" where not said. The stable SDK model keeps
+    `hardware` among its extra fields (read by key); a model that types it reads the same by key."""
+    properties = getattr(machine, "properties", None)
+    hardware = (properties.get("hardware") if isinstance(properties, Mapping)
+                else getattr(properties, "hardware", None))
+    size = hardware.get("vmSize") if isinstance(hardware, Mapping) else getattr(hardware, "vm_size", None)
+    return _text(size)
+
+
 def machine_name(machine: Any) -> str:
     """A machine's name (its node's name and its instance id here), else the last segment of its own ARM id
     (`.../agentPools/<pool>/machines/<name>`; not `properties.resourceId`, which is its VM's)."""
@@ -299,4 +396,5 @@ def _instance(machine: Any) -> Instance:
         computer_name=name,
         private_ips=ips,
         resource_id=_text(getattr(properties, "resource_id", None)),
+        vm_size=machine_size(machine),
     )
