@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 from shared.domain import (
     DELETION_CANDIDATE_TAINT,
@@ -57,6 +58,15 @@ from shared.engine.limits import (
     balance_within_limits,
     cluster_totals,
     similar_groups,
+)
+from shared.engine.multi_size import (
+    PRIORITIZED,
+    cheapest_prefix,
+    choose_lanes,
+    lanes_by_parent,
+    max_size_reason,
+    set_headroom,
+    work_units,
 )
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.quota import Quota
@@ -579,6 +589,9 @@ def _plan(snapshot: ClusterSnapshot, options: ScaleUpOptions, state: PlacementSt
     estimated_room: dict[str, int] = {}
     quota = options.quota
     capped: set[str] = set()
+    # Lanes of one multi-size set share its max: what one lane takes in this plan, the others cannot.
+    parents = lanes_by_parent(groups)
+    headroom = {parent: set_headroom(lanes) for parent, lanes in parents.items()}
     while remaining:
         for group in groups:
             # Per-group max, MAX_NODES_PER_SCALE_UP and the cluster-wide node, core and memory limits.
@@ -602,6 +615,11 @@ def _plan(snapshot: ClusterSnapshot, options: ScaleUpOptions, state: PlacementSt
                     room[group.id] = cap
                     room_reason[group.id] = f"quota: {why}"
                     capped.add(group.id)
+            if group.lane:
+                left = headroom[group.parent_id] - sum(added.get(g.id, (0, []))[0] for g in parents[group.parent_id])
+                if left < room[group.id]:
+                    room[group.id] = max(0, left)
+                    room_reason[group.id] = max_size_reason(group.parent_id)
         # Without affinity, anti-affinity or spread among the pods left, one group's new nodes
         # cannot change another's estimate: an estimate stays valid until a pod it placed is
         # taken by the group chosen, and only those are estimated again.
@@ -841,18 +859,44 @@ def _waste(capacity: Resources, nodes: Sequence[NodeView], state: PlacementState
 
 
 def _expand(estimates: Sequence[_Option], plans: Mapping[str, _GroupPlan], options: ScaleUpOptions) -> _Option:
-    """The expander chain's choice among the groups' estimates."""
+    """The expander chain's choice among the groups' estimates, after each multi-size set's lanes chose one."""
+    estimates = [_cheapest_nodes(e, plans[e.group.id]) if e.group.lane else e for e in estimates]
     by_group = {estimate.group.id: estimate for estimate in estimates}
-    candidates = [
+    candidates = choose_lanes([
         ExpansionOption.build(
             estimate.group, plans[estimate.group.id].template, estimate.nodes, estimate.placed,
             capacity=plans[estimate.group.id].allocatable, price_per_hour=plans[estimate.group.id].price_per_hour,
         )
         for estimate in estimates
-    ]
+    ])
     chosen = choose(candidates, chain=options.expander, priorities=options.priorities, rng=options.seed)
     assert chosen is not None  # estimates is never empty here
     return by_group[chosen.group.id]
+
+
+def _cheapest_nodes(option: _Option, plan: _GroupPlan) -> _Option:
+    """A lane's option cut to the nodes that place work cheapest (engine.multi_size.cheapest_prefix).
+
+    The pods of the nodes cut are planned again in the next round, where a smaller size may take them.
+    Left whole: a lane without a price, a Prioritized set's (the user's ranks decide, not price), and an
+    option that put hostname-spread pods back on other nodes (those placements count on every new node).
+    """
+    price = plan.price_per_hour
+    if price is None or option.nodes < 2 or option.group.allocation_strategy.strip().lower() == PRIORITIZED:
+        return option
+    if any(step.kind != "new" for step in option.steps):
+        return option
+    opened = [step.node.name for step in option.steps if step.pod is None]
+    work = dict.fromkeys(opened, Fraction(0))
+    for step in option.steps:
+        if step.pod is not None:
+            work[step.node.name] += work_units(pod_requests(step.pod))
+    keep = cheapest_prefix(price, [work[name] for name in opened])
+    if keep >= len(opened):
+        return option
+    kept = set(opened[:keep])
+    steps = tuple(step for step in option.steps if step.node.name in kept)
+    return replace(option, nodes=keep, placed=tuple(step.pod for step in steps if step.pod is not None), steps=steps)
 
 
 def _limited(

@@ -1,0 +1,91 @@
+"""Scale-up onto a multi-size set planned as lanes: one NodeGroup per VM size, sharing the set's max."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from shared.domain import NodeGroup
+from shared.engine.expanders import ExpansionOption
+from shared.engine.multi_size import cost_per_work
+from shared.engine.scale_up import ScaleUpOptions, plan_scale_up
+from tests.builders import group, pod, res, snapshot, template
+
+SMALL, BIG = "Standard_D2s_v5", "Standard_D16s_v5"
+# Per node-hour (USD), the shape of Azure's list prices: the big size costs 8x the small one per node.
+PRICES = {SMALL: 0.096, BIG: 0.768}
+ALLOCATABLE = {SMALL: res(1.9, 5.5, 110), BIG: res(15.8, 58, 110)}
+
+
+def lanes(*, strategy: str = "LowestPrice", order: tuple[str, ...] = (SMALL, BIG), set_max: int = 10,
+          counts: dict[str, int] | None = None) -> list[NodeGroup]:
+    counts = counts or {SMALL: 0, BIG: 0}
+    total = sum(counts.values())
+    base = group("mix", target=0)
+    return [NodeGroup(base.resource_group, "mix", 0, max(counts[size], set_max - (total - counts[size])), counts[size],
+                      size, lane=size, lanes=order, allocation_strategy=strategy, location=base.location)
+            for size in (SMALL, BIG)]
+
+
+def two_lanes(pods: list, *, expander: tuple[str, ...] = ("least-waste",), **kw: object):
+    groups = lanes(**kw)  # type: ignore[arg-type]
+    snap = snapshot(groups=groups, pods=pods, templates={g.id: template(ALLOCATABLE[g.lane]) for g in groups})
+    snap = replace(snap, prices={g.id: PRICES[g.lane] for g in groups})
+    return snap, {g.lane: g.id for g in groups}, ScaleUpOptions(expander=expander)
+
+
+@pytest.mark.parametrize("expander", [("least-waste",), ("most-pods",), ("price",), ("random",)])
+def test_a_small_pod_goes_to_the_cheap_small_lane_and_a_big_pod_to_the_big_lane(expander) -> None:
+    """The big pod fills a big node, so the small one needs a node of its own: the small size's is cheaper."""
+    snap, ids, options = two_lanes([pod("small", pending=True, cpu=1, mem=2), pod("big", pending=True, cpu=15, mem=54)],
+                                   expander=expander)
+    plan = plan_scale_up(snap, options=options)
+    by_group = {i.group_id: set(i.pods) for i in plan.increases}
+    assert by_group == {ids[SMALL]: {"default/small"}, ids[BIG]: {"default/big"}}
+    assert not plan.unplaceable
+
+
+def test_a_small_pod_that_fits_beside_a_big_one_shares_its_node() -> None:
+    """One big node holding both costs less than a big and a small node: the lane rule prices the whole option."""
+    snap, ids, options = two_lanes([pod("small", pending=True, cpu=1, mem=2), pod("big", pending=True, cpu=12, mem=40)])
+    plan = plan_scale_up(snap, options=options)
+    assert [(i.group_id, i.delta, set(i.pods)) for i in plan.increases] == [(ids[BIG], 1, {"default/small", "default/big"})]
+
+
+def test_many_small_pods_go_where_the_work_costs_least() -> None:
+    """Fourteen one-core pods: seven small nodes cost less than one big node, so they take the small lane."""
+    snap, ids, options = two_lanes([pod(f"p{i}", pending=True, cpu=0.9, mem=2) for i in range(14)])
+    plan = plan_scale_up(snap, options=options)
+    assert [i.group_id for i in plan.increases] == [ids[SMALL]]
+    small = plan.increases[0]
+    assert small.delta * PRICES[SMALL] < PRICES[BIG]  # the choice really is the cheaper one
+
+
+def test_prioritized_set_uses_its_first_rank_whatever_the_price() -> None:
+    snap, ids, options = two_lanes([pod("small", pending=True, cpu=1, mem=2)], strategy="Prioritized",
+                                   order=(BIG, SMALL))
+    plan = plan_scale_up(snap, options=options)
+    assert [i.group_id for i in plan.increases] == [ids[BIG]]
+
+
+def test_lanes_share_the_sets_max_within_one_plan() -> None:
+    """The set holds at most 3: two lanes growing in the same plan stop there together; the rest is reported."""
+    pods = [pod(f"s{i}", pending=True, cpu=1, mem=2) for i in range(2)] + \
+           [pod(f"b{i}", pending=True, cpu=15, mem=54) for i in range(2)]
+    snap, ids, options = two_lanes(pods, set_max=3)
+    plan = plan_scale_up(snap, options=options)
+    assert sum(i.delta for i in plan.increases) == 3
+    assert len(plan.unplaceable) == 1
+    assert "multi-size group rg/mix at its max size" in next(iter(plan.unplaceable.values()))
+
+
+def test_the_choice_matches_the_cost_per_work_rule() -> None:
+    """A pod that fits both: the lane chosen is the one with the lower cost per unit of work."""
+    snap, ids, options = two_lanes([pod("mid", pending=True, cpu=1.5, mem=4)])
+    plan = plan_scale_up(snap, options=options)
+    costs = {size: cost_per_work(ExpansionOption.build(g, snap.templates[g.id], 1, [snap.pods[0]],
+                                                       price_per_hour=PRICES[size]))
+             for size, g in ((g.lane, g) for g in snap.groups)}
+    cheapest = min(costs, key=lambda s: costs[s])  # type: ignore[arg-type, return-value]
+    assert [i.group_id for i in plan.increases] == [ids[cheapest]]
