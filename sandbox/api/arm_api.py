@@ -65,6 +65,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
@@ -73,11 +74,12 @@ from sandbox.api import agent_pools_api, flexible, spot_api, standby_pool_api
 from sandbox.api.arm_paging import arm_page
 from sandbox.api.wire import Request, Response, json_response
 from sandbox.model import quota, spot
-from sandbox.model.instance_mix import MIX_SKU, sku_profile
+from sandbox.model.instance_mix import MIX_SKU, InstanceMixSpec, sku_profile
+from sandbox.world.instance_mix import steered
 from sandbox.model.nic_spec import NicSpec, group_nics, subnet_name
 from sandbox.model.resources import Amounts
 from sandbox.model.units import parse_time, rfc3339, rfc3339_micro
-from sandbox.world import World
+from sandbox.world import World, drift
 from sandbox.world.compute import InstanceSim, Operation, ScaleSetSim, failed_statuses, nic_addresses
 from sandbox.world.errors import ArmError
 from sandbox.world.faults import Fault, default_scale_up_message
@@ -362,7 +364,7 @@ def vm_json(world: World, group: ScaleSetSim, inst: InstanceSim, *, instance_vie
         "instanceId": str(inst.instance_id),
         "sku": {"name": group.spec.vm_size, "tier": "Standard"},
         "properties": {
-            "latestModelApplied": True,
+            "latestModelApplied": drift.latest_model_applied(world, group, inst),
             "modelDefinitionApplied": "VirtualMachineScaleSet",
             "vmId": inst.vm_id,
             "provisioningState": inst.state,
@@ -582,7 +584,8 @@ def vm_etag_refusal(if_match: str, group: ScaleSetSim) -> str:
             f"{vmss_etag(group)}.")  # wording unverified
 
 
-def _capacity_request(group: ScaleSetSim, request: Request) -> tuple[int, dict[str, str] | None]:
+def _capacity_request(group: ScaleSetSim, request: Request) -> tuple[int, dict[str, str] | None,
+                                                                     InstanceMixSpec | None]:
     try:
         body = request.json() or {}
     except ValueError:
@@ -593,7 +596,7 @@ def _capacity_request(group: ScaleSetSim, request: Request) -> tuple[int, dict[s
     mix = group.spec.instance_mix
     if sku.get("name") and str(sku["name"]).lower() != (MIX_SKU if mix is not None else group.spec.vm_size).lower():
         raise ArmError(409, "OperationNotAllowed", "The sandbox cannot change the VM size of a scale set.", "sku.name")
-    _check_sku_profile(group, body)
+    mix = _sku_profile_request(group, body)
     capacity = sku.get("capacity", group.capacity)
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         message = f"The value '{capacity}' of parameter 'sku.capacity' is invalid."
@@ -601,20 +604,22 @@ def _capacity_request(group: ScaleSetSim, request: Request) -> tuple[int, dict[s
     tags = body.get("tags")
     if tags is not None and (not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values())):
         raise ArmError(400, "InvalidParameter", "Tags must be a map of strings.", "tags")
-    return capacity, tags
+    return capacity, tags, mix
 
 
-def _check_sku_profile(group: ScaleSetSim, body: dict[str, Any]) -> None:
-    """A write may carry the set's `properties.skuProfile` back unchanged (a PUT of the GET's body); the sandbox
-    changes no instance mix, and gives none to a set without one."""
+def _sku_profile_request(group: ScaleSetSim, body: dict[str, Any]) -> InstanceMixSpec | None:
+    """The instance mix a write's `properties.skuProfile` asks for: None when it sends none or the set's own; new
+    ranks and strategy for the same sizes (sandbox.world.instance_mix.steered, which refuses what ARM refuses).
+    The sandbox gives no mix to a set without one."""
     properties = body.get("properties")
     sent = properties.get("skuProfile") if isinstance(properties, dict) else None
     if sent is None:
-        return
+        return None
     mix = group.spec.instance_mix
-    if mix is None or not _same_sku_profile(sent, sku_profile(mix)):
-        raise ArmError(409, "OperationNotAllowed", "The sandbox cannot change the instance mix of a scale set.",
+    if mix is None:
+        raise ArmError(409, "OperationNotAllowed", "The sandbox cannot give an instance mix to a scale set.",
                        "properties.skuProfile")
+    return None if _same_sku_profile(sent, sku_profile(mix)) else steered(mix, sent)
 
 
 def _same_sku_profile(sent: Any, current: dict[str, Any]) -> bool:
@@ -631,12 +636,20 @@ def _same_sku_profile(sent: Any, current: dict[str, Any]) -> bool:
 def _update(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     group = world.scale_set(params["sub"], params["rg"], params["vmss"])
     _check_if_match(group, request)
-    capacity, tags = _capacity_request(group, request)
+    capacity, tags, mix = _capacity_request(group, request)
     if capacity > group.capacity and is_restricted(world, group.spec.vm_size):
         message = default_scale_up_message("SkuNotAvailable", group.spec.vm_size, group.spec.location)
         world.note_refused_increase(group, capacity, "SkuNotAvailable")
         raise ArmError(409, "SkuNotAvailable", message, "sku.name")
-    op = world.set_capacity(group, capacity, tags)
+    with world.lock:  # a new profile (ranks, strategy) chooses the sizes of this write's new VMs
+        before = group.spec
+        if mix is not None:
+            group.spec = replace(group.spec, instance_mix=mix)
+        try:
+            op = world.set_capacity(group, capacity, tags)
+        except ArmError:
+            group.spec = before  # refused: nothing changed
+            raise
     async_url, _ = _operation_urls(world, request, group, op, api_version)
     headers = {"Azure-AsyncOperation": async_url, "Retry-After": str(LRO_RETRY_AFTER)}
     return json_response(200, vmss_json(world, group), headers)

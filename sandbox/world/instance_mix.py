@@ -11,15 +11,29 @@ only asks for a count. The sandbox's rules, one VM at a time in creation order:
 - CapacityOptimized: the size with the most spare capacity. The world has no per-size regional capacity, so we
   assume every size has the same and a size's spare capacity shrinks with each VM of it the set holds: the size
   the set has fewest alive members of, then the first listed (the new VMs spread over the sizes).
+
+A write may change the mix's ranks and strategy (`steered`): the autoscaler steers a scale-out to one size by
+sending the same sizes with that size first under Prioritized. ARM's rules on `properties.skuProfile` are kept
+(400 naming the property: 1 to 5 sizes, A/B/D/E/F series of the mix's family, no size twice, a known
+allocationStrategy, ranks only with Prioritized); a change of the sizes themselves is refused (409): the sandbox
+knows the node shape of the scenario's sizes only. The sandbox models no per-size capacity or quota shortage
+(one family per mix, one quota), so Prioritized never falls back to the next rank.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
 
-from sandbox.model.instance_mix import InstanceMixSpec, MixSize
-from sandbox.model.quota import vcpus
+from sandbox.model.instance_mix import MAX_SIZES, STRATEGIES, InstanceMixSpec, MixSize
+from sandbox.model.quota import vcpus, vm_family
+from sandbox.world.errors import ArmError
+
+PROFILE = "properties.skuProfile"
+_SERIES = re.compile(r"^Standard_(?P<series>[A-Za-z])", re.IGNORECASE)
 
 
 def choose_size(mix: InstanceMixSpec, member_sizes: Iterable[str]) -> MixSize:
@@ -32,3 +46,56 @@ def choose_size(mix: InstanceMixSpec, member_sizes: Iterable[str]) -> MixSize:
         held = Counter(name.lower() for name in member_sizes)
         return min(mix.sizes, key=lambda s: (held[s.vm_size.lower()], order[s.vm_size]))
     return min(mix.sizes, key=lambda s: (vcpus(s.capacity), s.capacity.memory_bytes, order[s.vm_size]))
+
+
+def next_sizes(mix: InstanceMixSpec, member_sizes: Iterable[str], count: int) -> list[MixSize]:
+    """The sizes of the next `count` VMs a scale-out creates, one after the other (what quota is checked with)."""
+    held = [name for name in member_sizes]
+    chosen = []
+    for _ in range(count):
+        size = choose_size(mix, held)
+        chosen.append(size)
+        held.append(size.vm_size)
+    return chosen
+
+
+def steered(mix: InstanceMixSpec, sent: Any) -> InstanceMixSpec:
+    """The mix after a write's `properties.skuProfile` (`sent`): same sizes, the sent ranks and strategy (a strategy
+    left out stays). Raises ArmError as ARM does (see the module docstring)."""
+    if not isinstance(sent, dict):
+        raise ArmError(400, "InvalidParameter", f"The value of parameter {PROFILE} is invalid.", PROFILE)
+    strategy = sent.get("allocationStrategy", mix.strategy)
+    known = next((s for s in STRATEGIES if isinstance(strategy, str) and s.lower() == strategy.lower()), None)
+    if known is None:
+        raise ArmError(400, "InvalidParameter", f"The value '{strategy}' of parameter "
+                       f"{PROFILE}.allocationStrategy is invalid; allowed: {', '.join(STRATEGIES)}.",
+                       f"{PROFILE}.allocationStrategy")
+    entries = sent.get("vmSizes")
+    where = f"{PROFILE}.vmSizes"
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str)
+                                                for e in entries):
+        raise ArmError(400, "InvalidParameter", f"{where} must list objects with a name.", where)
+    if not 1 <= len(entries) <= MAX_SIZES:
+        raise ArmError(400, "InvalidParameter",
+                       f"{where} must list 1 to {MAX_SIZES} VM sizes, got {len(entries)}.", where)
+    family = vm_family(mix.sizes[0].vm_size)
+    ranks: dict[str, int | None] = {}
+    for i, entry in enumerate(entries):
+        name, rank = entry["name"], entry.get("rank")
+        series = _SERIES.match(name)
+        if series is None or series["series"].upper() not in "ABDEF" or vm_family(name) != family:
+            raise ArmError(400, "InvalidParameter", f"VM size '{name}' cannot join this instance mix: it must be of "
+                           f"the A, B, D, E or F series and of family {family}.", f"{where}[{i}].name")
+        if name.lower() in ranks:
+            raise ArmError(400, "InvalidParameter", f"VM size '{name}' is listed twice.", f"{where}[{i}].name")
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+            raise ArmError(400, "InvalidParameter", f"The rank '{rank}' of VM size '{name}' is invalid.",
+                           f"{where}[{i}].rank")
+        if rank is not None and known != "Prioritized":
+            raise ArmError(400, "InvalidParameter", "A rank is only allowed with the Prioritized allocation "
+                           "strategy.", f"{where}[{i}].rank")
+        ranks[name.lower()] = rank
+    if set(ranks) != {s.vm_size.lower() for s in mix.sizes}:
+        raise ArmError(409, "OperationNotAllowed", "The sandbox cannot change the VM sizes of an instance mix (it "
+                       "knows the node shape of the scenario's sizes only); ranks and the strategy may change.", where)
+    return InstanceMixSpec(tuple(replace(s, rank=ranks[s.vm_size.lower()]) for s in mix.sizes), known)  # type: ignore[arg-type]

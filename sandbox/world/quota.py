@@ -27,6 +27,7 @@ from collections import Counter
 from typing import Any
 
 from sandbox.model import quota
+from sandbox.model.instance_mix import member_spec
 from sandbox.world.compute import ScaleSetSim
 from sandbox.world.core import WorldCore
 from sandbox.world.errors import ArmError
@@ -60,9 +61,9 @@ class QuotaPart(WorldCore):
             if group.spec.location.lower() != location.lower():
                 continue
             usage[quota.VIRTUAL_MACHINE_SCALE_SETS] += 1
-            cpus = quota.vcpus(group.spec.capacity)
-            family = quota.vm_family(group.spec.vm_size)
             for inst in group.instances.values():  # alive ones, those being deleted too
+                spec = member_spec(group.spec, inst.vm_size)  # an instance-mix member counts at its own size
+                cpus, family = quota.vcpus(spec.capacity), quota.vm_family(spec.vm_size)
                 usage[quota.VIRTUAL_MACHINES] += 1
                 if group.spec.priority == "Spot":
                     usage[quota.LOW_PRIORITY_CORES] += cpus

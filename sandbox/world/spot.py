@@ -52,6 +52,7 @@ from sandbox.world.compute import InstanceSim, ScaleSetSim
 from sandbox.world.core import WorldCore
 from sandbox.world.errors import ArmError
 from sandbox.world.faults import ScaleUpFailure
+from sandbox.world.instance_mix import next_sizes
 from sandbox.world.metrics import seconds
 
 
@@ -204,7 +205,7 @@ class SpotPart(WorldCore):
         refusal; `set_capacity` logs what it does otherwise."""
         adding = target - current
         try:
-            self._check_quota(group, adding * quota.vcpus(group.spec.capacity))
+            self._check_quota(group, _added_vcpus(group, adding))
         except ArmError as refusal:
             self._log_increase(group, "capacity", group.capacity, target, refusal.code)
             raise
@@ -519,3 +520,12 @@ class SpotPart(WorldCore):
             "refusals_by_level": dict(sorted(state.refusals.items())),
         }
 
+
+
+def _added_vcpus(group: ScaleSetSim, adding: int) -> int:
+    """The vCPUs `adding` new VMs take: an instance mix's at the sizes its strategy will give them."""
+    mix = group.spec.instance_mix
+    if mix is None:
+        return adding * quota.vcpus(group.spec.capacity)
+    alive = (i.vm_size for i in group.instances.values() if i.state != "Deleting")
+    return sum(quota.vcpus(size.capacity) for size in next_sizes(mix, alive, adding))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sandbox.api import arm_api, flexible
+from sandbox.api.wire import Request
 from sandbox.model.scenario import ScenarioError, load_scenario
 from sandbox.world import World
 from sandbox.world.compute import InstanceSim
@@ -121,12 +122,12 @@ class _Body:
         return self._body
 
 
-def test_a_write_may_send_the_mix_back_but_not_change_it() -> None:
+def test_a_write_may_send_the_mix_back_but_not_change_its_sizes() -> None:
     world = _world(_group())
     group = world.scale_set(SUB, RG, MIX)
     same = arm_api.vmss_json(world, group)
     same["sku"]["capacity"] = 2
-    assert arm_api._capacity_request(group, _Body(same)) == (2, same["tags"])  # type: ignore[arg-type]
+    assert arm_api._capacity_request(group, _Body(same)) == (2, same["tags"], None)  # type: ignore[arg-type]
     fewer = {"vmSizes": [{"name": "Standard_D2s_v5"}], "allocationStrategy": "LowestPrice"}
     changed = {"sku": {"name": "Mix", "capacity": 2}, "properties": {"skuProfile": fewer}}
     with pytest.raises(ArmError, match="instance mix"):
@@ -160,3 +161,84 @@ def test_bad_instance_mix_input_is_refused_naming_the_field(change: dict[str, An
         load_scenario(scenario(node_groups=[{**_group(), **change}]))
     assert info.value.path == f"$.node_groups[0].{path}"
     assert problem in info.value.problem
+
+
+def _steer(first: str, others: list[str], strategy: str = "Prioritized") -> dict[str, Any]:
+    sizes = [{"name": first, "rank": 0}, *({"name": n, "rank": i + 1} for i, n in enumerate(others))]
+    return {"vmSizes": sizes, "allocationStrategy": strategy}
+
+
+def _patch(world: World, body: dict[str, Any], *, etag: str | None = None) -> Any:
+    group = world.scale_set(SUB, RG, MIX)
+    request = Request.build("PATCH", f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/"
+                            f"virtualMachineScaleSets/{MIX}", headers={"If-Match": etag or arm_api.vmss_etag(group)},
+                            body=body)
+    return arm_api._update(world, request, {"sub": SUB, "rg": RG, "vmss": MIX}, "2024-07-01")
+
+
+@pytest.mark.parametrize("strategy", ["LowestPrice", "CapacityOptimized"])
+@pytest.mark.parametrize("first", ["Standard_D2s_v5", "Standard_D4s_v5", "Standard_D8s_v5"])
+def test_a_steering_write_stores_the_ranks_and_new_vms_take_the_first_size(strategy: str, first: str) -> None:
+    """The autoscaler's steering PATCH: the same sizes, this one rank 0, Prioritized, with the capacity. Its new VMs
+    are of that size, a GET shows the stored profile, and the next write with the old etag is refused."""
+    world = _world(_group(strategy))
+    group = world.scale_set(SUB, RG, MIX)
+    etag = arm_api.vmss_etag(group)
+    others = [s for s in ("Standard_D8s_v5", "Standard_D2s_v5", "Standard_D4s_v5") if s != first]
+    _patch(world, {"sku": {"name": "Mix", "capacity": 3}, "properties": {"skuProfile": _steer(first, others)}})
+    world.advance_by(61)
+    assert _sizes(world.instances(group)) == [first] * 3
+    profile = arm_api.vmss_json(world, group)["properties"]["skuProfile"]
+    assert profile["allocationStrategy"] == "Prioritized"
+    assert {v["name"]: v["rank"] for v in profile["vmSizes"]} == {first: 0, **{n: i + 1 for i, n in enumerate(others)}}
+    with pytest.raises(ArmError) as stale:
+        _patch(world, {"sku": {"name": "Mix", "capacity": 4}}, etag=etag)
+    assert stale.value.status == 412 and len(world.instances(group)) == 3
+
+
+def test_a_refused_increase_leaves_the_profile_as_it_was() -> None:
+    """Quota refuses the growth (409): the steering profile of that write is not kept either."""
+    world = World(scenario(node_groups=[_group()], quotas={"standardDSv5Family": 4}), seed=0, start=START)
+    group = world.scale_set(SUB, RG, MIX)
+    before = group.spec
+    with pytest.raises(ArmError) as refused:
+        _patch(world, {"sku": {"name": "Mix", "capacity": 1},
+                       "properties": {"skuProfile": _steer("Standard_D8s_v5", ["Standard_D2s_v5", "Standard_D4s_v5"])}})
+    assert refused.value.status == 409 and group.spec == before and not world.instances(group)
+
+
+def test_quota_counts_each_vm_at_its_own_size() -> None:
+    """Two D2s_v5 (2 vCPUs each) fit a 4-vCPU family quota, though the mix's largest size (D8s_v5) would not."""
+    world = World(scenario(node_groups=[_group()], quotas={"standardDSv5Family": 4}), seed=0, start=START)
+    group = world.scale_set(SUB, RG, MIX)
+    _patch(world, {"sku": {"name": "Mix", "capacity": 2}})  # LowestPrice: two D2s_v5
+    world.advance_by(61)
+    assert _sizes(world.instances(group)) == ["Standard_D2s_v5"] * 2
+    with pytest.raises(ArmError) as refused:
+        _patch(world, {"sku": {"name": "Mix", "capacity": 3}})  # a third D2s_v5: 6 vCPUs > 4
+    assert refused.value.status == 409 and "Quota" in refused.value.message
+
+
+@pytest.mark.parametrize("profile,target,status", [
+    (_steer("Standard_D2s_v5", ["Standard_D4s_v5", "Standard_D8s_v5", "Standard_D16s_v5", "Standard_D32s_v5",
+                                "Standard_D48s_v5"]), "properties.skuProfile.vmSizes", 400),
+    (_steer("Standard_D2s_v5", ["Standard_D4s_v5", "Standard_E8s_v5"]), "properties.skuProfile.vmSizes[2].name", 400),
+    (_steer("Standard_D2s_v5", ["Standard_D4s_v5", "Standard_NC8as_T4_v3"]),
+     "properties.skuProfile.vmSizes[2].name", 400),
+    (_steer("Standard_D2s_v5", ["Standard_D4s_v5", "Standard_D8s_v5"], "Cheapest"),
+     "properties.skuProfile.allocationStrategy", 400),
+    (_steer("Standard_D2s_v5", ["Standard_D4s_v5", "Standard_D8s_v5"], "LowestPrice"),
+     "properties.skuProfile.vmSizes[0].rank", 400),
+    (_steer("Standard_D2s_v5", ["Standard_D2s_v5", "Standard_D8s_v5"]), "properties.skuProfile.vmSizes[1].name", 400),
+    (_steer("Standard_D2s_v5", ["Standard_D4s_v5", "Standard_D16s_v5"]), "properties.skuProfile.vmSizes", 409),
+    ({"vmSizes": "Standard_D2s_v5"}, "properties.skuProfile.vmSizes", 400),
+])
+def test_a_profile_beyond_azures_rules_is_refused_naming_the_property(
+        profile: dict[str, Any], target: str, status: int) -> None:
+    world = _world(_group())
+    group = world.scale_set(SUB, RG, MIX)
+    before = (group.spec, group.generation)
+    with pytest.raises(ArmError) as refused:
+        _patch(world, {"sku": {"name": "Mix", "capacity": 2}, "properties": {"skuProfile": profile}})
+    assert (refused.value.status, refused.value.target) == (status, target)
+    assert (group.spec, group.generation) == before and not world.instances(group)
