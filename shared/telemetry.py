@@ -160,6 +160,16 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
                "HTTP requests to Azure Resource Manager (each attempt, retries included), by operation and status."),
     MetricSpec(_OURS + "arm_throttled_requests_total", "counter", ("operation",), "{request}",
                "ARM requests answered 429 (throttled)."),
+    MetricSpec(_OURS + "replacement_savings_per_hour", "gauge", (), "USD/h",
+               "What the replacements under way (consolidation onto cheaper nodes) save per hour once done, each "
+               "replacement counted once, as of the last utilisation poll."),
+    MetricSpec(_OURS + "disruptions_total", "counter", ("reason",), "{node}",
+               "Voluntary disruptions decided, by reason: Empty and Underutilized (removals), Replace (a node replaced "
+               "by a cheaper one) and Drifted (a drifted node replaced), counted when the removal or replacement is "
+               "enqueued. Summed over a day: disruptions per day."),
+    MetricSpec(_OURS + "drifted_nodes", "gauge", (), "{node}",
+               "Nodes that drifted (not on the scale set's latest model, an older node image, or past NODE_MAX_AGE), "
+               "replaced or waiting, as of the last utilisation poll."),
     MetricSpec(_OURS + "demand_forecast_nodes", "gauge", ("node_group",), "{node}",
                "The group's forecast peak of nodes asked for and not yet there over the next hour (engine.forecast), "
                "as of the last pending poll."),
@@ -531,6 +541,21 @@ def record_offerings(marks_by_kind: Mapping[str, int], *, quota_capped: int) -> 
     _offering_kinds_reported.clear()
     _offering_kinds_reported.update(marks_by_kind)
     _set(_OURS + "quota_capped_groups", quota_capped)
+
+
+@_never_raises
+def record_disruptions(reason_counts: Mapping[str, int]) -> None:
+    """Disruptions just enqueued, by reason (engine.disruption_budgets.removal_reason or a replacement's reason)."""
+    for reason, count in reason_counts.items():
+        if reason and count > 0:
+            _add(_OURS + "disruptions_total", count, reason=reason)
+
+
+@_never_raises
+def record_replacements(*, savings_per_hour: float, drifted: int) -> None:
+    """One utilisation poll's view of replacements: their saving per hour once done, and the drifted nodes."""
+    _set(_OURS + "replacement_savings_per_hour", savings_per_hour)
+    _set(_OURS + "drifted_nodes", drifted)
 
 
 @_never_raises

@@ -27,11 +27,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from shared.domain import (
     DISRUPTION_REASONS,
-    DRIFTED,
     EMPTY,
     UNDERUTILIZED,
     ClusterSnapshot,
@@ -44,9 +43,36 @@ from shared.engine.reasons import KeptReason
 from shared.quantities import parse_duration
 from shared.schedules import Schedule, parse_ncrontab
 
-if TYPE_CHECKING:  # scale_down imports settings-free engine modules only; the types are for hints
-    from shared.engine.replacement import ReplacementProposal
-    from shared.engine.scale_down import Removal, ScaleDownPlan
+
+# What is read of scale_down's Removal and ScaleDownPlan and of replacement's ReplacementProposal: described here
+# rather than imported, so that the status (a sibling of scale_down in the engine's layers) may read budgets.
+class Removal(Protocol):
+    @property
+    def node(self) -> str: ...
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+
+class ScaleDownPlan(Protocol):
+    @property
+    def removals(self) -> tuple[Removal, ...]: ...
+    @property
+    def kept(self) -> Mapping[str, KeptReason]: ...
+
+
+class ReplacementProposal(Protocol):
+    @property
+    def nodes(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def reason(self) -> str: ...
+
+
+PlanT = TypeVar("PlanT", bound=ScaleDownPlan)
+ProposalT = TypeVar("ProposalT", bound=ReplacementProposal)
 
 BUDGETS_TAG = "autoscaler-disruption-budgets"
 _FIELDS = ("nodes", "reasons", "schedule", "duration")
@@ -282,8 +308,8 @@ def _binding(reason: str, *, group: NodeGroup | None, snapshot: ClusterSnapshot,
     return min(spent, key=lambda limit: limit.limit - limit.disrupting).describe(reason) if spent else ""
 
 
-def apply_budgets(plan: ScaleDownPlan, snapshot: ClusterSnapshot, states: Mapping[str, GroupState],
-                  cluster_budgets: Sequence[NodeBudget], now: datetime) -> ScaleDownPlan:
+def apply_budgets(plan: PlanT, snapshot: ClusterSnapshot, states: Mapping[str, GroupState],
+                  cluster_budgets: Sequence[NodeBudget], now: datetime) -> PlanT:
     """The plan with only the removals the budgets allow now; the others kept (DISRUPTION_BUDGET, naming it).
 
     Removals are admitted in plan order, each counted against the budgets before the next is weighed. A removal of
@@ -309,12 +335,11 @@ def apply_budgets(plan: ScaleDownPlan, snapshot: ClusterSnapshot, states: Mappin
         counted.add(removal.node)
     if not kept:
         return plan
-    return replace(plan, removals=tuple(admitted), kept={**plan.kept, **kept})
+    return replace(plan, removals=tuple(admitted), kept={**plan.kept, **kept})  # type: ignore[type-var]
 
 
-def admit(proposals: Sequence[ReplacementProposal], snapshot: ClusterSnapshot, states: Mapping[str, GroupState],
-          cluster_budgets: Sequence[NodeBudget], now: datetime
-          ) -> tuple[tuple[ReplacementProposal, ...], dict[str, str]]:
+def admit(proposals: Sequence[ProposalT], snapshot: ClusterSnapshot, states: Mapping[str, GroupState],
+          cluster_budgets: Sequence[NodeBudget], now: datetime) -> tuple[tuple[ProposalT, ...], dict[str, str]]:
     """The replacement proposals the budgets allow now, in order, and node -> why for those refused.
 
     A proposal is all or nothing: each of its nodes is counted (against its own group's budgets and the cluster's)
@@ -322,7 +347,7 @@ def admit(proposals: Sequence[ReplacementProposal], snapshot: ClusterSnapshot, s
     """
     disrupting = list(in_flight(snapshot, states))
     counted = {d.node for d in disrupting}
-    admitted: list[ReplacementProposal] = []
+    admitted: list[ProposalT] = []
     refused: dict[str, str] = {}
     for proposal in proposals:
         trial = list(disrupting)

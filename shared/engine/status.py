@@ -27,13 +27,29 @@ from typing import Any
 
 from shared import yaml_text
 
+from shared.engine.disruption_budgets import NodeBudget, budget_status, cluster_allowance, tag_problems
 from shared.engine.scheduled_capacity import CapacityWindow, active_windows
 from shared.engine.virtual_nodes import VirtualNodeStatus
-from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup
+from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, Replacement
 
 OK_TOTAL_UNREADY_COUNT = 3
 MAX_TOTAL_UNREADY_PERCENTAGE = 45.0
 _NEVER = "0001-01-01T00:00:00Z"
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionReport:
+    """What the utilisation poll's replacement round found, for `clusterWide.disruption` and `plan`.
+
+    `drifted`: each drifted node -> why it waits ("" once its replacement is admitted or under way);
+    `candidates`: each consolidation candidate -> its verdict; `allowance`: reason -> the disruptions the
+    cluster-wide budgets allowed as the round admitted proposals (None: unlimited). An empty `allowance` is
+    computed from the budgets and the states here.
+    """
+
+    drifted: Mapping[str, str] = field(default_factory=dict)
+    candidates: Mapping[str, str] = field(default_factory=dict)
+    allowance: Mapping[str, int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +87,10 @@ class StatusInputs:
     # ProvisioningRequests of ours by namespace/name (services.provisioning.status_lines: class, state, pods,
     # consumed, bookedUntil, conditions): `clusterWide.provisioningRequests` (not in CA's layout). None keeps it.
     provisioning_requests: Mapping[str, Mapping[str, Any]] | None = None
+    # The utilisation poll's replacement round (drift, consolidation), shown with the budgets' allowances and the
+    # nodes being replaced as `clusterWide.disruption` (not in CA's layout). None (the pending poll) keeps it.
+    disruption: DisruptionReport | None = None
+    disruption_budgets: tuple[NodeBudget, ...] = ()  # DISRUPTION_BUDGETS, cluster-wide
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,9 +284,68 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
                                             for key, lines in sorted(inputs.provisioning_requests.items())}
     elif prev_wide.get("provisioningRequests"):
         wide["provisioningRequests"] = prev_wide["provisioningRequests"]  # the pending poll's, as last written
+    if inputs.disruption is not None:
+        wide["disruption"] = disruption_doc(snapshot, inputs.group_states, inputs.disruption,
+                                            inputs.disruption_budgets, now=now)
+    elif prev_wide.get("disruption"):
+        wide["disruption"] = prev_wide["disruption"]  # the utilisation poll's, as it last wrote it
     if snapshot.refused:  # marked for us, never acted on (e.g. an AKS pool autoscaled by AKS): say why
         wide["refusedNodeGroups"] = [{"name": gid, "reason": why} for gid, why in sorted(snapshot.refused.items())]
     return {"time": go_time(now), "autoscalerStatus": "Running", "clusterWide": wide, "nodeGroups": groups}
+
+
+# The status lists this many drifted nodes and consolidation candidates each; the counts cover them all.
+MAX_LISTED_DISRUPTION = 20
+
+
+def replacements(states: Mapping[str, GroupState]) -> list[tuple[str, Replacement]]:
+    """(group id, entry) of every node being replaced, by node name."""
+    found = [(gid, entry) for gid, state in states.items() for entry in state.replacing.values()]
+    return sorted(found, key=lambda item: item[1].node)
+
+
+def replacement_savings(states: Mapping[str, GroupState]) -> float:
+    """USD per hour the replacements under way save once done: each replacement's saving counted once, though
+    every node it replaces carries it (nodes replaced together share one entry's figures)."""
+    seen: dict[tuple[str, str, datetime, tuple[str, ...]], float] = {}
+    for _, entry in replacements(states):
+        together = tuple(sorted(entry.together or (entry.node,)))
+        seen[(entry.action_id, entry.to_group, entry.since, together)] = entry.saving_per_hour
+    return sum(seen.values())
+
+
+def disruption_doc(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], report: DisruptionReport,
+                   cluster_budgets: tuple[NodeBudget, ...], *, now: datetime) -> dict[str, Any]:
+    """`clusterWide.disruption`: budgets and what they allow now, nodes being replaced, drift, consolidation.
+
+    Not in CA's layout (CA has no disruption budgets); readers of CA's status ignore it. A reason missing from
+    `allowance` is not limited cluster-wide; group budgets are listed with their own allowances.
+    """
+    allowed = dict(report.allowance) or cluster_allowance(snapshot, states, cluster_budgets, now)
+    doc: dict[str, Any] = {
+        "allowance": {reason: value for reason, value in allowed.items() if value is not None},
+        "budgets": [{"scope": line.scope, "budget": line.text, "active": line.active, "nodes": line.nodes,
+                     "allowed": dict(line.allowed)}
+                    for line in budget_status(snapshot, states, cluster_budgets, now)],
+    }
+    problems = tag_problems(snapshot.groups)
+    if problems:
+        doc["budgetProblems"] = [{"group": gid, "reason": why} for gid, why in sorted(problems.items())]
+    replacing = replacements(states)
+    if replacing:
+        doc["replacing"] = [{"node": entry.node, "group": gid, "reason": entry.reason, "toGroup": entry.to_group,
+                             "since": rfc3339(entry.since), "savingPerHour": round(entry.saving_per_hour, 4),
+                             **({"detail": entry.detail} if entry.detail else {})} for gid, entry in replacing]
+        doc["savingPerHour"] = round(replacement_savings(states), 4)
+    if report.drifted:
+        doc["drifted"] = {"count": len(report.drifted), "nodes": [
+            {"node": name, "waiting": why} if why else {"node": name, "replacing": True}
+            for name, why in sorted(report.drifted.items())[:MAX_LISTED_DISRUPTION]]}
+    if report.candidates:
+        doc["consolidation"] = {"count": len(report.candidates), "candidates": [
+            {"node": name, "verdict": verdict}
+            for name, verdict in sorted(report.candidates.items())[:MAX_LISTED_DISRUPTION]]}
+    return doc
 
 
 def virtual_nodes_doc(status: VirtualNodeStatus, *, now: datetime) -> dict[str, Any]:

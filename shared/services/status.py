@@ -16,14 +16,17 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from shared import telemetry
 from shared.domain import ClusterSnapshot, GroupState
 from shared.engine.status import (
+    DisruptionReport,
     StatusInputs,
     build_status,
     go_time,
     last_activity,
     parse_previous,
     render_status,
+    replacement_savings,
     rfc3339,
 )
 from shared.engine.virtual_nodes import VirtualNodeStatus
@@ -55,6 +58,9 @@ def publish_status(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, 
     """Write the status; returns the YAML written, or None when nothing was (disabled, dry run, failed)."""
     if inputs.standby is None:  # warm standby: gauges every poll, shown in the status
         inputs = replace(inputs, standby=_standby(ports, settings, snapshot, inputs, now=now))
+    if inputs.disruption is not None:  # the utilisation poll's replacement round: gauges every poll
+        telemetry.record_replacements(savings_per_hour=replacement_savings(inputs.group_states),
+                                      drifted=len(inputs.disruption.drifted))
     if settings.status_configmap is None or settings.dry_run:
         return None
     namespace, name = settings.status_configmap
@@ -104,12 +110,14 @@ def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],
                   unavailable_offerings: tuple[str, ...] | None = None,
                   spot_evictions: Mapping[str, str] | None = None,
                   capacity_buffers: Mapping[str, Mapping[str, Any]] | None = None,
-                  provisioning_requests: Mapping[str, Mapping[str, Any]] | None = None) -> StatusInputs:
+                  provisioning_requests: Mapping[str, Mapping[str, Any]] | None = None,
+                  disruption: DisruptionReport | None = None) -> StatusInputs:
     return StatusInputs(
         group_states=group_states, unneeded=unneeded, backoff=dict(backoff or {}),
         scale_up_needed=scale_up_needed, unschedulable_pods=unschedulable_pods,
         max_node_provision_time=settings.max_node_provision_time, waiting_for_slots=waiting_for_slots,
         virtual_nodes=virtual_nodes, unavailable_offerings=unavailable_offerings, spot_evictions=spot_evictions,
         scheduled_windows=settings.scheduled_capacity, capacity_buffers=capacity_buffers,
-        provisioning_requests=provisioning_requests,
+        provisioning_requests=provisioning_requests, disruption=disruption,
+        disruption_budgets=settings.disruption_budgets,
     )

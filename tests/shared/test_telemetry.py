@@ -64,6 +64,9 @@ CONTRACT = {
     "vmss_autoscaler_spot_evictions_total": ("counter", ("node_group", "how")),
     "vmss_autoscaler_spot_evicted_pods_total": ("counter", ("batch",)),
     "vmss_autoscaler_spot_lost_work_seconds_total": ("counter", ()),
+    "vmss_autoscaler_replacement_savings_per_hour": ("gauge", ()),
+    "vmss_autoscaler_disruptions_total": ("counter", ("reason",)),
+    "vmss_autoscaler_drifted_nodes": ("gauge", ()),
 }
 
 # cluster-autoscaler's metrics as its metrics.go declares them (name: label names); ours under its prefix
