@@ -30,16 +30,40 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from shared.domain import GroupState, NodeGroup, Resources
 from shared.engine import reasons
 from shared.engine.expanders import ExpansionOption
 from shared.engine.reasons import KeptReason
 
-if TYPE_CHECKING:  # scale_up and scale_down import this module
-    from shared.engine.scale_down import ScaleDownPlan
-    from shared.engine.scale_up import ScaleUpPlan
+
+# The plans are engine.scale_up's ScaleUpPlan and engine.scale_down's ScaleDownPlan; scale_up imports this module
+# and scale_down sits above it (the import-linter's engine layers), so they are typed here by what is read of them.
+class _Increase(Protocol):
+    group_id: str
+    current_target: int
+    new_target: int
+    pods: tuple[str, ...]
+
+
+class _ScaleUpPlan(Protocol):
+    increases: tuple[_Increase, ...]
+    unplaceable: Mapping[str, str]
+
+
+class _Removal(Protocol):
+    node: str
+    group_id: str
+
+
+class _ScaleDownPlan(Protocol):
+    removals: tuple[_Removal, ...]
+    kept: Mapping[str, KeptReason]
+
+
+ScaleUpPlan = TypeVar("ScaleUpPlan", bound=_ScaleUpPlan)
+ScaleDownPlan = TypeVar("ScaleDownPlan", bound=_ScaleDownPlan)
 
 PRIORITIZED = "prioritized"  # VMSS instance mix's allocationStrategy values compare case-insensitively
 
@@ -158,7 +182,7 @@ def clip_increases(plan: ScaleUpPlan, groups: Sequence[NodeGroup]) -> ScaleUpPla
         return plan
     by_id = {g.id: g for g in groups}
     left = {parent: set_headroom(lanes) for parent, lanes in parents.items()}
-    increases = list(plan.increases)
+    increases: list[_Increase] = list(plan.increases)
     growth: dict[str, int] = {}
     for increase in increases:
         lane = by_id.get(increase.group_id)
@@ -210,7 +234,7 @@ def clip_removals(plan: ScaleDownPlan, groups: Sequence[NodeGroup], *,
         - floor[parent]
         for parent, lanes in parents.items()
     }
-    admitted = []
+    admitted: list[_Removal] = []
     kept = dict(plan.kept)
     for removal in plan.removals:
         lane = by_id.get(removal.group_id)

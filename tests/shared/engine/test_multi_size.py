@@ -147,7 +147,7 @@ def test_cost_per_work_counts_nodes_and_at_least_one_unit() -> None:
     ([4, 4, 4], 3),        # evenly used nodes: keep them all
     ([4, 4, 0.5], 2),
     ([1, 8], 2),           # a poorly used first node is no reason to stop before a well used one
-    ([0, 0], 2),           # no measurable work: every prefix costs the same, keep all
+    ([0, 0], 1),           # no measurable work counts as one unit: one node a round
 ], ids=["big-then-small", "even", "tail", "better-later", "no-work"])
 def test_cheapest_prefix_keeps_the_nodes_that_place_work_cheapest(work, expected) -> None:
     node_work = [Fraction(w) for w in work]
