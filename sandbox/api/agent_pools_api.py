@@ -47,7 +47,7 @@ from sandbox.api.arm_paging import arm_page
 from sandbox.api.wire import Request, Response, json_response
 from sandbox.model import agent_pools, spot
 from sandbox.model.units import rfc3339_micro
-from sandbox.world import World
+from sandbox.world import World, drift
 from sandbox.world.agent_pools import AgentPoolSim, PoolOperation
 from sandbox.world.compute import InstanceSim
 from sandbox.world.errors import ArmError
@@ -142,7 +142,7 @@ def pool_properties(world: World, pool: AgentPoolSim) -> dict[str, Any]:
         "mode": pool.mode,
         "osType": "Linux",
         "osSKU": agent_pools.OS_SKU,
-        "nodeImageVersion": agent_pools.NODE_IMAGE_VERSION,
+        "nodeImageVersion": drift.node_image_version(world, group.key),  # a scenario's model_changes may bump it
         "upgradeSettings": {"maxSurge": "10%"},
         "enableFIPS": False,
         "enableEncryptionAtHost": False,

@@ -30,6 +30,9 @@ from sandbox.model.agent_pools import (
 from sandbox.model.buffer_spec import FIELD as BUFFERS_FIELD
 from sandbox.model.buffer_spec import BufferActionSpec, parse_buffer_actions
 from sandbox.model.dists import Dist  # re-exported: scenario fields are Dists
+from sandbox.model.drift_spec import TOP_LEVEL_FIELDS as DRIFT_FIELDS
+from sandbox.model.drift_spec import ModelChangeSpec
+from sandbox.model.drift_spec import parse_sections as parse_drift_sections
 from sandbox.model.gang_spec import TOP_LEVEL_FIELDS as GANG_FIELDS
 from sandbox.model.gang_spec import GangSections, parse_gang_sections
 from sandbox.model.instance_mix import FIELD as MIX_FIELD
@@ -304,6 +307,8 @@ class Scenario:
     capacity_buffers: tuple[BufferActionSpec, ...] = ()
     # Gang jobs with ProvisioningRequests, a Kueue-like queue, quota changes on the timeline (sandbox.model.gang_spec).
     gangs: GangSections = GangSections()
+    # Scale-set model and AKS node image changes on the timeline (sandbox.model.drift_spec, sandbox.world.drift).
+    model_changes: tuple[ModelChangeSpec, ...] = ()
 
     @property
     def resource_groups(self) -> tuple[str, ...]:
@@ -520,7 +525,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
             "delete_delay", "deallocate_delay", "start_delay", "node_removal_delay", "termination_grace", "namespaces", "node_groups",
             "daemonsets", "workloads", "pdbs", "scale_up_failures", "allocation_failures", "restricted_vm_sizes", "expect_unschedulable",
             "expect_at_most", "expect_at_least", "render_queue", "virtual_node", BUFFERS_FIELD, *TOP_LEVEL_FIELDS,
-            *GANG_FIELDS,
+            *GANG_FIELDS, *DRIFT_FIELDS,
         },
         {"node_groups"},
     )
@@ -635,6 +640,7 @@ def _scenario(document: Any, source: str, default_name: str) -> Scenario:
         top, (*namespaces, *(w.namespace for w in scenario.workloads)), duration))
     scenario = replace(scenario, gangs=parse_gang_sections(
         top, (*namespaces, *(w.namespace for w in scenario.workloads)), duration))
+    scenario = replace(scenario, **parse_drift_sections(top, groups, duration))
     return replace(scenario, **parse_sections(top, groups))
 
 

@@ -56,7 +56,7 @@ from sandbox.world.core import (
     RESOURCES,
     SANDBOX_TOKEN,
 )
-from sandbox.world import capacity_buffers, gang_jobs
+from sandbox.world import capacity_buffers, drift, gang_jobs
 from sandbox.world.agent_pools import AgentPoolsPart
 from sandbox.world.fault_injection import FaultInjectionPart
 from sandbox.world.kube_resources import MAX_EVENTS, KubeResourcesPart
@@ -115,6 +115,7 @@ class World(
     """One simulated cluster world. See the module docstring; every public method holds `lock`."""
 
     _gang_jobs: gang_jobs.GangJobs  # the scenario's gang jobs and Kueue double (sandbox.world.gang_jobs)
+    _drift: drift.DriftState  # the scenario's model changes (sandbox.world.drift)
 
     def __init__(
         self,
@@ -150,6 +151,7 @@ class World(
         self._schedule_workloads()
         capacity_buffers.schedule_actions(self)  # pushes events only for a scenario with capacity_buffers
         gang_jobs.schedule(self)  # pushes events only for a scenario with gang_jobs or quota_changes
+        drift.schedule(self)  # pushes events only for a scenario with model_changes
         self._init_render_queue()  # draws from its own stream only: worlds without one are unchanged
         self._advance_to(0.0)  # arrivals at t=0 exist from the first look
 
@@ -206,6 +208,7 @@ class World(
             "standby_pool_tick": self._on_standby_pool_tick,
             "buffer_action": lambda spec: capacity_buffers.apply_action(self, spec),
             "gang_job": lambda payload: gang_jobs.on_event(self, payload),
+            "model_change": lambda spec: drift.on_event(self, spec),
         }
         handlers[kind](payload)
         self._dirty = True

@@ -36,7 +36,7 @@ from sandbox.model.instance_mix import member_spec
 from sandbox.model.resources import Amounts, resource_list
 from sandbox.model.scenario import NodeGroupSpec
 from sandbox.model.units import parse_time, rfc3339
-from sandbox.world import kobjects
+from sandbox.world import drift, kobjects
 from sandbox.world.compute import InstanceSim, ScaleSetSim, private_ip
 from sandbox.world.core import WorldCore
 from sandbox.world.metrics import seconds
@@ -220,7 +220,7 @@ class NodesPart(WorldCore):
     def _register_node(self, inst: InstanceSim, created: datetime | None = None) -> None:
         group = self._groups[inst.group_key]
         spec = member_spec(group.spec, inst.vm_size)  # an instance-mix member registers as its own size
-        labels = self._node_labels(spec, inst.node_name, inst.zone)
+        labels = drift.node_labels(self, inst, self._node_labels(spec, inst.node_name, inst.zone))  # type: ignore[arg-type]
         node = self._node_object(
             inst.node_name, inst.ip_index, self._provider_id(inst), labels, spec.taints, spec.capacity,
             spec.allocatable, created or self._at(self._t), machine_id=inst.vm_id.replace("-", ""),

@@ -16,7 +16,7 @@ from typing import Any
 from sandbox.model import os_disks, quota
 from sandbox.model.resources import parse_resource_list
 from sandbox.model.units import parse_time, rfc3339
-from sandbox.world import gang_jobs, kobjects
+from sandbox.world import drift, gang_jobs, kobjects
 from sandbox.world.compute import InstanceSim
 from sandbox.world.core import WorldCore
 from sandbox.world.metrics import distribution, percentile, seconds
@@ -58,6 +58,7 @@ class ReportsPart(WorldCore):
         if queue is not None:  # a render queue's frames waiting and rendering
             sample["frames_backlog"], sample["frames_rendering"] = queue["backlog"], queue["rendering"]
         self.timeline.append(sample)
+        drift.sample(self, at)  # type: ignore[arg-type]  # stale nodes disrupted now (model changes only)
         self._next_sample = at + self.scenario.timeline_interval
 
     def _group_counts(self) -> dict[str, dict[str, int]]:
@@ -364,6 +365,9 @@ class ReportsPart(WorldCore):
                 "node_registration": self._node_registration(),
                 # Gang jobs: attempts, admissions, gang waits, capacity held by partial gangs; None without any.
                 "gang_jobs": gang_jobs.report(self),  # type: ignore[arg-type]
+                # Model changes: instances on the latest model at the end, stale ones replaced, the most disrupted at
+                # once (sandbox.world.drift); None without model changes.
+                "drift": drift.report(self),  # type: ignore[arg-type]
                 # Each scenario workload's kind, by "<namespace>/<name>" as pods name their workload.
                 "workload_kinds": {f"{w.namespace}/{w.name}": w.kind for w in self.scenario.workloads},
                 "timeline": copy.deepcopy(self.timeline),
