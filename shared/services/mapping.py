@@ -3,7 +3,8 @@
 Reads, per poll: nothing for a cluster whose nodes all carry cloud-provider-azure providerIDs on
 Uniform scale sets (AKS, CAPZ, aks-engine), virtual nodes aside (never mapped, so they decide no read); otherwise one instance list per group, plus one
 network-interface list per group only when some node is left for IP mapping (kubeadm without a
-cloud provider). Every node comes back with `Node.mapped` set, and `mapped_to` naming its
+cloud provider). A multi-size set's lanes (one group per VM size) are always listed: a node's providerID
+names its VM, not its size, and the lane's own list is what tells which lane it is in. Every node comes back with `Node.mapped` set, and `mapped_to` naming its
 instance or None: a node that is unmanaged or ambiguous is never touched.
 
 The executor maps its targets afresh over their one group before it touches them, by the same rules:
@@ -45,7 +46,8 @@ def map_cluster(
 ) -> MappedCluster:
     """Map every node to its instance (or to none, with the reason), reading instances only when needed."""
     listed = list(groups)
-    read = needs_instances(nodes, groups, method)
+    # A lane's nodes are told from its set's other sizes only by its own instance list (list_instances(lane)).
+    read = needs_instances(nodes, groups, method) or any(g.lane for g in groups)
     if read:
         listed = [replace(g, instances=tuple(provider.list_instances(g))) for g in groups]
         if needs_ips(nodes, listed, method):
@@ -72,5 +74,6 @@ def _marked(node: Node, mapping: NodeMapping, groups: dict[str, NodeGroup]) -> N
     ref = parse_provider_id(node.provider_id) if found.method == PROVIDER_ID else None
     if ref is None or ref.group_id != found.group_id:
         group = groups[found.group_id]
-        ref = InstanceRef("", group.resource_group, group.name, found.instance_id)
+        # A lane's node names the lane (ref.group_id is the lane's id): its size's state, template and prices.
+        ref = InstanceRef("", group.resource_group, group.name, found.instance_id, lane=group.lane)
     return replace(node, mapped=True, mapped_to=ref)

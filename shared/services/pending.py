@@ -29,6 +29,7 @@ from shared.engine.scale_up import (
     simulate_scale_up,
 )
 from shared.engine.load import LoadIncrease
+from shared.engine.multi_size import clip_increases
 from shared.engine.scheduled_capacity import ActiveWindow, ScheduledIncrease
 from shared.engine.offerings import FailedAllocation, describe
 from shared.engine.provisioning import restore_targets
@@ -141,6 +142,9 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     if "price" in settings.expander:
         # Only the price expander reads prices; the provider caches them for a day.
         snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
+    elif any(g.lane for g in snapshot.groups):
+        # A multi-size set's lanes compete on price per unit of work whatever the expander (engine.multi_size).
+        snapshot = replace(snapshot, prices=ports.provider.list_prices([g for g in snapshot.groups if g.lane]))
     # Pods on virtual nodes that are demand for VMs are planned with the pending pods, after them.
     virtual = virtual_nodes.plan_for(ports, settings, snapshot, now=now)
     # ProvisioningRequests come before every real pod: booked room and in-flight nodes are theirs, new atomic
@@ -157,6 +161,8 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     load = plan_load_increases(ports, settings, snapshot, states, unavailable=unavailable, now=now)
     scheduled = plan_scheduled_increases(settings, snapshot, windows, unavailable=unavailable)
     plan = _with_increases(plan, (*load.increases, *scheduled))
+    # The lanes of a multi-size set grow it together: never past the set's own max (engine.multi_size).
+    plan = clip_increases(plan, snapshot.groups)
     # Demand by hour for the forecast (services.demand): a group's row is written when its hour's peak rises.
     forecasts = demand.note_and_forecast(ports.state, demand.demand_by_group(observed, snapshot.groups, plan), now=now)
     why_load = {i.group_id: i.why for i in load.increases}

@@ -150,3 +150,47 @@ def test_a_virtual_node_beside_k3s_nodes_costs_no_nic_list() -> None:
     mapped = map_cluster(listing, nodes, [pool("farm")])  # type: ignore[arg-type]
     assert listing.calls == ["list_instances farm"]
     assert {n.name: n.instance is not None for n in mapped.nodes} == {"farm000000": True, aci.DEFAULT_NAMES[1]: False}
+
+
+# --- Lanes of a multi-size set ----------------------------------------------------------------------------------------
+
+SMALL, BIG = "Standard_D2s_v5", "Standard_D8s_v5"
+
+
+@dataclass
+class LaneListing:
+    """list_instances(lane) lists the set's instances of that lane's size only, as the providers do."""
+
+    instances: dict[str, list[Instance]]
+    calls: list[str] = field(default_factory=list)
+
+    def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
+        self.calls.append(f"list_instances {group.id}")
+        return self.instances.get(group.lane, [])
+
+    def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
+        self.calls.append(f"list_private_ips {group.id}")
+        return {}
+
+
+def _vm_id(vm: str) -> str:
+    return f"/subscriptions/s/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachines/{vm}"
+
+
+def lane(size: str, kind: str) -> NodeGroup:
+    return NodeGroup(RG, "mix", 0, 10, 1, size, provider=kind, lane=size, lanes=(SMALL, BIG))
+
+
+@pytest.mark.parametrize("kind", [FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET], ids=["flexible", "uniform-typed"])
+def test_a_lanes_node_maps_to_its_lane_by_the_lanes_own_instance_list(kind: str) -> None:
+    """Every lane is listed (its VMs' providerIDs name no size), and each node's ref names its lane's id."""
+    listing = LaneListing({SMALL: [Instance("mix_a", vm_size=SMALL, resource_id=_vm_id("mix_a"))],
+                           BIG: [Instance("mix_b", vm_size=BIG, resource_id=_vm_id("mix_b"))]})
+    lanes = [lane(SMALL, kind), lane(BIG, kind)]
+    nodes = [bare("mixa", provider_id=f"azure://{_vm_id('mix_a')}"), bare("mixb", provider_id=f"azure://{_vm_id('mix_b')}")]
+    mapped = map_cluster(listing, nodes, lanes)  # type: ignore[arg-type]
+    assert sorted(listing.calls) == sorted(f"list_instances {g.id}" for g in lanes) and mapped.listed
+    refs = {n.name: n.instance for n in mapped.nodes}
+    assert {name: (ref.group_id, ref.lane) for name, ref in refs.items() if ref is not None} == {
+        "mixa": (lanes[0].id, SMALL), "mixb": (lanes[1].id, BIG)}
+    assert all(ref is not None and ref.scale_set == "mix" for ref in refs.values())
