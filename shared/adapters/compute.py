@@ -65,6 +65,8 @@ from shared.adapters.retail_prices import RetailPrices
 from shared import discovery_tags
 from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, NodeGroup, VmSizeCapacity
 from shared.domain import group_id as make_group_id
+from shared.domain import lane_of, parent_group_id
+from shared.adapters.instance_mix import as_lanes, lane_order, read_profile, user_strategy
 from shared.ports import SCALE_IN_PROTECTION_UNSUPPORTED, ComputeError, Operation
 from shared.settings import Settings
 
@@ -756,13 +758,28 @@ class VmssCompute:
                 lambda rg=resource_group: list(self._client.virtual_machine_scale_sets.list(rg)),
             )
             for vmss in scale_sets:
-                group = self._as_group(resource_group, vmss)
-                if group is not None:
-                    groups.append(group)
+                groups.extend(self._node_groups(resource_group, vmss))
         return groups
 
+    def _node_groups(self, resource_group: str, vmss: VirtualMachineScaleSet) -> list[NodeGroup]:
+        """The scale set's node group; for a Flexible set with an instance mix, one per VM size (its lanes, read
+        from its member VMs: shared.adapters.instance_mix)."""
+        group = self._as_group(resource_group, vmss)
+        if group is None:
+            return []
+        profile = read_profile(vmss)
+        if profile is None or group.provider != FLEXIBLE_SCALE_SET:
+            return [group]
+        from shared.adapters.flex_compute import list_members  # flex_compute builds on this module
+
+        prices = {} if self._prices is None else self._prices.get_vm_prices(
+            group.location, profile.sizes, spot=group.is_spot)
+        sizes = {s.name.lower(): s for s in self.list_vm_sizes(group.location)} if group.location else {}
+        order = lane_order(profile, user_strategy(profile, group.tags), sizes=sizes, prices=prices)
+        return as_lanes(group, profile, list_members(self, group), order=order)
+
     def get_node_group(self, group_id: str) -> NodeGroup | None:
-        wanted_rg, _, name = group_id.partition("/")
+        wanted_rg, _, name = parent_group_id(group_id).partition("/")
         # Only the configured resource groups are ours; ARM compares their names case-insensitively.
         resource_group = next((rg for rg in self._resource_groups if rg.lower() == wanted_rg.lower()), None)
         if resource_group is None or not name:
@@ -771,10 +788,8 @@ class VmssCompute:
                              lambda: self._client.virtual_machine_scale_sets.get(resource_group, name))
         if vmss is None:
             return None
-        group = self._as_group(resource_group, vmss)
-        if group is None or group.id != make_group_id(resource_group, name):
-            return None
-        return group
+        wanted = make_group_id(resource_group, name, lane_of(group_id))  # a lane of an instance-mix set has its own
+        return next((g for g in self._node_groups(resource_group, vmss) if g.id == wanted), None)
 
     # -- changes ----------------------------------------------------------------------
 

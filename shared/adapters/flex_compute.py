@@ -13,7 +13,10 @@ instance id everywhere: in `deleteInstances`, in the providerID cloud-provider-a
   operations on Flexible sets are not documented (facts/cluster-shapes.md); the operation's token
   carries each VM's, and the operation is done when all of them are;
 * private IPs: Flexible NICs are standalone `Microsoft.Network/networkInterfaces`, listed per
-  resource group.
+  resource group;
+* instance mix (`sku.name` "Mix", several sizes): discovery lists one node group per size, a lane
+  (shared.adapters.instance_mix); a lane's instances are the members of its size (`Instance.vm_size`),
+  and its resize is one PATCH of the set's capacity that steers new VMs to its size.
 
 Growing (`sku.capacity`) and deleting named members (`deleteInstances` with VM names, as
 cluster-autoscaler does for Flexible sets) are the scale set's own calls, as for Uniform.
@@ -25,6 +28,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from azure.core.polling import LROPoller
@@ -39,8 +43,10 @@ from shared.adapters.compute import (
     with_failures,
 )
 from shared.adapters.compute import arm_id_leaf, with_instance_ids
+from shared.adapters.compute import if_unchanged
+from shared.adapters.instance_mix import of_lane, read_profile, resize_update
 from shared.domain import FLEXIBLE_SCALE_SET, Instance, NodeGroup
-from shared.ports import ComputeError, Operation
+from shared.ports import CHANGED_SINCE_READ, ComputeError, Operation
 
 _MULTI = "vms:"  # prefix of a token that carries one token per VM
 
@@ -61,38 +67,52 @@ class FlexCompute(VmssCompute):
     # -- instances ---------------------------------------------------------------------
 
     def _scale_set_id(self, group: NodeGroup) -> str:
-        subscription = self._client._config.subscription_id  # noqa: SLF001 - the client's own subscription
-        return (f"/subscriptions/{subscription}/resourceGroups/{group.resource_group}"
-                f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}")
+        return _scale_set_id(self, group)
 
     def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
-        """The scale set's member VMs, in one filtered VM list (with their instance views for `power_state`)."""
-        member_filter = f"'virtualMachineScaleSet/id' eq '{self._scale_set_id(group)}'"
-        extra = {"expand": "instanceView"} if power_state else {}
-        vms = self._arm(
-            f"list member VMs of scale set {group.resource_group}/{group.name}",
-            lambda: list(self._client.virtual_machines.list(group.resource_group, filter=member_filter, **extra)),
-        )
-        vms = with_instance_ids(vms, member_name, f"list member VMs of scale set {group.id}")
-        return with_failures([_member(vm) for vm in vms if self._is_member(group, vm)],
-                             lambda name: self._get_instance_view(group, name))
+        """The scale set's member VMs, in one filtered VM list (with their instance views for `power_state`); of
+        an instance-mix lane, those of its size."""
+        return of_lane(list_members(self, group, power_state=power_state), group)
 
     def _get_instance_view(self, group: NodeGroup, instance_id: str) -> Instance | None:
         """One member VM with its instance view (its provisioning error, its power state): a GET of its own."""
         vm = found_or_none(f"get VM {instance_id} of scale set {group.resource_group}/{group.name} with its instance view",
                            lambda: self._client.virtual_machines.get(group.resource_group, instance_id,
                                                                      expand="instanceView"))
-        return _member(vm) if vm is not None and self._is_member(group, vm) else None
+        return _of(group, vm) if vm is not None and self._is_member(group, vm) else None
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
         """The member VM, or None when it does not exist or belongs to no such scale set."""
         vm = found_or_none(f"get VM {instance_id} of scale set {group.resource_group}/{group.name}",
                            lambda: self._client.virtual_machines.get(group.resource_group, instance_id))
-        return _member(vm) if vm is not None and self._is_member(group, vm) else None
+        return _of(group, vm) if vm is not None and self._is_member(group, vm) else None
 
     def _is_member(self, group: NodeGroup, vm: Any) -> bool:
-        scale_set = _text(getattr(getattr(vm, "virtual_machine_scale_set", None), "id", None))
-        return scale_set.lower() == self._scale_set_id(group).lower()
+        return _is_member(self, group, vm)
+
+    # -- growing one size of an instance mix -----------------------------------------------
+
+    def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
+        """For an instance-mix lane: ONE PATCH of the set (If-Match the lane's etag) moving its capacity by the
+        lane's change, steering an increase to the lane's size (shared.adapters.instance_mix). The set's capacity,
+        profile and tags come from a GET, refused as CHANGED_SINCE_READ when its etag is not the lane's. Any other
+        group: the scale set's own capacity write."""
+        if not group.lane:
+            return super().begin_resize(group, capacity)
+        what = f"resize {group.lane} of instance-mix scale set {group.resource_group}/{group.name} to {capacity}"
+        vmss = self._arm(what, lambda: self._client.virtual_machine_scale_sets.get(group.resource_group, group.name))
+        profile = read_profile(vmss)
+        if profile is None:
+            raise ComputeError(f"{what}: the scale set no longer has an instance mix", code=CHANGED_SINCE_READ)
+        if group.etag and _text(vmss.etag) != group.etag:
+            raise ComputeError(f"{what}: the scale set changed since it was read (etag {_text(vmss.etag)}, "
+                               f"read {group.etag})", code=CHANGED_SINCE_READ)
+        update = resize_update(group, capacity, set_sku_name=_text(vmss.sku.name),
+                               set_capacity=int(vmss.sku.capacity or 0), profile=profile, tags=dict(vmss.tags or {}))
+        polling = self._polling(poll_first=False)
+        poller = self._arm(what, lambda: self._client.virtual_machine_scale_sets.begin_update(
+            group.resource_group, group.name, update, polling=polling, **if_unchanged(group.etag)))
+        return self._outcome(what, poller, polling, resumed=False)
 
     def list_private_ips(self, group: NodeGroup) -> dict[str, tuple[str, ...]]:
         """Private IPs by VM name, from the resource group's NICs (one list call)."""
@@ -161,6 +181,41 @@ class FlexCompute(VmssCompute):
 _DONE = "done:"
 
 
+def _scale_set_id(provider: VmssCompute, group: NodeGroup) -> str:
+    subscription = provider._client._config.subscription_id  # noqa: SLF001 - the client's own subscription
+    return (f"/subscriptions/{subscription}/resourceGroups/{group.resource_group}"
+            f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}")
+
+
+def _is_member(provider: VmssCompute, group: NodeGroup, vm: Any) -> bool:
+    scale_set = _text(getattr(getattr(vm, "virtual_machine_scale_set", None), "id", None))
+    return scale_set.lower() == _scale_set_id(provider, group).lower()
+
+
+def _of(group: NodeGroup, vm: Any) -> Instance | None:
+    """The member as an instance of `group`: None when it is of another lane's size."""
+    return next(iter(of_lane([_member(vm)], group)), None)
+
+
+def list_members(provider: VmssCompute, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
+    """Every member VM of a Flexible scale set, in one filtered VM list (with their instance views for
+    `power_state`). Also what discovery reads an instance mix's lanes from (VmssCompute lists the sets)."""
+    member_filter = f"'virtualMachineScaleSet/id' eq '{_scale_set_id(provider, group)}'"
+    extra = {"expand": "instanceView"} if power_state else {}
+    client = provider._client  # noqa: SLF001 - VmssCompute's own client, shared by both modes
+    vms = provider._arm(  # noqa: SLF001
+        f"list member VMs of scale set {group.resource_group}/{group.name}",
+        lambda: list(client.virtual_machines.list(group.resource_group, filter=member_filter, **extra)),
+    )
+    vms = with_instance_ids(vms, member_name, f"list member VMs of scale set {group.id}")
+    members = [_member(vm) for vm in vms if _is_member(provider, group, vm)]
+    if not isinstance(provider, FlexCompute):
+        return members
+    # A failed member's error is read as a member of the set (`set_wide`), whichever lane asked.
+    set_wide = replace(group, lane="")
+    return with_failures(members, lambda name: provider._get_instance_view(set_wide, name))  # noqa: SLF001
+
+
 def member_name(vm: Any) -> str:
     """A member VM's name (its instance id everywhere), else the last segment of its ARM id."""
     return _text(vm.name) or arm_id_leaf(_text(vm.id), "virtualMachines")
@@ -177,7 +232,13 @@ def _member(vm: Any) -> Instance:
         power_state=power_state(view),
         error_code=code,
         error_message=message,
+        vm_size=_vm_size(vm),
     )
+
+
+def _vm_size(vm: Any) -> str:
+    """The member's own size (`hardwareProfile.vmSize`): an instance-mix set's members differ."""
+    return _text(getattr(getattr(vm, "hardware_profile", None), "vm_size", None))
 
 
 def _combined(operations: list[Operation]) -> Operation:
