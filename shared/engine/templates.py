@@ -8,6 +8,11 @@ from a shipped table (`vm_sizes`); `NodeTemplate.source` says which: `live-node`
 `tags`, `vm-size:skus-api` or `vm-size:table`. The SKU's capacity also fills in what
 resource tags leave out (a GPU count, the disk) and decides the accelerator label.
 
+A lane of a multi-size set (`NodeGroup.lane`: one VM size of an instance mix or an AKS
+VirtualMachines pool) gets the set's label and taint tags but never its resource tags,
+which can only describe one of its sizes: its template is a live node of that lane, else
+its own size's capacity (SKUs API, else the table), else none.
+
 Tags, as cluster-autoscaler's Azure provider reads them (azure_template.go):
 
 - `k8s.io_cluster-autoscaler_node-template_label_<key>: <value>`
@@ -125,13 +130,14 @@ def build_templates(
 
 
 def groups_needing_vm_size(groups: Iterable[NodeGroup], nodes: Iterable[Node]) -> list[NodeGroup]:
-    """Groups whose template must size the node from its VM size: no live Ready node, no cpu and memory tags.
+    """Groups whose template must size the node from its VM size: no live Ready node, no cpu and memory tags
+    (a multi-size set's lane: no live Ready node of that lane, since resource tags do not apply to lanes).
 
     Observe reads the resource SKUs API only for these, so a cluster whose groups all
     have nodes (or tags) makes no extra ARM call.
     """
     live = _live_nodes(nodes)
-    return [g for g in groups if g.id not in live and not {"cpu", "memory"} <= _resource_tags(g).keys()]
+    return [g for g in groups if g.id not in live and (g.lane or not {"cpu", "memory"} <= _resource_tags(g).keys())]
 
 
 def template_from_node(node: Node, group: NodeGroup | None = None) -> NodeTemplate:
@@ -182,7 +188,8 @@ def template_from_tags(group: NodeGroup, *, vm_sizes: Mapping[str, VmSizeCapacit
             taint_value, _, effect = value.rpartition(":")
             taints = [t for t in taints if t.key != name]
             taints.append(Taint(name, taint_value, effect or "NoSchedule"))
-        elif kind == "resources":
+        elif kind == "resources" and not group.lane:
+            # The set's resource tags describe one size; a lane of a multi-size set is sized by its own VM size.
             resources[name] = value
     base = None if sized is None else allocatable_for_capacity(sized[0])
     if base is None and not {"cpu", "memory"} <= resources.keys():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shared.domain import NodeGroup, Resources, Taint, VmSizeCapacity
@@ -224,3 +226,50 @@ def test_planned_node_labels_give_each_node_its_hostname_and_zone() -> None:
     assert labels["failure-domain.beta.kubernetes.io/zone"] == "westeurope-2"
 
 
+
+
+# --- Lanes of a multi-size set: the set's resource tags never size a lane ------------------------------------------
+
+def lane_group(size: str, tags: dict[str, str]) -> NodeGroup:
+    base = group("mix", target=0, vm_size=size, tags=tags)
+    return NodeGroup(base.resource_group, base.name, 0, 10, 0, size, tags=tags, location=base.location, lane=size,
+                     lanes=("Standard_D2s_v5", size))
+
+
+LANE_TAGS = {**CPU_AND_MEMORY, f"{PREFIX}label_team": "render", f"{PREFIX}taint_dedicated": "render:NoSchedule"}
+# (case, the lane's size, what the SKUs API listed, expected source, expected capacity or None)
+LANE_SOURCES: list[tuple[str, str, list[VmSizeCapacity], str | None, VmSizeCapacity | None]] = [
+    ("its size from the SKUs API", "Standard_D16s_v5", [sku("Standard_D16s_v5", 16, 64)], "vm-size:skus-api",
+     sku("x", 16, 64)),
+    ("its size from the table", "Standard_D16s_v5", [], "vm-size:table", sku("x", 16, 64)),
+    ("a size neither knows: no template, although the set has cpu and memory tags", "Standard_Unknown", [], None, None),
+]
+
+
+@pytest.mark.parametrize(("size", "listed", "source", "capacity"), [c[1:] for c in LANE_SOURCES],
+                         ids=[c[0] for c in LANE_SOURCES])
+def test_a_lanes_template_is_its_own_sizes_with_the_sets_labels_and_taints(
+    size: str, listed: list[VmSizeCapacity], source: str | None, capacity: VmSizeCapacity | None
+) -> None:
+    lane = lane_group(size, LANE_TAGS)
+    assert groups_needing_vm_size([lane], []) == [lane]  # resource tags do not spare a lane the SKUs read
+    template = build_templates([lane], [], vm_sizes={s.name.lower(): s for s in listed}).get(lane.id)
+    if source is None:
+        assert template is None
+        return
+    assert template is not None and capacity is not None
+    assert template.source == source
+    assert template.allocatable == allocatable_for_capacity(capacity)  # not the set's 4 cpu / 16Gi tags
+    assert template.labels["team"] == "render" and template.labels["node.kubernetes.io/instance-type"] == size
+    assert Taint("dedicated", "render", "NoSchedule") in template.taints
+
+
+def test_a_lanes_live_node_is_its_template_and_other_lanes_keep_theirs() -> None:
+    small, big = lane_group("Standard_D2s_v5", {}), lane_group("Standard_D16s_v5", {})
+    unmapped = node("mix-a", group_name="mix", alloc=res(1.9, 5.5, 110))
+    assert unmapped.instance is not None
+    live = replace(unmapped, mapped=True, mapped_to=replace(unmapped.instance, lane=small.lane))  # as services.mapping
+    templates = build_templates([small, big], [live])
+    assert templates[small.id].source == "live-node" and templates[small.id].allocatable == res(1.9, 5.5, 110)
+    assert templates[big.id].source == "vm-size:table"
+    assert groups_needing_vm_size([small, big], [live]) == [big]

@@ -112,3 +112,26 @@ def test_the_snapshot_carries_the_daemonset_objects(observer_for: Any) -> None:
     assert {d.key: dict(d.node_selector) for d in snapshot.daemonsets} == {
         "kube-system/kube-proxy": {}, "kube-system/b-agent": {"agentpool": "pool-b"},
     }
+
+
+def test_scale_from_zero_sizes_reads_every_lanes_size_once_per_location() -> None:
+    """A multi-size set's lanes without a live node are each sized by their own size, the set's resource tags
+    notwithstanding; the SKUs are listed once for the location."""
+    from shared.domain import NodeGroup
+    from shared.services.observe import scale_from_zero_sizes
+
+    tags = {"k8s.io_cluster-autoscaler_node-template_resources_cpu": "4",
+            "k8s.io_cluster-autoscaler_node-template_resources_memory": "16Gi"}
+    sizes = ("Standard_D2s_v5", "Standard_D8s_v5", "Standard_D32s_v5")
+    lanes = [NodeGroup("rg", "mix", 0, 10, 0, s, tags=tags, location="westeurope", lane=s, lanes=sizes) for s in sizes]
+    listed = [VmSizeCapacity(s, int(s.split("_")[1][1:-1]), 4 * int(s.split("_")[1][1:-1]) * 1024**3) for s in sizes]
+    calls: list[str] = []
+
+    class Skus:
+        def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
+            calls.append(location)
+            return listed
+
+    found = scale_from_zero_sizes(Skus(), lanes, [])  # type: ignore[arg-type]
+    assert calls == ["westeurope"]
+    assert set(found) == {s.lower() for s in sizes}
