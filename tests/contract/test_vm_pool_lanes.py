@@ -104,6 +104,9 @@ def test_every_node_maps_to_the_lane_of_its_size(pool: Pool) -> None:
         assert found is not None
         assert found.group_id == lanes[node.labels["node.kubernetes.io/instance-type"]].id
         assert "/providers/Microsoft.Compute/virtualMachines/" in node.provider_id  # a plain VM's providerID
+    marked = {n.name: n.instance for n in mapped.nodes if n.instance is not None}
+    assert {name: ref.group_id for name, ref in marked.items()} == {
+        name: lanes[node.labels["node.kubernetes.io/instance-type"]].id for name, node in ours.items()}
 
 
 def test_grow_one_size_then_delete_a_machine_of_another(pool: Pool) -> None:
