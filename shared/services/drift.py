@@ -1,0 +1,44 @@
+"""Drift in the services: the instance reads that model drift needs, and no more.
+
+A node drifts by model when its instance reports `latestModelApplied: false` (engine.drift), which only the VMSS
+VMs list of a Uniform scale set carries (a Flexible member is a plain VM without the field; an AKS pool's
+machines neither, and its drift is the node image, read from the pool and the node's label). Node mapping lists
+instances only when some node needs them (services.mapping), so a cluster of providerID-mapped nodes would never
+see a stale instance: `with_model_state` lists the instances of its Uniform groups that were not listed this
+poll, one VMSS VMs list per group, only while DRIFT_REPLACEMENT is on. A failed list leaves the group as it was
+(its nodes are simply not drifted by model this poll), never the poll.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from shared.domain import UNIFORM_SCALE_SET, ClusterSnapshot, NodeGroup
+from shared.ports import ComputeError, NodeGroupProvider
+
+log = logging.getLogger(__name__)
+
+
+def with_model_state(provider: NodeGroupProvider, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """The snapshot whose Uniform groups with nodes carry their instances (and so `latest_model_applied`)."""
+    with_nodes = {n.instance.group_id for n in snapshot.nodes if n.instance is not None}
+    groups = []
+    changed = False
+    for group in snapshot.groups:
+        if group.provider == UNIFORM_SCALE_SET and not group.instances and group.id in with_nodes:
+            listed = _listed(provider, group)
+            changed = changed or listed is not group
+            groups.append(listed)
+        else:
+            groups.append(group)
+    return replace(snapshot, groups=tuple(groups)) if changed else snapshot
+
+
+def _listed(provider: NodeGroupProvider, group: NodeGroup) -> NodeGroup:
+    try:
+        return replace(group, instances=tuple(provider.list_instances(group)))
+    except ComputeError as exc:
+        log.warning("drift: could not list the instances of %s (%s); its nodes are not checked for model drift "
+                    "this poll", group.id, exc)
+        return group
