@@ -16,8 +16,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.actions import AtomicScaleUp, Backfill, ScaleAction, ScaleDown, ScaleDownRound, ScaleUp
-from shared.domain import VIRTUAL_NODE, NodeGroup
+from shared.domain import DISRUPTION_REASONS, VIRTUAL_NODE, NodeGroup
 from shared.engine.buffers import buffer_of
+from shared.engine.status import disruption_doc
 from shared.engine.offerings import describe
 from shared.engine.scale_down import group_rules
 from shared.options import scale_down_options
@@ -27,6 +28,7 @@ from shared.services.buffers import status_lines
 from shared.services.pending import PendingPollResult, run_pending_poll
 from shared.services.standby_pools import pooled_group_ids
 from shared.services.standby import StandbyReport, standby_report, with_standby_room
+from shared.services.status import disruption_report
 from shared.services.utilization import UtilizationPollResult, run_utilization_poll
 from shared.settings import Settings
 
@@ -61,6 +63,9 @@ class PlanReport:
     unneeded_times: Mapping[str, timedelta] = field(default_factory=dict)
     # Per group that keeps warm standby (or has instances stopped): target, why, stopped (services.standby).
     standby: Mapping[str, StandbyReport] = field(default_factory=dict)
+    # Disruption budgets and their allowance now, nodes being replaced, drifted nodes and consolidation candidates,
+    # as the status ConfigMap's `clusterWide.disruption` shows them (engine.status.disruption_doc).
+    disruption: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data: what `plan --json` prints."""
@@ -96,6 +101,7 @@ class PlanReport:
             "provisioning_requests": {key: dict(line) for key, line in self.pending.provisioning_requests.items()},
             # Stored rows that cannot be read, named: groups left out of both polls, removals left as they are.
             "unreadable_rows": {**self.utilization.unreadable_groups, **self.utilization.unreadable_removals},
+            "disruption": dict(self.disruption),
             "actions": [{"id": a.id, "kind": a.kind, "group": a.group,
                          "target_size": a.target_size if isinstance(a, ScaleUp) else None,
                          "nodes": [t.node for t in a.targets] if isinstance(a, ScaleDown) else [],
@@ -168,7 +174,20 @@ def plan_now(ports: Ports, settings: Settings, *, now: datetime, state: StateSto
                       actions=tuple(queue.actions), previous_unneeded=previous,
                       unneeded_time=settings.scale_down_unneeded_time,
                       unneeded_times=_unneeded_times(pending, settings, overlay, ports=quiet, now=now),
-                      standby=_standby(quiet, dry, pending, now=now))
+                      standby=_standby(quiet, dry, pending, now=now),
+                      disruption=_disruption(quiet, dry, pending, utilization, now=now))
+
+
+def _disruption(ports: Ports, settings: Settings, pending: PendingPollResult, utilization: UtilizationPollResult, *,
+                now: datetime) -> dict[str, Any]:
+    """Budgets, replacements, drift and consolidation after both polls (their state writes included)."""
+    if pending.observed is None:
+        return {}
+    states = {g.id: ports.state.get_group(g.id) for g in pending.observed.groups
+              if g.id not in utilization.unreadable_groups}
+    # The utilisation poll's replacement round, where it reports one (None: budgets and replacements only).
+    round_ = getattr(utilization, "replacements", None)
+    return disruption_doc(pending.observed, states, disruption_report(round_), settings.disruption_budgets, now=now)
 
 
 def _standby(ports: Ports, settings: Settings, pending: PendingPollResult, *, now: datetime) -> dict[str, StandbyReport]:
@@ -193,6 +212,43 @@ def _standby_text(standby: Mapping[str, Any]) -> str:
         return f"standby held by its Standby Pool, ready capacity set to {standby['target']} ({standby['why']})"
     state = "hibernated" if standby.get("hibernated") else "stopped"
     return f"standby {standby['stopped']} of {standby['target']} {state}{refill}{disks} ({standby['why']})"
+
+
+def _disruption_lines(doc: Mapping[str, Any]) -> list[str]:
+    """Disruption budgets (what each allows now), replacements under way, drifted nodes, consolidation verdicts."""
+    if not doc:
+        return []
+    allowance = doc.get("allowance", {})
+    unlimited = [reason for reason in DISRUPTION_REASONS if reason not in allowance]
+    lines = ["disruption budgets (cluster-wide, allowed now: "
+             + ", ".join([f"{reason} {count}" for reason, count in allowance.items()]
+                         + ([f"{', '.join(unlimited)} unlimited"] if unlimited else [])) + "):"]
+    for budget in doc.get("budgets", []):
+        where = "DISRUPTION_BUDGETS" if budget["scope"] == "cluster" else f"tag of {budget['scope']}"
+        state = (", ".join(f"{reason} {count}" for reason, count in budget["allowed"].items()) + " allowed now"
+                 if budget["active"] else "outside its schedule now")
+        lines.append(f"  {budget['budget']} ({where}, {budget['nodes']} node(s)): {state}")
+    lines += [f"  tag of {p['group']} not read, its disruptions wait: {p['reason']}" for p in doc.get("budgetProblems", [])]
+    if doc.get("replacing"):
+        saving = doc.get("savingPerHour", 0.0)
+        lines.append("replacing" + (f" (saving ${saving:.2f}/h once done)" if saving else "") + ":")
+        lines += [f"  {r['node']} ({r['group']}): {r['reason']}, new capacity asked of {r['toGroup']} at {r['since']}"
+                  + (f", saves ${r['savingPerHour']:.2f}/h" if r["savingPerHour"] else "")
+                  + (f" ({r['detail']})" if r.get("detail") else "") for r in doc["replacing"]]
+    if doc.get("drifted"):
+        drifted = doc["drifted"]
+        lines.append(f"drifted nodes ({drifted['count']}):")
+        lines += [f"  {d['node']}: " + (f"waits: {d['waiting']}" if "waiting" in d else "being replaced")
+                  for d in drifted["nodes"]]
+        if drifted["count"] > len(drifted["nodes"]):
+            lines.append(f"  ... and {drifted['count'] - len(drifted['nodes'])} more")
+    if doc.get("consolidation"):
+        found = doc["consolidation"]
+        lines.append(f"consolidation candidates ({found['count']}):")
+        lines += [f"  {c['node']}: {c['verdict']}" for c in found["candidates"]]
+        if found["count"] > len(found["candidates"]):
+            lines.append(f"  ... and {found['count'] - len(found['candidates'])} more")
+    return lines
 
 
 def _what_asks(pods: list[str]) -> str:
@@ -280,6 +336,7 @@ def render_text(report: PlanReport) -> str:
     if data["kept"]:
         lines.append("kept:")
         lines += [f"  {node}: {k['why']}" for node, k in data["kept"].items()]
+    lines += _disruption_lines(data["disruption"])
     if data["groups"]:
         lines.append("node groups:")
         lines += [f"  {g['group']}: refused: {g['refused']}" if "refused" in g else

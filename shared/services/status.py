@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from shared import telemetry
 from shared.domain import ClusterSnapshot, GroupState
@@ -100,6 +100,45 @@ def _previous(key: tuple[str, str], text: str | None) -> dict[str, Any] | None:
     if last is not None and text == last[0]:
         return last[1]
     return parse_previous(text)
+
+
+class _Proposal(Protocol):
+    @property
+    def nodes(self) -> tuple[tuple[str, str], ...]: ...
+
+
+class ReplacementRoundView(Protocol):
+    """What is read of a replacement round (services.replacement.ReplacementRound) to report it."""
+
+    @property
+    def drifted(self) -> Mapping[str, str]: ...
+    @property
+    def admitted(self) -> tuple[_Proposal, ...]: ...
+    @property
+    def refused(self) -> Mapping[str, str]: ...
+    @property
+    def waiting(self) -> Mapping[str, str]: ...
+    @property
+    def candidates(self) -> Mapping[str, str]: ...
+    @property
+    def forced(self) -> Mapping[str, Any]: ...
+
+
+def disruption_report(round_: ReplacementRoundView | None) -> DisruptionReport:
+    """The status's and `plan`'s view of a replacement round: each drifted node with why it waits ("" when its
+    replacement was admitted now or is Ready to drain), and the consolidation candidates' verdicts. The budgets'
+    allowances are computed by the status from the states, which already hold the round's new entries."""
+    if round_ is None:
+        return DisruptionReport()
+    going = {node for proposal in round_.admitted for node, _ in proposal.nodes} | set(round_.forced)
+    drifted = {}
+    for node in round_.drifted:
+        if node in going:
+            drifted[node] = ""
+        else:
+            drifted[node] = (round_.waiting.get(node) or round_.refused.get(node)
+                             or "not proposed this poll (being replaced or removed already)")
+    return DisruptionReport(drifted=drifted, candidates=dict(round_.candidates))
 
 
 def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],
