@@ -29,8 +29,9 @@ stable spec's examples (AgentPoolsGet, AgentPoolsCreate_Update, AgentPoolsDelete
 A `VirtualMachines` pool (several sizes; `sandbox.model.agent_pools`) answers `vmSize: ""`,
 `type: VirtualMachines`, `virtualMachinesProfile.scale.manual` (a count per size) and
 `virtualMachineNodesStatus` (azure-rest-api-specs' managed cluster with a VirtualMachines pool); a PUT's
-`manual` counts scale each size, and its machines carry their ARM VM id and `properties.hardware.vmSize`
-(the machine shape of api-version 2025-06-02-preview; the stable SDK leaves it in the model's extra fields).
+`manual` counts scale each size, and its machines carry their ARM VM id and, asked at a preview api-version
+from MACHINE_HARDWARE_SINCE on, `properties.hardware.vmSize` (azure-rest-api-specs aks/Machine.tsp:
+MachineProperties.hardware is @added(v2026_03_02_preview); the stable 2026-08-01 machine has no such field).
 
 Every route but the operations checks the subscription (404 `SubscriptionNotFound`) and that the path
 names `world.managed_cluster` (404 `ResourceNotFound`, as listClusterUserCredential does).
@@ -185,9 +186,20 @@ def pool_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim) -> dict
             "properties": pool_properties(world, pool)}
 
 
-def machine_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim, inst: InstanceSim) -> dict[str, Any]:
+MACHINE_HARDWARE_SINCE = "2026-03-02-preview"  # the first api-version whose machines say their hardware
+
+
+def _has_machine_hardware(api_version: str) -> bool:
+    """Whether machines asked at this api-version carry `properties.hardware` (previews from
+    MACHINE_HARDWARE_SINCE on; ISO dates compare as text)."""
+    return api_version.endswith("-preview") and api_version >= MACHINE_HARDWARE_SINCE
+
+
+def machine_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim, inst: InstanceSim,
+                 api_version: str) -> dict[str, Any]:
     """One machine as the spec's MachineList example has it: name = node name, the VM's ARM id and IP; a
-    VirtualMachines pool's machine is a plain VM and says its size (`properties.hardware.vmSize`)."""
+    VirtualMachines pool's machine is a plain VM and says its size (`properties.hardware.vmSize`) at the
+    api-versions that have the field."""
     group = world.machine_group(inst)
     resource_id = (
         f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}"
@@ -205,7 +217,7 @@ def machine_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim, inst
             "resourceId": resource_id,
         },
     }
-    if pool.spec.multi_size:
+    if pool.spec.multi_size and _has_machine_hardware(api_version):
         body["properties"]["hardware"] = {"vmSize": group.spec.vm_size}
     if inst.zone:
         body["zones"] = [inst.zone]
@@ -469,7 +481,7 @@ def _delete_machines(world: World, request: Request, params: dict[str, str], api
 def _list_machines(world: World, request: Request, params: dict[str, str], api_version: str) -> Response:
     cluster = _cluster(world, params)
     pool = world.agent_pool(params["pool"])
-    items = [machine_json(world, cluster, pool, inst) for inst in world.machines(pool)]
+    items = [machine_json(world, cluster, pool, inst, api_version) for inst in world.machines(pool)]
     return json_response(200, _page(items, request, world.scenario.arm_page_size, api_version))
 
 
@@ -479,7 +491,7 @@ def _get_machine(world: World, request: Request, params: dict[str, str], api_ver
     inst = world.machine(pool, params["machine"])
     if inst is None:  # 404 as karpenter-provider-azure expects of AKS; code and wording unverified
         raise ArmError(404, "NotFound", f"Machine '{params['machine']}' was not found in agent pool '{pool.name}'.")
-    return json_response(200, machine_json(world, cluster, pool, inst))
+    return json_response(200, machine_json(world, cluster, pool, inst, api_version))
 
 
 def _find_operation(world: World, params: dict[str, str]) -> PoolOperation:

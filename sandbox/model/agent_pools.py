@@ -374,8 +374,9 @@ def vm_pool_parts(group: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
         if key in group:
             raise AgentPoolError(f"{path}.{key}", f"not allowed with agent_pool.type VirtualMachines: {why}")
     if group.get("autoscaled", False) is not False:
-        raise AgentPoolError(f"{path}.autoscaled", "must be false for a VirtualMachines pool (the autoscaler does not "
-                                                   "manage VirtualMachines pools yet)")
+        raise AgentPoolError(f"{path}.autoscaled", "must be false for a VirtualMachines pool (its sizes have no scale "
+                                                   "set bounds: mark the pool with the discovery tags in "
+                                                   "agent_pool.tags)")
     sizes = group.get("sizes")
     if not isinstance(sizes, list) or not 1 <= len(sizes) <= MAX_SIZES:
         raise AgentPoolError(f"{path}.sizes", f"a VirtualMachines pool needs a list of 1 to {MAX_SIZES} sizes, got "

@@ -22,6 +22,7 @@ from tests.sandbox.test_agent_pools import (
 )
 
 D2, D4, D8 = "Standard_D2s_v5", "Standard_D4s_v5", "Standard_D8s_v5"
+PREVIEW = "2026-03-02-preview"  # machines say their size (properties.hardware) from this api-version on
 MIX_POOL: dict[str, Any] = {
     "agent_pool": {"name": "mix", "type": "VirtualMachines", "tags": {"team": "render"}},
     "sizes": [
@@ -164,15 +165,23 @@ def test_nodes_are_plain_vms_with_their_sizes_allocatable(still: SandboxServer) 
 
 
 def test_machines_say_their_size_and_vm_id(still: SandboxServer) -> None:
-    machines = list(aks_client(still).machines.list(AKS_RG, CLUSTER, "mix"))
+    machines = list(aks_client(still, api_version=PREVIEW).machines.list(AKS_RG, CLUSTER, "mix"))
     nodes = {n.metadata.name: n for n in pool_nodes(still, "mix")}
     assert sorted(m.name for m in machines) == sorted(nodes)
     for machine in machines:
         node = nodes[machine.name]
         assert machine.properties["hardware"] == {"vmSize": node.metadata.labels["node.kubernetes.io/instance-type"]}
         assert f"azure://{machine.properties.resource_id}" == node.spec.provider_id
-    one = aks_client(still).machines.get(AKS_RG, CLUSTER, "mix", machines[0].name)
+    one = aks_client(still, api_version=PREVIEW).machines.get(AKS_RG, CLUSTER, "mix", machines[0].name)
     assert one.properties["hardware"]["vmSize"] == D2
+
+
+@pytest.mark.parametrize("api_version", ["2026-08-01", "2025-10-02-preview"])
+def test_machines_asked_at_a_version_without_hardware_do_not_say_their_size(
+    still: SandboxServer, api_version: str,
+) -> None:
+    machines = list(aks_client(still, api_version=api_version).machines.list(AKS_RG, CLUSTER, "mix"))
+    assert machines and all("hardware" not in m.properties and m.properties.resource_id for m in machines)
 
 
 # --- changes -------------------------------------------------------------------------------------------------
@@ -184,7 +193,7 @@ def manual(*counts: tuple[str, int]) -> models.VirtualMachinesProfile:
 
 
 def test_a_put_changes_the_counts_per_size(fast: SandboxServer) -> None:
-    client = aks_client(fast, polling_interval=0)
+    client = aks_client(fast, polling_interval=0, api_version=PREVIEW)
     pool = client.agent_pools.get(AKS_RG, CLUSTER, "mix")
     pool.virtual_machines_profile = manual((D2, 0), (D4, 2), (D8, 2))
     pool.count = None
@@ -199,7 +208,7 @@ def test_a_put_changes_the_counts_per_size(fast: SandboxServer) -> None:
 
 
 def test_a_size_left_out_of_the_profile_goes_to_zero(still: SandboxServer) -> None:
-    client = aks_client(still)
+    client = aks_client(still, api_version=PREVIEW)
     pool = client.agent_pools.get(AKS_RG, CLUSTER, "mix")
     pool.virtual_machines_profile = manual((D2, 1))
     pool.count = None
@@ -241,7 +250,7 @@ def test_bad_puts_are_refused_and_change_nothing(
 
 
 def test_delete_machines_removes_named_machines_of_any_size(fast: SandboxServer) -> None:
-    client = aks_client(fast, polling_interval=0)
+    client = aks_client(fast, polling_interval=0, api_version=PREVIEW)
     machines = {m.name: m.properties["hardware"]["vmSize"] for m in client.machines.list(AKS_RG, CLUSTER, "mix")}
     doomed = sorted(name for name, size in machines.items() if size == D8)[0]
     client.agent_pools.begin_delete_machines(
