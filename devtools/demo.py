@@ -643,6 +643,8 @@ def build_summary(
         "events_by_workload": _events_by_workload(report),
         "pod_wait_s_by_workload": _waits_by_workload(report["pods"]),
         "instances_created_by_group": report.get("instances_created_by_group", {}),
+        # Instance-mix scale sets (sandbox `instance_mix`): VMs created and alive by size, pods by workload and size.
+        "instance_mix": report.get("instance_mix"),
         # Nodes removed, in the order their removal started (cordoned), with their age and utilisation then.
         "scale_down_order": report.get("scale_down_order", []),
         # A render queue's frames (sandbox `render_queue`): put back after their worker stopped, and the whole tally.

@@ -26,11 +26,14 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox.model.instance_mix import MAX_SIZES, STRATEGIES, InstanceMixSpec, MixSize
 from sandbox.model.quota import vcpus, vm_family
 from sandbox.world.errors import ArmError
+
+if TYPE_CHECKING:
+    from sandbox.world import World
 
 PROFILE = "properties.skuProfile"
 _SERIES = re.compile(r"^Standard_(?P<series>[A-Za-z])", re.IGNORECASE)
@@ -99,3 +102,34 @@ def steered(mix: InstanceMixSpec, sent: Any) -> InstanceMixSpec:
         raise ArmError(409, "OperationNotAllowed", "The sandbox cannot change the VM sizes of an instance mix (it "
                        "knows the node shape of the scenario's sizes only); ranks and the strategy may change.", where)
     return InstanceMixSpec(tuple(replace(s, rank=ranks[s.vm_size.lower()]) for s in mix.sizes), known)  # type: ignore[arg-type]
+
+
+def report(world: World) -> dict[str, Any] | None:
+    """Per instance-mix scale set: VMs created and alive at the end by size, and where each workload's pods ran
+    (pods by node size, a pod evicted and replaced counting once per pod object). None for a world without a
+    mix."""
+    groups: dict[str, Any] = {}
+    for key, group in world._groups.items():  # noqa: SLF001 - a report of the world's own state
+        if group.spec.instance_mix is None:
+            continue
+        members = [i for i in world._iter_instances() if i.group_key == key]  # noqa: SLF001
+        size_of_node = {i.node_name: i.vm_size for i in members if i.node_name}
+        pods: dict[str, Counter[str]] = {}
+        for pod in world._pods.values():  # noqa: SLF001
+            if pod.role == "workload" and pod.node in size_of_node and pod.started is not None:
+                pods.setdefault(pod.workload, Counter())[size_of_node[pod.node]] += 1
+        sizes = [s.vm_size for s in group.spec.instance_mix.sizes]
+
+        def by_size(counts: Counter[str], sizes: list[str] = sizes) -> dict[str, int]:
+            """Every size of the mix, 0 included (an expectation may bound a size nothing was created of)."""
+            return {size: counts[size] for size in sorted({*sizes, *counts})}
+
+        groups[key] = {
+            "created_by_size": by_size(Counter(i.vm_size for i in members)),
+            "alive_by_size_at_end": by_size(Counter(
+                i.vm_size for i in group.instances.values() if i.state != "Deleting")),
+            "pods_by_workload_and_size": {w: by_size(c) for w, c in sorted(pods.items())},
+            "profile": {"strategy": group.spec.instance_mix.strategy,
+                        "ranks": {s.vm_size: s.rank for s in group.spec.instance_mix.sizes}},
+        }
+    return groups or None

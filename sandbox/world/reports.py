@@ -16,7 +16,7 @@ from typing import Any
 from sandbox.model import os_disks, quota
 from sandbox.model.resources import parse_resource_list
 from sandbox.model.units import parse_time, rfc3339
-from sandbox.world import drift, gang_jobs, kobjects
+from sandbox.world import drift, gang_jobs, instance_mix, kobjects
 from sandbox.world.compute import InstanceSim
 from sandbox.world.core import WorldCore
 from sandbox.world.metrics import distribution, percentile, seconds
@@ -368,6 +368,9 @@ class ReportsPart(WorldCore):
                 # Model changes: instances on the latest model at the end, stale ones replaced, the most disrupted at
                 # once (sandbox.world.drift); None without model changes.
                 "drift": drift.report(self),  # type: ignore[arg-type]
+                # Instance-mix scale sets: VMs created and alive by size, each workload's pods by node size, the
+                # stored profile (sandbox.world.instance_mix); None without a mix.
+                "instance_mix": instance_mix.report(self),  # type: ignore[arg-type]
                 # Each scenario workload's kind, by "<namespace>/<name>" as pods name their workload.
                 "workload_kinds": {f"{w.namespace}/{w.name}": w.kind for w in self.scenario.workloads},
                 "timeline": copy.deepcopy(self.timeline),

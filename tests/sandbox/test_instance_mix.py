@@ -242,3 +242,22 @@ def test_a_profile_beyond_azures_rules_is_refused_naming_the_property(
         _patch(world, {"sku": {"name": "Mix", "capacity": 2}, "properties": {"skuProfile": profile}})
     assert (refused.value.status, refused.value.target) == (status, target)
     assert (group.spec, group.generation) == before and not world.instances(group)
+
+
+def test_the_report_counts_vms_and_pods_by_size() -> None:
+    """Every size of the mix appears (0 included); pods count under their node's size."""
+    world = _world(_group("Prioritized", [{**D2, "rank": 0}, {**D4, "rank": 1}, {**D8, "rank": 2}]))
+    group = world.scale_set(SUB, RG, MIX)
+    _patch(world, {"sku": {"name": "Mix", "capacity": 2}})
+    _patch(world, {"sku": {"name": "Mix", "capacity": 3},
+                   "properties": {"skuProfile": _steer("Standard_D8s_v5", ["Standard_D2s_v5", "Standard_D4s_v5"])}})
+    world.advance_by(61)
+    from sandbox.world import instance_mix
+
+    report = instance_mix.report(world)
+    assert report is not None
+    mine = report[group.key]
+    assert mine["created_by_size"] == {"Standard_D2s_v5": 2, "Standard_D4s_v5": 0, "Standard_D8s_v5": 1}
+    assert mine["alive_by_size_at_end"] == mine["created_by_size"]
+    assert mine["profile"]["ranks"]["Standard_D8s_v5"] == 0 and mine["profile"]["strategy"] == "Prioritized"
+    assert instance_mix.report(World(scenario(), seed=0, start=START)) is None
