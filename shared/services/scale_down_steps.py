@@ -177,15 +177,18 @@ def _removable(run: Runs, group: NodeGroup, node: Node | None, target: RemovalTa
     if node.unschedulable and not node.is_being_deleted:
         return "cordoned by someone else"
     unready = not node.ready
+    # A node being replaced was forced by the poll once its replacement was Ready (engine.replacement): it is
+    # removed whatever its utilisation, with no unneeded wait and no delay after the scale-up that replaced it.
+    replaced = node.name in state.replacing
     since = unneeded.get(node.name)
     if since is None:
         return "no unneeded-since record: no poll found it unneeded"
-    wait = rules.wait(unready=unready)
+    wait = timedelta(0) if replaced else rules.wait(unready=unready)
     if now - since < wait:
         state_word = "unready" if unready else "unneeded"
         return f"{state_word} for {int((now - since).total_seconds())}s of {int(wait.total_seconds())}s"
     pods = run.ports.cluster.list_pods_on_node(node.name)
-    if not unready:
+    if not unready and not replaced:
         thresholds = replace(options.utilization, threshold=rules.threshold, gpu_threshold=rules.gpu_threshold)
         used = node_utilization(node, pods, rules=thresholds, now=now)
         if not used.low:
@@ -193,7 +196,8 @@ def _removable(run: Runs, group: NodeGroup, node: Node | None, target: RemovalTa
     pinned = _drain_of(run, node.name, now=now, pods=pods).pinned_by
     if pinned:
         return f"no longer removable: {pinned}"
-    blocked = scale_down_blocked(state, now=now, delays=rules.delays(options))
+    delays = rules.delays(options)
+    blocked = scale_down_blocked(state, now=now, delays=replace(delays, after_add=timedelta(0)) if replaced else delays)
     if blocked:
         return blocked
     others = len(state.removing) - (holder == action_id)
@@ -401,6 +405,9 @@ def _finish_removal(run: Runs, action: ScaleDown, entry: LedgerEntry, *, now: da
     def release(state: GroupState) -> GroupState:
         for name in action.nodes:
             state = state.without_removal(name)
+        # A replaced node's entry ends with its removal (a hibernated node's Node object stays: no poll would see
+        # it gone).
+        state = replace(state, replacing={n: r for n, r in state.replacing.items() if n not in action.nodes})
         if deallocated:
             ids = {t.instance_id for t in action.targets}
             state = replace(state, stopped=state.stopped | ids,

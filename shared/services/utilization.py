@@ -7,6 +7,10 @@ A stored row that cannot be read stops only what depends on it: a group whose st
 out (none of its nodes removed, given back, tainted or cleared; its nodes being deleted still hold their slots)
 and listed among the refused groups of the status ConfigMap; a removal whose ledger row is unreadable leaves its
 node as it is (services.reconcile). The other groups are planned as usual.
+
+Replacements (consolidation, drift: services.replacement) are decided first: their new capacity is asked, and the
+nodes whose replacement is Ready are forced scale-down candidates. The plan then keeps multi-size sets at their
+minimum and its removals within the disruption budgets (engine.disruption_budgets.apply_budgets).
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from datetime import datetime
 
 from shared import telemetry
 from shared.actions import RemovalTarget, new_scale_down, scale_down_id
-from shared.domain import DELETION_CANDIDATE_TAINT, ClusterSnapshot, GroupState, Taint
+from shared.domain import DELETION_CANDIDATE_TAINT, DRIFTED, REPLACE, ClusterSnapshot, GroupState, Taint
 from shared.engine import reasons
 from shared.engine.backoff import backoff_reason
+from shared.engine.disruption_budgets import apply_budgets
 from shared.engine.scale_down import Removal, ScaleDownPlan, plan_scale_down
 from shared.engine.scale_up import initial_state, pending_pods
 from shared.options import scale_down_options, scale_up_options
@@ -37,6 +42,7 @@ from shared.services.standby_pools import adjust_standby_pools, list_pools, pool
 from shared.services.plan_lease import plan_lease
 from shared.services.provisioning import hold_room
 from shared.services.protection import apply_scale_in_protection
+from shared.services.replacement import ReplacementRound, run_replacements
 from shared.services.rounds import request_round
 from shared.services.pending import pending_placements
 from shared.services.reconcile import release_orphaned_removals, reserve_decided
@@ -62,6 +68,7 @@ class UtilizationPollResult:
     # ledger row (or whose group's row, read again) could not be read, left as they are (by node name).
     unreadable_groups: Mapping[str, str] = field(default_factory=dict)
     unreadable_removals: Mapping[str, str] = field(default_factory=dict)
+    replacements: ReplacementRound = ReplacementRound()  # what this poll decided about replacements
 
 
 def run_utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> UtilizationPollResult:
@@ -108,11 +115,16 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     planned, placements = keep_room(ports, booked, lambda held, after: pending_placements(
         held, group_states, settings, now=now, after=after), now=now)
     state = initial_state(planned)  # one placement state for the scale-up simulation and the plan
+    # Replacements first: new capacity asked for admitted proposals, and the nodes whose replacement is Ready are
+    # forced candidates of this plan. The rows it changed are read back (its own entries count in the budgets).
+    replacements = run_replacements(ports, settings, snapshot, group_states, now=now, unneeded=previous.keys())
+    group_states = {**group_states, **replacements.states}
     plan = plan_scale_down(
         # A left-out group's nodes being deleted still hold their slots: its own removals in flight are unknown.
         planned, unneeded_since=previous, now=now,
-        options=with_standby_room(ports, settings, scale_down_options(settings), snapshot.groups, now=now,
-                                  states=group_states, pooled=pooled, targets=targets),
+        options=replace(with_standby_room(ports, settings, scale_down_options(settings), snapshot.groups, now=now,
+                                          states=group_states, pooled=pooled, targets=targets),
+                        forced=replacements.forced_reasons),
         group_states={**group_states, **{gid: removals_seen(observed, gid) for gid in unreadable}},
         measured_cpu=measured_cpu(ports, settings, snapshot.nodes, now=now),
         pending_placements=(placements if placements is not None
@@ -121,6 +133,8 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     )
     if plan.simulated_at:
         _ROTATION[ports.state] = dict(plan.simulated_at)
+    # Within the disruption budgets: the removals over a budget are kept (and stay unneeded) for a later poll.
+    plan = apply_budgets(plan, snapshot, group_states, settings.disruption_budgets, now)
     for node, since in plan.unneeded.items():
         if previous.get(node) != since:
             ports.state.set_unneeded(node, since)
@@ -160,7 +174,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
                 now=now,
                 ttl=settings.action_ttl,
                 reason=_reason(batch),
-                removal_kind=first.kind,
+                removal_kind=_REPLACEMENT_KINDS.get(first.reason, first.kind),
                 **telemetry.trace_fields(),
             )
         )
@@ -187,7 +201,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         waiting_for_slots=waiting,
     ), now=now)
     return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued), unreadable_groups=unreadable,
-                                 unreadable_removals=left_alone)
+                                 unreadable_removals=left_alone, replacements=replacements)
 
 
 def _readable(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], unreadable: Mapping[str, str]
@@ -211,7 +225,7 @@ def _batches(removals: Sequence[Removal]) -> list[list[Removal]]:
     empty: dict[str, list[Removal]] = {}
     batches: list[list[Removal]] = []
     for removal in removals:
-        if removal.kind == "empty":
+        if removal.kind == "empty" and not removal.reason:  # a replacement's drain is an action of its own
             if removal.group_id not in empty:
                 empty[removal.group_id] = []
                 batches.append(empty[removal.group_id])
@@ -221,9 +235,16 @@ def _batches(removals: Sequence[Removal]) -> list[list[Removal]]:
     return batches
 
 
+# A forced removal's kind for telemetry: a replacement's (consolidation) or a drift's drain.
+_REPLACEMENT_KINDS = {REPLACE: "replace", DRIFTED: "drift"}
+
+
 def _reason(batch: Sequence[Removal]) -> str:
     removal = batch[0]
     since = removal.unneeded_since.isoformat()
+    if removal.reason in _REPLACEMENT_KINDS:
+        return (f"{_REPLACEMENT_KINDS[removal.reason]}: the replacement is Ready; {len(removal.move)} pod(s) to move"
+                + (f", {len(removal.wait)} batch pod(s) to wait for" if removal.wait else ""))
     if len(batch) > 1:
         return f"{len(batch)} empty nodes, unneeded since {min(r.unneeded_since for r in batch).isoformat()}"
     if removal.kind == "batch":

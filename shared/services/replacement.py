@@ -1,0 +1,254 @@
+"""Replacements (consolidation and drift): the new capacity is asked first, the old nodes drained once it is Ready.
+
+Called by the utilisation poll before it plans scale-down (`run_replacements`), each poll:
+
+1. entries whose node is gone are dropped (done), and those older than REPLACEMENT_TIMEOUT whose removal has not
+   started are given up (event `ReplacementGivenUp`; the old node stays, the new one is idle capacity that the
+   ordinary scale-down removes);
+2. the planners propose: engine.drift (DRIFT_REPLACEMENT) and engine.consolidation (unless CONSOLIDATION=off);
+3. the disruption budgets admit proposals (engine.disruption_budgets.admit), all of a proposal's nodes or none;
+   a proposal whose target group has no room left under its max is refused too;
+4. each admitted proposal: a `Replacement` entry per old node in its group's row (compare-and-swap), then ONE
+   ScaleUp of the target group by `count` nodes (absolute target: its running target plus what this round asked
+   before), and `ReplacingNode` events on the old nodes;
+5. the nodes whose replacement is Ready are returned as `forced`: the poll makes them scale-down candidates
+   (ScaleDownOptions.forced), so they leave by the ordinary drain (cordon, evictions honouring PDBs, delete).
+
+With DRY_RUN, everything is decided and reported, nothing is written, sent or emitted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from shared import telemetry
+from shared.actions import new_scale_up
+from shared.domain import DRIFTED, ClusterSnapshot, GroupState, Replacement
+from shared.engine.disruption_budgets import admit
+from shared.engine.drift import drifted_nodes, plan_drift
+from shared.engine.replacement import GONE, ReplacementProposal, ready_replacements, stale_replacements
+from shared.options import drain_rules
+from shared.ports import ClusterEvent, Ports
+from shared.services.swap import StateConflict, swap_group
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_ID_TIME = "%Y%m%dT%H%M%SZ"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplacementRound:
+    """What one poll decided about replacements, for the scale-down plan, the status and `plan`."""
+
+    drifted: Mapping[str, str] = field(default_factory=dict)  # node -> model | image | age
+    proposals: tuple[ReplacementProposal, ...] = ()  # what the planners proposed
+    admitted: tuple[ReplacementProposal, ...] = ()  # what was asked for this poll (with DRY_RUN: would be)
+    refused: Mapping[str, str] = field(default_factory=dict)  # node -> why its proposal was not admitted
+    waiting: Mapping[str, str] = field(default_factory=dict)  # drifted node -> why it is not proposed yet
+    candidates: Mapping[str, str] = field(default_factory=dict)  # consolidation: node -> verdict
+    forced: Mapping[str, Replacement] = field(default_factory=dict)  # node -> its entry, replacement Ready
+    given_up: Mapping[str, str] = field(default_factory=dict)  # node -> why its replacement was dropped
+    enqueued: tuple[str, ...] = ()  # ScaleUp action ids
+    # The rows this round changed, as they are now (read back; with DRY_RUN, as they would be): the plan counts
+    # the new entries (disruption budgets) and works on rows with their current ETags.
+    states: Mapping[str, GroupState] = field(default_factory=dict)
+
+    @property
+    def forced_reasons(self) -> dict[str, str]:
+        """ScaleDownOptions.forced: node -> its disruption reason."""
+        return {node: entry.reason for node, entry in self.forced.items()}
+
+
+def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, states: Mapping[str, GroupState],
+                     *, now: datetime, unneeded: Collection[str],
+                     proposals: Sequence[ReplacementProposal] | None = None) -> ReplacementRound:
+    """One poll's replacements (see the module docstring). `states` are the readable groups' rows as read this
+    poll; `unneeded` the nodes scale-down already tracks (consolidation leaves them to it). `proposals`, when
+    given, stand for the planners' (tests, the replay)."""
+    states = dict(states)
+    touched: set[str] = set()
+    given_up = _drop_stale(ports, settings, snapshot, states, now=now, touched=touched)
+    drifted: dict[str, str] = {}
+    waiting: Mapping[str, str] = {}
+    candidates: Mapping[str, str] = {}
+    if proposals is None:
+        planned: list[ReplacementProposal] = []
+        if settings.drift_replacement:
+            drifted = drifted_nodes(snapshot, max_age=settings.node_max_age, now=now)
+            drift = plan_drift(snapshot, states=states, drifted=drifted, now=now, drain=drain_rules(settings))
+            planned += drift.proposals
+            waiting = drift.waiting
+        consolidation = _consolidation_plan(ports, settings, snapshot, states, now=now, unneeded=unneeded)
+        if consolidation is not None:
+            planned += consolidation.proposals
+            candidates = consolidation.candidates
+        proposals = planned
+    proposals = tuple(proposals)
+    admitted, refused = admit(proposals, snapshot, states, settings.disruption_budgets, now)
+    refused = dict(refused)
+    asked: dict[str, int] = {}  # target group -> nodes asked of it this round
+    done: list[ReplacementProposal] = []
+    enqueued: list[str] = []
+    for proposal in admitted:
+        why = _refusal(snapshot, states, proposal, asked)
+        if why:
+            refused.update({node: why for node, _ in proposal.nodes})
+            continue
+        group = snapshot.group(proposal.to_group)
+        target = group.running_target + asked.get(proposal.to_group, 0) + proposal.count
+        action_id = (f"scale-up:{proposal.to_group}:{target}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}:"
+                     f"{_kind(proposal.reason)}")
+        entries = _entries(proposal, action_id, now=now)
+        touched.update(entries)
+        if settings.dry_run:
+            for group_id, mine in entries.items():
+                states[group_id] = replace(states.get(group_id, GroupState(group_id)),
+                                           replacing={**states.get(group_id, GroupState(group_id)).replacing, **mine})
+        else:
+            why = _record(ports, entries)
+            if why:
+                refused.update({node: why for node, _ in proposal.nodes})
+                continue
+            ports.queue.send(new_scale_up(action_id=action_id, group=proposal.to_group, target_size=target, now=now,
+                                          ttl=settings.action_ttl, reason=f"{_kind(proposal.reason)}: "
+                                          f"{proposal.detail or proposal.reason}", **telemetry.trace_fields()))
+            enqueued.append(action_id)
+            for node, _ in proposal.nodes:
+                ports.events.emit(ClusterEvent("default", "Node", node, "", "ReplacingNode", _message(proposal), now))
+        asked[proposal.to_group] = asked.get(proposal.to_group, 0) + proposal.count
+        done.append(proposal)
+        log.info("replacement %s: node(s) %s -> %d new node(s) of %s (%s) action=%s",
+                 "decided (dry run)" if settings.dry_run else "decided", ", ".join(n for n, _ in proposal.nodes),
+                 proposal.count, proposal.to_group, _message(proposal), action_id)
+    _record_telemetry(done)
+    if not settings.dry_run:
+        states.update({group_id: ports.state.get_group(group_id) for group_id in touched})
+    return ReplacementRound(drifted=drifted, proposals=proposals, admitted=tuple(done), refused=refused,
+                            waiting=waiting, candidates=candidates, forced=ready_replacements(snapshot, states, now=now),
+                            given_up=given_up, enqueued=tuple(enqueued),
+                            states={group_id: states[group_id] for group_id in touched if group_id in states})
+
+
+def _drop_stale(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, states: dict[str, GroupState], *,
+                now: datetime, touched: set[str]) -> dict[str, str]:
+    """Drop the entries whose node is gone or whose replacement timed out (from `states` too, their groups added
+    to `touched`); node -> why, for those given up."""
+    given_up: dict[str, str] = {}
+    for group_id, node, why in stale_replacements(snapshot, states, now=now, timeout=settings.replacement_timeout):
+        touched.add(group_id)
+        entry = states[group_id].replacing[node]
+        states[group_id] = replace(states[group_id],
+                                   replacing={n: r for n, r in states[group_id].replacing.items() if n != node})
+        if why != GONE:
+            given_up[node] = why
+            log.warning("replacement of %s given up: %s", node, why)
+        if settings.dry_run:
+            continue
+        try:
+            swap_group(ports.state, group_id, lambda s, node=node, entry=entry: (
+                replace(s, replacing={n: r for n, r in s.replacing.items() if n != node})
+                if s.replacing.get(node) == entry else None, None), what=f"drop the replacement of {node}")
+        except StateConflict as exc:
+            log.warning("%s; tried again next poll", exc)
+        if why != GONE:
+            ports.events.emit(ClusterEvent("default", "Node", node, "", "ReplacementGivenUp",
+                                           f"replacement ({entry.reason}) given up: {why}", now, "Warning"))
+    return given_up
+
+
+def _refusal(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], proposal: ReplacementProposal,
+             asked: Mapping[str, int]) -> str:
+    """Why the proposal cannot be asked for now; "" when it can."""
+    if proposal.count < 1:
+        return f"a replacement asks at least one node, not {proposal.count}"
+    group = snapshot.group(proposal.to_group)
+    if group is None:
+        return f"group {proposal.to_group} is not a discovered node group"
+    busy = {n for s in states.values() for n in (*s.removing, *s.replacing)}
+    taken = [node for node, _ in proposal.nodes if node in busy]
+    if taken:
+        return f"node(s) {', '.join(taken)} already being removed or replaced"
+    target = group.running_target + asked.get(proposal.to_group, 0) + proposal.count
+    if target > group.max_size:
+        return f"group {proposal.to_group} has no room for {proposal.count} more node(s) (max {group.max_size})"
+    return ""
+
+
+def _entries(proposal: ReplacementProposal, action_id: str, *, now: datetime) -> dict[str, dict[str, Replacement]]:
+    """The proposal's `Replacement` entries, by the old nodes' group id, then node."""
+    together = tuple(node for node, _ in proposal.nodes)
+    by_group: dict[str, dict[str, Replacement]] = {}
+    for node, group_id in proposal.nodes:
+        by_group.setdefault(group_id, {})[node] = Replacement(
+            node, proposal.reason, proposal.to_group, now, action_id=action_id, count=proposal.count,
+            together=together, saving_per_hour=proposal.saving_per_hour, detail=proposal.detail)
+    return by_group
+
+
+def _record(ports: Ports, by_group: Mapping[str, Mapping[str, Replacement]]) -> str:
+    """The entries written into each old group's row; "" once all are, else why not.
+
+    Entries already written for this proposal stay if a later row refuses: no ScaleUp is sent for them, and the
+    next polls' `stale_replacements` give them up after the timeout."""
+    for group_id, entries in by_group.items():
+
+        def add(state: GroupState, entries: Mapping[str, Replacement] = entries) -> tuple[GroupState | None, str]:
+            clash = [n for n in entries if n in state.removing or n in state.replacing]
+            if clash:
+                return None, f"node(s) {', '.join(clash)} already being removed or replaced"
+            return replace(state, replacing={**state.replacing, **entries}), ""
+
+        try:
+            why = swap_group(ports.state, group_id, add, what="record a replacement")
+        except StateConflict as exc:
+            return str(exc)
+        if why:
+            return why
+    return ""
+
+
+def _consolidation_plan(ports: Ports, settings: Settings, snapshot: ClusterSnapshot,
+                        states: Mapping[str, GroupState], *, now: datetime, unneeded: Collection[str]):  # type: ignore[no-untyped-def]
+    """engine.consolidation's plan, or None when CONSOLIDATION=off or the planner is not available."""
+    if settings.consolidation == "off":
+        return None
+    try:
+        from shared.engine.consolidation import ConsolidationOptions, plan_consolidation
+    except ImportError:  # pragma: no cover - until engine.consolidation ships
+        return None
+    if not snapshot.prices:
+        # Consolidation weighs prices; the utilisation poll reads them only for it (the provider caches them).
+        snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
+    options = ConsolidationOptions(policy=settings.consolidation, threshold=settings.consolidation_threshold,
+                                   drain=drain_rules(settings), on_demand_selector=settings.on_demand_pod_selector)
+    return plan_consolidation(snapshot, states=states, unneeded=unneeded, options=options, now=now)
+
+
+def _kind(reason: str) -> str:
+    """The telemetry removal kind and ScaleUp reason prefix of a replacement: `drift` or `replace`."""
+    return "drift" if reason == DRIFTED else "replace"
+
+
+def _message(proposal: ReplacementProposal) -> str:
+    nodes = len(proposal.nodes)
+    text = (f"{proposal.reason}: {nodes} node(s) replaced by {proposal.count} new node(s) of {proposal.to_group}"
+            + (f" ({proposal.detail})" if proposal.detail else ""))
+    if proposal.saving_per_hour > 0:
+        text += f", saving ${proposal.saving_per_hour:.2f}/h"
+    return text + "; drained once the new capacity is Ready"
+
+
+def _record_telemetry(admitted: Sequence[ReplacementProposal]) -> None:
+    """The hook for the disruption metrics (telemetry.record_disruptions, `vmss_autoscaler_disruptions_total`
+    and the savings gauge, in shared.telemetry): replacements started this poll, by reason, and their saving.
+    Logged only, until the metrics module takes them."""
+    if not admitted:
+        return
+    counts: dict[str, int] = {}
+    for proposal in admitted:
+        counts[proposal.reason] = counts.get(proposal.reason, 0) + len(proposal.nodes)
+    log.info("replacements started: %s; saving $%.2f/h", counts, sum(p.saving_per_hour for p in admitted))

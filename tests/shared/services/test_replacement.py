@@ -1,0 +1,193 @@
+"""services.replacement and the utilisation poll, in process over a sandbox world (tests.memory_app): a proposal
+asks its new capacity (one ScaleUp, a Replacing entry, ReplacingNode events); once a new node is Ready the old one
+leaves by the ordinary drain; a replacement that times out is given up; batch pods are never cut short; the
+disruption budgets and the target's max size refuse; DRY_RUN changes nothing; no proposal, no change."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared.actions import ScaleDown, ScaleUp, decode_message
+from shared.domain import DRIFTED, REPLACE, ClusterSnapshot, GroupState
+from shared.engine.replacement import ReplacementProposal
+from shared.engine.scale_down import BATCH_PODS_RUNNING
+from shared.services.group_rows import read_group_states
+from shared.services.observe import observe_or_skip
+from shared.services.replacement import ReplacementRound, run_replacements
+from shared.services.utilization import run_utilization_poll
+from tests.memory_app import MemoryApp, memory_app
+
+GROUP = "rg-sandbox-nodes/pool-a"
+OTHER = "rg-sandbox-nodes/pool-b"
+OLD = "pool-a000000"  # the node the world schedules every pod on
+# Polls alone never remove a node here: only a replacement does.
+SETTINGS = {"DRIFT_REPLACEMENT": "false", "CONSOLIDATION": "off", "SCALE_DOWN_UNNEEDED_TIME": "2h",
+            "REPLACEMENT_TIMEOUT": "20m", "DISRUPTION_BUDGETS": ""}
+
+
+def _pool(name: str, *, initial: int, max_size: int = 5) -> dict[str, Any]:
+    return {"resource_group": "rg-sandbox-nodes", "name": name, "vm_size": "Standard_D4s_v5",
+            "allocatable": {"cpu": "3860m", "memory": "13.8Gi", "pods": 110},
+            "capacity": {"cpu": "4", "memory": "16Gi", "pods": 110}, "min": 0, "max": max_size, "initial": initial}
+
+
+def _scenario(*, batch: bool = False, max_size: int = 5) -> dict[str, Any]:
+    workloads: list[dict[str, Any]] = [
+        {"name": "web", "kind": "ReplicaSet", "count": 2, "requests": {"cpu": "1", "memory": "1Gi"}}]
+    if batch:
+        workloads.append({"name": "render", "kind": "Job", "count": 1, "requests": {"cpu": "1", "memory": "1Gi"},
+                          "duration": "50m"})
+    return {"name": "replacement-unit", "cluster_name": "sandbox", "duration": "60m",
+            "boot_delay": {"median": "60s", "p95": "90s", "min": "45s", "max": "120s"},
+            "node_groups": [_pool("pool-a", initial=2, max_size=max_size), _pool("pool-b", initial=0)],
+            "workloads": workloads}
+
+
+def _app(*, batch: bool = False, max_size: int = 5, **settings: str) -> MemoryApp:
+    app = memory_app(_scenario(batch=batch, max_size=max_size), settings={**SETTINGS, **settings})
+    app.clock.advance(30)  # the pods scheduled
+    return app
+
+
+def _observe(app: MemoryApp) -> tuple[ClusterSnapshot, dict[str, GroupState]]:
+    snapshot = observe_or_skip(app.ports, now=app.clock.now())
+    assert snapshot is not None
+    states, unreadable = read_group_states(app.ports, snapshot.groups)
+    assert not unreadable
+    return snapshot, states
+
+
+def _propose(app: MemoryApp, *proposals: ReplacementProposal) -> ReplacementRound:
+    snapshot, states = _observe(app)
+    assert {p.node_name for p in snapshot.pods} == {OLD}  # what the tests rely on
+    return run_replacements(app.ports, app.settings, snapshot, states, now=app.clock.now(), unneeded=(),
+                            proposals=proposals)
+
+
+def _drift(node: str = OLD) -> ReplacementProposal:
+    return ReplacementProposal(((node, GROUP),), DRIFTED, GROUP, 1, detail="model")
+
+
+def _consolidate(to_group: str = OTHER) -> ReplacementProposal:
+    return ReplacementProposal(((OLD, GROUP),), REPLACE, to_group, 1, saving_per_hour=0.25,
+                               detail="1 x Standard_D4s_v5 -> 1 x Standard_D4s_v5")
+
+
+def _actions(app: MemoryApp) -> list[Any]:
+    return [decode_message(text) for text in app.queued()]
+
+
+def _nodes(app: MemoryApp) -> set[str]:
+    snapshot, _ = _observe(app)
+    return {n.name for n in snapshot.nodes}
+
+
+@pytest.mark.parametrize(("proposal", "kind"), [(_drift(), "drift"), (_consolidate(), "replace")])
+def test_a_proposal_asks_its_capacity_then_the_old_node_is_drained(proposal: ReplacementProposal, kind: str) -> None:
+    app = _app()
+    running = len([n for n in _nodes(app) if n.startswith(proposal.to_group.rsplit("/", 1)[1])])
+    decided = _propose(app, proposal)
+
+    assert decided.admitted == (proposal,) and len(decided.enqueued) == 1
+    (up,) = _actions(app)
+    assert isinstance(up, ScaleUp) and up.id == decided.enqueued[0]
+    assert (up.group, up.target_size) == (proposal.to_group, running + 1)
+    entry = app.ports.state.get_group(GROUP).replacing[OLD]
+    assert (entry.reason, entry.to_group, entry.action_id, entry.count) == (
+        proposal.reason, proposal.to_group, up.id, 1)
+    assert [e.name for e in app.events() if e.reason == "ReplacingNode"] == [OLD]
+
+    # Before the new node is Ready, the old one stays.
+    early = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert early.replacements.forced == {} and not any(isinstance(a, ScaleDown) for a in _actions(app))
+    app.run_actions()
+    app.clock.advance(180)  # booted and Ready
+
+    poll = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert set(poll.replacements.forced) == {OLD}
+    downs = [a for a in _actions(app) if isinstance(a, ScaleDown)]
+    assert [(d.nodes, d.removal_kind) for d in downs] == [((OLD,), kind)]
+    for _ in range(20):  # the drain's steps, as the host runs them (some are delayed)
+        app.run_actions()
+        app.clock.advance(30)
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+
+    assert OLD not in _nodes(app)
+    assert app.ports.state.get_group(GROUP).replacing == {}
+    snapshot, _ = _observe(app)
+    web = [p for p in snapshot.pods if p.owner is not None and p.owner.name == "web" and not p.is_finished]
+    assert len(web) == 2 and all(p.node_name for p in web)  # the service kept its replicas, moved
+
+
+def test_a_replacement_whose_capacity_never_comes_is_given_up() -> None:
+    app = _app()
+    decided = _propose(app, _drift())
+    assert decided.enqueued
+    app.clear_queue()  # the ScaleUp is lost: no new node ever comes
+    app.clock.advance(10 * 60)
+    assert run_utilization_poll(app.ports, app.settings, now=app.clock.now()).replacements.given_up == {}
+    app.clock.advance(11 * 60)  # past REPLACEMENT_TIMEOUT
+
+    poll = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+
+    assert set(poll.replacements.given_up) == {OLD}
+    assert app.ports.state.get_group(GROUP).replacing == {}
+    assert [e.name for e in app.events() if e.reason == "ReplacementGivenUp"] == [OLD]
+    assert OLD in _nodes(app) and not any(isinstance(a, ScaleDown) for a in _actions(app))
+
+
+def test_a_node_running_batch_pods_is_never_drained_by_its_replacement() -> None:
+    app = _app(batch=True)
+    _propose(app, _drift())
+    app.run_actions()
+    for _ in range(4):  # the replacement Ready, poll after poll while the Job runs
+        app.clock.advance(120)
+        poll = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+        assert OLD not in {r.node for r in poll.plan.removals}
+        assert not any(isinstance(a, ScaleDown) and OLD in a.nodes for a in _actions(app))
+    assert poll.plan.kept[OLD].code == BATCH_PODS_RUNNING
+    assert OLD in _nodes(app) and OLD in app.ports.state.get_group(GROUP).replacing
+
+
+@pytest.mark.parametrize(("settings", "max_size", "why"), [
+    ({"DISRUPTION_BUDGETS": "nodes=0&reasons=Drifted"}, 5, "budget"),
+    ({}, 2, "no room"),
+])
+def test_a_refused_proposal_asks_nothing(settings: dict[str, str], max_size: int, why: str) -> None:
+    app = _app(max_size=max_size, **settings)
+    decided = _propose(app, _drift())
+    assert decided.admitted == () and decided.enqueued == ()
+    assert why in decided.refused[OLD]
+    assert app.queued() == [] and app.ports.state.get_group(GROUP).replacing == {}
+
+
+def test_a_dry_run_decides_and_changes_nothing() -> None:
+    app = _app(DRY_RUN="true")
+    decided = _propose(app, _drift())
+    assert decided.admitted == (_drift(),) and decided.enqueued == ()
+    assert OLD in decided.states[GROUP].replacing  # reported as it would be
+    assert app.queued() == [] and app.ports.state.get_group(GROUP).replacing == {}
+    assert not [e for e in app.events() if e.reason == "ReplacingNode"]
+
+
+def test_without_proposals_the_poll_changes_nothing_of_replacements() -> None:
+    app = _app()
+    poll = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert poll.replacements == ReplacementRound()
+    assert all(app.ports.state.get_group(g).replacing == {} for g in (GROUP, OTHER))
+    assert not any(isinstance(a, ScaleUp) for a in _actions(app))
+
+
+def test_the_replacing_column_is_what_the_row_holds() -> None:
+    # The entry is in the group row as the Table adapter would write it (a JSON object per node).
+    from shared.adapters.table_state import _replacing_text  # noqa: PLC0415
+
+    app = _app()
+    _propose(app, _consolidate())
+    written = json.loads(_replacing_text(app.ports.state.get_group(GROUP).replacing))
+    assert written[OLD]["toGroup"] == OTHER and written[OLD]["savingPerHour"] == 0.25
+    assert timedelta(0) <= app.clock.now() - app.ports.state.get_group(GROUP).replacing[OLD].since
