@@ -80,6 +80,8 @@ SCENARIO_OPTIONS: dict[str, dict[str, Any]] = {
     # Three D8s onto one D16 of the same family saves a third of their price while moving every pod they hold: a
     # balanced score of 0.33, under the default 0.5 when they are the cluster's only candidates (docs/consolidation.md).
     "consolidate-replace": {"settings": {"CONSOLIDATION_THRESHOLD": "0.3"}},
+    # Two drifted nodes replaced at a time (the default budget, 10 % of ten nodes, allows one).
+    "drift-rollout": {"settings": {"DISRUPTION_BUDGETS": "nodes=2&reasons=Drifted"}},
 }
 DEFAULT_SPEED = 30.0
 # The runner holds the sandbox's clock while it works (devtools/sandbox_clock.py), so a scenario takes more wall
@@ -666,6 +668,8 @@ def build_summary(
         "gang_outcome": gang_outcome(report),
         # Replacements: the new node before the old one's drain, no node with a Job running cordoned.
         "replacement_outcome": replacement_outcome(report),
+        # Model changes (sandbox `model_changes`): stale instances replaced, left at the end, most disrupted at once.
+        "drift": report.get("drift"),
         "capacity_added": capacity_added(report),
         # What the autoscaler made of it: pods left on ACI, moved back onto VMs, and how long they stayed there.
         "virtual_node_outcome": virtual_node_outcome(report),
