@@ -218,6 +218,7 @@ class Replay:
         self.compute = WorldCompute(
             world, cluster_name=CLUSTER_NAME, resource_groups=(RESOURCE_GROUP,),
             failure_rate=config.provisioning_failure_rate, seed=config.seed,
+            multi_size={pool.name: pool.multi_size for pool in config.pools if pool.multi_size},
         )
         self.wakeups = 0
 

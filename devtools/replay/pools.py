@@ -17,7 +17,8 @@ from typing import Any
 from devtools.replay.spot_prices import spot_fraction
 from sandbox.api.prices_api import LIST_PRICES_PER_HOUR, PRICE_DATE, PRICE_SOURCE
 
-__all__ = ["NAP_POOL_SETS", "POOL_SETS", "PRICE_DATE", "PRICE_SOURCE", "PRICES_PER_HOUR", "Pool", "nap_pools"]
+__all__ = ["NAP_POOL_SETS", "POOL_SETS", "PRICE_DATE", "PRICE_SOURCE", "PRICES_PER_HOUR", "SIZE_GROUPS", "Pool",
+           "nap_pools", "sized_pools"]
 
 # One table for the replay's costs and the sandbox's Retail Prices double.
 PRICES_PER_HOUR: dict[str, float] = dict(LIST_PRICES_PER_HOUR)
@@ -40,6 +41,10 @@ class Pool:
     max_pods: int = 110  # the kubelet's maxPods (the Kubernetes default; NAP's nodes take 250)
     # Extra scale-set tags, (name, value) pairs: an operator's per-group choices, e.g. ("autoscaler-standby", "2").
     tags: tuple[tuple[str, str], ...] = ()
+    # The multi-size group this pool is one size ("lane") of, e.g. "cpu-small"; "" for a one-size pool. The world
+    # keeps each size its own Flexible scale set (members are plain VMs, as in a VirtualMachines pool); the replay's
+    # provider presents the sizes of one group as that group's lanes (devtools.replay.world_ports).
+    multi_size: str = ""
 
     @property
     def is_spot(self) -> bool:
@@ -79,6 +84,8 @@ class Pool:
             group["eviction_policy"] = self.eviction_policy
         if self.tags:
             group["tags"] = dict(self.tags)
+        if self.multi_size:  # a VirtualMachines pool's or instance mix's VM: no scale-set instance of its own
+            group["orchestration"] = "Flexible"
         return group
 
 
@@ -123,3 +130,30 @@ def nap_pools(standard: tuple[Pool, ...]) -> tuple[Pool, ...]:
 
 
 NAP_POOL_SETS: dict[str, tuple[Pool, ...]] = {name: nap_pools(pools) for name, pools in POOL_SETS.items()}
+
+
+# `ours+sizes`: ours on multi-size groups holding the sizes `nap` chooses from (NAP_GENERAL), with the same
+# allocatable and maxPods, so both pick among the same sizes. Azure takes at most 5 sizes per instance mix or
+# VirtualMachines pool, so the seven sizes are split into two groups: the small ones and the large ones. Each group
+# has the standard CPU pool's limits (min 0, max 1000 nodes over all its sizes); GPU pools stay one size each.
+SIZE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cpu-small", ("Standard_D2s_v5", "Standard_D4s_v5", "Standard_D8s_v5", "Standard_D16s_v5")),
+    ("cpu-large", ("Standard_D32s_v5", "Standard_D48s_v5", "Standard_D64s_v5")),
+)
+MAX_SIZES_PER_GROUP = 5  # Azure's limit for an instance mix (skuProfile.vmSizes) and a VirtualMachines pool
+
+
+def sized_pools(standard: tuple[Pool, ...]) -> tuple[Pool, ...]:
+    """The pools of `ours+sizes` for a run whose standard pools are `standard`: every size of SIZE_GROUPS as a lane
+    pool `<group>-<size>` (`cpu-small-d2s`) of its group (NAP's allocatable and maxPods for that size), then the standard GPU pools
+    unchanged. The lanes are listed by size, smallest first, as `pool_of` wants them."""
+    by_size = {pool.vm_size: pool for pool in NAP_GENERAL}
+    lanes: list[Pool] = []
+    for group, sizes in SIZE_GROUPS:
+        if len(sizes) > MAX_SIZES_PER_GROUP:
+            raise ValueError(f"multi-size group {group}: {len(sizes)} sizes, Azure takes at most {MAX_SIZES_PER_GROUP}")
+        for size in sizes:
+            # `cpu-small-d8s`: a computer name prefix (the pool's name) has at most 15 characters
+            slug = size.removeprefix("Standard_").split("_")[0].lower()
+            lanes.append(replace(by_size[size], name=f"{group}-{slug}", multi_size=group))
+    return (*lanes, *(p for p in standard if p.gpus and not p.is_spot))

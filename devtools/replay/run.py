@@ -10,14 +10,37 @@ from typing import Any
 from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable, pool_of
 from devtools.replay.metrics import demand_curve, oracle_result, run_result, static_sizes, timeline_series
 from devtools.replay import standby
-from devtools.replay.policies import POLICIES, SPOT_POLICIES, STANDBY_POLICIES, VIRTUAL_NODE_POLICIES, Static
+from devtools.replay.policies import (
+    POLICIES,
+    SIZES_POLICIES,
+    SPOT_POLICIES,
+    STANDBY_POLICIES,
+    VIRTUAL_NODE_POLICIES,
+    Static,
+)
 from devtools.replay.policies.ca import CA_SETTINGS, CA_SPOT_SETTINGS, ClusterAutoscaler
 from devtools.replay.policies.nap import NAP_ASSUMPTIONS, NodeAutoProvisioning
 from devtools.replay.policies.ours import Ours
 from devtools.replay.policies.vmss_cpu import VmssCpuAutoscale
-from devtools.replay.pools import nap_pools
+from devtools.replay.pools import SIZE_GROUPS, nap_pools, sized_pools
 from devtools.replay.spot import billed_pools
 from devtools.replay.traces import Trace
+
+
+# What `ours+sizes` runs on, for results.json beside its figures.
+SIZES_ASSUMPTIONS: tuple[str, ...] = (
+    "ours+sizes: the CPU pool becomes multi-size groups holding the sizes nap chooses from (Standard_D2s_v5 to "
+    "D64s_v5, nap's allocatable and maxPods 250 for each), split into "
+    + " and ".join(f"{name} ({', '.join(s.removeprefix('Standard_') for s in sizes)})" for name, sizes in SIZE_GROUPS)
+    + " since Azure takes at most 5 sizes per instance mix or VirtualMachines pool; GPU pools as for ours.",
+    "ours+sizes: each group is presented to the autoscaler as an AKS VirtualMachines pool is (one lane per size, "
+    "allocation strategy '': sizes chosen freely by the planner), each group's min 0 and max 1000 nodes shared by "
+    "its lanes; in the world each size is its own Flexible scale set (lanes modelled as separate scale sets), so a "
+    "lane's capacity change and deletions are one scale set's, and its ARM calls are throttled with that set's "
+    "own buckets, not one pool's.",
+    "ours+sizes: nodes are plain VMs (Flexible members, as a VirtualMachines pool's), so mapping nodes to instances "
+    "lists every group's instances each poll (counted in arm_reads), and scale-in protection is not available.",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +82,10 @@ def replay(
     demand = {"t": list(curve.times), "nodes": [round(v, 3) for v in curve.total()]}
     if policy == "oracle":
         return ReplayOutcome(policy, oracle, {}, demand, left_out)
-    if policy == "nap":
-        # NAP's sizes, each its own scale set, for the same pods as every policy: those the standard pools hold.
-        config = replace(config, pools=nap_pools(config.pools))
+    if policy == "nap" or policy in SIZES_POLICIES:
+        # NAP's sizes, each its own scale set (for ours+sizes: lanes of multi-size groups), for the same pods as every
+        # policy: those the standard pools hold.
+        config = replace(config, pools=nap_pools(config.pools) if policy == "nap" else sized_pools(config.pools))
         outside = [p for p in pods if pool_of(p, config.pools) is None]
         if outside:
             raise ValueError(f"trace {trace.name}: {len(outside)} pods fit a standard pool but no NAP size")
@@ -81,7 +105,7 @@ def replay(
             progress(fraction)
 
     chosen: Any
-    if policy in ("ours", "ours+vn", "ours+spot"):
+    if policy in ("ours", "ours+vn", "ours+spot", *SIZES_POLICIES):
         chosen = Ours(run)
     elif policy in STANDBY_POLICIES:
         chosen = Ours(run, settings=standby.standby_settings(config.settings))
@@ -111,6 +135,8 @@ def replay(
         result["assumptions"] = list(standby.ASSUMPTIONS)
     elif policy == "nap":
         result["assumptions"] = list(NAP_ASSUMPTIONS)
+    elif policy in SIZES_POLICIES:
+        result["assumptions"] = list(SIZES_ASSUMPTIONS)
     elif isinstance(chosen, ClusterAutoscaler):
         result["assumptions"] = list(chosen.assumptions())
     return ReplayOutcome(policy, result, timeline_series(world), demand, left_out, run.wakeups, world.t,

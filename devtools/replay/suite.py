@@ -31,7 +31,7 @@ from devtools.replay.metrics import (
     with_cost_vs_lower_bound,
     without_reference_ratios,
 )
-from devtools.replay.policies import POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES
+from devtools.replay.policies import POLICIES, SIZES_POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES
 from devtools.replay.pools import POOL_SETS, PRICE_DATE, PRICE_SOURCE, PRICES_PER_HOUR
 from devtools.replay.run import ReplayOutcome, replay
 from devtools.replay.spot import SPOT_SEEDS, SpotTier, compare_lost, quiet_spot_logs
@@ -68,12 +68,12 @@ BOUND_ASSUMPTIONS = (
     "reach it",
     "lower_bound and oracle price on-demand nodes only: runs with spot twins (+spot) or a virtual node (+vn) carry "
     "neither cost_vs_oracle nor cost_vs_lower_bound",
-    "lower_bound counts whole nodes of the trace's standard pools: nap, which picks among other VM sizes, carries no "
-    "cost_vs_lower_bound (its cost_vs_oracle stays: the oracle's fractional nodes are priced per vCPU as NAP's "
-    "D-series sizes are)",
+    "lower_bound counts whole nodes of the trace's standard pools: nap and ours+sizes, which pick among other VM "
+    "sizes, carry no cost_vs_lower_bound (their cost_vs_oracle stays: the oracle's fractional nodes are priced per "
+    "vCPU as the D-series sizes are)",
 )
 # Policies whose nodes are not the standard pools' whole nodes: the lower bound's node counts do not bound them.
-OTHER_SIZES_POLICIES = ("nap",)
+OTHER_SIZES_POLICIES = ("nap", *SIZES_POLICIES)
 
 
 def with_reference_ratios(policy: str, result: Mapping[str, Any], bound_cost: float) -> dict[str, Any]:

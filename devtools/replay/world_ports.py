@@ -10,6 +10,13 @@ Where the world refuses a call, the ports fail as the SDK adapters do in Azure (
 both to the same assertions): any Kubernetes answer that is no outcome of the port is a ClusterError
 naming the call, discovery reads the tags as VmssCompute does, and a size the subscription may not
 deploy is refused with SkuNotAvailable.
+
+Multi-size groups (`ours+sizes`): the world keeps each size of such a group its own Flexible scale set
+(`devtools.replay.pools.Pool.multi_size`), and WorldCompute presents the sizes of one group as that group's
+lanes, as an AKS VirtualMachines pool is listed (shared.domain: one NodeGroup per size, id `rg/group~Size`,
+allocation strategy "" for sizes chosen freely, the group's min and max shared by its lanes). A lane's
+calls go to its size's scale set, and are throttled with that set's buckets (an assumption: a real pool or
+instance mix is one resource, whose calls would share one set of buckets).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from shared.adapters.kubernetes import (
 )
 from shared import discovery_tags
 from shared.domain import (
+    FLEXIBLE_SCALE_SET,
     UNIFORM_SCALE_SET,
     BufferStatus,
     BufferTemplate,
@@ -61,6 +69,9 @@ from shared.domain import (
     QuotaUsage,
     Taint,
     VmSizeCapacity,
+    group_id,
+    lane_of,
+    parent_group_id,
 )
 from shared.ports import CHANGED_SINCE_READ, SCALE_IN_PROTECTION_UNSUPPORTED, ClusterError, ComputeError, EvictionOutcome, Operation, QuotaUnavailable
 
@@ -316,11 +327,14 @@ class WorldCompute:
     way allocation failures surface in Azure: as a failed long-running operation. `kind` is the
     provider kind its groups carry: `vmss-uniform` for the replays; tests give another (`fake`) to
     show that the engine and executor run any backend that implements the interface.
+
+    `multi_size` maps a scale set's name to the multi-size group it is one size of (see the module's docstring):
+    such sets are listed only as lanes of their group, never as groups of their own.
     """
 
     def __init__(
         self, world: World, *, cluster_name: str, resource_groups: tuple[str, ...], failure_rate: float = 0.0, seed: int = 0,
-        kind: str = UNIFORM_SCALE_SET,
+        kind: str = UNIFORM_SCALE_SET, multi_size: Mapping[str, str] | None = None,
     ) -> None:
         self.kind = kind
         self._world = world
@@ -328,6 +342,7 @@ class WorldCompute:
         self._resource_groups = resource_groups
         self._failure_rate = failure_rate
         self._rng = random.Random(f"{seed}|provisioning-failures")
+        self._multi_size = dict(multi_size or {})
 
     # -- what the ARM double's dispatcher does, minus HTTP --------------------------------
 
@@ -343,9 +358,64 @@ class WorldCompute:
 
     def _sim(self, group: NodeGroup) -> ScaleSetSim:
         try:
-            return self._world.scale_set(self._world.subscription_id, group.resource_group, group.name)
+            return self._world.scale_set(self._world.subscription_id, group.resource_group, self._set_name(group))
         except ArmError as exc:  # e.g. ResourceNotFound: the port's error, as the real adapter raises it
             raise ComputeError(f"{exc.code}: {exc.message}", code=exc.code) from exc
+
+    def _set_name(self, group: NodeGroup) -> str:
+        """The world scale set behind a group: a lane's size's set, else the group's own."""
+        if not group.lane:
+            return group.name
+        sim = self._lane_sim(group.resource_group, group.name, group.lane)
+        if sim is None:
+            raise ComputeError(f"ResourceNotFound: multi-size group {group.parent_id} has no size {group.lane}",
+                               code="ResourceNotFound")
+        return sim.name
+
+    def _lane_sims(self, resource_group: str, name: str) -> list[ScaleSetSim]:
+        """The scale sets of multi-size group `name`, in the order the pools list them (smallest size first)."""
+        order = list(self._multi_size)
+        sims = [sim for sim in self._world.scale_sets(self._world.subscription_id, resource_group)
+                if self._multi_size.get(sim.name) == name]
+        return sorted(sims, key=lambda sim: order.index(sim.name))
+
+    def _lane_sim(self, resource_group: str, name: str, lane: str) -> ScaleSetSim | None:
+        return next((sim for sim in self._lane_sims(resource_group, name)
+                     if sim.spec.vm_size.lower() == lane.lower()), None)
+
+    def _lanes(self, sims: Sequence[ScaleSetSim]) -> list[NodeGroup]:
+        """One group's lanes: a NodeGroup per size, the group's min and max (its sets' tags) shared as the design
+        of multi-size groups says: min = max(0, min - others), max = max(capacity, max - others), where `others`
+        are the group's instances of the other sizes. Its etag changes with any of its sets."""
+        first = sims[0]
+        name = self._multi_size[first.name]
+        tags = first.tags
+        if not discovery_tags.is_ours(tags, self._cluster_name):
+            return []
+        limits = discovery_tags.usable_limits(group_id(first.resource_group, name), tags, warn=log.warning)
+        if limits is None:
+            return []
+        total = sum(sim.capacity for sim in sims)
+        sizes = tuple(sim.spec.vm_size for sim in sims)
+        etag = '"' + ".".join(str(sim.generation) for sim in sims) + '"'
+        return [
+            NodeGroup(
+                resource_group=sim.resource_group, name=name, min_size=max(0, limits[0] - (total - sim.capacity)),
+                max_size=max(sim.capacity, limits[1] - (total - sim.capacity)), capacity=sim.capacity,
+                vm_size=sim.spec.vm_size, tags=dict(tags), zones=sim.spec.zones, location=sim.spec.location,
+                provider=FLEXIBLE_SCALE_SET, priority=sim.spec.priority,
+                eviction_policy=sim.spec.eviction_policy if sim.spec.priority == "Spot" else "", etag=etag,
+                lane=sim.spec.vm_size, lanes=sizes, allocation_strategy="",
+            )
+            for sim in sims
+        ]
+
+    def _group_etag(self, group: NodeGroup, sim: ScaleSetSim) -> str:
+        """What If-Match is compared with: a lane's group's etag (all its sets), else the scale set's."""
+        if not group.lane:
+            return vmss_etag(sim)
+        sims = self._lane_sims(group.resource_group, group.name)
+        return '"' + ".".join(str(s.generation) for s in sims) + '"'
 
     def _found(self, resource_group: str, name: str) -> ScaleSetSim | None:
         """The scale set, or None where ARM answers 404 (the scale set or its resource group is gone)."""
@@ -364,6 +434,8 @@ class WorldCompute:
         return list(instance_ids)
 
     def _as_group(self, sim: ScaleSetSim) -> NodeGroup | None:
+        if sim.name in self._multi_size:
+            return None  # a lane of a multi-size group (see _lanes)
         tags = sim.tags
         if not discovery_tags.is_ours(tags, self._cluster_name):
             return None
@@ -392,15 +464,27 @@ class WorldCompute:
         groups: list[NodeGroup] = []
         for rg in self._resource_groups:
             self._arm("list", resource_group=rg)
-            groups += [g for sim in self._world.scale_sets(self._world.subscription_id, rg) if (g := self._as_group(sim))]
+            sims = self._world.scale_sets(self._world.subscription_id, rg)
+            groups += [g for sim in sims if (g := self._as_group(sim))]
+            for name in dict.fromkeys(self._multi_size[sim.name] for sim in sims if sim.name in self._multi_size):
+                groups += self._lanes(self._lane_sims(rg, name))
         return groups
 
     def get_node_group(self, group_id: str) -> NodeGroup | None:
-        wanted_rg, _, name = group_id.partition("/")
+        wanted_rg, _, name = parent_group_id(group_id).partition("/")
+        lane = lane_of(group_id)
         # As VmssCompute: only the configured resource groups, named in any case (ARM's way); names exactly.
         resource_group = next((rg for rg in self._resource_groups if rg.lower() == wanted_rg.lower()), None)
         if resource_group is None or not name:
             return None
+        if lane or name in self._multi_size.values():
+            lane_sim = self._lane_sim(resource_group, name, lane) if lane else None
+            if lane_sim is None:
+                self._world.count_call("arm", OPERATIONS["get"][0], write=False)
+                return None
+            self._arm("get", group=lane_sim)
+            return next((g for g in self._lanes(self._lane_sims(resource_group, name)) if g.lane == lane_sim.spec.vm_size),
+                        None)
         sim = self._found(resource_group, name)
         if sim is None:
             self._world.count_call("arm", OPERATIONS["get"][0], write=False)  # the ARM double counts a 404 too
@@ -412,13 +496,13 @@ class WorldCompute:
         """Every instance of the scale set: the high-cost list; `power_state` as the instance view gives it."""
         sim = self._sim(group)
         self._arm("list_vms", group=sim)
-        listed = [self._instance(sim, i) for i in self._world.instances(sim)]
+        listed = [self._instance(sim, i, lane=group.lane) for i in self._world.instances(sim)]
         if power_state:
             powers = {i.arm_id: str(getattr(i, "power", "")) for i in self._world.instances(sim)}
             listed = [replace(i, power_state=powers.get(i.instance_id, "")) for i in listed]
         return listed
 
-    def _instance(self, sim: ScaleSetSim, inst: Any) -> Instance:
+    def _instance(self, sim: ScaleSetSim, inst: Any, *, lane: str = "") -> Instance:
         """As VmssCompute converts the ARM double's VM: id, state, computer name and ARM id (no IPs). A Flexible
         member as FlexCompute reads it: its VM name is its id, its ARM id a plain VM's."""
         where = f"/subscriptions/{self._world.subscription_id}/resourceGroups/{sim.resource_group}/providers"
@@ -431,11 +515,13 @@ class WorldCompute:
             error_code=inst.error_code if inst.state == "Failed" else "",
             error_message=inst.error_message if inst.state == "Failed" else "",
             protected_from_scale_in=self._world.is_scale_in_protected(inst),
+            vm_size=lane,  # a lane's instances are of its size (a one-size group's say nothing)
         )
 
     def supports_scale_in_protection(self, group: NodeGroup) -> bool:
         """As VmssCompute: the world's Uniform sets have instance protection (its Flexible ones are not modelled)."""
-        sim = self._found(group.resource_group, group.name)
+        sim = (self._lane_sim(group.resource_group, group.name, group.lane) if group.lane
+               else self._found(group.resource_group, group.name))
         return sim is not None and not sim.flexible
 
     def set_scale_in_protection(self, group: NodeGroup, instance_id: str, *, protect: bool) -> None:
@@ -457,13 +543,14 @@ class WorldCompute:
                 for i in self._world.instances(sim)}
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
-        sim = self._found(group.resource_group, group.name)
+        sim = (self._lane_sim(group.resource_group, group.name, group.lane) if group.lane
+               else self._found(group.resource_group, group.name))
         if sim is None:  # VmssCompute answers None for any 404, the scale set's included
             self._world.count_call("arm", OPERATIONS["get_vm"][0], write=False)
             return None
         self._arm("get_vm", group=sim)
         inst = next((i for i in self._world.instances(sim) if i.arm_id == instance_id), None)
-        return None if inst is None else self._instance(sim, inst)
+        return None if inst is None else self._instance(sim, inst, lane=group.lane)
 
     def list_vm_sizes(self, location: str) -> list[VmSizeCapacity]:
         self._arm("skus")
@@ -483,8 +570,11 @@ class WorldCompute:
     def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         sim = self._sim(group)
         self._arm("update", group=sim)
-        if group.etag and group.etag != vmss_etag(sim):  # If-Match, as VmssCompute sends it and ARM's double checks it
-            raise ComputeError(f"{CHANGED_SINCE_READ}: {vm_etag_refusal(group.etag, sim)}", code=CHANGED_SINCE_READ)
+        etag = self._group_etag(group, sim)
+        if group.etag and group.etag != etag:  # If-Match, as VmssCompute sends it and ARM's double checks it
+            refusal = (vm_etag_refusal(group.etag, sim) if not group.lane else
+                       f"The specified precondition 'If-Match = {group.etag}' failed: the group's etag is {etag}.")
+            raise ComputeError(f"{CHANGED_SINCE_READ}: {refusal}", code=CHANGED_SINCE_READ)
         if capacity > sim.capacity and is_restricted(self._world, sim.spec.vm_size):
             # As ARM (and its double) answers the PATCH: 409, before any allocation is tried.
             message = default_scale_up_message("SkuNotAvailable", sim.spec.vm_size, sim.spec.location)

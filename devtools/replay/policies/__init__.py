@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 POLICIES = ("ours", "ca", "vmss-cpu", "static", "oracle", "ours+vn", "ca+vn", "ours+spot", "ca+spot", "nap",
-            "ours+standby")
+            "ours+standby", "ours+sizes")
+# Ours on multi-size groups of the sizes `nap` chooses from (devtools.replay.pools.sized_pools), planned as lanes.
+SIZES_POLICIES = ("ours+sizes",)
 # Ours keeping stopped instances ready ahead of demand (devtools.replay.standby: STANDBY_INSTANCES=auto).
 STANDBY_POLICIES = ("ours+standby",)
 # The same controllers with a virtual node (ACI) beside the pools: the run's ReplayConfig.virtual_node sets its

@@ -50,11 +50,11 @@ def test_replay_section_fills_every_field_for_every_policy() -> None:
     vn = {f"{policy}@{quota}" for policy in ("ours+vn", "ca+vn") for quota in (100, 1000)}
     spot = {f"{policy}@{tier}" for policy in ("ours+spot", "ca+spot") for tier in SPOT_TIERS}
     assert set(results["tiny"]) == {"ours", "ca", "nap", "vmss-cpu", "static", "oracle", "lower_bound",
-                                    "ours+standby"} | vn | spot
+                                    "ours+standby", "ours+sizes"} | vn | spot
     for policy, result in results["tiny"].items():
         # The references price on-demand nodes only: the spot and virtual-node tiers get no ratio to either; the
-        # lower bound counts the standard pools' whole nodes, which nap's other sizes are not.
-        ratios = ({"cost_vs_oracle", "cost_vs_lower_bound"} if policy not in vn | spot | {"nap"}
+        # lower bound counts the standard pools' whole nodes, which nap's (and ours+sizes') other sizes are not.
+        ratios = ({"cost_vs_oracle", "cost_vs_lower_bound"} if policy not in vn | spot | {"nap", "ours+sizes"}
                   else set() if policy in vn | spot else {"cost_vs_oracle"})
         assert RESULT_FIELDS - {"cost_vs_oracle"} <= set(result), policy
         assert {"cost_vs_oracle", "cost_vs_lower_bound"} & set(result) == ratios, policy
@@ -65,7 +65,8 @@ def test_replay_section_fills_every_field_for_every_policy() -> None:
     assert {t["name"].split(":")[0] for t in targets["tiny"]} == {
         "p95 wait at most ca's, at most 5% dearer",
         "ours+vn at 100 cores", "ours+vn at 1000 cores", *(f"ours+spot at {tier}" for tier in SPOT_TIERS)}
-    assert set(series["tiny"]) == {"ours", "ca", "nap", "vmss-cpu", "static", "ours+standby", "_demand"} | vn | spot
+    assert set(series["tiny"]) == {"ours", "ca", "nap", "vmss-cpu", "static", "ours+standby", "ours+sizes",
+                                   "_demand"} | vn | spot
     assert all("spot" in results["tiny"][key] for key in spot) and "spot" not in results["tiny"]["ours"]
     # ours+standby says what it set, how its scale-ups were served and what it assumed; ours has none of it.
     standby = results["tiny"]["ours+standby"]
