@@ -7,6 +7,10 @@ instances only when some node needs them (services.mapping), so a cluster of pro
 see a stale instance: `with_model_state` lists the instances of its Uniform groups that were not listed this
 poll, one VMSS VMs list per group, only while DRIFT_REPLACEMENT is on. A failed list leaves the group as it was
 (its nodes are simply not drifted by model this poll), never the poll.
+
+Reads are frugal: a model change writes the scale set, so its etag moves. Once a list found every instance on the
+latest model, the set is not listed again (in this process) until its etag changes: a steady cluster pays no
+read, a resize one, a drifted set one per poll until it is all on the new model.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from shared.ports import ComputeError, NodeGroupProvider
 
 log = logging.getLogger(__name__)
 
+# Group id -> the etag at which a list found every instance on the latest model (per process: a cold start reads).
+_ALL_LATEST: dict[str, str] = {}
+
 
 def with_model_state(provider: NodeGroupProvider, snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """The snapshot whose Uniform groups with nodes carry their instances (and so `latest_model_applied`)."""
@@ -26,7 +33,8 @@ def with_model_state(provider: NodeGroupProvider, snapshot: ClusterSnapshot) -> 
     groups = []
     changed = False
     for group in snapshot.groups:
-        if group.provider == UNIFORM_SCALE_SET and not group.instances and group.id in with_nodes:
+        if (group.provider == UNIFORM_SCALE_SET and not group.instances and group.id in with_nodes
+                and not (group.etag and _ALL_LATEST.get(group.id) == group.etag)):
             listed = _listed(provider, group)
             changed = changed or listed is not group
             groups.append(listed)
@@ -37,8 +45,13 @@ def with_model_state(provider: NodeGroupProvider, snapshot: ClusterSnapshot) -> 
 
 def _listed(provider: NodeGroupProvider, group: NodeGroup) -> NodeGroup:
     try:
-        return replace(group, instances=tuple(provider.list_instances(group)))
+        instances = tuple(provider.list_instances(group))
     except ComputeError as exc:
         log.warning("drift: could not list the instances of %s (%s); its nodes are not checked for model drift "
                     "this poll", group.id, exc)
         return group
+    if group.etag and all(i.latest_model_applied is not False for i in instances):
+        _ALL_LATEST[group.id] = group.etag
+    else:
+        _ALL_LATEST.pop(group.id, None)
+    return replace(group, instances=instances)

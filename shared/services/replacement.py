@@ -32,6 +32,7 @@ from shared.engine.drift import drifted_nodes, plan_drift
 from shared.engine.replacement import GONE, ReplacementProposal, ready_replacements, stale_replacements
 from shared.options import drain_rules
 from shared.ports import ClusterEvent, Ports
+from shared.services.drift import with_model_state
 from shared.services.swap import StateConflict, swap_group
 from shared.settings import Settings
 
@@ -78,6 +79,8 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
     if proposals is None:
         planned: list[ReplacementProposal] = []
         if settings.drift_replacement:
+            # Uniform sets' instances (their latestModelApplied), where node mapping did not list them.
+            snapshot = with_model_state(ports.provider, snapshot)
             drifted = drifted_nodes(snapshot, max_age=settings.node_max_age, now=now)
             drift = plan_drift(snapshot, states=states, drifted=drifted, now=now, drain=drain_rules(settings))
             planned += drift.proposals
@@ -124,7 +127,6 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
         log.info("replacement %s: node(s) %s -> %d new node(s) of %s (%s) action=%s",
                  "decided (dry run)" if settings.dry_run else "decided", ", ".join(n for n, _ in proposal.nodes),
                  proposal.count, proposal.to_group, _message(proposal), action_id)
-    _record_telemetry(done)
     if not settings.dry_run:
         states.update({group_id: ports.state.get_group(group_id) for group_id in touched})
     return ReplacementRound(drifted=drifted, proposals=proposals, admitted=tuple(done), refused=refused,
@@ -240,15 +242,3 @@ def _message(proposal: ReplacementProposal) -> str:
     if proposal.saving_per_hour > 0:
         text += f", saving ${proposal.saving_per_hour:.2f}/h"
     return text + "; drained once the new capacity is Ready"
-
-
-def _record_telemetry(admitted: Sequence[ReplacementProposal]) -> None:
-    """The hook for the disruption metrics (telemetry.record_disruptions, `vmss_autoscaler_disruptions_total`
-    and the savings gauge, in shared.telemetry): replacements started this poll, by reason, and their saving.
-    Logged only, until the metrics module takes them."""
-    if not admitted:
-        return
-    counts: dict[str, int] = {}
-    for proposal in admitted:
-        counts[proposal.reason] = counts.get(proposal.reason, 0) + len(proposal.nodes)
-    log.info("replacements started: %s; saving $%.2f/h", counts, sum(p.saving_per_hour for p in admitted))

@@ -58,3 +58,19 @@ def test_a_failed_list_leaves_the_group_unlisted() -> None:
     snap = _cluster(UNIFORM_SCALE_SET)
     out = with_model_state(Provider(set(), fail=True), snap)  # type: ignore[arg-type]
     assert out.groups == snap.groups
+
+
+def test_a_set_found_all_latest_is_read_again_only_when_its_etag_moves() -> None:
+    provider = Provider(set())
+    snap = _cluster(UNIFORM_SCALE_SET)
+    snap = replace(snap, groups=tuple(replace(g, etag='"1"', name="etag-pool") for g in snap.groups),
+                   nodes=tuple(node(n.name, group_name="etag-pool", instance=i) for i, n in enumerate(snap.nodes)))
+    for _ in range(3):
+        with_model_state(provider, snap)  # type: ignore[arg-type]
+    assert len(provider.reads) == 1  # all latest at etag "1": not read again
+    provider.stale = {"0"}
+    moved = replace(snap, groups=tuple(replace(g, etag='"2"') for g in snap.groups))
+    for _ in range(2):
+        out = with_model_state(provider, moved)  # type: ignore[arg-type]
+    assert len(provider.reads) == 3  # the etag moved: read, and read again while an instance is stale
+    assert drifted_nodes(out, max_age=timedelta(0), now=T0) == {"n0": MODEL}
