@@ -26,7 +26,7 @@ from shared.actions import RemovalTarget, new_scale_down, scale_down_id
 from shared.domain import DELETION_CANDIDATE_TAINT, DRIFTED, REPLACE, ClusterSnapshot, GroupState, Taint
 from shared.engine import reasons
 from shared.engine.backoff import backoff_reason
-from shared.engine.disruption_budgets import apply_budgets
+from shared.engine.disruption_budgets import apply_budgets, removal_reason
 from shared.engine.scale_down import Removal, ScaleDownPlan, plan_scale_down
 from shared.engine.scale_up import initial_state, pending_pods
 from shared.options import scale_down_options, scale_up_options
@@ -47,7 +47,7 @@ from shared.services.rounds import request_round
 from shared.services.pending import pending_placements
 from shared.services.reconcile import release_orphaned_removals, reserve_decided
 from shared.services.standby_refill import plan_refills
-from shared.services.status import publish_status, status_inputs
+from shared.services.status import disruption_report, publish_status, status_inputs
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -153,6 +153,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         g for g in observed.groups if g.id in unreadable))), now=now)
 
     enqueued = []
+    disruptions: dict[str, int] = {}  # by reason, the removals sent (a replacement is counted at its drain)
     for batch in _batches(plan.removals):
         # One id per decision: a decision the executor skipped (a race with the minimum, a cooldown)
         # must not block the next one. Two live actions for one node are kept apart by the group's
@@ -180,6 +181,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
         )
         enqueued.append(action_id)
         for removal in batch:
+            disruptions[removal_reason(removal)] = disruptions.get(removal_reason(removal), 0) + 1
             log.info("scale-down decided: node=%s group=%s kind=%s utilization=%.2f age=%s action=%s",
                      removal.node, removal.group_id, removal.kind, removal.utilization, removal.node_age, action_id)
     for node, reason in plan.kept.items():
@@ -189,6 +191,8 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     enqueued += plan_refills(ports, settings, snapshot, group_states, unneeded=plan.unneeded, now=now,
                              pooled=pooled, targets=targets)
     telemetry.record_utilization_poll(len(plan.unneeded), group_states, now=now)
+    if not settings.dry_run:
+        telemetry.record_disruptions(disruptions)
     report_gpu_not_ready(ports, settings, snapshot, now=now)  # GPU nodes whose device plugin never reported
     waiting = waiting_for_slots(snapshot, plan)
     throttled = any(reason.code == reasons.ARM_THROTTLED for reason in plan.kept.values())
@@ -198,7 +202,7 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     publish_status(ports, settings, snapshot, status_inputs(
         settings, group_states=group_states, unneeded=plan.unneeded, backoff=backoff,
         scale_up_needed=None, unschedulable_pods=len(pending_pods(snapshot)),
-        waiting_for_slots=waiting,
+        waiting_for_slots=waiting, disruption=disruption_report(replacements),
     ), now=now)
     return UtilizationPollResult(plan=plan, enqueued=tuple(enqueued), unreadable_groups=unreadable,
                                  unreadable_removals=left_alone, replacements=replacements)
