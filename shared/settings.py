@@ -583,7 +583,7 @@ SPECS: tuple[Spec, ...] = (
          "duration=<d>]` (a schedule opens a window that lasts the duration; outside it the budget does not apply). "
          "The smallest budget that applies to a reason wins; `nodes=0` in a window stops that reason there. A group's "
          "tag `autoscaler-disruption-budgets` (same form) adds budgets for its own nodes. Removals of empty and "
-         "under-used nodes are also bounded by `MAX_SCALE_DOWN_PARALLELISM`. See docs/consolidation.md."),
+         "under-used nodes are also bounded by `MAX_SCALE_DOWN_PARALLELISM`. See docs/disruption-budgets.md."),
     Spec("CONSOLIDATION", "consolidation", "balanced", _choice("balanced", "always", "off"),
          "Replace under-used nodes with one cheaper node where their pods fit it (beside removing empty and "
          "under-used nodes, which scale-down does as before): `balanced` acts only when the saving outweighs the "
