@@ -39,7 +39,7 @@ exceed what the new node costs over its boot (the target group's measured boot e
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -92,6 +92,10 @@ class ConsolidationOptions:
     max_nodes: int = 10  # the most nodes one proposal replaces
     default_boot: timedelta = DEFAULT_BOOT  # a target group's boot before its first measured one
     on_demand_selector: LabelSelector | None = None  # ON_DEMAND_POD_SELECTOR: such pods never go to spot
+    # Why a proposal would not be admitted now ("" when it would): the caller's disruption budgets
+    # (engine.disruption_budgets.admit). A refused proposal does not end the plan: fewer nodes may pass, as
+    # Karpenter's multi-node consolidation takes no more candidates than the budgets allow.
+    admissible: Callable[[ReplacementProposal], str] | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -353,6 +357,9 @@ def _judge(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], nodes: t
         nodes=tuple((c.node.name, c.group.id) for c in nodes), reason=REPLACE, to_group=target.group.id, count=1,
         saving_per_hour=round(saving, 6), detail=detail,
     )
+    refused = options.admissible(proposal) if options.admissible is not None else ""
+    if refused:
+        return _Attempt(nodes, f"{detail} saves ${saving:.2f}/h, not now: {refused}", judged=True)
     return _Attempt(nodes, f"replace {detail}: saves ${saving:.2f}/h", proposal, judged=True)
 
 

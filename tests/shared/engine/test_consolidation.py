@@ -36,8 +36,8 @@ def _cluster(*, d8_pods: list[list[dict]] | None = None, extra_nodes=(), extra_p
              with_d4: bool = False) -> ClusterSnapshot:
     """Nodes of a D8 group (one per entry of `d8_pods`, each a list of pod kwargs) and an empty D16 group."""
     d8_pods = d8_pods if d8_pods is not None else [[{"cpu": 2, "mem": 6}] * 2] * 3  # three half-used D8s (a pair does not fit one D8)
-    groups = [group("d8", target=len(d8_pods), vm_size=D8), replace(group("d16", target=0, vm_size=D16),
-                                                                    priority=SPOT if d16_spot else "Regular")]
+    d16 = replace(group("d16", target=0, vm_size=D16), priority=SPOT if d16_spot else "Regular")
+    groups = [group("d8", target=len(d8_pods), vm_size=D8), d16]
     if with_d4:
         groups.append(group("d4", target=0, vm_size=D4))
     nodes, pods = [], []
@@ -258,3 +258,18 @@ def test_property_every_proposal_fits_and_saves(seed):
         for proposal in plan.proposals:
             _assert_fits(snap, proposal)
             assert len({n for n, _ in proposal.nodes}) == len(proposal.nodes)
+
+
+def test_a_proposal_the_budgets_refuse_gives_way_to_fewer_nodes():
+    # Three nearly idle D8s fit one D4, but the budgets allow two nodes at once: two of them are proposed.
+    specs = [[{"cpu": 0.5, "mem": 1}]] * 3
+    snap = _cluster(d8_pods=specs, with_d4=True)
+
+    def at_most_two(proposal):
+        return "" if len(proposal.nodes) <= 2 else "budget allows 2"
+    plan = _plan(snap, ConsolidationOptions(policy=ALWAYS, admissible=at_most_two))
+    assert len(plan.proposals) == 1 and len(plan.proposals[0].nodes) <= 2
+    _assert_fits(snap, plan.proposals[0])
+    refused = _plan(snap, ConsolidationOptions(policy=ALWAYS, admissible=lambda p: "budget allows 0"))
+    assert refused.proposals == ()
+    assert any("budget allows 0" in v for v in refused.candidates.values())
