@@ -35,7 +35,8 @@ def _cluster(*, d8_pods: list[list[dict]] | None = None, extra_nodes=(), extra_p
              d16_taints: tuple[Taint, ...] = (), prices: dict[str, float] | None = None,
              with_d4: bool = False) -> ClusterSnapshot:
     """Nodes of a D8 group (one per entry of `d8_pods`, each a list of pod kwargs) and an empty D16 group."""
-    d8_pods = d8_pods if d8_pods is not None else [[{"cpu": 2, "mem": 6}] * 2] * 3  # three half-used D8s (a pair does not fit one D8)
+    # By default three half-used D8s: the pods of two do not fit one D8.
+    d8_pods = d8_pods if d8_pods is not None else [[{"cpu": 2, "mem": 6}] * 2] * 3
     d16 = replace(group("d16", target=0, vm_size=D16), priority=SPOT if d16_spot else "Regular")
     groups = [group("d8", target=len(d8_pods), vm_size=D8), d16]
     if with_d4:
