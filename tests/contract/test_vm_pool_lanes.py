@@ -3,7 +3,8 @@
 AksAgentPools lists the pool as one NodeGroup per VM size; each lane's instances are the machines of its
 size, every node maps to the lane of its size by its providerID (a plain VM's), growing one lane changes
 only its size's count, and deleting a machine of another lane removes exactly that machine from it. All
-lanes share the pool's eTag: a write from an older read is refused whichever lane it is for.
+lanes share the pool's eTag: a write from an older read is refused whichever lane it is for. End to end, the
+polls and the executor remove an idle machine of one size through its lane.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from shared.adapters.kubernetes import KubernetesCluster
 from shared.domain import NodeGroup, parent_group_id
 from shared.ports import CHANGED_SINCE_READ, ComputeError
 from shared.services.mapping import map_cluster
+from shared.services.utilization import run_utilization_poll
 from shared.settings import load_settings
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
+from tests.shared.services.test_executor import BASE_SETTINGS, deliver, real_app_of
 
 D2, D4, D8 = "Standard_D2s_v5", "Standard_D4s_v5", "Standard_D8s_v5"
 COUNTS = {D2: 1, D4: 0, D8: 2}
@@ -136,3 +139,43 @@ def test_a_lane_is_not_resized_from_a_read_another_lane_s_write_overtook(pool: P
         pool.provider.begin_resize(lanes[D2], 2)  # the pool changed since this lane was read
     assert caught.value.code == CHANGED_SINCE_READ
     assert pool.capacities() == {**COUNTS, D4: 1}
+
+
+# -- the polls and the executor, end to end on a lane (Azurite for state and queue) ----------------------------
+
+EXECUTOR_SCENARIO: dict[str, Any] = {
+    **SCENARIO, "name": "vm-pool-lanes-executor",
+    "daemonsets": [{"name": "kube-proxy", "requests": {"cpu": "100m", "memory": "128Mi"}}],
+    # Fills the D2 node and one D8 node; the other D8 node is idle.
+    "workloads": [{"name": "web", "kind": "ReplicaSet", "count": 2, "requests": {"cpu": "1500m", "memory": "1Gi"},
+                   "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}}],
+}
+
+
+def test_an_idle_machine_of_one_size_is_removed_by_the_polls_and_the_executor(
+    sandbox_factory: SandboxFactory, azurite: str, table_name: str, queue_name: str,
+) -> None:
+    """The utilisation poll finds the idle D8 node unneeded, the executor maps it afresh over its lane (a plain
+    VM's providerID), drains it and deletes exactly that machine; the other sizes keep their counts."""
+    app = real_app_of(sandbox_factory, azurite, table_name, queue_name, EXECUTOR_SCENARIO,
+                      settings={**BASE_SETTINGS, "SCALE_DOWN_UNNEEDED_TIME": "5m"})
+    ports, settings = app.context.ports, app.context.settings
+    lanes = {g.lane: g for g in ports.provider.list_node_groups() if g.name == "mix"}
+    assert {lane: g.capacity for lane, g in lanes.items()} == COUNTS
+    busy = {p.node_name for p in ports.cluster.list_pods() if p.name.startswith("web")}
+    d8_nodes = {n.name for n in ports.cluster.list_nodes() if n.labels.get("node.kubernetes.io/instance-type") == D8}
+    [idle] = sorted(d8_nodes - busy)
+
+    first = run_utilization_poll(ports, settings, now=app.clock.now())
+    assert idle in first.plan.unneeded
+    app.clock.advance(settings.scale_down_unneeded_time.total_seconds() + 60)
+    second = run_utilization_poll(ports, settings, now=app.clock.now())
+    assert [(r.node, r.group_id) for r in second.plan.removals] == [(idle, lanes[D8].id)]
+    results = deliver(app, step_seconds=30)
+    assert results and results[-1].outcome == "succeeded", results
+
+    app.clock.advance(60)  # the machine's delete completes
+    after = {g.lane: g.capacity for g in ports.provider.list_node_groups() if g.name == "mix"}
+    assert after == {**COUNTS, D8: COUNTS[D8] - 1}
+    assert idle not in {n.name for n in ports.cluster.list_nodes()}
+    assert app.world.report()["running_pods_evicted"] == 0
