@@ -43,3 +43,24 @@ def test_replacements_and_disruptions_are_recorded(telemetry: Telemetry) -> None
     metrics.record_disruptions({EMPTY: 2, DRIFTED: 1, REPLACE: 0})
     assert telemetry.total(DISRUPTIONS, reason=EMPTY) == 2 and telemetry.total(DISRUPTIONS, reason=DRIFTED) == 1
     assert telemetry.points(DISRUPTIONS, reason=REPLACE) == []
+
+
+def test_a_round_becomes_a_report_each_drifted_node_with_why_it_waits() -> None:
+    from types import SimpleNamespace
+
+    from shared.engine.replacement import ReplacementProposal
+    from shared.services.status import disruption_report
+
+    admitted = ReplacementProposal((("d-admitted", "rg/pool"),), DRIFTED, "rg/pool", 1, detail="model")
+    round_ = SimpleNamespace(
+        drifted={"d-admitted": "model", "d-ready": "image", "d-batch": "age", "d-refused": "model", "d-other": "model"},
+        admitted=(admitted,), forced={"d-ready": object()}, waiting={"d-batch": "batch pods running"},
+        refused={"d-refused": "disruption budget 'nodes=1' ..."}, candidates={"c1": "pods don't fit"})
+    report = disruption_report(round_)  # type: ignore[arg-type]
+    assert set(report.drifted) == set(round_.drifted)
+    assert report.drifted["d-admitted"] == report.drifted["d-ready"] == ""
+    assert report.drifted["d-batch"] == round_.waiting["d-batch"]
+    assert report.drifted["d-refused"] == round_.refused["d-refused"]
+    assert report.drifted["d-other"]  # never shown as replacing when nothing says it is
+    assert report.candidates == round_.candidates
+    assert disruption_report(None) == DisruptionReport()
