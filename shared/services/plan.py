@@ -130,6 +130,9 @@ class PlanReport:
         groups: list[dict[str, Any]] = [
             {"group": g.id, "backend": g.provider, "vm_size": g.vm_size, "min": g.min_size, "max": g.max_size,
              "capacity": g.capacity} for g in sorted(seen.groups, key=lambda g: g.id)]
+        for entry in groups:  # where its new nodes' shape comes from: live-node, tags, vm-size:skus-api, vm-size:table
+            if entry["group"] in seen.templates:
+                entry["template"] = seen.templates[entry["group"]].source
         for entry in groups:  # a SCHEDULED_CAPACITY window active now
             if entry["group"] in self.pending.windows:
                 entry["scheduled"] = self.pending.windows[entry["group"]].describe()
@@ -299,8 +302,10 @@ def render_text(report: PlanReport) -> str:
     if data["scale_up"]:
         lines.append("scale up:")
         scheduled = {g["group"]: g["scheduled"] for g in data["groups"] if "scheduled" in g}
+        shaped = {g["group"]: g["template"] for g in data["groups"] if "template" in g}
         lines += [f"  {u['group']}: {u['from']} -> {u['to']} for {_what_asks(u['pods'])}"
                   + (f" and scheduled capacity ({scheduled[u['group']]})" if u["group"] in scheduled else "")
+                  + (f" (template: {shaped[u['group']]})" if u["group"] in shaped else "")
                   for u in data["scale_up"]]
     else:
         lines.append("scale up: none")
@@ -342,6 +347,7 @@ def render_text(report: PlanReport) -> str:
         lines += [f"  {g['group']}: refused: {g['refused']}" if "refused" in g else
                   f"  {g['group']} ({g['backend']}): never scaled or drained" if g["backend"] == VIRTUAL_NODE else
                   f"  {g['group']} ({g['backend']}, {g['vm_size']}): {g['capacity']} of {g['min']}..{g['max']}"
+                  + (f"; template: {g['template']}" if "template" in g else "")
                   + (f"; scheduled capacity: {g['scheduled']}" if "scheduled" in g else "")
                   + (f"; {_standby_text(g['standby'])}" if "standby" in g else "")
                   for g in data["groups"]]
