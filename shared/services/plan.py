@@ -188,9 +188,8 @@ def _disruption(ports: Ports, settings: Settings, pending: PendingPollResult, ut
         return {}
     states = {g.id: ports.state.get_group(g.id) for g in pending.observed.groups
               if g.id not in utilization.unreadable_groups}
-    # The utilisation poll's replacement round, where it reports one (None: budgets and replacements only).
-    round_ = getattr(utilization, "replacements", None)
-    return disruption_doc(pending.observed, states, disruption_report(round_), settings.disruption_budgets, now=now)
+    return disruption_doc(pending.observed, states, disruption_report(utilization.replacements),
+                          settings.disruption_budgets, now=now)
 
 
 def _standby(ports: Ports, settings: Settings, pending: PendingPollResult, *, now: datetime) -> dict[str, StandbyReport]:
