@@ -9,6 +9,7 @@ polls and the executor remove an idle machine of one size through its lane.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from shared.adapters.kubernetes import KubernetesCluster
 from shared.domain import NodeGroup, parent_group_id
 from shared.ports import CHANGED_SINCE_READ, ComputeError
 from shared.services.mapping import map_cluster
+from shared.services.pending import run_pending_poll
 from shared.services.utilization import run_utilization_poll
 from shared.settings import load_settings
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
@@ -179,3 +181,36 @@ def test_an_idle_machine_of_one_size_is_removed_by_the_polls_and_the_executor(
     assert after == {**COUNTS, D8: COUNTS[D8] - 1}
     assert idle not in {n.name for n in ports.cluster.list_nodes()}
     assert app.world.report()["running_pods_evicted"] == 0
+
+
+def test_a_pod_only_the_big_size_holds_grows_that_lane_from_zero_through_the_executor(
+    sandbox_factory: SandboxFactory, azurite: str, table_name: str, queue_name: str,
+) -> None:
+    """No D8 machine yet; a pending pod of 6 CPUs fits only a D8: the pending poll grows the D8 lane from zero,
+    the executor PUTs the pool with only D8's count changed, and the pod runs on the new D8 node."""
+    pool = copy.deepcopy(SCENARIO["node_groups"][0])
+    pool["sizes"][2]["count"] = 0
+    scenario = {**EXECUTOR_SCENARIO, "node_groups": [pool], "workloads": [
+        {"name": "big", "kind": "Job", "count": 1, "at": "1m", "duration": "1h",
+         "requests": {"cpu": "6", "memory": "8Gi"}}]}
+    app = real_app_of(sandbox_factory, azurite, table_name, queue_name, scenario, settings=BASE_SETTINGS)
+    ports, settings = app.context.ports, app.context.settings
+    before = {g.lane: g.capacity for g in ports.provider.list_node_groups() if g.name == "mix"}
+    assert before == {**COUNTS, D8: 0}
+    app.clock.advance(90)  # the Job's pod arrives and stays pending
+
+    [increase] = run_pending_poll(ports, settings, now=app.clock.now()).plan.increases
+    assert (increase.group_id, increase.current_target, increase.new_target) == (f"{pool_id(ports)}~{D8}", 0, 1)
+    results = deliver(app, step_seconds=30)
+    assert results and results[-1].outcome == "succeeded", results
+
+    after = {g.lane: g.capacity for g in ports.provider.list_node_groups() if g.name == "mix"}
+    assert after == {**before, D8: 1}
+    app.clock.advance(180)  # the D8 machine boots and the scheduler binds the pod
+    [big] = [p for p in ports.cluster.list_pods() if p.name.startswith("big")]
+    node = ports.cluster.get_node(big.node_name) if big.node_name else None
+    assert node is not None and node.labels["node.kubernetes.io/instance-type"] == D8
+
+
+def pool_id(ports: Any) -> str:
+    return next(g.parent_id for g in ports.provider.list_node_groups() if g.name == "mix")
