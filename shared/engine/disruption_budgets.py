@@ -259,9 +259,11 @@ def _mapped_nodes(snapshot: ClusterSnapshot) -> dict[str, str]:
 
 
 def limits(reason: str, *, group: NodeGroup | None, snapshot: ClusterSnapshot, cluster_budgets: Sequence[NodeBudget],
-           disrupting: Sequence[Disrupting], now: datetime) -> list[BudgetLimit]:
-    """Every budget active now that covers `reason` for a node of `group` (None: cluster budgets only)."""
-    mapped = _mapped_nodes(snapshot)
+           disrupting: Sequence[Disrupting], now: datetime, mapped: Mapping[str, str] | None = None
+           ) -> list[BudgetLimit]:
+    """Every budget active now that covers `reason` for a node of `group` (None: cluster budgets only); `mapped`
+    (node -> group id, as `_mapped_nodes` finds it) saves reading the snapshot again."""
+    mapped = _mapped_nodes(snapshot) if mapped is None else mapped
     found: list[BudgetLimit] = []
     for budget in cluster_budgets:
         if budget.covers(reason) and budget.active(now):
@@ -296,14 +298,15 @@ def allowance(reason: str, *, group: NodeGroup | None, snapshot: ClusterSnapshot
 
 
 def _binding(reason: str, *, group: NodeGroup | None, snapshot: ClusterSnapshot,
-             cluster_budgets: Sequence[NodeBudget], disrupting: Sequence[Disrupting], now: datetime) -> str:
+             cluster_budgets: Sequence[NodeBudget], disrupting: Sequence[Disrupting], now: datetime,
+             mapped: Mapping[str, str]) -> str:
     """Why `reason` allows no disruption of a node of `group` now ("" when it allows one)."""
     if reason not in DISRUPTION_REASONS:
         return ""
     if group is not None and (problem := group_budgets(group)[1]):
         return f"{problem}; its {reason} disruptions wait until the tag is fixed"
     found = limits(reason, group=group, snapshot=snapshot, cluster_budgets=cluster_budgets,
-                   disrupting=disrupting, now=now)
+                   disrupting=disrupting, now=now, mapped=mapped)
     spent = [limit for limit in found if limit.allowed < 1]
     return min(spent, key=lambda limit: limit.limit - limit.disrupting).describe(reason) if spent else ""
 
@@ -316,6 +319,9 @@ def apply_budgets(plan: PlanT, snapshot: ClusterSnapshot, states: Mapping[str, G
     a node already counted (being replaced: the forced drain of an admitted replacement) passes without counting it
     again; so do removals whose reason no budget limits (unready nodes).
     """
+    if not _any_budget(snapshot, cluster_budgets, {removal_reason(r) for r in plan.removals}):
+        return plan  # the common case (default budgets, no tags): nothing to count
+    mapped = _mapped_nodes(snapshot)
     disrupting = list(in_flight(snapshot, states))
     counted = {d.node for d in disrupting}
     admitted = []
@@ -326,7 +332,7 @@ def apply_budgets(plan: PlanT, snapshot: ClusterSnapshot, states: Mapping[str, G
             admitted.append(removal)
             continue
         why = _binding(reason, group=snapshot.group(removal.group_id), snapshot=snapshot,
-                       cluster_budgets=cluster_budgets, disrupting=disrupting, now=now)
+                       cluster_budgets=cluster_budgets, disrupting=disrupting, now=now, mapped=mapped)
         if why:
             kept[removal.node] = KeptReason(reasons.DISRUPTION_BUDGET, why)
             continue
@@ -338,6 +344,16 @@ def apply_budgets(plan: PlanT, snapshot: ClusterSnapshot, states: Mapping[str, G
     return replace(plan, removals=tuple(admitted), kept={**plan.kept, **kept})  # type: ignore[type-var]
 
 
+def _any_budget(snapshot: ClusterSnapshot, cluster_budgets: Sequence[NodeBudget], reasons_: set[str]) -> bool:
+    """Whether any budget (cluster-wide, or any group's tag, readable or not) might limit one of `reasons_`."""
+    budgeted = reasons_ & set(DISRUPTION_REASONS)
+    if not budgeted:
+        return False
+    if any(b.covers(r) for b in cluster_budgets for r in budgeted):
+        return True
+    return any(g.tags.get(BUDGETS_TAG, "").strip() for g in snapshot.groups)
+
+
 def admit(proposals: Sequence[ProposalT], snapshot: ClusterSnapshot, states: Mapping[str, GroupState],
           cluster_budgets: Sequence[NodeBudget], now: datetime) -> tuple[tuple[ProposalT, ...], dict[str, str]]:
     """The replacement proposals the budgets allow now, in order, and node -> why for those refused.
@@ -345,6 +361,7 @@ def admit(proposals: Sequence[ProposalT], snapshot: ClusterSnapshot, states: Map
     A proposal is all or nothing: each of its nodes is counted (against its own group's budgets and the cluster's)
     before the next is weighed, and if one does not fit, none of them is admitted and every one of them is named.
     """
+    mapped = _mapped_nodes(snapshot)
     disrupting = list(in_flight(snapshot, states))
     counted = {d.node for d in disrupting}
     admitted: list[ProposalT] = []
@@ -356,7 +373,7 @@ def admit(proposals: Sequence[ProposalT], snapshot: ClusterSnapshot, states: Map
             if node in counted:
                 continue
             why = _binding(proposal.reason, group=snapshot.group(gid), snapshot=snapshot,
-                           cluster_budgets=cluster_budgets, disrupting=trial, now=now)
+                           cluster_budgets=cluster_budgets, disrupting=trial, now=now, mapped=mapped)
             if why:
                 break
             trial.append(Disrupting(node, gid, proposal.reason))
