@@ -115,7 +115,8 @@ def choose_lanes(options: Sequence[ExpansionOption]) -> list[ExpansionOption]:
 
     Prioritized sets: the lane first in `NodeGroup.lanes` (the user's ranks). Every other strategy
     (LowestPrice, CapacityOptimized, "" for an AKS VirtualMachines pool): the lowest cost per unit of
-    work (`cost_per_work`; a lane without a price ranks last), ties to fewer nodes, then to `lanes` order.
+    work (`cost_per_work`; a lane without a price ranks last), ties to the option placing more work, then to
+    fewer nodes, then to `lanes` order.
     The order of the options is kept.
     """
     by_parent: dict[str, list[ExpansionOption]] = {}
@@ -134,7 +135,11 @@ def _lane_rank(option: ExpansionOption) -> tuple[object, ...]:
     if group.allocation_strategy.strip().lower() == PRIORITIZED:
         return (order, option.node_count, group.id)
     cost = cost_per_work(option)
-    return (cost is None, cost if cost is not None else 0, option.node_count, order, group.id)
+    # At one cost per unit, the option doing more of the work wins: what it leaves would be planned at a cost no
+    # lower. Options cut by `cheapest_prefix` tie this way when prices are linear in size (two pods on a D4 cost
+    # what one D2 each does).
+    return (cost is None, cost if cost is not None else 0, -work_units(option.requested), option.node_count, order,
+            group.id)
 
 
 def _lane_index(group: NodeGroup) -> int:

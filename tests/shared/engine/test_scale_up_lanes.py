@@ -89,3 +89,18 @@ def test_the_choice_matches_the_cost_per_work_rule() -> None:
              for size, g in ((g.lane, g) for g in snap.groups)}
     cheapest = min(costs, key=lambda s: costs[s])  # type: ignore[arg-type, return-value]
     assert [i.group_id for i in plan.increases] == [ids[cheapest]]
+
+
+def test_linear_prices_pods_one_per_small_node_rather_than_a_mid_size_cut_short() -> None:
+    """Three pods that fit one per D2, two per D4: at prices linear in vCPUs a D4 holding two costs what two D2s do;
+    the D2 option places more of the work at that cost, so all three go to D2s (no node of a mid size)."""
+    sizes = (SMALL, "Standard_D4s_v5", BIG)
+    price = {SMALL: 0.096, "Standard_D4s_v5": 0.192, BIG: 0.768}
+    alloc = {SMALL: res(1.9, 5.5, 110), "Standard_D4s_v5": res(3.86, 13.8, 110), BIG: res(15.8, 58, 110)}
+    base = group("mix", target=0)
+    groups = [NodeGroup(base.resource_group, "mix", 0, 10, 0, s, lane=s, lanes=sizes, allocation_strategy="LowestPrice",
+                        location=base.location) for s in sizes]
+    snap = snapshot(groups=groups, pods=[pod(f"s{i}", pending=True, cpu=1.5, mem=3) for i in range(3)],
+                    templates={g.id: template(alloc[g.lane]) for g in groups})
+    plan = plan_scale_up(replace(snap, prices={g.id: price[g.lane] for g in groups}))
+    assert [(i.group_id, i.delta) for i in plan.increases] == [(groups[0].id, 3)]
