@@ -38,7 +38,7 @@ from devtools.replay.frontier import (
 
 # The policies in the order the table reads best: ours first, then what it is compared with, the
 # lower bound and the oracle (the two computed references) last. Policies not named here follow, alphabetically.
-POLICY_ORDER = ("ours", "ours+standby", "ours+buffer", "ca", "nap", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
+POLICY_ORDER = ("ours", "ours+sizes", "ours+standby", "ours+buffer", "ca", "nap", "ours+vn@100", "ca+vn@100", "ours+vn@1000", "ca+vn@1000",
                 "ours+spot", "ca+spot", "ours+spot@5%", "ca+spot@5%", "ours+spot@20%", "ca+spot@20%",
                 "ours+spot@5%,quota320", "ca+spot@5%,quota320", "vmss-cpu", "static", "lower_bound", "oracle")
 FRONTIER_TITLE = ("Frontier (each policy at each idle time swept; ours+standby at each standby size; ours+buffer at "
@@ -56,7 +56,8 @@ WORK_LOST_HOURS_FROM_S = 3600.0  # below an hour, work lost reads better in seco
 HEADERS = (
     "policy", "node-hours", "cost ($)", "cost vs oracle", "cost vs lower bound",
     "pending wait p50 (s)", "pending wait p95 (s)", "pending wait p99 (s)", "pending wait max (s)",
-    "pods killed", "work lost", "scale actions", "ARM reads", "ARM writes", "throttle violations", "pods completed",
+    "pods killed", "work lost", "disruptions/day", "scale actions", "ARM reads", "ARM writes", "throttle violations",
+    "pods completed",
 )
 # The spot tier's own figures (results' `spot` part), one row per policy that ran with spot pools. "died with the
 # VM": pods running when their spot VM was evicted; "moved at the notice": pods evicted on the Preempt notice.
@@ -158,6 +159,7 @@ def policy_row(policy: str, metrics: Mapping[str, Any] | None) -> tuple[str, ...
         *(_fmt_int(waits.get(q)) for q in ("p50", "p95", "p99", "max")),
         _fmt_int(m.get("pods_killed")),
         _fmt_work_lost(m.get("work_lost_s")),
+        _fmt(m.get("disruptions_per_day"), ",.1f"),  # nodes removed while running workload pods, per sim day
         _fmt_int(m.get("scale_actions")),
         _fmt_int(m.get("arm_reads")),
         _fmt_int(m.get("arm_writes")),

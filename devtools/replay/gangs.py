@@ -324,7 +324,8 @@ def run_gangs(policy: str, workload: GangWorkload, config: GangConfig = GangConf
     run.run(_Observed(chosen, observer, world))
     if not observer.requests:
         raise GangReplayUnavailable("the sandbox created no ProvisioningRequest: its gang jobs are not played")
-    base = run_result(world, config.pools, scale_actions=chosen.scale_actions(), oracle_cost=0.0)
+    base = run_result(world, config.pools, scale_actions=chosen.scale_actions(), oracle_cost=0.0,
+                      removed=getattr(chosen, "removed_nodes", None))
     result = observer.result(world.t)
     result.update({"cost": base["cost"], "pods_killed": base["pods_killed"], "scale_actions": base["scale_actions"],
                    "assumptions": list(ASSUMPTIONS)})

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from devtools.replay.disruptions import disruptions_section
 from devtools.replay.harness import DAEMONSET_CPU_MILLI, DAEMONSET_MEMORY_MIB, MIB, ReplayConfig, placeable, pool_of
 from devtools.replay.pools import Pool
 from devtools.replay.spot import spot_section
@@ -257,8 +258,10 @@ def static_sizes(curve: DemandCurve, pools: Sequence[Pool]) -> dict[str, int]:
     return {pool.name: max(pool.min_size, math.ceil(curve.peak(pool.name) - 1e-9)) for pool in pools}
 
 
-def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracle_cost: float) -> dict[str, Any]:
-    """The results.json entry of one simulated run."""
+def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracle_cost: float,
+               removed: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The results.json entry of one simulated run. `removed`: the policy's removals (node -> its kind of removal),
+    for its voluntary disruptions (devtools.replay.disruptions); None counts every running pod stopped."""
     report = world.report()
     end = report["sim_seconds"]
     waits, killed, lost = [], 0, 0.0
@@ -304,6 +307,9 @@ def run_result(world: World, pools: Sequence[Pool], *, scale_actions: int, oracl
         "pods_completed": report["pods_completed"],
         "nodes_max": report["nodes_max"],
     }
+    disruptions = disruptions_section(report["pods"], sim_seconds=max(end, 1.0), removed=removed)
+    result["disruptions_per_day"] = disruptions["nodes_per_day"]
+    result["disruptions"] = disruptions
     if any(pool.is_spot for pool in pools):  # the spot tier: evictions, lost work, where capacity ran, quota
         result["spot"] = spot_section(report, pools)
     if virtual_node is not None:  # the burst tier: what ACI held at its peak, what it refused, Jobs it failed

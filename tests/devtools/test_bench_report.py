@@ -27,6 +27,7 @@ def _metrics(scale: float, *, oracle: bool = False) -> dict[str, Any]:
         "arm_reads": None if oracle else 1200,
         "arm_writes": None if oracle else 30,
         "throttle_violations": None if oracle else 0,
+        "disruptions_per_day": None if oracle else 1.25 * scale,
     }
 
 
@@ -78,7 +79,7 @@ def test_markdown_has_one_table_per_trace_with_policies_in_order() -> None:
     assert len(tables) == 2
     for table in tables:
         header, *rows = table
-        assert header[0] == "policy" and len(header) == 16
+        assert header[0] == "policy" and len(header) == 17
         assert [r[0] for r in rows] == [*ORDER, "zeta"]
         assert all(len(r) == len(header) for r in rows)
 
@@ -95,6 +96,7 @@ def test_markdown_formats_numbers_and_missing_metrics() -> None:
     assert cell["ca", "work lost"] == "3.0 h"
     assert cell["ours", "ARM reads"] == "1,200" and cell["ours", "ARM writes"] == "30"
     assert cell["ours", "throttle violations"] == "0"
+    assert cell["ca", "disruptions/day"] == "2.5" and cell["oracle", "disruptions/day"] == MISSING
     # The oracle: metrics that do not apply show a dash, a real zero stays a zero.
     assert cell["oracle", "pending wait p99 (s)"] == MISSING
     assert cell["oracle", "scale actions"] == MISSING

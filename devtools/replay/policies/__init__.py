@@ -23,6 +23,7 @@ class Static:
     """`static`: fixed capacity sized for the trace's peak; nothing ever changes it."""
 
     name = "static"
+    removed_nodes: dict[str, str] = {}  # never removes a node
 
     def next_wakeup(self, now: datetime) -> datetime | None:
         return None

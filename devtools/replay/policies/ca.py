@@ -248,6 +248,7 @@ class ClusterAutoscaler:
         self._last_delete: datetime | None = None
         self._last_failure: datetime | None = None
         self._actions = 0
+        self.removed_nodes: dict[str, str] = {}  # node -> removal kind (empty, drain): devtools.replay.disruptions
         # The loop trigger: main.go's (previousRun, lastRun), when the last loop ends, the observer's one signal.
         self._runs = (self._start, self._start)
         self._loop_end = self._start
@@ -540,6 +541,8 @@ class ClusterAutoscaler:
             return
         if empty or drains:
             self._last_delete = now  # CA's lastScaleDownDeleteTime: the loop a deletion started in
+        for removal in (*empty, *drains):  # what the replay counts voluntary disruptions by
+            self.removed_nodes[removal.node] = removal.kind
         by_group: dict[str, list[tuple[str, str]]] = {}
         for removal in empty:
             self._empties[removal.node] = _EmptyDeletion(removal.node, removal.group_id, now + NODE_DELETE_DELAY_AFTER_TAINT)

@@ -366,6 +366,7 @@ class NodeAutoProvisioning:
         self._deleting: dict[str, _NodeState] = {}  # nodes tainted for disruption, by name
         self._draining: set[str] = set()  # of those, the ones whose pods are being evicted
         self._actions = 0
+        self.removed_nodes: dict[str, str] = {}  # node -> command kind (empty, delete, replace): replay.disruptions
 
     # -- the Policy protocol ------------------------------------------------------------------
 
@@ -718,7 +719,7 @@ class NodeAutoProvisioning:
                     allowed[state.nodepool] -= 1
                     keep.append(state)
             if keep:
-                self._start_deleting(keep, now)
+                self._start_deleting(keep, now, kind=command.kind)
                 self._delete_instances(keep, now)
             return
         if len(group) != len(command.candidates):
@@ -728,7 +729,7 @@ class NodeAutoProvisioning:
                 verdict[1] is not None and command.replacement is not None
                 and verdict[1].price_per_hour > command.replacement.price_per_hour):
             return
-        self._start_deleting(group, now)
+        self._start_deleting(group, now, kind=command.kind)
         if command.kind == "replace":
             assert verdict[1] is not None
             claims = self._launch(verdict[1], 1, now)
@@ -740,9 +741,10 @@ class NodeAutoProvisioning:
         else:
             self._drain(group)
 
-    def _start_deleting(self, group: Sequence[_NodeState], now: datetime) -> None:
+    def _start_deleting(self, group: Sequence[_NodeState], now: datetime, *, kind: str) -> None:
         for state in group:
             self._deleting[state.name] = state
+            self.removed_nodes[state.name] = kind  # what the replay counts voluntary disruptions by
             self._cluster.add_taint(state.name, taint=Taint(DISRUPTED_TAINT, "", "NoSchedule"))
 
     def _abandon(self, group: Sequence[_NodeState]) -> None:

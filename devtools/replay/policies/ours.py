@@ -25,6 +25,7 @@ from devtools.replay.harness import CLUSTER_NAME, RESOURCE_GROUP, Replay, clock_
 from devtools.replay.memory import MemoryQueue, MemoryStateStore
 from devtools.replay.world_ports import WorldQuota
 from devtools.runner import HostQueueConfig
+from shared.actions import ScaleAction, ScaleDown, ScaleDownRound
 from shared.ports import ClusterEvent, Ports
 from shared.services.events import EventRecorder
 from shared.services.executor import Executor
@@ -45,6 +46,22 @@ class _CountingSink:
 
     def emit(self, event: ClusterEvent) -> None:
         self.events += 1
+
+
+class _RecordingQueue(MemoryQueue):
+    """The replay's queue, noting each node a ScaleDown names with its removal kind (`empty`, `drain`, `batch`,
+    `unready`, `replace`, `drift`, ...): what the replay counts ours' voluntary disruptions by. A node given back
+    before its drain disrupts nothing, so noting every decision, carried out or not, counts nothing extra."""
+
+    def __init__(self, clock: object, *, removed: dict[str, str], **options: object) -> None:
+        super().__init__(clock, **options)  # type: ignore[arg-type]
+        self._removed = removed
+
+    def send(self, action: ScaleAction | ScaleDownRound, *, delay: timedelta = timedelta(0)) -> None:
+        if isinstance(action, ScaleDown):
+            for node in action.nodes:
+                self._removed[node] = action.removal_kind or "drain"
+        super().send(action, delay=delay)
 
 
 def replay_settings(replay: Replay, overrides: Mapping[str, str]) -> Settings:
@@ -71,7 +88,10 @@ class Ours:
         host = HostQueueConfig.from_host_json()
         clock = clock_of(replay)
         self.state = MemoryStateStore()
-        self.queue = MemoryQueue(clock, max_dequeue_count=host.max_dequeue_count, visibility_timeout=host.visibility_timeout)
+        # Every node a ScaleDown named, with its removal kind (devtools.replay.disruptions).
+        self.removed_nodes: dict[str, str] = {}
+        self.queue = _RecordingQueue(clock, removed=self.removed_nodes, max_dequeue_count=host.max_dequeue_count,
+                                     visibility_timeout=host.visibility_timeout)
         self.ports = Ports(
             cluster=replay.cluster, provider=replay.compute, state=self.state, queue=self.queue, clock=clock,
             events=EventRecorder(_CountingSink()),

@@ -11,6 +11,7 @@ set with no running instance reports no CPU, so each profile's minimum is 1 inst
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from devtools.replay.harness import Replay, every
@@ -34,6 +35,7 @@ class VmssCpuAutoscale:
         self._samples: dict[str, deque[tuple[datetime, float]]] = {}
         self._last_action: dict[str, datetime] = {}
         self._actions = 0
+        self.removed_nodes: dict[str, str] = {}  # node -> "scale-in": devtools.replay.disruptions
 
     def next_wakeup(self, now: datetime) -> datetime:
         return every(EVALUATION, self._start, now)
@@ -53,9 +55,11 @@ class VmssCpuAutoscale:
                 samples.append((now, sum(measured) / len(measured)))
             while samples and now - samples[0][0] >= WINDOW:
                 samples.popleft()
-            self._decide(group, [i.instance_id for i in running], samples, now)
+            self._decide(group, [i.instance_id for i in running], samples, now,
+                         nodes={i.instance_id: i.node_name for i in running})
 
-    def _decide(self, group: NodeGroup, instance_ids: list[int], samples: deque[tuple[datetime, float]], now: datetime) -> None:
+    def _decide(self, group: NodeGroup, instance_ids: list[int], samples: deque[tuple[datetime, float]], now: datetime,
+                *, nodes: Mapping[int, str]) -> None:
         last = self._last_action.get(group.id)
         if last is not None and now - last < COOLDOWN:
             return
@@ -68,6 +72,7 @@ class VmssCpuAutoscale:
                 compute.begin_resize(group, group.capacity + 1)
             elif samples and sum(v for _, v in samples) / len(samples) < SCALE_IN_BELOW and len(instance_ids) > floor:
                 compute.begin_delete_instances(group, [str(max(instance_ids))])
+                self.removed_nodes[nodes.get(max(instance_ids), "")] = "scale-in"
             else:
                 return
         except ComputeError:

@@ -103,7 +103,8 @@ def _run(policy_type: type, tr: Trace, *, initial: dict[str, int]) -> tuple[Repl
     run = Replay(world, CONFIG)
     policy = policy_type(run) if policy_type is not Static else Static()
     run.run(policy)
-    return run, run_result(world, CONFIG.pools, scale_actions=policy.scale_actions(), oracle_cost=1.0)
+    return run, run_result(world, CONFIG.pools, scale_actions=policy.scale_actions(), oracle_cost=1.0,
+                           removed=getattr(policy, "removed_nodes", None))
 
 
 def test_ca_evicts_a_job_pod_to_remove_an_underused_node_and_ours_waits_for_it() -> None:
@@ -111,9 +112,14 @@ def test_ca_evicts_a_job_pod_to_remove_an_underused_node_and_ours_waits_for_it()
     ca_run, ca = _run(ClusterAutoscaler, tr, initial={"cpu-d16": 2})
     assert ca["pods_killed"] >= 1 and ca["work_lost_s"] > 0
     assert sum(ca_run.world.counters.instances_deleted.values()) >= 1  # the drained node went
+    # Its drain is a voluntary disruption, counted by CA's own kind of removal, every pod it stopped with it.
+    assert ca["disruptions"]["nodes"] >= 1 and ca["disruptions_per_day"] > 0
+    assert ca["disruptions"]["pods"] == ca["pods_killed"]
+    assert set(ca["disruptions"]["by_reason"]) <= {"drain", "empty"}
 
     ours_run, ours = _run(Ours, tr, initial={"cpu-d16": 2})
     assert ours["pods_killed"] == 0 and ours["work_lost_s"] == 0
+    assert ours["disruptions"]["nodes"] == 0 and ours["disruptions_per_day"] == 0  # removed empty, once done
     assert ours["pods_completed"] == 4
     # Ours still removed both nodes, each once its Job had finished.
     assert sum(ours_run.world.counters.instances_deleted.values()) == 2
