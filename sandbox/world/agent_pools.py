@@ -126,6 +126,18 @@ class AgentPoolsPart(WorldCore):
                 group_keys=(group.key,),
             )
 
+    def _is_managed_set(self, group: ScaleSetSim) -> bool:
+        """Whether an autoscaler may touch the scale set's nodes: it carries the discovery tags, or it is a size of
+        a VirtualMachines pool whose own tags mark it for this cluster (such sizes have no bounds of their own,
+        so their sets are `autoscaled: false`)."""
+        pool = group.spec.agent_pool
+        if group.spec.autoscaled or pool is None or not pool.multi_size:
+            return group.spec.autoscaled
+        sim = self._agent_pools.get(pool.name)
+        tags = sim.tags if sim is not None else {}
+        return (tags.get("cluster-autoscaler-enabled", "").lower() == "true"
+                and tags.get("cluster-autoscaler-name") == self.scenario.cluster_name)
+
     # ------------------------------------------------------------------ reads
 
     def agent_pools(self) -> list[AgentPoolSim]:

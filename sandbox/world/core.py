@@ -194,6 +194,9 @@ class WorldCore:
         _unmanaged_touches: Counter[str]
         _events_by_object: dict[str, Counter[str]]
 
+        # sandbox.world.agent_pools
+        def _is_managed_set(self, group: ScaleSetSim) -> bool: ...
+
         # sandbox.world.quota
         def _check_quota(self, group: ScaleSetSim, cpus: int) -> None: ...
         def _note_quota_peaks(self) -> None: ...

@@ -47,13 +47,13 @@ class KubeResourcesPart(WorldCore):
         if not node_name or self._is_virtual_node(node_name):
             return
         inst = self._by_node.get(node_name)
-        untagged = inst is not None and not self._groups[inst.group_key].spec.autoscaled
+        untagged = inst is not None and not self._is_managed_set(self._groups[inst.group_key])
         if (inst is None or untagged) and self._store.get("nodes", "", node_name) is not None:
             self._unmanaged_touches[node_name] += 1
 
     def _touch_untagged_instances(self, group: ScaleSetSim, targets: Iterable[InstanceSim]) -> None:
         """An ARM write naming instances of a scale set without the discovery tags touches their nodes."""
-        if group.spec.autoscaled:
+        if self._is_managed_set(group):
             return
         for inst in targets:
             if inst.node_registered and self._store.get("nodes", "", inst.node_name) is not None:

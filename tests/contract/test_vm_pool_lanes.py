@@ -181,6 +181,7 @@ def test_an_idle_machine_of_one_size_is_removed_by_the_polls_and_the_executor(
     assert after == {**COUNTS, D8: COUNTS[D8] - 1}
     assert idle not in {n.name for n in ports.cluster.list_nodes()}
     assert app.world.report()["running_pods_evicted"] == 0
+    assert app.world.report()["unmanaged_nodes_touched"] == {}  # the pool is marked for us: its nodes are ours
 
 
 def test_a_pod_only_the_big_size_holds_grows_that_lane_from_zero_through_the_executor(

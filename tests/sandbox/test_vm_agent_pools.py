@@ -260,3 +260,23 @@ def test_delete_machines_removes_named_machines_of_any_size(fast: SandboxServer)
     assert [(m.size, m.count) for m in pool.virtual_machines_profile.scale.manual] == [(D2, 1), (D4, 0), (D8, 1)]
     assert doomed not in {m.name for m in client.machines.list(AKS_RG, CLUSTER, "mix")}
     wait_for(lambda: doomed not in [n.metadata.name for n in pool_nodes(fast, "mix")])
+
+
+@pytest.mark.parametrize(("tags", "counted"), [
+    ({"team": "render"}, True),
+    ({"cluster-autoscaler-enabled": "true", "cluster-autoscaler-name": "someone-else"}, True),
+    ({"cluster-autoscaler-enabled": "true", "cluster-autoscaler-name": "<cluster>", "min": "0", "max": "6"}, False),
+], ids=["not marked", "marked for another cluster", "marked for this cluster"])
+def test_a_machine_deleted_counts_as_unmanaged_unless_the_pool_is_marked_for_this_cluster(
+    sandbox_factory: SandboxFactory, tags: dict[str, str], counted: bool,
+) -> None:
+    doc = mix_doc()
+    marked = {k: (doc["cluster_name"] if v == "<cluster>" else v) for k, v in tags.items()}
+    doc["node_groups"][-1]["agent_pool"]["tags"] = marked
+    server = sandbox_factory(doc, clock=ManualClock(SANDBOX_START))
+    client = aks_client(server)
+    doomed = sorted(m.name for m in client.machines.list(AKS_RG, CLUSTER, "mix"))[0]
+    client.agent_pools.begin_delete_machines(
+        AKS_RG, CLUSTER, "mix", AgentPoolDeleteMachinesParameter(machine_names=[doomed]), polling=False)
+    touched = server.world.report()["unmanaged_nodes_touched"]
+    assert (doomed in touched) == counted
