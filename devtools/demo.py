@@ -78,8 +78,10 @@ SCENARIO_OPTIONS: dict[str, dict[str, Any]] = {
     # Kueue makes a minute later would still plan against the old limit. A short cache shows the raise at once.
     "gang-atomic": {"settings": {"QUOTA_CACHE": "6s"}},
     # Three D8s onto one D16 of the same family saves a third of their price while moving every pod they hold: a
-    # balanced score of 0.33, under the default 0.5 when they are the cluster's only candidates (docs/consolidation.md).
-    "consolidate-replace": {"settings": {"CONSOLIDATION_THRESHOLD": "0.3"}},
+    # balanced score of 0.33, under the default 0.5 when they are the cluster's only candidates; and the default
+    # budget (10 % of 4 nodes: 1) never lets three be replaced at once (docs/consolidation.md).
+    "consolidate-replace": {"settings": {"CONSOLIDATION_THRESHOLD": "0.3",
+                                         "DISRUPTION_BUDGETS": "nodes=3&reasons=Replace,Drifted"}},
     # Two drifted nodes replaced at a time (the default budget, 10 % of ten nodes, allows one).
     "drift-rollout": {"settings": {"DISRUPTION_BUDGETS": "nodes=2&reasons=Drifted"}},
 }
