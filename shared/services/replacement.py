@@ -5,7 +5,8 @@ Called by the utilisation poll before it plans scale-down (`run_replacements`), 
 1. entries whose node is gone are dropped (done), and those older than REPLACEMENT_TIMEOUT whose removal has not
    started are given up (event `ReplacementGivenUp`; the old node stays, the new one is idle capacity that the
    ordinary scale-down removes);
-2. the planners propose: engine.drift (DRIFT_REPLACEMENT) and engine.consolidation (unless CONSOLIDATION=off);
+2. the planners propose: engine.drift (DRIFT_REPLACEMENT) and engine.consolidation (unless CONSOLIDATION=off;
+   with the budgets as its `admissible`, counting this round's drift proposals first);
 3. the disruption budgets admit proposals (engine.disruption_budgets.admit), all of a proposal's nodes or none;
    a proposal whose target group has no room left under its max is refused too;
 4. each admitted proposal: a `Replacement` entry per old node in its group's row (compare-and-swap), then ONE
@@ -27,6 +28,7 @@ from datetime import datetime, timezone
 from shared import telemetry
 from shared.actions import new_scale_up
 from shared.domain import DRIFTED, ClusterSnapshot, GroupState, Replacement
+from shared.engine.consolidation import ConsolidationOptions, ConsolidationPlan, plan_consolidation
 from shared.engine.disruption_budgets import admit
 from shared.engine.drift import drifted_nodes, plan_drift
 from shared.engine.replacement import GONE, ReplacementProposal, ready_replacements, stale_replacements
@@ -85,10 +87,14 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
             drift = plan_drift(snapshot, states=states, drifted=drifted, now=now, drain=drain_rules(settings))
             planned += drift.proposals
             waiting = drift.waiting
-        consolidation = _consolidation_plan(ports, settings, snapshot, states, now=now, unneeded=unneeded)
+        consolidation = _consolidation_plan(ports, settings, snapshot, states, now=now, unneeded=unneeded,
+                                            before=tuple(planned))
         if consolidation is not None:
             planned += consolidation.proposals
             candidates = consolidation.candidates
+        # Plain text for the status document and `plan` (a verdict may be a KeptReason, a str subclass).
+        waiting = {node: str(why) for node, why in waiting.items()}
+        candidates = {node: str(verdict) for node, verdict in candidates.items()}
         proposals = planned
     proposals = tuple(proposals)
     admitted, refused = admit(proposals, snapshot, states, settings.disruption_budgets, now)
@@ -214,19 +220,23 @@ def _record(ports: Ports, by_group: Mapping[str, Mapping[str, Replacement]]) -> 
 
 
 def _consolidation_plan(ports: Ports, settings: Settings, snapshot: ClusterSnapshot,
-                        states: Mapping[str, GroupState], *, now: datetime, unneeded: Collection[str]):  # type: ignore[no-untyped-def]
-    """engine.consolidation's plan, or None when CONSOLIDATION=off or the planner is not available."""
+                        states: Mapping[str, GroupState], *, now: datetime, unneeded: Collection[str],
+                        before: Sequence[ReplacementProposal]) -> ConsolidationPlan | None:
+    """engine.consolidation's plan, None with CONSOLIDATION=off. `before`: this round's drift proposals, which
+    the budgets weigh first (a consolidation the budgets would refuse after them gives way to a smaller one)."""
     if settings.consolidation == "off":
-        return None
-    try:
-        from shared.engine.consolidation import ConsolidationOptions, plan_consolidation
-    except ImportError:  # pragma: no cover - until engine.consolidation ships
         return None
     if not snapshot.prices:
         # Consolidation weighs prices; the utilisation poll reads them only for it (the provider caches them).
         snapshot = replace(snapshot, prices=ports.provider.list_prices(snapshot.groups))
+
+    def admissible(proposal: ReplacementProposal) -> str:
+        _, refused = admit((*before, proposal), snapshot, states, settings.disruption_budgets, now)
+        return next((refused[node] for node, _ in proposal.nodes if node in refused), "")
+
     options = ConsolidationOptions(policy=settings.consolidation, threshold=settings.consolidation_threshold,
-                                   drain=drain_rules(settings), on_demand_selector=settings.on_demand_pod_selector)
+                                   drain=drain_rules(settings), on_demand_selector=settings.on_demand_pod_selector,
+                                   admissible=admissible)
     return plan_consolidation(snapshot, states=states, unneeded=unneeded, options=options, now=now)
 
 
