@@ -210,9 +210,14 @@ def test_a_status_document_is_written_without_pyyaml(parses: list[str], monkeypa
     app = make_memory_app(settings={"SCALE_DOWN_UNNEEDED_TIME": "10m"})
     texts = [text.split(": ", 1)[1] for text in _polls(app)]
 
-    def no_pyyaml(*args: Any, **kwargs: Any) -> str:
+    def no_pyyaml(data: Any, *args: Any, **kwargs: Any) -> str:
+        # One scalar's spelling (`_Emitter._pyyaml`: a string with spaces or indicators, cached per document) is
+        # PyYAML's to decide; the document itself never is.
+        if type(data) is dict and list(data) == ["k"] and not isinstance(data["k"], (dict, list)):
+            return kept(data, *args, **kwargs)
         raise AssertionError("block_dump handed a status document to PyYAML")
 
     docs = [yaml.safe_load(text) for text in texts]
+    kept = yaml_text.safe_dump
     monkeypatch.setattr(yaml_text, "safe_dump", no_pyyaml)
     assert [yaml_text.block_dump(doc) for doc in docs] == texts
