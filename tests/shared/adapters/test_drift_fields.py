@@ -1,6 +1,6 @@
 """What the providers read for drift (engine.drift), without a server: a Uniform instance's `latestModelApplied`,
 a Flexible member's (ARM's VM has none: None), and an AKS pool's `nodeImageVersion`. The sandbox's ARM double
-serves the same fields after a model change: tests/sandbox/test_drift_world.py."""
+serves the field after a model change: the last test, over HTTPS."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from shared.adapters.aks_pools import AksAgentPools
 from shared.adapters.compute import VmssCompute
 from shared.adapters.credentials import StaticTokenCredential
 from shared.adapters.flex_compute import _member
+from sandbox.clock import ManualClock
 from shared.domain import UNIFORM_SCALE_SET, NodeGroup
+from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
+from tests.shared.adapters import sandbox_world
 
 CLUSTER_ID = "/subscriptions/s/resourceGroups/rg-aks/providers/Microsoft.ContainerService/managedClusters/prod"
 
@@ -61,3 +64,21 @@ def test_an_aks_pool_reports_its_node_image_version(version: str | None) -> None
                            type_properties_type="VirtualMachineScaleSets", node_image_version=version)
     group = pools._as_group(pool)
     assert group is not None and group.node_image_version == (version or "")
+
+
+# --- against the sandbox's ARM over HTTPS ---------------------------------------------------
+
+
+def test_a_model_change_reads_as_stale_instances_over_the_wire(sandbox_factory: SandboxFactory) -> None:
+    server = sandbox_factory(sandbox_world.scenario(model_changes=[{"at": "1m", "scale_set": "pool-a"}]),
+                             clock=ManualClock(SANDBOX_START))
+    compute = VmssCompute.from_settings(sandbox_world.settings_for(server, ARM_OPERATION_WAIT="0s"))
+    try:
+        group = next(g for g in compute.list_node_groups() if g.name == "pool-a")
+        assert {i.latest_model_applied for i in compute.list_instances(group)} == {True}
+        server.world.advance_by(61)
+        changed = next(g for g in compute.list_node_groups() if g.name == "pool-a")
+        assert changed.etag != group.etag  # the model's write moved the etag (services.drift reads again)
+        assert {i.latest_model_applied for i in compute.list_instances(changed)} == {False}
+    finally:
+        compute.close()
