@@ -776,7 +776,7 @@ class VmssCompute:
             group.location, profile.sizes, spot=group.is_spot)
         sizes = {s.name.lower(): s for s in self.list_vm_sizes(group.location)} if group.location else {}
         order = lane_order(profile, user_strategy(profile, group.tags), sizes=sizes, prices=prices)
-        return as_lanes(group, profile, list_members(self, group), order=order)
+        return as_lanes(group, profile, list_members(self, group, reuse=True), order=order)
 
     def get_node_group(self, group_id: str) -> NodeGroup | None:
         wanted_rg, _, name = parent_group_id(group_id).partition("/")

@@ -27,9 +27,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from azure.core.polling import LROPoller
 
@@ -72,7 +73,7 @@ class FlexCompute(VmssCompute):
     def list_instances(self, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
         """The scale set's member VMs, in one filtered VM list (with their instance views for `power_state`); of
         an instance-mix lane, those of its size."""
-        return of_lane(list_members(self, group, power_state=power_state), group)
+        return of_lane(list_members(self, group, power_state=power_state, reuse=bool(group.lane)), group)
 
     def _get_instance_view(self, group: NodeGroup, instance_id: str) -> Instance | None:
         """One member VM with its instance view (its provisioning error, its power state): a GET of its own."""
@@ -197,9 +198,35 @@ def _of(group: NodeGroup, vm: Any) -> Instance | None:
     return next(iter(of_lane([_member(vm)], group)), None)
 
 
-def list_members(provider: VmssCompute, group: NodeGroup, *, power_state: bool = False) -> list[Instance]:
+# An instance-mix set is listed once for its lanes in discovery, then once per lane by node mapping: the same
+# filtered VM list (ARM's HighCostGet budget, 10 a minute per set). A listing of the set at the same etag made
+# within this many seconds (monotonic) serves a lane's instances, in this process. One-size sets always list.
+MEMBERS_REUSE_SECONDS: Final = 1.0
+_members_lock = threading.Lock()
+_recent_members: dict[tuple[str, str], tuple[str, bool, float, tuple[Instance, ...]]] = {}
+
+
+def list_members(provider: VmssCompute, group: NodeGroup, *, power_state: bool = False,
+                 reuse: bool = False) -> list[Instance]:
     """Every member VM of a Flexible scale set, in one filtered VM list (with their instance views for
-    `power_state`). Also what discovery reads an instance mix's lanes from (VmssCompute lists the sets)."""
+    `power_state`). Also what discovery reads an instance mix's lanes from (VmssCompute lists the sets).
+    `reuse`: an instance mix's listing of the same etag moments ago may answer (MEMBERS_REUSE_SECONDS)."""
+    key = (provider._client._config.base_url or "", _scale_set_id(provider, group).lower())  # noqa: SLF001
+    now = provider._monotonic()  # noqa: SLF001
+    if reuse and group.etag:
+        with _members_lock:
+            recent = _recent_members.get(key)
+        if recent is not None and recent[0] == group.etag and (recent[1] or not power_state) \
+                and 0 <= now - recent[2] <= MEMBERS_REUSE_SECONDS:
+            return list(recent[3])
+    members = _list_members(provider, group, power_state=power_state)
+    if reuse and group.etag:
+        with _members_lock:
+            _recent_members[key] = (group.etag, power_state, now, tuple(members))
+    return members
+
+
+def _list_members(provider: VmssCompute, group: NodeGroup, *, power_state: bool) -> list[Instance]:
     member_filter = f"'virtualMachineScaleSet/id' eq '{_scale_set_id(provider, group)}'"
     extra = {"expand": "instanceView"} if power_state else {}
     client = provider._client  # noqa: SLF001 - VmssCompute's own client, shared by both modes
