@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared.domain import NodeGroup
 from shared.engine.expanders import ExpansionOption
@@ -104,3 +106,19 @@ def test_linear_prices_pods_one_per_small_node_rather_than_a_mid_size_cut_short(
                     templates={g.id: template(alloc[g.lane]) for g in groups})
     plan = plan_scale_up(replace(snap, prices={g.id: price[g.lane] for g in groups}))
     assert [(i.group_id, i.delta) for i in plan.increases] == [(groups[0].id, 3)]
+
+
+@given(st.lists(st.tuples(st.sampled_from([0.25, 0.5, 1, 1.5, 3, 6, 12, 15]), st.sampled_from([1, 2, 4])),
+                min_size=1, max_size=25),
+       st.integers(2, 12), st.sampled_from(["LowestPrice", "Prioritized", ""]))
+@settings(max_examples=60, deadline=None)
+def test_lane_plans_keep_the_engines_invariants(shapes, set_max, strategy) -> None:
+    """Whatever the pods: the lanes never pass the set's max together, every pod is placed or reported, and reusing
+    estimates between rounds changes nothing (as for one-size groups)."""
+    pods = [pod(f"p{i}", pending=True, cpu=cpu, mem=cpu * per) for i, (cpu, per) in enumerate(shapes)]
+    snap, _, options = two_lanes(pods, strategy=strategy, set_max=set_max)
+    plan = plan_scale_up(snap, options=options)
+    assert sum(i.delta for i in plan.increases) <= set_max
+    placed = {p for i in plan.increases for p in i.pods} | set(plan.absorbed) | set(plan.unplaceable)
+    assert placed == {p.key for p in pods}
+    assert plan_scale_up(snap, options=replace(options, reuse_estimates=False)) == plan
