@@ -27,6 +27,7 @@ from shared.domain import DELETION_CANDIDATE_TAINT, DRIFTED, REPLACE, ClusterSna
 from shared.engine import reasons
 from shared.engine.backoff import backoff_reason
 from shared.engine.disruption_budgets import apply_budgets, removal_reason
+from shared.engine.multi_size import clip_removals
 from shared.engine.scale_down import Removal, ScaleDownPlan, plan_scale_down
 from shared.engine.scale_up import initial_state, pending_pods
 from shared.options import scale_down_options, scale_up_options
@@ -133,7 +134,9 @@ def _utilization_poll(ports: Ports, settings: Settings, *, now: datetime) -> Uti
     )
     if plan.simulated_at:
         _ROTATION[ports.state] = dict(plan.simulated_at)
-    # Within the disruption budgets: the removals over a budget are kept (and stay unneeded) for a later poll.
+    # A multi-size set's lanes together stay at or above the set's minimum; then within the disruption budgets.
+    # The removals either keeps wait (and stay unneeded) for a later poll.
+    plan = clip_removals(plan, snapshot.groups, states=group_states)
     plan = apply_budgets(plan, snapshot, group_states, settings.disruption_budgets, now)
     for node, since in plan.unneeded.items():
         if previous.get(node) != since:

@@ -191,3 +191,18 @@ def test_the_replacing_column_is_what_the_row_holds() -> None:
     written = json.loads(_replacing_text(app.ports.state.get_group(GROUP).replacing))
     assert written[OLD]["toGroup"] == OTHER and written[OLD]["savingPerHour"] == 0.25
     assert timedelta(0) <= app.clock.now() - app.ports.state.get_group(GROUP).replacing[OLD].since
+
+
+@pytest.mark.parametrize(("budgets", "removed"), [("", True), ("nodes=0&reasons=Empty", False)])
+def test_the_poll_keeps_removals_within_the_disruption_budgets(budgets: str, removed: bool) -> None:
+    from shared.engine import reasons  # noqa: PLC0415
+
+    app = _app(SCALE_DOWN_UNNEEDED_TIME="1m", DISRUPTION_BUDGETS=budgets)
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    app.clock.advance(120)
+    poll = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    empty = "pool-a000001"
+    assert (empty in {r.node for r in poll.plan.removals}) is removed
+    assert any(isinstance(a, ScaleDown) and empty in a.nodes for a in _actions(app)) is removed
+    if not removed:
+        assert poll.plan.kept[empty].code == reasons.DISRUPTION_BUDGET and empty in poll.plan.unneeded
