@@ -196,8 +196,8 @@ def fit_on_new_node(snapshot: ClusterSnapshot, pods: Sequence[Pod], leaving: Col
     scheduler filter against the cluster as it would be with the pods gone from `leaving` (kept, tainted
     ToBeDeleted).
     """
-    target = _target(snapshot, group, template, 0.0, _zone_counts(snapshot))
-    return _fits(snapshot, pods, frozenset(leaving), target)
+    target = _target(snapshot, group, template, 0.0, _zone_counts(snapshot), _Daemons.of(snapshot))
+    return _fits(_state_without(snapshot, pods, frozenset(leaving)), pods, target)
 
 
 # --- candidates and targets -------------------------------------------------------------------
@@ -268,7 +268,7 @@ def _zone_counts(snapshot: ClusterSnapshot) -> dict[str, dict[str, int]]:
 
 def _targets(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], now: datetime) -> list[_Target]:
     """Groups that can take one more node now, cheapest first."""
-    zones = _zone_counts(snapshot)
+    zones, known = _zone_counts(snapshot), _Daemons.of(snapshot)
     found = []
     for group in snapshot.groups:
         template, price = snapshot.templates.get(group.id), snapshot.prices.get(group.id)
@@ -277,16 +277,27 @@ def _targets(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], now: d
         state = states.get(group.id)
         if state is not None and state.backoff_until is not None and state.backoff_until > now:
             continue
-        found.append(_target(snapshot, group, template, price, zones))
+        found.append(_target(snapshot, group, template, price, zones, known))
     return sorted(found, key=lambda t: (t.price, t.group.id))
 
 
+@dataclass(frozen=True, slots=True)
+class _Daemons:
+    """The cluster's DaemonSet pods, read once per plan: which DaemonSets a new node of a group would run."""
+
+    observed: tuple[Pod, ...]
+    seen: Mapping[str, frozenset[tuple[str, str]]]
+
+    @classmethod
+    def of(cls, snapshot: ClusterSnapshot) -> _Daemons:
+        return cls(tuple(observed_daemonset_pods(snapshot.pods).values()),
+                   daemonsets_seen_by_group(snapshot.nodes, snapshot.pods))
+
+
 def _target(snapshot: ClusterSnapshot, group: NodeGroup, template: NodeTemplate, price: float,
-            zones: Mapping[str, Mapping[str, int]]) -> _Target:
-    daemons = template_daemonsets(
-        snapshot.daemonsets, tuple(observed_daemonset_pods(snapshot.pods).values()), template.labels, template.taints,
-        seen_on_group=daemonsets_seen_by_group(snapshot.nodes, snapshot.pods).get(group.id, frozenset()),
-    )
+            zones: Mapping[str, Mapping[str, int]], known: _Daemons) -> _Target:
+    daemons = template_daemonsets(snapshot.daemonsets, known.observed, template.labels, template.taints,
+                                  seen_on_group=known.seen.get(group.id, frozenset()))
     allocatable = template.allocatable - daemonset_overhead(daemons)
     name = f"consolidation/{group.id}"
     labels = planned_node_labels(template, group, name, next_zone(group, zones.get(group.id, {})))
@@ -312,6 +323,7 @@ def _attempt(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], nodes:
         needed = needed + pod_requests(pod)
     why = "pods don't fit one node of a cheaper group"
     leaving = frozenset(c.node.name for c in nodes)
+    state: PlacementState | None = None  # built at the first target worth a simulation, shared by the next ones
     for target in cheaper:
         if target.group.is_spot and not spot_ok:
             why = f"pods don't all tolerate spot ({target.group.id} is spot)"
@@ -321,7 +333,8 @@ def _attempt(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], nodes:
         if budget[0] <= 0:
             return _Attempt(nodes, "not evaluated: the plan's fit simulations are spent")
         budget[0] -= 1
-        misfit = _fits(snapshot, pods, leaving, target)
+        state = state if state is not None else _state_without(snapshot, pods, leaving)
+        misfit = _fits(state, pods, target)
         if misfit is not None:
             why = f"pods don't fit one node of {target.group.id}: {misfit}"
             continue
@@ -363,18 +376,27 @@ def _judge(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], nodes: t
     return _Attempt(nodes, f"replace {detail}: saves ${saving:.2f}/h", proposal, judged=True)
 
 
-def _fits(snapshot: ClusterSnapshot, pods: Sequence[Pod], leaving: frozenset[str], target: _Target) -> str | None:
+def _state_without(snapshot: ClusterSnapshot, pods: Sequence[Pod], leaving: frozenset[str]) -> PlacementState:
+    """The cluster with `pods` gone and the `leaving` nodes tainted ToBeDeleted (kept: their topology domains)."""
     moving = {id(p) for p in pods}
     views = (NodeView.of(n).as_removed() if n.name in leaving else NodeView.of(n) for n in snapshot.nodes)
-    state = PlacementState.from_cluster(views, (p for p in snapshot.pods if id(p) not in moving))
-    state.add_node(target.view)
-    for pod in sorted(pods, key=lambda p: (-pod_requests(p).cpu_milli, -pod_requests(p).memory_bytes, p.key)):
-        requests = pod_requests(pod)
-        why = check(pod, target.view, state, requests)
-        if why is not None:
-            return f"pod {pod.key}: {why}"
-        state.place(pod, target.view.name, requests)
-    return None
+    return PlacementState.from_cluster(views, (p for p in snapshot.pods if id(p) not in moving))
+
+
+def _fits(state: PlacementState, pods: Sequence[Pod], target: _Target) -> str | None:
+    """Whether every pod passes the filters on the target's new node; the state is left as found."""
+    checkpoint = state.checkpoint()
+    try:
+        state.add_node(target.view)
+        for pod in sorted(pods, key=lambda p: (-pod_requests(p).cpu_milli, -pod_requests(p).memory_bytes, p.key)):
+            requests = pod_requests(pod)
+            why = check(pod, target.view, state, requests)
+            if why is not None:
+                return f"pod {pod.key}: {why}"
+            state.place(pod, target.view.name, requests)
+        return None
+    finally:
+        state.rollback(checkpoint)
 
 
 def _tolerates_spot(pod: Pod, on_demand: LabelSelector | None) -> bool:
