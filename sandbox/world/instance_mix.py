@@ -105,9 +105,9 @@ def steered(mix: InstanceMixSpec, sent: Any) -> InstanceMixSpec:
 
 
 def report(world: World) -> dict[str, Any] | None:
-    """Per instance-mix scale set: VMs created and alive at the end by size, and where each workload's pods ran
-    (pods by node size, a pod evicted and replaced counting once per pod object). None for a world without a
-    mix."""
+    """Per instance-mix scale set: VMs created and alive at the end by size, compute-billed seconds by size, and
+    where each workload's pods ran (pods by node size, a pod evicted and replaced counting once per pod object).
+    None for a world without a mix."""
     groups: dict[str, Any] = {}
     for key, group in world._groups.items():  # noqa: SLF001 - a report of the world's own state
         if group.spec.instance_mix is None:
@@ -120,12 +120,19 @@ def report(world: World) -> dict[str, Any] | None:
                 pods.setdefault(pod.workload, Counter())[size_of_node[pod.node]] += 1
         sizes = [s.vm_size for s in group.spec.instance_mix.sizes]
 
-        def by_size(counts: Counter[str], sizes: list[str] = sizes) -> dict[str, int]:
+        def by_size(counts: Counter[str], sizes: list[str] = sizes) -> dict[str, Any]:
             """Every size of the mix, 0 included (an expectation may bound a size nothing was created of)."""
             return {size: counts[size] for size in sorted({*sizes, *counts})}
 
+        billed: Counter[str] = Counter()
+        for inst in members:  # compute-billed seconds, as the report's node_seconds counts them
+            until = inst.vanished_at if inst.vanished_at is not None else world._t  # noqa: SLF001
+            unbilled = inst.unbilled_seconds + (until - inst.unbilled_since if inst.unbilled_since is not None else 0)
+            billed[inst.vm_size] += max(0.0, until - inst.created_at - unbilled)  # type: ignore[assignment]
         groups[key] = {
             "created_by_size": by_size(Counter(i.vm_size for i in members)),
+            # What the group's node_seconds are made of: price each size at its own rate, not the group's.
+            "node_seconds_by_size": {k: round(v, 3) for k, v in by_size(billed).items()},
             "alive_by_size_at_end": by_size(Counter(
                 i.vm_size for i in group.instances.values() if i.state != "Deleting")),
             "pods_by_workload_and_size": {w: by_size(c) for w, c in sorted(pods.items())},

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sandbox.model import os_disks, quota
+from sandbox.model.instance_mix import member_spec
 from sandbox.model.resources import parse_resource_list
 from sandbox.model.units import parse_time, rfc3339
 from sandbox.world import drift, gang_jobs, instance_mix, kobjects
@@ -143,8 +144,8 @@ class ReportsPart(WorldCore):
                 node = self._store.get("nodes", "", name)
                 if node is None or (inst is not None and inst.state == "Deleting") or not kobjects.is_ready(node):
                     continue
-                capacity = (
-                    self._groups[inst.group_key].spec.capacity.cpu_milli if inst is not None
+                capacity = (  # an instance-mix member's own size
+                    member_spec(self._groups[inst.group_key].spec, inst.vm_size).capacity.cpu_milli if inst is not None
                     else parse_resource_list(node["status"]["capacity"]).cpu_milli
                 )
                 # A node cannot use more than it has, whatever the pods on it ask for.

@@ -260,4 +260,7 @@ def test_the_report_counts_vms_and_pods_by_size() -> None:
     assert mine["created_by_size"] == {"Standard_D2s_v5": 2, "Standard_D4s_v5": 0, "Standard_D8s_v5": 1}
     assert mine["alive_by_size_at_end"] == mine["created_by_size"]
     assert mine["profile"]["ranks"]["Standard_D8s_v5"] == 0 and mine["profile"]["strategy"] == "Prioritized"
+    by_size = mine["node_seconds_by_size"]
+    assert by_size["Standard_D4s_v5"] == 0 and by_size["Standard_D2s_v5"] == pytest.approx(2 * by_size["Standard_D8s_v5"])
+    assert sum(by_size.values()) == pytest.approx(world.report()["node_seconds_by_group"][group.key], abs=0.01)
     assert instance_mix.report(World(scenario(), seed=0, start=START)) is None
