@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from shared.adapters.aks_pools import AksAgentPools, manual_counts
+from shared.adapters.retail_prices import RetailPrices
 from shared.domain import Taint
 from shared.ports import ComputeError
 from shared.engine.templates import template_from_tags
@@ -212,3 +213,11 @@ def test_resizing_a_size_the_pool_no_longer_has_is_refused() -> None:
     with pytest.raises(ComputeError, match="no longer has size"):
         aks.begin_resize(lane, 3)
     assert pools.put is None
+
+
+def test_each_lane_is_priced_by_its_own_size() -> None:
+    prices = {D2: 0.096, D4: 0.192, D8: 0.384}
+    aks = AksAgentPools(provider()._client, cluster_id=CLUSTER_ID, cluster_name="prod", named_pools={},
+                        operation_wait=0, prices=RetailPrices(None, overrides=prices))
+    lanes = aks._as_groups(vm_pool((D2, 1), (D4, 0), (D8, 2)))
+    assert aks.list_prices(lanes) == {g.id: prices[g.lane] for g in lanes}
