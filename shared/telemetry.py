@@ -142,6 +142,12 @@ METRICS: Mapping[str, MetricSpec] = {spec.name: spec for spec in (
                "Pods on spot nodes when they were evicted (`batch`: Job or BATCH_POD_SELECTOR pods, whose work is lost)."),
     MetricSpec(_OURS + "spot_lost_work_seconds_total", "counter", (), "s",
                "Run time batch pods had done when their spot node was evicted: work to do again."),
+    MetricSpec(_OURS + "spot_kept_off_pods", "gauge", (), "{pod}",
+               "Pending pods the last pending poll planned off spot: expected to run longer than SPOT_MAX_RUNTIME "
+               "(or annotated autoscaler.azure.com/spot: avoid)."),
+    MetricSpec(_OURS + "spot_expected_lost_work_seconds", "gauge", (), "s",
+               "The work the pending pods planned spot-first with an expected run time are expected to lose to "
+               "evictions (rate x T^2 / 2 each, SPOT_EVICTION_RATE): compare with spot_lost_work_seconds_total."),
     MetricSpec(_OURS + "standby_instances", "gauge", ("node_group",), "{instance}",
                "Instances of the group kept deallocated as warm standby (or by SCALE_DOWN_MODE=deallocate), per poll."),
     MetricSpec(_OURS + "standby_target", "gauge", ("node_group",), "{instance}",
@@ -556,6 +562,13 @@ def record_replacements(*, savings_per_hour: float, drifted: int) -> None:
     """One utilisation poll's view of replacements: their saving per hour once done, and the drifted nodes."""
     _set(_OURS + "replacement_savings_per_hour", savings_per_hour)
     _set(_OURS + "drifted_nodes", drifted)
+
+
+@_never_raises
+def record_spot_by_work(*, kept_off: int, expected_loss_s: float) -> None:
+    """One pending poll's spot-by-work view (engine.spot_work): pods kept off spot, expected loss of the others."""
+    _set(_OURS + "spot_kept_off_pods", kept_off)
+    _set(_OURS + "spot_expected_lost_work_seconds", expected_loss_s)
 
 
 @_never_raises

@@ -35,6 +35,16 @@ from shared.engine.offerings import FailedAllocation, describe
 from shared.engine.provisioning import restore_targets
 from shared.engine.placement import PlacementState
 from shared.engine.spot import Eviction, keep_off_spot
+from shared.engine.spot_work import (
+    EXPECTED_RUNTIME_ANNOTATION,
+    SPOT_ANNOTATION,
+    SpotWorkRule,
+    expected_loss,
+    expected_runtime,
+    parse_max_runtime,
+    plan_spot_work,
+    price_fraction,
+)
 from shared.engine.virtual_nodes import VirtualNodePlan, plan_virtual_nodes, planning_snapshot, status_of
 from shared.options import scale_up_options, virtual_node_options
 from shared.gc_pause import gc_paused
@@ -145,6 +155,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
     elif any(g.lane for g in snapshot.groups):
         # A multi-size set's lanes compete on price per unit of work whatever the expander (engine.multi_size).
         snapshot = replace(snapshot, prices=ports.provider.list_prices([g for g in snapshot.groups if g.lane]))
+    snapshot = _spot_by_work(ports, settings, snapshot)
     # Pods on virtual nodes that are demand for VMs are planned with the pending pods, after them.
     virtual = virtual_nodes.plan_for(ports, settings, snapshot, now=now)
     # ProvisioningRequests come before every real pod: booked room and in-flight nodes are theirs, new atomic
@@ -238,6 +249,36 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
         provisioning_requests=decided.lines,
     ), now=now)
     return result
+
+
+def _spot_by_work(ports: Ports, settings: Settings, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """Pending pods whose expected run time is over the spot limit planned off spot (engine.spot_work).
+
+    Prices are read (the provider caches them) only when a spot group exists and a pending pod says something
+    the rule reads, so clusters without spot or without the annotations pay nothing for it.
+    """
+    if not any(g.is_spot for g in snapshot.groups):
+        return snapshot
+    pending = [p for p in snapshot.pods if p.node_name is None and not p.is_finished
+               and (EXPECTED_RUNTIME_ANNOTATION in p.annotations or SPOT_ANNOTATION in p.annotations)]
+    if not pending:
+        return snapshot
+    enabled, fixed = parse_max_runtime(settings.spot_max_runtime)
+    rule = SpotWorkRule(enabled=enabled, max_runtime=fixed, eviction_rate=settings.spot_eviction_rate,
+                        lost_work_cost=settings.spot_lost_work_cost)
+    prices = snapshot.prices
+    if enabled and fixed is None and not all(g.id in prices for g in snapshot.groups):
+        prices = {**ports.provider.list_prices(snapshot.groups), **prices}
+    decided = plan_spot_work(pending, rule, fraction=price_fraction(snapshot.groups, prices))
+    telemetry.record_spot_by_work(kept_off=len(decided.kept_off), expected_loss_s=sum(
+        expected_loss(runtime, eviction_rate=rule.eviction_rate).total_seconds()
+        for p in pending if p.key not in decided.kept_off and (runtime := expected_runtime(p)) is not None))
+    if not decided.kept_off:
+        return snapshot
+    changed = {p.key: p for p in decided.pods if p.key in decided.kept_off}
+    for key, why in decided.kept_off.items():
+        log.info("pod %s planned off spot: %s", key, why, extra={"pod": key, "off_spot_reason": why})
+    return replace(snapshot, pods=tuple(changed.get(p.key, p) for p in snapshot.pods))
 
 
 def _spot_ids(snapshot: ClusterSnapshot) -> frozenset[str]:

@@ -64,6 +64,8 @@ CONTRACT = {
     "vmss_autoscaler_spot_evictions_total": ("counter", ("node_group", "how")),
     "vmss_autoscaler_spot_evicted_pods_total": ("counter", ("batch",)),
     "vmss_autoscaler_spot_lost_work_seconds_total": ("counter", ()),
+    "vmss_autoscaler_spot_kept_off_pods": ("gauge", ()),
+    "vmss_autoscaler_spot_expected_lost_work_seconds": ("gauge", ()),
     "vmss_autoscaler_replacement_savings_per_hour": ("gauge", ()),
     "vmss_autoscaler_disruptions_total": ("counter", ("reason",)),
     "vmss_autoscaler_drifted_nodes": ("gauge", ()),
