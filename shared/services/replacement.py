@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from shared import telemetry
 from shared.actions import new_scale_up
 from shared.domain import DRIFTED, ClusterSnapshot, GroupState, Replacement
+from shared.engine.backoff import backoff_reason
 from shared.engine.consolidation import ConsolidationOptions, ConsolidationPlan, plan_consolidation
 from shared.engine.disruption_budgets import admit
 from shared.engine.drift import drifted_nodes, plan_drift
@@ -103,7 +104,7 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
     done: list[ReplacementProposal] = []
     enqueued: list[str] = []
     for proposal in admitted:
-        why = _refusal(snapshot, states, proposal, asked)
+        why = _refusal(snapshot, states, proposal, asked, now=now)
         if why:
             refused.update({node: why for node, _ in proposal.nodes})
             continue
@@ -169,7 +170,7 @@ def _drop_stale(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, sta
 
 
 def _refusal(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], proposal: ReplacementProposal,
-             asked: Mapping[str, int]) -> str:
+             asked: Mapping[str, int], *, now: datetime) -> str:
     """Why the proposal cannot be asked for now; "" when it can."""
     if proposal.count < 1:
         return f"a replacement asks at least one node, not {proposal.count}"
@@ -180,6 +181,9 @@ def _refusal(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], propos
     taken = [node for node, _ in proposal.nodes if node in busy]
     if taken:
         return f"node(s) {', '.join(taken)} already being removed or replaced"
+    backoff = backoff_reason(states.get(group.id, GroupState(group.id)), now=now)
+    if backoff:  # its ScaleUp would not be made: the old nodes would only wait for the timeout
+        return f"group {proposal.to_group} {backoff}"
     target = group.running_target + asked.get(proposal.to_group, 0) + proposal.count
     if target > group.max_size:
         return f"group {proposal.to_group} has no room for {proposal.count} more node(s) (max {group.max_size})"

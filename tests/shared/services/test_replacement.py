@@ -153,12 +153,16 @@ def test_a_node_running_batch_pods_is_never_drained_by_its_replacement() -> None
     assert OLD in _nodes(app) and OLD in app.ports.state.get_group(GROUP).replacing
 
 
-@pytest.mark.parametrize(("settings", "max_size", "why"), [
-    ({"DISRUPTION_BUDGETS": "nodes=0&reasons=Drifted"}, 5, "budget"),
-    ({}, 2, "no room"),
+@pytest.mark.parametrize(("settings", "max_size", "backoff", "why"), [
+    ({"DISRUPTION_BUDGETS": "nodes=0&reasons=Drifted"}, 5, False, "budget"),
+    ({}, 2, False, "no room"),
+    ({}, 5, True, "in backoff"),
 ])
-def test_a_refused_proposal_asks_nothing(settings: dict[str, str], max_size: int, why: str) -> None:
+def test_a_refused_proposal_asks_nothing(settings: dict[str, str], max_size: int, backoff: bool, why: str) -> None:
     app = _app(max_size=max_size, **settings)
+    if backoff:
+        assert app.ports.state.update_group(GroupState(GROUP, backoff_until=app.clock.now() + timedelta(minutes=5),
+                                                       backoff_reason="AllocationFailed"))
     decided = _propose(app, _drift())
     assert decided.admitted == () and decided.enqueued == ()
     assert why in decided.refused[OLD]
