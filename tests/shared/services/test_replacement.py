@@ -86,9 +86,12 @@ def _nodes(app: MemoryApp) -> set[str]:
     return {n.name for n in snapshot.nodes}
 
 
+@pytest.mark.parametrize("budgets", ["", "nodes=1&reasons=Replace,Drifted"])
 @pytest.mark.parametrize(("proposal", "kind"), [(_drift(), "drift"), (_consolidate(), "replace")])
-def test_a_proposal_asks_its_capacity_then_the_old_node_is_drained(proposal: ReplacementProposal, kind: str) -> None:
-    app = _app()
+def test_a_proposal_asks_its_capacity_then_the_old_node_is_drained(proposal: ReplacementProposal, kind: str,
+                                                                   budgets: str) -> None:
+    # A budget of one: the replacement takes it, and its own drain is not counted twice.
+    app = _app(DISRUPTION_BUDGETS=budgets)
     running = len([n for n in _nodes(app) if n.startswith(proposal.to_group.rsplit("/", 1)[1])])
     decided = _propose(app, proposal)
 
