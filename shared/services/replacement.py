@@ -98,13 +98,22 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
         candidates = {node: str(verdict) for node, verdict in candidates.items()}
         proposals = planned
     proposals = tuple(proposals)
-    admitted, refused = admit(proposals, snapshot, states, settings.disruption_budgets, now)
-    refused = dict(refused)
+    # What cannot be asked for is refused before the budgets weigh the rest: it must not take their room.
+    refused: dict[str, str] = {}
+    feasible = []
+    for proposal in proposals:
+        why = _refusal(snapshot, states, proposal, {}, now=now)
+        if why:
+            refused.update({node: why for node, _ in proposal.nodes})
+        else:
+            feasible.append(proposal)
+    admitted, over_budget = admit(feasible, snapshot, states, settings.disruption_budgets, now)
+    refused.update(over_budget)
     asked: dict[str, int] = {}  # target group -> nodes asked of it this round
     done: list[ReplacementProposal] = []
     enqueued: list[str] = []
     for proposal in admitted:
-        why = _refusal(snapshot, states, proposal, asked, now=now)
+        why = _refusal(snapshot, states, proposal, asked, now=now)  # the max, with what this round asked before
         if why:
             refused.update({node: why for node, _ in proposal.nodes})
             continue

@@ -213,3 +213,11 @@ def test_the_poll_keeps_removals_within_the_disruption_budgets(budgets: str, rem
     assert any(isinstance(a, ScaleDown) and empty in a.nodes for a in _actions(app)) is removed
     if not removed:
         assert poll.plan.kept[empty].code == reasons.DISRUPTION_BUDGET and empty in poll.plan.unneeded
+
+
+def test_a_proposal_that_cannot_be_asked_for_takes_no_budget_room() -> None:
+    app = _app(DISRUPTION_BUDGETS="nodes=1&reasons=Replace,Drifted")
+    nowhere = ReplacementProposal((("pool-a000001", GROUP),), REPLACE, "rg-sandbox-nodes/nope", 1)
+    decided = _propose(app, nowhere, _drift())
+    assert decided.admitted == (_drift(),)
+    assert "not a discovered node group" in decided.refused["pool-a000001"]
