@@ -66,7 +66,7 @@ from shared import discovery_tags
 from shared.domain import FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, NodeGroup, VmSizeCapacity
 from shared.domain import group_id as make_group_id
 from shared.domain import lane_of, parent_group_id
-from shared.adapters.instance_mix import as_lanes, lane_order, read_profile, user_strategy
+from shared.adapters.instance_mix import as_lanes, lane_order, read_profile, user_profile
 from shared.ports import SCALE_IN_PROTECTION_UNSUPPORTED, ComputeError, Operation
 from shared.settings import Settings
 
@@ -775,7 +775,8 @@ class VmssCompute:
         prices = {} if self._prices is None else self._prices.get_vm_prices(
             group.location, profile.sizes, spot=group.is_spot)
         sizes = {s.name.lower(): s for s in self.list_vm_sizes(group.location)} if group.location else {}
-        order = lane_order(profile, user_strategy(profile, group.tags), sizes=sizes, prices=prices)
+        mine = user_profile(profile, group.tags)  # the user's strategy and ranks, not our steering's
+        order = lane_order(mine, mine.strategy, sizes=sizes, prices=prices)
         return as_lanes(group, profile, list_members(self, group, reuse=True), order=order)
 
     def get_node_group(self, group_id: str) -> NodeGroup | None:

@@ -9,7 +9,8 @@ So the planner can ask for a given size, a lane's increase is ONE PATCH (If-Matc
 set's capacity and steers Azure to that size: `skuProfile = {vmSizes: [that size rank 0, the others 1, 2, ... in
 the lanes' order], allocationStrategy: Prioritized}`. Since that overwrites the user's strategy, the first steering
 write also stores it in the tag `autoscaler-allocation-strategy`, which is read before the skuProfile's from then
-on. (A user's own Prioritized ranks are not kept the same way: after a steering write the lanes' order is ours.)
+on; a user's Prioritized ranks go in the tag `autoscaler-allocation-ranks` (`Standard_D4s_v5=0,Standard_D2s_v5=1`)
+the same way, so the lanes keep the user's order and not that of our last steering write.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from shared.domain import Instance, NodeGroup, VmSizeCapacity
 
 MIX_SKU: Final = "Mix"
 STRATEGY_TAG: Final = "autoscaler-allocation-strategy"
+RANKS_TAG: Final = "autoscaler-allocation-ranks"
 PRIORITIZED: Final = "Prioritized"
 LOWEST_PRICE: Final = "LowestPrice"
 CAPACITY_OPTIMIZED: Final = "CapacityOptimized"
@@ -67,6 +69,25 @@ def user_strategy(profile: MixProfile, tags: Mapping[str, str]) -> str:
     """The strategy the user chose: our tag once we have steered the set, else the skuProfile's."""
     tagged = next((v for k, v in tags.items() if k.lower() == STRATEGY_TAG), "").strip()
     return next((s for s in STRATEGIES if s.lower() == tagged.lower()), "") or profile.strategy
+
+
+def user_profile(profile: MixProfile, tags: Mapping[str, str]) -> MixProfile:
+    """The profile as the user set it: their strategy (user_strategy) and, for Prioritized, their ranks from our
+    tag when it names every size of the profile (else the profile's own)."""
+    strategy = user_strategy(profile, tags)
+    text = next((v for k, v in tags.items() if k.lower() == RANKS_TAG), "")
+    ranks: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, rank = item.partition("=")
+        if rank.strip().isdigit():
+            ranks[name.strip().lower()] = int(rank)
+    if strategy.lower() == PRIORITIZED.lower() and ranks and all(s.lower() in ranks for s in profile.sizes):
+        return MixProfile(profile.sizes, tuple(ranks[s.lower()] for s in profile.sizes), strategy)
+    return replace(profile, strategy=strategy)
+
+
+def _ranks_tag(profile: MixProfile) -> str:
+    return ",".join(f"{s}={r}" for s, r in zip(profile.sizes, profile.ranks, strict=True) if r is not None)
 
 
 def lane_order(profile: MixProfile, strategy: str, *, sizes: Mapping[str, VmSizeCapacity],
@@ -142,5 +163,8 @@ def resize_update(lane: NodeGroup, capacity: int, *, set_sku_name: str, set_capa
     )
     extra: dict[str, Any] = {}
     if not any(k.lower() == STRATEGY_TAG for k in tags):
-        extra["tags"] = {**tags, STRATEGY_TAG: lane.allocation_strategy or profile.strategy}
+        strategy = lane.allocation_strategy or profile.strategy
+        ranks = {RANKS_TAG: _ranks_tag(profile)} if strategy.lower() == PRIORITIZED.lower() and _ranks_tag(profile) \
+            else {}
+        extra["tags"] = {**tags, STRATEGY_TAG: strategy, **ranks}
     return VirtualMachineScaleSetUpdate(sku=sku, sku_profile=steering, **extra)

@@ -128,3 +128,24 @@ def test_deleting_a_named_instance_of_a_lane_removes_only_it(mix: Mix) -> None:
     assert mix.flex.get_delete_operation(deleted.token).status == "Succeeded"
     after = mix.lanes()
     assert after[D16].capacity == lane.capacity - 1 and after[other.lane].capacity == other.capacity
+
+
+def test_a_prioritized_set_keeps_the_users_order_after_steering(sandbox_factory: SandboxFactory) -> None:
+    """The user ranks D4s_v5 first: after we steer a growth to D16s_v5 (rank 0 on the set), the lanes still read
+    the user's order (RANKS_TAG) and strategy."""
+    ranked = [{**_size(D16), "rank": 2}, {**_size(D2), "rank": 1}, {**_size(D4), "rank": 0}]
+    group = {**SCENARIO["node_groups"][0], "instance_mix": {"strategy": "Prioritized", "sizes": ranked}}
+    clock = ManualClock(SANDBOX_START)
+    side = Mix(sandbox_factory({**SCENARIO, "node_groups": [group]}, clock=clock), clock)
+    try:
+        lanes = side.lanes()
+        assert next(iter(lanes.values())).lanes == (D4, D2, D16)
+        op = side.flex.begin_resize(lanes[D16], lanes[D16].capacity + 1)
+        assert side.settle(op.token) == "Succeeded"
+        after = side.lanes()
+        assert after[D16].capacity == lanes[D16].capacity + 1
+        assert {g.lanes for g in after.values()} == {(D4, D2, D16)}
+        assert {g.allocation_strategy for g in after.values()} == {"Prioritized"}
+    finally:
+        side.lister.close()
+        side.flex.close()

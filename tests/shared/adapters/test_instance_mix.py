@@ -3,18 +3,21 @@ the one PATCH a lane's resize sends. (Against the sandbox: tests/contract/test_i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from azure.mgmt.compute.models import VirtualMachineScaleSet
 
 from shared.adapters.instance_mix import (
+    RANKS_TAG,
     STRATEGY_TAG,
     MixProfile,
     as_lanes,
     lane_order,
     read_profile,
     resize_update,
+    user_profile,
     user_strategy,
 )
 from shared.domain import FLEXIBLE_SCALE_SET, Instance, NodeGroup, VmSizeCapacity
@@ -123,3 +126,28 @@ def test_the_strategy_tag_is_written_once_and_a_decrease_only_moves_capacity() -
     assert shrunk == {"sku": {"name": "Mix", "capacity": 3}}
     with pytest.raises(ValueError, match="capacity"):
         resize_update(lane, -1, set_sku_name="Mix", set_capacity=4, profile=profile, tags={})
+
+
+def test_a_prioritized_users_ranks_are_kept_in_a_tag_and_read_back() -> None:
+    """The steering write overwrites the set's ranks: the user's go in RANKS_TAG with their strategy, and
+    user_profile reads them back, so the lanes keep the user's order whatever size we steered to last."""
+    users = MixProfile((D16, D2, D4), (2, 0, 1), "Prioritized")
+    lane = replace(_lane(D16, 0), allocation_strategy="Prioritized", lanes=(D2, D4, D16))
+    tags = resize_update(lane, 1, set_sku_name="Mix", set_capacity=0, profile=users, tags={}).as_dict()["tags"]
+    steered = MixProfile((D16, D2, D4), (0, 1, 2), "Prioritized")  # what the set says after our write
+    assert lane_order(steered, "Prioritized", sizes={}, prices={})[0] == D16
+    mine = user_profile(steered, tags)
+    assert mine == users and lane_order(mine, mine.strategy, sizes={}, prices={}) == (D2, D4, D16)
+
+
+@pytest.mark.parametrize("tags", [
+    {},
+    {STRATEGY_TAG: "LowestPrice", RANKS_TAG: "Standard_D2s_v5=0"},  # not Prioritized: ranks ignored
+    {STRATEGY_TAG: "Prioritized", RANKS_TAG: "Standard_D2s_v5=0"},  # names not every size
+    {STRATEGY_TAG: "Prioritized", RANKS_TAG: "garbage,=,x=y"},
+])
+def test_user_profile_falls_back_to_the_sets_ranks(tags: dict[str, str]) -> None:
+    profile = MixProfile((D16, D2, D4), (0, 1, 2), "Prioritized")
+    mine = user_profile(profile, tags)
+    assert mine.sizes == profile.sizes and mine.ranks == profile.ranks
+    assert mine.strategy == user_strategy(profile, tags)
