@@ -16,6 +16,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 UNATTRIBUTED = "unattributed"
+# What the figures rest on, for results.json.
+ASSUMPTIONS: tuple[str, ...] = (
+    "disruptions_per_day: nodes a policy removed or replaced while they ran workload pods (a running pod evicted or "
+    "killed on a node the policy removed), per simulated day of the run, tail included; a node removed empty is "
+    "not counted; running pods stopped on nodes the policy did not remove (spot evictions, pods moved off at a "
+    "Preempt notice) are not its voluntary disruptions. By reason: the policy's own kinds of removal (ours' "
+    "ScaleDown removal kinds, ca's empty/drain, nap's empty/delete/replace, vmss-cpu's scale-in).",
+)
 DAY_S = 86_400.0
 
 

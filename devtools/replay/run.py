@@ -13,6 +13,7 @@ from devtools.replay import standby
 from devtools.replay.policies import (
     POLICIES,
     SIZES_POLICIES,
+    SPOT_FIRST_POLICY,
     SPOT_POLICIES,
     STANDBY_POLICIES,
     VIRTUAL_NODE_POLICIES,
@@ -23,7 +24,9 @@ from devtools.replay.policies.nap import NAP_ASSUMPTIONS, NodeAutoProvisioning
 from devtools.replay.policies.ours import Ours
 from devtools.replay.policies.vmss_cpu import VmssCpuAutoscale
 from devtools.replay.pools import SIZE_GROUPS, nap_pools, sized_pools
-from devtools.replay.spot import billed_pools
+from devtools.replay import runtime_estimates
+from devtools.replay.harness import workload_estimates
+from devtools.replay.spot import SpotTier, billed_pools
 from devtools.replay.traces import Trace
 
 
@@ -40,6 +43,9 @@ SIZES_ASSUMPTIONS: tuple[str, ...] = (
     "own buckets, not one pool's.",
     "ours+sizes: nodes are plain VMs (Flexible members, as a VirtualMachines pool's), so mapping nodes to instances "
     "lists every group's instances each poll (counted in arm_reads), and scale-in protection is not available.",
+    "ours+sizes: ours' default settings, consolidation, disruption budgets and drift replacement included as this "
+    "checkout has them; the world never changes a scale set's model or a node's image and NODE_MAX_AGE is 0, so no "
+    "node drifts: drift replacement has nothing to do here.",
 )
 
 
@@ -58,17 +64,31 @@ class ReplayOutcome:
     arm_read_samples: tuple[tuple[float, int], ...] = ()
 
 
+def _spot_work(world: Any, config: ReplayConfig, pods: Any, result: Mapping[str, Any],
+               settings: Mapping[str, str]) -> dict[str, Any]:
+    """The run's expected spot loss beside the measured one (runtime_estimates.spot_work_section); the limit is
+    ours+spot's under `settings` (None for the other policies: spot-first and ca apply none)."""
+    tier = SpotTier.of(config.spot)
+    assert tier is not None
+    by_workload = workload_estimates(pods, seed=config.seed)
+    rates = {twin.name: tier.rate_of(twin.vm_size) for twin in tier.pools(config.pools)}
+    limit = runtime_estimates.limit_s(settings, config.pools, config.spot) if settings else None
+    return runtime_estimates.spot_work_section(
+        world.report()["pods"], by_workload, rates, pod_estimates=runtime_estimates.estimates(pods, seed=config.seed),
+        limit=limit, lost_work_s=(result.get("spot") or {}).get("lost_work_s", 0.0))
+
+
 def replay(
     trace: Trace, policy: str, config: ReplayConfig = ReplayConfig(), *, progress: Callable[[float], None] | None = None
 ) -> ReplayOutcome:
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}: choose one of {', '.join(POLICIES)}")
+    if policy not in (*POLICIES, SPOT_FIRST_POLICY):
+        raise ValueError(f"unknown policy {policy!r}: choose one of {', '.join((*POLICIES, SPOT_FIRST_POLICY))}")
     if policy in VIRTUAL_NODE_POLICIES:
         if config.virtual_node is None:
             config = replace(config, virtual_node={})  # the sandbox's defaults: ACI's documented quota
     elif config.virtual_node is not None:
         config = replace(config, virtual_node=None)  # the VM-only policies run without one
-    if policy in SPOT_POLICIES:
+    if policy in (*SPOT_POLICIES, SPOT_FIRST_POLICY):
         if config.spot is None:
             config = replace(config, spot={})  # the spot tier's defaults (devtools.replay.spot)
     elif config.spot is not None:
@@ -105,7 +125,16 @@ def replay(
             progress(fraction)
 
     chosen: Any
-    if policy in ("ours", "ours+vn", "ours+spot", *SIZES_POLICIES):
+    spot_settings: dict[str, str] = {}
+    if policy in ("ours+spot", SPOT_FIRST_POLICY):
+        # The product's spot defaults with the eviction rate the tier assumes for the trace's main pool (an
+        # operator's reading of its band); the run's own settings override them.
+        node_seconds = {pool.name: curve.node_seconds(pool.name, until=end) for pool in config.pools}
+        spot_settings = {**runtime_estimates.spot_settings(config.pools, node_seconds, config.spot,
+                                                           spot_first=policy == SPOT_FIRST_POLICY),
+                         **config.settings}
+        chosen = Ours(run, settings=spot_settings)
+    elif policy in ("ours", "ours+vn", *SIZES_POLICIES):
         chosen = Ours(run)
     elif policy in STANDBY_POLICIES:
         chosen = Ours(run, settings=standby.standby_settings(config.settings))
@@ -139,5 +168,10 @@ def replay(
         result["assumptions"] = list(SIZES_ASSUMPTIONS)
     elif isinstance(chosen, ClusterAutoscaler):
         result["assumptions"] = list(chosen.assumptions())
+    if config.spot is not None:
+        result["spot_work"] = _spot_work(world, config, pods, result, spot_settings)
+        if spot_settings:
+            result["settings"] = dict(spot_settings)
+        result["assumptions"] = [*result.get("assumptions", ()), *runtime_estimates.ASSUMPTIONS]
     return ReplayOutcome(policy, result, timeline_series(world), demand, left_out, run.wakeups, world.t,
                          dict(getattr(chosen, "executions", {})), tuple(samples))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools.replay import gangs
+from devtools.replay.disruptions import ASSUMPTIONS as DISRUPTION_ASSUMPTIONS
 from devtools.replay.frontier import ASSUMPTIONS as FRONTIER_ASSUMPTIONS
 from devtools.replay.frontier import dominance, missing_peers, point_of, sweep_points
 from devtools.replay.harness import ReplayConfig
@@ -619,7 +620,8 @@ def run_suite(*, seed: int = 0, quick: bool = False, out: Path = OUT, show: Any 
         "seed": seed,
         "prices": {"date": PRICE_DATE, "currency": "USD", "source": PRICE_SOURCE, "per_hour": PRICES_PER_HOUR,
                    "spot": {"date": SPOT_PRICE_DATE, "source": SPOT_PRICE_SOURCE, "fraction": SPOT_PRICE_FRACTION}},
-        "assumptions": [*BOUND_ASSUMPTIONS, *FRONTIER_ASSUMPTIONS, *STANDBY_ASSUMPTIONS, *GPU_READINESS_ASSUMPTIONS],
+        "assumptions": [*BOUND_ASSUMPTIONS, *FRONTIER_ASSUMPTIONS, *STANDBY_ASSUMPTIONS, *GPU_READINESS_ASSUMPTIONS,
+                        *DISRUPTION_ASSUMPTIONS],
         "traces": facts,
         "targets": targets,
         "replay": replays,
