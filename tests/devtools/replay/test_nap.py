@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from devtools.replay.disruptions import disruptions_section
 from devtools.replay.harness import DAEMONSET_CPU_MILLI, Replay, ReplayConfig, build_world, pool_of
 from devtools.replay.policies.nap import DO_NOT_DISRUPT, NapSettings, NodeAutoProvisioning
 from devtools.replay.pools import NAP_GENERAL, POOL_SETS, nap_pools
@@ -112,6 +113,10 @@ def test_an_underutilised_node_is_consolidated_and_its_job_pod_evicted() -> None
     assert run.node_of("b") == run.node_of("a") != first_b
     evicted = [p for p in run.world.report()["pods"] if p["evicted_while_running"]]
     assert len(evicted) == 1 and evicted[0]["name"].startswith("job-b")
+    # One voluntary disruption, counted by nap's own kind of removal: the D2s deleted for B to move.
+    found = disruptions_section(run.world.report()["pods"], sim_seconds=1200.0, removed=run.policy.removed_nodes)
+    assert (found["nodes"], found["pods"]) == (1, 1) and set(found["by_reason"]) == {"delete"}
+    assert run.policy.removed_nodes[first_b] == "delete"
 
 
 def test_a_do_not_disrupt_pod_blocks_consolidation() -> None:

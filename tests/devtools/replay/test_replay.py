@@ -125,6 +125,18 @@ def test_ca_evicts_a_job_pod_to_remove_an_underused_node_and_ours_waits_for_it()
     assert sum(ours_run.world.counters.instances_deleted.values()) == 2
 
 
+def test_ours_notes_each_node_its_scale_downs_name_with_their_removal_kind() -> None:
+    world = build_world(_two_half_idle_nodes(), CONFIG, initial={"cpu-d16": 2})
+    run = Replay(world, CONFIG)
+    ours = Ours(run)
+    run.run(ours)
+    # Both nodes went, each named by a ScaleDown of a planner kind; none while its Job ran, so no disruption.
+    assert len(ours.removed_nodes) >= 2 and set(ours.removed_nodes.values()) <= {"empty", "batch", "drain", "unready"}
+    result = run_result(world, CONFIG.pools, scale_actions=ours.scale_actions(), oracle_cost=1.0,
+                        removed=ours.removed_nodes)
+    assert result["disruptions"]["nodes"] == 0
+
+
 def test_ca_keeps_idle_nodes_for_its_fixed_ten_minutes_whatever_our_default() -> None:
     """cluster-autoscaler has no break-even idle mode: its emulation runs fixed, on CPU and GPU groups alike."""
     from shared.engine.scale_down import group_rules
