@@ -31,6 +31,7 @@ from typing import Any
 from sandbox.api.arm_api import OPERATIONS, is_restricted, vm_etag_refusal, vm_size_catalogue, vmss_etag
 from sandbox.api.patching import merge_patch
 from sandbox.api.prices_api import LIST_PRICES_PER_HOUR
+from sandbox.api.spot_price_table import spot_fraction_of
 from sandbox.model.quota import vm_family
 from sandbox.world import World
 from sandbox.world import capacity_buffers as buffer_store
@@ -563,9 +564,12 @@ class WorldCompute:
         ]
 
     def list_prices(self, groups: Sequence[NodeGroup]) -> dict[str, float]:
-        """The Retail Prices double's Linux pay-as-you-go prices (no ARM call: that API is not ARM)."""
+        """The Retail Prices double's Linux prices (no ARM call: that API is not ARM): pay-as-you-go, and for a spot
+        group its size's Spot row, as the Retail Prices adapter prices one (the spot tier's `price_fraction`
+        override of the bill is not seen here)."""
         by_size = {size.lower(): price for size, price in LIST_PRICES_PER_HOUR.items()}
-        return {g.id: by_size[g.vm_size.lower()] for g in groups if g.vm_size.lower() in by_size}
+        return {g.id: by_size[g.vm_size.lower()] * (spot_fraction_of(g.vm_size) if g.is_spot else 1.0)
+                for g in groups if g.vm_size.lower() in by_size}
 
     def begin_resize(self, group: NodeGroup, capacity: int) -> Operation:
         sim = self._sim(group)
