@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from devtools.replay.policies import POLICIES, SPOT_POLICIES
+from devtools.replay.policies import POLICIES, SPOT_FIRST_POLICY, SPOT_POLICIES
 from devtools.replay.pools import DEFAULT_POOLS, POOL_SETS
 from devtools.replay.spot import SpotTier, quiet_spot_logs
 
@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     one = commands.add_parser("replay", help="replay one trace under one policy and print its figures")
     one.add_argument("--trace", required=True, help="alibaba2018, alibaba2023, a raw Alibaba trace file (openb pod "
                      "list, CloudSimPy jobs.csv) or a pod-arrival CSV/JSON file")
-    one.add_argument("--policy", required=True, choices=POLICIES)
+    one.add_argument("--policy", required=True, choices=(*POLICIES, SPOT_FIRST_POLICY))
     one.add_argument("--json", type=Path, help="also write the result (and the curves) to this file")
     one.add_argument("--seed", type=int, default=0, help="sampling, boot delays and failures (default 0)")
     one.add_argument("--pools", choices=sorted(POOL_SETS), help="the node pools of a named trace (default: the trace's own, "
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     quiet_spot_logs()
     spot = _spot(args)
-    if spot is not None and args.policy not in SPOT_POLICIES:
+    if spot is not None and args.policy not in (*SPOT_POLICIES, SPOT_FIRST_POLICY):
         print(f"the --spot-* flags apply to {' and '.join(SPOT_POLICIES)} only", file=sys.stderr)
         return 2
     try:

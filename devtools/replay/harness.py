@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from devtools.replay.pools import DEFAULT_POOLS, Pool
+from devtools.replay.runtime_estimates import annotation_value, estimates
 from devtools.replay.spot import SPOT_TOLERATION, SpotTier
 from devtools.replay.traces import Trace, TracePod
 from devtools.replay.world_ports import WorldCluster, WorldCompute
@@ -28,6 +29,7 @@ from sandbox.model.resources import Amounts
 from sandbox.model.scenario import Dist, WorkloadSpec
 from sandbox.world import World
 from shared.domain import Toleration
+from shared.engine.spot_work import EXPECTED_RUNTIME_ANNOTATION
 
 CLUSTER_NAME = "replay"
 RESOURCE_GROUP = "rg-replay"
@@ -150,6 +152,13 @@ def _job_name(job: str, index: int) -> str:
     return f"job-{base}" if base else f"pod-{index}"
 
 
+def workload_estimates(pods: Sequence[TracePod], *, seed: int) -> dict[str, float]:
+    """The world's workload name -> its pods' estimated run time, seconds (devtools.replay.runtime_estimates): the
+    annotation `build_world` puts on `pods` (the placeable ones, in trace order)."""
+    return {_job_name(pod.job, index): estimate
+            for index, (pod, estimate) in enumerate(zip(pods, estimates(pods, seed=seed), strict=True))}
+
+
 def build_world(
     trace: Trace, config: ReplayConfig, *, initial: Mapping[str, int] | None = None, fixed: bool = False
 ) -> World:
@@ -188,6 +197,8 @@ def build_world(
     if buffers:
         scenario["capacity_buffers"] = buffers
     world = World(scenario, seed=config.seed)
+    # The user's estimate of each pod's run time, on every policy's pods alike (only ours reads it).
+    expected = workload_estimates(pods, seed=config.seed)
     specs: dict[str, WorkloadSpec] = {}
     for index, pod in enumerate(pods):
         name = _job_name(pod.job, index)
@@ -202,6 +213,7 @@ def build_world(
                     (SPOT_TOLERATION,) if spot is not None else ()),
                 affinity=_PREFER_VMS if config.virtual_node is not None else None,
                 ttl_after_finished=config.job_ttl_s,
+                annotations=MappingProxyType({EXPECTED_RUNTIME_ANNOTATION: annotation_value(expected[name])}),
             )
         requests = Amounts.of(pod.cpu_milli, pod.memory_bytes, 1, {GPU: pod.gpus} if pod.gpus else {})
         world.add_arrival(pod.at, spec, requests, pod.duration)

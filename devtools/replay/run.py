@@ -72,7 +72,7 @@ def _spot_work(world: Any, config: ReplayConfig, pods: Any, result: Mapping[str,
     assert tier is not None
     by_workload = workload_estimates(pods, seed=config.seed)
     rates = {twin.name: tier.rate_of(twin.vm_size) for twin in tier.pools(config.pools)}
-    limit = runtime_estimates.limit_s(settings, config.pools, config.spot) if settings else None
+    limit = runtime_estimates.limit_s(settings, config.pools) if settings else None
     return runtime_estimates.spot_work_section(
         world.report()["pods"], by_workload, rates, pod_estimates=runtime_estimates.estimates(pods, seed=config.seed),
         limit=limit, lost_work_s=(result.get("spot") or {}).get("lost_work_s", 0.0))

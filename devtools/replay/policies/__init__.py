@@ -17,6 +17,10 @@ VIRTUAL_NODE_POLICIES = ("ours+vn", "ca+vn")
 # Preempt notices as Event Grid delivers them; CA with its priority expander preferring the spot pools. The run's
 # ReplayConfig.spot sets the eviction rate, notice and prices (the tier's defaults when it has none).
 SPOT_POLICIES = ("ours+spot", "ca+spot")
+# ours+spot with SPOT_MAX_RUNTIME=off (every pod spot-first, whatever its expected run time): the reference the suite
+# compares ours+spot's cost with, on the spot seeds at the target tier only (not in POLICIES: no run of its own in
+# the main table).
+SPOT_FIRST_POLICY = "ours+spot-first"
 
 
 class Static:
