@@ -879,7 +879,9 @@ class Replacement:
     `reason` is REPLACE (consolidation: several nodes onto one cheaper) or DRIFTED (model, image or age: `detail`
     says which). `since` is when the replacement capacity was asked, by action `action_id`; `count` is the nodes
     that action asked for on behalf of the nodes replaced together (`together`, this one included).
-    `saving_per_hour` is the consolidation's saving in USD per hour (0 for drift).
+    `saving_per_hour` is the consolidation's saving in USD per hour (0 for drift). `given_up_at` is set when the
+    replacement was given up (REPLACEMENT_TIMEOUT): the entry stays as a tombstone, so the node is not proposed
+    again, forced or counted as disrupted until its back-off ends (engine.replacement).
     """
 
     node: str
@@ -891,6 +893,7 @@ class Replacement:
     together: tuple[str, ...] = ()
     saving_per_hour: float = 0.0
     detail: str = ""
+    given_up_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
