@@ -11,8 +11,9 @@ azure-data-tables. One table holds six partitions:
               `BootRequests` a JSON list of [ISO time, nodes asked for, nodes still to come] (engine.idle),
               `Starts` a JSON list of measured starts in seconds, `StartRequests` a JSON list of
               [ISO time, [instance ids started], [ids not yet Ready]], `Replacing` a JSON object: node name ->
-              {reason, toGroup, since (ISO), actionId, count, together, savingPerHour, detail} (the nodes being
-              replaced, engine.replacement).
+              {reason, toGroup, since (ISO), actionId, count, together, savingPerHour, detail, givenUpAt (ISO,
+              only on a given-up replacement's tombstone; rows written before it read as under way)} (the nodes
+              being replaced, engine.replacement).
 - `unneeded`: one row per node that is unneeded, with `Since`.
 - `ledger`:   one row per scale action (LedgerEntry); `progress` is `ProgressStep` + `ProgressAttempt`.
 - `offering`: one row per unavailable offering (its key, `Until`, `Since`, `Kind`, `Code`, `Group`, `Message`).
@@ -616,11 +617,16 @@ def _replacement(node: str, body: Any) -> Replacement:
     return Replacement(node=node, reason=_text(body["reason"]), to_group=_text(body["toGroup"]),
                        since=_parse_iso(_text(body["since"])), action_id=_optional_text(body.get("actionId")),
                        count=_whole(body.get("count", 1)), together=tuple(_text(n) for n in together),
-                       saving_per_hour=float(saving), detail=_optional_text(body.get("detail")))
+                       saving_per_hour=float(saving), detail=_optional_text(body.get("detail")),
+                       given_up_at=(None if body.get("givenUpAt") is None
+                                    else _parse_iso(_text(body["givenUpAt"]))))
 
 
 def _replacing_text(replacing: Mapping[str, Replacement]) -> str:
     return json.dumps({node: {"reason": r.reason, "toGroup": r.to_group, "since": _utc(r.since, "Replacing").isoformat(),
                               "actionId": r.action_id, "count": r.count, "together": list(r.together),
-                              "savingPerHour": r.saving_per_hour, "detail": r.detail}
+                              "savingPerHour": r.saving_per_hour, "detail": r.detail,
+                              # Only on a tombstone: a row stays readable by code that predates it.
+                              **({} if r.given_up_at is None
+                                 else {"givenUpAt": _utc(r.given_up_at, "Replacing givenUpAt").isoformat()})}
                        for node, r in replacing.items()}, sort_keys=True)

@@ -199,6 +199,8 @@ def _check_group_times(state: GroupState) -> None:
         _aware(moment, "StartRequests")
     for replacement in state.replacing.values():
         _aware(replacement.since, "Replacing")
+        if replacement.given_up_at is not None:
+            _aware(replacement.given_up_at, "Replacing given_up_at")
 
 
 def _check_ledger_times(entry: LedgerEntry) -> None:

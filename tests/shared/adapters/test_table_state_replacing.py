@@ -25,6 +25,9 @@ REPLACING = {
                           count=1, together=("node-1", "node/2"), saving_per_hour=0.42,
                           detail="2 x Standard_D8s_v5 -> 1 x Standard_D16s_v5"),
     "node/2": Replacement("node/2", DRIFTED, GROUP, (T0 + timedelta(minutes=1)).astimezone(CET), detail="model"),
+    # A given-up replacement's tombstone.
+    "node-3": Replacement("node-3", DRIFTED, GROUP, T0 - timedelta(hours=1), detail="image",
+                          given_up_at=(T0 - timedelta(minutes=20)).astimezone(CET)),
 }
 
 
@@ -41,7 +44,9 @@ def _round_trip(store: StateStore) -> None:
 def test_replacing_round_trips_in_table_storage(state_store: TableStateStore) -> None:
     _round_trip(state_store)
     assert state_store.update_group(replace(state_store.get_group(GROUP), replacing=REPLACING))
-    assert all(r.since.tzinfo == timezone.utc for r in state_store.get_group(GROUP).replacing.values())
+    read = state_store.get_group(GROUP).replacing
+    assert all(r.since.tzinfo == timezone.utc for r in read.values())
+    assert read["node-3"].given_up_at is not None and read["node-3"].given_up_at.tzinfo == timezone.utc
 
 
 @pytest.mark.parametrize("store", [MemoryStateStore, ReplayStateStore])
@@ -76,6 +81,8 @@ def _corrupt(connection: StorageConnection, store: TableStateStore, **columns: A
     '{"node-1": {"reason": "Replace", "toGroup": "g", "since": "2026-01-01T00:00:00+00:00", "count": "two"}}',
     '{"node-1": {"reason": "Replace", "toGroup": "g", "since": "2026-01-01T00:00:00+00:00", "together": "a"}}',
     '{"node-1": {"reason": "Replace", "toGroup": "g", "since": "2026-01-01T00:00:00+00:00", "savingPerHour": "x"}}',
+    '{"node-1": {"reason": "Replace", "toGroup": "g", "since": "2026-01-01T00:00:00+00:00", "givenUpAt": "later"}}',
+    '{"node-1": {"reason": "Replace", "toGroup": "g", "since": "2026-01-01T00:00:00+00:00", "givenUpAt": 5}}',
 ])
 def test_a_replacing_value_that_cannot_be_read_is_named(
         state_store: TableStateStore, storage_connection: StorageConnection, value: str) -> None:
@@ -97,3 +104,19 @@ def test_a_row_written_before_the_column_reads_as_no_replacement(
         entity.pop("Replacing")
         raw.upsert_entity(entity, mode=UpdateMode.REPLACE)
     assert state_store.get_group(GROUP).replacing == {}
+
+
+@pytest.mark.parametrize("store", [MemoryStateStore, ReplayStateStore])
+def test_the_memory_stores_refuse_a_naive_give_up_time(store: type[StateStore]) -> None:
+    naive = {"node-3": replace(REPLACING["node-3"], given_up_at=T0.replace(tzinfo=None))}
+    with pytest.raises(ValueError, match="Replacing"):
+        store().update_group(GroupState(GROUP, replacing=naive))
+
+
+def test_an_entry_written_before_given_up_at_reads_as_under_way(
+        state_store: TableStateStore, storage_connection: StorageConnection) -> None:
+    assert state_store.update_group(GroupState(GROUP, replacing=REPLACING))
+    _corrupt(storage_connection, state_store, Replacing='{"node-1": {"reason": "Replace", "toGroup": "g", '
+                                                        '"since": "2026-01-01T00:00:00+00:00"}}')
+    entry = state_store.get_group(GROUP).replacing["node-1"]
+    assert entry.given_up_at is None and entry.since == datetime(2026, 1, 1, tzinfo=timezone.utc)
