@@ -8,7 +8,15 @@ from datetime import timedelta
 import pytest
 
 from shared.domain import DRIFTED, REPLACE, GroupState, Replacement, Taint
-from shared.engine.replacement import GONE, TIMED_OUT, ready_replacements, stale_replacements
+from shared.engine.replacement import (
+    BACKOFF_OVER,
+    GONE,
+    TIMED_OUT,
+    TOMBSTONE_FACTOR,
+    ready_replacements,
+    retry_at,
+    stale_replacements,
+)
 from tests.builders import T0, group, node, snapshot
 
 OLD = "rg/old"
@@ -94,3 +102,45 @@ def test_stale_entries(case, now, present, removing, why) -> None:  # type: igno
     else:
         assert [(g, n) for g, n, _ in stale] == [(OLD, "a")]
         assert stale[0][2].startswith(why)
+
+
+GAVE_UP = ASKED + TIMEOUT + timedelta(minutes=1)
+
+
+def _tombstone(name: str) -> Replacement:
+    return replace(_entry(name), given_up_at=GAVE_UP)
+
+
+def test_a_tombstone_is_never_forced_though_new_capacity_is_ready() -> None:
+    snap = snapshot(groups=[group("old"), group("new")], nodes=[*_olds("a"), _new("fresh", 0)])
+    assert set(ready_replacements(snap, _states(_entry("a")), now=T0)) == {"a"}
+    assert ready_replacements(snap, _states(_tombstone("a")), now=T0) == {}
+
+
+def test_a_tombstone_takes_no_new_node_from_a_replacement_under_way() -> None:
+    # `a` was asked after `b` and given up; the one new node is b's (a later ask would otherwise be served first).
+    gave_up = replace(_entry("a", action="up-2", since=ASKED + timedelta(minutes=1)), given_up_at=GAVE_UP)
+    fresh = _new("fresh", 0, created=timedelta(minutes=2))
+    snap = snapshot(groups=[group("old"), group("new")], nodes=[*_olds("a", "b"), fresh])
+    assert set(ready_replacements(snap, _states(gave_up, _entry("b")), now=T0)) == {"b"}
+
+
+def test_retry_at_is_the_give_up_time_plus_the_back_off() -> None:
+    assert retry_at(_tombstone("a"), timeout=TIMEOUT) == GAVE_UP + TOMBSTONE_FACTOR * TIMEOUT
+    assert retry_at(_tombstone("a"), timeout=TIMEOUT) - GAVE_UP > TIMEOUT  # longer than one try
+    with pytest.raises(ValueError, match="not given up"):
+        retry_at(_entry("a"), timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize(("case", "after_give_up", "present", "why"), [
+    ("within its back-off", timedelta(minutes=1), True, None),
+    ("just before it ends", TOMBSTONE_FACTOR * TIMEOUT - timedelta(seconds=1), True, None),
+    ("once it ends", TOMBSTONE_FACTOR * TIMEOUT, True, BACKOFF_OVER),
+    ("node gone within it", timedelta(minutes=1), False, GONE),
+])
+def test_a_tombstone_lasts_its_back_off_or_until_its_node_is_gone(case, after_give_up, present, why) -> None:  # type: ignore[no-untyped-def]
+    snap = snapshot(groups=[group("old")], nodes=_olds("a") if present else [])
+    stale = stale_replacements(snap, _states(_tombstone("a")), now=GAVE_UP + after_give_up, timeout=TIMEOUT)
+    assert stale == ([] if why is None else [(OLD, "a", why)])
+    # Never given up twice: a tombstone's only ends are GONE and BACKOFF_OVER.
+    assert all(not w.startswith(TIMED_OUT) for _, _, w in stale)
