@@ -193,14 +193,16 @@ def in_flight(snapshot: ClusterSnapshot, states: Mapping[str, GroupState]) -> tu
     A removal in flight takes its node's replacement reason if it has one, else `Underutilized` (the state does not
     keep the removal's kind); so does a node carrying the ToBeDeleted taint that no state row names (a removal
     whose row was lost, or another tool's). A node being replaced counts from the moment its replacement was
-    admitted, before its drain starts, as Karpenter counts a node marked for disruption.
+    admitted, before its drain starts, as Karpenter counts a node marked for disruption. A given-up replacement's
+    tombstone (`given_up_at`) is no disruption: its node stays; removed by scale-down, it is Underutilized.
     """
     found: dict[str, Disrupting] = {}
     for gid, state in sorted(states.items()):
+        live = {node: entry for node, entry in state.replacing.items() if entry.given_up_at is None}
         for node in state.removing:
-            entry = state.replacing.get(node)
+            entry = live.get(node)
             found[node] = Disrupting(node, gid, entry.reason if entry is not None else UNDERUTILIZED)
-        for node, entry in state.replacing.items():
+        for node, entry in live.items():
             found.setdefault(node, Disrupting(node, gid, entry.reason))
     for node in snapshot.nodes:
         ref = node.instance

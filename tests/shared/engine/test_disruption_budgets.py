@@ -140,6 +140,21 @@ def test_in_flight_counts_removals_deletions_and_replacements_once_each() -> Non
     assert got == max(0, 3 - covered)
 
 
+def test_a_given_up_replacement_is_no_disruption_in_flight() -> None:
+    snap = snapshot(groups=[group(target=3)], nodes=_nodes(3))
+    tombstone = Replacement("pool-1", DRIFTED, "rg/pool", T0, given_up_at=T0 + timedelta(minutes=30))
+    under_way = Replacement("pool-2", DRIFTED, "rg/pool", T0)
+    states = {"rg/pool": GroupState("rg/pool", removing={"pool-0": "a1"},
+                                    replacing={"pool-0": replace(tombstone, node="pool-0"), "pool-1": tombstone,
+                                               "pool-2": under_way})}
+    found = {d.node: d.reason for d in in_flight(snap, states)}
+    # pool-1 only waits out its back-off; pool-0's removal is ordinary scale-down, not its given-up replacement.
+    assert found == {"pool-0": UNDERUTILIZED, "pool-2": DRIFTED}
+    budget = parse_budgets("nodes=2&reasons=Drifted")
+    assert allowance(DRIFTED, group=None, snapshot=snap, cluster_budgets=budget, disrupting=in_flight(snap, states),
+                     now=T0) == 1
+
+
 def _lane(size: str, *, count: int, tags: dict[str, str]) -> NodeGroup:
     return replace(group("mix", target=count, tags=tags), lane=size, vm_size=size, lanes=("D4", "D8"))
 
