@@ -4,7 +4,8 @@ Called by the utilisation poll before it plans scale-down (`run_replacements`), 
 
 1. entries whose node is gone are dropped (done), and those older than REPLACEMENT_TIMEOUT whose removal has not
    started are given up (event `ReplacementGivenUp`; the old node stays, the new one is idle capacity that the
-   ordinary scale-down removes);
+   ordinary scale-down removes): the entry stays as a tombstone (`given_up_at`), so the node is not proposed
+   again until it expires (engine.replacement.TOMBSTONE_FACTOR timeouts later), when it is dropped;
 2. the planners propose: engine.drift (DRIFT_REPLACEMENT) and engine.consolidation (unless CONSOLIDATION=off;
    with the budgets as its `admissible`, counting this round's drift proposals first);
 3. the disruption budgets admit proposals (engine.disruption_budgets.admit), all of a proposal's nodes or none;
@@ -32,7 +33,14 @@ from shared.engine.backoff import backoff_reason
 from shared.engine.consolidation import ConsolidationOptions, ConsolidationPlan, plan_consolidation
 from shared.engine.disruption_budgets import admit
 from shared.engine.drift import drifted_nodes, plan_drift
-from shared.engine.replacement import GONE, ReplacementProposal, ready_replacements, stale_replacements
+from shared.engine.replacement import (
+    BACKOFF_OVER,
+    GONE,
+    ReplacementProposal,
+    ready_replacements,
+    retry_at,
+    stale_replacements,
+)
 from shared.options import drain_rules
 from shared.ports import ClusterEvent, Ports
 from shared.services.drift import with_model_state
@@ -55,7 +63,9 @@ class ReplacementRound:
     waiting: Mapping[str, str] = field(default_factory=dict)  # drifted node -> why it is not proposed yet
     candidates: Mapping[str, str] = field(default_factory=dict)  # consolidation: node -> verdict
     forced: Mapping[str, Replacement] = field(default_factory=dict)  # node -> its entry, replacement Ready
-    given_up: Mapping[str, str] = field(default_factory=dict)  # node -> why its replacement was dropped
+    given_up: Mapping[str, str] = field(default_factory=dict)  # node -> why its replacement was given up this poll
+    # Every tombstone left after this poll (given up now or before): node -> when it may be proposed again.
+    retry_at: Mapping[str, datetime] = field(default_factory=dict)
     enqueued: tuple[str, ...] = ()  # ScaleUp action ids
     # The rows this round changed, as they are now (read back; with DRY_RUN, as they would be): the plan counts
     # the new entries (disruption budgets) and works on rows with their current ETags.
@@ -87,7 +97,7 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
             drifted = drifted_nodes(snapshot, max_age=settings.node_max_age, now=now)
             drift = plan_drift(snapshot, states=states, drifted=drifted, now=now, drain=drain_rules(settings))
             planned += drift.proposals
-            waiting = drift.waiting
+            waiting = {**drift.waiting, **_given_up_waiting(states, drifted, settings)}
         consolidation = _consolidation_plan(ports, settings, snapshot, states, now=now, unneeded=unneeded,
                                             before=tuple(planned))
         if consolidation is not None:
@@ -145,37 +155,59 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
                  proposal.count, proposal.to_group, _message(proposal), action_id)
     if not settings.dry_run:
         states.update({group_id: ports.state.get_group(group_id) for group_id in touched})
+    retry = {node: retry_at(entry, timeout=settings.replacement_timeout)
+             for state in states.values() for node, entry in state.replacing.items() if entry.given_up_at is not None}
     return ReplacementRound(drifted=drifted, proposals=proposals, admitted=tuple(done), refused=refused,
                             waiting=waiting, candidates=candidates, forced=ready_replacements(snapshot, states, now=now),
-                            given_up=given_up, enqueued=tuple(enqueued),
+                            given_up=given_up, retry_at=retry, enqueued=tuple(enqueued),
                             states={group_id: states[group_id] for group_id in touched if group_id in states})
 
 
 def _drop_stale(ports: Ports, settings: Settings, snapshot: ClusterSnapshot, states: dict[str, GroupState], *,
                 now: datetime, touched: set[str]) -> dict[str, str]:
-    """Drop the entries whose node is gone or whose replacement timed out (from `states` too, their groups added
-    to `touched`); node -> why, for those given up."""
+    """Drop the entries whose node is gone or whose tombstone expired, and turn those whose replacement timed out
+    into tombstones (in `states` too, their groups added to `touched`); node -> why, for those given up."""
     given_up: dict[str, str] = {}
     for group_id, node, why in stale_replacements(snapshot, states, now=now, timeout=settings.replacement_timeout):
         touched.add(group_id)
         entry = states[group_id].replacing[node]
-        states[group_id] = replace(states[group_id],
-                                   replacing={n: r for n, r in states[group_id].replacing.items() if n != node})
-        if why != GONE:
+        dropped = why in (GONE, BACKOFF_OVER)
+        tombstone = replace(entry, given_up_at=now)
+        kept = {n: r for n, r in states[group_id].replacing.items() if n != node}
+        states[group_id] = replace(states[group_id], replacing=kept if dropped else {**kept, node: tombstone})
+        if not dropped:
             given_up[node] = why
-            log.warning("replacement of %s given up: %s", node, why)
+            log.warning("replacement of %s given up: %s; not proposed again before %s", node, why,
+                        retry_at(tombstone, timeout=settings.replacement_timeout).isoformat())
         if settings.dry_run:
             continue
+
+        def end(s: GroupState, node: str = node, entry: Replacement = entry,
+                dropped: bool = dropped, tombstone: Replacement = tombstone) -> tuple[GroupState | None, None]:
+            if s.replacing.get(node) != entry:
+                return None, None  # changed since it was read (ended or given up by another poll): left alone
+            rest = {n: r for n, r in s.replacing.items() if n != node}
+            return replace(s, replacing=rest if dropped else {**rest, node: tombstone}), None
+
         try:
-            swap_group(ports.state, group_id, lambda s, node=node, entry=entry: (
-                replace(s, replacing={n: r for n, r in s.replacing.items() if n != node})
-                if s.replacing.get(node) == entry else None, None), what=f"drop the replacement of {node}")
+            swap_group(ports.state, group_id, end, what=f"end the replacement of {node}")
         except StateConflict as exc:
             log.warning("%s; tried again next poll", exc)
-        if why != GONE:
-            ports.events.emit(ClusterEvent("default", "Node", node, "", "ReplacementGivenUp",
-                                           f"replacement ({entry.reason}) given up: {why}", now, "Warning"))
+        if not dropped:
+            ports.events.emit(ClusterEvent(
+                "default", "Node", node, "", "ReplacementGivenUp",
+                f"replacement ({entry.reason}) given up: {why}; not proposed again before "
+                f"{retry_at(tombstone, timeout=settings.replacement_timeout).isoformat()}", now, "Warning"))
     return given_up
+
+
+def _given_up_waiting(states: Mapping[str, GroupState], drifted: Mapping[str, str],
+                      settings: Settings) -> dict[str, str]:
+    """Drifted nodes whose replacement was given up (the planner leaves them out as under way) -> why they wait."""
+    return {node: f"replacement given up at {entry.given_up_at.isoformat()}; not proposed again before "
+                  f"{retry_at(entry, timeout=settings.replacement_timeout).isoformat()}"
+            for state in states.values() for node, entry in state.replacing.items()
+            if node in drifted and entry.given_up_at is not None}
 
 
 def _refusal(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], proposal: ReplacementProposal,

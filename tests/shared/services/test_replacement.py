@@ -13,7 +13,7 @@ import pytest
 
 from shared.actions import ScaleDown, ScaleUp, decode_message
 from shared.domain import DRIFTED, REPLACE, ClusterSnapshot, GroupState
-from shared.engine.replacement import ReplacementProposal
+from shared.engine.replacement import TOMBSTONE_FACTOR, ReplacementProposal, retry_at
 from shared.engine.scale_down import BATCH_PODS_RUNNING
 from shared.services.group_rows import read_group_states
 from shared.services.observe import observe_or_skip
@@ -138,9 +138,41 @@ def test_a_replacement_whose_capacity_never_comes_is_given_up() -> None:
     poll = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
 
     assert set(poll.replacements.given_up) == {OLD}
-    assert app.ports.state.get_group(GROUP).replacing == {}
+    # Kept as a tombstone, not dropped: the node is not proposed again before its back-off ends.
+    tombstone = app.ports.state.get_group(GROUP).replacing[OLD]
+    assert tombstone.given_up_at == app.clock.now()
+    assert poll.replacements.retry_at == {OLD: retry_at(tombstone, timeout=app.settings.replacement_timeout)}
     assert [e.name for e in app.events() if e.reason == "ReplacementGivenUp"] == [OLD]
     assert OLD in _nodes(app) and not any(isinstance(a, ScaleDown) for a in _actions(app))
+
+
+def test_a_given_up_node_is_not_proposed_again_until_its_tombstone_expires() -> None:
+    app = _app(DISRUPTION_BUDGETS="nodes=1&reasons=Drifted")
+    _propose(app, _drift())
+    app.clear_queue()  # the new node never comes
+    app.clock.advance(21 * 60)
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    gave_up = app.ports.state.get_group(GROUP).replacing[OLD].given_up_at
+    assert gave_up is not None
+    app.clear_queue()
+
+    again = _propose(app, _drift())
+    assert again.admitted == () and OLD in again.refused and _actions(app) == []
+    # The tombstone takes no room in the budget of one: another drifted node goes.
+    other = _propose(app, _drift("pool-a000001"))
+    assert len(other.admitted) == 1
+    app.clear_queue()
+    assert run_utilization_poll(app.ports, app.settings, now=app.clock.now()).replacements.forced == {}
+
+    back_off = TOMBSTONE_FACTOR * app.settings.replacement_timeout
+    app.clock.advance(int((gave_up + back_off - app.clock.now()).total_seconds()) - 60)
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert app.ports.state.get_group(GROUP).replacing[OLD].given_up_at == gave_up  # not yet
+    app.clock.advance(61)
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert OLD not in app.ports.state.get_group(GROUP).replacing  # expired: dropped
+    app.clear_queue()
+    assert _propose(app, _drift()).admitted == (_drift(),)
 
 
 def test_a_node_running_batch_pods_is_never_drained_by_its_replacement() -> None:
