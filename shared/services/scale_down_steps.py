@@ -179,7 +179,9 @@ def _removable(run: Runs, group: NodeGroup, node: Node | None, target: RemovalTa
     unready = not node.ready
     # A node being replaced was forced by the poll once its replacement was Ready (engine.replacement): it is
     # removed whatever its utilisation, with no unneeded wait and no delay after the scale-up that replaced it.
-    replaced = node.name in state.replacing
+    # A given-up replacement's tombstone is never forced: such a node goes by the ordinary rules only.
+    entry = state.replacing.get(node.name)
+    replaced = entry is not None and entry.given_up_at is None
     since = unneeded.get(node.name)
     if since is None:
         return "no unneeded-since record: no poll found it unneeded"
