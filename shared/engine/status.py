@@ -50,6 +50,7 @@ class DisruptionReport:
     drifted: Mapping[str, str] = field(default_factory=dict)
     candidates: Mapping[str, str] = field(default_factory=dict)
     allowance: Mapping[str, int | None] = field(default_factory=dict)
+    retry_at: Mapping[str, datetime] = field(default_factory=dict)  # given-up node -> when it may be proposed again
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,9 +299,11 @@ def build_status(snapshot: ClusterSnapshot, inputs: StatusInputs, *, now: dateti
 MAX_LISTED_DISRUPTION = 20
 
 
-def replacements(states: Mapping[str, GroupState]) -> list[tuple[str, Replacement]]:
-    """(group id, entry) of every node being replaced, by node name."""
-    found = [(gid, entry) for gid, state in states.items() for entry in state.replacing.values()]
+def replacements(states: Mapping[str, GroupState], *, given_up: bool = False) -> list[tuple[str, Replacement]]:
+    """(group id, entry) of every node being replaced (`given_up`: of every given-up replacement's tombstone),
+    by node name."""
+    found = [(gid, entry) for gid, state in states.items() for entry in state.replacing.values()
+             if (entry.given_up_at is not None) == given_up]
     return sorted(found, key=lambda item: item[1].node)
 
 
@@ -337,6 +340,12 @@ def disruption_doc(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], 
                              "since": rfc3339(entry.since), "savingPerHour": round(entry.saving_per_hour, 4),
                              **({"detail": entry.detail} if entry.detail else {})} for gid, entry in replacing]
         doc["savingPerHour"] = round(replacement_savings(states), 4)
+    tombstones = replacements(states, given_up=True)
+    if tombstones:  # the node stays; it is not proposed again before retryAfter (when the poll reported it)
+        doc["givenUp"] = [{"node": entry.node, "group": gid, "reason": entry.reason, "toGroup": entry.to_group,
+                           "givenUpAt": rfc3339(entry.given_up_at or entry.since),
+                           **({"retryAfter": rfc3339(report.retry_at[entry.node])}
+                              if entry.node in report.retry_at else {})} for gid, entry in tombstones]
     if report.drifted:
         doc["drifted"] = {"count": len(report.drifted), "nodes": [
             {"node": name, "waiting": why} if why else {"node": name, "replacing": True}

@@ -122,6 +122,8 @@ class ReplacementRoundView(Protocol):
     def candidates(self) -> Mapping[str, str]: ...
     @property
     def forced(self) -> Mapping[str, Any]: ...
+    @property
+    def retry_at(self) -> Mapping[str, datetime]: ...
 
 
 def disruption_report(round_: ReplacementRoundView | None) -> DisruptionReport:
@@ -138,7 +140,7 @@ def disruption_report(round_: ReplacementRoundView | None) -> DisruptionReport:
         else:
             drifted[node] = (round_.waiting.get(node) or round_.refused.get(node)
                              or "not proposed this poll (being replaced or removed already)")
-    return DisruptionReport(drifted=drifted, candidates=dict(round_.candidates))
+    return DisruptionReport(drifted=drifted, candidates=dict(round_.candidates), retry_at=dict(round_.retry_at))
 
 
 def status_inputs(settings: Settings, *, group_states: Mapping[str, GroupState],

@@ -17,6 +17,7 @@ from shared.engine.status import (
     parse_previous,
     render_status,
     replacement_savings,
+    rfc3339,
 )
 from tests.builders import T0, group, node
 
@@ -63,6 +64,23 @@ def test_nodes_replacing_are_listed_and_a_shared_saving_counted_once() -> None:
     assert all(r["toGroup"] == "rg/other" and r["reason"] == REPLACE and r["savingPerHour"] == 0.42
                for r in doc["replacing"])
     assert doc["savingPerHour"] == replacement_savings(states) == 0.42
+
+
+def test_a_given_up_replacement_is_listed_with_when_it_may_be_tried_again_and_saves_nothing() -> None:
+    under_way = Replacement("pool-2", REPLACE, "rg/other", T0 - timedelta(minutes=5), "act-1", 1, ("pool-2",), 0.3)
+    gave_up = Replacement("pool-1", DRIFTED, POOL.id, T0 - timedelta(minutes=50), "act-0", 1, ("pool-1",), 0.5,
+                          "model", given_up_at=T0 - timedelta(minutes=10))
+    retry = T0 + timedelta(hours=1, minutes=50)
+    states = _replacing(under_way, gave_up)
+    doc = _doc(states, DisruptionReport(retry_at={"pool-1": retry}))["clusterWide"]["disruption"]
+    assert [r["node"] for r in doc["replacing"]] == ["pool-2"]
+    assert doc["givenUp"] == [{"node": "pool-1", "group": POOL.id, "reason": DRIFTED, "toGroup": POOL.id,
+                               "givenUpAt": rfc3339(T0 - timedelta(minutes=10)), "retryAfter": rfc3339(retry)}]
+    assert doc["savingPerHour"] == replacement_savings(states) == 0.3
+    # The pool's own drift budget of one is not taken by the tombstone.
+    assert next(b for b in doc["budgets"] if b["scope"] == POOL.id)["allowed"] == {DRIFTED: 1}
+    # Without the poll's report (the pending poll's view), the tombstone is still shown, without retryAfter.
+    assert "retryAfter" not in _doc(states, DisruptionReport())["clusterWide"]["disruption"]["givenUp"][0]
 
 
 def test_drifted_nodes_and_candidates_are_listed_with_why_capped_but_counted() -> None:

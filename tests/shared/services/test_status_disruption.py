@@ -55,7 +55,8 @@ def test_a_round_becomes_a_report_each_drifted_node_with_why_it_waits() -> None:
     round_ = SimpleNamespace(
         drifted={"d-admitted": "model", "d-ready": "image", "d-batch": "age", "d-refused": "model", "d-other": "model"},
         admitted=(admitted,), forced={"d-ready": object()}, waiting={"d-batch": "batch pods running"},
-        refused={"d-refused": "disruption budget 'nodes=1' ..."}, candidates={"c1": "pods don't fit"})
+        refused={"d-refused": "disruption budget 'nodes=1' ..."}, candidates={"c1": "pods don't fit"},
+        retry_at={"d-gave-up": T0})
     report = disruption_report(round_)  # type: ignore[arg-type]
     assert set(report.drifted) == set(round_.drifted)
     assert report.drifted["d-admitted"] == report.drifted["d-ready"] == ""
@@ -63,4 +64,5 @@ def test_a_round_becomes_a_report_each_drifted_node_with_why_it_waits() -> None:
     assert report.drifted["d-refused"] == round_.refused["d-refused"]
     assert report.drifted["d-other"]  # never shown as replacing when nothing says it is
     assert report.candidates == round_.candidates
+    assert report.retry_at == round_.retry_at
     assert disruption_report(None) == DisruptionReport()
