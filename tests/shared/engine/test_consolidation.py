@@ -193,7 +193,7 @@ def test_single_node_replaced_by_a_smaller_size():
     _assert_fits(snap, proposal)
 
 
-@pytest.mark.parametrize("why", ["unneeded", "young", "removing", "replacing", "not ready", "no price"])
+@pytest.mark.parametrize("why", ["unneeded", "young", "removing", "replacing", "given up", "not ready", "no price"])
 def test_nodes_out_of_scope_are_skipped(why):
     snap = _cluster()
     states, unneeded = {}, ()
@@ -206,6 +206,9 @@ def test_nodes_out_of_scope_are_skipped(why):
         states = {"rg/d8": GroupState("rg/d8", removing={"d8-1": "a1"})}
     elif why == "replacing":
         states = {"rg/d8": GroupState("rg/d8", replacing={"d8-1": Replacement("d8-1", REPLACE, "rg/d16", T0)})}
+    elif why == "given up":  # a tombstone: not proposed again until it expires
+        states = {"rg/d8": GroupState("rg/d8", replacing={"d8-1": Replacement(
+            "d8-1", REPLACE, "rg/d16", T0 - timedelta(hours=1), given_up_at=T0 - timedelta(minutes=5))})}
     elif why == "not ready":
         snap = replace(snap, nodes=tuple(replace(n, ready=False) if n.name == "d8-1" else n for n in snap.nodes))
     else:

@@ -83,6 +83,10 @@ def _job(name: str, node_name: str):
         ("removing skipped", [], {}, {GID: GroupState(GID, removing={"n1": "a1"})}, (), {}, ("n1",)),
         ("replacing skipped", [], {},
          {GID: GroupState(GID, replacing={"n2": Replacement("n2", DRIFTED, GID, T0)})}, (), {}, ("n2",)),
+        ("given-up replacement skipped until its tombstone expires", [], {},
+         {GID: GroupState(GID, replacing={"n2": Replacement("n2", DRIFTED, GID, T0 - timedelta(hours=1),
+                                                              given_up_at=T0 - timedelta(minutes=5))})},
+         (), {}, ("n2",)),
         ("being deleted skipped", [], {}, {}, ("n0",), {}, ("n0",)),
     ],
 )
