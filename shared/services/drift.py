@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 _ALL_LATEST: dict[str, str] = {}
 
 
+def forget_model_state() -> None:
+    """Forget which sets were found all on their latest model: a process that runs another cluster (a replay, one
+    after another) must list them afresh, as a cold start does."""
+    _ALL_LATEST.clear()
+
+
 def with_model_state(provider: NodeGroupProvider, snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """The snapshot whose Uniform groups with nodes carry their instances (and so `latest_model_applied`)."""
     with_nodes = {n.instance.group_id for n in snapshot.nodes if n.instance is not None}
