@@ -8,7 +8,10 @@ Pure module, no side effects. A node has drifted when
 - NODE_MAX_AGE is set and the node is older than that (Karpenter's `expireAfter`): `age`.
 
 A drifted node is replaced capacity first (engine.replacement): one proposal per node, asking one new node of
-its own group, oldest nodes first. Nodes whose removal or replacement is already under way are left out; a node
+its own group, oldest nodes first. A drifted node with no pods to move (only DaemonSet and mirror pods, or none)
+needs no new node first, as Karpenter deletes empty drifted nodes: its proposal asks none (`count` 0) and the
+node is removed by the ordinary drain at once, within the Drifted budget; unless its group would fall below its
+minimum size, where it asks one as any other (scale-down never takes a group below its minimum). Nodes whose removal or replacement is already under way are left out; a node
 that runs batch work (or anything a drain would wait for) waits until it is done, as does one that a pod or an
 annotation pins (`karpenter.sh/do-not-disrupt`, `safe-to-evict: "false"`, cluster-autoscaler's
 `scale-down-disabled`): they are reported in `DriftPlan.waiting` with the reason. How many proposals proceed at
@@ -81,10 +84,15 @@ def plan_drift(snapshot: ClusterSnapshot, *, states: Mapping[str, GroupState], d
     """One replacement proposal per drifted node that may go now, oldest first; the others wait, with the reason.
 
     A proposal asks one new node of the node's own group (`to_group`, `count` 1, `detail` the drift), so the
-    replacement boots on the latest model before the old node is drained. Nodes being removed, deleted or
+    replacement boots on the latest model before the old node is drained; none (`count` 0) for a node with no
+    pods to move while its group has room above its minimum (the module docstring). Nodes being removed, deleted or
     replaced already are neither proposed nor reported waiting: their replacement is under way.
     """
     busy = {n for s in states.values() for n in (*s.removing, *s.replacing)}
+    groups = {g.id: g for g in snapshot.groups}
+    # Room above each group's minimum for nodes removed without a new one first (its removals in flight taken).
+    room = {g.id: g.running_target - len(states[g.id].removing if g.id in states else ()) - g.min_size
+            for g in snapshot.groups}
     by_name = {n.name: n for n in snapshot.nodes}
     nodes = sorted((by_name[name] for name in drifted if name in by_name), key=lambda n: (n.created_at, n.name))
     proposals: list[ReplacementProposal] = []
@@ -93,28 +101,32 @@ def plan_drift(snapshot: ClusterSnapshot, *, states: Mapping[str, GroupState], d
         ref = node.instance
         if ref is None or node.name in busy or node.is_being_deleted:
             continue
-        why = _waits_for(node, snapshot, drain, now=now)
+        why, movable = _waits_for(node, snapshot, drain, now=now)
         if why:
             waiting[node.name] = why
             continue
+        count = 1
+        if not movable and ref.group_id in groups and room.get(ref.group_id, 0) > 0:
+            count = 0  # nothing to move: removed directly, no new node first
+            room[ref.group_id] -= 1
         proposals.append(ReplacementProposal(nodes=((node.name, ref.group_id),), reason=DRIFTED,
-                                             to_group=ref.group_id, count=1, detail=drifted[node.name]))
+                                             to_group=ref.group_id, count=count, detail=drifted[node.name]))
     return DriftPlan(tuple(proposals), waiting)
 
 
-def _waits_for(node: Node, snapshot: ClusterSnapshot, drain: DrainRules, *, now: datetime) -> str:
-    """Why the drifted node may not be replaced now; "" when it may."""
+def _waits_for(node: Node, snapshot: ClusterSnapshot, drain: DrainRules, *, now: datetime) -> tuple[str, bool]:
+    """Why the drifted node may not be replaced now ("" when it may), and whether it has pods to move."""
     if node.annotations.get(DO_NOT_DISRUPT) == "true":
-        return f"annotation {DO_NOT_DISRUPT}=true"
+        return f"annotation {DO_NOT_DISRUPT}=true", True
     if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
-        return f"annotation {SCALE_DOWN_DISABLED}=true"
+        return f"annotation {SCALE_DOWN_DISABLED}=true", True
     if not node.ready:
-        return "not Ready: left to scale-down's unready rules"
+        return "not Ready: left to scale-down's unready rules", True
     verdict = drain_of(snapshot.pods_on(node.name), drain, snapshot.disruption_budgets, now=now)
     if verdict.pinned_by is not None:
-        return str(verdict.pinned_by)
+        return str(verdict.pinned_by), True
     if verdict.wait:
         keys = [p.key for p in verdict.wait]
         more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-        return f"batch pods running: {', '.join(keys[:3])}{more}"
-    return ""
+        return f"batch pods running: {', '.join(keys[:3])}{more}", True
+    return "", bool(verdict.move)

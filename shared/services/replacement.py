@@ -12,7 +12,8 @@ Called by the utilisation poll before it plans scale-down (`run_replacements`), 
    a proposal whose target group has no room left under its max is refused too;
 4. each admitted proposal: a `Replacement` entry per old node in its group's row (compare-and-swap), then ONE
    ScaleUp of the target group by `count` nodes (absolute target: its running target plus what this round asked
-   before), and `ReplacingNode` events on the old nodes;
+   before), and `ReplacingNode` events on the old nodes. A drifted node with no pods to move asks no node
+   (`count` 0, engine.drift): no ScaleUp; its entry is Ready at once, so it is forced this very poll;
 5. the nodes whose replacement is Ready are returned as `forced`: the poll makes them scale-down candidates
    (ScaleDownOptions.forced), so they leave by the ordinary drain (cordon, evictions honouring PDBs, delete).
 
@@ -129,8 +130,10 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
             continue
         group = snapshot.group(proposal.to_group)
         target = group.running_target + asked.get(proposal.to_group, 0) + proposal.count
-        action_id = (f"scale-up:{proposal.to_group}:{target}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}:"
-                     f"{_kind(proposal.reason)}")
+        # No capacity asked, no action: the entry stands alone (engine.replacement keys it by its node).
+        action_id = "" if proposal.count == 0 else (
+            f"scale-up:{proposal.to_group}:{target}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}:"
+            f"{_kind(proposal.reason)}")
         entries = _entries(proposal, action_id, now=now)
         touched.update(entries)
         if settings.dry_run:
@@ -142,10 +145,11 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
             if why:
                 refused.update({node: why for node, _ in proposal.nodes})
                 continue
-            ports.queue.send(new_scale_up(action_id=action_id, group=proposal.to_group, target_size=target, now=now,
-                                          ttl=settings.action_ttl, reason=f"{_kind(proposal.reason)}: "
-                                          f"{proposal.detail or proposal.reason}", **telemetry.trace_fields()))
-            enqueued.append(action_id)
+            if proposal.count:
+                ports.queue.send(new_scale_up(action_id=action_id, group=proposal.to_group, target_size=target,
+                                              now=now, ttl=settings.action_ttl, reason=f"{_kind(proposal.reason)}: "
+                                              f"{proposal.detail or proposal.reason}", **telemetry.trace_fields()))
+                enqueued.append(action_id)
             for node, _ in proposal.nodes:
                 ports.events.emit(ClusterEvent("default", "Node", node, "", "ReplacingNode", _message(proposal), now))
         asked[proposal.to_group] = asked.get(proposal.to_group, 0) + proposal.count
@@ -213,8 +217,9 @@ def _given_up_waiting(states: Mapping[str, GroupState], drifted: Mapping[str, st
 def _refusal(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], proposal: ReplacementProposal,
              asked: Mapping[str, int], *, now: datetime) -> str:
     """Why the proposal cannot be asked for now; "" when it can."""
-    if proposal.count < 1:
-        return f"a replacement asks at least one node, not {proposal.count}"
+    # Only a drifted node with nothing to move goes without a new node first (engine.drift).
+    if proposal.count < 0 or (proposal.count == 0 and proposal.reason != DRIFTED):
+        return f"a {proposal.reason} replacement asks at least one node, not {proposal.count}"
     group = snapshot.group(proposal.to_group)
     if group is None:
         return f"group {proposal.to_group} is not a discovered node group"
@@ -222,6 +227,8 @@ def _refusal(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], propos
     taken = [node for node, _ in proposal.nodes if node in busy]
     if taken:
         return f"node(s) {', '.join(taken)} already being removed or replaced"
+    if proposal.count == 0:
+        return ""  # nothing asked of the group: its backoff and max do not apply
     backoff = backoff_reason(states.get(group.id, GroupState(group.id)), now=now)
     if backoff:  # its ScaleUp would not be made: the old nodes would only wait for the timeout
         return f"group {proposal.to_group} {backoff}"
@@ -291,6 +298,9 @@ def _kind(reason: str) -> str:
 
 
 def _message(proposal: ReplacementProposal) -> str:
+    if proposal.count == 0:
+        return (f"{proposal.reason}: no pods to move, removed without a new node first"
+                + (f" ({proposal.detail})" if proposal.detail else ""))
     nodes = len(proposal.nodes)
     text = (f"{proposal.reason}: {nodes} node(s) replaced by {proposal.count} new node(s) of {proposal.to_group}"
             + (f" ({proposal.detail})" if proposal.detail else ""))

@@ -105,9 +105,11 @@ def test_plan_drift(case, pods, annotations, states, deleting, waits, skipped):
     assert set(plan.waiting) == set(waits), case
     for name, fragment in waits.items():
         assert fragment in plan.waiting[name], case
-    # One proposal per node, of its own group, for one node, oldest first.
+    # One proposal per node, of its own group, oldest first; one new node first, none for a node with no pods to
+    # move (the group, at minimum 0, always has room to lose it).
+    movable = {p.node_name for p in pods}
     for proposal in plan.proposals:
-        assert len(proposal.nodes) == 1 and proposal.count == 1
+        assert len(proposal.nodes) == 1 and proposal.count == (1 if proposal.nodes[0][0] in movable else 0)
         assert proposal.reason == DRIFTED and proposal.detail == MODEL
         assert proposal.to_group == proposal.nodes[0][1] == GID
     created = {n.name: n.created_at for n in nodes}
@@ -146,3 +148,29 @@ def test_lane_nodes_are_replaced_in_their_lane():
     plan = plan_drift(snap, states={}, drifted=drifted, now=T0, drain=DrainRules())
     assert drifted == {"n0": MODEL}
     assert [p.to_group for p in plan.proposals] == [lane.id] and lane.id.endswith("~Standard_D8s_v5")
+
+
+def _daemon(name: str, node_name: str):
+    return pod(name, node_name=node_name, owner="DaemonSet")
+
+
+@pytest.mark.parametrize(("case", "min_size", "removing", "counts"), [
+    # n0..n3 drifted, oldest first; n1 and n3 have only DaemonSet pods, n0 and n2 a pod to move.
+    ("room for both", 0, {}, {"n0": 1, "n1": 0, "n2": 1, "n3": 0}),
+    ("room for one: the older goes first", 3, {}, {"n0": 1, "n1": 0, "n2": 1, "n3": 1}),
+    ("removals in flight take the room", 2, {"x": "a1", "y": "a2"}, {"n0": 1, "n1": 1, "n2": 1, "n3": 1}),
+    ("at the minimum: new nodes first", 4, {}, {"n0": 1, "n1": 1, "n2": 1, "n3": 1}),
+])
+def test_a_drifted_node_with_nothing_to_move_asks_no_new_node_while_its_group_is_above_min(
+        case, min_size, removing, counts):  # type: ignore[no-untyped-def]
+    g, nodes = _cluster(stale=(0, 1, 2, 3), ages_h={0: 5.0, 1: 4.0, 2: 3.0, 3: 2.0})
+    g = replace(g, min_size=min_size)
+    pods = [pod("web-0", node_name="n0"), pod("web-2", node_name="n2"),
+            *(_daemon(f"ds-{i}", f"n{i}") for i in range(4))]
+    snap = snapshot(nodes=nodes, pods=pods, groups=[g])
+    states = {GID: GroupState(GID, removing=removing)} if removing else {}
+    plan = plan_drift(snap, states=states, drifted=drifted_nodes(snap, max_age=timedelta(0), now=T0), now=T0,
+                      drain=DrainRules())
+    assert {p.nodes[0][0]: p.count for p in plan.proposals} == counts, case
+    # Never below the minimum: the nodes removed without a new one fit in the room above it.
+    assert sum(1 for p in plan.proposals if p.count == 0) <= max(0, g.running_target - len(removing) - min_size)

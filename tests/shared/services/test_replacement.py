@@ -175,6 +175,44 @@ def test_a_given_up_node_is_not_proposed_again_until_its_tombstone_expires() -> 
     assert _propose(app, _drift()).admitted == (_drift(),)
 
 
+EMPTY_NODE = "pool-a000001"  # no pod is ever scheduled there
+
+
+def test_an_empty_drifted_node_is_removed_without_a_new_node_first() -> None:
+    app = _app(DISRUPTION_BUDGETS="nodes=1&reasons=Drifted")
+    before = _nodes(app)
+    empty = ReplacementProposal(((EMPTY_NODE, GROUP),), DRIFTED, GROUP, 0, detail="model")
+    decided = _propose(app, empty)
+
+    assert decided.admitted == (empty,) and decided.enqueued == () and _actions(app) == []  # no ScaleUp
+    assert set(decided.forced) == {EMPTY_NODE}  # Ready at once: nothing to wait for
+    assert app.ports.state.get_group(GROUP).replacing[EMPTY_NODE].count == 0
+    poll = run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert [(r.node, r.reason) for r in poll.plan.removals] == [(EMPTY_NODE, DRIFTED)]  # within the budget of one
+    downs = [a for a in _actions(app) if isinstance(a, ScaleDown)]
+    assert [(d.nodes, d.removal_kind) for d in downs] == [((EMPTY_NODE,), "drift")]
+    assert not any(isinstance(a, ScaleUp) for a in _actions(app))
+    for _ in range(20):
+        app.run_actions()
+        app.clock.advance(30)
+    run_utilization_poll(app.ports, app.settings, now=app.clock.now())
+    assert _nodes(app) == before - {EMPTY_NODE}  # removed, and nothing added
+    assert app.ports.state.get_group(GROUP).replacing == {}
+
+
+@pytest.mark.parametrize(("proposal", "settings"), [
+    (ReplacementProposal(((EMPTY_NODE, GROUP),), DRIFTED, GROUP, 0), {"DISRUPTION_BUDGETS": "nodes=0&reasons=Drifted"}),
+    (ReplacementProposal(((EMPTY_NODE, GROUP),), REPLACE, OTHER, 0), {}),  # only drift asks no node
+    (ReplacementProposal(((EMPTY_NODE, GROUP),), DRIFTED, GROUP, -1), {}),
+])
+def test_a_proposal_asking_no_node_is_refused_unless_drift_within_its_budget(
+        proposal: ReplacementProposal, settings: dict[str, str]) -> None:
+    app = _app(**settings)
+    decided = _propose(app, proposal)
+    assert decided.admitted == () and EMPTY_NODE in decided.refused and decided.forced == {}
+    assert _actions(app) == [] and app.ports.state.get_group(GROUP).replacing == {}
+
+
 def test_a_node_running_batch_pods_is_never_drained_by_its_replacement() -> None:
     app = _app(batch=True)
     _propose(app, _drift())
