@@ -6,17 +6,19 @@ disruption budgets and the target's max size refuse; DRY_RUN changes nothing; no
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from shared.actions import ScaleDown, ScaleUp, decode_message
-from shared.domain import DRIFTED, REPLACE, ClusterSnapshot, GroupState
+from shared.actions import RemovalTarget, ScaleDown, ScaleUp, decode_message, new_scale_down, scale_down_id
+from shared.domain import DRIFTED, REPLACE, ClusterSnapshot, GroupState, Replacement
 from shared.engine.replacement import TOMBSTONE_FACTOR, ReplacementProposal, retry_at
 from shared.engine.scale_down import BATCH_PODS_RUNNING
 from shared.services.group_rows import read_group_states
 from shared.services.observe import observe_or_skip
+from shared.services.reconcile import reserve_decided
 from shared.services.replacement import ReplacementRound, run_replacements
 from shared.services.utilization import run_utilization_poll
 from tests.memory_app import MemoryApp, memory_app
@@ -176,6 +178,28 @@ def test_a_given_up_node_is_not_proposed_again_until_its_tombstone_expires() -> 
 
 
 EMPTY_NODE = "pool-a000001"  # no pod is ever scheduled there
+
+
+@pytest.mark.parametrize("given_up", [False, True])
+def test_the_executor_forces_a_replaced_node_but_not_a_tombstone(given_up: bool) -> None:
+    # A ScaleDown of a node unneeded just now: only a replacement under way skips the unneeded wait (2h here).
+    app = _app()
+    now = app.clock.now()
+    entry = Replacement(EMPTY_NODE, DRIFTED, GROUP, now - timedelta(minutes=40),
+                        given_up_at=now - timedelta(minutes=10) if given_up else None)
+    assert app.ports.state.update_group(replace(app.ports.state.get_group(GROUP), replacing={EMPTY_NODE: entry}))
+    app.ports.state.set_unneeded(EMPTY_NODE, now)
+    snapshot, _ = _observe(app)
+    target = next(n for n in snapshot.nodes if n.name == EMPTY_NODE)
+    action_id = scale_down_id([EMPTY_NODE], now=now)
+    assert reserve_decided(app.ports, GROUP, [EMPTY_NODE], action_id) == {EMPTY_NODE}
+    app.ports.queue.send(new_scale_down(
+        action_id=action_id, group=GROUP, now=now, ttl=app.settings.action_ttl,
+        targets=[RemovalTarget(EMPTY_NODE, target.provider_id, target.instance.instance_id)]))  # type: ignore[union-attr]
+    for _ in range(20):
+        app.run_actions()
+        app.clock.advance(30)
+    assert (EMPTY_NODE in _nodes(app)) is given_up
 
 
 def test_an_empty_drifted_node_is_removed_without_a_new_node_first() -> None:
