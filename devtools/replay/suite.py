@@ -32,7 +32,7 @@ from devtools.replay.metrics import (
     with_cost_vs_lower_bound,
     without_reference_ratios,
 )
-from devtools.replay.policies import POLICIES, SIZES_POLICIES, SPOT_POLICIES, VIRTUAL_NODE_POLICIES
+from devtools.replay.policies import POLICIES, SIZES_POLICIES, SPOT_FIRST_POLICY, SPOT_POLICIES, VIRTUAL_NODE_POLICIES
 from devtools.replay.pools import POOL_SETS, PRICE_DATE, PRICE_SOURCE, PRICES_PER_HOUR
 from devtools.replay.run import ReplayOutcome, replay
 from devtools.replay.sizes_targets import TRACE as SIZES_TRACE
@@ -83,7 +83,7 @@ def with_reference_ratios(policy: str, result: Mapping[str, Any], bound_cost: fl
     """A run's results.json entry with its cost over the lower bound's where that bound bounds the policy: not for
     the spot and virtual-node tiers (neither reference prices them: no cost_vs_oracle either), nor for a policy of
     other VM sizes (OTHER_SIZES_POLICIES)."""
-    if policy in (*SPOT_POLICIES, *VIRTUAL_NODE_POLICIES):
+    if policy in (*SPOT_POLICIES, SPOT_FIRST_POLICY, *VIRTUAL_NODE_POLICIES):
         return without_reference_ratios(result)
     if policy in OTHER_SIZES_POLICIES:
         return {key: value for key, value in result.items() if key != "cost_vs_lower_bound"}
@@ -384,13 +384,16 @@ def replay_section(
     return results, facts, targets, series
 
 
-SPOT_SEED_POLICIES = ("ours", "ours+spot", "ca+spot")
+SPOT_SEED_POLICIES = ("ours", "ours+spot", SPOT_FIRST_POLICY, "ca+spot")
+# ours+spot (spot or on demand by the work) at most this much dearer than ours+spot-first, its spot-first self.
+SPOT_BY_WORK_COST_SHARE = 1.1
 
 
 def spot_over_seeds(name: str, per_policy: Mapping[str, Mapping[str, Any]], *, seed: int,
                     seeds: tuple[int, ...] = SPOT_SEEDS, runs: SeedRuns | None = None) -> list[dict[str, Any]]:
-    """Per seed, ours' (on demand), ours+spot's and ca+spot's figures at SPOT_TARGET_TIER on trace `name`: `seed`'s
-    from this run's results, the others replayed here (the trace sampled, boots, availability and evictions drawn
+    """Per seed, ours' (on demand), ours+spot's, ours+spot-first's and ca+spot's figures at SPOT_TARGET_TIER on trace
+    `name`: `seed`'s from this run's results (ours+spot-first, which has no run there, replayed), the others replayed
+    here (the trace sampled, boots, availability and evictions drawn
     with that seed). One seed's evictions are a handful of events: a spot conclusion must hold on several."""
     def key(policy: str) -> str:
         return policy if policy == "ours" else f"{policy}@{SPOT_TARGET_TIER}"
@@ -398,7 +401,10 @@ def spot_over_seeds(name: str, per_policy: Mapping[str, Mapping[str, Any]], *, s
     rows = []
     for other in seeds:
         if other == seed:
-            figures = {policy: per_policy[key(policy)] for policy in SPOT_SEED_POLICIES}
+            # ours+spot-first has no run in the main table: replayed on this seed too.
+            figures = {policy: per_policy.get(key(policy)) or replay_on_seed(name, other, policy,
+                                                                             tier=SPOT_TARGET_TIER, runs=runs)
+                       for policy in SPOT_SEED_POLICIES}
         else:
             figures = {policy: replay_on_seed(name, other, policy, runs=runs,
                                               tier="" if policy == "ours" else SPOT_TARGET_TIER)
@@ -409,8 +415,12 @@ def spot_over_seeds(name: str, per_policy: Mapping[str, Mapping[str, Any]], *, s
 
 def _spot_row(result: Mapping[str, Any]) -> dict[str, Any]:
     spot = result.get("spot") or {}
+    by_work = result.get("spot_work") or {}
     return {"cost": result["cost"], "p95": result["pending_wait_s"]["p95"], "work_lost_s": result["work_lost_s"],
-            "evictions": spot.get("evictions", 0), "pods_killed": result["pods_killed"]}
+            "evictions": spot.get("evictions", 0), "pods_killed": result["pods_killed"],
+            # The loss the spot-by-work rule expects of the pods that started on spot, beside the loss measured.
+            **{k: by_work[k] for k in ("expected_loss_s", "pods_started_on_spot", "pods_over_limit",
+                                       "long_pods_started_on_spot", "limit_s") if k in by_work}}
 
 
 def evaluate_spot_seed_targets(rows: Sequence[Mapping[str, Any]], *, batch: bool) -> list[dict[str, Any]]:
@@ -435,7 +445,37 @@ def evaluate_spot_seed_targets(rows: Sequence[Mapping[str, Any]], *, batch: bool
         "detail": ", ".join(f"seed {row['seed']} {outcome} ({row['ours+spot']['work_lost_s']:,.0f} s vs "
                             f"{row['ca+spot']['work_lost_s']:,.0f} s)" for row, outcome in zip(rows, outcomes, strict=True)),
     })
+    if all(SPOT_FIRST_POLICY in row for row in rows):
+        targets += _spot_by_work_targets(rows, outcomes, seeds)
     return targets
+
+
+def _spot_by_work_targets(rows: Sequence[Mapping[str, Any]], outcomes: Sequence[str], seeds: str
+                          ) -> list[dict[str, Any]]:
+    """Spot or on demand by the work: ours+spot loses less running work than ca+spot on every seed (at least three),
+    at most SPOT_BY_WORK_COST_SHARE of ours+spot-first's cost on every seed; the expected loss beside the measured."""
+    shares = [row["ours+spot"]["cost"] / row[SPOT_FIRST_POLICY]["cost"] if row[SPOT_FIRST_POLICY]["cost"]
+              else float("inf") for row in rows]
+
+    def lost(row: Mapping[str, Any]) -> str:
+        mine, first = row["ours+spot"], row[SPOT_FIRST_POLICY]
+        return (f"seed {row['seed']}: {mine['work_lost_s']:,.0f} s lost (expected "
+                f"{mine.get('expected_loss_s', 0):,.0f} s; {mine.get('pods_over_limit', 0)} pods over the "
+                f"{mine.get('limit_s') or 0:,.0f} s limit, {mine.get('long_pods_started_on_spot', 0)} of them started "
+                f"on spot) vs ca+spot {row['ca+spot']['work_lost_s']:,.0f} s, spot-first "
+                f"{first['work_lost_s']:,.0f} s (expected {first.get('expected_loss_s', 0):,.0f} s)")
+
+    return [
+        {"name": f"ours+spot at {SPOT_TARGET_TIER}, seeds {seeds}: less running work lost than ca+spot on every seed "
+                 f"(at least {len(SPOT_SEEDS)})",
+         "met": len(rows) >= len(SPOT_SEEDS) and all(outcome == "less" for outcome in outcomes),
+         "detail": "; ".join(lost(row) for row in rows)},
+        {"name": f"ours+spot at {SPOT_TARGET_TIER}, seeds {seeds}: cost at most {SPOT_BY_WORK_COST_SHARE:.1f}x "
+                 f"{SPOT_FIRST_POLICY} on every seed",
+         "met": all(share <= SPOT_BY_WORK_COST_SHARE for share in shares),
+         "detail": ", ".join(f"seed {row['seed']} {share:.3f}x (${row['ours+spot']['cost']:,.2f} vs "
+                             f"${row[SPOT_FIRST_POLICY]['cost']:,.2f})" for row, share in zip(rows, shares, strict=True))},
+    ]
 
 
 def _sweep_replay(trace: Trace, name: str, seed: int, policy: str, changes: Mapping[str, Any]) -> dict[str, Any]:

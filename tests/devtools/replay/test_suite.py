@@ -202,7 +202,8 @@ def test_the_seed_comparisons_replay_ours_once_per_seed(monkeypatch) -> None:  #
     rows = suite.spot_over_seeds("alibaba2023", per_policy, seed=0, seeds=(0, 1, 2), runs=runs)
     assert [r["seed"] for r in rows] == [0, 1, 2]
     assert sorted(replayed) == sorted([("ours", s, False) for s in (1, 2)] + [("ca", s, False) for s in (1, 2)]
-                                      + [(p, s, True) for s in (1, 2) for p in ("ours+spot", "ca+spot")])
+                                      + [(p, s, True) for s in (1, 2) for p in ("ours+spot", "ca+spot")]
+                                      + [("ours+spot-first", s, True) for s in (0, 1, 2)])  # no main-table run
 
 
 def test_the_frontier_section_replays_each_sweep_point_and_reuses_the_defaults(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -296,3 +297,33 @@ def test_spot_targets_over_seeds_hold_on_every_seed(rows: list[dict[str, Any]], 
     assert (cost["met"], lost["met"]) == (cost_met, lost_met)
     assert all(f"seed {row['seed']}" in cost["detail"] and f"seed {row['seed']}" in lost["detail"] for row in rows)
     assert [t["name"] for t in evaluate_spot_seed_targets(rows, batch=False)] == [lost["name"]]  # cost: batch trace only
+
+
+def _by_work_row(seed: int, *, lost: float, their_lost: float, cost: float, first_cost: float) -> dict[str, Any]:
+    row = _seed_row(seed, ours=10, spot=cost, lost=lost, their_lost=their_lost)
+    row["ours+spot"] |= {"expected_loss_s": lost / 2, "pods_over_limit": 3, "long_pods_started_on_spot": 1,
+                         "limit_s": 7200.0}
+    return {**row, "ours+spot-first": {**row["ours+spot"], "cost": first_cost, "work_lost_s": lost * 2}}
+
+
+@pytest.mark.parametrize(("rows", "lost_met", "cost_met"), [
+    # less than ca+spot on all three seeds, within 1.1x of spot-first on each: met
+    ([_by_work_row(s, lost=10, their_lost=50, cost=4.4, first_cost=4.0) for s in (0, 1, 2)], True, True),
+    # a tie on one seed is not less; 1.2x on one seed misses the cost
+    ([_by_work_row(0, lost=10, their_lost=50, cost=4.0, first_cost=4.0),
+      _by_work_row(1, lost=0, their_lost=0, cost=4.8, first_cost=4.0),
+      _by_work_row(2, lost=10, their_lost=50, cost=4.0, first_cost=4.0)], False, False),
+    # fewer than three seeds: the loss target cannot be met
+    ([_by_work_row(s, lost=10, their_lost=50, cost=4.0, first_cost=4.0) for s in (0, 1)], False, True),
+])
+def test_spot_by_work_targets_hold_on_every_seed(rows: list[dict[str, Any]], lost_met: bool, cost_met: bool) -> None:
+    from devtools.replay.suite import evaluate_spot_seed_targets
+
+    targets = evaluate_spot_seed_targets(rows, batch=False)
+    by_work = {t["name"].split(": ", 1)[1]: t for t in targets if "every seed" in t["name"]}
+    lost = next(t for name, t in by_work.items() if "less running work" in name)
+    cost = next(t for name, t in by_work.items() if "ours+spot-first" in name)
+    assert (lost["met"], cost["met"]) == (lost_met, cost_met)
+    # Expected beside measured, on every seed; the figures printed whether met or not.
+    assert all(f"seed {row['seed']}" in lost["detail"] and "expected" in lost["detail"] for row in rows)
+    assert all(f"seed {row['seed']}" in cost["detail"] for row in rows)
