@@ -241,7 +241,7 @@ def test_custom_aks_role_has_exactly_the_data_actions_the_code_needs() -> None:
 ADAPTERS = ROOT / "shared" / "adapters"
 # An ARM client call in an adapter: `self._client.<operation group>.<method>` or `network.<group>.<method>`
 # (the lazily made Network client), called or passed on (`begin=self._client.virtual_machines.begin_start`).
-_SDK_CALL = re.compile(r"(?:self\._client|\bnetwork)\.([a-z]\w*)\.([a-z]\w*)")
+_SDK_CALL = re.compile(r"(?:self\._client|\bclient|\bnetwork)\.([a-z]\w*)\.([a-z]\w*)")
 
 # Every SDK call of the Uniform (compute.py) and Flexible (flex_compute.py) backends -> the ARM action it needs.
 # None: not granted, on purpose (see the comment at it).
