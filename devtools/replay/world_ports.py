@@ -38,6 +38,7 @@ from sandbox.world import capacity_buffers as buffer_store
 from sandbox.world import provisioning_requests as provreq_store
 from sandbox.world.compute import Operation as SimOperation
 from sandbox.world.compute import ScaleSetSim
+from sandbox.world.drift import latest_model_applied
 from sandbox.world.errors import ArmError, KubeError
 from sandbox.world.faults import default_scale_up_message
 from shared.adapters import kube_buffers, kube_provreq
@@ -517,6 +518,8 @@ class WorldCompute:
             error_message=inst.error_message if inst.state == "Failed" else "",
             protected_from_scale_in=self._world.is_scale_in_protected(inst),
             vm_size=lane,  # a lane's instances are of its size (a one-size group's say nothing)
+            # As VmssCompute reads a Uniform VM's latestModelApplied (a Flexible member's VM has no such field).
+            latest_model_applied=None if sim.flexible else latest_model_applied(self._world, sim, inst),
         )
 
     def supports_scale_in_protection(self, group: NodeGroup) -> bool:
