@@ -595,7 +595,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("DRIFT_REPLACEMENT", "drift_replacement", "true", _bool,
          "Replace nodes that drifted (an instance not on its scale set's latest model, an AKS node on an older node "
          "image than its pool's, or older than `NODE_MAX_AGE`): a new instance first, then a drain of the old one, "
-         "within the disruption budgets; nodes running batch pods wait for them to end. See docs/consolidation.md."),
+         "within the disruption budgets; nodes running batch pods wait for them to end. See docs/drift.md."),
     Spec("NODE_MAX_AGE", "node_max_age", "0", _nonnegative_duration,
          "Nodes older than this are replaced as drifted (Karpenter's `expireAfter`); `0` never."),
     Spec("REPLACEMENT_TIMEOUT", "replacement_timeout", "30m", _nonnegative_duration,
