@@ -11,7 +11,7 @@ import pytest
 from shared.domain import AKS_AGENT_POOL, FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, NodeGroup
 from shared.engine.drift import MODEL, drifted_nodes
 from shared.ports import ComputeError
-from shared.services.drift import with_model_state
+from shared.services.drift import LIST_INTERVAL, forget_model_state, with_model_state
 from tests.builders import T0, group, node, snapshot
 
 
@@ -26,6 +26,11 @@ class Provider:
         if self.fail:
             raise ComputeError("boom")
         return [Instance(str(i), latest_model_applied=str(i) not in self.stale) for i in range(g.capacity)]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process() -> None:
+    forget_model_state()  # each test starts as a cold process
 
 
 def _cluster(kind: str, *, listed: bool = False, nodes: int = 2):
@@ -70,7 +75,21 @@ def test_a_set_found_all_latest_is_read_again_only_when_its_etag_moves() -> None
     assert len(provider.reads) == 1  # all latest at etag "1": not read again
     provider.stale = {"0"}
     moved = replace(snap, groups=tuple(replace(g, etag='"2"') for g in snap.groups))
-    for _ in range(2):
-        out = with_model_state(provider, moved)  # type: ignore[arg-type]
+    for interval in (1, 2):  # past the last list's interval each time
+        out = with_model_state(provider, replace(moved, taken_at=T0 + interval * LIST_INTERVAL))  # type: ignore[arg-type]
     assert len(provider.reads) == 3  # the etag moved: read, and read again while an instance is stale
     assert drifted_nodes(out, max_age=timedelta(0), now=T0) == {"n0": MODEL}
+
+
+def test_a_busy_or_drifted_set_is_listed_once_per_interval_and_its_last_list_stands_in_between() -> None:
+    provider = Provider({"1"})
+    snap = replace(_cluster(UNIFORM_SCALE_SET), groups=tuple(replace(g, etag='"1"') for g in _cluster(
+        UNIFORM_SCALE_SET).groups))
+    seen = []
+    for minute in range(11):  # the etag moves every poll, as it does while the set is resized
+        moved = replace(snap, taken_at=T0 + timedelta(minutes=minute),
+                        groups=tuple(replace(g, etag=f'"{minute}"') for g in snap.groups))
+        seen.append(drifted_nodes(with_model_state(provider, moved), max_age=timedelta(0), now=T0))  # type: ignore[arg-type]
+    interval = int(LIST_INTERVAL.total_seconds() // 60)
+    assert len(provider.reads) == -(-11 // interval)  # minutes 0, 5 and 10
+    assert all(found == {"n1": MODEL} for found in seen)  # the stale instance is shown between lists too
