@@ -75,8 +75,13 @@ def _versus_ca(cost: float, p95: float, points: Sequence[Mapping[str, Any]]) -> 
     saving = 1.0 - cost / best["cost"] if best["cost"] else 0.0
     return {"name": name, "met": saving >= SAVING_VS_CA,
             "detail": f"${cost:,.2f} at p95 {p95:.0f} s vs ca {best['label']} ${best['cost']:,.2f} at "
-                      f"{best['p95_wait_s']:.0f} s: {saving:+.1%} cheaper (cheapest ca point: {cheapest['label']} "
+                      f"{best['p95_wait_s']:.0f} s: {_relative(saving)} (cheapest ca point: {cheapest['label']} "
                       f"${cheapest['cost']:,.2f} at {cheapest['p95_wait_s']:.0f} s)"}
+
+
+def _relative(saving: float) -> str:
+    """`12.3% cheaper` or `8.7% dearer`: a negative saving read as the excess it is."""
+    return f"{saving:.1%} cheaper" if saving >= 0 else f"{-saving:.1%} dearer"
 
 
 def _per_day(result: Mapping[str, Any]) -> str:
