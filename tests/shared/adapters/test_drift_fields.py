@@ -8,28 +8,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from azure.mgmt.compute import ComputeManagementClient
-from azure.mgmt.compute.models import VirtualMachine, VirtualMachineScaleSetVM
+from azure.mgmt.compute.models import VirtualMachine
 
 from shared.adapters.aks_pools import AksAgentPools
 from shared.adapters.compute import VmssCompute
-from shared.adapters.credentials import StaticTokenCredential
 from shared.adapters.flex_compute import _member
 from sandbox.clock import ManualClock
 from shared.domain import UNIFORM_SCALE_SET, NodeGroup
 from tests.fixtures.sandbox import SANDBOX_START, SandboxFactory
 from tests.shared.adapters import sandbox_world
+from tests.shared.adapters.uniform_vms import uniform
 
 CLUSTER_ID = "/subscriptions/s/resourceGroups/rg-aks/providers/Microsoft.ContainerService/managedClusters/prod"
-
-
-def uniform(vms: list[dict[str, Any]]) -> VmssCompute:
-    client = ComputeManagementClient(StaticTokenCredential(), "sub", base_url="https://127.0.0.1:1")
-    compute = VmssCompute(client, cluster_name="demo", resource_groups=["rg"], operation_wait=0)
-    listed = [VirtualMachineScaleSetVM(vm) for vm in vms]  # the SDK's model over the wire's JSON
-    compute._client = SimpleNamespace(  # type: ignore[assignment]
-        _config=client._config, virtual_machine_scale_set_vms=SimpleNamespace(list=lambda rg, name, **kw: listed))
-    return compute
 
 
 @pytest.mark.parametrize("wire, expected", [

@@ -9,29 +9,19 @@ from typing import Any
 
 import pytest
 from azure.mgmt.compute import ComputeManagementClient
-from azure.mgmt.compute.models import VirtualMachineScaleSetVM
 
 from shared.adapters.aks_pools import AksAgentPools
-from shared.adapters.compute import VmssCompute
 from shared.adapters.credentials import StaticTokenCredential
 from shared.adapters.flex_compute import FlexCompute
 from shared.domain import AKS_AGENT_POOL, FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, NodeGroup
 from shared.ports import SCALE_IN_PROTECTION_UNSUPPORTED, ComputeError
+from tests.shared.adapters.uniform_vms import uniform
 
 CLUSTER_ID = "/subscriptions/s/resourceGroups/rg-aks/providers/Microsoft.ContainerService/managedClusters/prod"
 
 
 def group(kind: str) -> NodeGroup:
     return NodeGroup("rg", "pool", 0, 10, 2, "Standard_D4s_v5", provider=kind, location="westeurope")
-
-
-def uniform(vms: list[dict[str, Any]]) -> VmssCompute:
-    client = ComputeManagementClient(StaticTokenCredential(), "sub", base_url="https://127.0.0.1:1")
-    compute = VmssCompute(client, cluster_name="demo", resource_groups=["rg"], operation_wait=0)
-    listed = [VirtualMachineScaleSetVM(vm) for vm in vms]  # the SDK's model over the wire's JSON
-    compute._client = SimpleNamespace(  # type: ignore[assignment]
-        _config=client._config, virtual_machine_scale_set_vms=SimpleNamespace(list=lambda rg, name, **kw: listed))
-    return compute
 
 
 def vm(instance_id: str, policy: dict[str, bool] | None) -> dict[str, Any]:
