@@ -275,6 +275,12 @@ def new_atomic_scale_up(*, request: str, request_uid: str, parts: Sequence[tuple
     )
 
 
+def scale_up_id(group: str, target: int, *, now: datetime, why: str = "") -> str:
+    """`scale-up:<group>:<target>:<time>`, with `:<why>` for a scale-up made for something other than pending
+    pods (`replace`, `drift`): the poll time makes it unique per decision."""
+    return f"scale-up:{group}:{target}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}" + (f":{why}" if why else "")
+
+
 def scale_down_id(nodes: Sequence[str], *, now: datetime) -> str:
     """`scale-down:<node>:<time>`, or `scale-down:<first node>+<n more>:<time>` for a bulk removal."""
     more = f"+{len(nodes) - 1}" if len(nodes) > 1 else ""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from shared import telemetry, yaml_text
-from shared.actions import new_scale_up
+from shared.actions import new_scale_up, scale_up_id
 from shared.domain import BufferStatus, ClusterSnapshot, GroupState, NodeGroup
 from shared.engine.backoff import after_failure, backoff_view, provision_timed_out
 from shared.engine.node_counts import present_by_group
@@ -193,7 +193,7 @@ def _pending_poll(ports: Ports, settings: Settings, *, now: datetime) -> Pending
                                current_target=increase.current_target + planned.written_off)
         # The poll time makes the id unique per decision; two polls deciding the same
         # increase are reconciled by the executor, which skips a group already at its target.
-        action_id = f"scale-up:{increase.group_id}:{increase.new_target}:{now:%Y%m%dT%H%M%SZ}"
+        action_id = scale_up_id(increase.group_id, increase.new_target, now=now)
         hidden = sum(1 for key in increase.pods if key in virtual.after)
         chunks = sum(1 for key in increase.pods if key in buffers.keys)
         reason = f"{len(increase.pods) - hidden - chunks} pending pod(s)" + (

@@ -25,10 +25,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime
 
 from shared import telemetry
-from shared.actions import new_scale_up
+from shared.actions import new_scale_up, scale_up_id
 from shared.domain import DRIFTED, ClusterSnapshot, GroupState, Replacement
 from shared.engine.backoff import backoff_reason
 from shared.engine.consolidation import ConsolidationOptions, ConsolidationPlan, plan_consolidation
@@ -49,8 +49,6 @@ from shared.services.swap import StateConflict, swap_group
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
-
-_ID_TIME = "%Y%m%dT%H%M%SZ"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +129,8 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
         group = snapshot.group(proposal.to_group)
         target = group.running_target + asked.get(proposal.to_group, 0) + proposal.count
         # No capacity asked, no action: the entry stands alone (engine.replacement keys it by its node).
-        action_id = "" if proposal.count == 0 else (
-            f"scale-up:{proposal.to_group}:{target}:{now.astimezone(timezone.utc).strftime(_ID_TIME)}:"
-            f"{_kind(proposal.reason)}")
+        action_id = "" if proposal.count == 0 else scale_up_id(proposal.to_group, target, now=now,
+                                                                why=_kind(proposal.reason))
         entries = _entries(proposal, action_id, now=now)
         touched.update(entries)
         if settings.dry_run:
