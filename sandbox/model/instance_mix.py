@@ -30,7 +30,7 @@ STRATEGIES = ("LowestPrice", "CapacityOptimized", "Prioritized")  # the spec's a
 Strategy = Literal["LowestPrice", "CapacityOptimized", "Prioritized"]
 MAX_SIZES = 5  # Azure's limit on skuProfile.vmSizes
 MIX_SKU = "Mix"  # sku.name of an instance-mix set
-_SERIES = re.compile(r"^Standard_(?P<series>[A-Za-z])")
+_SERIES = re.compile(r"^Standard_(?P<series>[A-Za-z])", re.IGNORECASE)  # ARM compares sizes case-insensitively
 _ALLOWED_SERIES = "ABDEF"  # instance mix supports the A, B, D, E and F families only
 _SIZE_FIELDS = frozenset({"vm_size", "allocatable", "capacity", "rank"})
 
@@ -83,8 +83,7 @@ def parse_instance_mix(
 def _size(value: Any, path: str, strategy: str, resources: ResourcesParser) -> MixSize:
     fields = obj(value, path, _SIZE_FIELDS, {"vm_size", "allocatable"})
     vm_size = text(fields["vm_size"], f"{path}.vm_size")
-    match = _SERIES.match(vm_size)
-    if match is None or match["series"].upper() not in _ALLOWED_SERIES:
+    if not allowed_series(vm_size):
         raise FieldError(
             f"{path}.vm_size", f"{vm_size!r} is not an A, B, D, E or F series size (instance mix takes only those)",
         )
@@ -98,6 +97,12 @@ def _size(value: Any, path: str, strategy: str, resources: ResourcesParser) -> M
             raise FieldError(f"{path}.rank", "a rank is only for the Prioritized strategy")
         rank = whole(fields["rank"], f"{path}.rank")
     return MixSize(vm_size, allocatable, capacity, rank)
+
+
+def allowed_series(vm_size: str) -> bool:
+    """Whether the size is of a series an instance mix takes (A, B, D, E or F)."""
+    match = _SERIES.match(vm_size)
+    return match is not None and match["series"].upper() in _ALLOWED_SERIES
 
 
 def _check_sizes(sizes: tuple[MixSize, ...], path: str) -> None:

@@ -22,13 +22,12 @@ knows the node shape of the scenario's sizes only. The sandbox models no per-siz
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sandbox.model.instance_mix import MAX_SIZES, STRATEGIES, InstanceMixSpec, MixSize
+from sandbox.model.instance_mix import MAX_SIZES, STRATEGIES, InstanceMixSpec, MixSize, allowed_series
 from sandbox.model.quota import vcpus, vm_family
 from sandbox.world.errors import ArmError
 
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
     from sandbox.world import World
 
 PROFILE = "properties.skuProfile"
-_SERIES = re.compile(r"^Standard_(?P<series>[A-Za-z])", re.IGNORECASE)
 
 
 def choose_size(mix: InstanceMixSpec, member_sizes: Iterable[str]) -> MixSize:
@@ -85,8 +83,7 @@ def steered(mix: InstanceMixSpec, sent: Any) -> InstanceMixSpec:
     ranks: dict[str, int | None] = {}
     for i, entry in enumerate(entries):
         name, rank = entry["name"], entry.get("rank")
-        series = _SERIES.match(name)
-        if series is None or series["series"].upper() not in "ABDEF" or vm_family(name) != family:
+        if not allowed_series(name) or vm_family(name) != family:
             raise ArmError(400, "InvalidParameter", f"VM size '{name}' cannot join this instance mix: it must be of "
                            f"the A, B, D, E or F series and of family {family}.", f"{where}[{i}].name")
         if name.lower() in ranks:
