@@ -68,12 +68,11 @@ from shared.engine.pod_rules import is_virtual_node
 from shared.engine.predicates import check, pod_requests
 from shared.engine.replacement import ReplacementProposal
 from shared.engine.scale_down import SCALE_DOWN_DISABLED
+from shared.engine.spot_work import expected_runtime
 from shared.engine.templates import next_zone, planned_node_labels
-from shared.quantities import parse_duration
 
 BALANCED, ALWAYS, OFF = "balanced", "always", "off"
 POLICIES = (BALANCED, ALWAYS, OFF)
-EXPECTED_RUNTIME = "autoscaler.azure.com/expected-runtime"
 SPOT_TAINT = Taint(SPOT_LABEL, SPOT_VALUE, "NoSchedule")
 # Fit simulations (one placement state each) a plan may build: the cheap resource check before each keeps most
 # attempts from getting that far, and this bounds a plan on a large cluster of nearly-fitting nodes.
@@ -174,15 +173,11 @@ def plan_consolidation(snapshot: ClusterSnapshot, *, states: Mapping[str, GroupS
 def expected_remaining(pod: Pod, now: datetime) -> timedelta | None:
     """What is left of the pod's `autoscaler.azure.com/expected-runtime` from its start; None: long-running.
 
-    A value that is not a duration is ignored (the pod counts as long-running): consolidation then errs towards
-    acting, as it would for a pod without the annotation.
+    A value that is not a positive duration is ignored (engine.spot_work.expected_runtime: the pod counts as
+    long-running): consolidation then errs towards acting, as it would for a pod without the annotation.
     """
-    text = pod.annotations.get(EXPECTED_RUNTIME)
-    if text is None:
-        return None
-    try:
-        runtime = parse_duration(text)
-    except (ValueError, OverflowError):
+    runtime = expected_runtime(pod)
+    if runtime is None:
         return None
     started = pod.started_at or pod.created_at
     return max(timedelta(0), runtime - (now - started))

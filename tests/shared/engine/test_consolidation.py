@@ -14,7 +14,6 @@ from shared.domain import REPLACE, SPOT, ClusterSnapshot, GroupState, Replacemen
 from shared.engine.consolidation import (
     ALWAYS,
     BALANCED,
-    EXPECTED_RUNTIME,
     OFF,
     SPOT_TAINT,
     ConsolidationOptions,
@@ -23,6 +22,7 @@ from shared.engine.consolidation import (
 )
 from shared.engine.drainability import DO_NOT_DISRUPT
 from shared.engine.scale_down import SCALE_DOWN_DISABLED
+from shared.engine.spot_work import EXPECTED_RUNTIME_ANNOTATION as EXPECTED_RUNTIME
 from tests.builders import T0, affinity, group, node, pod, res, sel, snapshot, template
 
 D8, D16, D4 = "Standard_D8s_v5", "Standard_D16s_v5", "Standard_D4s_v5"
