@@ -169,14 +169,13 @@ def _vm_pool_properties(world: World, pool: AgentPoolSim) -> dict[str, Any]:
     """What a VirtualMachines pool answers in place of a VMSS pool's size (AgentPoolsCreate_VirtualMachines-style
     shape: `vmSize` empty, the sizes' counts in `virtualMachinesProfile.scale.manual`, the machines there are
     per size in `virtualMachineNodesStatus`)."""
-    counts = world.agent_pool_size_counts(pool)
-    machines = world.machines(pool)
-    status = [{"size": size, "count": sum(1 for m in machines if m.state != "Deleting"
-                                          and world.machine_group(m).spec.vm_size == size)} for size, _ in counts]
+    groups = world.agent_pool_groups(pool)
+    status = [{"size": group.spec.vm_size, "count": len(group.active())} for group in groups]
     return {
         "vmSize": "",
         "type": "VirtualMachines",
-        "virtualMachinesProfile": {"scale": {"manual": [{"size": size, "count": count} for size, count in counts]}},
+        "virtualMachinesProfile": {"scale": {"manual": [{"size": size, "count": count}
+                                                        for size, count in world.agent_pool_size_counts(pool)]}},
         "virtualMachineNodesStatus": [entry for entry in status if entry["count"]],
     }
 
@@ -201,13 +200,9 @@ def machine_json(world: World, cluster: ManagedCluster, pool: AgentPoolSim, inst
     VirtualMachines pool's machine is a plain VM and says its size (`properties.hardware.vmSize`) at the
     api-versions that have the field."""
     group = world.machine_group(inst)
-    resource_id = (
-        f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}"
-        f"/providers/Microsoft.Compute/virtualMachineScaleSets/{group.name}/virtualMachines/{inst.instance_id}"
-    )
-    if pool.spec.multi_size:
-        resource_id = (f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}"
-                       f"/providers/Microsoft.Compute/virtualMachines/{inst.vm_name}")
+    compute = f"/subscriptions/{world.subscription_id}/resourceGroups/{group.resource_group}/providers/Microsoft.Compute"
+    resource_id = (f"{compute}/virtualMachines/{inst.vm_name}" if pool.spec.multi_size
+                   else f"{compute}/virtualMachineScaleSets/{group.name}/virtualMachines/{inst.instance_id}")
     body: dict[str, Any] = {
         "id": f"{_pool_id(cluster, pool)}/machines/{inst.node_name}",
         "name": inst.node_name,
@@ -394,9 +389,7 @@ def _put_agent_pool(world: World, request: Request, params: dict[str, str], api_
             raise ArmError(400, "InvalidParameter", f"The value '{value}' of parameter 'properties.{key}' is invalid.",
                            f"properties.{key}")
         bounds[key] = value
-    tags = properties.get("tags")
-    if tags is not None and (not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values())):
-        raise ArmError(400, "InvalidParameter", "Tags must be a map of strings.", "properties.tags")
+    tags = _tags(properties)
 
     op = world.update_agent_pool(
         pool, count=count, mode=mode, enable_auto_scaling=enabled, min_count=bounds["minCount"],
@@ -405,6 +398,14 @@ def _put_agent_pool(world: World, request: Request, params: dict[str, str], api_
     headers = _operation_headers(world, request, op)
     del headers["Location"]  # a PUT's answer carries the async operation only
     return json_response(200, pool_json(world, cluster, pool), headers)
+
+
+def _tags(properties: dict[str, Any]) -> dict[str, str] | None:
+    """The PUT's `properties.tags` (None: left out), a map of strings."""
+    tags = properties.get("tags")
+    if tags is not None and (not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values())):
+        raise ArmError(400, "InvalidParameter", "Tags must be a map of strings.", "properties.tags")
+    return tags
 
 
 def _manual_counts(pool: AgentPoolSim, sizes: list[str], profile: Any) -> dict[str, int]:
@@ -442,10 +443,9 @@ def _put_vm_agent_pool(
 ) -> Response:
     """A PUT of a VirtualMachines pool: the counts per size from `virtualMachinesProfile.scale.manual` (left out:
     unchanged); `count`, when given, must be their sum; AKS's autoscaler and a new mode are not modelled here."""
-    sizes = [size for size, _ in world.agent_pool_size_counts(pool)]
+    current = dict(world.agent_pool_size_counts(pool))
     profile = properties.get("virtualMachinesProfile")
-    counts = (_manual_counts(pool, sizes, profile) if profile is not None
-              else dict(world.agent_pool_size_counts(pool)))
+    counts = _manual_counts(pool, list(current), profile) if profile is not None else current
     count = properties.get("count")
     if count is not None and count != sum(counts.values()):  # code and wording unverified
         raise ArmError(400, "InvalidParameter", f"properties.count ({count}) must be the sum of the counts in "
@@ -455,9 +455,7 @@ def _put_vm_agent_pool(
         raise _sandbox_cannot("model AKS's autoscaler on VirtualMachines pools", "properties.enableAutoScaling")
     if (properties.get("mode") or pool.mode) != pool.mode:
         raise _sandbox_cannot("change the mode of VirtualMachines pools", "properties.mode")
-    tags = properties.get("tags")
-    if tags is not None and (not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values())):
-        raise ArmError(400, "InvalidParameter", "Tags must be a map of strings.", "properties.tags")
+    tags = _tags(properties)
     op = world.update_vm_agent_pool(pool, counts=counts, tags=tags)
     headers = _operation_headers(world, request, op)
     del headers["Location"]  # a PUT's answer carries the async operation only
