@@ -55,24 +55,25 @@ class VmssCpuAutoscale:
                 samples.append((now, sum(measured) / len(measured)))
             while samples and now - samples[0][0] >= WINDOW:
                 samples.popleft()
-            self._decide(group, [i.instance_id for i in running], samples, now,
-                         nodes={i.instance_id: i.node_name for i in running})
+            self._decide(group, {i.instance_id: i.node_name for i in running}, samples, now)
 
-    def _decide(self, group: NodeGroup, instance_ids: list[int], samples: deque[tuple[datetime, float]], now: datetime,
-                *, nodes: Mapping[int, str]) -> None:
+    def _decide(self, group: NodeGroup, nodes: Mapping[int, str], samples: deque[tuple[datetime, float]],
+                now: datetime) -> None:
+        """`nodes`: the group's running instances (instance id -> node name)."""
         last = self._last_action.get(group.id)
         if last is not None and now - last < COOLDOWN:
             return
         floor = max(MINIMUM, group.min_size)
         compute = self._replay.compute
         try:
-            if len(instance_ids) < floor:
+            if len(nodes) < floor:
                 compute.begin_resize(group, floor)  # the profile's minimum
             elif samples and sum(v for _, v in samples) / len(samples) > SCALE_OUT_ABOVE and group.capacity < group.max_size:
                 compute.begin_resize(group, group.capacity + 1)
-            elif samples and sum(v for _, v in samples) / len(samples) < SCALE_IN_BELOW and len(instance_ids) > floor:
-                compute.begin_delete_instances(group, [str(max(instance_ids))])
-                self.removed_nodes[nodes.get(max(instance_ids), "")] = "scale-in"
+            elif samples and sum(v for _, v in samples) / len(samples) < SCALE_IN_BELOW and len(nodes) > floor:
+                victim = max(nodes)
+                compute.begin_delete_instances(group, [str(victim)])
+                self.removed_nodes[nodes[victim]] = "scale-in"
             else:
                 return
         except ComputeError:
