@@ -61,13 +61,13 @@ from shared.domain import (
 from shared.engine.daemonsets import daemonsets_seen_by_group, observed_daemonset_pods, template_daemonsets
 from shared.engine.daemonsets import host_ports as daemonset_host_ports
 from shared.engine.daemonsets import overhead as daemonset_overhead
-from shared.engine.drainability import DO_NOT_DISRUPT, Budgets, DrainRules, drain_of
+from shared.engine.drainability import Budgets, DrainRules, drain_of
 from shared.engine.idle import DEFAULT_BOOT, boot_estimate
 from shared.engine.placement import NodeView, PlacementState
 from shared.engine.pod_rules import is_virtual_node
 from shared.engine.predicates import check, pod_requests
 from shared.engine.replacement import ReplacementProposal
-from shared.engine.scale_down import SCALE_DOWN_DISABLED
+from shared.engine.scale_down import node_pin
 from shared.engine.spot_work import expected_runtime
 from shared.engine.templates import next_zone, planned_node_labels
 
@@ -217,7 +217,8 @@ def _candidates(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], unn
         price = snapshot.prices.get(group.id)
         if price is None:
             continue
-        why = _node_pinned(node)
+        pin = node_pin(node)
+        why = f"not moved: node {pin}" if pin else ""
         drain = None if why else drain_of(pods_on.get(node.name, ()), options.drain, snapshot.disruption_budgets,
                                          now=now)
         if drain is not None and drain.pinned_by is not None:
@@ -232,13 +233,6 @@ def _candidates(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], unn
             continue  # empty: scale-down removes it
         found.append(_Candidate(node, group, price, drain.move, _usage(node, drain.move)))
     return found
-
-
-def _node_pinned(node: Node) -> str:
-    for key in (DO_NOT_DISRUPT, SCALE_DOWN_DISABLED):
-        if node.annotations.get(key) == "true":
-            return f"not moved: node annotation {key}=true"
-    return ""
 
 
 def _usage(node: Node, pods: Sequence[Pod]) -> float:

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shared.domain import DRIFTED, ClusterSnapshot, GroupState, Node, NodeGroup
-from shared.engine.drainability import DO_NOT_DISRUPT, DrainRules, drain_of
+from shared.engine.drainability import DrainRules, drain_of
 from shared.engine.pod_rules import is_virtual_node
 from shared.engine.replacement import ReplacementProposal
-from shared.engine.scale_down import SCALE_DOWN_DISABLED
+from shared.engine.scale_down import node_pin
 
 NODE_IMAGE_LABEL = "kubernetes.azure.com/node-image-version"
 MODEL, IMAGE, AGE = "model", "image", "age"  # why a node drifted, in order of precedence
@@ -116,10 +116,9 @@ def plan_drift(snapshot: ClusterSnapshot, *, states: Mapping[str, GroupState], d
 
 def _waits_for(node: Node, snapshot: ClusterSnapshot, drain: DrainRules, *, now: datetime) -> tuple[str, bool]:
     """Why the drifted node may not be replaced now ("" when it may), and whether it has pods to move."""
-    if node.annotations.get(DO_NOT_DISRUPT) == "true":
-        return f"annotation {DO_NOT_DISRUPT}=true", True
-    if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
-        return f"annotation {SCALE_DOWN_DISABLED}=true", True
+    pin = node_pin(node)
+    if pin:
+        return pin, True
     if not node.ready:
         return "not Ready: left to scale-down's unready rules", True
     verdict = drain_of(snapshot.pods_on(node.name), drain, snapshot.disruption_budgets, now=now)

@@ -54,7 +54,7 @@ from datetime import datetime, timedelta
 from shared.domain import ClusterSnapshot, GroupState, Node, NodeGroup, Pod, Resources
 from shared.engine import reasons
 from shared.engine.cooldowns import ScaleDownDelays, scale_down_blocked
-from shared.engine.drainability import Budgets, DrainRules, NodeDrain, drain_of
+from shared.engine.drainability import DO_NOT_DISRUPT, Budgets, DrainRules, NodeDrain, drain_of
 from shared.engine.idle import BREAK_EVEN, DEFAULT_BOOT, FIXED, break_even_time, parse_idle_mode, resolve_idle_mode
 from shared.engine.standby import start_estimate
 from shared.engine.limits import ClusterLimits, at_min_size, cluster_totals, removal_blocked
@@ -79,6 +79,15 @@ SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 # Kept reason of a forced node (its replacement Ready) that runs batch pods: it waits for them to end.
 BATCH_PODS_RUNNING = "BatchPodsRunning"
 OPTIONS_TAG = "k8s.io_cluster-autoscaler_node-template_autoscaling-options_"
+
+
+def node_pin(node: Node) -> str:
+    """The node annotation that keeps replacements (drift, consolidation) off it, as `<key>=true`; "" when none:
+    Karpenter's `karpenter.sh/do-not-disrupt` or cluster-autoscaler's scale-down-disabled."""
+    for key in (DO_NOT_DISRUPT, SCALE_DOWN_DISABLED):
+        if node.annotations.get(key) == "true":
+            return f"annotation {key}=true"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
