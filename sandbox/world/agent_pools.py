@@ -61,10 +61,10 @@ NO_VALID_MACHINES_MESSAGE = (
 
 @dataclass(slots=True)
 class AgentPoolSim:
-    """What the agentPools API can change of a pool; `count` and the machines are its scale set's."""
+    """What the agentPools API can change of a pool; `count` and the machines are its scale sets'."""
 
     spec: AgentPoolSpec
-    group_key: str
+    group_keys: tuple[str, ...]  # its scale set; a VirtualMachines pool's: one per size, in its sizes' order
     mode: str
     enable_auto_scaling: bool
     min_count: int | None
@@ -72,11 +72,15 @@ class AgentPoolSim:
     tags: dict[str, str]
     version: int = 1  # bumped by every change through the API: the eTag
     operation: str | None = None  # the latest operation's id
-    group_keys: tuple[str, ...] = ()  # a VirtualMachines pool's scale sets, one per size in its sizes' order
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def group_key(self) -> str:
+        """Its (first) scale set: a VMSS pool's only one."""
+        return self.group_keys[0]
 
     @property
     def etag(self) -> str:
@@ -121,9 +125,8 @@ class AgentPoolsPart(WorldCore):
                 continue
             discovery = {k: v for k, v in group.tags.items() if k in _DISCOVERY_TAGS} if group.spec.autoscaled else {}
             self._agent_pools[pool.name] = AgentPoolSim(
-                spec=pool, group_key=group.key, mode=pool.mode, enable_auto_scaling=pool.enable_auto_scaling,
+                spec=pool, group_keys=(group.key,), mode=pool.mode, enable_auto_scaling=pool.enable_auto_scaling,
                 min_count=pool.min_count, max_count=pool.max_count, tags={**pool.tags, **discovery},
-                group_keys=(group.key,),
             )
 
     def _is_managed_set(self, group: ScaleSetSim) -> bool:
