@@ -20,11 +20,11 @@ once is the disruption budgets' business (engine.disruption_budgets.admit), not 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from shared.domain import DRIFTED, ClusterSnapshot, GroupState, Node, NodeGroup
+from shared.domain import DRIFTED, ClusterSnapshot, GroupState, Node, NodeGroup, Pod
 from shared.engine.drainability import DrainRules, drain_of
 from shared.engine.pod_rules import is_virtual_node
 from shared.engine.replacement import ReplacementProposal
@@ -89,24 +89,27 @@ def plan_drift(snapshot: ClusterSnapshot, *, states: Mapping[str, GroupState], d
     replaced already are neither proposed nor reported waiting: their replacement is under way.
     """
     busy = {n for s in states.values() for n in (*s.removing, *s.replacing)}
-    groups = {g.id: g for g in snapshot.groups}
     # Room above each group's minimum for nodes removed without a new one first (its removals in flight taken).
     room = {g.id: g.running_target - len(states[g.id].removing if g.id in states else ()) - g.min_size
             for g in snapshot.groups}
     by_name = {n.name: n for n in snapshot.nodes}
     nodes = sorted((by_name[name] for name in drifted if name in by_name), key=lambda n: (n.created_at, n.name))
+    pods_on: dict[str, list[Pod]] = {}  # read once: every node may drift at once (NODE_MAX_AGE)
+    for pod in snapshot.pods:
+        if pod.node_name in drifted and not pod.is_finished:
+            pods_on.setdefault(pod.node_name, []).append(pod)
     proposals: list[ReplacementProposal] = []
     waiting: dict[str, str] = {}
     for node in nodes:
         ref = node.instance
         if ref is None or node.name in busy or node.is_being_deleted:
             continue
-        why, movable = _waits_for(node, snapshot, drain, now=now)
+        why, movable = _waits_for(node, pods_on.get(node.name, []), snapshot, drain, now=now)
         if why:
             waiting[node.name] = why
             continue
         count = 1
-        if not movable and ref.group_id in groups and room.get(ref.group_id, 0) > 0:
+        if not movable and room.get(ref.group_id, 0) > 0:
             count = 0  # nothing to move: removed directly, no new node first
             room[ref.group_id] -= 1
         proposals.append(ReplacementProposal(nodes=((node.name, ref.group_id),), reason=DRIFTED,
@@ -114,14 +117,16 @@ def plan_drift(snapshot: ClusterSnapshot, *, states: Mapping[str, GroupState], d
     return DriftPlan(tuple(proposals), waiting)
 
 
-def _waits_for(node: Node, snapshot: ClusterSnapshot, drain: DrainRules, *, now: datetime) -> tuple[str, bool]:
-    """Why the drifted node may not be replaced now ("" when it may), and whether it has pods to move."""
+def _waits_for(node: Node, pods: Sequence[Pod], snapshot: ClusterSnapshot, drain: DrainRules, *,
+               now: datetime) -> tuple[str, bool]:
+    """Why the drifted node (running `pods`) may not be replaced now ("" when it may), and whether it has pods
+    to move."""
     pin = node_pin(node)
     if pin:
         return pin, True
     if not node.ready:
         return "not Ready: left to scale-down's unready rules", True
-    verdict = drain_of(snapshot.pods_on(node.name), drain, snapshot.disruption_budgets, now=now)
+    verdict = drain_of(pods, drain, snapshot.disruption_budgets, now=now)
     if verdict.pinned_by is not None:
         return str(verdict.pinned_by), True
     if verdict.wait:
