@@ -129,4 +129,3 @@ def report(world: World) -> dict[str, Any] | None:
         "stale_replaced": sum(g["stale_replaced"] for g in groups.values()),
         "stale_disrupted_max": max((g["stale_disrupted_max"] for g in groups.values()), default=0),
     }
-

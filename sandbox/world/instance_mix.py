@@ -130,8 +130,7 @@ def report(world: World) -> dict[str, Any] | None:
             "created_by_size": by_size(Counter(i.vm_size for i in members)),
             # What the group's node_seconds are made of: price each size at its own rate, not the group's.
             "node_seconds_by_size": {k: round(v, 3) for k, v in by_size(billed).items()},
-            "alive_by_size_at_end": by_size(Counter(
-                i.vm_size for i in group.instances.values() if i.state != "Deleting")),
+            "alive_by_size_at_end": by_size(Counter(i.vm_size for i in group.active())),
             "pods_by_workload_and_size": {w: by_size(c) for w, c in sorted(pods.items())},
             "profile": {"strategy": group.spec.instance_mix.strategy,
                         "ranks": {s.vm_size: s.rank for s in group.spec.instance_mix.sizes}},

@@ -148,7 +148,7 @@ class ScaleSetsPart(WorldCore):
         mix = group.spec.instance_mix
         if mix is None:
             return ""
-        return choose_size(mix, (i.vm_size for i in group.instances.values() if i.state != "Deleting")).vm_size
+        return choose_size(mix, (i.vm_size for i in group.active())).vm_size
 
     def _flexible_names(self, group: ScaleSetSim, instance_id: int) -> tuple[str, str]:
         members = [*group.instances.values(), *(i for i in self._gone if i.group_key == group.key)]

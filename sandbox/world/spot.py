@@ -521,11 +521,10 @@ class SpotPart(WorldCore):
         }
 
 
-
 def _added_vcpus(group: ScaleSetSim, adding: int) -> int:
     """The vCPUs `adding` new VMs take: an instance mix's at the sizes its strategy will give them."""
     mix = group.spec.instance_mix
     if mix is None:
         return adding * quota.vcpus(group.spec.capacity)
-    alive = (i.vm_size for i in group.instances.values() if i.state != "Deleting")
+    alive = (i.vm_size for i in group.active())
     return sum(quota.vcpus(size.capacity) for size in next_sizes(mix, alive, adding))
