@@ -290,27 +290,24 @@ def allowance(reason: str, *, group: NodeGroup | None, snapshot: ClusterSnapshot
     limit less the disruptions it already counts, floored at 0. A group whose tag does not parse allows none, for
     every reason (its operator meant a limit we cannot read); `tag_problems` reports it.
     """
-    if reason not in DISRUPTION_REASONS:
-        return None
-    if group is not None and group_budgets(group)[1]:
-        return 0
-    found = limits(reason, group=group, snapshot=snapshot, cluster_budgets=cluster_budgets,
-                   disrupting=disrupting, now=now)
-    return min((limit.allowed for limit in found), default=None)
+    return _allowance(reason, group=group, snapshot=snapshot, cluster_budgets=cluster_budgets,
+                      disrupting=disrupting, now=now)[0]
 
 
-def _binding(reason: str, *, group: NodeGroup | None, snapshot: ClusterSnapshot,
-             cluster_budgets: Sequence[NodeBudget], disrupting: Sequence[Disrupting], now: datetime,
-             mapped: Mapping[str, str]) -> str:
-    """Why `reason` allows no disruption of a node of `group` now ("" when it allows one)."""
+def _allowance(reason: str, *, group: NodeGroup | None, snapshot: ClusterSnapshot,
+               cluster_budgets: Sequence[NodeBudget], disrupting: Sequence[Disrupting], now: datetime,
+               mapped: Mapping[str, str] | None = None) -> tuple[int | None, str]:
+    """`allowance`, and why it allows no disruption of a node of `group` now ("" when it allows one)."""
     if reason not in DISRUPTION_REASONS:
-        return ""
+        return None, ""
     if group is not None and (problem := group_budgets(group)[1]):
-        return f"{problem}; its {reason} disruptions wait until the tag is fixed"
+        return 0, f"{problem}; its {reason} disruptions wait until the tag is fixed"
     found = limits(reason, group=group, snapshot=snapshot, cluster_budgets=cluster_budgets,
                    disrupting=disrupting, now=now, mapped=mapped)
-    spent = [limit for limit in found if limit.allowed < 1]
-    return min(spent, key=lambda limit: limit.limit - limit.disrupting).describe(reason) if spent else ""
+    if not found:
+        return None, ""
+    tightest = min(found, key=lambda limit: (limit.allowed, limit.limit - limit.disrupting))
+    return tightest.allowed, tightest.describe(reason) if tightest.allowed < 1 else ""
 
 
 def apply_budgets(plan: PlanT, snapshot: ClusterSnapshot, states: Mapping[str, GroupState],
@@ -333,8 +330,8 @@ def apply_budgets(plan: PlanT, snapshot: ClusterSnapshot, states: Mapping[str, G
         if removal.node in counted or reason not in DISRUPTION_REASONS:
             admitted.append(removal)
             continue
-        why = _binding(reason, group=snapshot.group(removal.group_id), snapshot=snapshot,
-                       cluster_budgets=cluster_budgets, disrupting=disrupting, now=now, mapped=mapped)
+        _, why = _allowance(reason, group=snapshot.group(removal.group_id), snapshot=snapshot,
+                            cluster_budgets=cluster_budgets, disrupting=disrupting, now=now, mapped=mapped)
         if why:
             kept[removal.node] = KeptReason(reasons.DISRUPTION_BUDGET, why)
             continue
@@ -374,8 +371,8 @@ def admit(proposals: Sequence[ProposalT], snapshot: ClusterSnapshot, states: Map
         for node, gid in proposal.nodes:
             if node in counted:
                 continue
-            why = _binding(proposal.reason, group=snapshot.group(gid), snapshot=snapshot,
-                           cluster_budgets=cluster_budgets, disrupting=trial, now=now, mapped=mapped)
+            _, why = _allowance(proposal.reason, group=snapshot.group(gid), snapshot=snapshot,
+                                cluster_budgets=cluster_budgets, disrupting=trial, now=now, mapped=mapped)
             if why:
                 break
             trial.append(Disrupting(node, gid, proposal.reason))
