@@ -415,10 +415,10 @@ def budget_status(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], c
     for scope, budgets, nodes, counted in scopes:
         for budget in budgets:
             active = budget.active(now)
-            allowed = {}
-            for reason in (r for r in DISRUPTION_REASONS if budget.covers(r)):
-                spent = sum(1 for d in counted if budget.covers(d.reason))
-                allowed[reason] = max(0, budget.limit(nodes) - spent) if active else 0
+            # One count for every reason it covers: a budget counts all its reasons' disruptions together.
+            spent = sum(1 for d in counted if budget.covers(d.reason))
+            left = max(0, budget.limit(nodes) - spent) if active else 0
+            allowed = {reason: left for reason in DISRUPTION_REASONS if budget.covers(reason)}
             lines.append(BudgetStatus(scope, budget.text, active, nodes, allowed))
     return tuple(lines)
 
