@@ -28,15 +28,22 @@ from devtools.replay.pools import Pool
 from devtools.replay.spot import SpotTier
 from devtools.replay.spot_prices import spot_fraction
 from devtools.replay.traces import TracePod
-from shared.engine.spot_work import EXPECTED_RUNTIME_ANNOTATION, break_even, parse_max_runtime, parse_rate
+from shared.engine.spot_work import EXPECTED_RUNTIME_ANNOTATION, break_even, parse_max_runtime
+from shared.settings import SPECS
 
 LOGNORMAL_P95 = 2.0  # the estimate's error factor at its 95th percentile (median 1)
 _Z95 = 1.6448536269514722  # the standard normal's 95th percentile
 SIGMA = math.log(LOGNORMAL_P95) / _Z95
-# The shipped defaults the auto limit uses (shared.settings' SPOT_LOST_WORK_COST, SPOT_EVICTION_RATE), restated for
-# the replay's figures.
-DEFAULT_LOST_WORK_COST = 4.0
-DEFAULT_EVICTION_RATE = "5%"
+
+
+def _setting(settings: Mapping[str, str], name: str) -> Any:
+    """App setting `name` parsed as the app parses it: the value in `settings`, else its shipped default."""
+    spec = next(s for s in SPECS if s.name == name)
+    return spec.parse(settings.get(name) or str(spec.default))
+
+
+# The shipped SPOT_LOST_WORK_COST, which the auto limit uses unless a run sets its own.
+DEFAULT_LOST_WORK_COST: float = _setting({}, "SPOT_LOST_WORK_COST")
 ASSUMPTIONS: tuple[str, ...] = (
     f"expected run time ({EXPECTED_RUNTIME_ANNOTATION}) on every pod of every policy's run (only ours reads it): for "
     "a pod of a trace job, the median duration of that job's pods (what a user knows of their job); for a pod "
@@ -44,7 +51,8 @@ ASSUMPTIONS: tuple[str, ...] = (
     "as often long as short); never the exact duration",
     "ours+spot and ours+spot-first: SPOT_EVICTION_RATE = the spot tier's mean eviction rate for the pool holding "
     "most of the trace's work (node-seconds of perfectly packed demand); other spot settings at their defaults "
-    "(SPOT_MAX_RUNTIME=auto, SPOT_LOST_WORK_COST=4); ours+spot-first sets SPOT_MAX_RUNTIME=off (spot-first)",
+    f"(SPOT_MAX_RUNTIME=auto, SPOT_LOST_WORK_COST={DEFAULT_LOST_WORK_COST:g}); ours+spot-first sets "
+    "SPOT_MAX_RUNTIME=off (spot-first)",
     "spot_work.expected_loss_s: rate x T^2/2 summed over the pods that started on spot nodes, T the pod's estimate "
     "and the rate its spot pool's mean (the engine's model); beside it lost_work_s, what evictions destroyed",
 )
@@ -104,15 +112,13 @@ def price_fraction(pools: Sequence[Pool]) -> float:
 def limit_s(settings: Mapping[str, str], pools: Sequence[Pool]) -> float | None:
     """The run time above which ours keeps a pod off spot under `settings`, seconds, as engine.spot_work computes
     it (a fixed SPOT_MAX_RUNTIME, else the break-even); None when SPOT_MAX_RUNTIME is `off`."""
-    enabled, fixed = parse_max_runtime(settings.get("SPOT_MAX_RUNTIME", "auto"))
+    enabled, fixed = parse_max_runtime(_setting(settings, "SPOT_MAX_RUNTIME"))
     if not enabled:
         return None
     if fixed is not None:
         return fixed.total_seconds()
-    rate = parse_rate(settings.get("SPOT_EVICTION_RATE", DEFAULT_EVICTION_RATE))
-    cost = float(settings.get("SPOT_LOST_WORK_COST", DEFAULT_LOST_WORK_COST))
-    return break_even(eviction_rate=rate, price_fraction=price_fraction(pools),
-                      lost_work_cost=cost).total_seconds()
+    return break_even(eviction_rate=_setting(settings, "SPOT_EVICTION_RATE"), price_fraction=price_fraction(pools),
+                      lost_work_cost=_setting(settings, "SPOT_LOST_WORK_COST")).total_seconds()
 
 
 def spot_work_section(report_pods: Sequence[Mapping[str, Any]], estimate_by_workload: Mapping[str, float],
