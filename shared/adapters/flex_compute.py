@@ -77,10 +77,7 @@ class FlexCompute(VmssCompute):
 
     def _get_instance_view(self, group: NodeGroup, instance_id: str) -> Instance | None:
         """One member VM with its instance view (its provisioning error, its power state): a GET of its own."""
-        vm = found_or_none(f"get VM {instance_id} of scale set {group.resource_group}/{group.name} with its instance view",
-                           lambda: self._client.virtual_machines.get(group.resource_group, instance_id,
-                                                                     expand="instanceView"))
-        return _of(group, vm) if vm is not None and self._is_member(group, vm) else None
+        return _get_member_view(self, group, instance_id)
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
         """The member VM, or None when it does not exist or belongs to no such scale set."""
@@ -193,6 +190,13 @@ def _is_member(provider: VmssCompute, group: NodeGroup, vm: Any) -> bool:
     return scale_set.lower() == _scale_set_id(provider, group).lower()
 
 
+def _get_member_view(provider: VmssCompute, group: NodeGroup, instance_id: str) -> Instance | None:
+    vm = found_or_none(f"get VM {instance_id} of scale set {group.resource_group}/{group.name} with its instance view",
+                       lambda: provider._client.virtual_machines.get(  # noqa: SLF001
+                           group.resource_group, instance_id, expand="instanceView"))
+    return _of(group, vm) if vm is not None and _is_member(provider, group, vm) else None
+
+
 def _of(group: NodeGroup, vm: Any) -> Instance | None:
     """The member as an instance of `group`: None when it is of another lane's size."""
     return next(iter(of_lane([_member(vm)], group)), None)
@@ -236,11 +240,10 @@ def _list_members(provider: VmssCompute, group: NodeGroup, *, power_state: bool)
     )
     vms = with_instance_ids(vms, member_name, f"list member VMs of scale set {group.id}")
     members = [_member(vm) for vm in vms if _is_member(provider, group, vm)]
-    if not isinstance(provider, FlexCompute):
-        return members
-    # A failed member's error is read as a member of the set (`set_wide`), whichever lane asked.
+    # A failed member's error is read as a member of the set (`set_wide`), whichever lane or provider asked:
+    # discovery's listing (VmssCompute's) is reused by the lanes, so it must carry the errors too.
     set_wide = replace(group, lane="")
-    return with_failures(members, lambda name: provider._get_instance_view(set_wide, name))  # noqa: SLF001
+    return with_failures(members, lambda name: _get_member_view(provider, set_wide, name))
 
 
 def member_name(vm: Any) -> str:

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 from azure.mgmt.compute import ComputeManagementClient
-from azure.mgmt.compute.models import VirtualMachine
+from azure.mgmt.compute.models import InstanceViewStatus, VirtualMachine, VirtualMachineInstanceView
 
 from shared.adapters import flex_compute
+from shared.adapters.compute import VmssCompute
 from shared.adapters.credentials import StaticTokenCredential
 from shared.adapters.flex_compute import FlexCompute, list_members
 from shared.domain import FLEXIBLE_SCALE_SET, NodeGroup
@@ -84,3 +85,21 @@ def test_a_one_size_set_always_lists_and_its_instances_carry_no_size() -> None:
     first = fake.flex.list_instances(one)
     fake.flex.list_instances(one)
     assert fake.calls == 2 and len(first) == 3 and {i.vm_size for i in first} == {""}
+
+
+def test_a_failed_members_error_is_read_whichever_provider_listed_the_set_first() -> None:
+    """Discovery lists an instance mix through the Uniform provider and the lanes reuse that listing: a failed
+    member must carry its error there too, or a lane would see it failed without a cause."""
+    fake = Fake()
+    failed = _vm("flex_f", D2)
+    failed.provisioning_state = "Failed"
+    fake.vms.append(failed)
+    viewed = _vm("flex_f", D2)
+    viewed.instance_view = VirtualMachineInstanceView(statuses=[InstanceViewStatus(
+        code="ProvisioningState/failed/ZonalAllocationFailed", message="no room")])
+    fake.flex._client.virtual_machines.get = lambda rg, name, **kw: viewed  # type: ignore[attr-defined]
+    uniform = VmssCompute(fake.flex._client, cluster_name="demo", resource_groups=["rg"],  # type: ignore[arg-type]
+                          operation_wait=0, monotonic=lambda: fake.now)
+    list_members(uniform, SET, reuse=True)  # discovery
+    lane = {i.instance_id: i for i in fake.flex.list_instances(_lane(D2))}
+    assert fake.calls == 1 and lane["flex_f"].error_code == "ZonalAllocationFailed"
