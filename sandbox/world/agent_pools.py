@@ -221,11 +221,7 @@ class AgentPoolsPart(WorldCore):
             if enable_auto_scaling and count != current:
                 message = AUTOSCALED_COUNT_MESSAGE if pool.enable_auto_scaling else ENABLE_AND_SCALE_MESSAGE
                 raise ArmError(400, "InvalidParameter", message.format(pool=pool.name), "properties.count")
-            if count > current and _restricted(self.scenario.restricted_vm_sizes, group.spec.vm_size):
-                # As the scale set double refuses it; what AKS answers for a restricted size is unverified.
-                message = default_scale_up_message("SkuNotAvailable", group.spec.vm_size, group.spec.location)
-                self._log_increase(group, "capacity", current, count, "SkuNotAvailable")
-                raise ArmError(409, "SkuNotAvailable", message, "properties.vmSize")
+            self._refuse_restricted_increase(group, count, "properties.vmSize")
             # Growing first: a refusal for quota or Spot capacity (sandbox.world.spot) leaves the pool unchanged.
             compute = self.set_capacity(group, count) if count > current else None
             pool.mode, pool.enable_auto_scaling = mode, enable_auto_scaling
@@ -251,10 +247,7 @@ class AgentPoolsPart(WorldCore):
                 raise ArmError(400, "InvalidParameter", INVALID_COUNT_MESSAGE, "agentPoolProfile.count")
             targets = [(groups[size.lower()], count) for size, count in counts.items()]
             for group, count in targets:
-                if count > group.capacity and _restricted(self.scenario.restricted_vm_sizes, group.spec.vm_size):
-                    message = default_scale_up_message("SkuNotAvailable", group.spec.vm_size, group.spec.location)
-                    self._log_increase(group, "capacity", group.capacity, count, "SkuNotAvailable")
-                    raise ArmError(409, "SkuNotAvailable", message, "properties.virtualMachinesProfile")
+                self._refuse_restricted_increase(group, count, "properties.virtualMachinesProfile")
             grown: list[tuple[ScaleSetSim, Operation]] = []
             for group, count in targets:  # growing first: a refusal (quota) leaves the shrinking sizes alone
                 if count > group.capacity:
@@ -265,6 +258,14 @@ class AgentPoolsPart(WorldCore):
             created = frozenset().union(*(_created(group, op) for group, op in grown))
             operations = [op for _, op in grown] + shrunk
             return self._pool_operation(pool, "scale" if operations else "update", operations, created=created)
+
+    def _refuse_restricted_increase(self, group: ScaleSetSim, count: int, target: str) -> None:
+        """Growing a set of a size restricted for the subscription is refused (logged), as the scale set double
+        refuses it; what AKS answers for a restricted size is unverified."""
+        if count > group.capacity and _restricted(self.scenario.restricted_vm_sizes, group.spec.vm_size):
+            message = default_scale_up_message("SkuNotAvailable", group.spec.vm_size, group.spec.location)
+            self._log_increase(group, "capacity", group.capacity, count, "SkuNotAvailable")
+            raise ArmError(409, "SkuNotAvailable", message, target)
 
     def _retag_pool(self, pool: AgentPoolSim, tags: Mapping[str, str] | None) -> None:
         """New pool tags on every scale set behind it (AKS propagates a pool's tags): the old ones go."""
