@@ -45,7 +45,7 @@ from shared.adapters.compute import (
 )
 from shared.adapters.compute import arm_id_leaf, with_instance_ids
 from shared.adapters.retail_prices import RetailPrices
-from shared.domain import AKS_AGENT_POOL, LANE_SEPARATOR, Instance, NodeGroup, VmSizeCapacity
+from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity, lane_of, parent_group_id
 from shared.ports import CHANGED_SINCE_READ, SCALE_IN_PROTECTION_UNSUPPORTED, ComputeError, Operation
 from shared.settings import Settings, parse_aks_cluster_id
 
@@ -136,8 +136,8 @@ class AksAgentPools:
     def get_node_group(self, group_id: str) -> NodeGroup | None:
         if self._client is None:
             return None
-        rg, _, rest = group_id.partition("/")
-        name, _, lane = rest.partition(LANE_SEPARATOR)
+        rg, _, name = parent_group_id(group_id).partition("/")
+        lane = lane_of(group_id)
         if rg.lower() != self._resource_group.lower() or not name:
             return None
         pool = found_or_none(f"get agent pool {name} of AKS cluster {self._cluster_id}",
