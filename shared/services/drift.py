@@ -9,7 +9,7 @@ poll, one VMSS VMs list per group, only while DRIFT_REPLACEMENT is on. A failed 
 (its nodes are simply not drifted by model this poll), never the poll.
 
 Reads are frugal: a model change writes the scale set, so its etag moves. Once a list found every instance on the
-latest model, the set is not listed again (in this process) until its etag changes: a steady cluster pays no read.
+latest model, the set is not listed again (by this provider, i.e. in this process) until its etag changes: a steady cluster pays no read.
 A set whose etag keeps moving (every resize moves it) or that has drifted is listed at most once per
 LIST_INTERVAL (cluster-autoscaler's instance cache refresh); in between, the last list stands: an instance created
 since is on the latest model by construction, one deleted since has no node left to drift. A busy set thus costs
@@ -20,7 +20,8 @@ read budget), and a model change is seen within the interval.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+import weakref
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from shared.domain import UNIFORM_SCALE_SET, ClusterSnapshot, Instance, NodeGroup
@@ -30,28 +31,31 @@ log = logging.getLogger(__name__)
 
 LIST_INTERVAL = timedelta(minutes=5)
 
-# Group id -> the etag at which a list found every instance on the latest model (per process: a cold start reads).
-_ALL_LATEST: dict[str, str] = {}
-# Group id -> (when it was last listed, what the list found).
-_LAST_LIST: dict[str, tuple[datetime, tuple[Instance, ...]]] = {}
+@dataclass
+class _Reads:
+    """What one provider's earlier lists found (per process: a cold start reads). `all_latest`: group id -> the etag
+    at which a list found every instance on the latest model; `last`: group id -> when it was last listed, and
+    what the list found."""
+
+    all_latest: dict[str, str] = field(default_factory=dict)
+    last: dict[str, tuple[datetime, tuple[Instance, ...]]] = field(default_factory=dict)
 
 
-def forget_model_state() -> None:
-    """Forget which sets were found all on their latest model: a process that runs another cluster (a replay, one
-    after another) must list them afresh, as a cold start does."""
-    _ALL_LATEST.clear()
-    _LAST_LIST.clear()
+# Per provider, as the rotation of services.utilization is per state store: a process runs one provider (the
+# composition root's), and a replay's every run its own, so no run inherits another's reads.
+_READS: weakref.WeakKeyDictionary[object, _Reads] = weakref.WeakKeyDictionary()
 
 
 def with_model_state(provider: NodeGroupProvider, snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """The snapshot whose Uniform groups with nodes carry their instances (and so `latest_model_applied`)."""
+    reads = _reads_of(provider)
     with_nodes = {n.instance.group_id for n in snapshot.nodes if n.instance is not None}
     groups = []
     changed = False
     for group in snapshot.groups:
         if (group.provider == UNIFORM_SCALE_SET and not group.instances and group.id in with_nodes
-                and not (group.etag and _ALL_LATEST.get(group.id) == group.etag)):
-            listed = _recent(group, snapshot.taken_at) or _listed(provider, group, now=snapshot.taken_at)
+                and not (group.etag and reads.all_latest.get(group.id) == group.etag)):
+            listed = _recent(reads, group, snapshot.taken_at) or _listed(provider, reads, group, now=snapshot.taken_at)
             changed = changed or listed is not group
             groups.append(listed)
         else:
@@ -59,24 +63,32 @@ def with_model_state(provider: NodeGroupProvider, snapshot: ClusterSnapshot) -> 
     return replace(snapshot, groups=tuple(groups)) if changed else snapshot
 
 
-def _recent(group: NodeGroup, now: datetime) -> NodeGroup | None:
+def _reads_of(provider: NodeGroupProvider) -> _Reads:
+    """The provider's reads; fresh ones (nothing remembered) for a provider that cannot be weakly referenced."""
+    try:
+        return _READS.setdefault(provider, _Reads())
+    except TypeError:
+        return _Reads()
+
+
+def _recent(reads: _Reads, group: NodeGroup, now: datetime) -> NodeGroup | None:
     """The group with the instances its last list found, if that list is younger than LIST_INTERVAL."""
-    last = _LAST_LIST.get(group.id)
+    last = reads.last.get(group.id)
     if last is None or not timedelta(0) <= now - last[0] < LIST_INTERVAL:
         return None
     return replace(group, instances=last[1])
 
 
-def _listed(provider: NodeGroupProvider, group: NodeGroup, *, now: datetime) -> NodeGroup:
+def _listed(provider: NodeGroupProvider, reads: _Reads, group: NodeGroup, *, now: datetime) -> NodeGroup:
     try:
         instances = tuple(provider.list_instances(group))
     except ComputeError as exc:
         log.warning("drift: could not list the instances of %s (%s); its nodes are not checked for model drift "
                     "this poll", group.id, exc)
         return group
-    _LAST_LIST[group.id] = (now, instances)
+    reads.last[group.id] = (now, instances)
     if group.etag and all(i.latest_model_applied is not False for i in instances):
-        _ALL_LATEST[group.id] = group.etag
+        reads.all_latest[group.id] = group.etag
     else:
-        _ALL_LATEST.pop(group.id, None)
+        reads.all_latest.pop(group.id, None)
     return replace(group, instances=instances)

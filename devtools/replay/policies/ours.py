@@ -27,7 +27,6 @@ from devtools.replay.world_ports import WorldQuota
 from devtools.runner import HostQueueConfig
 from shared.actions import ScaleAction, ScaleDown, ScaleDownRound
 from shared.ports import ClusterEvent, Ports
-from shared.services.drift import forget_model_state
 from shared.services.events import EventRecorder
 from shared.services.executor import Executor
 from shared.services.pending import run_pending_poll
@@ -86,9 +85,6 @@ class Ours:
 
     def __init__(self, replay: Replay, *, settings: Mapping[str, str] | None = None) -> None:
         self.settings = replay_settings(replay, settings or replay.config.settings)
-        # Each replay is a cold start of the function app: no memory of another run's scale sets (same ids, same
-        # etags), or the second run in a process reads less than the first.
-        forget_model_state()
         host = HostQueueConfig.from_host_json()
         clock = clock_of(replay)
         self.state = MemoryStateStore()

@@ -11,7 +11,7 @@ import pytest
 from shared.domain import AKS_AGENT_POOL, FLEXIBLE_SCALE_SET, UNIFORM_SCALE_SET, Instance, NodeGroup
 from shared.engine.drift import MODEL, drifted_nodes
 from shared.ports import ComputeError
-from shared.services.drift import LIST_INTERVAL, forget_model_state, with_model_state
+from shared.services.drift import LIST_INTERVAL, with_model_state
 from tests.builders import T0, group, node, snapshot
 
 
@@ -26,11 +26,6 @@ class Provider:
         if self.fail:
             raise ComputeError("boom")
         return [Instance(str(i), latest_model_applied=str(i) not in self.stale) for i in range(g.capacity)]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_process() -> None:
-    forget_model_state()  # each test starts as a cold process
 
 
 def _cluster(kind: str, *, listed: bool = False, nodes: int = 2):
