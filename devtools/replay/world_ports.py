@@ -322,6 +322,11 @@ def _operation(op: SimOperation) -> Operation:
     return Operation(token=op.op_id, status=op.status, error_code=op.error_code or "", error_message=op.error_message or "")
 
 
+def _lanes_etag(sims: Sequence[ScaleSetSim]) -> str:
+    """A multi-size group's etag: it changes with any of its sizes' scale sets."""
+    return '"' + ".".join(str(sim.generation) for sim in sims) + '"'
+
+
 class WorldCompute:
     """A NodeGroupProvider over the world's scale sets, counting and throttling calls as the ARM double does.
 
@@ -399,7 +404,7 @@ class WorldCompute:
             return []
         total = sum(sim.capacity for sim in sims)
         sizes = tuple(sim.spec.vm_size for sim in sims)
-        etag = '"' + ".".join(str(sim.generation) for sim in sims) + '"'
+        etag = _lanes_etag(sims)
         return [
             NodeGroup(
                 resource_group=sim.resource_group, name=name, min_size=max(0, limits[0] - (total - sim.capacity)),
@@ -416,8 +421,13 @@ class WorldCompute:
         """What If-Match is compared with: a lane's group's etag (all its sets), else the scale set's."""
         if not group.lane:
             return vmss_etag(sim)
-        sims = self._lane_sims(group.resource_group, group.name)
-        return '"' + ".".join(str(s.generation) for s in sims) + '"'
+        return _lanes_etag(self._lane_sims(group.resource_group, group.name))
+
+    def _group_sim(self, group: NodeGroup) -> ScaleSetSim | None:
+        """The world scale set behind a group (a lane's size's set), or None where ARM answers 404."""
+        if group.lane:
+            return self._lane_sim(group.resource_group, group.name, group.lane)
+        return self._found(group.resource_group, group.name)
 
     def _found(self, resource_group: str, name: str) -> ScaleSetSim | None:
         """The scale set, or None where ARM answers 404 (the scale set or its resource group is gone)."""
@@ -524,8 +534,7 @@ class WorldCompute:
 
     def supports_scale_in_protection(self, group: NodeGroup) -> bool:
         """As VmssCompute: the world's Uniform sets have instance protection (its Flexible ones are not modelled)."""
-        sim = (self._lane_sim(group.resource_group, group.name, group.lane) if group.lane
-               else self._found(group.resource_group, group.name))
+        sim = self._group_sim(group)
         return sim is not None and not sim.flexible
 
     def set_scale_in_protection(self, group: NodeGroup, instance_id: str, *, protect: bool) -> None:
@@ -547,8 +556,7 @@ class WorldCompute:
                 for i in self._world.instances(sim)}
 
     def get_instance(self, group: NodeGroup, instance_id: str) -> Instance | None:
-        sim = (self._lane_sim(group.resource_group, group.name, group.lane) if group.lane
-               else self._found(group.resource_group, group.name))
+        sim = self._group_sim(group)
         if sim is None:  # VmssCompute answers None for any 404, the scale set's included
             self._world.count_call("arm", OPERATIONS["get_vm"][0], write=False)
             return None
