@@ -44,6 +44,7 @@ from shared.adapters.compute import (
     if_unchanged,
 )
 from shared.adapters.compute import arm_id_leaf, with_instance_ids
+from shared.adapters.instance_mix import as_lane
 from shared.adapters.retail_prices import RetailPrices
 from shared.domain import AKS_AGENT_POOL, Instance, NodeGroup, VmSizeCapacity, lane_of, parent_group_id
 from shared.ports import CHANGED_SINCE_READ, SCALE_IN_PROTECTION_UNSUPPORTED, ComputeError, Operation
@@ -163,10 +164,8 @@ class AksAgentPools:
         total = sum(count for _, count in counts)
         lanes = []
         for size, count in counts:
-            others = total - count
-            lanes.append(replace(group, lane=size, lanes=sizes, vm_size=size, capacity=count, tags=tags,
-                                 allocation_strategy="", min_size=max(0, group.min_size - others),
-                                 max_size=max(count, group.max_size - others)))
+            lanes.append(as_lane(group, size, lanes=sizes, count=count, others=total - count, tags=tags,
+                                 allocation_strategy=""))
         return lanes
 
     def _as_group(self, pool: Any) -> NodeGroup | None:

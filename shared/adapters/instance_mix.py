@@ -124,12 +124,18 @@ def as_lanes(group: NodeGroup, profile: MixProfile, members: Sequence[Instance],
     lanes = []
     for size in order:
         mine = sum(1 for m in alive if m.vm_size.lower() == size.lower())
-        others = len(alive) - mine
-        lanes.append(replace(
-            group, lane=size, vm_size=size, lanes=order, allocation_strategy=strategy, capacity=mine,
-            min_size=max(0, group.min_size - others), max_size=max(mine, group.max_size - others),
-        ))
+        lanes.append(as_lane(group, size, lanes=order, count=mine, others=len(alive) - mine,
+                             allocation_strategy=strategy))
     return lanes
+
+
+def as_lane(group: NodeGroup, size: str, *, lanes: tuple[str, ...], count: int, others: int,
+            **fields: Any) -> NodeGroup:
+    """One size of the multi-size group `group` (a scale set's instance mix, a VirtualMachines pool) as its own
+    NodeGroup: `capacity` its `count`, `min_size`/`max_size` what the `others` (of the other sizes) leave of the
+    group's limits, so the lanes stay within them together; `fields` any other field of the lane."""
+    return replace(group, lane=size, vm_size=size, lanes=lanes, capacity=count,
+                   min_size=max(0, group.min_size - others), max_size=max(count, group.max_size - others), **fields)
 
 
 def of_lane(instances: Sequence[Instance], lane: NodeGroup) -> list[Instance]:
