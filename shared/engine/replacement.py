@@ -37,8 +37,7 @@ class ReplacementProposal:
     detail: str = ""  # drift: model | image | age; consolidation: e.g. "3 x Standard_D8s_v5 -> 1 x Standard_D16s_v5"
 
 
-def ready_replacements(snapshot: ClusterSnapshot, states: Mapping[str, GroupState], *,
-                       now: datetime) -> dict[str, Replacement]:
+def ready_replacements(snapshot: ClusterSnapshot, states: Mapping[str, GroupState]) -> dict[str, Replacement]:
     """The nodes whose replacement capacity is Ready (node -> its entry): they may be drained now.
 
     Entries asked together (one action: same `to_group`, `action_id` and `since`) share the `count` nodes it
@@ -47,7 +46,6 @@ def ready_replacements(snapshot: ClusterSnapshot, states: Mapping[str, GroupStat
     last are matched first: the nodes they may use are also usable by every earlier one (created later than
     an earlier `since`), so no action takes a node that only a later one could use.
     """
-    del now  # the same signature as stale_replacements; readiness depends on the snapshot only
     present = {node.name for node in snapshot.nodes}
     replacing = {node for state in states.values() for node, entry in state.replacing.items()
                  if entry.given_up_at is None}

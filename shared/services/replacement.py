@@ -159,7 +159,7 @@ def run_replacements(ports: Ports, settings: Settings, snapshot: ClusterSnapshot
     retry = {node: retry_at(entry, timeout=settings.replacement_timeout)
              for state in states.values() for node, entry in state.replacing.items() if entry.given_up_at is not None}
     return ReplacementRound(drifted=drifted, proposals=proposals, admitted=tuple(done), refused=refused,
-                            waiting=waiting, candidates=candidates, forced=ready_replacements(snapshot, states, now=now),
+                            waiting=waiting, candidates=candidates, forced=ready_replacements(snapshot, states),
                             given_up=given_up, retry_at=retry, enqueued=tuple(enqueued),
                             states={group_id: states[group_id] for group_id in touched if group_id in states})
 

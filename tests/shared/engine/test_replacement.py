@@ -53,7 +53,7 @@ def _states(*entries: Replacement) -> dict[str, GroupState]:
 ])
 def test_one_node_is_ready_once_a_new_ready_node_of_its_target_exists(case, new_nodes, ready) -> None:  # type: ignore[no-untyped-def]
     snap = snapshot(groups=[group("old"), group("new")], nodes=[*_olds("a"), *new_nodes])
-    assert set(ready_replacements(snap, _states(_entry("a")), now=T0)) == ({"a"} if ready else set())
+    assert set(ready_replacements(snap, _states(_entry("a")))) == ({"a"} if ready else set())
 
 
 def test_nodes_replaced_together_share_the_count_and_are_ready_together() -> None:
@@ -61,8 +61,8 @@ def test_nodes_replaced_together_share_the_count_and_are_ready_together() -> Non
     entries = [_entry(n, count=2, together=together) for n in together]
     one = snapshot(groups=[group("old"), group("new")], nodes=[*_olds(*together), _new("x", 0)])
     two = replace(one, nodes=(*one.nodes, _new("y", 1)))
-    assert ready_replacements(one, _states(*entries), now=T0) == {}
-    assert set(ready_replacements(two, _states(*entries), now=T0)) == set(together)
+    assert ready_replacements(one, _states(*entries)) == {}
+    assert set(ready_replacements(two, _states(*entries))) == set(together)
 
 
 def test_a_new_node_counts_for_one_replacement_only() -> None:
@@ -71,7 +71,7 @@ def test_a_new_node_counts_for_one_replacement_only() -> None:
     second = replace(_entry("b", action="up-2", to_group=OLD, since=ASKED + timedelta(minutes=1)), reason=DRIFTED)
     grown = replace(node("n-new", group_name="old", instance=9), created_at=ASKED + timedelta(minutes=2))
     snap = snapshot(groups=[group("old")], nodes=[*_olds("a", "b"), grown])
-    ready = ready_replacements(snap, _states(first, second), now=T0)
+    ready = ready_replacements(snap, _states(first, second))
     assert len(ready) == 1
     # The node created after both asks serves the later ask; the earlier waits for its own.
     assert set(ready) == {"b"}
@@ -83,7 +83,7 @@ def test_a_node_being_replaced_is_no_replacement_for_another() -> None:
     states = {OLD: GroupState(OLD, replacing={"a": _entry("a")}),
               NEW: GroupState(NEW, replacing={"b": _entry("b", action="up-2", to_group=OLD)})}
     snap = snapshot(groups=[group("old"), group("new")], nodes=[*_olds("a"), b])
-    assert "a" not in ready_replacements(snap, states, now=T0)
+    assert "a" not in ready_replacements(snap, states)
 
 
 @pytest.mark.parametrize(("case", "now", "present", "removing", "why"), [
@@ -113,8 +113,8 @@ def _tombstone(name: str) -> Replacement:
 
 def test_a_tombstone_is_never_forced_though_new_capacity_is_ready() -> None:
     snap = snapshot(groups=[group("old"), group("new")], nodes=[*_olds("a"), _new("fresh", 0)])
-    assert set(ready_replacements(snap, _states(_entry("a")), now=T0)) == {"a"}
-    assert ready_replacements(snap, _states(_tombstone("a")), now=T0) == {}
+    assert set(ready_replacements(snap, _states(_entry("a")))) == {"a"}
+    assert ready_replacements(snap, _states(_tombstone("a"))) == {}
 
 
 def test_a_tombstone_takes_no_new_node_from_a_replacement_under_way() -> None:
@@ -122,7 +122,7 @@ def test_a_tombstone_takes_no_new_node_from_a_replacement_under_way() -> None:
     gave_up = replace(_entry("a", action="up-2", since=ASKED + timedelta(minutes=1)), given_up_at=GAVE_UP)
     fresh = _new("fresh", 0, created=timedelta(minutes=2))
     snap = snapshot(groups=[group("old"), group("new")], nodes=[*_olds("a", "b"), fresh])
-    assert set(ready_replacements(snap, _states(gave_up, _entry("b")), now=T0)) == {"b"}
+    assert set(ready_replacements(snap, _states(gave_up, _entry("b")))) == {"b"}
 
 
 def test_retry_at_is_the_give_up_time_plus_the_back_off() -> None:
