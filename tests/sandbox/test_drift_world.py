@@ -100,4 +100,6 @@ def test_a_scenario_model_change_parses() -> None:
     parsed = load_scenario(scenario(model_changes=[{"at": "90s", "scale_set": POOL, "resource_group": RG}]))
     (change,) = parsed.model_changes
     assert (change.at, change.scale_set, change.resource_group) == (90.0, POOL, RG)
-    assert GPU_POOL["agent_pool"]["name"] == "gpu"
+    pool_change = load_scenario(aks_doc(model_changes=[
+        {"at": "2m", "agent_pool": GPU_POOL["agent_pool"]["name"], "node_image_version": "v2"}])).model_changes
+    assert [(c.agent_pool, c.node_image_version, c.scale_set) for c in pool_change] == [("gpu", "v2", None)]
