@@ -281,7 +281,7 @@ def with_sizes_targets(targets: Sequence[Mapping[str, Any]], per_policy: Mapping
     """The trace's targets with ours+sizes' judged on `ca`'s frontier points, in place of those the replay section
     judged on ca's default run alone."""
     fresh = evaluate_sizes_targets(per_policy, ca_points)
-    names = {t["name"] for t in evaluate_sizes_targets(per_policy)} | {t["name"] for t in fresh}
+    names = {t["name"] for t in fresh}  # the targets' names do not depend on the ca points judged against
     return [*(t for t in targets if t["name"] not in names), *fresh]
 
 
