@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable, pool_of
+from devtools.replay.harness import Replay, ReplayConfig, build_world, placeable, pool_of, workload_estimates
 from devtools.replay.metrics import demand_curve, oracle_result, run_result, static_sizes, timeline_series
 from devtools.replay import standby
 from devtools.replay.policies import (
@@ -25,7 +25,6 @@ from devtools.replay.policies.ours import Ours
 from devtools.replay.policies.vmss_cpu import VmssCpuAutoscale
 from devtools.replay.pools import SIZE_GROUPS, nap_pools, sized_pools
 from devtools.replay import runtime_estimates
-from devtools.replay.harness import workload_estimates
 from devtools.replay.spot import SpotTier, billed_pools
 from devtools.replay.traces import Trace
 
