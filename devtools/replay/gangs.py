@@ -325,7 +325,7 @@ def run_gangs(policy: str, workload: GangWorkload, config: GangConfig = GangConf
     if not observer.requests:
         raise GangReplayUnavailable("the sandbox created no ProvisioningRequest: its gang jobs are not played")
     base = run_result(world, config.pools, scale_actions=chosen.scale_actions(), oracle_cost=0.0,
-                      removed=getattr(chosen, "removed_nodes", None))
+                      removed=chosen.removed_nodes)
     result = observer.result(world.t)
     result.update({"cost": base["cost"], "pods_killed": base["pods_killed"], "scale_actions": base["scale_actions"],
                    "assumptions": list(ASSUMPTIONS)})

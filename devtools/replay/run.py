@@ -151,7 +151,7 @@ def replay(
     samples.append((world.t, world.counters.arm_reads))
     # The oracle is the standard pools' for every policy (nap's included), so the ratios compare.
     result = run_result(world, billed_pools(config.pools, config.spot), scale_actions=chosen.scale_actions(),
-                        oracle_cost=oracle["cost"], removed=getattr(chosen, "removed_nodes", None))
+                        oracle_cost=oracle["cost"], removed=chosen.removed_nodes)
     if policy in STANDBY_POLICIES:
         # What it set beyond ours' defaults, how its scale-ups were served and what its stopped instances billed.
         result["settings"] = standby.standby_settings(config.settings)
