@@ -28,7 +28,7 @@ from devtools.replay.pools import Pool
 from devtools.replay.spot import SpotTier
 from devtools.replay.spot_prices import spot_fraction
 from devtools.replay.traces import TracePod
-from shared.engine.spot_work import EXPECTED_RUNTIME_ANNOTATION, break_even, parse_max_runtime
+from shared.engine.spot_work import EXPECTED_RUNTIME_ANNOTATION, rule_of, spot_limit
 from shared.settings import SPECS
 
 LOGNORMAL_P95 = 2.0  # the estimate's error factor at its 95th percentile (median 1)
@@ -110,15 +110,12 @@ def price_fraction(pools: Sequence[Pool]) -> float:
 
 
 def limit_s(settings: Mapping[str, str], pools: Sequence[Pool]) -> float | None:
-    """The run time above which ours keeps a pod off spot under `settings`, seconds, as engine.spot_work computes
-    it (a fixed SPOT_MAX_RUNTIME, else the break-even); None when SPOT_MAX_RUNTIME is `off`."""
-    enabled, fixed = parse_max_runtime(_setting(settings, "SPOT_MAX_RUNTIME"))
-    if not enabled:
-        return None
-    if fixed is not None:
-        return fixed.total_seconds()
-    return break_even(eviction_rate=_setting(settings, "SPOT_EVICTION_RATE"), price_fraction=price_fraction(pools),
-                      lost_work_cost=_setting(settings, "SPOT_LOST_WORK_COST")).total_seconds()
+    """The run time above which ours keeps a pod off spot under `settings`, seconds (engine.spot_work.spot_limit);
+    None when SPOT_MAX_RUNTIME is `off`."""
+    rule = rule_of(_setting(settings, "SPOT_MAX_RUNTIME"), eviction_rate=_setting(settings, "SPOT_EVICTION_RATE"),
+                   lost_work_cost=_setting(settings, "SPOT_LOST_WORK_COST"))
+    limit = spot_limit(rule, fraction=price_fraction(pools))
+    return None if limit is None else limit.total_seconds()
 
 
 def spot_work_section(report_pods: Sequence[Mapping[str, Any]], estimate_by_workload: Mapping[str, float],

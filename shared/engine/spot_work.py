@@ -113,12 +113,23 @@ def price_fraction(groups: Sequence[NodeGroup], prices: Mapping[str, float]) -> 
     return sum(fractions) / len(fractions) if fractions else DEFAULT_PRICE_FRACTION
 
 
+def rule_of(max_runtime: str, *, eviction_rate: float, lost_work_cost: float) -> SpotWorkRule:
+    """The rule of the settings: SPOT_MAX_RUNTIME as written, the rate and cost parsed."""
+    enabled, fixed = parse_max_runtime(max_runtime)
+    return SpotWorkRule(enabled=enabled, max_runtime=fixed, eviction_rate=eviction_rate, lost_work_cost=lost_work_cost)
+
+
+def spot_limit(rule: SpotWorkRule, *, fraction: float) -> timedelta | None:
+    """The run time above which a pod is kept off spot: the fixed limit, else the break-even; None when off."""
+    if not rule.enabled:
+        return None
+    return rule.max_runtime or break_even(eviction_rate=rule.eviction_rate, price_fraction=fraction,
+                                          lost_work_cost=rule.lost_work_cost)
+
+
 def plan_spot_work(pods: Sequence[Pod], rule: SpotWorkRule, *, fraction: float) -> SpotWorkPlan:
     """Pending pods expected to run longer than the limit, or annotated `avoid`, kept off spot for planning."""
-    limit = None
-    if rule.enabled:
-        limit = rule.max_runtime or break_even(eviction_rate=rule.eviction_rate, price_fraction=fraction,
-                                               lost_work_cost=rule.lost_work_cost)
+    limit = spot_limit(rule, fraction=fraction)
     kept: dict[str, str] = {}
     out: list[Pod] = []
     for pod in pods:

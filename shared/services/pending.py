@@ -38,12 +38,11 @@ from shared.engine.spot import Eviction, keep_off_spot
 from shared.engine.spot_work import (
     EXPECTED_RUNTIME_ANNOTATION,
     SPOT_ANNOTATION,
-    SpotWorkRule,
     expected_loss,
     expected_runtime,
-    parse_max_runtime,
     plan_spot_work,
     price_fraction,
+    rule_of,
 )
 from shared.engine.virtual_nodes import VirtualNodePlan, plan_virtual_nodes, planning_snapshot, status_of
 from shared.options import scale_up_options, virtual_node_options
@@ -263,11 +262,10 @@ def _spot_by_work(ports: Ports, settings: Settings, snapshot: ClusterSnapshot) -
                and (EXPECTED_RUNTIME_ANNOTATION in p.annotations or SPOT_ANNOTATION in p.annotations)]
     if not pending:
         return snapshot
-    enabled, fixed = parse_max_runtime(settings.spot_max_runtime)
-    rule = SpotWorkRule(enabled=enabled, max_runtime=fixed, eviction_rate=settings.spot_eviction_rate,
-                        lost_work_cost=settings.spot_lost_work_cost)
+    rule = rule_of(settings.spot_max_runtime, eviction_rate=settings.spot_eviction_rate,
+                   lost_work_cost=settings.spot_lost_work_cost)
     prices = snapshot.prices
-    if enabled and fixed is None and not all(g.id in prices for g in snapshot.groups):
+    if rule.enabled and rule.max_runtime is None and not all(g.id in prices for g in snapshot.groups):
         prices = {**ports.provider.list_prices(snapshot.groups), **prices}
     decided = plan_spot_work(pending, rule, fraction=price_fraction(snapshot.groups, prices))
     telemetry.record_spot_by_work(kept_off=len(decided.kept_off), expected_loss_s=sum(
